@@ -1,0 +1,10 @@
+//! `hugetext check`.
+
+use anyhow::{bail, Result};
+
+#[derive(clap::Args, Debug)]
+pub struct Args {}
+
+pub fn run(_args: Args) -> Result<u8> {
+    bail!("`hugetext check` is not built yet")
+}

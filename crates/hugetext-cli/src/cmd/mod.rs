@@ -1,0 +1,85 @@
+//! One module per subcommand. Each has an `Args` (clap) and a `run` that
+//! returns the process exit code.
+
+use anyhow::Result;
+
+pub mod align;
+pub mod bench;
+pub mod check;
+pub mod doctor;
+pub mod inspect;
+pub mod run;
+pub mod warm;
+
+/// An error that carries a specific exit code (e.g. 126/127 for `run`,
+/// the verdict codes of `align`).
+#[derive(Debug)]
+pub struct Exit {
+    pub code: u8,
+    pub msg: String,
+}
+
+impl std::fmt::Display for Exit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.msg)
+    }
+}
+
+impl std::error::Error for Exit {}
+
+/// Fail with a message and a specific exit code.
+pub fn exit_with(code: u8, msg: impl Into<String>) -> anyhow::Error {
+    Exit { code, msg: msg.into() }.into()
+}
+
+/// Exit code for an error: the one it carries, else 1.
+pub fn exit_code_of(e: &anyhow::Error) -> u8 {
+    e.downcast_ref::<Exit>().map(|x| x.code).unwrap_or(1)
+}
+
+/// Render an error chain on one line: "outer: inner: root".
+pub fn one_line(e: &anyhow::Error) -> String {
+    let mut s = String::new();
+    for (i, cause) in e.chain().enumerate() {
+        let text = cause.to_string().replace('\n', " ");
+        if i > 0 {
+            if s.contains(&text) {
+                continue;
+            }
+            s.push_str(": ");
+        }
+        s.push_str(&text);
+    }
+    s
+}
+
+/// Process-wide setup: restore default SIGPIPE (so `hugetext … | head` ends
+/// quietly) and turn any panic into one line instead of a backtrace.
+pub fn install_handlers() {
+    // SAFETY: resetting a signal disposition to default has no preconditions.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+    std::panic::set_hook(Box::new(|info| {
+        let msg = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown panic".into());
+        let at = info.location().map(|l| format!(" at {}:{}", l.file(), l.line())).unwrap_or_default();
+        eprintln!("hugetext: internal error: {msg}{at} (this is a bug; please report it)");
+    }));
+}
+
+/// `hugetext man`: write the man page generated from the CLI definition.
+pub fn man(cmd: clap::Command) -> Result<u8> {
+    let mut out = std::io::stdout().lock();
+    clap_mangen::Man::new(cmd.clone()).render(&mut out)?;
+    for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+        let name = format!("hugetext-{}", sub.get_name());
+        let sub = sub.clone().name(name.leak() as &str);
+        clap_mangen::Man::new(sub).render(&mut out)?;
+    }
+    Ok(0)
+}

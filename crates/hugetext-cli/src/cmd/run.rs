@@ -1,0 +1,10 @@
+//! `hugetext run`.
+
+use anyhow::{bail, Result};
+
+#[derive(clap::Args, Debug)]
+pub struct Args {}
+
+pub fn run(_args: Args) -> Result<u8> {
+    bail!("`hugetext run` is not built yet")
+}

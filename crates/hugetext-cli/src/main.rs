@@ -1,0 +1,64 @@
+//! The `hugetext` command: a thin shell over the `hugetext` library.
+
+use std::process::ExitCode;
+
+use clap::{CommandFactory, Parser, Subcommand};
+
+mod cmd;
+
+/// Put program text on 2 MiB pages, from user space, and measure it.
+///
+/// hugetext shows how code is backed (inspect, doctor), makes ELF files
+/// PMD-mappable (check, align), fills the page cache with 2 MiB folios so
+/// every later process maps its text with PMDs (warm), remaps a program's
+/// text at start (run), and measures the effect (bench).
+#[derive(Parser, Debug)]
+#[command(name = "hugetext", version, about, long_about, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Show how text (or all memory) of processes, cgroups, files or the system is backed.
+    Inspect(cmd::inspect::Args),
+    /// Report what this kernel can do for huge text, and what it means for you.
+    Doctor(cmd::doctor::Args),
+    /// Tell whether ELF files' text can be PMD-mapped, and what `align` would gain.
+    Check(cmd::check::Args),
+    /// Rewrite an ELF file so its read-only segments can be PMD-mapped.
+    Align(cmd::align::Args),
+    /// Fill the page cache with PMD-sized folios for programs' text.
+    Warm(cmd::warm::Args),
+    /// Run a program with its text (and its libraries') remapped onto huge pages.
+    Run(cmd::run::Args),
+    /// Benchmarks: the seeds' micro-benchmarks and A/B runs of real programs.
+    Bench(cmd::bench::Args),
+    /// Print the man page (roff) to stdout.
+    #[command(hide = true)]
+    Man,
+}
+
+fn main() -> ExitCode {
+    cmd::install_handlers();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Inspect(a) => cmd::inspect::run(a),
+        Command::Doctor(a) => cmd::doctor::run(a),
+        Command::Check(a) => cmd::check::run(a),
+        Command::Align(a) => cmd::align::run(a),
+        Command::Warm(a) => cmd::warm::run(a),
+        Command::Run(a) => cmd::run::run(a),
+        Command::Bench(a) => cmd::bench::run(a),
+        Command::Man => cmd::man(Cli::command()),
+    };
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            let code = cmd::exit_code_of(&e);
+            eprintln!("hugetext: error: {}", cmd::one_line(&e));
+            ExitCode::from(code)
+        }
+    }
+}

@@ -1,0 +1,1 @@
+//! libhugetext.so: the preload library and C API. See `include/hugetext.h`.

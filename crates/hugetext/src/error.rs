@@ -1,0 +1,56 @@
+//! The library's error type. Every variant renders as one clear line that says
+//! what went wrong and, where there is one, what to do about it.
+
+use std::path::PathBuf;
+
+/// Result alias used throughout the library.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Errors the library reports. `Display` is always a single line.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// An I/O error on a named path.
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A system call failed.
+    #[error("{call}: {source}")]
+    Sys {
+        call: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A process does not exist (or vanished while being read).
+    #[error("no process with pid {0}")]
+    NoProcess(i32),
+    /// An operation needs a privilege the caller lacks.
+    #[error("{0}")]
+    Permission(String),
+    /// The kernel lacks a feature the operation needs.
+    #[error("{0}")]
+    Unsupported(String),
+    /// A file is not a usable ELF object, or is malformed.
+    #[error("{}: {msg}", path.display())]
+    Elf { path: PathBuf, msg: String },
+    /// Bad input from the user (arguments, config).
+    #[error("{0}")]
+    Invalid(String),
+    /// Anything else, already phrased for the user.
+    #[error("{0}")]
+    Other(String),
+}
+
+impl Error {
+    /// Wrap an `io::Error` with the path it happened on.
+    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Error::Io { path: path.into(), source }
+    }
+
+    /// Wrap the current `errno` after a failed system call.
+    pub fn last_os(call: &'static str) -> Self {
+        Error::Sys { call, source: std::io::Error::last_os_error() }
+    }
+}

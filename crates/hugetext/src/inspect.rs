@@ -1,0 +1,2 @@
+//! `inspect`: how the text of processes, cgroups, files or the whole system is
+//! backed.

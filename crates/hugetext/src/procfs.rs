@@ -1,0 +1,1 @@
+//! `/proc/PID/maps` and `/proc/PID/smaps`, process and cgroup enumeration.

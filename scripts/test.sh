@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The test command: install what is needed, build everything, build the ELF
+# fixtures, and run the whole test suite against the real kernel.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/install-deps.sh
+export PATH="$HOME/.cargo/bin:$PATH"
+cargo build --release --workspace --locked
+bash tests/fixtures/mkfixtures.sh target/fixtures
+cargo test --release --workspace --locked -- --test-threads=2
