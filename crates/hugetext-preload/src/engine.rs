@@ -341,6 +341,9 @@ impl Pass<'_> {
                 if f < 0 {
                     self.fail(c, "file route: cannot open the mapped file", f);
                 } else {
+                    // Dirty folios (a freshly written binary) cannot be
+                    // evicted: write them back first (no-op when clean).
+                    sys::fdatasync(f as i32);
                     let mut err = 0;
                     let mask = sys::block_signals();
                     // Critical section: only raw syscalls and this

@@ -110,6 +110,10 @@ pub fn fadvise(fd: i32, off: u64, len: u64, advice: i32) -> isize {
     call(libc::SYS_fadvise64, fd as usize, off as usize, len as usize, advice as usize, 0, 0)
 }
 
+pub fn fdatasync(fd: i32) -> isize {
+    call(libc::SYS_fdatasync, fd as usize, 0, 0, 0, 0, 0)
+}
+
 pub fn ioctl(fd: i32, req: usize, arg: usize) -> isize {
     call(libc::SYS_ioctl, fd as usize, req, arg, 0, 0, 0)
 }

@@ -326,8 +326,8 @@ pub struct TextMapping {
     /// memory: the name it gave (`[anon:hugetext:PATH]`), or, on kernels
     /// without anonymous VMA names, the file of the adjacent text mapping.
     pub path: String,
-    /// True for text that now lives in anonymous memory.
-    pub anonymous: bool,
+    /// True for text that now lives in anonymous memory (the `copy` route).
+    pub copied: bool,
     /// `FilePmdMapped`, bytes.
     pub file_pmd: u64,
     /// `AnonHugePages`, bytes.
@@ -336,6 +336,8 @@ pub struct TextMapping {
     pub private: u64,
     /// `Pss`, bytes.
     pub pss: u64,
+    /// `Anonymous`, bytes: memory private to this process (copied text).
+    pub anonymous: u64,
 }
 
 impl TextMapping {
@@ -401,6 +403,7 @@ pub fn text_mappings(pid: i32) -> Result<Vec<TextMapping>> {
             "AnonHugePages:" => m.anon_huge = kb,
             "Private_Clean:" | "Private_Dirty:" => m.private += kb,
             "Pss:" => m.pss = kb,
+            "Anonymous:" => m.anonymous = kb,
             _ => {}
         }
     }
@@ -411,8 +414,8 @@ pub fn text_mappings(pid: i32) -> Result<Vec<TextMapping>> {
 }
 
 impl TextMapping {
-    fn new(start: u64, end: u64, path: String, anonymous: bool) -> Self {
-        TextMapping { start, end, path, anonymous, file_pmd: 0, anon_huge: 0, private: 0, pss: 0 }
+    fn new(start: u64, end: u64, path: String, copied: bool) -> Self {
+        TextMapping { start, end, path, copied, file_pmd: 0, anon_huge: 0, private: 0, pss: 0, anonymous: 0 }
     }
 }
 
