@@ -345,29 +345,47 @@ impl Pass<'_> {
                     // evicted: write them back first (no-op when clean).
                     sys::fdatasync(f as i32);
                     let mut err = 0;
-                    let mask = sys::block_signals();
-                    // Critical section: only raw syscalls and this
-                    // library's own code until the windows are refaulted.
-                    for (i, k) in runs(all & !huge) {
-                        let (s, len) = (a + i * PMD, k * PMD);
-                        let r = sys::madvise(s, len, sys::MADV_DONTNEED);
-                        if r < 0 {
-                            err = r;
-                            continue;
+                    // Window by window, so that other threads running this
+                    // text have as little time as possible to fault a small
+                    // page back in between drop and refault; a window they
+                    // did spoil gets two more tries.
+                    for _attempt in 0..3 {
+                        for (i, k) in runs(all & !huge) {
+                            for w in i..i + k {
+                                let s = a + w * PMD;
+                                let mask = sys::block_signals();
+                                // Critical section: only raw syscalls and this
+                                // library's own code until the window is refaulted.
+                                let r = sys::madvise(s, PMD, sys::MADV_DONTNEED);
+                                if r == 0 {
+                                    sys::fadvise(f as i32, Self::file_off(c, s), PMD as u64, sys::POSIX_FADV_DONTNEED);
+                                    let r = sys::madvise(s, PMD, sys::MADV_POPULATE_READ);
+                                    if r < 0 && err == 0 {
+                                        err = r;
+                                    }
+                                } else {
+                                    err = r;
+                                }
+                                sys::restore_signals(mask);
+                                if err < 0 {
+                                    break;
+                                }
+                            }
+                            if err < 0 {
+                                break;
+                            }
                         }
-                        sys::fadvise(f as i32, Self::file_off(c, s), len as u64, sys::POSIX_FADV_DONTNEED);
-                        let r = sys::madvise(s, len, sys::MADV_POPULATE_READ);
-                        if r < 0 && err == 0 {
-                            err = r;
+                        if err < 0 {
+                            self.fail(c, "file route: madvise", err);
+                        }
+                        let now = self.scan.huge_windows(a, n).unwrap_or(huge);
+                        self.t.file += pop(now & !huge);
+                        let progress = now & !huge != 0;
+                        huge |= now;
+                        if huge == all || err < 0 || !progress {
+                            break;
                         }
                     }
-                    sys::restore_signals(mask);
-                    if err < 0 {
-                        self.fail(c, "file route: madvise", err);
-                    }
-                    let now = self.scan.huge_windows(a, n).unwrap_or(huge);
-                    self.t.file += pop(now & !huge);
-                    huge |= now;
                     if huge != all && err == 0 {
                         self.note(
                             c,
