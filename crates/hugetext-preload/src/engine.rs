@@ -439,8 +439,9 @@ impl Pass<'_> {
                 self.note(c, "copy route skipped: transparent_hugepage is `never`, anonymous memory cannot be huge");
                 return;
             }
-            if self.cfg.perf_map && elf.is_none() && self.ensure_fd(c, fd) > 0 {
-                *elf = ElfFile::map(*fd as i32).ok();
+            let f = self.ensure_fd(c, fd);
+            if self.cfg.perf_map && elf.is_none() && f > 0 {
+                *elf = ElfFile::map(f as i32).ok();
             }
             for (i, k) in runs(all & !huge) {
                 self.copy(c, a + i * PMD, k, elf.as_ref());
@@ -476,9 +477,7 @@ impl Pass<'_> {
             sys::munmap(new, len);
             return self.fail(c, "copy: madvise(MADV_HUGEPAGE)", r);
         }
-        // SAFETY: `dst..dst+len` is readable text of this process (r-x, and
-        // verified unmodified); `new..new+len` is our fresh writable mapping.
-        unsafe { core::ptr::copy_nonoverlapping(dst as *const u8, new as *mut u8, len) };
+        self.fill(dst, new, len);
         let mut hm = self.scan.huge_windows(new, k).unwrap_or(0);
         if hm != full(k) {
             // The fault could not get a huge page at once: compact and collapse.
@@ -535,6 +534,18 @@ impl Pass<'_> {
         if hm != full(k) {
             self.note(c, "copy: some windows got no huge page (memory fragmented?) and were left in place");
         }
+    }
+
+    /// Fill `new` with the `len` bytes of text at `dst`. (Reading the
+    /// file with pread instead was measured slower: 15-24 ms vs 8-15 ms for
+    /// 78 MiB.)
+    fn fill(&mut self, dst: usize, new: usize, len: usize) {
+        // Map the whole source in one call (the kernel's fault-around, no
+        // trap per 64 KiB).
+        sys::madvise(dst, len, sys::MADV_POPULATE_READ);
+        // SAFETY: `dst..dst+len` is readable text of this process (r-x, and
+        // verified unmodified); `new..new+len` is our fresh writable mapping.
+        unsafe { core::ptr::copy_nonoverlapping(dst as *const u8, new as *mut u8, len) };
     }
 
     fn perf_symbols(&mut self, c: &Cand, e: &ElfFile, at: usize, len: usize) {
