@@ -234,18 +234,18 @@ struct Layout {
 ///
 /// Private stand-in until `elf::text_segments` lands on this branch.
 fn ro_segments(f: &File, path: &Path, size: u64) -> Result<Option<std::result::Result<Layout, String>>> {
-    // Only the headers are read, without readahead, so planning does not
-    // pull the file into the page cache in small folios.
+    // Only the ELF header and the program headers are read, without
+    // readahead (FADV_RANDOM on this open file), so planning pulls no
+    // padding or other sections into the page cache.
     let _ = rustix::fs::fadvise(f.as_fd(), 0, None, rustix::fs::Advice::Random);
-    let mut buf = vec![0u8; size.min(64 * KIB) as usize];
+    let mut buf = vec![0u8; size.min(64) as usize];
     read_exact_at(f, path, &mut buf, 0)?;
-    let _ = rustix::fs::fadvise(f.as_fd(), 0, None, rustix::fs::Advice::Normal);
     if buf.len() < 4 || &buf[..4] != b"\x7fELF" {
         return Ok(None);
     }
     let first = parse_layout(&buf);
     if let Err(Need(n)) = first {
-        if n <= size && n <= (16 << 20) {
+        if n != u64::MAX && n <= size && n <= (16 << 20) {
             let mut big = vec![0u8; n as usize];
             read_exact_at(f, path, &mut big, 0)?;
             return Ok(Some(parse_layout(&big).map_err(|e| e.to_string())));
@@ -706,9 +706,9 @@ pub fn warm_target(t: &Target, opts: &WarmOptions, ctx: &mut WarmContext) -> Res
     let mut stuck = BTreeSet::new();
     if memory_fs(&fs) {
         notes.push(format!(
-            "{fs} keeps files in memory (no backing store): warm cannot re-read them in other folio sizes; \
-             PMD folios only if it is mounted with huge=always or huge=within_size \
-             (shmem_enabled is {}); or copy the file to ext4 (Linux ≥ 6.16) or xfs",
+            "{fs} keeps files in memory with no backing store to re-read them from, so warm cannot change their folios: \
+             PMD folios are impossible here unless it is mounted with huge=always or huge=within_size \
+             (shmem_enabled is {}) and the file is written afresh; or put the file on ext4 (Linux ≥ 6.16) or xfs",
             kernel::sysfs_choice("/sys/kernel/mm/transparent_hugepage/shmem_enabled").unwrap_or_else(|| "absent".into())
         ));
     } else {

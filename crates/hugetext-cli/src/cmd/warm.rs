@@ -186,7 +186,7 @@ fn progress_bar(files: usize, bytes: u64) -> Option<indicatif::ProgressBar> {
 }
 
 fn mib(kb: u64) -> String {
-    format!("{:.1} MiB", kb as f64 / 1024.0)
+    warm::human(kb * 1024)
 }
 
 fn print_human(r: &FileReport) {
@@ -234,7 +234,7 @@ fn print_human(r: &FileReport) {
             warm::Runtime::Incongruent => "not PMD-mappable (hugetext align)",
             warm::Runtime::NotElf => "whole file",
         };
-        println!("  {seg} size {}: {}/{} windows in PMD folios; {rt}", mib(g.len / 1024), rr.pmd_windows, rr.eligible_windows);
+        println!("  {seg} size {}: {}/{} windows in PMD folios; {rt}", warm::human(g.len), rr.pmd_windows, rr.eligible_windows);
     }
     for n in &r.notes {
         println!("  note: {n}");
