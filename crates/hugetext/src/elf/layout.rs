@@ -183,6 +183,20 @@ fn parse_generic<'data, Elf: FileHeader<Endian = Endianness>, R: ReadRef<'data>>
     let e_phentsize = u64::from(header.e_phentsize(endian));
     let e_shentsize = u64::from(header.e_shentsize(endian));
 
+    // Say "truncated" when the tables lie past the end, before object's
+    // generic messages would.
+    let phnum = u64::from(header.e_phnum(endian));
+    if phnum > 0 && phnum != u64::from(elf::PN_XNUM) && e_phoff.saturating_add(phnum * e_phentsize) > file_size {
+        return Err(format!(
+            "the program header table ({phnum} entries at {e_phoff:#x}) lies beyond the end of the file ({file_size:#x} bytes): truncated or corrupt"
+        ));
+    }
+    let shnum = u64::from(header.e_shnum(endian));
+    if e_shoff != 0 && shnum > 0 && e_shoff.saturating_add(shnum * e_shentsize) > file_size {
+        return Err(format!(
+            "the section header table ({shnum} entries at {e_shoff:#x}) lies beyond the end of the file ({file_size:#x} bytes): truncated or corrupt"
+        ));
+    }
     let raw_phdrs = header
         .program_headers(endian, data)
         .map_err(|e| format!("malformed program header table ({e})"))?;
