@@ -180,11 +180,10 @@ pub fn kind_of(m: &Model) -> FileKind {
         elf::ET_EXEC => FileKind::Executable,
         elf::ET_DYN if m.is_pie_flagged() && m.interp.is_some() => FileKind::Pie,
         elf::ET_DYN if m.is_pie_flagged() => FileKind::StaticPie,
-        // Old linkers did not set DF_1_PIE; an ET_DYN with an interpreter and
-        // no DT_SONAME-style markers is still most likely a PIE, but a
-        // library like libc.so.6 has PT_INTERP too. Without DF_1_PIE we treat
-        // it as a library (ld.so places it); when executed the kernel rules
-        // for PIEs apply as well, and both use the max p_align.
+        // Older linkers do not set DF_1_PIE: an ET_DYN with an interpreter
+        // and no DT_SONAME is a PIE. (libc.so.6 has PT_INTERP and a SONAME:
+        // a library.) Both loaders use the max p_align, so only the note differs.
+        elf::ET_DYN if m.interp.is_some() && !m.has_soname => FileKind::Pie,
         elf::ET_DYN => FileKind::SharedLibrary,
         _ => FileKind::Other,
     }
@@ -330,14 +329,14 @@ pub fn analyse(path: &Path, m: &Model) -> CheckReport {
                     if !p.insertions.is_empty() {
                         let segs: Vec<String> = p.insertions.iter().map(|i| format!("#{} (+{:#x})", i.segment, i.len)).collect();
                         reasons.push(format!(
-                            "align would insert {} bytes of padding so segment(s) {} become 2 MiB-congruent",
+                            "align inserts {} bytes of zero padding so segment(s) {} become 2 MiB-congruent (vaddrs unchanged)",
                             p.growth,
                             segs.join(", ")
                         ));
                     }
                     if !p.raise_align.is_empty() {
                         reasons.push(format!(
-                            "align would raise p_align to 2 MiB on segment(s) {} so the loader aligns the base",
+                            "align sets p_align to 2 MiB on segment(s) {} so the loader aligns the load base",
                             p.raise_align.iter().map(|i| format!("#{i}")).collect::<Vec<_>>().join(", ")
                         ));
                     }

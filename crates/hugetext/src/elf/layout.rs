@@ -93,6 +93,8 @@ pub struct Model {
     pub shdrs: Vec<Shdr>,
     /// `DT_FLAGS_1` from the dynamic section, if any.
     pub dt_flags_1: u64,
+    /// Has a `DT_SONAME` (a shared library, even when it also has PT_INTERP).
+    pub has_soname: bool,
     /// `PT_INTERP` contents, if any.
     pub interp: Option<String>,
     pub file_size: u64,
@@ -268,6 +270,7 @@ fn parse_generic<'data, Elf: FileHeader<Endian = Endianness>, R: ReadRef<'data>>
     }
 
     let mut dt_flags_1 = 0;
+    let mut has_soname = false;
     let mut interp = None;
     for p in raw_phdrs {
         if let Ok(Some(dynamic)) = p.dynamic(endian, data) {
@@ -275,6 +278,9 @@ fn parse_generic<'data, Elf: FileHeader<Endian = Endianness>, R: ReadRef<'data>>
                 let tag: u64 = d.d_tag(endian).into();
                 if tag == u64::from(elf::DT_NULL) {
                     break;
+                }
+                if tag == u64::from(elf::DT_SONAME) {
+                    has_soname = true;
                 }
                 if tag == u64::from(elf::DT_FLAGS_1) {
                     dt_flags_1 = d.d_val(endian).into();
@@ -298,6 +304,7 @@ fn parse_generic<'data, Elf: FileHeader<Endian = Endianness>, R: ReadRef<'data>>
         phdrs,
         shdrs,
         dt_flags_1,
+        has_soname,
         interp,
         file_size,
     })
