@@ -231,7 +231,6 @@ fn running_instance_of_library_and_nopie_program_is_pmd_mapped() {
 }
 
 #[test]
-#[ignore = "needs elf::resolve_deps (branch elf); --deps says it is not available yet"]
 fn deps_warms_the_library_and_running_instance_shows_both_pmd_mapped() {
     let dir = common::scratch();
     let lib = copy_fixture(dir.path(), "bfd", "libbig.so");
@@ -244,20 +243,6 @@ fn deps_warms_the_library_and_running_instance_shows_both_pmd_mapped() {
     let kb = file_pmd_mapped(Some(r.pid()), None, Some("/libbig.so"));
     assert_eq!(kb, l["pmd_windows"].as_u64().unwrap() * 2048);
     r.finish();
-}
-
-#[test]
-fn deps_unavailable_is_one_clear_line() {
-    let exe = common::fixture("bfd", "usebig");
-    let out = common::hugetext(&["warm", "--deps", exe.to_str().unwrap()]);
-    let err = String::from_utf8_lossy(&out.stderr);
-    if out.status.success() {
-        // elf::resolve_deps is wired: the library must be part of the result.
-        assert!(String::from_utf8_lossy(&out.stdout).contains("libbig.so"));
-    } else {
-        assert_eq!(err.lines().count(), 1, "{err}");
-        assert!(err.contains("not available yet"), "{err}");
-    }
 }
 
 #[test]

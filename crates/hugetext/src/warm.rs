@@ -149,178 +149,133 @@ pub fn open_regular(path: &Path) -> Result<File> {
 }
 
 /// Work out what to warm in `path`: an ELF file's read-only `PT_LOAD`
-/// segments (merged where they touch), any other file whole.
+/// segments ([`crate::elf::text_segments`], merged where they overlap), any
+/// other file whole.
+///
+/// Reading the headers goes through the page cache; whatever that pulled in
+/// outside the ranges to warm (readahead past the headers, section headers
+/// at the end) is evicted again, so planning leaves the rest of the file's
+/// cache as it found it.
 pub fn plan(path: &Path) -> Result<Target> {
     let f = open_regular(path)?;
     let size = f.metadata().map_err(|e| Error::io(path, e))?.len();
     let mut t = Target { path: path.to_path_buf(), size, elf: false, ranges: Vec::new(), notes: Vec::new() };
-    match ro_segments(&f, path, size)? {
-        Some(Ok(layout)) => {
-            t.elf = true;
-            let pmd = kernel::pmd_size() as u64;
-            for s in layout.segments {
-                let congruent = s.vaddr % pmd == s.offset % pmd;
-                let runtime = if !congruent {
-                    Runtime::Incongruent
-                } else if layout.fixed || layout.max_align >= pmd {
-                    Runtime::Congruent
-                } else {
-                    Runtime::LoadAddress
-                };
-                let end = (s.offset + s.filesz).min(size);
-                if end <= s.offset {
-                    continue;
-                }
-                t.ranges.push(WarmRange {
-                    offset: s.offset,
-                    len: end - s.offset,
-                    vaddr: Some(s.vaddr),
-                    flags: Some(if s.exec { "r-x" } else { "r--" }.to_string()),
-                    runtime,
-                });
-            }
-            t.ranges.sort_by_key(|r| r.offset);
-            // Overlapping segments (rare) are merged; the first one's
-            // metadata is kept.
-            let mut merged: Vec<WarmRange> = Vec::new();
-            for r in t.ranges.drain(..) {
-                match merged.last_mut() {
-                    Some(last) if r.offset < last.offset + last.len => {
-                        let end = (r.offset + r.len).max(last.offset + last.len);
-                        last.len = end - last.offset;
-                    }
-                    _ => merged.push(r),
+    if size == 0 {
+        return Ok(t);
+    }
+    let before = resident_pages(&f, size)?;
+    // The magic, read without readahead.
+    let _ = rustix::fs::fadvise(f.as_fd(), 0, None, rustix::fs::Advice::Random);
+    let mut magic = [0u8; 4];
+    let is_elf = size >= 4 && f.read_exact_at(&mut magic, 0).is_ok() && &magic == b"\x7fELF";
+    if !is_elf {
+        t.ranges.push(whole(size));
+    } else {
+        match elf_ranges(path) {
+            Ok(ranges) => {
+                t.elf = true;
+                t.ranges = ranges;
+                if t.ranges.is_empty() {
+                    t.notes.push("ELF file without read-only loadable segments: nothing to warm".into());
                 }
             }
-            t.ranges = merged;
-            if t.ranges.is_empty() {
-                t.notes.push("ELF file without read-only loadable segments: nothing to warm".into());
-            }
-        }
-        Some(Err(msg)) => {
-            t.notes.push(format!("not a valid ELF file ({msg}): warming all of it"));
-            t.ranges.push(whole(size));
-        }
-        None => {
-            if size > 0 {
-                t.ranges.push(whole(size));
+            Err(e) => {
+                let msg = e.to_string();
+                let msg = msg.strip_prefix(&format!("{}: ", path.display())).unwrap_or(&msg).to_string();
+                t.notes.push(format!("not a valid ELF file ({msg}): warming all of it"));
+                t.ranges = vec![whole(size)];
             }
         }
     }
+    uncache_new_pages(&f, &before, &t.ranges)?;
     Ok(t)
+}
+
+/// The read-only segments of an ELF file as warm ranges, with whether each
+/// will be PMD-mapped at run time.
+fn elf_ranges(path: &Path) -> Result<Vec<WarmRange>> {
+    let pmd = kernel::pmd_size() as u64;
+    let segs = crate::elf::text_segments(path)?;
+    let (_file, model) = crate::elf::read_model(path)?;
+    let base = crate::elf::check::analyse(path, &model).base;
+    let keeps = !matches!(base, crate::elf::BaseAlignment::NotAligned);
+    let size = model.file_size;
+    let mut ranges: Vec<WarmRange> = segs
+        .iter()
+        .filter(|s| s.file_size > 0 && s.offset < size)
+        .map(|s| WarmRange {
+            offset: s.offset,
+            len: (s.offset + s.file_size).min(size) - s.offset,
+            vaddr: Some(s.vaddr),
+            flags: Some(if s.is_executable() { "r-x" } else { "r--" }.to_string()),
+            runtime: if s.vaddr.wrapping_sub(s.offset) % pmd != 0 {
+                Runtime::Incongruent
+            } else if keeps {
+                Runtime::Congruent
+            } else {
+                Runtime::LoadAddress
+            },
+        })
+        .collect();
+    ranges.sort_by_key(|r| r.offset);
+    // Overlapping segments (rare) are merged; the first one's metadata is kept.
+    let mut merged: Vec<WarmRange> = Vec::new();
+    for r in ranges {
+        match merged.last_mut() {
+            Some(last) if r.offset < last.offset + last.len => {
+                let end = (r.offset + r.len).max(last.offset + last.len);
+                last.len = end - last.offset;
+            }
+            _ => merged.push(r),
+        }
+    }
+    Ok(merged)
 }
 
 fn whole(size: u64) -> WarmRange {
     WarmRange { offset: 0, len: size, vaddr: None, flags: None, runtime: Runtime::NotElf }
 }
 
-struct RoSegment {
-    offset: u64,
-    filesz: u64,
-    vaddr: u64,
-    exec: bool,
+/// Which pages of the file are cached (`mincore`; reads nothing).
+fn resident_pages(f: &File, size: u64) -> Result<Vec<bool>> {
+    let map = Mapping::file_congruent(f.as_fd(), 0, size as usize, libc::PROT_READ, kernel::page_size())?;
+    map.resident()
 }
 
-struct Layout {
-    /// ET_EXEC: fixed addresses.
-    fixed: bool,
-    /// Largest p_align of the PT_LOADs.
-    max_align: u64,
-    segments: Vec<RoSegment>,
-}
-
-/// Read-only PT_LOAD ranges of an ELF file. `None`: not ELF; `Some(Err)`:
-/// ELF magic but unusable headers.
-///
-/// Private stand-in until `elf::text_segments` lands on this branch.
-fn ro_segments(f: &File, path: &Path, size: u64) -> Result<Option<std::result::Result<Layout, String>>> {
-    // Only the ELF header and the program headers are read, without
-    // readahead (FADV_RANDOM on this open file), so planning pulls no
-    // padding or other sections into the page cache.
-    let _ = rustix::fs::fadvise(f.as_fd(), 0, None, rustix::fs::Advice::Random);
-    let mut buf = vec![0u8; size.min(64) as usize];
-    read_exact_at(f, path, &mut buf, 0)?;
-    if buf.len() < 4 || &buf[..4] != b"\x7fELF" {
-        return Ok(None);
-    }
-    let first = parse_layout(&buf);
-    if let Err(Need(n)) = first {
-        if n != u64::MAX && n <= size && n <= (16 << 20) {
-            let mut big = vec![0u8; n as usize];
-            read_exact_at(f, path, &mut big, 0)?;
-            return Ok(Some(parse_layout(&big).map_err(|e| e.to_string())));
-        }
-    }
-    Ok(Some(first.map_err(|e| e.to_string())))
-}
-
-/// Why parsing failed: `Need(n)` = the headers need the first `n` bytes.
-struct Need(u64);
-
-impl std::fmt::Display for Need {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if self.0 == u64::MAX {
-            f.write_str("malformed ELF header")
+/// Evict the pages outside `ranges` (page-rounded) that are cached now but
+/// were not in `before`.
+fn uncache_new_pages(f: &File, before: &[bool], ranges: &[WarmRange]) -> Result<()> {
+    let size = f.metadata().map_err(|e| Error::io("(open file)", e))?.len();
+    let now = resident_pages(f, size)?;
+    let ps = kernel::page_size() as u64;
+    let inside = |page: u64| {
+        let off = page * ps;
+        ranges.iter().any(|r| {
+            let pr = page_out(&r.range());
+            off >= pr.start && off < pr.end
+        })
+    };
+    let mut i = 0;
+    while i < now.len() {
+        if now[i] && !before.get(i).copied().unwrap_or(false) && !inside(i as u64) {
+            let mut j = i + 1;
+            while j < now.len() && now[j] && !before.get(j).copied().unwrap_or(false) && !inside(j as u64) {
+                j += 1;
+            }
+            pagecache::evict(f, i as u64 * ps..j as u64 * ps)?;
+            i = j;
         } else {
-            write!(f, "program headers beyond byte {}", self.0)
+            i += 1;
         }
     }
+    Ok(())
 }
 
-fn parse_layout(data: &[u8]) -> std::result::Result<Layout, Need> {
-    use object::read::elf::{FileHeader, ProgramHeader};
-    fn go<H: FileHeader<Endian = object::Endianness>>(data: &[u8]) -> std::result::Result<Layout, Need> {
-        let hdr = H::parse(data).map_err(|_| Need(u64::MAX))?;
-        let e = hdr.endian().map_err(|_| Need(u64::MAX))?;
-        let phs = match hdr.program_headers(e, data) {
-            Ok(p) => p,
-            Err(_) => {
-                let phoff: u64 = hdr.e_phoff(e).into();
-                let n = phoff.saturating_add(hdr.e_phnum(e) as u64 * hdr.e_phentsize(e) as u64);
-                return Err(Need(if n > data.len() as u64 { n } else { u64::MAX }));
-            }
-        };
-        let mut out = Layout { fixed: hdr.e_type(e) == object::elf::ET_EXEC, max_align: 0, segments: Vec::new() };
-        for ph in phs {
-            if ph.p_type(e) != object::elf::PT_LOAD {
-                continue;
-            }
-            let align: u64 = ph.p_align(e).into();
-            out.max_align = out.max_align.max(align);
-            let flags = ph.p_flags(e);
-            let filesz: u64 = ph.p_filesz(e).into();
-            if flags & object::elf::PF_W != 0 || filesz == 0 {
-                continue;
-            }
-            out.segments.push(RoSegment {
-                offset: ph.p_offset(e).into(),
-                filesz,
-                vaddr: ph.p_vaddr(e).into(),
-                exec: flags & object::elf::PF_X != 0,
-            });
-        }
-        Ok(out)
-    }
-    match data.get(4) {
-        Some(1) => go::<object::elf::FileHeader32<object::Endianness>>(data),
-        Some(2) => go::<object::elf::FileHeader64<object::Endianness>>(data),
-        _ => Err(Need(u64::MAX)),
-    }
-}
-
-fn read_exact_at(f: &File, path: &Path, buf: &mut [u8], off: u64) -> Result<()> {
-    f.read_exact_at(buf, off).map_err(|e| Error::io(path, e))
-}
-
-/// The shared libraries `exe` loads (DT_NEEDED, resolved like ld.so).
-///
-/// Provided by the ELF module (`elf::resolve_deps`); until it is part of
-/// this build, `--deps` says so.
+/// The shared libraries `exe` loads (its interpreter first, then DT_NEEDED
+/// resolved like ld.so: RPATH/RUNPATH, LD_LIBRARY_PATH, ld.so.cache,
+/// default directories), from [`crate::elf::resolve_deps`].
 pub fn resolve_deps(exe: &Path) -> Result<Vec<PathBuf>> {
-    let _ = exe;
-    Err(Error::Unsupported(
-        "--deps: DT_NEEDED resolution (elf::resolve_deps) is not available yet in this build; list the libraries as paths instead".into(),
-    ))
+    crate::elf::resolve_deps(exe)
 }
 
 /// Expand `paths` to the files to warm: each path, then (with `deps`) every
