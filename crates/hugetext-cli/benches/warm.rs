@@ -10,7 +10,10 @@
 //! ```sh
 //! cargo bench -p hugetext-cli --bench warm            # 4 x 96 MiB, 9 rounds
 //! HUGETEXT_BENCH_MIB=1024 HUGETEXT_BENCH_ROUNDS=15 cargo bench -p hugetext-cli --bench warm
+//! HUGETEXT_BENCH_PATHS=/usr/lib/x/libLLVM.so:/usr/bin/clang cargo bench -p hugetext-cli --bench warm
 //! ```
+//! With real ELF files `warm` reads only their read-only segments while
+//! `cat` reads everything, so compare on plain files for like with like.
 //! Needs root (folio sizes come from /proc/kpageflags) and a filesystem with
 //! large folios for the target directory (ext4 ≥ 6.16, xfs).
 
@@ -70,12 +73,17 @@ fn main() {
         }
         files.push(p);
     }
+    // Or real files (e.g. big shared libraries): HUGETEXT_BENCH_PATHS=a:b:c.
+    if let Ok(list) = std::env::var("HUGETEXT_BENCH_PATHS") {
+        files = list.split(':').filter(|s| !s.is_empty()).map(PathBuf::from).collect();
+    }
     let names: Vec<&Path> = files.iter().map(|p| p.as_path()).collect();
     let cat_cmd = format!(
         "cat {} > /dev/null",
         names.iter().map(|p| format!("'{}'", p.display())).collect::<Vec<_>>().join(" ")
     );
-    println!("warm vs evict+cat: {nfiles} files, {} MiB total, {rounds} rounds (interleaved)", per * nfiles);
+    let bytes: u64 = files.iter().map(|p| std::fs::metadata(p).unwrap().len()).sum();
+    println!("warm vs evict+cat: {} files, {:.0} MiB total, {rounds} rounds (interleaved)", files.len(), bytes as f64 / (1 << 20) as f64);
 
     let mut t_cat = Vec::new();
     let mut t_warm = Vec::new();

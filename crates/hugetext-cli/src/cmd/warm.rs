@@ -7,25 +7,31 @@ use std::path::PathBuf;
 use anyhow::{bail, Result};
 use hugetext::warm::{self, Config, FileReport, MemLimit, ReplaceAllow, WarmContext, WarmOptions};
 
-/// Put programs' text into 2 MiB page-cache folios, so every process that
-/// maps it (now or later) gets it on PMD mappings: no copy, shared by all
-/// processes, demand paged.
-///
-/// For each file: the clean page cache of its read-only ELF segments (any
-/// other file: all of it) is evicted and read back through a MADV_HUGEPAGE
-/// mapping, bounded to the segments, then the folio sizes are read back and
-/// reported. Pages that running processes map cannot be evicted: they are
-/// reported as blocked, with the processes' pids; --replace renames a warmed
-/// identical copy over such a file.
-///
-/// Needs root (the folio sizes are read from /proc/kpageflags) and a
-/// filesystem with large folios (ext4 since Linux 6.16, xfs since 5.18).
-/// Warming memory counts against the memory guard (--max-mem).
-///
-/// Exit status: 0 when every file was warmed (whatever stayed small is
-/// reported), 1 when any file could not be.
+/// What `hugetext warm --help` prints after the options (the subcommand's
+/// one-line summary is in main.rs).
+const ABOUT: &str = "\
+Puts programs' text into 2 MiB page-cache folios, so every process that maps it \
+(now or later) gets it on PMD mappings: no copy, shared by all processes, demand paged.
+
+For each file, the clean page cache of its read-only ELF segments (any other file: all \
+of it) is evicted and read back through a MADV_HUGEPAGE mapping, bounded to the \
+segments; then the folio sizes are read back and reported: kB in 2 MiB folios, \
+eligible and PMD windows, what stayed small and why, and whether the windows will be \
+PMD-mapped when the program runs (else: hugetext align). Pages that running processes \
+map cannot be evicted: they are reported as blocked, with the processes' pids; \
+--replace renames a warmed identical copy over such a file. MADV_COLLAPSE is used \
+where the kernel allows it for file text.
+
+Needs root (folio sizes come from /proc/kpageflags) and a filesystem with large folios \
+(ext4 since Linux 6.16, xfs since 5.18); on others (tmpfs, btrfs) it says PMD folios \
+are impossible. See doc/warm.md.
+
+Exit status: 0 when every file was warmed (whatever stayed small is reported), 1 when \
+any file could not be (the others are still warmed), 2 for bad arguments.";
+
+/// Arguments of `hugetext warm` (the long description is in [`ABOUT`]).
 #[derive(clap::Args, Debug)]
-#[command(long_about)]
+#[command(after_long_help = ABOUT)]
 pub struct Args {
     /// Files to warm: programs, shared libraries, or any regular file.
     #[arg(value_name = "PATH")]
