@@ -1271,6 +1271,13 @@ mod tests {
     }
 
     #[test]
+    fn shipped_example_config_parses() {
+        let c = Config::parse(include_str!("../../../packaging/warm.conf.example")).unwrap();
+        assert!(c.deps && !c.replace && c.paths.len() == 2);
+        assert_eq!(c.max_mem.unwrap().parse::<MemLimit>().unwrap(), MemLimit::Percent(25.0));
+    }
+
+    #[test]
     fn path_unit_lists_files() {
         let u = path_unit(Some(Path::new("/etc/hugetext/warm.conf")), &[PathBuf::from("/usr/bin/x")]);
         assert!(u.contains("PathChanged=/etc/hugetext/warm.conf\n"));
