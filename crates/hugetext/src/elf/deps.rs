@@ -324,3 +324,24 @@ fn search(
     }
     DEFAULT_DIRS.iter().find_map(|d| try_path(&Path::new(d).join(name)))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn expands_dynamic_string_tokens() {
+        let o = Path::new("/opt/app/bin");
+        assert_eq!(expand("$ORIGIN/../lib", o), "/opt/app/bin/../lib");
+        assert_eq!(expand("${ORIGIN}/x:$PLATFORM", o), "/opt/app/bin/x:x86_64");
+        assert!(expand("/usr/$LIB", o).starts_with("/usr/lib"));
+    }
+
+    #[test]
+    fn reads_this_machines_ld_so_cache() {
+        let cache = read_ld_so_cache(Path::new("/etc/ld.so.cache"));
+        let libc = cache.get("libc.so.6").expect("libc.so.6 in /etc/ld.so.cache");
+        assert!(libc.iter().any(|p| p.exists()), "{libc:?}");
+        assert!(read_ld_so_cache(Path::new("/nonexistent")).is_empty());
+    }
+}
