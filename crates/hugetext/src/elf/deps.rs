@@ -52,7 +52,7 @@ fn read_dyn(path: &Path) -> std::result::Result<DynInfo, String> {
     }
 }
 
-fn read_dyn_generic<'a, Elf: FileHeader<Endian = Endianness>>(data: &'a ReadCache<&File>) -> std::result::Result<DynInfo, String> {
+fn read_dyn_generic<Elf: FileHeader<Endian = Endianness>>(data: &ReadCache<&File>) -> std::result::Result<DynInfo, String> {
     let h = Elf::parse(data).map_err(|e| e.to_string())?;
     let endian = h.endian().map_err(|e| e.to_string())?;
     let mut info = DynInfo { class64: h.is_type_64(), machine: h.e_machine(endian), ..Default::default() };
