@@ -421,7 +421,9 @@ pub fn make_plan(m: &Model, kind: FileKind) -> Result<AlignPlan, String> {
             plan.insertions.push(Insertion { at: p.p_offset, len: d, vaddr: p.p_vaddr, segment: *i });
             shift += d;
         }
-        if kind != FileKind::Executable && p.p_align < PMD_SIZE {
+        // A p_align that is not a power of two is ignored by the loaders:
+        // replace it too.
+        if kind != FileKind::Executable && !(p.p_align.is_power_of_two() && p.p_align >= PMD_SIZE) {
             plan.raise_align.push(*i);
         }
     }
