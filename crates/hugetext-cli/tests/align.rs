@@ -533,3 +533,60 @@ fn disk_full_halfway_leaves_the_original_intact() {
     assert_eq!(left.len(), 1, "temporary file left behind: {left:?}");
     assert_eq!(run_output(&f), run_output(&common::fixture("lld", "pie")));
 }
+
+fn inputs_in(dirs: &[&str]) -> Vec<PathBuf> {
+    let mut v = Vec::new();
+    for d in dirs {
+        if let Ok(rd) = fs::read_dir(common::root().join(d)) {
+            v.extend(rd.flatten().map(|e| e.path()).filter(|p| p.is_file()));
+        }
+    }
+    v.sort();
+    v
+}
+
+/// The fuzzers' seeds and every crasher they found, replayed through the
+/// real binary: no crash, no verification failure, one-line errors.
+#[test]
+fn fuzz_regressions_and_seeds() {
+    let dir = common::scratch();
+    let parse = inputs_in(&["fuzz/seeds/parse", "fuzz/regressions/parse"]);
+    let rewrite = inputs_in(&["fuzz/seeds/rewrite", "fuzz/regressions/rewrite"]);
+    assert!(!parse.is_empty() && !rewrite.is_empty(), "fuzz inputs missing");
+    for (i, p) in parse.iter().enumerate() {
+        let f = dir.path().join(format!("p{i}"));
+        fs::copy(p, &f).unwrap();
+        let out = common::hugetext(&["check", "--json", s(&f)]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(matches!(out.status.code(), Some(0 | 1)), "{}: {err}", p.display());
+        assert!(!err.contains("internal error"), "{}: {err}", p.display());
+    }
+    let mut rewritten = 0;
+    for (i, p) in rewrite.iter().enumerate() {
+        let data = fs::read(p).unwrap();
+        if data.len() < 4 {
+            continue;
+        }
+        let hint = u32::from_le_bytes(data[..4].try_into().unwrap()) as u64;
+        let f = dir.path().join(format!("r{i}"));
+        fs::write(&f, &data[4..]).unwrap();
+        let size = hint.min(8 << 20).max(data.len() as u64 - 4);
+        fs::OpenOptions::new().write(true).open(&f).unwrap().set_len(size).unwrap();
+        let out_path = dir.path().join(format!("r{i}.out"));
+        let (code, out, err) = align(&[s(&f), "--force", "-o", s(&out_path)]);
+        assert!(matches!(code, 0..=3), "{}: exit {code}: {out}{err}", p.display());
+        assert!(!err.contains("internal error") && !err.contains("verification"), "{}: {err}", p.display());
+        if code == 1 {
+            assert_eq!(err.lines().count(), 1, "{}: {err}", p.display());
+        }
+        if code == 0 {
+            rewritten += 1;
+            let out = common::hugetext(&["check", "--json", s(&out_path)]);
+            let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            assert_eq!(v[0]["verdict"], "pmd-mappable", "{}", p.display());
+        } else {
+            assert!(!out_path.exists());
+        }
+    }
+    assert!(rewritten > 0, "no seed exercised the rewriter");
+}

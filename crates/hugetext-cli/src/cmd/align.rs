@@ -32,7 +32,7 @@ use super::check::mib;
 ///   2  nothing to improve: already PMD-mappable
 ///   3  cannot be improved, or refused (the reason is printed)
 #[derive(clap::Args, Debug)]
-#[command(verbatim_doc_comment)]
+#[command(after_help = AFTER_HELP)]
 pub struct Args {
     /// The ELF file to align (rewritten in place unless -o is given; a
     /// symlink is followed and stays a symlink).
@@ -51,6 +51,26 @@ pub struct Args {
     #[arg(long)]
     pub json: bool,
 }
+
+const AFTER_HELP: &str = "\
+What it does:
+  * congruent read-only segments (p_vaddr = p_offset mod 2 MiB, GNU ld) of a PIE or
+    shared library get p_align = 2 MiB, so the kernel (PIE, Linux >= 5.10) or ld.so
+    (glibc >= 2.35) places them 2 MiB-aligned;
+  * skewed ones (lld, mold: vaddr - offset = 0x1000) get zero padding inserted before
+    them and every later file offset (e_phoff, e_shoff, p_offset, sh_offset) moved;
+    virtual addresses never change; the padding is a hole where possible.
+The new file is written next to the target, re-parsed and compared byte by byte with
+the original, given its owner, mode and xattrs (file capabilities included), then
+renamed over it: a running program keeps working, and any failure (disk full, no
+permission) leaves the original as it was. Signed files (signature sections, appended
+signatures, IMA/EVM xattrs) are refused unless --force. See doc/elf.md.
+
+Exit status:
+  0  rewritten (with --dry-run: would be rewritten)
+  1  error (not ELF, truncated, I/O, no permission, disk full); nothing changed
+  2  nothing to improve: already PMD-mappable
+  3  cannot be improved, or refused (the reason is printed)";
 
 pub fn run(args: Args) -> Result<u8> {
     let opts = AlignOptions { output: args.output.clone(), dry_run: args.dry_run, force: args.force };

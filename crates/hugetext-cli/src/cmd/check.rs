@@ -24,7 +24,7 @@ use hugetext::elf::{self, CheckReport};
 /// 1 when at least one could not be read or is not a valid ELF file (each
 /// such file gets one line on stderr, or an "error" entry with --json).
 #[derive(clap::Args, Debug)]
-#[command(verbatim_doc_comment)]
+#[command(after_help = AFTER_HELP)]
 pub struct Args {
     /// ELF files to check.
     #[arg(required = true, value_name = "FILE")]
@@ -34,6 +34,19 @@ pub struct Args {
     #[arg(long)]
     pub json: bool,
 }
+
+const AFTER_HELP: &str = "\
+For each PT_LOAD: flags, vaddr, file offset, file size, p_align, skew (p_vaddr - p_offset
+mod 2 MiB; 0 = congruent) and the whole 2 MiB windows it contains; whether the runtime
+load base keeps the congruence (ET_EXEC: fixed; PIE: kernel >= 5.10; static PIE: kernel
+>= 6.11; shared library: glibc >= 2.35, each via the largest p_align); the bytes
+PMD-mappable now and after `hugetext align`; a verdict (pmd-mappable, improvable,
+not-improvable) with reasons; and what a rewrite would invalidate. Only headers are read.
+See doc/elf.md.
+
+Exit status:
+  0  every file was checked (whatever the verdicts)
+  1  at least one file could not be read or is not valid ELF (one line each on stderr)";
 
 #[derive(serde::Serialize)]
 #[serde(untagged)]

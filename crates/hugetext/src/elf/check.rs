@@ -421,7 +421,9 @@ pub fn make_plan(m: &Model, kind: FileKind) -> Result<AlignPlan, String> {
             plan.insertions.push(Insertion { at: p.p_offset, len: d, vaddr: p.p_vaddr, segment: *i });
             shift += d;
         }
-        if kind != FileKind::Executable && p.p_align < PMD_SIZE {
+        // A p_align that is not a power of two is ignored by the loaders:
+        // replace it too.
+        if kind != FileKind::Executable && !(p.p_align.is_power_of_two() && p.p_align >= PMD_SIZE) {
             plan.raise_align.push(*i);
         }
     }
@@ -479,4 +481,46 @@ fn check_plan(m: &Model, plan: &AlignPlan) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const M: u64 = PMD_SIZE;
+
+    #[test]
+    fn whole_windows_counts_only_complete_aligned_windows() {
+        assert_eq!(whole_windows(0, M - 1), 0);
+        assert_eq!(whole_windows(0, M), 1);
+        assert_eq!(whole_windows(0x1000, M), 0);
+        assert_eq!(whole_windows(0x1000, 2 * M), 1);
+        // The bfd fixture: text at 0x1000, 0x1402009 bytes -> [2M, 20M).
+        assert_eq!(whole_windows(0x1000, 0x1402009), 9);
+        assert_eq!(whole_windows(u64::MAX - 10, 100), 0);
+    }
+
+    #[test]
+    fn map_offset_moves_what_is_at_or_after_the_insertion() {
+        let plan = AlignPlan {
+            insertions: vec![Insertion { at: 0x1000, len: 0x1000, vaddr: 0x2000, segment: 3 }],
+            raise_align: vec![3],
+            growth: 0x1000,
+        };
+        assert_eq!(plan.map_offset(0x40, 0x200, Some(0x40)), 0x40);
+        assert_eq!(plan.map_offset(0x1000, 0x100, Some(0x2000)), 0x2000);
+        assert_eq!(plan.map_offset(0x5000, 0, None), 0x6000);
+        // Zero-sized at the insertion point: decided by address.
+        assert_eq!(plan.map_offset(0x1000, 0, Some(0x1800)), 0x1000);
+        assert_eq!(plan.map_offset(0x1000, 0, Some(0x2000)), 0x2000);
+    }
+
+    #[test]
+    fn versions_compare_numerically() {
+        assert!(version_at_least("6.18.0-1-cloud-amd64", 5, 10));
+        assert!(version_at_least("2.36", 2, 35));
+        assert!(!version_at_least("2.31", 2, 35));
+        assert!(!version_at_least("5.4.0", 5, 10));
+        assert!(version_at_least("10.0", 6, 11));
+    }
 }

@@ -52,7 +52,7 @@ fn read_dyn(path: &Path) -> std::result::Result<DynInfo, String> {
     }
 }
 
-fn read_dyn_generic<'a, Elf: FileHeader<Endian = Endianness>>(data: &'a ReadCache<&File>) -> std::result::Result<DynInfo, String> {
+fn read_dyn_generic<Elf: FileHeader<Endian = Endianness>>(data: &ReadCache<&File>) -> std::result::Result<DynInfo, String> {
     let h = Elf::parse(data).map_err(|e| e.to_string())?;
     let endian = h.endian().map_err(|e| e.to_string())?;
     let mut info = DynInfo { class64: h.is_type_64(), machine: h.e_machine(endian), ..Default::default() };
@@ -323,4 +323,25 @@ fn search(
         }
     }
     DEFAULT_DIRS.iter().find_map(|d| try_path(&Path::new(d).join(name)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn expands_dynamic_string_tokens() {
+        let o = Path::new("/opt/app/bin");
+        assert_eq!(expand("$ORIGIN/../lib", o), "/opt/app/bin/../lib");
+        assert_eq!(expand("${ORIGIN}/x:$PLATFORM", o), "/opt/app/bin/x:x86_64");
+        assert!(expand("/usr/$LIB", o).starts_with("/usr/lib"));
+    }
+
+    #[test]
+    fn reads_this_machines_ld_so_cache() {
+        let cache = read_ld_so_cache(Path::new("/etc/ld.so.cache"));
+        let libc = cache.get("libc.so.6").expect("libc.so.6 in /etc/ld.so.cache");
+        assert!(libc.iter().any(|p| p.exists()), "{libc:?}");
+        assert!(read_ld_so_cache(Path::new("/nonexistent")).is_empty());
+    }
 }

@@ -233,10 +233,8 @@ fn parse_generic<'data, Elf: FileHeader<Endian = Endianness>, R: ReadRef<'data>>
                 ))
             }
         }
-        if ph.is_load() {
-            if ph.p_vaddr.checked_add(ph.p_memsz).is_none() || ph.p_memsz < ph.p_filesz {
-                return Err(format!("PT_LOAD {i} has absurd sizes (filesz {:#x}, memsz {:#x})", ph.p_filesz, ph.p_memsz));
-            }
+        if ph.is_load() && (ph.p_vaddr.checked_add(ph.p_memsz).is_none() || ph.p_memsz < ph.p_filesz) {
+            return Err(format!("PT_LOAD {i} has absurd sizes (filesz {:#x}, memsz {:#x})", ph.p_filesz, ph.p_memsz));
         }
         phdrs.push(ph);
     }
