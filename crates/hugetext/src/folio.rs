@@ -400,6 +400,25 @@ impl Counts {
         self.pages[kind.idx()][class.code()] += pages;
     }
 
+    /// Move up to `pages` pages of `kind` from class `from` to class `to`
+    /// (and, for the PMD class, from PTE- to PMD-mapped contiguous blocks);
+    /// returns how many moved.
+    pub fn reclassify(&mut self, kind: Kind, from: Class, to: Class, pages: u64) -> u64 {
+        let n = pages.min(self.get(kind, from));
+        self.pages[kind.idx()][from.code()] -= n;
+        self.pages[kind.idx()][to.code()] += n;
+        if to == Class::PmdAligned {
+            for o in 0..MAX_ORDER {
+                if self.cont_pte[kind.idx()][o] > 0 {
+                    let m = n.min(self.cont_pte[kind.idx()][o]);
+                    self.cont_pte[kind.idx()][o] -= m;
+                    self.cont_pmd[kind.idx()][o] += m;
+                }
+            }
+        }
+        n
+    }
+
     /// Pages of `kind` in `class`.
     pub fn get(&self, kind: Kind, class: Class) -> u64 {
         self.pages[kind.idx()][class.code()]
