@@ -31,7 +31,10 @@ fn findings_match_the_kernel() {
     let uname = Command::new("uname").arg("-r").output().unwrap();
     let release = String::from_utf8(uname.stdout).unwrap().trim().to_string();
     assert_eq!(check(&v, "kernel")["value"], release.as_str());
-    assert!(check(&v, "page-size")["value"].as_str().unwrap().contains(&format!("{} kB PMD", kernel::pmd_size() / 1024)));
+    assert!(check(&v, "page-size")["value"]
+        .as_str()
+        .unwrap()
+        .contains(&format!("{} kB PMD", kernel::pmd_size() / 1024)));
     assert_eq!(check(&v, "thp")["value"], kernel::thp_enabled().unwrap().as_str());
 
     // The same experiment, done here: does this filesystem give PMD folios?

@@ -44,6 +44,7 @@ impl Helper {
             }
             assert!(!line.starts_with("helper error"), "{line}");
         }
+        let _ = child.wait();
         panic!("helper {mode} exited before it was ready");
     }
 
@@ -83,11 +84,7 @@ impl Drop for Helper {
 
 fn run_json(args: &[&str]) -> Value {
     let out = common::hugetext(args);
-    assert!(
-        out.status.success(),
-        "hugetext {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "hugetext {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
 }
 
@@ -136,7 +133,14 @@ fn helper_entry() {
             let r = kernel::Mapping::anon_aligned(len + pmd, libc::PROT_NONE, pmd).unwrap();
             let at = r.addr() + shift;
             let p = unsafe {
-                libc::mmap(at as *mut _, len, rx, libc::MAP_SHARED | libc::MAP_FIXED, std::os::fd::AsRawFd::as_raw_fd(&f), 0)
+                libc::mmap(
+                    at as *mut _,
+                    len,
+                    rx,
+                    libc::MAP_SHARED | libc::MAP_FIXED,
+                    std::os::fd::AsRawFd::as_raw_fd(&f),
+                    0,
+                )
             };
             assert_eq!(p as usize, at);
             kernel::madvise(at, len, kernel::MADV_POPULATE_READ).unwrap();
@@ -301,7 +305,13 @@ fn without_cap_sys_admin_falls_back_to_smaps() {
     assert_eq!(v["pfn_access"], false);
     assert_eq!(v["method"], "smaps-only");
     let start = format!("{:#x}", h.addr);
-    let m = v["processes"][0]["mappings"].as_array().unwrap().iter().find(|m| m["start"] == start.as_str()).unwrap().clone();
+    let m = v["processes"][0]["mappings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["start"] == start.as_str())
+        .unwrap()
+        .clone();
     let smaps = h.smaps();
     assert_eq!(kb(&m, "file-thp-pmd-aligned-2048kB"), smaps.file_pmd_kb);
     assert_eq!(kb(&m, "file-pte-mapped"), smaps.rss_kb - smaps.file_pmd_kb);
@@ -407,4 +417,24 @@ fn table_output_for_a_real_program() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("PMD-mapped"));
     drop(child.stdin.take());
     child.wait().unwrap();
+}
+
+#[test]
+fn watch_repeats_one_json_document_per_line() {
+    let me = std::process::id().to_string();
+    let mut child = Command::new(common::bin())
+        .args(["inspect", "--pid", &me, "--rollup", "--json", "--watch", "0.1"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = BufReader::new(child.stdout.take().unwrap());
+    let mut n = 0;
+    for line in lines.lines().take(3) {
+        let v: Value = serde_json::from_str(&line.unwrap()).unwrap();
+        assert_eq!(v["processes"][0]["pid"], std::process::id() as i64);
+        n += 1;
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(n, 3);
 }

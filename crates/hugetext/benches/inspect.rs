@@ -145,7 +145,12 @@ fn main() {
     let rss: u64 = smaps.iter().map(|(_, s)| s.rss_kb).sum();
     let anon_huge: u64 = smaps.iter().map(|(_, s)| s.anon_huge_kb).sum();
     let file_pmd: u64 = smaps.iter().map(|(_, s)| s.file_pmd_kb).sum();
-    println!("target pid {pid}: Rss {} MiB (AnonHugePages {} MiB, FilePmdMapped {} MiB)", rss >> 10, anon_huge >> 10, file_pmd >> 10);
+    println!(
+        "target pid {pid}: Rss {} MiB (AnonHugePages {} MiB, FilePmdMapped {} MiB)",
+        rss >> 10,
+        anon_huge >> 10,
+        file_pmd >> 10
+    );
 
     // Warm up caches and check both see the same memory.
     let (_, floor_kb) = floor(pid);

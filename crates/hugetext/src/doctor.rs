@@ -55,7 +55,13 @@ pub struct Finding {
     pub meaning: String,
 }
 
-fn finding(id: &'static str, check: &str, value: impl Into<String>, status: Status, meaning: impl Into<String>) -> Finding {
+fn finding(
+    id: &'static str,
+    check: &str,
+    value: impl Into<String>,
+    status: Status,
+    meaning: impl Into<String>,
+) -> Finding {
     Finding { id, check: check.into(), value: value.into(), status, meaning: meaning.into() }
 }
 
@@ -230,11 +236,7 @@ pub fn diagnose(path: &Path) -> Vec<Finding> {
     }
     let sizes = kernel::thp_sizes();
     if !sizes.is_empty() {
-        let on: Vec<String> = sizes
-            .iter()
-            .filter(|(_, m)| m != "never")
-            .map(|(kb, m)| format!("{kb}kB={m}"))
-            .collect();
+        let on: Vec<String> = sizes.iter().filter(|(_, m)| m != "never").map(|(kb, m)| format!("{kb}kB={m}")).collect();
         out.push(finding(
             "thp-sizes",
             "THP per size (mTHP)",

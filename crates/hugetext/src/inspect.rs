@@ -397,7 +397,8 @@ impl Scanner<'_> {
             return Ok(false);
         }
         let mut w = [0u64; 1];
-        folio::read_words_into(kpf, (e & folio::PM_PFN_MASK) * 8, &mut w).map_err(|e| Error::io("/proc/kpageflags", e))?;
+        folio::read_words_into(kpf, (e & folio::PM_PFN_MASK) * 8, &mut w)
+            .map_err(|e| Error::io("/proc/kpageflags", e))?;
         Ok(w[0] & folio::kpf::HUGE != 0)
     }
 
@@ -441,11 +442,16 @@ impl Scanner<'_> {
     }
 }
 
+/// A file: (device major, device minor, inode).
+type FileKey = (u32, u32, u64);
+/// Classified file page ranges `[start, end)` (page indexes) of one file.
+type FileRanges = Vec<(u64, u64, Class)>;
+
 /// Accumulates file-backed pages by (device, inode, file page) so shared
 /// text is counted once.
 #[derive(Default)]
 struct UniqueAcc {
-    files: HashMap<(u32, u32, u64), Vec<(u64, u64, Class)>>,
+    files: HashMap<FileKey, FileRanges>,
     /// File-kind pages of mappings without an inode (vdso): not shared by key.
     direct: Counts,
 }

@@ -123,10 +123,9 @@ fn proc_path(pid: Option<i32>, what: &str) -> PathBuf {
 pub fn proc_error(pid: Option<i32>, path: &Path, e: std::io::Error) -> Error {
     match (pid, e.kind(), e.raw_os_error()) {
         (Some(p), ErrorKind::NotFound, _) | (Some(p), _, Some(libc::ESRCH)) => Error::NoProcess(p),
-        (_, ErrorKind::PermissionDenied, _) => Error::Permission(format!(
-            "{}: permission denied (run as root, or as the process's owner)",
-            path.display()
-        )),
+        (_, ErrorKind::PermissionDenied, _) => {
+            Error::Permission(format!("{}: permission denied (run as root, or as the process's owner)", path.display()))
+        }
         _ => Error::io(path, e),
     }
 }
@@ -245,10 +244,8 @@ pub fn read_stat(pid: i32) -> Result<ProcStat> {
 /// All process ids in `/proc`, sorted.
 pub fn all_pids() -> Result<Vec<i32>> {
     let rd = std::fs::read_dir("/proc").map_err(|e| Error::io("/proc", e))?;
-    let mut pids: Vec<i32> = rd
-        .filter_map(|e| e.ok())
-        .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse().ok()))
-        .collect();
+    let mut pids: Vec<i32> =
+        rd.filter_map(|e| e.ok()).filter_map(|e| e.file_name().to_str().and_then(|s| s.parse().ok())).collect();
     pids.sort_unstable();
     Ok(pids)
 }

@@ -11,28 +11,32 @@ use hugetext::inspect::{self, FileView, Method, Options, Report, Target};
 use hugetext::kernel;
 use serde_json::{json, Map, Value};
 
-/// Show how program text (or, with --all, all memory) is backed: folio sizes
-/// and how each folio is mapped.
-///
-/// For every mapping in scope, every resident page is put in one class, with
-/// the kernel's tools/mm/thpmaps names: `base-page` (an order-0 folio),
-/// `thp-pte-aligned-<size>` (a whole large folio mapped by PTEs at a
-/// virtual address aligned to its size), `thp-pte-unaligned-<size>` (whole,
-/// not aligned: cannot be PMD- or contpte-mapped), `thp-pte-partial` (part of
-/// a folio this mapping maps only in part), and `thp-pmd-aligned-<PMD size>`
-/// (mapped by one PMD: one TLB entry for 2 MiB). Each is prefixed `file-`
-/// (page cache: program text) or `anon-`.
-///
-/// Targets: --pid (repeatable), --cgroup (v1 or v2, recursive), --file (page
-/// cache of files whether or not anyone maps them); none = the whole system.
-/// System and cgroup views count text shared by many processes both per
-/// mapping ("mapped") and once per file page ("unique").
-///
-/// Needs root (CAP_SYS_ADMIN) to see folio sizes; without it the kernel hides
-/// page frame numbers and inspect falls back to smaps-only numbers (PMD- vs
-/// PTE-mapped), clearly marked.
+/// The long help of `hugetext inspect`.
+const LONG_ABOUT: &str = "\
+Show how program text (or, with --all, all memory) is backed: folio sizes
+and how each folio is mapped.
+
+For every mapping in scope, every resident page is put in one class, with
+the kernel's tools/mm/thpmaps names: `base-page` (an order-0 folio),
+`thp-pte-aligned-<size>` (a whole large folio mapped by PTEs at a
+virtual address aligned to its size), `thp-pte-unaligned-<size>` (whole,
+not aligned: cannot be PMD- or contpte-mapped), `thp-pte-partial` (part of
+a folio this mapping maps only in part), and `thp-pmd-aligned-<PMD size>`
+(mapped by one PMD: one TLB entry for 2 MiB). Each is prefixed `file-`
+(page cache: program text) or `anon-`.
+
+Targets: --pid (repeatable), --cgroup (v1 or v2, recursive), --file (page
+cache of files whether or not anyone maps them); none = the whole system.
+System and cgroup views count text shared by many processes both per
+mapping (\"mapped\") and once per file page (\"unique\").
+
+Needs root (CAP_SYS_ADMIN) to see folio sizes; without it the kernel hides
+page frame numbers and inspect falls back to smaps-only numbers (PMD- vs
+PTE-mapped), clearly marked.";
+
 #[derive(clap::Args, Debug)]
-#[command(verbatim_doc_comment)]
+/// Arguments of `hugetext inspect`.
+#[command(after_long_help = LONG_ABOUT)]
 pub struct Args {
     /// Inspect this process (repeatable). A process that does not exist is an error.
     #[arg(long, value_name = "PID", value_parser = clap::value_parser!(i32).range(1..), conflicts_with_all = ["cgroup", "file"])]
@@ -80,27 +84,22 @@ pub struct Args {
 fn cont_order(s: &str) -> Result<u32> {
     let t = s.trim();
     let lower = t.to_ascii_lowercase();
-    let (num, mult) = if let Some(n) = lower.strip_suffix("kib").or(lower.strip_suffix("kb")).or(lower.strip_suffix('k')) {
-        (n, 1u64 << 10)
-    } else if let Some(n) = lower.strip_suffix("mib").or(lower.strip_suffix("mb")).or(lower.strip_suffix('m')) {
-        (n, 1 << 20)
-    } else if let Some(n) = lower.strip_suffix("gib").or(lower.strip_suffix("gb")).or(lower.strip_suffix('g')) {
-        (n, 1 << 30)
-    } else {
-        (lower.as_str(), 1)
-    };
-    let n: u64 = num
-        .trim()
-        .parse()
-        .map_err(|_| anyhow::anyhow!("--cont {s}: not a size (give e.g. 64K or 2M)"))?;
+    let (num, mult) =
+        if let Some(n) = lower.strip_suffix("kib").or(lower.strip_suffix("kb")).or(lower.strip_suffix('k')) {
+            (n, 1u64 << 10)
+        } else if let Some(n) = lower.strip_suffix("mib").or(lower.strip_suffix("mb")).or(lower.strip_suffix('m')) {
+            (n, 1 << 20)
+        } else if let Some(n) = lower.strip_suffix("gib").or(lower.strip_suffix("gb")).or(lower.strip_suffix('g')) {
+            (n, 1 << 30)
+        } else {
+            (lower.as_str(), 1)
+        };
+    let n: u64 = num.trim().parse().map_err(|_| anyhow::anyhow!("--cont {s}: not a size (give e.g. 64K or 2M)"))?;
     let bytes = n.checked_mul(mult).ok_or_else(|| anyhow::anyhow!("--cont {s}: too large"))?;
     let page = kernel::page_size() as u64;
     let pmd = kernel::pmd_size() as u64;
     if bytes < 2 * page || bytes % page != 0 || !(bytes / page).is_power_of_two() {
-        bail!(
-            "--cont {s}: must be a power-of-two number of pages, at least 2 pages ({} kB)",
-            2 * page / 1024
-        );
+        bail!("--cont {s}: must be a power-of-two number of pages, at least 2 pages ({} kB)", 2 * page / 1024);
     }
     if bytes > pmd {
         bail!("--cont {s}: must be at most the PMD size ({} kB)", pmd / 1024);
@@ -344,7 +343,9 @@ fn print_tables(report: &Report, args: &Args, elapsed: Duration) {
             }
             println!("pid {} ({}): {what}", p.pid, p.comm);
             let mut t = new_table(&["mapping", "class", "kB", "% of kind"]);
-            t.column_mut(1).map(|c| c.set_cell_alignment(CellAlignment::Left));
+            if let Some(c) = t.column_mut(1) {
+                c.set_cell_alignment(CellAlignment::Left);
+            }
             for m in &p.mappings {
                 let v = &m.vma;
                 let mut first = true;
@@ -376,8 +377,19 @@ fn print_tables(report: &Report, args: &Args, elapsed: Duration) {
             println!("{t}");
         }
     } else {
-        let mut t = new_table(&["pid", "command", "file kB", "PMD-mapped", "large folios (PTE)", "base pages", "partial", "anon kB"]);
-        t.column_mut(1).map(|c| c.set_cell_alignment(CellAlignment::Left));
+        let mut t = new_table(&[
+            "pid",
+            "command",
+            "file kB",
+            "PMD-mapped",
+            "large folios (PTE)",
+            "base pages",
+            "partial",
+            "anon kB",
+        ]);
+        if let Some(c) = t.column_mut(1) {
+            c.set_cell_alignment(CellAlignment::Left);
+        }
         for p in &report.processes {
             let c = &p.counts;
             let f = c.total(Kind::File);
@@ -405,7 +417,9 @@ fn print_tables(report: &Report, args: &Args, elapsed: Duration) {
     // Totals: the seed's "folios by size as percentage of all mapped text".
     let tot = &report.total;
     let mut t = new_table(&["class", "mapped kB", "% mapped", "unique kB", "% unique"]);
-    t.column_mut(0).map(|c| c.set_cell_alignment(CellAlignment::Left));
+    if let Some(c) = t.column_mut(0) {
+        c.set_cell_alignment(CellAlignment::Left);
+    }
     for kind in kinds_of(report, tot) {
         let all = tot.total(kind);
         let uniq = report.unique.as_ref().filter(|_| kind == Kind::File);
@@ -463,9 +477,10 @@ fn run_files(args: &Args) -> Result<()> {
         let files: Vec<Value> = views
             .iter()
             .map(|v| {
-                let folios = v.folios_kb.as_ref().map(|f| {
-                    Value::Object(f.iter().map(|(k, n)| (size_label(*k), json!(n))).collect::<Map<_, _>>())
-                });
+                let folios = v
+                    .folios_kb
+                    .as_ref()
+                    .map(|f| Value::Object(f.iter().map(|(k, n)| (size_label(*k), json!(n))).collect::<Map<_, _>>()));
                 json!({
                     "path": v.path,
                     "size": v.size,
@@ -484,7 +499,8 @@ fn run_files(args: &Args) -> Result<()> {
         }
         return Ok(());
     }
-    let mut sizes: Vec<u64> = views.iter().filter_map(|v| v.folios_kb.as_ref()).flat_map(|f| f.keys().copied()).collect();
+    let mut sizes: Vec<u64> =
+        views.iter().filter_map(|v| v.folios_kb.as_ref()).flat_map(|f| f.keys().copied()).collect();
     sizes.sort_unstable();
     sizes.dedup();
     let mut header: Vec<String> = vec!["file".into(), "size kB".into(), "cached kB".into()];
@@ -492,7 +508,9 @@ fn run_files(args: &Args) -> Result<()> {
     header.push("PMD windows in one folio".into());
     let hdr: Vec<&str> = header.iter().map(|s| s.as_str()).collect();
     let mut t = new_table(&hdr);
-    t.column_mut(0).map(|c| c.set_cell_alignment(CellAlignment::Left));
+    if let Some(c) = t.column_mut(0) {
+        c.set_cell_alignment(CellAlignment::Left);
+    }
     for v in &views {
         let mut row = vec![v.path.display().to_string(), v.size.div_ceil(1024).to_string(), v.cached_kb.to_string()];
         for s in &sizes {
