@@ -510,6 +510,7 @@ pub struct Classifier<'a> {
     kpf: &'a File,
     cont_orders: Vec<u32>,
     flags: Vec<u64>,
+    tmp: Vec<u64>,
     runs: Vec<(usize, usize, u64)>,
 }
 
@@ -517,7 +518,7 @@ impl<'a> Classifier<'a> {
     /// A classifier reading `kpf` (an open `/proc/kpageflags`) that also
     /// counts naturally aligned contiguous blocks of the given orders.
     pub fn new(kpf: &'a File, cont_orders: &[u32]) -> Self {
-        Classifier { kpf, cont_orders: cont_orders.to_vec(), flags: Vec::new(), runs: Vec::new() }
+        Classifier { kpf, cont_orders: cont_orders.to_vec(), flags: Vec::new(), tmp: Vec::new(), runs: Vec::new() }
     }
 
     /// Classify the PTE-mapped pages `[vpn0, vpn0 + pagemap.len())` of one
@@ -545,7 +546,6 @@ impl<'a> Classifier<'a> {
         // 1. kpageflags per physically contiguous run, plus the word of the
         //    page after the run (a tail there means the last folio goes on).
         let mut i = 0;
-        let mut extra = [0u64; 1];
         while i < n {
             let pfn0 = pagemap[i] & PM_PFN_MASK;
             if pagemap[i] & PM_PRESENT == 0 || pfn0 == 0 {
@@ -556,22 +556,16 @@ impl<'a> Classifier<'a> {
             while j < n && pagemap[j] & PM_PRESENT != 0 && pagemap[j] & PM_PFN_MASK == pfn0 + (j - i) as u64 {
                 j += 1;
             }
-            let got = read_words_into(self.kpf, pfn0 * 8, &mut self.flags[i..j])
-                .map_err(|e| Error::io("/proc/kpageflags", e))?;
+            // One pread for the run and the word after it.
+            self.tmp.clear();
+            self.tmp.resize(j - i + 1, 0);
+            let got = read_words_into(self.kpf, pfn0 * 8, &mut self.tmp).map_err(|e| Error::io("/proc/kpageflags", e))?;
             if got < j - i {
                 return Err(Error::Other("/proc/kpageflags: short read".into()));
             }
-            let next = if self.flags[j - 1] & (kpf::COMPOUND_HEAD | kpf::COMPOUND_TAIL) != 0 {
-                let got = read_words_into(self.kpf, (pfn0 + (j - i) as u64) * 8, &mut extra)
-                    .map_err(|e| Error::io("/proc/kpageflags", e))?;
-                if got == 1 {
-                    extra[0]
-                } else {
-                    0
-                }
-            } else {
-                0
-            };
+            self.flags[i..j].copy_from_slice(&self.tmp[..j - i]);
+            // At the end of physical memory there is no word after the run.
+            let next = if got > j - i { self.tmp[j - i] } else { 0 };
             self.runs.push((i, j, next));
             i = j;
         }
