@@ -23,6 +23,8 @@ const MIB: usize = 1 << 20;
 struct Helper {
     child: Child,
     addr: u64,
+    /// Kept open so the helper's last words do not hit a closed pipe.
+    _out: std::io::Lines<BufReader<std::process::ChildStdout>>,
 }
 
 impl Helper {
@@ -34,13 +36,13 @@ impl Helper {
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
-        let out = BufReader::new(child.stdout.take().unwrap());
-        for line in out.lines() {
+        let mut out = BufReader::new(child.stdout.take().unwrap()).lines();
+        while let Some(line) = out.next() {
             let line = line.unwrap();
             // libtest prints "test helper_entry ... " on the same line.
             if let Some(i) = line.find("ready ") {
                 let addr = u64::from_str_radix(line[i + 6..].trim(), 16).unwrap();
-                return Helper { child, addr };
+                return Helper { child, addr, _out: out };
             }
             assert!(!line.starts_with("helper error"), "{line}");
         }
