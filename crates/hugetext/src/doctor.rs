@@ -1,2 +1,384 @@
 //! `doctor`: what the running kernel can do for huge text, and what each
 //! finding means for the user.
+//!
+//! Where a question can be answered by experiment it is: whether a
+//! filesystem gives PMD-order page-cache folios, whether those get
+//! PMD-mapped, and whether `MADV_COLLAPSE` works on file text are probed on a
+//! scratch file in the directory the user names (removed afterwards).
+
+use std::fs::File;
+use std::io::Write;
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+
+use crate::kernel::{self, KernelVersion, Mapping};
+use crate::{folio, pagecache, procfs, Error, Result};
+
+/// How a finding bears on using hugetext.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    /// Works / good.
+    Ok,
+    /// Works with a limitation, or could not be determined.
+    Warn,
+    /// Not available here.
+    No,
+    /// Plain information.
+    Info,
+}
+
+impl Status {
+    /// Short word for tables.
+    pub fn word(self) -> &'static str {
+        match self {
+            Status::Ok => "ok",
+            Status::Warn => "warn",
+            Status::No => "no",
+            Status::Info => "info",
+        }
+    }
+}
+
+/// One line of the report.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Finding {
+    /// Stable identifier (`kernel`, `thp`, `fs-large-folios`, …).
+    pub id: &'static str,
+    /// What was checked.
+    pub check: String,
+    /// What was found.
+    pub value: String,
+    /// Good, limited, absent, or informational.
+    pub status: Status,
+    /// What it means for the user.
+    pub meaning: String,
+}
+
+fn finding(
+    id: &'static str,
+    check: &str,
+    value: impl Into<String>,
+    status: Status,
+    meaning: impl Into<String>,
+) -> Finding {
+    Finding { id, check: check.into(), value: value.into(), status, meaning: meaning.into() }
+}
+
+/// Result of the filesystem experiment.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct FsProbe {
+    /// Directory probed.
+    pub dir: PathBuf,
+    /// Filesystem type name (from `statfs`).
+    pub fs_type: String,
+    /// PMD-size windows of the scratch file that ended up in one PMD-order
+    /// folio after filling through a `MADV_HUGEPAGE` mapping (None: PFNs hidden).
+    pub pmd_folio_windows: Option<u64>,
+    /// Windows in the scratch file.
+    pub windows: u64,
+    /// kB a fresh, unadvised, congruent mapping got PMD-mapped (smaps `FilePmdMapped`).
+    pub pmd_mapped_kb: u64,
+    /// kB PMD-mapped after `MADV_COLLAPSE` on small folios (None: it failed).
+    pub collapse_kb: Option<u64>,
+    /// Why `MADV_COLLAPSE` failed.
+    pub collapse_error: Option<String>,
+}
+
+fn fs_type_name(magic: u64) -> String {
+    match magic {
+        0xEF53 => "ext4".into(),
+        0x5846_5342 => "xfs".into(),
+        0x9123_683E => "btrfs".into(),
+        0x0102_1994 => "tmpfs".into(),
+        0x794C_7630 => "overlayfs".into(),
+        0x6969 => "nfs".into(),
+        0xF2F5_2010 => "f2fs".into(),
+        0x2FC1_2FC1 => "zfs".into(),
+        0xCA45_1A4E => "bcachefs".into(),
+        0x6573_5546 => "fuse".into(),
+        0x9584_58f6 => "hugetlbfs".into(),
+        0x7371_7368 => "squashfs".into(),
+        0x7363_6673 => "ecryptfs".into(),
+        m => format!("unknown (magic {m:#x})"),
+    }
+}
+
+/// A scratch file removed on drop.
+struct Scratch(PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// kB PMD-mapped (smaps `FilePmdMapped`) in this process's mapping at `addr`.
+fn own_file_pmd_kb(addr: usize) -> Result<u64> {
+    Ok(procfs::read_smaps(None)?
+        .into_iter()
+        .find(|(v, _)| v.start == addr as u64)
+        .map(|(_, s)| s.file_pmd_kb)
+        .unwrap_or(0))
+}
+
+/// Probe the filesystem holding `path` (a directory, or a file whose
+/// directory is used) with a 4 MiB scratch file: fill it through a
+/// `MADV_HUGEPAGE` mapping, count PMD-order folios, map it again without
+/// advice and read `FilePmdMapped`, then try `MADV_COLLAPSE` on small folios.
+pub fn probe_fs(path: &Path) -> Result<FsProbe> {
+    let dir = if path.is_dir() { path.to_path_buf() } else { path.parent().unwrap_or(Path::new(".")).to_path_buf() };
+    let st = rustix::fs::statfs(&dir).map_err(|e| Error::io(&dir, e.into()))?;
+    let mut probe = FsProbe { dir: dir.clone(), fs_type: fs_type_name(st.f_type as u64), ..Default::default() };
+    let pmd = kernel::pmd_size();
+    let len = 2 * pmd;
+    let name = dir.join(format!(".hugetext-doctor-{}", std::process::id()));
+    let mut w = std::fs::OpenOptions::new().write(true).create_new(true).open(&name).map_err(|e| {
+        Error::Permission(format!(
+            "cannot create a scratch file in {}: {e} (give a writable directory on the same filesystem)",
+            dir.display()
+        ))
+    })?;
+    let _guard = Scratch(name.clone());
+    // Return instructions (0xc3, RET) so the mapping looks like text.
+    let block = vec![0xc3u8; 1 << 20];
+    for _ in 0..len / block.len() {
+        w.write_all(&block).map_err(|e| Error::io(&name, e))?;
+    }
+    w.sync_all().map_err(|e| Error::io(&name, e))?;
+    drop(w);
+    // Read-only from here on: MADV_COLLAPSE refuses files open for writing.
+    let f = File::open(&name).map_err(|e| Error::io(&name, e))?;
+    probe.windows = (len / pmd) as u64;
+
+    pagecache::evict(&f, 0..0)?;
+    pagecache::fill_huge(&f, 0..len as u64)?;
+    if kernel::pfn_access() {
+        probe.pmd_folio_windows = Some(folio::scan_file(&name, None)?.pmd_windows.len() as u64);
+    }
+    {
+        let rx = libc::PROT_READ | libc::PROT_EXEC;
+        let m = Mapping::file_congruent(f.as_fd(), 0, len, rx, pmd)?;
+        m.madvise(0, len, kernel::MADV_POPULATE_READ)?;
+        probe.pmd_mapped_kb = own_file_pmd_kb(m.addr())?;
+    }
+
+    // MADV_COLLAPSE: start from small folios (a cold PROT_EXEC fault).
+    pagecache::evict(&f, 0..0)?;
+    let rx = libc::PROT_READ | libc::PROT_EXEC;
+    let m = Mapping::file_congruent(f.as_fd(), 0, len, rx, pmd)?;
+    m.madvise(0, len, kernel::MADV_POPULATE_READ)?;
+    match m.madvise(0, len, kernel::MADV_COLLAPSE) {
+        Ok(()) => probe.collapse_kb = Some(own_file_pmd_kb(m.addr())?),
+        Err(Error::Sys { source, .. }) => {
+            probe.collapse_error = Some(match source.raw_os_error() {
+                Some(libc::EINVAL) => "EINVAL (not supported for file text on this kernel)".to_string(),
+                _ => source.to_string(),
+            })
+        }
+        Err(e) => probe.collapse_error = Some(e.to_string()),
+    }
+    drop(m);
+    pagecache::evict(&f, 0..0)?;
+    Ok(probe)
+}
+
+/// Run every check; `path` names the filesystem to probe.
+pub fn diagnose(path: &Path) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let v = KernelVersion::current();
+    let release = rustix::system::uname().release().to_string_lossy().into_owned();
+    out.push(finding(
+        "kernel",
+        "kernel",
+        release,
+        if v.at_least(5, 18) { Status::Ok } else { Status::Warn },
+        format!(
+            "Linux {v}: {}{}",
+            if v.at_least(5, 18) {
+                "file mappings are placed 2 MiB-congruent by the kernel (thp_get_unmapped_area) and xfs has large folios"
+            } else {
+                "older than 5.18: no large page-cache folios on common filesystems; `hugetext run` (anonymous copy) is the route"
+            },
+            if v.at_least(6, 7) { "; PAGEMAP_SCAN makes `inspect` fast" } else { "" }
+        ),
+    ));
+    let ps = kernel::page_size();
+    let pmd = kernel::pmd_size();
+    out.push(finding(
+        "page-size",
+        "page and PMD size",
+        format!("{} kB pages, {} kB PMD", ps / 1024, pmd / 1024),
+        Status::Info,
+        format!("one PMD-mapped folio replaces {} base-page TLB entries with one", pmd / ps),
+    ));
+    match kernel::thp_enabled() {
+        None => out.push(finding(
+            "thp",
+            "transparent huge pages",
+            "absent",
+            Status::No,
+            "kernel built without THP: no 2 MiB pages for text from user space (only hugetlbfs)",
+        )),
+        Some(mode) => {
+            let (st, m) = match mode.as_str() {
+                "always" | "madvise" => (
+                    Status::Ok,
+                    "MADV_HUGEPAGE is honoured: `warm` fills the page cache with 2 MiB folios and `run` can back text copies with THP",
+                ),
+                _ => (
+                    Status::Warn,
+                    "anonymous THP is off: `run` (anonymous copy) gets no huge pages; page-cache text can still be PMD-mapped where the filesystem probe says so",
+                ),
+            };
+            out.push(finding("thp", "THP (enabled)", mode, st, m));
+        }
+    }
+    let sizes = kernel::thp_sizes();
+    if !sizes.is_empty() {
+        let on: Vec<String> = sizes.iter().filter(|(_, m)| m != "never").map(|(kb, m)| format!("{kb}kB={m}")).collect();
+        out.push(finding(
+            "thp-sizes",
+            "THP per size (mTHP)",
+            if on.is_empty() { "all never".to_string() } else { on.join(" ") },
+            Status::Info,
+            "anonymous memory only; page-cache folio sizes come from the filesystem and readahead, not from these settings",
+        ));
+    }
+    if let Some(shm) = kernel::sysfs_choice("/sys/kernel/mm/transparent_hugepage/shmem_enabled") {
+        out.push(finding(
+            "shmem",
+            "THP for shmem/tmpfs",
+            shm.clone(),
+            Status::Info,
+            if shm == "never" || shm == "deny" {
+                "programs run from tmpfs keep their text in 4 KiB pages"
+            } else {
+                "programs on tmpfs can have huge page-cache folios"
+            },
+        ));
+    }
+
+    // The filesystem experiment.
+    match probe_fs(path) {
+        Ok(p) => {
+            let windows = p.windows;
+            let (st, val, m) = match p.pmd_folio_windows {
+                Some(n) if n == windows => (
+                    Status::Ok,
+                    format!("{}: yes ({n}/{windows} windows in 2 MiB folios)", p.fs_type),
+                    format!("`hugetext warm` can put text stored on {} into 2 MiB page-cache folios", p.dir.display()),
+                ),
+                Some(n) => (
+                    Status::No,
+                    format!("{}: no ({n}/{windows} windows in 2 MiB folios)", p.fs_type),
+                    format!(
+                        "{} does not give PMD-order page-cache folios here: `warm` cannot help; use `hugetext run` (anonymous copy) or move the programs to ext4/xfs",
+                        p.fs_type
+                    ),
+                ),
+                None if p.pmd_mapped_kb > 0 => (
+                    Status::Ok,
+                    format!("{}: yes (PMD-mapped; folio sizes hidden without CAP_SYS_ADMIN)", p.fs_type),
+                    "`hugetext warm` works on this filesystem".to_string(),
+                ),
+                None => (
+                    Status::Warn,
+                    format!("{}: unknown (no PFN access)", p.fs_type),
+                    "run as root to see folio sizes".to_string(),
+                ),
+            };
+            out.push(finding("fs-large-folios", "PMD-order page-cache folios", val, st, m));
+            let want = (windows as usize * pmd / 1024) as u64;
+            out.push(finding(
+                "pmd-map",
+                "PMD mapping of page-cache text",
+                format!("{} of {} kB PMD-mapped in a fresh unadvised mapping", p.pmd_mapped_kb, want),
+                if p.pmd_mapped_kb == want { Status::Ok } else { Status::No },
+                if p.pmd_mapped_kb == want {
+                    "every process that maps warmed text at a 2 MiB-congruent address gets it on 2 MiB pages, shared, with no copy"
+                } else {
+                    "warmed folios are not PMD-mapped here: only `hugetext run` (anonymous copy) puts text on huge pages"
+                },
+            ));
+            let cfg = kernel::kernel_config("CONFIG_READ_ONLY_THP_FOR_FS");
+            let cfg_note = match cfg.as_deref() {
+                Some("y") => " (CONFIG_READ_ONLY_THP_FOR_FS=y)",
+                Some("n") => " (CONFIG_READ_ONLY_THP_FOR_FS is not set)",
+                _ => "",
+            };
+            let (st, val, m) = match (p.collapse_kb, &p.collapse_error) {
+                (Some(kb), _) if kb > 0 => (
+                    Status::Ok,
+                    format!("works ({kb} kB collapsed){cfg_note}"),
+                    "file text already in small folios can be collapsed in place (khugepaged or MADV_COLLAPSE)",
+                ),
+                (Some(_), _) => (
+                    Status::Warn,
+                    format!("accepted but nothing PMD-mapped{cfg_note}"),
+                    "MADV_COLLAPSE did not give PMD mappings here; use `warm` (evict + refill)",
+                ),
+                (None, e) => (
+                    Status::No,
+                    format!("{}{cfg_note}", e.as_deref().unwrap_or("failed")),
+                    "text already cached in small folios cannot be collapsed in place; `warm` evicts and refills it instead",
+                ),
+            };
+            out.push(finding("madv-collapse", "MADV_COLLAPSE on file text", val, st, m));
+        }
+        Err(e) => out.push(finding(
+            "fs-large-folios",
+            "PMD-order page-cache folios",
+            format!("not probed: {e}"),
+            Status::Warn,
+            format!("give `--path DIR` on the filesystem that holds your programs (default: {})", path.display()),
+        )),
+    }
+
+    let cap = kernel::has_cap_sys_admin();
+    let pfn = kernel::pfn_access();
+    out.push(finding(
+        "pfn-access",
+        "pagemap PFN access",
+        format!("{} (CAP_SYS_ADMIN: {})", if pfn { "yes" } else { "no" }, if cap { "yes" } else { "no" }),
+        if pfn { Status::Ok } else { Status::Warn },
+        if pfn {
+            "`inspect` sees every folio's size and alignment"
+        } else {
+            "the kernel hides PFNs: `inspect` shows smaps-only numbers (PMD- vs PTE-mapped); run as root for folio sizes"
+        },
+    ));
+    let scan = kernel::pagemap_scan_supported();
+    out.push(finding(
+        "pagemap-scan",
+        "PAGEMAP_SCAN ioctl",
+        if scan { "yes" } else { "no" },
+        if scan { Status::Ok } else { Status::Info },
+        if scan {
+            "`inspect` learns PMD-mapped ranges without reading a flag word per page"
+        } else {
+            "`inspect` reads every page's flags and takes PMD-mapped amounts from smaps (slower, same numbers)"
+        },
+    ));
+    match kernel::glibc_version() {
+        Some((a, b)) => out.push(finding(
+            "glibc",
+            "glibc (p_align support)",
+            format!("{a}.{b}"),
+            if (a, b) >= (2, 35) { Status::Ok } else { Status::Warn },
+            if (a, b) >= (2, 35) {
+                "ld.so aligns shared libraries to their largest p_align: libraries rewritten by `hugetext align` load 2 MiB-congruent"
+            } else {
+                "ld.so ignores p_align > page size for libraries: aligned libraries land congruent only by luck (kernel placement of large mappings helps)"
+            },
+        )),
+        None => out.push(finding(
+            "glibc",
+            "glibc (p_align support)",
+            "not glibc",
+            Status::Info,
+            "check your C library's loader for p_align support",
+        )),
+    }
+    out
+}

@@ -26,12 +26,14 @@ pub const PM_PFN_MASK: u64 = (1 << 55) - 1;
 
 /// kpageflags bits (include/uapi/linux/kernel-page-flags.h).
 pub mod kpf {
+    pub const LRU: u64 = 1 << 5;
     pub const MMAP: u64 = 1 << 11;
     pub const ANON: u64 = 1 << 12;
     pub const COMPOUND_HEAD: u64 = 1 << 15;
     pub const COMPOUND_TAIL: u64 = 1 << 16;
     pub const HUGE: u64 = 1 << 17;
     pub const THP: u64 = 1 << 22;
+    pub const ZERO_PAGE: u64 = 1 << 24;
 }
 
 /// Read `n` pagemap entries of process `pid` (None = this process) starting
@@ -269,4 +271,388 @@ fn mapcounts(kpc: &File, pagemap: &[u64]) -> Result<Vec<u64>> {
         i = j;
     }
     Ok(out)
+}
+
+/// Read 8-byte words at `offset` of `f` into `out`, returning how many were
+/// read in full (fewer only at end of file). One `pread` in the common case.
+pub fn read_words_into(f: &File, offset: u64, out: &mut [u64]) -> std::io::Result<usize> {
+    // SAFETY: u64 has no invalid bit patterns and a stricter alignment than
+    // u8; the byte view covers exactly `out`.
+    let bytes = unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut u8, std::mem::size_of_val(out)) };
+    let mut done = 0;
+    while done < bytes.len() {
+        match f.read_at(&mut bytes[done..], offset + done as u64) {
+            Ok(0) => break,
+            Ok(k) => done += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(done / 8)
+}
+
+/// Anonymous memory or page cache (file-backed, including shmem).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    /// Page cache (and shmem): what program text is.
+    File,
+    /// Anonymous memory.
+    Anon,
+}
+
+impl Kind {
+    /// `file` or `anon`, the prefix of thpmaps' labels.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::File => "file",
+            Kind::Anon => "anon",
+        }
+    }
+
+    fn idx(self) -> usize {
+        self as usize
+    }
+}
+
+/// How a mapped page is backed and mapped: thpmaps' classes, plus order-0
+/// base pages and hugetlb. The derived order ranks them from worst to best
+/// for the iTLB (used to count shared text once, under its best mapping).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Class {
+    /// An order-0 folio (a base page): `<kind>-base-page`.
+    BasePage,
+    /// PTE-mapped, folio size unknown (no PFN access, smaps-only numbers):
+    /// `<kind>-pte-mapped`.
+    PteUnknown,
+    /// Part of a large folio that this mapping maps only in part (or not
+    /// contiguously): `<kind>-thp-pte-partial`.
+    Partial,
+    /// A whole large folio of this order, PTE-mapped at a virtual address
+    /// not aligned to its size: `<kind>-thp-pte-unaligned-<size>kB`.
+    PteUnaligned(u32),
+    /// A whole large folio of this order, PTE-mapped at a virtual address
+    /// aligned to its size: `<kind>-thp-pte-aligned-<size>kB`.
+    PteAligned(u32),
+    /// A PMD-size folio mapped by one PMD: `<kind>-thp-pmd-aligned-<size>kB`.
+    PmdAligned,
+    /// hugetlbfs pages: `<kind>-hugetlb`.
+    Hugetlb,
+}
+
+/// Most folio orders a [`Counts`] can tell apart (order 31 = 8 TiB folios).
+pub const MAX_ORDER: usize = 32;
+const N_CODES: usize = 5 + 2 * MAX_ORDER;
+
+impl Class {
+    fn code(self) -> usize {
+        match self {
+            Class::BasePage => 0,
+            Class::PteUnknown => 1,
+            Class::Partial => 2,
+            Class::PmdAligned => 3,
+            Class::Hugetlb => 4,
+            Class::PteUnaligned(o) => 5 + (o as usize).min(MAX_ORDER - 1),
+            Class::PteAligned(o) => 5 + MAX_ORDER + (o as usize).min(MAX_ORDER - 1),
+        }
+    }
+
+    /// The thpmaps-style label for this class, e.g.
+    /// `file-thp-pte-aligned-64kB` (sizes from the page size and PMD order).
+    pub fn label(self, kind: Kind) -> String {
+        let k = kind.name();
+        let kb = |order: u32| (kernel::page_size() as u64) << order >> 10;
+        match self {
+            Class::BasePage => format!("{k}-base-page"),
+            Class::PteUnknown => format!("{k}-pte-mapped"),
+            Class::Partial => format!("{k}-thp-pte-partial"),
+            Class::PteUnaligned(o) => format!("{k}-thp-pte-unaligned-{}kB", kb(o)),
+            Class::PteAligned(o) => format!("{k}-thp-pte-aligned-{}kB", kb(o)),
+            Class::PmdAligned => format!("{k}-thp-pmd-aligned-{}kB", kernel::pmd_size() >> 10),
+            Class::Hugetlb => format!("{k}-hugetlb"),
+        }
+    }
+}
+
+/// The order of the PMD size (9 on x86_64 with 4 KiB pages).
+pub fn pmd_order() -> u32 {
+    (kernel::pmd_size() / kernel::page_size()).trailing_zeros()
+}
+
+/// Page counts per [`Kind`] and [`Class`], plus contiguous-block counts
+/// (`--cont`). Cheap to add to and merge; all numbers are pages.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Counts {
+    pages: [[u64; N_CODES]; 2],
+    cont_pte: [[u64; MAX_ORDER]; 2],
+    cont_pmd: [[u64; MAX_ORDER]; 2],
+}
+
+impl Default for Counts {
+    fn default() -> Self {
+        Counts { pages: [[0; N_CODES]; 2], cont_pte: [[0; MAX_ORDER]; 2], cont_pmd: [[0; MAX_ORDER]; 2] }
+    }
+}
+
+impl Counts {
+    /// Add `pages` pages of `kind` in `class`.
+    pub fn add(&mut self, kind: Kind, class: Class, pages: u64) {
+        self.pages[kind.idx()][class.code()] += pages;
+    }
+
+    /// Move up to `pages` pages of `kind` from class `from` to class `to`
+    /// (and, for the PMD class, from PTE- to PMD-mapped contiguous blocks);
+    /// returns how many moved.
+    pub fn reclassify(&mut self, kind: Kind, from: Class, to: Class, pages: u64) -> u64 {
+        let n = pages.min(self.get(kind, from));
+        self.pages[kind.idx()][from.code()] -= n;
+        self.pages[kind.idx()][to.code()] += n;
+        if to == Class::PmdAligned {
+            for o in 0..MAX_ORDER {
+                if self.cont_pte[kind.idx()][o] > 0 {
+                    let m = n.min(self.cont_pte[kind.idx()][o]);
+                    self.cont_pte[kind.idx()][o] -= m;
+                    self.cont_pmd[kind.idx()][o] += m;
+                }
+            }
+        }
+        n
+    }
+
+    /// Pages of `kind` in `class`.
+    pub fn get(&self, kind: Kind, class: Class) -> u64 {
+        self.pages[kind.idx()][class.code()]
+    }
+
+    /// Add PTE-mapped contiguous aligned blocks of order `order` (pages).
+    pub fn add_cont_pte(&mut self, kind: Kind, order: u32, pages: u64) {
+        self.cont_pte[kind.idx()][order as usize] += pages;
+    }
+
+    /// Add PMD-mapped pages to the contiguous-block counters of `order`.
+    pub fn add_cont_pmd(&mut self, kind: Kind, order: u32, pages: u64) {
+        self.cont_pmd[kind.idx()][order as usize] += pages;
+    }
+
+    /// Pages in contiguous aligned blocks of `order`: (PTE-mapped, PMD-mapped).
+    pub fn cont(&self, kind: Kind, order: u32) -> (u64, u64) {
+        (self.cont_pte[kind.idx()][order as usize], self.cont_pmd[kind.idx()][order as usize])
+    }
+
+    /// All mapped pages of `kind` (every class; contiguous blocks are a
+    /// second view of the same pages and not added).
+    pub fn total(&self, kind: Kind) -> u64 {
+        self.pages[kind.idx()].iter().sum()
+    }
+
+    /// Add another set of counts to this one.
+    pub fn merge(&mut self, other: &Counts) {
+        for k in 0..2 {
+            for (a, b) in self.pages[k].iter_mut().zip(other.pages[k].iter()) {
+                *a += b;
+            }
+            for o in 0..MAX_ORDER {
+                self.cont_pte[k][o] += other.cont_pte[k][o];
+                self.cont_pmd[k][o] += other.cont_pmd[k][o];
+            }
+        }
+    }
+
+    /// True when nothing is counted.
+    pub fn is_empty(&self) -> bool {
+        self.total(Kind::File) == 0 && self.total(Kind::Anon) == 0
+    }
+
+    /// Every class present in these counts (or, with `all`, every class this
+    /// kernel can produce), in display order: base pages, PTE-mapped aligned
+    /// by size, unaligned by size, partial, PMD-mapped, then the rest.
+    pub fn classes(&self, kind: Kind, all: bool) -> Vec<Class> {
+        let pmd = pmd_order();
+        let mut v = vec![Class::BasePage];
+        v.extend((1..=pmd).map(Class::PteAligned));
+        v.extend((1..=pmd).map(Class::PteUnaligned));
+        v.push(Class::Partial);
+        v.push(Class::PmdAligned);
+        // Orders above the PMD order only occur with hugetlb-like oddities;
+        // show them when present.
+        for o in pmd + 1..MAX_ORDER as u32 {
+            if self.get(kind, Class::PteAligned(o)) > 0 {
+                v.push(Class::PteAligned(o));
+            }
+            if self.get(kind, Class::PteUnaligned(o)) > 0 {
+                v.push(Class::PteUnaligned(o));
+            }
+        }
+        v.push(Class::Hugetlb);
+        v.push(Class::PteUnknown);
+        v.retain(|&c| {
+            let n = self.get(kind, c);
+            n > 0 || (all && !matches!(c, Class::Hugetlb | Class::PteUnknown))
+        });
+        v
+    }
+}
+
+/// What one folio (or run of base pages) of a mapping is: `pages` pages from
+/// virtual page number `vpn`, of `kind`, classified as `class`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Segment {
+    pub vpn: u64,
+    pub pages: u64,
+    pub kind: Kind,
+    pub class: Class,
+}
+
+/// Classifies PTE-mapped pages into thpmaps' classes from their pagemap
+/// entries, reading `/proc/kpageflags` once per physically contiguous run.
+/// Buffers are reused between calls.
+pub struct Classifier<'a> {
+    kpf: &'a File,
+    cont_orders: Vec<u32>,
+    flags: Vec<u64>,
+    tmp: Vec<u64>,
+    runs: Vec<(usize, usize, u64)>,
+}
+
+impl<'a> Classifier<'a> {
+    /// A classifier reading `kpf` (an open `/proc/kpageflags`) that also
+    /// counts naturally aligned contiguous blocks of the given orders.
+    pub fn new(kpf: &'a File, cont_orders: &[u32]) -> Self {
+        Classifier { kpf, cont_orders: cont_orders.to_vec(), flags: Vec::new(), tmp: Vec::new(), runs: Vec::new() }
+    }
+
+    /// Classify the PTE-mapped pages `[vpn0, vpn0 + pagemap.len())` of one
+    /// mapping given their pagemap entries (no PMD mappings inside: callers
+    /// take those from `PAGEMAP_SCAN` or smaps).
+    ///
+    /// Semantics follow the kernel's `tools/mm/thpmaps`: a large folio is
+    /// *aligned* when all of it is mapped, virtually and physically
+    /// contiguously, at a virtual address aligned to its size; *unaligned*
+    /// when all of it is mapped so but not at an aligned address; pages of a
+    /// folio mapped only in part are *partial*. Zero pages are not counted
+    /// (like smaps' `Rss`). Counts go to `counts`; each folio (or run of
+    /// base pages) is also reported to `sink`.
+    pub fn classify(
+        &mut self,
+        vpn0: u64,
+        pagemap: &[u64],
+        counts: &mut Counts,
+        mut sink: impl FnMut(Segment),
+    ) -> Result<()> {
+        let n = pagemap.len();
+        self.flags.clear();
+        self.flags.resize(n, 0);
+        self.runs.clear();
+        // 1. kpageflags per physically contiguous run, plus the word of the
+        //    page after the run (a tail there means the last folio goes on).
+        let mut i = 0;
+        while i < n {
+            let pfn0 = pagemap[i] & PM_PFN_MASK;
+            if pagemap[i] & PM_PRESENT == 0 || pfn0 == 0 {
+                i += 1;
+                continue;
+            }
+            let mut j = i + 1;
+            while j < n && pagemap[j] & PM_PRESENT != 0 && pagemap[j] & PM_PFN_MASK == pfn0 + (j - i) as u64 {
+                j += 1;
+            }
+            // One pread for the run and the word after it.
+            self.tmp.clear();
+            self.tmp.resize(j - i + 1, 0);
+            let got = read_words_into(self.kpf, pfn0 * 8, &mut self.tmp).map_err(|e| Error::io("/proc/kpageflags", e))?;
+            if got < j - i {
+                return Err(Error::Other("/proc/kpageflags: short read".into()));
+            }
+            self.flags[i..j].copy_from_slice(&self.tmp[..j - i]);
+            // At the end of physical memory there is no word after the run.
+            let next = if got > j - i { self.tmp[j - i] } else { 0 };
+            self.runs.push((i, j, next));
+            i = j;
+        }
+        // 2. Walk each run folio by folio.
+        let large = kpf::COMPOUND_HEAD | kpf::COMPOUND_TAIL;
+        for &(i, j, next) in &self.runs {
+            let f = &self.flags[i..j];
+            let kind_of = |w: u64| if w & kpf::ANON != 0 { Kind::Anon } else { Kind::File };
+            let mut k = 0;
+            let len = j - i;
+            while k < len {
+                let w = f[k];
+                let vpn = vpn0 + (i + k) as u64;
+                if w & kpf::ZERO_PAGE != 0 {
+                    k += 1;
+                    continue;
+                }
+                let kind = kind_of(w);
+                if w & kpf::HUGE != 0 {
+                    let mut m = k + 1;
+                    while m < len && f[m] & kpf::HUGE != 0 {
+                        m += 1;
+                    }
+                    emit(counts, &mut sink, vpn, (m - k) as u64, kind, Class::Hugetlb);
+                    k = m;
+                } else if w & large == 0 {
+                    let mut m = k + 1;
+                    while m < len && f[m] & (large | kpf::ZERO_PAGE | kpf::HUGE) == 0 && kind_of(f[m]) == kind {
+                        m += 1;
+                    }
+                    emit(counts, &mut sink, vpn, (m - k) as u64, kind, Class::BasePage);
+                    k = m;
+                } else if w & kpf::COMPOUND_TAIL != 0 {
+                    // Only possible at the start of a run: the head is not
+                    // mapped here (contiguously), so this folio is partial.
+                    let mut m = k + 1;
+                    while m < len && f[m] & kpf::COMPOUND_TAIL != 0 {
+                        m += 1;
+                    }
+                    emit(counts, &mut sink, vpn, (m - k) as u64, kind, Class::Partial);
+                    k = m;
+                } else {
+                    let mut m = k + 1;
+                    while m < len && f[m] & kpf::COMPOUND_TAIL != 0 {
+                        m += 1;
+                    }
+                    let nr = (m - k) as u64;
+                    let class = if m == len && next & kpf::COMPOUND_TAIL != 0 {
+                        Class::Partial
+                    } else {
+                        let order = 63 - nr.leading_zeros();
+                        if vpn % (1u64 << order) == 0 && nr.is_power_of_two() {
+                            Class::PteAligned(order)
+                        } else {
+                            Class::PteUnaligned(order)
+                        }
+                    };
+                    emit(counts, &mut sink, vpn, nr, kind, class);
+                    k = m;
+                }
+            }
+            // 3. Contiguous, naturally aligned blocks inside one large folio.
+            let pfn_i = pagemap[i] & PM_PFN_MASK;
+            for &order in &self.cont_orders {
+                let nr = 1usize << order;
+                let vpn_i = vpn0 + i as u64;
+                if (pfn_i.wrapping_sub(vpn_i)) % nr as u64 != 0 {
+                    continue;
+                }
+                let mut b = ((vpn_i.div_ceil(nr as u64) * nr as u64) - vpn_i) as usize;
+                while b + nr <= len {
+                    let blk = &f[b..b + nr];
+                    let ok = blk[0] & large != 0
+                        && blk[0] & (kpf::HUGE | kpf::ZERO_PAGE) == 0
+                        && blk[1..].iter().all(|&x| x & kpf::COMPOUND_TAIL != 0);
+                    if ok {
+                        counts.add_cont_pte(kind_of(blk[0]), order, nr as u64);
+                    }
+                    b += nr;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn emit(counts: &mut Counts, sink: &mut impl FnMut(Segment), vpn: u64, pages: u64, kind: Kind, class: Class) {
+    counts.add(kind, class, pages);
+    sink(Segment { vpn, pages, kind, class });
 }

@@ -288,6 +288,201 @@ pub fn has_cap_sys_admin() -> bool {
         .unwrap_or(false)
 }
 
+/// `PAGEMAP_SCAN` (Linux 6.7): ask the kernel for ranges of a process's
+/// address space by page category, without reading one pagemap word per page.
+pub mod pagemap_scan {
+    /// Page is file-backed (or shared anonymous).
+    pub const PAGE_IS_FILE: u64 = 1 << 2;
+    /// Page is present.
+    pub const PAGE_IS_PRESENT: u64 = 1 << 3;
+    /// Page is swapped out.
+    pub const PAGE_IS_SWAPPED: u64 = 1 << 4;
+    /// Page is the zero page (or the huge zero page).
+    pub const PAGE_IS_PFNZERO: u64 = 1 << 5;
+    /// Page is mapped by a PMD (THP) or is hugetlb.
+    pub const PAGE_IS_HUGE: u64 = 1 << 6;
+}
+
+/// One region reported by [`pagemap_scan`]: `[start, end)` with the
+/// requested `PAGE_IS_*` categories.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PageRegion {
+    pub start: u64,
+    pub end: u64,
+    pub categories: u64,
+}
+
+#[repr(C)]
+struct PmScanArg {
+    size: u64,
+    flags: u64,
+    start: u64,
+    end: u64,
+    walk_end: u64,
+    vec: u64,
+    vec_len: u64,
+    max_pages: u64,
+    category_inverted: u64,
+    category_mask: u64,
+    category_anyof_mask: u64,
+    return_mask: u64,
+}
+
+/// `_IOWR('f', 16, struct pm_scan_arg)`.
+const PAGEMAP_SCAN_IOCTL: u64 = (3 << 30) | ((std::mem::size_of::<PmScanArg>() as u64) << 16) | ((b'f' as u64) << 8) | 16;
+
+/// Run `PAGEMAP_SCAN` on an open `/proc/PID/pagemap` over `[start, end)`,
+/// reporting pages that have every category in `required` and returning
+/// their `report` categories; adjacent pages with equal categories come back
+/// as one region. Regions are appended to `out`.
+///
+/// Fails with [`Error::Unsupported`] on kernels without the ioctl (< 6.7).
+pub fn pagemap_scan(
+    pagemap: &std::fs::File,
+    start: u64,
+    end: u64,
+    required: u64,
+    report: u64,
+    out: &mut Vec<PageRegion>,
+) -> Result<()> {
+    let mut buf = vec![PageRegion::default(); 256];
+    let mut pos = start;
+    while pos < end {
+        let mut arg = PmScanArg {
+            size: std::mem::size_of::<PmScanArg>() as u64,
+            flags: 0,
+            start: pos,
+            end,
+            walk_end: 0,
+            vec: buf.as_mut_ptr() as u64,
+            vec_len: buf.len() as u64,
+            max_pages: 0,
+            category_inverted: 0,
+            category_mask: required,
+            category_anyof_mask: 0,
+            return_mask: report,
+        };
+        // SAFETY: arg and buf are valid for the kernel to read and write;
+        // buf has vec_len elements.
+        let n = unsafe { libc::ioctl(pagemap.as_raw_fd(), PAGEMAP_SCAN_IOCTL as _, &mut arg as *mut PmScanArg) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            return Err(match e.raw_os_error() {
+                Some(libc::ENOTTY) | Some(libc::EINVAL) if pos == start => {
+                    Error::Unsupported("PAGEMAP_SCAN is not supported by this kernel (needs Linux 6.7)".into())
+                }
+                Some(libc::ESRCH) => Error::Sys { call: "ioctl(PAGEMAP_SCAN)", source: e },
+                _ => Error::Sys { call: "ioctl(PAGEMAP_SCAN)", source: e },
+            });
+        }
+        let n = n as usize;
+        out.extend_from_slice(&buf[..n]);
+        if arg.walk_end <= pos {
+            break;
+        }
+        pos = arg.walk_end;
+        if n < buf.len() && pos >= end {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// True when this kernel supports `PAGEMAP_SCAN` (probed once on this
+/// process's own stack).
+pub fn pagemap_scan_supported() -> bool {
+    static ONCE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ONCE.get_or_init(|| {
+        let Ok(f) = std::fs::File::open("/proc/self/pagemap") else { return false };
+        let probe = [0u8; 64];
+        let ps = page_size() as u64;
+        let addr = (probe.as_ptr() as u64) / ps * ps;
+        let mut out = Vec::new();
+        pagemap_scan(&f, addr, addr + ps, 0, pagemap_scan::PAGE_IS_PRESENT, &mut out).is_ok()
+    })
+}
+
+/// True when this process can see page frame numbers: `/proc/kpageflags`
+/// opens and this process's own pagemap shows a non-zero PFN for a page it
+/// has just touched. Without CAP_SYS_ADMIN the kernel hides PFNs (reads 0).
+pub fn pfn_access() -> bool {
+    use std::os::unix::fs::FileExt;
+    if std::fs::File::open("/proc/kpageflags").is_err() {
+        return false;
+    }
+    let Ok(f) = std::fs::File::open("/proc/self/pagemap") else { return false };
+    let probe = std::hint::black_box(vec![1u8; page_size()]);
+    let addr = probe.as_ptr() as u64;
+    let mut w = [0u8; 8];
+    if f.read_exact_at(&mut w, addr / page_size() as u64 * 8).is_err() {
+        return false;
+    }
+    let e = u64::from_ne_bytes(w);
+    e & (1 << 63) != 0 && e & ((1 << 55) - 1) != 0
+}
+
+/// The running glibc's version (`confstr(_CS_GNU_LIBC_VERSION)`), e.g.
+/// `(2, 36)`; `None` when this program does not run on glibc.
+pub fn glibc_version() -> Option<(u32, u32)> {
+    let mut buf = [0u8; 64];
+    // SAFETY: buf is writable for its length.
+    let n = unsafe { libc::confstr(libc::_CS_GNU_LIBC_VERSION, buf.as_mut_ptr() as *mut libc::c_char, buf.len()) };
+    if n == 0 || n > buf.len() {
+        return None;
+    }
+    let s = std::str::from_utf8(&buf[..n - 1]).ok()?;
+    let v = s.strip_prefix("glibc ")?;
+    let mut it = v.split('.').map(|x| x.parse::<u32>().ok());
+    Some((it.next()??, it.next()??))
+}
+
+/// The per-size THP settings (`hugepages-<size>kB/enabled`), as
+/// (size in kB, mode), sorted by size. Empty on kernels before 6.8 (no mTHP).
+pub fn thp_sizes() -> Vec<(u64, String)> {
+    let mut out = Vec::new();
+    if let Ok(rd) = std::fs::read_dir("/sys/kernel/mm/transparent_hugepage") {
+        for e in rd.flatten() {
+            let name = e.file_name();
+            let Some(kb) = name
+                .to_str()
+                .and_then(|n| n.strip_prefix("hugepages-"))
+                .and_then(|n| n.strip_suffix("kB"))
+                .and_then(|n| n.parse::<u64>().ok())
+            else {
+                continue;
+            };
+            if let Some(mode) = sysfs_choice(e.path().join("enabled")) {
+                out.push((kb, mode));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The value of a kernel build option (`y`, `m`, a string) from
+/// `/boot/config-RELEASE` or `/proc/config.gz`; `Some("n")` when the config is
+/// readable and the option is unset; `None` when no config is readable.
+pub fn kernel_config(option: &str) -> Option<String> {
+    let release = rustix::system::uname().release().to_string_lossy().into_owned();
+    let text = std::fs::read_to_string(format!("/boot/config-{release}")).ok().or_else(|| {
+        let out = std::process::Command::new("gzip")
+            .args(["-dc", "/proc/config.gz"])
+            .stderr(std::process::Stdio::null())
+            .output()
+            .ok()?;
+        out.status.success().then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    })?;
+    let prefix = format!("{option}=");
+    for line in text.lines() {
+        if let Some(v) = line.strip_prefix(&prefix) {
+            return Some(v.trim_matches('"').to_string());
+        }
+    }
+    Some("n".into())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -298,6 +493,37 @@ mod tests {
         assert_eq!((v.major, v.minor, v.patch), (6, 18, 44));
         assert!(v.at_least(6, 1) && !v.at_least(6, 19));
         assert_eq!(KernelVersion::parse("5.10.0-28-amd64").to_string(), "5.10.0");
+    }
+
+    #[test]
+    fn pagemap_scan_reports_present_pages() {
+        if !KernelVersion::current().at_least(6, 7) {
+            assert!(!pagemap_scan_supported());
+            return;
+        }
+        assert!(pagemap_scan_supported());
+        let ps = page_size();
+        let a = Mapping::anon_aligned(8 * ps, libc::PROT_READ | libc::PROT_WRITE, ps).unwrap();
+        // Touch pages 1 and 2 and 5 only.
+        for i in [1usize, 2, 5] {
+            unsafe { a.as_ptr().add(i * ps).write_volatile(1) };
+        }
+        let f = std::fs::File::open("/proc/self/pagemap").unwrap();
+        let mut out = Vec::new();
+        let base = a.addr() as u64;
+        pagemap_scan(&f, base, base + 8 * ps as u64, pagemap_scan::PAGE_IS_PRESENT, pagemap_scan::PAGE_IS_PRESENT, &mut out)
+            .unwrap();
+        let ranges: Vec<(u64, u64)> = out.iter().map(|r| ((r.start - base) / ps as u64, (r.end - base) / ps as u64)).collect();
+        assert_eq!(ranges, vec![(1, 3), (5, 6)]);
+    }
+
+    #[test]
+    fn glibc_and_thp_sizes() {
+        let (maj, min) = glibc_version().expect("tests run on glibc");
+        assert!(maj == 2 && min >= 17);
+        for (kb, mode) in thp_sizes() {
+            assert!(kb.is_power_of_two() && !mode.is_empty());
+        }
     }
 
     #[test]

@@ -1,1 +1,333 @@
 //! `/proc/PID/maps` and `/proc/PID/smaps`, process and cgroup enumeration.
+//!
+//! Everything here reads the real `/proc`; a process that disappears while it
+//! is being read turns into [`Error::NoProcess`], so that callers can skip it
+//! (system and cgroup views) or report it (`--pid`).
+
+use std::collections::BTreeSet;
+use std::io::ErrorKind;
+use std::path::{Path, PathBuf};
+
+use crate::{Error, Result};
+
+/// One line of `/proc/PID/maps`: a virtual memory area.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Vma {
+    /// First address.
+    pub start: u64,
+    /// One past the last address.
+    pub end: u64,
+    /// Permissions as the kernel prints them, e.g. `r-xp`.
+    pub perms: String,
+    /// File offset of `start` (bytes).
+    pub offset: u64,
+    /// Device major number of the backing file (0 for anonymous memory).
+    pub dev_major: u32,
+    /// Device minor number of the backing file.
+    pub dev_minor: u32,
+    /// Inode of the backing file (0 for anonymous memory).
+    pub inode: u64,
+    /// Path or pseudo-name (`[heap]`, `[vdso]`, …); empty for anonymous memory.
+    pub path: String,
+}
+
+impl Vma {
+    /// Size in bytes.
+    pub fn len(&self) -> u64 {
+        self.end - self.start
+    }
+
+    /// True for a zero-length area (never produced by the kernel).
+    pub fn is_empty(&self) -> bool {
+        self.end == self.start
+    }
+
+    /// Executable (`x` permission).
+    pub fn is_exec(&self) -> bool {
+        self.perms.as_bytes().get(2) == Some(&b'x')
+    }
+
+    /// Any access at all (not a `---p` guard or reservation).
+    pub fn is_accessible(&self) -> bool {
+        self.perms.as_bytes().iter().take(3).any(|&c| c != b'-')
+    }
+
+    /// Backed by a file (has an inode).
+    pub fn is_file(&self) -> bool {
+        self.inode != 0
+    }
+
+    /// `MAP_SHARED` rather than private.
+    pub fn is_shared(&self) -> bool {
+        self.perms.as_bytes().get(3) == Some(&b's')
+    }
+
+    /// The device as `MAJ:MIN` in hex, as `/proc/PID/maps` prints it.
+    pub fn dev(&self) -> String {
+        format!("{:02x}:{:02x}", self.dev_major, self.dev_minor)
+    }
+
+    /// The `[vsyscall]` page: not a real VMA, pagemap cannot describe it.
+    pub fn is_vsyscall(&self) -> bool {
+        self.path == "[vsyscall]"
+    }
+}
+
+/// Parse the text of `/proc/PID/maps` (or the header lines of smaps).
+/// Lines that are not VMA headers are ignored.
+pub fn parse_maps(text: &str) -> Vec<Vma> {
+    text.lines().filter_map(parse_vma_line).collect()
+}
+
+/// Parse one VMA header line: `start-end perms offset maj:min inode   path`.
+pub fn parse_vma_line(line: &str) -> Option<Vma> {
+    let mut rest = line;
+    let mut field = || {
+        let r = rest.trim_start_matches(' ');
+        let end = r.find(' ').unwrap_or(r.len());
+        let (f, tail) = r.split_at(end);
+        rest = tail;
+        f
+    };
+    let range = field();
+    let perms = field();
+    let offset = field();
+    let dev = field();
+    let inode = field();
+    let (s, e) = range.split_once('-')?;
+    let (maj, min) = dev.split_once(':')?;
+    if perms.len() != 4 {
+        return None;
+    }
+    Some(Vma {
+        start: u64::from_str_radix(s, 16).ok()?,
+        end: u64::from_str_radix(e, 16).ok()?,
+        perms: perms.to_string(),
+        offset: u64::from_str_radix(offset, 16).ok()?,
+        dev_major: u32::from_str_radix(maj, 16).ok()?,
+        dev_minor: u32::from_str_radix(min, 16).ok()?,
+        inode: inode.parse().ok()?,
+        path: rest.trim_start_matches(' ').to_string(),
+    })
+}
+
+fn proc_path(pid: Option<i32>, what: &str) -> PathBuf {
+    match pid {
+        Some(p) => PathBuf::from(format!("/proc/{p}/{what}")),
+        None => PathBuf::from(format!("/proc/self/{what}")),
+    }
+}
+
+/// Map an I/O error on `/proc/PID/...` to [`Error::NoProcess`] when the
+/// process is gone, [`Error::Permission`] when access is denied.
+pub fn proc_error(pid: Option<i32>, path: &Path, e: std::io::Error) -> Error {
+    match (pid, e.kind(), e.raw_os_error()) {
+        (Some(p), ErrorKind::NotFound, _) | (Some(p), _, Some(libc::ESRCH)) => Error::NoProcess(p),
+        (_, ErrorKind::PermissionDenied, _) => {
+            Error::Permission(format!("{}: permission denied (run as root, or as the process's owner)", path.display()))
+        }
+        _ => Error::io(path, e),
+    }
+}
+
+/// Read a `/proc/PID/<what>` file (None = this process).
+pub fn read_proc(pid: Option<i32>, what: &str) -> Result<String> {
+    let path = proc_path(pid, what);
+    std::fs::read_to_string(&path).map_err(|e| proc_error(pid, &path, e))
+}
+
+/// The VMAs of a process (None = this process).
+pub fn read_maps(pid: Option<i32>) -> Result<Vec<Vma>> {
+    Ok(parse_maps(&read_proc(pid, "maps")?))
+}
+
+/// The additive per-VMA counters of `/proc/PID/smaps` that hugetext uses (kB).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct SmapsStats {
+    /// `Rss`: resident kB (excludes the zero page).
+    pub rss_kb: u64,
+    /// `Anonymous`: kB of anonymous pages.
+    pub anonymous_kb: u64,
+    /// `AnonHugePages`: kB of anonymous memory mapped by PMDs.
+    pub anon_huge_kb: u64,
+    /// `FilePmdMapped`: kB of page cache mapped by PMDs.
+    pub file_pmd_kb: u64,
+    /// `ShmemPmdMapped`: kB of shmem mapped by PMDs.
+    pub shmem_pmd_kb: u64,
+    /// `Shared_Hugetlb` + `Private_Hugetlb` (hugetlbfs pages).
+    pub hugetlb_kb: u64,
+    /// `KernelPageSize`: the page size the kernel uses for this VMA.
+    pub kernel_page_kb: u64,
+}
+
+/// Parse the text of `/proc/PID/smaps`.
+pub fn parse_smaps(text: &str) -> Vec<(Vma, SmapsStats)> {
+    let mut out: Vec<(Vma, SmapsStats)> = Vec::new();
+    for line in text.lines() {
+        if let Some((key, val)) = line.split_once(':') {
+            // Counter lines look like "Rss:   123 kB"; VMA headers start with
+            // a hex range and contain ':' only inside the device field.
+            if !key.contains(' ') && !key.contains('-') {
+                let Some(cur) = out.last_mut() else { continue };
+                let v: u64 = val.trim().trim_end_matches("kB").trim().parse().unwrap_or(0);
+                let s = &mut cur.1;
+                match key {
+                    "Rss" => s.rss_kb = v,
+                    "Anonymous" => s.anonymous_kb = v,
+                    "AnonHugePages" => s.anon_huge_kb = v,
+                    "FilePmdMapped" => s.file_pmd_kb = v,
+                    "ShmemPmdMapped" => s.shmem_pmd_kb = v,
+                    "Shared_Hugetlb" | "Private_Hugetlb" => s.hugetlb_kb += v,
+                    "KernelPageSize" => s.kernel_page_kb = v,
+                    _ => {}
+                }
+                continue;
+            }
+        }
+        if let Some(vma) = parse_vma_line(line) {
+            out.push((vma, SmapsStats::default()));
+        }
+    }
+    out
+}
+
+/// The VMAs of a process with their smaps counters.
+pub fn read_smaps(pid: Option<i32>) -> Result<Vec<(Vma, SmapsStats)>> {
+    Ok(parse_smaps(&read_proc(pid, "smaps")?))
+}
+
+/// What `/proc/PID/stat` says about a process.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ProcStat {
+    /// Process id.
+    pub pid: i32,
+    /// Command name (`comm`, at most 15 bytes).
+    pub comm: String,
+    /// State letter (`R`, `S`, `Z`, …).
+    pub state: char,
+    /// Kernel `task->flags`.
+    pub flags: u64,
+}
+
+/// `PF_KTHREAD`: the task is a kernel thread.
+const PF_KTHREAD: u64 = 0x0020_0000;
+
+impl ProcStat {
+    /// A kernel thread (no user address space).
+    pub fn is_kernel_thread(&self) -> bool {
+        self.flags & PF_KTHREAD != 0
+    }
+
+    /// A zombie (exited, not yet reaped: no address space).
+    pub fn is_zombie(&self) -> bool {
+        self.state == 'Z' || self.state == 'X'
+    }
+}
+
+/// Read `/proc/PID/stat`.
+pub fn read_stat(pid: i32) -> Result<ProcStat> {
+    let text = read_proc(Some(pid), "stat")?;
+    // comm is in parentheses and may itself contain ") ": split at the last.
+    let open = text.find('(');
+    let close = text.rfind(')');
+    let (Some(open), Some(close)) = (open, close) else {
+        return Err(Error::Other(format!("/proc/{pid}/stat: unexpected format")));
+    };
+    let comm = text[open + 1..close].to_string();
+    let fields: Vec<&str> = text[close + 1..].split_whitespace().collect();
+    // After comm: state(3) ppid(4) pgrp(5) session(6) tty_nr(7) tpgid(8) flags(9).
+    let state = fields.first().and_then(|s| s.chars().next()).unwrap_or('?');
+    let flags = fields.get(6).and_then(|s| s.parse().ok()).unwrap_or(0);
+    Ok(ProcStat { pid, comm, state, flags })
+}
+
+/// All process ids in `/proc`, sorted.
+pub fn all_pids() -> Result<Vec<i32>> {
+    let rd = std::fs::read_dir("/proc").map_err(|e| Error::io("/proc", e))?;
+    let mut pids: Vec<i32> =
+        rd.filter_map(|e| e.ok()).filter_map(|e| e.file_name().to_str().and_then(|s| s.parse().ok())).collect();
+    pids.sort_unstable();
+    Ok(pids)
+}
+
+/// All process ids in the cgroup at `path` and its descendants (cgroup v1 or
+/// v2: both have `cgroup.procs` in every cgroup directory), sorted.
+pub fn cgroup_pids(path: &Path) -> Result<Vec<i32>> {
+    let meta = std::fs::metadata(path).map_err(|e| {
+        Error::Invalid(format!("cgroup {}: {e} (give a directory under /sys/fs/cgroup)", path.display()))
+    })?;
+    if !meta.is_dir() || !path.join("cgroup.procs").exists() {
+        return Err(Error::Invalid(format!(
+            "{} is not a cgroup directory (it has no cgroup.procs; give a directory under /sys/fs/cgroup)",
+            path.display()
+        )));
+    }
+    let mut pids = BTreeSet::new();
+    let mut stack = vec![path.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let procs = dir.join("cgroup.procs");
+        match std::fs::read_to_string(&procs) {
+            Ok(text) => pids.extend(text.lines().filter_map(|l| l.trim().parse::<i32>().ok())),
+            // A child cgroup removed while we walk: nothing to count.
+            Err(e) if e.kind() == ErrorKind::NotFound => continue,
+            Err(e) => return Err(Error::io(&procs, e)),
+        }
+        if let Ok(rd) = std::fs::read_dir(&dir) {
+            for ent in rd.flatten() {
+                if ent.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                    stack.push(ent.path());
+                }
+            }
+        }
+    }
+    Ok(pids.into_iter().collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_real_maps_of_self() {
+        let vmas = read_maps(None).unwrap();
+        assert!(vmas.iter().any(|v| v.is_exec() && v.is_file()), "{vmas:?}");
+        assert!(vmas.iter().any(|v| v.path == "[stack]"));
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        assert!(vmas.iter().any(|v| Path::new(&v.path) == exe && v.is_exec()));
+        for v in &vmas {
+            assert!(v.start < v.end);
+        }
+    }
+
+    #[test]
+    fn parses_paths_with_spaces_and_no_path() {
+        let v = parse_vma_line("7f00-7f10 r-xp 00001000 08:01 1234     /tmp/a b (deleted)").unwrap();
+        assert_eq!(v.path, "/tmp/a b (deleted)");
+        assert_eq!((v.start, v.end, v.offset, v.inode), (0x7f00, 0x7f10, 0x1000, 1234));
+        assert!(v.is_exec() && !v.is_shared());
+        let a = parse_vma_line("7f00-7f10 rw-p 00000000 00:00 0 ").unwrap();
+        assert_eq!(a.path, "");
+        assert!(!a.is_file());
+    }
+
+    #[test]
+    fn smaps_of_self_has_counters() {
+        let s = read_smaps(None).unwrap();
+        assert!(s.iter().map(|(_, st)| st.rss_kb).sum::<u64>() > 0);
+        assert!(s.iter().all(|(_, st)| st.kernel_page_kb > 0));
+        assert_eq!(s.len(), read_maps(None).unwrap().len());
+    }
+
+    #[test]
+    fn stat_of_self_and_kthreadd() {
+        let me = read_stat(std::process::id() as i32).unwrap();
+        assert!(!me.is_kernel_thread() && !me.is_zombie());
+        // pid 2 is kthreadd on a normal system; in a pid namespace it may not exist.
+        if let Ok(k) = read_stat(2) {
+            if k.comm == "kthreadd" {
+                assert!(k.is_kernel_thread());
+            }
+        }
+        assert!(matches!(read_stat(i32::MAX), Err(Error::NoProcess(_))));
+    }
+}

@@ -1,0 +1,442 @@
+//! `hugetext inspect` against real processes whose backing is known, checked
+//! against the kernel's own counters (smaps), and every bad input.
+//!
+//! The processes under test are this test binary re-executed as a helper
+//! (`helper_entry`, active only with HUGETEXT_TEST_HELPER set): it maps a file
+//! or anonymous memory in a known way, prints "ready ADDR", and waits until
+//! its stdin closes.
+
+mod common;
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, Write};
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use hugetext::{kernel, pagecache, procfs};
+use serde_json::Value;
+
+const MIB: usize = 1 << 20;
+
+/// A helper process holding a mapping; killed and reaped on drop.
+struct Helper {
+    child: Child,
+    addr: u64,
+    /// Kept open so the helper's last words do not hit a closed pipe.
+    _out: std::io::Lines<BufReader<std::process::ChildStdout>>,
+}
+
+impl Helper {
+    fn start(mode: &str, path: &Path) -> Helper {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "helper_entry", "--nocapture", "--test-threads=1"])
+            .env("HUGETEXT_TEST_HELPER", format!("{mode}:{}", path.display()))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut out = BufReader::new(child.stdout.take().unwrap()).lines();
+        while let Some(line) = out.next() {
+            let line = line.unwrap();
+            // libtest prints "test helper_entry ... " on the same line.
+            if let Some(i) = line.find("ready ") {
+                let addr = u64::from_str_radix(line[i + 6..].trim(), 16).unwrap();
+                return Helper { child, addr, _out: out };
+            }
+            assert!(!line.starts_with("helper error"), "{line}");
+        }
+        let _ = child.wait();
+        panic!("helper {mode} exited before it was ready");
+    }
+
+    fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    /// The helper's smaps counters for the mapping that starts at its address.
+    fn smaps(&self) -> procfs::SmapsStats {
+        procfs::read_smaps(Some(self.pid()))
+            .unwrap()
+            .into_iter()
+            .find(|(v, _)| v.start == self.addr)
+            .map(|(_, s)| s)
+            .expect("helper mapping in smaps")
+    }
+
+    /// `hugetext inspect --pid PID --json ARGS...`, the helper's mapping.
+    fn inspect_mapping(&self, extra: &[&str]) -> Value {
+        let pid = self.pid().to_string();
+        let mut args = vec!["inspect", "--pid", &pid, "--json"];
+        args.extend_from_slice(extra);
+        let v = run_json(&args);
+        let maps = v["processes"][0]["mappings"].as_array().expect("mappings").clone();
+        let start = format!("{:#x}", self.addr);
+        maps.into_iter().find(|m| m["start"] == start.as_str()).unwrap_or_else(|| panic!("no mapping {start} in {v}"))
+    }
+}
+
+impl Drop for Helper {
+    fn drop(&mut self) {
+        drop(self.child.stdin.take());
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn run_json(args: &[&str]) -> Value {
+    let out = common::hugetext(args);
+    assert!(out.status.success(), "hugetext {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+fn kb(v: &Value, label: &str) -> u64 {
+    v[label].as_u64().unwrap_or_else(|| panic!("no {label} in {v}"))
+}
+
+/// Write a scratch file of `mib` MiB on the real disk and drop its page cache.
+fn scratch_file(dir: &Path, name: &str, mib: usize) -> PathBuf {
+    let p = dir.join(name);
+    let mut f = File::create(&p).unwrap();
+    let block: Vec<u8> = (0..MIB).map(|i| (i * 13 + 5) as u8).collect();
+    for _ in 0..mib {
+        f.write_all(&block).unwrap();
+    }
+    f.sync_all().unwrap();
+    drop(f);
+    pagecache::evict(&File::open(&p).unwrap(), 0..0).unwrap();
+    p
+}
+
+/// The helper side: set up the mapping the mode asks for, then wait.
+#[test]
+fn helper_entry() {
+    let Ok(spec) = std::env::var("HUGETEXT_TEST_HELPER") else { return };
+    let (mode, path) = spec.split_once(':').unwrap();
+    let pmd = kernel::pmd_size();
+    let rx = libc::PROT_READ | libc::PROT_EXEC;
+    let (addr, _keep): (usize, Box<dyn std::any::Any>) = match mode {
+        // A file mapped with MADV_HUGEPAGE after eviction: PMD-order folios,
+        // PMD-mapped.
+        "file-pmd" => {
+            let f = File::open(path).unwrap();
+            let len = f.metadata().unwrap().len() as usize;
+            let m = kernel::Mapping::file_congruent(f.as_fd(), 0, len, rx, pmd).unwrap();
+            m.madvise(0, len, kernel::MADV_HUGEPAGE).unwrap();
+            m.madvise(0, len, kernel::MADV_POPULATE_READ).unwrap();
+            (m.addr(), Box::new(m))
+        }
+        // The same file mapped one page off congruence: PTEs only.
+        "file-off" | "file-plain" => {
+            let f = File::open(path).unwrap();
+            let len = f.metadata().unwrap().len() as usize;
+            let shift = if mode == "file-off" { kernel::page_size() } else { 0 };
+            // Reserve, then place the file at an address ≡ shift (mod PMD).
+            let r = kernel::Mapping::anon_aligned(len + pmd, libc::PROT_NONE, pmd).unwrap();
+            let at = r.addr() + shift;
+            let p = unsafe {
+                libc::mmap(
+                    at as *mut _,
+                    len,
+                    rx,
+                    libc::MAP_SHARED | libc::MAP_FIXED,
+                    std::os::fd::AsRawFd::as_raw_fd(&f),
+                    0,
+                )
+            };
+            assert_eq!(p as usize, at);
+            kernel::madvise(at, len, kernel::MADV_POPULATE_READ).unwrap();
+            (at, Box::new(r))
+        }
+        // Anonymous THP.
+        "anon-thp" => {
+            let len = 8 * MIB;
+            let m = kernel::Mapping::anon_aligned(len, libc::PROT_READ | libc::PROT_WRITE, pmd).unwrap();
+            m.madvise(0, len, kernel::MADV_HUGEPAGE).unwrap();
+            for i in (0..len).step_by(4096) {
+                unsafe { m.as_ptr().add(i).write_volatile(1) };
+            }
+            (m.addr(), Box::new(m))
+        }
+        _ => panic!("unknown helper mode {mode}"),
+    };
+    println!("\nready {addr:x}");
+    std::io::stdout().flush().unwrap();
+    let mut s = String::new();
+    let _ = std::io::stdin().read_line(&mut s);
+}
+
+#[test]
+fn pmd_mapped_file_equals_file_pmd_mapped() {
+    let dir = common::scratch();
+    let p = scratch_file(dir.path(), "pmd", 8);
+    let h = Helper::start("file-pmd", &p);
+    let m = h.inspect_mapping(&[]);
+    let smaps = h.smaps();
+    assert_eq!(smaps.file_pmd_kb, 8 * 1024, "kernel did not PMD-map the file: {smaps:?}");
+    assert_eq!(kb(&m, "file-thp-pmd-aligned-2048kB"), smaps.file_pmd_kb, "{m}");
+    assert_eq!(kb(&m, "file_kb"), smaps.rss_kb);
+    assert_eq!(kb(&m, "file-thp-pte-aligned-2048kB"), 0);
+    assert_eq!(kb(&m, "file-base-page"), 0);
+    // --cont: every 64K block of a PMD-mapped folio is a PMD-mapped block.
+    let c = h.inspect_mapping(&["--cont", "64K"]);
+    assert_eq!(kb(&c, "file-cont-pmd-aligned-64kB"), 8 * 1024);
+    assert_eq!(kb(&c, "file-cont-pte-aligned-64kB"), 0);
+    // The page-cache view agrees.
+    let f = run_json(&["inspect", "--json", "--file", p.to_str().unwrap()]);
+    assert_eq!(f["files"][0]["cached_kb"], 8 * 1024);
+    assert_eq!(f["files"][0]["folios"]["2048kB"], 8 * 1024, "{f}");
+}
+
+#[test]
+fn same_pmd_folios_one_page_off_are_unaligned() {
+    let dir = common::scratch();
+    let p = scratch_file(dir.path(), "off", 8);
+    pagecache::fill_huge(&File::open(&p).unwrap(), 0..8 << 20).unwrap();
+    let h = Helper::start("file-off", &p);
+    let m = h.inspect_mapping(&["--cont", "64K"]);
+    let smaps = h.smaps();
+    assert_eq!(smaps.file_pmd_kb, 0, "{smaps:?}");
+    assert_eq!(kb(&m, "file-thp-pte-unaligned-2048kB"), 8 * 1024, "{m}");
+    assert_eq!(kb(&m, "file-thp-pmd-aligned-2048kB"), 0);
+    assert_eq!(kb(&m, "file-thp-pte-aligned-2048kB"), 0);
+    assert_eq!(kb(&m, "file_kb"), smaps.rss_kb);
+    // Physically contiguous but one page off: no aligned 64K block at all.
+    assert_eq!(kb(&m, "file-cont-pte-aligned-64kB"), 0);
+    // Rollup and unique: one mapping, so unique = mapped.
+    let pid = h.pid().to_string();
+    let r = run_json(&["inspect", "--pid", &pid, "--rollup", "--json"]);
+    assert!(r["total"]["file-thp-pte-unaligned-2048kB"].as_u64().unwrap() >= 8 * 1024);
+    assert_eq!(r["total"]["unique"]["file-thp-pte-unaligned-2048kB"], r["total"]["file-thp-pte-unaligned-2048kB"]);
+}
+
+#[test]
+fn pmd_folios_mapped_aligned_by_ptes_and_shared_text_counted_once() {
+    // Two processes map the same PMD folios: one by PMDs, one one page off.
+    // Unique counts each file page once, under its best mapping.
+    let dir = common::scratch();
+    let p = scratch_file(dir.path(), "shared", 4);
+    let a = Helper::start("file-pmd", &p);
+    let b = Helper::start("file-off", &p);
+    let (pa, pb) = (a.pid().to_string(), b.pid().to_string());
+    let r = run_json(&["inspect", "--pid", &pa, "--pid", &pb, "--rollup", "--json"]);
+    let t = &r["total"];
+    assert!(kb(t, "file-thp-pmd-aligned-2048kB") >= 4096);
+    assert!(kb(t, "file-thp-pte-unaligned-2048kB") >= 4096);
+    let u = &t["unique"];
+    // Both helpers also share this test binary's and libc's text.
+    assert!(kb(t, "file_kb") - kb(u, "file_kb") >= 4096, "the shared 4 MiB is counted once: {r}");
+    assert!(kb(u, "file-base-page") < kb(t, "file-base-page"));
+    assert_eq!(kb(u, "file-thp-pmd-aligned-2048kB"), kb(t, "file-thp-pmd-aligned-2048kB"));
+    assert_eq!(kb(u, "file-thp-pte-unaligned-2048kB"), kb(t, "file-thp-pte-unaligned-2048kB") - 4096);
+}
+
+#[test]
+fn anon_thp_equals_anon_huge_pages() {
+    let dir = common::scratch();
+    let h = Helper::start("anon-thp", dir.path());
+    let smaps = h.smaps();
+    assert!(smaps.anon_huge_kb >= 4096, "no anon THP: {smaps:?}");
+    // Executable mappings only by default: the anon region is not there.
+    let pid = h.pid().to_string();
+    let v = run_json(&["inspect", "--pid", &pid, "--json"]);
+    let start = format!("{:#x}", h.addr);
+    assert!(!v["processes"][0]["mappings"].as_array().unwrap().iter().any(|m| m["start"] == start.as_str()));
+    let m = h.inspect_mapping(&["--all"]);
+    assert_eq!(kb(&m, "anon-thp-pmd-aligned-2048kB"), smaps.anon_huge_kb, "{m}");
+    assert_eq!(kb(&m, "anon_kb"), smaps.anonymous_kb);
+    assert_eq!(kb(&m, "file_kb"), 0);
+}
+
+#[test]
+fn exec_faulted_file_is_in_base_pages() {
+    // A cold fault through a PROT_EXEC mapping reads order-0 folios on x86
+    // (exec readahead); KERNEL-NOTES §1.
+    let dir = common::scratch();
+    let p = scratch_file(dir.path(), "small", 4);
+    let h = Helper::start("file-plain", &p);
+    let m = h.inspect_mapping(&[]);
+    let smaps = h.smaps();
+    assert_eq!(smaps.file_pmd_kb, 0);
+    assert_eq!(kb(&m, "file_kb"), smaps.rss_kb);
+    let f = run_json(&["inspect", "--json", "--file", p.to_str().unwrap()]);
+    let folios = f["files"][0]["folios"].as_object().unwrap();
+    // Whatever the folio sizes, inspect's per-mapping view and the page-cache
+    // view must agree on them.
+    let base = folios.get("4kB").and_then(|v| v.as_u64()).unwrap_or(0);
+    assert_eq!(kb(&m, "file-base-page"), base, "{m} vs {f}");
+    if cfg!(target_arch = "x86_64") {
+        assert_eq!(base, 4096, "{f}");
+    }
+}
+
+#[test]
+fn file_view_of_unmapped_file() {
+    let dir = common::scratch();
+    let p = scratch_file(dir.path(), "nomap", 6);
+    let cold = run_json(&["inspect", "--json", "--file", p.to_str().unwrap()]);
+    assert_eq!(cold["files"][0]["cached_kb"], 0, "{cold}");
+    pagecache::fill_huge(&File::open(&p).unwrap(), 0..6 << 20).unwrap();
+    let warm = run_json(&["inspect", "--json", "--file", p.to_str().unwrap()]);
+    let f = &warm["files"][0];
+    assert_eq!(f["cached_kb"], 6 * 1024);
+    assert_eq!(f["folios"]["2048kB"], 6 * 1024, "{warm}");
+    assert_eq!(f["pmd_windows"], 3);
+    assert_eq!(f["pmd_windows_huge"], 3);
+    let out = common::hugetext(&["inspect", "--file", p.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && text.contains("in 2048kB folios") && text.contains("3/3"), "{text}");
+}
+
+#[test]
+fn without_cap_sys_admin_falls_back_to_smaps() {
+    let dir = common::scratch();
+    let p = scratch_file(dir.path(), "nocap", 4);
+    let h = Helper::start("file-pmd", &p);
+    let pid = h.pid().to_string();
+    let out = Command::new("setpriv")
+        .args(["--inh-caps=-all", "--bounding-set=-sys_admin", "--"])
+        .arg(common::bin())
+        .args(["inspect", "--pid", &pid, "--json"])
+        .output()
+        .expect("setpriv (util-linux)");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().filter(|l| l.contains("CAP_SYS_ADMIN")).count(), 1, "{err}");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["pfn_access"], false);
+    assert_eq!(v["method"], "smaps-only");
+    let start = format!("{:#x}", h.addr);
+    let m = v["processes"][0]["mappings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["start"] == start.as_str())
+        .unwrap()
+        .clone();
+    let smaps = h.smaps();
+    assert_eq!(kb(&m, "file-thp-pmd-aligned-2048kB"), smaps.file_pmd_kb);
+    assert_eq!(kb(&m, "file-pte-mapped"), smaps.rss_kb - smaps.file_pmd_kb);
+    // --file too: cached kB without folio sizes.
+    let out = Command::new("setpriv")
+        .args(["--inh-caps=-all", "--bounding-set=-sys_admin", "--"])
+        .arg(common::bin())
+        .args(["inspect", "--json", "--file", p.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["files"][0]["cached_kb"], 4096);
+    assert!(v["files"][0]["folios"].is_null());
+}
+
+#[test]
+fn system_and_cgroup_views_skip_what_they_cannot_read() {
+    // A zombie: a child that exited and is not reaped yet.
+    let mut zombie = Command::new("true").spawn().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let v = run_json(&["inspect", "--rollup", "--json"]);
+    assert!(v["skipped"]["zombies"].as_u64().unwrap() >= 1, "{}", v["skipped"]);
+    assert!(v["processes"].as_array().unwrap().len() >= 2);
+    assert!(v["total"]["file_kb"].as_u64().unwrap() > 0);
+    // --pid on the zombie: skipped with a count, not an error.
+    let zp = zombie.id().to_string();
+    let z = run_json(&["inspect", "--pid", &zp, "--json"]);
+    assert_eq!(z["skipped"]["zombies"], 1);
+    zombie.wait().unwrap();
+    // As an unprivileged user most processes are unreadable: counted, no abort.
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", "--"])
+        .arg(common::bin())
+        .args(["inspect", "--rollup", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v["skipped"]["unreadable"].as_u64().unwrap() >= 1, "{}", v["skipped"]);
+    // Our own cgroup (v2 here; v1 works the same way).
+    let cg = std::fs::read_to_string("/proc/self/cgroup").unwrap();
+    if let Some(rel) = cg.lines().find_map(|l| l.strip_prefix("0::")) {
+        let path = format!("/sys/fs/cgroup{}", rel.trim());
+        if Path::new(&path).join("cgroup.procs").exists() {
+            let v = run_json(&["inspect", "--cgroup", &path, "--rollup", "--json"]);
+            let me = std::process::id() as i64;
+            assert!(v["processes"].as_array().unwrap().iter().any(|p| p["pid"] == me), "{path}");
+        }
+    }
+}
+
+#[test]
+fn processes_that_come_and_go_never_abort_a_system_scan() {
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let s2 = stop.clone();
+    let churn = std::thread::spawn(move || {
+        while !s2.load(std::sync::atomic::Ordering::Relaxed) {
+            let _ = Command::new("true").status();
+        }
+    });
+    for _ in 0..5 {
+        let out = common::hugetext(&["inspect", "--all", "--rollup", "--json"]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    churn.join().unwrap();
+}
+
+fn assert_one_line_error(args: &[&str], needle: &str) {
+    let out = common::hugetext(args);
+    assert!(!out.status.success(), "{args:?} should fail");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+    assert!(err.starts_with("hugetext: error:") && err.contains(needle), "{args:?}: {err}");
+    assert!(!err.contains("panicked") && !err.contains("internal error"));
+}
+
+#[test]
+fn bad_input_is_one_line() {
+    assert_one_line_error(&["inspect", "--pid", "2147483647"], "no process with pid 2147483647");
+    assert_one_line_error(&["inspect", "--cgroup", "/nonexistent/cgroup"], "cgroup");
+    assert_one_line_error(&["inspect", "--cgroup", "/tmp"], "not a cgroup directory");
+    assert_one_line_error(&["inspect", "--cont", "3K"], "--cont 3K");
+    assert_one_line_error(&["inspect", "--cont", "4M"], "PMD size");
+    assert_one_line_error(&["inspect", "--cont", "big"], "not a size");
+    assert_one_line_error(&["inspect", "--file", "/nonexistent/file"], "/nonexistent/file");
+    assert_one_line_error(&["inspect", "--watch", "0"], "--watch");
+}
+
+#[test]
+fn table_output_for_a_real_program() {
+    // A fixture program's text, as the demo shows it.
+    let exe = common::fixture("bfd", "pie");
+    let mut child = Command::new(&exe).arg("wait").stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    assert!(lines.any(|l| l.unwrap().contains("ready")), "fixture never got ready");
+    let pid = child.id().to_string();
+    let out = common::hugetext(&["inspect", "--pid", &pid]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains(exe.to_str().unwrap()) && text.contains("file-") && text.contains("% mapped"), "{text}");
+    let out = common::hugetext(&["inspect", "--pid", &pid, "--rollup"]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("PMD-mapped"));
+    drop(child.stdin.take());
+    child.wait().unwrap();
+}
+
+#[test]
+fn watch_repeats_one_json_document_per_line() {
+    let me = std::process::id().to_string();
+    let mut child = Command::new(common::bin())
+        .args(["inspect", "--pid", &me, "--rollup", "--json", "--watch", "0.1"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = BufReader::new(child.stdout.take().unwrap());
+    let mut n = 0;
+    for line in lines.lines().take(3) {
+        let v: Value = serde_json::from_str(&line.unwrap()).unwrap();
+        assert_eq!(v["processes"][0]["pid"], std::process::id() as i64);
+        n += 1;
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(n, 3);
+}

@@ -1,0 +1,126 @@
+//! Library-level checks of the folio classifier on this very process: the
+//! fast path (PAGEMAP_SCAN) and thpmaps' path (smaps) must agree, and known
+//! layouts must land in the right classes.
+
+use std::fs::File;
+use std::io::Write;
+use std::os::fd::AsFd;
+
+use hugetext::folio::{Class, Counts, Kind};
+use hugetext::inspect::{self, Method, Options, Target};
+use hugetext::kernel::{self, Mapping};
+use hugetext::pagecache;
+
+const MIB: usize = 1 << 20;
+
+fn scratch_file(name: &str, mib: usize) -> std::path::PathBuf {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("inspect");
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join(name);
+    let mut f = File::create(&p).unwrap();
+    f.write_all(&vec![0xc3u8; mib * MIB]).unwrap();
+    f.sync_all().unwrap();
+    pagecache::evict(&File::open(&p).unwrap(), 0..0).unwrap();
+    p
+}
+
+/// Counts of the mapping of this process that starts at `addr`, by method.
+fn counts_at(addr: usize, method: Method, cont: &[u32]) -> Counts {
+    let opts = Options {
+        target: Target::Pids(vec![std::process::id() as i32]),
+        all: true,
+        cont_orders: cont.to_vec(),
+        mappings: true,
+        method: Some(method),
+    };
+    let r = inspect::inspect(&opts, &mut |_, _| {}).unwrap();
+    r.processes[0].mappings.iter().find(|m| m.vma.start == addr as u64).map(|m| m.counts.clone()).unwrap_or_default()
+}
+
+fn methods() -> Vec<Method> {
+    let mut v = vec![Method::PagemapSmaps];
+    if kernel::pagemap_scan_supported() {
+        v.push(Method::PagemapScan);
+    }
+    v
+}
+
+#[test]
+fn pmd_partial_and_unaligned_layouts() {
+    let p = scratch_file("layouts", 4);
+    let f = File::open(&p).unwrap();
+    pagecache::fill_huge(&f, 0..4 << 20).unwrap();
+    let pmd = kernel::pmd_size();
+    let pmd_pages = (pmd / kernel::page_size()) as u64;
+    let rx = libc::PROT_READ | libc::PROT_EXEC;
+    // Whole file, congruent: PMD-mapped.
+    let whole = Mapping::file_congruent(f.as_fd(), 0, 4 * MIB, rx, pmd).unwrap();
+    whole.madvise(0, 4 * MIB, kernel::MADV_POPULATE_READ).unwrap();
+    // One page short of the first folio: that folio is partial.
+    let part = Mapping::file_congruent(f.as_fd(), 4096, pmd - 4096, rx, pmd).unwrap();
+    part.madvise(0, pmd - 4096, kernel::MADV_POPULATE_READ).unwrap();
+    for m in methods() {
+        let c = counts_at(whole.addr(), m, &[4]);
+        assert_eq!(c.get(Kind::File, Class::PmdAligned), 2 * pmd_pages, "{m:?}: {c:?}");
+        assert_eq!(c.total(Kind::File), 2 * pmd_pages);
+        assert_eq!(c.cont(Kind::File, 4), (0, 2 * pmd_pages), "{m:?}");
+        let c = counts_at(part.addr(), m, &[4]);
+        assert_eq!(c.get(Kind::File, Class::Partial), pmd_pages - 1, "{m:?}: {c:?}");
+        assert_eq!(c.total(Kind::File), pmd_pages - 1);
+        // 64K blocks inside the partial folio still count (thpmaps' rule):
+        // all but the first, which starts one page before the mapping.
+        assert_eq!(c.cont(Kind::File, 4).0, pmd_pages - 16, "{m:?}");
+    }
+}
+
+#[test]
+fn anon_thp_and_base_pages() {
+    let pmd = kernel::pmd_size();
+    let pmd_pages = (pmd / kernel::page_size()) as u64;
+    let a = Mapping::anon_aligned(4 * MIB, libc::PROT_READ | libc::PROT_WRITE, pmd).unwrap();
+    a.madvise(0, 4 * MIB, kernel::MADV_HUGEPAGE).unwrap();
+    for i in (0..4 * MIB).step_by(4096) {
+        unsafe { a.as_ptr().add(i).write_volatile(1) };
+    }
+    let b = Mapping::anon_aligned(4 * MIB, libc::PROT_READ | libc::PROT_WRITE, pmd).unwrap();
+    b.madvise(0, 4 * MIB, kernel::MADV_NOHUGEPAGE).unwrap();
+    for i in (0..MIB).step_by(4096) {
+        unsafe { b.as_ptr().add(i).write_volatile(1) };
+    }
+    for m in methods() {
+        let c = counts_at(a.addr(), m, &[]);
+        assert_eq!(c.get(Kind::Anon, Class::PmdAligned), 2 * pmd_pages, "{m:?}: {c:?}");
+        let c = counts_at(b.addr(), m, &[]);
+        assert_eq!(c.get(Kind::Anon, Class::PmdAligned), 0);
+        assert_eq!(c.total(Kind::Anon), (MIB / 4096) as u64, "{m:?}: {c:?}");
+    }
+}
+
+#[test]
+fn methods_agree_on_this_whole_process() {
+    // Everything this process maps, by both pagemap methods (smaps-only
+    // cannot see folio sizes). Other test threads may map and unmap while
+    // this runs, so compare only mappings that are stable: the executable's.
+    let exe = std::fs::read_link("/proc/self/exe").unwrap();
+    let get = |m: Method| {
+        let opts = Options {
+            target: Target::Pids(vec![std::process::id() as i32]),
+            all: false,
+            cont_orders: vec![],
+            mappings: true,
+            method: Some(m),
+        };
+        let r = inspect::inspect(&opts, &mut |_, _| {}).unwrap();
+        r.processes[0]
+            .mappings
+            .iter()
+            .filter(|m| std::path::Path::new(&m.vma.path) == exe)
+            .map(|m| (m.vma.start, m.counts.clone()))
+            .collect::<Vec<_>>()
+    };
+    if kernel::pagemap_scan_supported() {
+        let a = get(Method::PagemapScan);
+        assert!(!a.is_empty());
+        assert_eq!(a, get(Method::PagemapSmaps));
+    }
+}
