@@ -1,0 +1,729 @@
+//! Paired A/B runs of a real command: its text (and its libraries', and its
+//! children's) in small page-cache folios vs in PMD folios.
+//!
+//! ## Which files
+//! A first, discarded warm-up run is watched: every few milliseconds the
+//! command's process tree is walked (`/proc/*/stat` parent links) and each
+//! process's `/proc/PID/maps` is read; every regular file mapped executable
+//! is "text the command maps". This is exact for what actually runs —
+//! libraries loaded with `dlopen`, and programs the command starts (`gcc`
+//! runs `cc1` and `as`; the rustup proxy runs the real `rustc`) — which a
+//! static `DT_NEEDED` walk of the executable cannot see. Processes shorter
+//! than the polling interval can be missed; `--files` names more files.
+//! The text ranges of each file are its executable `PT_LOAD` segments (ELF
+//! program headers), or the mapped ranges for non-ELF files.
+//!
+//! ## The two sides
+//! Before every run, each file's clean, unmapped page cache is evicted and
+//! refilled, so both sides run on a fully cached file and differ only in the
+//! folio size of the text:
+//! - `small`: text faulted in through a `PROT_EXEC`, `MADV_NOHUGEPAGE`
+//!   mapping — the exec readahead path, which gives 4 KiB folios on x86, as a
+//!   program's own faults would;
+//! - `huge`: text filled through a PMD-congruent `MADV_HUGEPAGE` mapping
+//!   ([`pagecache::fill_huge`], what `hugetext warm` does).
+//!
+//! Then the rest of each file is read with `pread` (same on both sides), and
+//! the state is verified with [`folio::scan_file`] and recorded per run
+//! (share of text kB in PMD folios). Pages that other processes map cannot
+//! be evicted (e.g. libc): they keep their folios on both sides, and the
+//! state says so.
+//!
+//! ## Statistics
+//! Sides alternate in a random order per pair (seeded). Reported: median
+//! wall time per side, `ratio` = median(huge) / median(small), and a 95%
+//! confidence interval of that ratio by a percentile bootstrap over pairs
+//! ([`stats::ratio_ci95`]).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::ffi::{OsStr, OsString};
+use std::fs::File;
+use std::io::{Read, Seek};
+use std::ops::Range;
+use std::os::fd::AsFd;
+use std::os::unix::fs::FileExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::perf::ItlbCounter;
+use super::stats::{self, Summary};
+use super::Progress;
+use crate::kernel::{self, Mapping};
+use crate::{folio, pagecache, Error, Result};
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The command and its arguments.
+    pub command: Vec<OsString>,
+    /// Pairs of runs (each pair = one small and one huge run).
+    pub runs: u32,
+    /// More files whose text to manage, beyond those discovered.
+    pub files: Vec<PathBuf>,
+    /// Discover files from the warm-up run (the command's process tree).
+    pub discover: bool,
+    /// Seed of the side order and of the bootstrap.
+    pub seed: u64,
+    /// Let the command write to hugetext's stdout (default: discarded).
+    pub show_output: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options { command: Vec::new(), runs: 10, files: Vec::new(), discover: true, seed: 0xab, show_output: false }
+    }
+}
+
+/// One side of the comparison.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Side {
+    /// Text in small folios (as exec faults give them).
+    Small,
+    /// Text in PMD-size folios.
+    Huge,
+}
+
+impl Side {
+    /// Lower-case name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Side::Small => "small",
+            Side::Huge => "huge",
+        }
+    }
+}
+
+/// A file whose text is managed.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct TextFile {
+    pub path: PathBuf,
+    pub size: u64,
+    /// Byte ranges of text (`[start, end)` file offsets).
+    pub text_ranges: Vec<[u64; 2]>,
+    pub text_kb: u64,
+    /// Whole 2 MiB file windows inside the text: what can be PMD-mapped.
+    pub pmd_windows: u64,
+    /// Whether the command mapped this text at an address congruent to its
+    /// file offset modulo 2 MiB (required for PMD mappings); `null` when it
+    /// was not seen mapped (a `--files` entry).
+    pub congruent: Option<bool>,
+    /// "maps" (seen in the warm-up run) or "--files".
+    pub source: &'static str,
+    /// Filesystem the file lives on.
+    pub filesystem: String,
+}
+
+/// Verified page-cache state of the managed text right before a run.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct TextState {
+    /// kB of text in all managed files.
+    pub text_kb: u64,
+    /// kB of it in the page cache.
+    pub cached_kb: u64,
+    /// kB of it in PMD-size folios.
+    pub pmd_kb: u64,
+    /// `pmd_kb / text_kb`, percent.
+    pub text_pmd_pct: f64,
+    /// Whole 2 MiB text windows held in one PMD folio, out of `windows`.
+    pub pmd_windows: u64,
+    pub windows: u64,
+    /// kB of text that other processes map (could not be evicted).
+    pub mapped_by_others_kb: u64,
+    /// kB of text per folio size (key in kB).
+    pub folios_kb: BTreeMap<u64, u64>,
+}
+
+/// One timed run.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct RunRecord {
+    pub side: Side,
+    pub seconds: f64,
+    pub user_s: f64,
+    pub sys_s: f64,
+    /// iTLB misses of the command (user space, children included), when the
+    /// CPU exposes the counter.
+    pub itlb_misses: Option<u64>,
+    /// Time spent preparing the page cache (not part of `seconds`).
+    pub prepare_s: f64,
+    pub state: TextState,
+}
+
+/// One pair of runs.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Pair {
+    /// "small,huge" or "huge,small": the order the sides ran in.
+    pub order: String,
+    pub small: RunRecord,
+    pub huge: RunRecord,
+}
+
+/// Summary of one side.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct SideReport {
+    pub median_s: f64,
+    pub min_s: f64,
+    pub max_s: f64,
+    /// Wall seconds of every run, in pair order.
+    pub runs_s: Vec<f64>,
+    pub user_s: f64,
+    pub sys_s: f64,
+    /// Median iTLB misses, `null` when not measurable.
+    pub itlb_misses: Option<f64>,
+    /// Share of text kB in PMD folios over this side's runs.
+    pub text_pmd_pct: Summary,
+}
+
+/// Whether iTLB misses could be counted.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ItlbInfo {
+    pub supported: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// A run of the command that failed.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Failure {
+    /// Which run: "warm-up" or "pair N, SIDE side".
+    pub run: String,
+    /// Exit status, when it exited.
+    pub exit_status: Option<i32>,
+    /// Signal, when a signal killed it.
+    pub signal: Option<i32>,
+    /// Last lines of its standard error.
+    pub stderr_tail: String,
+}
+
+impl Failure {
+    /// Exit code for hugetext to pass on: the command's status, or
+    /// 128 + signal.
+    pub fn exit_code(&self) -> u8 {
+        match (self.exit_status, self.signal) {
+            (Some(c), _) if (1..=255).contains(&c) => c as u8,
+            (_, Some(s)) => (128 + s).clamp(1, 255) as u8,
+            _ => 1,
+        }
+    }
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (self.exit_status, self.signal) {
+            (Some(c), _) => write!(f, "the command exited with status {c} in the {} run", self.run)?,
+            (_, Some(s)) => write!(f, "the command was killed by signal {s} in the {} run", self.run)?,
+            _ => write!(f, "the command failed in the {} run", self.run)?,
+        }
+        let last = self.stderr_tail.lines().rev().find(|l| !l.trim().is_empty());
+        if let Some(l) = last {
+            write!(f, " (its stderr: {})", l.trim())?;
+        }
+        Ok(())
+    }
+}
+
+/// Everything measured.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Report {
+    pub command: Vec<String>,
+    pub executable: PathBuf,
+    pub kernel: String,
+    pub runs: u32,
+    pub seed: u64,
+    pub warmup_s: f64,
+    pub files: Vec<TextFile>,
+    pub small: SideReport,
+    pub huge: SideReport,
+    /// median(huge) / median(small).
+    pub ratio: f64,
+    /// 95% bootstrap confidence interval of `ratio`.
+    pub ci95: [f64; 2],
+    pub ci_method: &'static str,
+    pub itlb: ItlbInfo,
+    pub pairs: Vec<Pair>,
+    /// Things the reader should know to judge the result.
+    pub notes: Vec<String>,
+    /// Set when a run of the command failed; the run stopped there.
+    pub failure: Option<Failure>,
+}
+
+/// Find `argv0` the way a shell does: as a path when it contains a `/`,
+/// else in `$PATH`. The error says "not found" or "not executable".
+pub fn resolve_command(argv0: &OsStr) -> Result<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let is_exec = |p: &Path| p.metadata().map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0).unwrap_or(false);
+    let name = Path::new(argv0);
+    if argv0.is_empty() {
+        return Err(Error::Invalid("no command given: use `hugetext bench ab -- COMMAND [ARGS...]`".into()));
+    }
+    if argv0.as_encoded_bytes().contains(&b'/') {
+        if !name.exists() {
+            return Err(Error::Invalid(format!("{}: command not found", name.display())));
+        }
+        if !is_exec(name) {
+            return Err(Error::Permission(format!("{}: not an executable file", name.display())));
+        }
+        return Ok(name.canonicalize().unwrap_or_else(|_| name.to_path_buf()));
+    }
+    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
+    for dir in std::env::split_paths(&path) {
+        let p = dir.join(name);
+        if is_exec(&p) {
+            return Ok(p);
+        }
+    }
+    Err(Error::Invalid(format!("{}: command not found in PATH", name.display())))
+}
+
+/// One executable file mapping seen in a process.
+#[derive(Debug, Clone)]
+struct ExecMap {
+    path: PathBuf,
+    start: u64,
+    end: u64,
+    offset: u64,
+}
+
+/// Executable, file-backed mappings of process `pid`.
+fn exec_maps(pid: i32) -> Vec<ExecMap> {
+    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else { return Vec::new() };
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let mut it = line.splitn(6, ' ');
+        let (Some(range), Some(perms), Some(off), Some(_dev), Some(_ino)) = (it.next(), it.next(), it.next(), it.next(), it.next())
+        else {
+            continue;
+        };
+        let path = it.next().unwrap_or("").trim_start();
+        if !perms.as_bytes().get(2).is_some_and(|&c| c == b'x') || !path.starts_with('/') || path.ends_with(" (deleted)") {
+            continue;
+        }
+        let Some((s, e)) = range.split_once('-') else { continue };
+        let (Ok(start), Ok(end), Ok(offset)) =
+            (u64::from_str_radix(s, 16), u64::from_str_radix(e, 16), u64::from_str_radix(off, 16))
+        else {
+            continue;
+        };
+        out.push(ExecMap { path: PathBuf::from(path), start, end, offset });
+    }
+    out
+}
+
+/// `pid` and all its live descendants.
+fn process_tree(root: i32) -> Vec<i32> {
+    let mut children: HashMap<i32, Vec<i32>> = HashMap::new();
+    if let Ok(rd) = std::fs::read_dir("/proc") {
+        for e in rd.flatten() {
+            let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else { continue };
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+            // "pid (comm) S ppid ...": comm may hold spaces and parens.
+            let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else { continue };
+            if let Some(ppid) = rest.split_whitespace().nth(1).and_then(|s| s.parse::<i32>().ok()) {
+                children.entry(ppid).or_default().push(pid);
+            }
+        }
+    }
+    let mut out = vec![root];
+    let mut i = 0;
+    while i < out.len() {
+        if let Some(c) = children.get(&out[i]) {
+            out.extend(c);
+        }
+        i += 1;
+    }
+    out
+}
+
+/// Outcome of one run of the command.
+struct Ran {
+    wall: Duration,
+    user_s: f64,
+    sys_s: f64,
+    status: i32,
+    stderr_tail: String,
+}
+
+impl Ran {
+    fn failure(&self, run: String) -> Option<Failure> {
+        if libc::WIFEXITED(self.status) && libc::WEXITSTATUS(self.status) == 0 {
+            return None;
+        }
+        Some(Failure {
+            run,
+            exit_status: libc::WIFEXITED(self.status).then(|| libc::WEXITSTATUS(self.status)),
+            signal: libc::WIFSIGNALED(self.status).then(|| libc::WTERMSIG(self.status)),
+            stderr_tail: self.stderr_tail.clone(),
+        })
+    }
+}
+
+fn tv_secs(tv: libc::timeval) -> f64 {
+    tv.tv_sec as f64 + tv.tv_usec as f64 * 1e-6
+}
+
+/// Run the command once. With `watch`, poll its process tree and collect
+/// executable mappings until it exits.
+fn run_once(exe: &Path, opts: &Options, mut watch: Option<&mut Vec<ExecMap>>) -> Result<Ran> {
+    let mut err_file = tempfile::tempfile().map_err(|e| Error::io(std::env::temp_dir(), e))?;
+    let mut cmd = Command::new(exe);
+    cmd.arg0(&opts.command[0]).args(&opts.command[1..]).stdin(Stdio::null());
+    cmd.stdout(if opts.show_output { Stdio::inherit() } else { Stdio::null() });
+    cmd.stderr(err_file.try_clone().map_err(|e| Error::io("stderr capture", e))?);
+    let self_exe = std::fs::read_link("/proc/self/exe").ok();
+    let t = Instant::now();
+    let child = cmd.spawn().map_err(|e| Error::Other(format!("cannot start {}: {e}", exe.display())))?;
+    let pid = child.id() as i32;
+    let mut status = 0;
+    // SAFETY: zeroed rusage is a valid out-parameter.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    loop {
+        let flags = if watch.is_some() { libc::WNOHANG } else { 0 };
+        // SAFETY: waiting for our own child with valid out-pointers.
+        let r = unsafe { libc::wait4(pid, &mut status, flags, &mut ru) };
+        if r == pid {
+            break;
+        }
+        if r < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(Error::Sys { call: "wait4", source: e });
+        }
+        if let Some(seen) = watch.as_deref_mut() {
+            for p in process_tree(pid) {
+                // A child between fork and exec is still a copy of us.
+                if self_exe.is_some() && std::fs::read_link(format!("/proc/{p}/exe")).ok() == self_exe {
+                    continue;
+                }
+                seen.extend(exec_maps(p));
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+    let wall = t.elapsed();
+    drop(child);
+    let mut tail = String::new();
+    let len = err_file.seek(std::io::SeekFrom::End(0)).unwrap_or(0);
+    let _ = err_file.seek(std::io::SeekFrom::Start(len.saturating_sub(2048)));
+    let _ = err_file.read_to_string(&mut tail);
+    let tail: Vec<&str> = tail.lines().rev().take(5).collect();
+    let stderr_tail = tail.into_iter().rev().collect::<Vec<_>>().join("\n");
+    Ok(Ran { wall, user_s: tv_secs(ru.ru_utime), sys_s: tv_secs(ru.ru_stime), status, stderr_tail })
+}
+
+/// Executable `PT_LOAD` file ranges of an ELF file; None when it is not ELF.
+fn elf_text_ranges(path: &Path) -> Option<Vec<Range<u64>>> {
+    use object::read::elf::{FileHeader, ProgramHeader};
+    let f = File::open(path).ok()?;
+    let cache = object::ReadCache::new(f);
+    let hdr = object::elf::FileHeader64::<object::Endianness>::parse(&cache).ok()?;
+    let endian = hdr.endian().ok()?;
+    let phdrs = hdr.program_headers(endian, &cache).ok()?;
+    let mut out = Vec::new();
+    for ph in phdrs {
+        if ph.p_type(endian) == object::elf::PT_LOAD && ph.p_flags(endian) & object::elf::PF_X != 0 {
+            let off = ph.p_offset(endian);
+            let len = ph.p_filesz(endian);
+            if len > 0 {
+                out.push(off..off + len);
+            }
+        }
+    }
+    Some(out)
+}
+
+/// Whole PMD windows inside `ranges`.
+fn windows_in(ranges: &[Range<u64>]) -> u64 {
+    let pmd = kernel::pmd_size() as u64;
+    ranges.iter().map(|r| (r.end / pmd).saturating_sub(r.start.div_ceil(pmd))).sum()
+}
+
+/// Build the managed file list from the warm-up mappings and `--files`.
+fn text_files(seen: &[ExecMap], extra: &[PathBuf]) -> Result<Vec<TextFile>> {
+    let pmd = kernel::pmd_size() as u64;
+    let mut by_path: BTreeMap<PathBuf, Vec<&ExecMap>> = BTreeMap::new();
+    for m in seen {
+        by_path.entry(m.path.clone()).or_default().push(m);
+    }
+    let mut paths: Vec<(PathBuf, &'static str)> = by_path.keys().map(|p| (p.clone(), "maps")).collect();
+    let known: BTreeSet<PathBuf> = by_path.keys().cloned().collect();
+    for p in extra {
+        let c = p.canonicalize().map_err(|e| Error::io(p, e))?;
+        if !known.contains(&c) && !paths.iter().any(|(q, _)| *q == c) {
+            paths.push((c, "--files"));
+        }
+    }
+    let mut out = Vec::new();
+    for (path, source) in paths {
+        let Ok(meta) = std::fs::metadata(&path) else { continue };
+        if !meta.is_file() {
+            continue;
+        }
+        let size = meta.len();
+        let maps = by_path.get(&path).map(|v| v.as_slice()).unwrap_or(&[]);
+        let mut ranges = elf_text_ranges(&path).unwrap_or_default();
+        if ranges.is_empty() {
+            ranges = maps.iter().map(|m| m.offset..(m.offset + (m.end - m.start)).min(size)).collect();
+            if ranges.is_empty() {
+                // A non-ELF `--files` entry: manage the whole file.
+                ranges.push(0..size);
+            }
+        }
+        ranges.sort_by_key(|r| r.start);
+        ranges.dedup();
+        let congruent = (!maps.is_empty()).then(|| maps.iter().any(|m| m.start.wrapping_sub(m.offset) % pmd == 0));
+        let filesystem = super::fs_kind(&path).map(|k| k.0).unwrap_or_else(|_| "?".into());
+        out.push(TextFile {
+            text_kb: ranges.iter().map(|r| r.end - r.start).sum::<u64>() / 1024,
+            pmd_windows: windows_in(&ranges),
+            text_ranges: ranges.iter().map(|r| [r.start, r.end]).collect(),
+            path,
+            size,
+            congruent,
+            source,
+            filesystem,
+        });
+    }
+    Ok(out)
+}
+
+/// Fill `range` of `file` through a `PROT_EXEC`, `MADV_NOHUGEPAGE` mapping:
+/// the exec fault path, which reads small folios on x86.
+fn fill_small(file: &File, range: Range<u64>) -> Result<()> {
+    let ps = kernel::page_size() as u64;
+    let start = range.start / ps * ps;
+    let len = ((range.end - start).div_ceil(ps) * ps) as usize;
+    if len == 0 {
+        return Ok(());
+    }
+    let map = Mapping::file_congruent(file.as_fd(), start, len, libc::PROT_READ | libc::PROT_EXEC, ps as usize)?;
+    map.madvise(0, len, kernel::MADV_NOHUGEPAGE)?;
+    map.madvise(0, len, kernel::MADV_POPULATE_READ)?;
+    Ok(())
+}
+
+/// Read the whole file with `pread` so that everything that is not text is
+/// cached too (the same way on both sides).
+fn read_all(file: &File, path: &Path) -> Result<()> {
+    let mut buf = vec![0u8; 1 << 20];
+    let mut off = 0u64;
+    loop {
+        let n = file.read_at(&mut buf, off).map_err(|e| Error::io(path, e))?;
+        if n == 0 {
+            return Ok(());
+        }
+        off += n as u64;
+    }
+}
+
+/// Put every managed file's text in `side`'s folios and verify the result.
+pub fn prepare(files: &[TextFile], side: Side) -> Result<TextState> {
+    for tf in files {
+        let f = File::open(&tf.path).map_err(|e| Error::io(&tf.path, e))?;
+        pagecache::evict(&f, 0..tf.size)?;
+        for r in &tf.text_ranges {
+            match side {
+                Side::Small => fill_small(&f, r[0]..r[1])?,
+                Side::Huge => pagecache::fill_huge(&f, r[0]..r[1])?,
+            }
+        }
+        read_all(&f, &tf.path)?;
+    }
+    verify(files)
+}
+
+/// The page-cache state of the managed text.
+pub fn verify(files: &[TextFile]) -> Result<TextState> {
+    let mut st = TextState::default();
+    for tf in files {
+        for r in &tf.text_ranges {
+            let v = folio::scan_file(&tf.path, Some(r[0]..r[1]))?;
+            st.text_kb += (r[1] - r[0]) / 1024;
+            st.cached_kb += v.cached_kb;
+            st.pmd_kb += v.pmd_kb();
+            st.pmd_windows += v.pmd_windows.len() as u64;
+            st.windows += v.total_windows;
+            st.mapped_by_others_kb += v.mapped_kb;
+            for (k, n) in v.folios_kb {
+                *st.folios_kb.entry(k).or_default() += n;
+            }
+        }
+    }
+    st.text_pmd_pct = super::exec::pct(st.pmd_kb, st.text_kb);
+    Ok(st)
+}
+
+fn summarize(runs: &[&RunRecord]) -> SideReport {
+    let secs: Vec<f64> = runs.iter().map(|r| r.seconds).collect();
+    let s = Summary::of(&secs);
+    let itlb: Vec<f64> = runs.iter().filter_map(|r| r.itlb_misses.map(|v| v as f64)).collect();
+    SideReport {
+        median_s: s.median,
+        min_s: s.min,
+        max_s: s.max,
+        runs_s: secs,
+        user_s: stats::median(&runs.iter().map(|r| r.user_s).collect::<Vec<_>>()),
+        sys_s: stats::median(&runs.iter().map(|r| r.sys_s).collect::<Vec<_>>()),
+        itlb_misses: (!itlb.is_empty()).then(|| stats::median(&itlb)),
+        text_pmd_pct: Summary::of(&runs.iter().map(|r| r.state.text_pmd_pct).collect::<Vec<_>>()),
+    }
+}
+
+/// Run the benchmark. A failing command does not make this an `Err`: the
+/// report carries the [`Failure`] and what was measured before it.
+pub fn run(opts: &Options, progress: &dyn Progress) -> Result<Report> {
+    let Some(argv0) = opts.command.first() else {
+        return Err(Error::Invalid("no command given: use `hugetext bench ab -- COMMAND [ARGS...]`".into()));
+    };
+    if opts.runs == 0 {
+        return Err(Error::Invalid("--runs must be at least 1".into()));
+    }
+    let exe = resolve_command(argv0)?;
+    progress.start(1 + 2 * u64::from(opts.runs));
+    let mut seen = Vec::new();
+    let warm = run_once(&exe, opts, opts.discover.then_some(&mut seen))?;
+    let mut report = Report {
+        command: opts.command.iter().map(|a| a.to_string_lossy().into_owned()).collect(),
+        executable: exe.clone(),
+        kernel: kernel::KernelVersion::current().to_string(),
+        runs: opts.runs,
+        seed: opts.seed,
+        warmup_s: warm.wall.as_secs_f64(),
+        files: Vec::new(),
+        small: summarize(&[]),
+        huge: summarize(&[]),
+        ratio: f64::NAN,
+        ci95: [f64::NAN, f64::NAN],
+        ci_method: "percentile bootstrap over pairs, 10000 resamples, seeded",
+        itlb: ItlbInfo { supported: false, reason: None },
+        pairs: Vec::new(),
+        notes: Vec::new(),
+        failure: warm.failure("warm-up".into()),
+    };
+    if report.failure.is_some() {
+        return Ok(report);
+    }
+    progress.step("warm-up run done");
+    let mut extra = opts.files.clone();
+    if !opts.discover {
+        // Without discovery, at least the executable itself.
+        extra.insert(0, exe.clone());
+    }
+    report.files = text_files(&seen, &extra)?;
+    let windows: u64 = report.files.iter().map(|f| f.pmd_windows).sum();
+    if windows == 0 {
+        report.notes.push(
+            "no managed file has a whole 2 MiB window of text: both sides are the same (expect a ratio near 1)".into(),
+        );
+    }
+    for f in &report.files {
+        if f.pmd_windows > 0 && f.congruent == Some(false) {
+            report.notes.push(format!(
+                "{}: text is mapped at an address not congruent to its file offset modulo 2 MiB, so its PMD folios cannot be PMD-mapped (see `hugetext check`/`align`)",
+                f.path.display()
+            ));
+        }
+        if f.filesystem == "tmpfs" || f.filesystem == "ramfs" {
+            report.notes.push(format!("{}: on {}, which has no large page-cache folios here", f.path.display(), f.filesystem));
+        }
+    }
+    let counter = match ItlbCounter::open() {
+        Ok(c) => {
+            report.itlb = ItlbInfo { supported: true, reason: None };
+            Some(c)
+        }
+        Err(why) => {
+            report.itlb = ItlbInfo { supported: false, reason: Some(why) };
+            None
+        }
+    };
+
+    let mut rng = fastrand::Rng::with_seed(opts.seed);
+    for i in 0..opts.runs {
+        let order = if rng.bool() { [Side::Small, Side::Huge] } else { [Side::Huge, Side::Small] };
+        let mut recs: Vec<RunRecord> = Vec::new();
+        for side in order {
+            let t = Instant::now();
+            let state = prepare(&report.files, side)?;
+            let prepare_s = t.elapsed().as_secs_f64();
+            if let Some(c) = &counter {
+                c.start();
+            }
+            let ran = run_once(&exe, opts, None)?;
+            let itlb_misses = counter.as_ref().and_then(|c| c.stop());
+            if let Some(fail) = ran.failure(format!("pair {}, {} side", i + 1, side.name())) {
+                report.failure = Some(fail);
+                break;
+            }
+            progress.step(&format!(
+                "pair {}/{}: {} {:.3} s ({:.0}% of text in PMD folios)",
+                i + 1,
+                opts.runs,
+                side.name(),
+                ran.wall.as_secs_f64(),
+                state.text_pmd_pct
+            ));
+            recs.push(RunRecord {
+                side,
+                seconds: ran.wall.as_secs_f64(),
+                user_s: ran.user_s,
+                sys_s: ran.sys_s,
+                itlb_misses,
+                prepare_s,
+                state,
+            });
+        }
+        if recs.len() < 2 {
+            break;
+        }
+        let (a, b) = (recs.remove(0), recs.remove(0));
+        let (small, huge) = if a.side == Side::Small { (a, b) } else { (b, a) };
+        report.pairs.push(Pair { order: format!("{},{}", order[0].name(), order[1].name()), small, huge });
+    }
+    let smalls: Vec<&RunRecord> = report.pairs.iter().map(|p| &p.small).collect();
+    let huges: Vec<&RunRecord> = report.pairs.iter().map(|p| &p.huge).collect();
+    report.small = summarize(&smalls);
+    report.huge = summarize(&huges);
+    if !report.pairs.is_empty() {
+        report.ratio = report.huge.median_s / report.small.median_s;
+        let (lo, hi) = stats::ratio_ci95(&report.small.runs_s, &report.huge.runs_s, opts.seed);
+        report.ci95 = [lo, hi];
+    }
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn command_resolution() {
+        assert!(resolve_command(OsStr::new("sh")).unwrap().ends_with("sh"));
+        assert!(resolve_command(OsStr::new("no-such-command-hugetext")).unwrap_err().to_string().contains("not found"));
+        assert!(resolve_command(OsStr::new("/etc/passwd")).unwrap_err().to_string().contains("not an executable"));
+        assert!(resolve_command(OsStr::new("")).is_err());
+    }
+
+    #[test]
+    fn own_exec_maps_and_tree() {
+        let me = std::process::id() as i32;
+        let maps = exec_maps(me);
+        assert!(maps.iter().any(|m| m.path.to_string_lossy().contains("libc")), "{maps:?}");
+        assert_eq!(process_tree(me)[0], me);
+        let ranges = elf_text_ranges(&std::fs::read_link("/proc/self/exe").unwrap()).unwrap();
+        assert!(!ranges.is_empty());
+        assert!(elf_text_ranges(Path::new("/etc/passwd")).is_none());
+    }
+
+    #[test]
+    fn failure_exit_codes() {
+        let f = Failure { run: "warm-up".into(), exit_status: Some(3), signal: None, stderr_tail: "x\nboom\n".into() };
+        assert_eq!(f.exit_code(), 3);
+        assert!(f.to_string().contains("status 3") && f.to_string().contains("boom"));
+        let s = Failure { run: "warm-up".into(), exit_status: None, signal: Some(9), stderr_tail: String::new() };
+        assert_eq!(s.exit_code(), 137);
+    }
+}
