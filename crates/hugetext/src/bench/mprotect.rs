@@ -104,6 +104,9 @@ pub struct State {
     pub folios_kb: BTreeMap<u64, u64>,
     /// Share of the region in the folio size this case is about, in percent.
     pub expected_folio_pct: f64,
+    /// True when at least 90% of the region is in that folio size (false
+    /// too when folio sizes could not be read).
+    pub verified: bool,
     /// smaps `AnonHugePages` (PMD-mapped) after touching, before the loop
     /// setup that PTE-maps (case 1) — kB.
     pub anon_huge_kb_after_touch: u64,
@@ -282,11 +285,16 @@ fn run_case(case: Case, size: usize, loops: u32) -> Result<(f64, f64, State)> {
             // With MADV_HUGEPAGE the fault path would pick PMD THPs first. A
             // PMD whose page table already exists gets mTHPs instead: touch
             // one page per PMD while the region is MADV_NOHUGEPAGE (4 KiB,
-            // creates the page table), then allow huge pages and fill.
+            // creates the page table), free it again (the table stays), then
+            // allow huge pages and fill. `verified` below checks the result.
             m.madvise(0, size, kernel::MADV_NOHUGEPAGE)?;
             for off in (0..size).step_by(pmd) {
                 // SAFETY: inside our read-write mapping.
                 unsafe { std::ptr::write_volatile(m.as_ptr().add(off + pmd - ps), 0) };
+            }
+            // Free those pages again: the page tables stay.
+            for off in (0..size).step_by(pmd) {
+                m.madvise(off + pmd - ps, ps, kernel::MADV_DONTNEED)?;
             }
             m.madvise(0, size, kernel::MADV_HUGEPAGE)?;
             fault_alloc_before = read_counter(&mthp_path(64, "stats/anon_fault_alloc"));
@@ -333,7 +341,7 @@ fn run_case(case: Case, size: usize, loops: u32) -> Result<(f64, f64, State)> {
     Ok((
         secs,
         in_mprotect,
-        State { folios_kb, expected_folio_pct, anon_huge_kb_after_touch, anon_huge_kb_during, mthp_64k_fault_alloc },
+        State { folios_kb, expected_folio_pct, verified: expected_folio_pct >= 90.0, anon_huge_kb_after_touch, anon_huge_kb_during, mthp_64k_fault_alloc },
     ))
 }
 
