@@ -2,14 +2,16 @@
 //! children's) in small page-cache folios vs in PMD folios.
 //!
 //! ## Which files
-//! A first, discarded warm-up run is watched: every few milliseconds the
-//! command's process tree is walked (`/proc/*/stat` parent links) and each
-//! process's `/proc/PID/maps` is read; every regular file mapped executable
-//! is "text the command maps". This is exact for what actually runs —
-//! libraries loaded with `dlopen`, and programs the command starts (`gcc`
-//! runs `cc1` and `as`; the rustup proxy runs the real `rustc`) — which a
-//! static `DT_NEEDED` walk of the executable cannot see. Processes shorter
-//! than the polling interval can be missed; `--files` names more files.
+//! A first, discarded warm-up run is traced with `ptrace` (following forks,
+//! clones and execs): when any process of the command's tree exits, it is
+//! stopped just before its memory goes away and its `/proc/PID/maps` is
+//! read; every regular file it mapped executable is "text the command
+//! maps". This is exact for what actually runs — libraries loaded with
+//! `dlopen`, and programs the command starts (`gcc` runs `cc1` and `as`; the
+//! rustup proxy runs the real `rustc`) — which a static `DT_NEEDED` walk of
+//! the executable cannot see, however short-lived the processes are. Where
+//! `ptrace` is not permitted, the tree is polled every 2 ms instead
+//! (processes shorter than that can be missed). `--files` names more files.
 //! The text ranges of each file are its executable `PT_LOAD` segments (ELF
 //! program headers), or the mapped ranges for non-ELF files.
 //!
@@ -232,7 +234,10 @@ pub struct Report {
     pub kernel: String,
     pub runs: u32,
     pub seed: u64,
+    /// Duration of the warm-up run (traced: slower than a normal run).
     pub warmup_s: f64,
+    /// How the files were found.
+    pub discovery: Discovery,
     pub files: Vec<TextFile>,
     pub small: SideReport,
     pub huge: SideReport,
@@ -363,14 +368,135 @@ fn tv_secs(tv: libc::timeval) -> f64 {
     tv.tv_sec as f64 + tv.tv_usec as f64 * 1e-6
 }
 
-/// Run the command once. With `watch`, poll its process tree and collect
-/// executable mappings until it exits.
-fn run_once(exe: &Path, opts: &Options, mut watch: Option<&mut Vec<ExecMap>>) -> Result<Ran> {
-    let mut err_file = tempfile::tempfile().map_err(|e| Error::io(std::env::temp_dir(), e))?;
+/// How the warm-up run found the command's files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Discovery {
+    /// ptrace: every process's maps read at its exit.
+    Ptrace,
+    /// /proc polling every 2 ms (ptrace not permitted).
+    Polling,
+    /// Not done (`--no-discover`).
+    Off,
+}
+
+fn command_for(exe: &Path, opts: &Options, err_file: &File) -> Result<Command> {
     let mut cmd = Command::new(exe);
     cmd.arg0(&opts.command[0]).args(&opts.command[1..]).stdin(Stdio::null());
     cmd.stdout(if opts.show_output { Stdio::inherit() } else { Stdio::null() });
     cmd.stderr(err_file.try_clone().map_err(|e| Error::io("stderr capture", e))?);
+    Ok(cmd)
+}
+
+fn stderr_tail(mut err_file: File) -> String {
+    let mut tail = String::new();
+    let len = err_file.seek(std::io::SeekFrom::End(0)).unwrap_or(0);
+    let _ = err_file.seek(std::io::SeekFrom::Start(len.saturating_sub(2048)));
+    let _ = err_file.read_to_string(&mut tail);
+    let tail: Vec<&str> = tail.lines().rev().take(5).collect();
+    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+}
+
+/// The warm-up run: trace the command's process tree with ptrace and read
+/// every process's executable mappings when it exits. Falls back to
+/// polling when ptrace is refused.
+fn discover_run(exe: &Path, opts: &Options, seen: &mut Vec<ExecMap>) -> Result<(Ran, Discovery)> {
+    let err_file = tempfile::tempfile().map_err(|e| Error::io(std::env::temp_dir(), e))?;
+    let mut cmd = command_for(exe, opts, &err_file)?;
+    // SAFETY: ptrace(PTRACE_TRACEME) is async-signal-safe and touches no
+    // memory of the parent.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::ptrace(libc::PTRACE_TRACEME, 0, std::ptr::null_mut::<libc::c_void>(), std::ptr::null_mut::<libc::c_void>()) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let t = Instant::now();
+    let child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) if e.raw_os_error() == Some(libc::EPERM) => {
+            return Ok((run_once(exe, opts, Some(seen))?, Discovery::Polling));
+        }
+        Err(e) => return Err(Error::Other(format!("cannot start {}: {e}", exe.display()))),
+    };
+    let root = child.id() as i32;
+    let ptrace = |req: libc::c_uint, pid: i32, data: usize| {
+        // SAFETY: ptrace requests on our own stopped tracees; data is an
+        // integer argument (options or signal number).
+        unsafe { libc::ptrace(req, pid, std::ptr::null_mut::<libc::c_void>(), data as *mut libc::c_void) }
+    };
+    let mut root_status = None;
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    let mut root_ru = ru;
+    let options = libc::PTRACE_O_TRACEFORK
+        | libc::PTRACE_O_TRACEVFORK
+        | libc::PTRACE_O_TRACECLONE
+        | libc::PTRACE_O_TRACEEXEC
+        | libc::PTRACE_O_TRACEEXIT
+        | libc::PTRACE_O_EXITKILL;
+    let mut configured = false;
+    loop {
+        let mut st = 0;
+        // SAFETY: waiting for our tracees with valid out-pointers.
+        let w = unsafe { libc::wait4(-1, &mut st, libc::__WALL, &mut ru) };
+        if w < 0 {
+            let e = std::io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EINTR) => continue,
+                Some(libc::ECHILD) => break,
+                _ => return Err(Error::Sys { call: "wait4", source: e }),
+            }
+        }
+        if libc::WIFEXITED(st) || libc::WIFSIGNALED(st) {
+            if w == root {
+                root_status = Some(st);
+                root_ru = ru;
+            }
+            continue;
+        }
+        if !libc::WIFSTOPPED(st) {
+            continue;
+        }
+        if w == root && !configured {
+            // The stop after the first exec: follow everything from here.
+            ptrace(libc::PTRACE_SETOPTIONS, w, options as usize);
+            configured = true;
+            ptrace(libc::PTRACE_CONT, w, 0);
+            continue;
+        }
+        let sig = libc::WSTOPSIG(st);
+        let event = st >> 16;
+        let deliver = if event == libc::PTRACE_EVENT_EXIT {
+            seen.extend(exec_maps(w));
+            0
+        } else if event != 0 || sig == libc::SIGTRAP || sig == libc::SIGSTOP {
+            // ptrace events, exec traps and new tracees' initial stops.
+            0
+        } else {
+            sig
+        };
+        ptrace(libc::PTRACE_CONT, w, deliver as usize);
+    }
+    let wall = t.elapsed();
+    drop(child);
+    let status = root_status.ok_or_else(|| Error::Other("lost track of the traced command".into()))?;
+    let ran = Ran {
+        wall,
+        user_s: tv_secs(root_ru.ru_utime),
+        sys_s: tv_secs(root_ru.ru_stime),
+        status,
+        stderr_tail: stderr_tail(err_file),
+    };
+    Ok((ran, Discovery::Ptrace))
+}
+
+/// Run the command once. With `watch`, poll its process tree and collect
+/// executable mappings until it exits.
+fn run_once(exe: &Path, opts: &Options, mut watch: Option<&mut Vec<ExecMap>>) -> Result<Ran> {
+    let err_file = tempfile::tempfile().map_err(|e| Error::io(std::env::temp_dir(), e))?;
+    let mut cmd = command_for(exe, opts, &err_file)?;
     let self_exe = std::fs::read_link("/proc/self/exe").ok();
     let t = Instant::now();
     let child = cmd.spawn().map_err(|e| Error::Other(format!("cannot start {}: {e}", exe.display())))?;
@@ -405,13 +531,7 @@ fn run_once(exe: &Path, opts: &Options, mut watch: Option<&mut Vec<ExecMap>>) ->
     }
     let wall = t.elapsed();
     drop(child);
-    let mut tail = String::new();
-    let len = err_file.seek(std::io::SeekFrom::End(0)).unwrap_or(0);
-    let _ = err_file.seek(std::io::SeekFrom::Start(len.saturating_sub(2048)));
-    let _ = err_file.read_to_string(&mut tail);
-    let tail: Vec<&str> = tail.lines().rev().take(5).collect();
-    let stderr_tail = tail.into_iter().rev().collect::<Vec<_>>().join("\n");
-    Ok(Ran { wall, user_s: tv_secs(ru.ru_utime), sys_s: tv_secs(ru.ru_stime), status, stderr_tail })
+    Ok(Ran { wall, user_s: tv_secs(ru.ru_utime), sys_s: tv_secs(ru.ru_stime), status, stderr_tail: stderr_tail(err_file) })
 }
 
 /// Executable `PT_LOAD` file ranges of an ELF file; None when it is not ELF.
@@ -523,6 +643,9 @@ fn read_all(file: &File, path: &Path) -> Result<()> {
 pub fn prepare(files: &[TextFile], side: Side) -> Result<TextState> {
     for tf in files {
         let f = File::open(&tf.path).map_err(|e| Error::io(&tf.path, e))?;
+        // Dirty folios (a freshly built program) cannot be evicted and keep
+        // whatever size the writer gave them: write them back first.
+        f.sync_data().map_err(|e| Error::io(&tf.path, e))?;
         pagecache::evict(&f, 0..tf.size)?;
         for r in &tf.text_ranges {
             match side {
@@ -584,7 +707,8 @@ pub fn run(opts: &Options, progress: &dyn Progress) -> Result<Report> {
     let exe = resolve_command(argv0)?;
     progress.start(1 + 2 * u64::from(opts.runs));
     let mut seen = Vec::new();
-    let warm = run_once(&exe, opts, opts.discover.then_some(&mut seen))?;
+    let (warm, discovery) =
+        if opts.discover { discover_run(&exe, opts, &mut seen)? } else { (run_once(&exe, opts, None)?, Discovery::Off) };
     let mut report = Report {
         command: opts.command.iter().map(|a| a.to_string_lossy().into_owned()).collect(),
         executable: exe.clone(),
@@ -592,6 +716,7 @@ pub fn run(opts: &Options, progress: &dyn Progress) -> Result<Report> {
         runs: opts.runs,
         seed: opts.seed,
         warmup_s: warm.wall.as_secs_f64(),
+        discovery,
         files: Vec::new(),
         small: summarize(&[]),
         huge: summarize(&[]),
