@@ -54,8 +54,9 @@ enum What {
     /// and refilled: `small` through an exec mapping (4 KiB folios, as
     /// exec faults give them), `huge` through a MADV_HUGEPAGE mapping (PMD
     /// folios); the state is verified and recorded per run. The sides run
-    /// in random order within each pair. Prints the median per side, the
-    /// ratio huge/small and its 95% bootstrap confidence interval.
+    /// alternately first within each pair. Prints the median per side, the
+    /// ratio huge/small and its 95% bootstrap confidence interval (wall and
+    /// CPU time).
     Ab(AbArgs),
 }
 
@@ -232,7 +233,7 @@ fn folios_text(f: &std::collections::BTreeMap<u64, u64>) -> String {
         return "unknown (PFNs not readable)".into();
     }
     let mut parts: Vec<(u64, u64)> = f.iter().map(|(k, v)| (*k, *v)).collect();
-    parts.sort_by(|a, b| b.1.cmp(&a.1));
+    parts.sort_by_key(|p| std::cmp::Reverse(p.1));
     parts
         .iter()
         .take(3)
@@ -513,7 +514,7 @@ fn run_ab(a: AbArgs) -> Result<u8> {
 
 fn print_ab(r: &ab::Report) {
     println!(
-        "A/B: `{}` ({} pairs, sides in random order per pair), kernel {}; warm-up run {:.3} s\n",
+        "A/B: `{}` ({} pairs, sides alternating small-first/huge-first), kernel {}; warm-up run {:.3} s\n",
         r.command.join(" "),
         r.pairs.len(),
         r.kernel,
@@ -551,7 +552,8 @@ fn print_ab(r: &ab::Report) {
         ]);
     }
     println!("{t}\n");
-    println!("huge/small = {:.3}, 95% CI [{:.3}, {:.3}] ({})", r.ratio, r.ci95[0], r.ci95[1], r.ci_method);
+    println!("huge/small wall time = {:.3}, 95% CI [{:.3}, {:.3}] ({})", r.ratio, r.ci95[0], r.ci95[1], r.ci_method);
+    println!("huge/small CPU time (user+sys) = {:.3}, 95% CI [{:.3}, {:.3}]", r.cpu_ratio, r.cpu_ci95[0], r.cpu_ci95[1]);
     if let Some(why) = &r.itlb.reason {
         println!("iTLB misses: {why}");
     }

@@ -50,7 +50,7 @@ pub struct Options {
 
 impl Default for Options {
     fn default() -> Self {
-        Options { size: 512 << 20, runs: 3, dir: None, calls_per_page: 4, seed: 0x5eed_000 }
+        Options { size: 512 << 20, runs: 3, dir: None, calls_per_page: 4, seed: 0x5eed000 }
     }
 }
 
