@@ -156,6 +156,7 @@ fn ab_json_shape_verified_sides_and_plot() {
     assert_eq!(me["congruent"], true);
     let windows = me["pmd_windows"].as_u64().unwrap();
     assert!(windows >= 8, "{me}");
+    assert_eq!(me["mappable_windows"], windows, "{me}");
     assert!(files.iter().any(|f| f["path"].as_str().unwrap().contains("libc.so")), "libraries are managed too");
     // Every run's state was verified: small has no text in PMD folios,
     // huge has every whole window of the fixture in one.

@@ -520,16 +520,15 @@ fn print_ab(r: &ab::Report) {
         r.kernel,
         r.warmup_s
     );
-    let mut ft = table(&["File", "Text", "2 MiB windows", "Congruent", "Source"]);
+    let mut ft = table(&["File", "Text", "2 MiB windows", "PMD-mappable", "Source"]);
     for f in &r.files {
         ft.add_row(vec![
             f.path.display().to_string(),
             format!("{:.1} MiB", f.text_kb as f64 / 1024.0),
             f.pmd_windows.to_string(),
-            match f.congruent {
-                Some(true) => "yes".into(),
-                Some(false) => "no".into(),
-                None => "not seen".into(),
+            match f.mappable_windows {
+                Some(m) => m.to_string(),
+                None => "not seen mapped".into(),
             },
             f.source.to_string(),
         ]);

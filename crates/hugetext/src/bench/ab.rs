@@ -115,6 +115,10 @@ pub struct TextFile {
     /// file offset modulo 2 MiB (required for PMD mappings); `null` when it
     /// was not seen mapped (a `--files` entry).
     pub congruent: Option<bool>,
+    /// Of `pmd_windows`, those the command mapped at a 2 MiB-congruent
+    /// address, i.e. that can actually be PMD-mapped when their folios are
+    /// PMD-size; `null` when not seen mapped.
+    pub mappable_windows: Option<u64>,
     /// "maps" (seen in the warm-up run) or "--files".
     pub source: &'static str,
     /// Filesystem the file lives on.
@@ -610,6 +614,14 @@ fn text_files(seen: &[ExecMap], extra: &[PathBuf]) -> Result<Vec<TextFile>> {
         ranges.sort_by_key(|r| r.start);
         ranges.dedup();
         let congruent = (!maps.is_empty()).then(|| maps.iter().any(|m| m.start.wrapping_sub(m.offset) % pmd == 0));
+        let text_windows: BTreeSet<u64> =
+            ranges.iter().flat_map(|r| r.start.div_ceil(pmd)..r.end / pmd).collect();
+        let mapped_windows: BTreeSet<u64> = maps
+            .iter()
+            .filter(|m| m.start.wrapping_sub(m.offset) % pmd == 0)
+            .flat_map(|m| m.offset.div_ceil(pmd)..(m.offset + (m.end - m.start)) / pmd)
+            .collect();
+        let mappable_windows = (!maps.is_empty()).then(|| text_windows.intersection(&mapped_windows).count() as u64);
         let filesystem = super::fs_kind(&path).map(|k| k.0).unwrap_or_else(|_| "?".into());
         out.push(TextFile {
             text_kb: ranges.iter().map(|r| range_kb(r.clone())).sum(),
@@ -618,6 +630,7 @@ fn text_files(seen: &[ExecMap], extra: &[PathBuf]) -> Result<Vec<TextFile>> {
             path,
             size,
             congruent,
+            mappable_windows,
             source,
             filesystem,
         });
@@ -762,10 +775,12 @@ pub fn run(opts: &Options, progress: &dyn Progress) -> Result<Report> {
         );
     }
     for f in &report.files {
-        if f.pmd_windows > 0 && f.congruent == Some(false) {
+        if f.pmd_windows > 0 && f.mappable_windows.is_some_and(|m| m < f.pmd_windows) {
             report.notes.push(format!(
-                "{}: text is mapped at an address not congruent to its file offset modulo 2 MiB, so its PMD folios cannot be PMD-mapped (see `hugetext check`/`align`)",
-                f.path.display()
+                "{}: {} of its {} text windows are mapped at addresses not congruent to their file offsets modulo 2 MiB, so their PMD folios cannot be PMD-mapped (see `hugetext check`/`align`)",
+                f.path.display(),
+                f.pmd_windows - f.mappable_windows.unwrap_or(0),
+                f.pmd_windows
             ));
         }
         if f.filesystem == "tmpfs" || f.filesystem == "ramfs" {
