@@ -37,6 +37,9 @@ fn exec_json_shape_and_verified_states() {
             assert_eq!(st["runs"].as_array().unwrap().len(), 2);
         }
         for r in runs {
+            let passes: Vec<f64> = r["random_passes_ms"].as_array().unwrap().iter().map(num).collect();
+            assert_eq!(passes.len(), 3, "default: 3 passes of the random phase");
+            assert_eq!(num(&r["random_ms"]), passes.iter().copied().fold(f64::INFINITY, f64::min));
             let state = &r["state"];
             // Everything was cached after the sweep.
             let total: u64 = state["folios_kb"].as_object().unwrap().values().map(|x| x.as_u64().unwrap()).sum();

@@ -70,7 +70,7 @@ struct ExecArgs {
     #[arg(long, default_value = "512M", value_parser = size_arg)]
     size: u64,
     /// Runs; each run measures every variant once.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 5)]
     runs: u32,
     /// Directory for the stub file, on a disk filesystem (ext4, xfs).
     /// Default: $TMPDIR unless it is tmpfs, else the current directory.
@@ -79,6 +79,9 @@ struct ExecArgs {
     /// Random calls per page of the file.
     #[arg(long, default_value_t = 4)]
     calls_per_page: u32,
+    /// Passes of the random phase per run; the fastest pass counts.
+    #[arg(long, default_value_t = 3)]
+    random_passes: u32,
     /// Seed of the random phase.
     #[arg(long, default_value_t = 0x5eed000)]
     seed: u64,
@@ -140,8 +143,9 @@ struct AbArgs {
     /// Write an SVG plot of every run's time to FILE.
     #[arg(long, value_name = "FILE.svg")]
     plot: Option<PathBuf>,
-    /// More files whose text to manage (e.g. programs the command starts
-    /// too briefly to be seen).
+    /// More files whose text to manage (e.g. code the warm-up run did not
+    /// reach, or when ptrace is not permitted and discovery falls back to
+    /// polling).
     #[arg(long, num_args = 1.., value_name = "PATH")]
     files: Vec<PathBuf>,
     /// Do not discover files from the warm-up run; manage only the
@@ -263,7 +267,7 @@ fn verdict(value: f64, target: f64, aim: f64) -> &'static str {
 }
 
 fn run_exec(a: ExecArgs) -> Result<u8> {
-    let opts = exec::Options { size: a.size, runs: a.runs, dir: a.dir, calls_per_page: a.calls_per_page, seed: a.seed };
+    let opts = exec::Options { size: a.size, runs: a.runs, dir: a.dir, calls_per_page: a.calls_per_page, random_passes: a.random_passes, seed: a.seed };
     let bar = Bar::new();
     let r = exec::run(&opts, &bar);
     bar.finish();
