@@ -1,5 +1,7 @@
-/* hugetext.h - remap a running program's text onto huge pages.
- * Link with -lhugetext. */
+/* hugetext.h - remap a running program's text onto 2 MiB pages.
+ *
+ * Link with -lhugetext (libhugetext.so, built as target/release/libhugetext.so;
+ * the same library `hugetext run` injects with LD_PRELOAD). See doc/run.md. */
 #ifndef HUGETEXT_H
 #define HUGETEXT_H
 
@@ -7,10 +9,25 @@
 extern "C" {
 #endif
 
-/* Remap this process's executable text (the program's and every loaded
- * shared library's read-only executable mappings) onto 2 MiB pages.
- * Safe to call from a multi-threaded program. Returns the number of bytes
- * of text backed by huge pages after the call, or a negative errno. */
+/* Remap this process's executable text -- the program's and every loaded
+ * shared library's read-only executable mappings, per whole 2 MiB window --
+ * onto 2 MiB pages: zero copy through the page cache where the mapping is
+ * 2 MiB-congruent to its file and nobody else pins the pages, else
+ * MADV_COLLAPSE where the kernel supports it for file text, else a copy into
+ * anonymous huge pages moved over the text with one mremap (code running
+ * there never sees a hole).
+ *
+ * Safe to call from a multi-threaded program, any number of times; a call
+ * made while another thread is inside it returns -EBUSY. Any failure leaves
+ * the original text in place. Settings come from the HUGETEXT_* environment
+ * variables (HUGETEXT_STRATEGY, HUGETEXT_VERBOSE=1, ...; see `hugetext run
+ * --help`).
+ *
+ * Returns the number of bytes of text backed by PMD-mapped huge pages after
+ * the call (0 if the process has no whole 2 MiB window of text), or a
+ * negative errno when no text is huge-backed and something failed (e.g.
+ * -EPERM under a seccomp filter or with THP disabled for the process,
+ * -ENOTTY on kernels before 6.7, which lack PAGEMAP_SCAN). */
 long hugetext_remap_text(void);
 
 #ifdef __cplusplus

@@ -1,13 +1,32 @@
 //! Page cache: evict a file's clean, unmapped folios and refill ranges with
 //! PMD-order folios through a 2 MiB-congruent `MADV_HUGEPAGE` mapping
 //! (KERNEL-NOTES §1).
+//!
+//! Three ways to fill, from the most to the least general:
+//! - [`fill_huge`]: a congruent `MADV_HUGEPAGE` mapping over the range,
+//!   populated; page-cache misses are read as PMD-order folios. Readahead is
+//!   the kernel's VM_HUGEPAGE path, which reads up to two PMD windows per
+//!   fault and may read past the end of the range.
+//! - [`fill_bounded`]: what `warm` uses. The whole PMD windows inside the
+//!   range are read with one PMD-order folio each and nothing outside them
+//!   (`MADV_RANDOM` turns the two-window read into exactly one), several
+//!   windows in flight at once; the head and tail of the range (parts of a
+//!   window) are read with `readahead(2)`, which never reads past what it is
+//!   asked for. So, like the kernel's exec readahead bounded to the VMA,
+//!   padding outside the range is never pulled into the cache.
+//! - [`collapse_window`]: `MADV_COLLAPSE` on a read-only executable mapping,
+//!   which collapses a window in place even when other processes map it,
+//!   but only on kernels with `CONFIG_READ_ONLY_THP_FOR_FS`
+//!   ([`collapse_supported`] tells).
 
 use std::fs::File;
+use std::io::Write;
 use std::ops::Range;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, AsRawFd};
+use std::path::Path;
 
 use crate::kernel::{self, Mapping};
-use crate::Result;
+use crate::{Error, Result};
 
 /// Drop the clean page cache of `range` of `file` that nobody maps.
 pub fn evict(file: &File, range: Range<u64>) -> Result<()> {
@@ -29,4 +48,172 @@ pub fn fill_huge(file: &File, range: Range<u64>) -> Result<()> {
     map.madvise(0, len as usize, kernel::MADV_HUGEPAGE)?;
     map.madvise(0, len as usize, kernel::MADV_POPULATE_READ)?;
     Ok(())
+}
+
+/// The whole PMD-size windows inside `range`: `[ceil(start), floor(end))`
+/// rounded to the PMD size (empty when the range holds no whole window).
+pub fn pmd_windows_in(range: &Range<u64>) -> Range<u64> {
+    let pmd = kernel::pmd_size() as u64;
+    let ws = range.start.div_ceil(pmd) * pmd;
+    let we = range.end / pmd * pmd;
+    if ws < we {
+        ws..we
+    } else {
+        ws..ws
+    }
+}
+
+/// Fill `range` of `file` reading nothing outside it: whole PMD windows as
+/// PMD-order folios ([`fill_windows`]), the head and tail with bounded
+/// small-folio reads ([`fill_small`]). Evict first: cached pages keep their
+/// folio size.
+pub fn fill_bounded(file: &File, range: Range<u64>) -> Result<()> {
+    if range.is_empty() {
+        return Ok(());
+    }
+    let w = pmd_windows_in(&range);
+    if w.is_empty() {
+        return fill_small(file, range);
+    }
+    fill_small(file, range.start..w.start)?;
+    fill_small(file, w.end..range.end)?;
+    fill_windows(file, w, default_parallelism())
+}
+
+/// How many windows to have in flight at once: one per CPU, at least 4
+/// (a window read mostly waits for I/O), at most 8.
+pub fn default_parallelism() -> usize {
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(4).clamp(4, 8)
+}
+
+/// Read the PMD-aligned `windows` of `file` into PMD-order folios, exactly
+/// one window per page-cache miss, `parallel` windows in flight.
+///
+/// The range must start and end on PMD boundaries. Pages already cached are
+/// not read again (and keep their folio size).
+pub fn fill_windows(file: &File, windows: Range<u64>, parallel: usize) -> Result<()> {
+    let pmd = kernel::pmd_size() as u64;
+    if windows.is_empty() {
+        return Ok(());
+    }
+    if windows.start % pmd != 0 || windows.end % pmd != 0 {
+        return Err(Error::Invalid(format!(
+            "fill_windows: {:#x}..{:#x} is not PMD aligned",
+            windows.start, windows.end
+        )));
+    }
+    let len = (windows.end - windows.start) as usize;
+    let map = Mapping::file_congruent(file.as_fd(), windows.start, len, libc::PROT_READ | libc::PROT_EXEC, pmd as usize)?;
+    map.madvise(0, len, kernel::MADV_HUGEPAGE)?;
+    // VM_RAND_READ: the VM_HUGEPAGE fault path reads exactly one PMD folio
+    // (not two, not an async tail), so nothing past the range is read.
+    map.madvise(0, len, libc::MADV_RANDOM)?;
+    let n = len as u64 / pmd;
+    let parallel = (parallel.max(1) as u64).min(n) as usize;
+    let base = map.addr();
+    if parallel <= 1 {
+        return kernel::madvise(base, len, kernel::MADV_POPULATE_READ);
+    }
+    // Workers take windows from a shared counter, so each has one window
+    // in flight and the next read starts as soon as one finishes.
+    let next = std::sync::atomic::AtomicU64::new(0);
+    let results: Vec<Result<()>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..parallel)
+            .map(|_| {
+                s.spawn(|| -> Result<()> {
+                    loop {
+                        let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        if k >= n {
+                            return Ok(());
+                        }
+                        kernel::madvise(base + (k * pmd) as usize, pmd as usize, kernel::MADV_POPULATE_READ)?;
+                    }
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(Error::Other("fill worker panicked".into())))).collect()
+    });
+    drop(map);
+    results.into_iter().collect()
+}
+
+/// Read `range` of `file` into the page cache with `readahead(2)`, which
+/// reads exactly the pages asked for (page-rounded), in small folios.
+pub fn fill_small(file: &File, range: Range<u64>) -> Result<()> {
+    if range.is_empty() {
+        return Ok(());
+    }
+    // SAFETY: plain syscall on a valid fd.
+    let r = unsafe {
+        libc::readahead(file.as_raw_fd(), range.start as libc::off64_t, (range.end - range.start) as usize)
+    };
+    if r != 0 {
+        return Err(Error::last_os("readahead"));
+    }
+    Ok(())
+}
+
+/// Whether `MADV_COLLAPSE` can collapse read-only file text into PMD folios
+/// on this kernel, for files on the filesystem of `dir`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub enum CollapseSupport {
+    /// It works (the kernel has `CONFIG_READ_ONLY_THP_FOR_FS`).
+    Available,
+    /// It does not; the string says why.
+    Unavailable(String),
+}
+
+impl CollapseSupport {
+    /// True for [`CollapseSupport::Available`].
+    pub fn is_available(&self) -> bool {
+        matches!(self, CollapseSupport::Available)
+    }
+}
+
+/// Find out whether `MADV_COLLAPSE` works on read-only file text by trying
+/// it: a scratch file of one PMD window is written in `dir` (which must be
+/// writable and on the filesystem of interest), closed, reopened read-only
+/// (collapse refuses files open for writing), unlinked, mapped
+/// `PROT_READ|PROT_EXEC` at a congruent address, faulted in, and collapsed.
+pub fn collapse_supported(dir: &Path) -> Result<CollapseSupport> {
+    let pmd = kernel::pmd_size();
+    let path = dir.join(format!(".hugetext-collapse-probe.{}", std::process::id()));
+    let write = || -> std::io::Result<()> {
+        let mut f = std::fs::OpenOptions::new().write(true).create_new(true).open(&path)?;
+        // RET (0xc3) everywhere: harmless text.
+        f.write_all(&vec![0xc3u8; pmd])?;
+        f.sync_all()
+    };
+    if let Err(e) = write() {
+        let _ = std::fs::remove_file(&path);
+        return Err(Error::io(&path, e));
+    }
+    let f = File::open(&path).map_err(|e| Error::io(&path, e));
+    let _ = std::fs::remove_file(&path);
+    let f = f?;
+    evict(&f, 0..0)?;
+    let map = Mapping::file_congruent(f.as_fd(), 0, pmd, libc::PROT_READ | libc::PROT_EXEC, pmd)?;
+    map.madvise(0, pmd, kernel::MADV_POPULATE_READ)?;
+    Ok(match map.madvise(0, pmd, kernel::MADV_COLLAPSE) {
+        Ok(()) => CollapseSupport::Available,
+        Err(Error::Sys { source, .. }) => match source.raw_os_error() {
+            Some(libc::EINVAL) => CollapseSupport::Unavailable(
+                "MADV_COLLAPSE refuses file text (kernel without CONFIG_READ_ONLY_THP_FOR_FS, or older than 6.1)".into(),
+            ),
+            // Transient failures (EAGAIN, ENOMEM, EBUSY) mean the kernel
+            // would collapse file text given the memory.
+            Some(libc::EAGAIN) | Some(libc::ENOMEM) | Some(libc::EBUSY) => CollapseSupport::Available,
+            _ => CollapseSupport::Unavailable(format!("MADV_COLLAPSE failed: {source}")),
+        },
+        Err(e) => return Err(e),
+    })
+}
+
+/// `MADV_COLLAPSE` the PMD window starting at `offset` (PMD aligned) of a
+/// file opened read-only, through a congruent `PROT_READ|PROT_EXEC`
+/// mapping. Works even where other processes map the window's pages.
+pub fn collapse_window(file: &File, offset: u64) -> Result<()> {
+    let pmd = kernel::pmd_size();
+    let map = Mapping::file_congruent(file.as_fd(), offset, pmd, libc::PROT_READ | libc::PROT_EXEC, pmd)?;
+    map.madvise(0, pmd, kernel::MADV_COLLAPSE)
 }

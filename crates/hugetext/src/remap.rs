@@ -1,2 +1,473 @@
-//! `run`: locate the preload library, build the environment for the program,
-//! and verify how a running process's text ended up backed.
+//! `run`: locate the preload library (`libhugetext.so`), build the
+//! environment that injects it into a program, and verify how a running
+//! process's text ended up backed.
+//!
+//! The remapping itself happens inside the program, in the preload library
+//! (crate `hugetext-preload`); this module is everything `hugetext run`
+//! needs around it. See doc/run.md.
+
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use crate::{Error, Result};
+
+/// File name of the preload library.
+pub const PRELOAD_NAME: &str = "libhugetext.so";
+
+/// Environment variable that names the preload library explicitly.
+pub const PRELOAD_ENV: &str = "HUGETEXT_PRELOAD";
+
+/// How the preload may make text huge-backed (`HUGETEXT_STRATEGY`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Strategy {
+    /// Per 2 MiB window: already huge, else `file`, else `collapse`, else `copy`.
+    #[default]
+    Auto,
+    /// Zero copy: refault the file's text through 2 MiB page-cache folios.
+    File,
+    /// `MADV_COLLAPSE` (file text needs `CONFIG_READ_ONLY_THP_FOR_FS`).
+    Collapse,
+    /// Copy into anonymous 2 MiB pages and `mremap` them over the text.
+    Copy,
+}
+
+impl Strategy {
+    /// The value the preload reads from `HUGETEXT_STRATEGY`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Strategy::Auto => "auto",
+            Strategy::File => "file",
+            Strategy::Collapse => "collapse",
+            Strategy::Copy => "copy",
+        }
+    }
+}
+
+/// What `hugetext run` asks of the preload.
+#[derive(Clone, Debug, Default)]
+pub struct RunOptions {
+    pub strategy: Strategy,
+    /// Only mappings whose path matches (preload regex subset).
+    pub include: Option<String>,
+    /// Skip mappings whose path matches.
+    pub exclude: Option<String>,
+    /// One line per mapping and a summary on stderr.
+    pub verbose: bool,
+    /// Keep the preload in `LD_PRELOAD` for child processes.
+    pub inherit: bool,
+    /// Never move text to anonymous memory (debuggers and profilers keep
+    /// seeing the file behind every code address).
+    pub gdb: bool,
+}
+
+/// Where `hugetext run` looks for the preload library, in order:
+/// `$HUGETEXT_PRELOAD` (an explicit choice wins), next to the `hugetext`
+/// binary (a cargo build or an unpacked release), `../lib/hugetext/` from the
+/// binary's directory (an installed prefix), then `/usr/local/lib`.
+pub fn preload_candidates(explicit: Option<&Path>, exe: Option<&Path>) -> Vec<PathBuf> {
+    let mut v = Vec::new();
+    if let Some(p) = explicit {
+        v.push(p.to_path_buf());
+        return v;
+    }
+    if let Some(dir) = exe.and_then(Path::parent) {
+        v.push(dir.join(PRELOAD_NAME));
+        v.push(dir.join("../lib/hugetext").join(PRELOAD_NAME));
+    }
+    v.push(Path::new("/usr/local/lib").join(PRELOAD_NAME));
+    v
+}
+
+/// Find the preload library (see [`preload_candidates`]); `explicit` is the
+/// value of `$HUGETEXT_PRELOAD` or `--preload`. The result is absolute.
+pub fn find_preload(explicit: Option<&Path>) -> Result<PathBuf> {
+    let exe = std::env::current_exe().ok();
+    let cands = preload_candidates(explicit, exe.as_deref());
+    for c in &cands {
+        if c.is_file() {
+            let abs = c.canonicalize().map_err(|e| Error::io(c, e))?;
+            check_preload_path(&abs)?;
+            return Ok(abs);
+        }
+    }
+    if let Some(p) = explicit {
+        return Err(Error::Invalid(format!(
+            "{}: no such file (from {PRELOAD_ENV} or --preload); point it at libhugetext.so",
+            p.display()
+        )));
+    }
+    let looked: Vec<String> = cands.iter().map(|p| p.display().to_string()).collect();
+    Err(Error::Other(format!(
+        "cannot find {PRELOAD_NAME} (looked in {}); build it with `cargo build --release` or set {PRELOAD_ENV}=/path/to/{PRELOAD_NAME}",
+        looked.join(", ")
+    )))
+}
+
+/// `LD_PRELOAD` splits on spaces and colons: such a path cannot be preloaded.
+fn check_preload_path(p: &Path) -> Result<()> {
+    if p.as_os_str().as_bytes().iter().any(|&c| c == b':' || c == b' ') {
+        return Err(Error::Invalid(format!(
+            "{}: the path contains ':' or a space, which LD_PRELOAD cannot express; install the library elsewhere",
+            p.display()
+        )));
+    }
+    Ok(())
+}
+
+/// Check that `re` is a regular expression the preload understands: valid
+/// Rust `regex` syntax restricted to literals, `.`, bracket classes, the
+/// escapes `\d \w \s` and escaped punctuation, `* + ?`, `^ $` and top-level
+/// `|` (no groups, no counted repetition).
+pub fn check_pattern(re: &str) -> Result<()> {
+    regex::Regex::new(re).map_err(|e| {
+        Error::Invalid(format!("invalid regular expression {re:?}: {}", e.to_string().lines().last().unwrap_or("syntax error").trim()))
+    })?;
+    let unsupported = |what: &str| {
+        Err(Error::Invalid(format!(
+            "regular expression {re:?} uses {what}, which the preload does not support (supported: literals . [classes] \\d \\w \\s * + ? ^ $ and top-level |)"
+        )))
+    };
+    let b = re.as_bytes();
+    let mut i = 0;
+    let mut in_class = false;
+    while i < b.len() {
+        match b[i] {
+            b'\\' => {
+                match b.get(i + 1) {
+                    Some(c) if c.is_ascii_punctuation() || matches!(c, b'd' | b'w' | b's') => {}
+                    _ => return unsupported("an escape other than \\d \\w \\s or escaped punctuation"),
+                }
+                i += 2;
+                continue;
+            }
+            b'[' if !in_class => {
+                in_class = true;
+                if b.get(i + 1) == Some(&b'^') {
+                    i += 1;
+                }
+                if b.get(i + 1) == Some(&b']') {
+                    i += 1;
+                }
+                if b.get(i + 1) == Some(&b'[') && b.get(i + 2) == Some(&b':') {
+                    return unsupported("a POSIX class [:name:]");
+                }
+            }
+            b']' if in_class => in_class = false,
+            b'(' | b')' if !in_class => return unsupported("a group"),
+            b'{' | b'}' if !in_class => return unsupported("counted repetition {n,m}"),
+            b'^' if !in_class && i != 0 && b[i - 1] != b'|' => return unsupported("^ inside the pattern"),
+            b'$' if !in_class && i + 1 != b.len() && b.get(i + 1) != Some(&b'|') => {
+                return unsupported("$ inside the pattern")
+            }
+            b'&' | b'~' | b'-' if in_class && b.get(i + 1) == Some(&b[i]) => return unsupported("class set operations"),
+            _ => {}
+        }
+        i += 1;
+    }
+    Ok(())
+}
+
+/// The environment changes that inject the preload with `opts`: pairs to
+/// set. `current_preload` is the program's inherited `LD_PRELOAD`; the
+/// preload goes first so its constructor sees the others' libraries mapped
+/// (all libraries are mapped before any constructor runs anyway).
+pub fn environment(opts: &RunOptions, preload: &Path, current_preload: Option<&OsStr>) -> Result<Vec<(OsString, OsString)>> {
+    check_preload_path(preload)?;
+    for re in [&opts.include, &opts.exclude].into_iter().flatten() {
+        check_pattern(re)?;
+    }
+    let mut ld = OsString::from(preload.as_os_str());
+    if let Some(cur) = current_preload.filter(|c| !c.is_empty()) {
+        // Drop an older hugetext from the list.
+        for item in cur.as_bytes().split(|&c| c == b':' || c == b' ').filter(|s| !s.is_empty()) {
+            let base = item.rsplit(|&c| c == b'/').next().unwrap_or(item);
+            if base.starts_with(b"libhugetext") {
+                continue;
+            }
+            ld.push(":");
+            ld.push(OsStr::from_bytes(item));
+        }
+    }
+    let flag = |b: bool| OsString::from(if b { "1" } else { "0" });
+    let mut env = vec![
+        (OsString::from("LD_PRELOAD"), ld),
+        (OsString::from("HUGETEXT_STRATEGY"), OsString::from(opts.strategy.as_str())),
+        (OsString::from("HUGETEXT_INCLUDE"), OsString::from(opts.include.clone().unwrap_or_default())),
+        (OsString::from("HUGETEXT_EXCLUDE"), OsString::from(opts.exclude.clone().unwrap_or_default())),
+        (OsString::from("HUGETEXT_INHERIT"), flag(opts.inherit)),
+        (OsString::from("HUGETEXT_GDB"), flag(opts.gdb)),
+    ];
+    if opts.verbose {
+        env.push((OsString::from("HUGETEXT_VERBOSE"), flag(true)));
+    }
+    Ok(env)
+}
+
+/// Why a program cannot be started.
+#[derive(Debug, thiserror::Error)]
+pub enum LaunchError {
+    /// Exit status 127.
+    #[error("{0}: command not found")]
+    NotFound(String),
+    /// Exit status 127.
+    #[error("{0}: no such file")]
+    NoSuchFile(String),
+    /// Exit status 126.
+    #[error("{0}: cannot execute: {1}")]
+    NotExecutable(String, String),
+}
+
+impl LaunchError {
+    /// The conventional shell exit status: 127 not found, 126 not executable.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            LaunchError::NotFound(_) | LaunchError::NoSuchFile(_) => 127,
+            LaunchError::NotExecutable(..) => 126,
+        }
+    }
+}
+
+fn executable(p: &Path) -> std::result::Result<(), String> {
+    let md = std::fs::metadata(p).map_err(|e| e.to_string())?;
+    if md.is_dir() {
+        return Err("is a directory".into());
+    }
+    if !md.is_file() {
+        return Err("not a regular file".into());
+    }
+    if md.permissions().mode() & 0o111 == 0 {
+        return Err("permission denied (not executable)".into());
+    }
+    Ok(())
+}
+
+/// Resolve `program` like `execvp`: a name with a `/` is used as is,
+/// otherwise the first executable file of that name in `path` (`$PATH`).
+pub fn resolve_program(program: &OsStr, path: Option<&OsStr>) -> std::result::Result<PathBuf, LaunchError> {
+    let shown = program.to_string_lossy().into_owned();
+    if program.is_empty() {
+        return Err(LaunchError::NotFound(shown));
+    }
+    if program.as_bytes().contains(&b'/') {
+        let p = PathBuf::from(program);
+        if !p.exists() {
+            return Err(LaunchError::NoSuchFile(shown));
+        }
+        executable(&p).map_err(|why| LaunchError::NotExecutable(shown, why))?;
+        return Ok(p);
+    }
+    let path = path.unwrap_or(OsStr::new("/usr/local/bin:/usr/bin:/bin"));
+    let mut denied = None;
+    for dir in std::env::split_paths(path) {
+        let dir = if dir.as_os_str().is_empty() { PathBuf::from(".") } else { dir };
+        let cand = dir.join(program);
+        if !cand.exists() {
+            continue;
+        }
+        match executable(&cand) {
+            Ok(()) => return Ok(cand),
+            Err(why) => {
+                denied.get_or_insert(why);
+            }
+        }
+    }
+    match denied {
+        Some(why) => Err(LaunchError::NotExecutable(shown, why)),
+        None => Err(LaunchError::NotFound(shown)),
+    }
+}
+
+/// Whether the dynamic loader will honour `LD_PRELOAD` for a program.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Injectable {
+    /// A dynamically linked ELF program (or a script: its interpreter is).
+    Yes,
+    /// Statically linked: there is no dynamic loader to inject anything.
+    Static,
+    /// Set-user-ID, set-group-ID: secure-execution mode ignores a preload
+    /// given by path.
+    SetId,
+}
+
+/// Look at a program's ELF header and mode bits to tell whether the preload
+/// can reach it. Files that are not ELF (scripts) count as injectable.
+pub fn injectable(program: &Path) -> Injectable {
+    use object::elf::{FileHeader64, PT_INTERP};
+    use object::read::elf::{FileHeader, ProgramHeader};
+    use std::io::Read;
+    if let Ok(md) = std::fs::metadata(program) {
+        if md.permissions().mode() & 0o6000 != 0 {
+            return Injectable::SetId;
+        }
+    }
+    let mut head = Vec::with_capacity(65536);
+    let Ok(f) = std::fs::File::open(program) else { return Injectable::Yes };
+    if f.take(65536).read_to_end(&mut head).is_err() {
+        return Injectable::Yes;
+    }
+    let Ok(hdr) = FileHeader64::<object::Endianness>::parse(head.as_slice()) else { return Injectable::Yes };
+    let Ok(endian) = hdr.endian() else { return Injectable::Yes };
+    let Ok(phdrs) = hdr.program_headers(endian, head.as_slice()) else { return Injectable::Yes };
+    if phdrs.iter().any(|p| p.p_type(endian) == PT_INTERP) {
+        Injectable::Yes
+    } else {
+        Injectable::Static
+    }
+}
+
+/// One executable mapping of a process, as `/proc/PID/smaps` shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TextMapping {
+    pub start: u64,
+    pub end: u64,
+    /// The file behind the code. For text the preload copied into anonymous
+    /// memory: the name it gave (`[anon:hugetext:PATH]`), or, on kernels
+    /// without anonymous VMA names, the file of the adjacent text mapping.
+    pub path: String,
+    /// True for text that now lives in anonymous memory (the `copy` route).
+    pub copied: bool,
+    /// `FilePmdMapped`, bytes.
+    pub file_pmd: u64,
+    /// `AnonHugePages`, bytes.
+    pub anon_huge: u64,
+    /// `Private_Clean + Private_Dirty`, bytes.
+    pub private: u64,
+    /// `Pss`, bytes.
+    pub pss: u64,
+    /// `Anonymous`, bytes: memory private to this process (copied text).
+    pub anonymous: u64,
+}
+
+impl TextMapping {
+    /// Bytes of this mapping backed by PMD-mapped huge pages.
+    pub fn huge(&self) -> u64 {
+        self.file_pmd + self.anon_huge
+    }
+}
+
+/// The executable (`r-x`) mappings of process `pid`, from its smaps.
+pub fn text_mappings(pid: i32) -> Result<Vec<TextMapping>> {
+    let path = PathBuf::from(format!("/proc/{pid}/smaps"));
+    let text = std::fs::read_to_string(&path).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            Error::NoProcess(pid)
+        } else {
+            Error::io(&path, e)
+        }
+    })?;
+    let mut out: Vec<TextMapping> = Vec::new();
+    let mut cur: Option<TextMapping> = None;
+    let mut prev_file: Option<(u64, String)> = None; // (end, path) of the previous file mapping
+    for line in text.lines() {
+        let mut f = line.split_ascii_whitespace();
+        let Some(first) = f.next() else { continue };
+        if let Some((s, e)) = first.split_once('-').filter(|_| !first.ends_with(':')) {
+            if let Some(m) = cur.take() {
+                out.push(m);
+            }
+            let (Ok(start), Ok(end)) = (u64::from_str_radix(s, 16), u64::from_str_radix(e, 16)) else { continue };
+            let perms = f.next().unwrap_or("");
+            let (_off, _dev, _ino) = (f.next(), f.next(), f.next());
+            let name = f.collect::<Vec<_>>().join(" ");
+            let exec = perms.starts_with("r-x");
+            if name.starts_with('/') {
+                if exec {
+                    cur = Some(TextMapping::new(start, end, name.clone(), false));
+                }
+                prev_file = Some((end, name));
+                continue;
+            }
+            if exec && !name.starts_with("[v") {
+                let label = if let Some(p) = name.strip_prefix("[anon:hugetext:").and_then(|n| n.strip_suffix(']')) {
+                    Some(p.to_string())
+                } else if name.is_empty() {
+                    prev_file.as_ref().filter(|(pe, _)| *pe == start).map(|(_, p)| p.clone())
+                } else {
+                    None
+                };
+                if let Some(p) = label {
+                    cur = Some(TextMapping::new(start, end, p.clone(), true));
+                    prev_file = Some((end, p));
+                    continue;
+                }
+            }
+            prev_file = None;
+            continue;
+        }
+        let Some(m) = cur.as_mut() else { continue };
+        let kb = f.next().and_then(|v| v.parse::<u64>().ok()).unwrap_or(0) * 1024;
+        match first {
+            "FilePmdMapped:" => m.file_pmd = kb,
+            "AnonHugePages:" => m.anon_huge = kb,
+            "Private_Clean:" | "Private_Dirty:" => m.private += kb,
+            "Pss:" => m.pss = kb,
+            "Anonymous:" => m.anonymous = kb,
+            _ => {}
+        }
+    }
+    if let Some(m) = cur.take() {
+        out.push(m);
+    }
+    Ok(out)
+}
+
+impl TextMapping {
+    fn new(start: u64, end: u64, path: String, copied: bool) -> Self {
+        TextMapping { start, end, path, copied, file_pmd: 0, anon_huge: 0, private: 0, pss: 0, anonymous: 0 }
+    }
+}
+
+/// Sum of huge-backed text bytes of `pid` whose file path is `file`.
+pub fn huge_text_of(pid: i32, file: &Path) -> Result<u64> {
+    let want = file.canonicalize().map_err(|e| Error::io(file, e))?;
+    let want = want.to_string_lossy();
+    Ok(text_mappings(pid)?.iter().filter(|m| m.path == want).map(TextMapping::huge).sum())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn patterns_in_the_preload_subset() {
+        for ok in ["libbig", "^/usr/lib/.*\\.so", "libc\\.so|libm\\.so$", "[a-z_]+\\d", "^$", "x?y*z+"] {
+            check_pattern(ok).unwrap_or_else(|e| panic!("{ok}: {e}"));
+        }
+        for bad in ["(a|b)", "a{2}", "a(", "\\bword", "a^b", "a$b", "[[:alpha:]]"] {
+            assert!(check_pattern(bad).is_err(), "{bad} accepted");
+        }
+        let e = check_pattern("(a").unwrap_err().to_string();
+        assert!(!e.contains('\n'), "{e}");
+    }
+
+    #[test]
+    fn environment_puts_the_preload_first_and_drops_old_copies() {
+        let opts = RunOptions { strategy: Strategy::Copy, verbose: true, ..Default::default() };
+        let env = environment(&opts, Path::new("/opt/ht/libhugetext.so"), Some(OsStr::new("/old/libhugetext.so libfoo.so:/x/libbar.so"))).unwrap();
+        let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.to_string_lossy().into_owned());
+        assert_eq!(get("LD_PRELOAD").unwrap(), "/opt/ht/libhugetext.so:libfoo.so:/x/libbar.so");
+        assert_eq!(get("HUGETEXT_STRATEGY").unwrap(), "copy");
+        assert_eq!(get("HUGETEXT_VERBOSE").unwrap(), "1");
+        assert!(environment(&opts, Path::new("/a b/libhugetext.so"), None).is_err());
+    }
+
+    #[test]
+    fn resolves_like_execvp() {
+        let p = resolve_program(OsStr::new("sh"), Some(OsStr::new("/nonexistent:/bin:/usr/bin"))).unwrap();
+        assert!(p.ends_with("sh"));
+        assert_eq!(resolve_program(OsStr::new("no-such-cmd-xyz"), Some(OsStr::new("/bin"))).unwrap_err().exit_code(), 127);
+        assert_eq!(resolve_program(OsStr::new("/no/such/file"), None).unwrap_err().exit_code(), 127);
+        assert_eq!(resolve_program(OsStr::new("/etc/passwd"), None).unwrap_err().exit_code(), 126);
+        assert_eq!(resolve_program(OsStr::new("/etc"), None).unwrap_err().exit_code(), 126);
+    }
+
+    #[test]
+    fn reads_own_text_mappings() {
+        let maps = text_mappings(std::process::id() as i32).unwrap();
+        let me = std::env::current_exe().unwrap().canonicalize().unwrap();
+        assert!(maps.iter().any(|m| Path::new(&m.path) == me), "{maps:?}");
+        assert_eq!(injectable(&me), Injectable::Yes);
+    }
+}

@@ -1,10 +1,112 @@
-//! `hugetext align`.
+//! `hugetext align`: rewrite an ELF file so its read-only segments can be
+//! PMD-mapped.
 
-use anyhow::{bail, Result};
+use std::path::PathBuf;
 
+use anyhow::Result;
+use hugetext::elf::{self, AlignOptions, AlignStatus};
+
+use super::check::mib;
+
+/// Rewrite an ELF file so its read-only segments can be PMD-mapped.
+///
+/// * A congruent read-only segment (p_vaddr = p_offset modulo 2 MiB, the GNU
+///   ld layout) of a PIE or shared library gets p_align = 2 MiB, so the kernel
+///   (PIE, Linux >= 5.10) or ld.so (glibc >= 2.35) places it 2 MiB-aligned.
+/// * A skewed one (lld, mold: vaddr - offset = 0x1000) gets zero padding
+///   inserted in the file before it, and every later file offset (e_phoff,
+///   e_shoff, p_offset, sh_offset) moves by that much. Virtual addresses never
+///   change. The padding is a hole where the filesystem allows.
+///
+/// The new file is written next to the target, re-parsed and compared byte by
+/// byte with the original, given its owner, mode and extended attributes
+/// (including file capabilities), then renamed over the target: the original
+/// is never modified in place, so a running program keeps working and any
+/// failure (disk full, no permission) leaves it as it was. Signed files
+/// (signature sections, appended signatures, IMA/EVM xattrs) are refused
+/// unless --force.
+///
+/// Exit status:
+///   0  rewritten (with --dry-run: would be rewritten)
+///   1  error (not ELF, truncated, I/O, no permission, disk full); nothing changed
+///   2  nothing to improve: already PMD-mappable
+///   3  cannot be improved, or refused (the reason is printed)
 #[derive(clap::Args, Debug)]
-pub struct Args {}
+#[command(after_help = AFTER_HELP)]
+pub struct Args {
+    /// The ELF file to align (rewritten in place unless -o is given; a
+    /// symlink is followed and stays a symlink).
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
+    /// Write the aligned file here and leave FILE untouched.
+    #[arg(short = 'o', long = "output", value_name = "OUT")]
+    pub output: Option<PathBuf>,
+    /// Only say what would be done.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Rewrite signed files too (their signature becomes invalid).
+    #[arg(long)]
+    pub force: bool,
+    /// Print the outcome as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
 
-pub fn run(_args: Args) -> Result<u8> {
-    bail!("`hugetext align` is not built yet")
+const AFTER_HELP: &str = "\
+What it does:
+  * congruent read-only segments (p_vaddr = p_offset mod 2 MiB, GNU ld) of a PIE or
+    shared library get p_align = 2 MiB, so the kernel (PIE, Linux >= 5.10) or ld.so
+    (glibc >= 2.35) places them 2 MiB-aligned;
+  * skewed ones (lld, mold: vaddr - offset = 0x1000) get zero padding inserted before
+    them and every later file offset (e_phoff, e_shoff, p_offset, sh_offset) moved;
+    virtual addresses never change; the padding is a hole where possible.
+The new file is written next to the target, re-parsed and compared byte by byte with
+the original, given its owner, mode and xattrs (file capabilities included), then
+renamed over it: a running program keeps working, and any failure (disk full, no
+permission) leaves the original as it was. Signed files (signature sections, appended
+signatures, IMA/EVM xattrs) are refused unless --force. See doc/elf.md.
+
+Exit status:
+  0  rewritten (with --dry-run: would be rewritten)
+  1  error (not ELF, truncated, I/O, no permission, disk full); nothing changed
+  2  nothing to improve: already PMD-mappable
+  3  cannot be improved, or refused (the reason is printed)";
+
+pub fn run(args: Args) -> Result<u8> {
+    let opts = AlignOptions { output: args.output.clone(), dry_run: args.dry_run, force: args.force };
+    let o = elf::align_file(&args.file, &opts)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&o)?);
+        return Ok(o.status.exit_code());
+    }
+    let name = args.file.display();
+    match o.status {
+        AlignStatus::Rewritten | AlignStatus::WouldRewrite => {
+            let verb = if o.status == AlignStatus::Rewritten { "aligned" } else { "would align" };
+            let dest = if args.output.is_some() { format!(" -> {}", o.output.display()) } else { String::new() };
+            println!(
+                "{verb} {name}{dest}: PMD-mappable {} -> {}",
+                mib(o.before.pmd_mappable_bytes),
+                mib(o.before.pmd_mappable_bytes_after_align)
+            );
+            for r in &o.reasons {
+                println!("  - {r}");
+            }
+            if o.status == AlignStatus::Rewritten {
+                println!("  file grew by {} bytes ({} bytes on disk)", o.grew_by, o.grew_on_disk_by);
+            } else {
+                println!("  file would grow by {} bytes", o.grew_by);
+            }
+        }
+        AlignStatus::NothingToDo => {
+            println!("nothing to do for {name}: already PMD-mappable ({})", mib(o.before.pmd_mappable_bytes));
+        }
+        AlignStatus::Cannot => {
+            println!("cannot align {name}: {}", o.reasons.join("; "));
+        }
+    }
+    for w in &o.warnings {
+        eprintln!("hugetext: warning: {name}: {w}");
+    }
+    Ok(o.status.exit_code())
 }

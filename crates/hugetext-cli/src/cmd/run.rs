@@ -1,10 +1,151 @@
 //! `hugetext run`.
 
-use anyhow::{bail, Result};
+use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
 
+use anyhow::Result;
+use hugetext::remap::{self, Injectable, RunOptions, Strategy};
+
+use super::exit_with;
+
+const ENV_HELP: &str = "\
+How it works: `hugetext run` replaces itself with PROGRAM (exec: same pid,
+like `env` or `taskset`), with libhugetext.so injected through LD_PRELOAD.
+Before main, the library remaps the text of the program and of every shared
+library loaded at start, then removes itself from LD_PRELOAD so child
+processes run plain (unless --inherit). Any failure leaves the original text
+in place; -v says why. A running program can do the same on demand with the
+C API: hugetext_remap_text() in <hugetext.h>, linked with -lhugetext.
+
+Exit status: PROGRAM's own; 127 if it cannot be found, 126 if it cannot be
+executed, 125 if hugetext itself fails (e.g. libhugetext.so not found), 2 for
+bad arguments.
+
+Environment (read by libhugetext.so inside the program; `run` sets the first
+five from its options):
+  HUGETEXT_STRATEGY=auto|file|collapse|copy   routes allowed (default auto)
+  HUGETEXT_INCLUDE=RE, HUGETEXT_EXCLUDE=RE    filter mappings by path
+  HUGETEXT_VERBOSE=1       one line per text mapping and a summary on stderr
+  HUGETEXT_INHERIT=1       keep the preload in LD_PRELOAD for child processes
+                           (default: removed before main, children run plain)
+  HUGETEXT_GDB=1           never copy text to anonymous memory, so debuggers,
+                           profilers and core dumps see the file behind all code
+  HUGETEXT_PERF_MAP=0      do not write /tmp/perf-PID.map for copied text
+  HUGETEXT_NAME=0          do not name copied text [anon:hugetext:PATH]
+  HUGETEXT_DISABLE=1       the preload does nothing
+  HUGETEXT_PRELOAD=PATH    libhugetext.so to inject (default: next to the
+                           hugetext binary, ../lib/hugetext/, /usr/local/lib)
+
+Strategies, per whole 2 MiB window of each executable mapping (`auto` tries
+them in this order; a window that is already PMD-mapped is left alone):
+  file      zero copy: drop the window's page-table entries, evict its small
+            page-cache folios, refault through MADV_HUGEPAGE so the page cache
+            holds 2 MiB folios shared with every other process. Needs
+            (address - file offset) to be a multiple of 2 MiB (see `hugetext
+            align`) and nobody else mapping those pages.
+  collapse  MADV_COLLAPSE (file text needs CONFIG_READ_ONLY_THP_FOR_FS).
+  copy      copy into anonymous 2 MiB pages, make them r-x, and move them over
+            the text with one mremap: private memory per process.
+
+Examples:
+  hugetext run -v -- ./server --port 8080
+  hugetext run --strategy file --exclude 'libc\\.so' -- python3 app.py";
+
+/// Which routes the preload may use.
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+pub enum StrategyArg {
+    /// already huge, else file, else collapse, else copy (per 2 MiB window)
+    Auto,
+    /// zero copy through 2 MiB page-cache folios (shared, no extra memory)
+    File,
+    /// MADV_COLLAPSE of file text (needs CONFIG_READ_ONLY_THP_FOR_FS)
+    Collapse,
+    /// copy into anonymous huge pages, mremap over the text (private memory)
+    Copy,
+}
+
+impl From<StrategyArg> for Strategy {
+    fn from(s: StrategyArg) -> Self {
+        match s {
+            StrategyArg::Auto => Strategy::Auto,
+            StrategyArg::File => Strategy::File,
+            StrategyArg::Collapse => Strategy::Collapse,
+            StrategyArg::Copy => Strategy::Copy,
+        }
+    }
+}
+
+/// Arguments of `hugetext run`.
 #[derive(clap::Args, Debug)]
-pub struct Args {}
+#[command(after_long_help = ENV_HELP, override_usage = "hugetext run [OPTIONS] -- PROGRAM [ARGS]...")]
+pub struct Args {
+    /// Routes the preload may use
+    #[arg(long, value_enum, default_value = "auto", env = "HUGETEXT_STRATEGY")]
+    pub strategy: StrategyArg,
 
-pub fn run(_args: Args) -> Result<u8> {
-    bail!("`hugetext run` is not built yet")
+    /// Only remap mappings whose file path matches RE (literals . [..] \d \w \s * + ? ^ $ |)
+    #[arg(long, value_name = "RE", env = "HUGETEXT_INCLUDE")]
+    pub include: Option<String>,
+
+    /// Leave mappings whose file path matches RE alone
+    #[arg(long, value_name = "RE", env = "HUGETEXT_EXCLUDE")]
+    pub exclude: Option<String>,
+
+    /// Report on stderr, per text mapping, what was done and why not
+    #[arg(short, long)]
+    pub verbose: bool,
+
+    /// Let child processes inherit the preload (default: they do not)
+    #[arg(long)]
+    pub inherit: bool,
+
+    /// gdb/perf-friendly: never copy text to anonymous memory (zero-copy routes only)
+    #[arg(long)]
+    pub gdb: bool,
+
+    /// The libhugetext.so to inject
+    #[arg(long, value_name = "PATH", env = "HUGETEXT_PRELOAD")]
+    pub preload: Option<PathBuf>,
+
+    /// The program to run, and its arguments
+    #[arg(value_name = "PROGRAM", required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+    pub command: Vec<OsString>,
+}
+
+pub fn run(args: Args) -> Result<u8> {
+    let opts = RunOptions {
+        strategy: args.strategy.into(),
+        include: args.include,
+        exclude: args.exclude,
+        verbose: args.verbose,
+        inherit: args.inherit,
+        gdb: args.gdb,
+    };
+    for re in [&opts.include, &opts.exclude].into_iter().flatten() {
+        remap::check_pattern(re).map_err(|e| exit_with(2, e.to_string()))?;
+    }
+    let preload = remap::find_preload(args.preload.as_deref()).map_err(|e| exit_with(125, e.to_string()))?;
+    let (program, rest) = args.command.split_first().expect("clap requires PROGRAM");
+    let path_var = std::env::var_os("PATH");
+    let resolved = remap::resolve_program(program, path_var.as_deref()).map_err(|e| exit_with(e.exit_code(), e.to_string()))?;
+    match remap::injectable(&resolved) {
+        Injectable::Yes => {}
+        Injectable::Static => eprintln!(
+            "hugetext: warning: {} is statically linked: libhugetext.so cannot be injected, it runs unchanged",
+            program.to_string_lossy()
+        ),
+        Injectable::SetId => eprintln!(
+            "hugetext: warning: {} is set-user-ID or set-group-ID: the dynamic loader ignores the preload, it runs unchanged",
+            program.to_string_lossy()
+        ),
+    }
+    let env = remap::environment(&opts, &preload, std::env::var_os("LD_PRELOAD").as_deref())
+        .map_err(|e| exit_with(125, e.to_string()))?;
+    let err = std::process::Command::new(&resolved).arg0(program).args(rest).envs(env).exec();
+    let shown = program.to_string_lossy();
+    Err(match err.kind() {
+        std::io::ErrorKind::NotFound => exit_with(127, format!("{shown}: cannot execute: {err}")),
+        _ => exit_with(126, format!("{shown}: cannot execute: {err}")),
+    })
 }

@@ -1,10 +1,248 @@
-//! `hugetext warm`.
+//! `hugetext warm`: fill the page cache with PMD-sized folios for programs'
+//! text, and verify it.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
 
 use anyhow::{bail, Result};
+use hugetext::warm::{self, Config, FileReport, MemLimit, ReplaceAllow, WarmContext, WarmOptions};
 
+/// What `hugetext warm --help` prints after the options (the subcommand's
+/// one-line summary is in main.rs).
+const ABOUT: &str = "\
+Puts programs' text into 2 MiB page-cache folios, so every process that maps it \
+(now or later) gets it on PMD mappings: no copy, shared by all processes, demand paged.
+
+For each file, the clean page cache of its read-only ELF segments (any other file: all \
+of it) is evicted and read back through a MADV_HUGEPAGE mapping, bounded to the \
+segments; then the folio sizes are read back and reported: kB in 2 MiB folios, \
+eligible and PMD windows, what stayed small and why, and whether the windows will be \
+PMD-mapped when the program runs (else: hugetext align). Pages that running processes \
+map cannot be evicted: they are reported as blocked, with the processes' pids; \
+--replace renames a warmed identical copy over such a file. MADV_COLLAPSE is used \
+where the kernel allows it for file text.
+
+Needs root (folio sizes come from /proc/kpageflags) and a filesystem with large folios \
+(ext4 since Linux 6.16, xfs since 5.18); on others (tmpfs, btrfs) it says PMD folios \
+are impossible. See doc/warm.md.
+
+Exit status: 0 when every file was warmed (whatever stayed small is reported), 1 when \
+any file could not be (the others are still warmed), 2 for bad arguments.";
+
+/// Arguments of `hugetext warm` (the long description is in [`ABOUT`]).
 #[derive(clap::Args, Debug)]
-pub struct Args {}
+#[command(after_long_help = ABOUT)]
+pub struct Args {
+    /// Files to warm: programs, shared libraries, or any regular file.
+    #[arg(value_name = "PATH")]
+    pub paths: Vec<PathBuf>,
 
-pub fn run(_args: Args) -> Result<u8> {
-    bail!("`hugetext warm` is not built yet")
+    /// Also warm every shared library the programs load (DT_NEEDED, resolved
+    /// like ld.so: RPATH/RUNPATH, LD_LIBRARY_PATH, ld.so.cache, default dirs).
+    #[arg(long)]
+    pub deps: bool,
+
+    /// Print the result as JSON: {"files":[{"path", "pmd_kb", "blocked_kb", ...}]}.
+    #[arg(long)]
+    pub json: bool,
+
+    /// Read the files to warm (and options) from a TOML file, e.g.
+    /// /etc/hugetext/warm.conf; see doc/warm.md. PATH arguments are added.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
+    /// Memory guard: refuse to warm more than this, as a share of
+    /// MemAvailable (50%) or a size (4G, 512M). Default 50%.
+    #[arg(long, value_name = "PCT|SIZE")]
+    pub max_mem: Option<MemLimit>,
+
+    /// Files whose windows running processes block: write an identical copy
+    /// (mode, owner, xattrs, capabilities, times kept), warm it and rename it
+    /// over the original. Running processes keep the old file; new ones get
+    /// huge folios.
+    #[arg(long)]
+    pub replace: bool,
+
+    /// Let --replace proceed where it refuses by default.
+    #[arg(long, value_enum, value_name = "WHAT", requires = "replace")]
+    pub replace_allow: Vec<Allow>,
+
+    /// Do not try MADV_COLLAPSE on windows that stayed small.
+    #[arg(long)]
+    pub no_collapse: bool,
+
+    /// Print a systemd .path unit that re-warms when any of the files (and
+    /// the --config file) changes, and exit.
+    #[arg(long)]
+    pub path_unit: bool,
+}
+
+/// What `--replace-allow` can allow.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Allow {
+    /// Files with more than one hard link (the other names keep the old file).
+    Hardlinked,
+    /// Files a process has open for writing (its writes go to the old file).
+    OpenForWrite,
+    /// Signed files (IMA/EVM xattrs, fs-verity).
+    Signed,
+}
+
+pub fn run(args: Args) -> Result<u8> {
+    let cfg = match &args.config {
+        Some(p) => Config::load(p)?,
+        None => Config::default(),
+    };
+    let mut paths = cfg.paths.clone();
+    paths.extend(args.paths.iter().cloned());
+    if paths.is_empty() {
+        bail!("nothing to warm: give files (PATH...) or --config FILE");
+    }
+    let deps = args.deps || cfg.deps;
+    let max_mem = match (args.max_mem, &cfg.max_mem) {
+        (Some(m), _) => m,
+        (None, Some(s)) => s.parse()?,
+        (None, None) => MemLimit::default(),
+    };
+    let opts = WarmOptions {
+        no_collapse: args.no_collapse,
+        replace: args.replace || cfg.replace,
+        replace_allow: ReplaceAllow {
+            hardlinked: args.replace_allow.contains(&Allow::Hardlinked),
+            open_for_write: args.replace_allow.contains(&Allow::OpenForWrite),
+            signed: args.replace_allow.contains(&Allow::Signed),
+        },
+    };
+
+    let plans = warm::plan_all(&paths, deps);
+    if args.path_unit {
+        let files: Vec<PathBuf> = plans.iter().filter(|(_, t)| t.is_ok()).map(|(p, _)| p.clone()).collect();
+        print!("{}", warm::path_unit(args.config.as_deref(), &files));
+        return Ok(0);
+    }
+    let total: u64 = plans.iter().filter_map(|(_, t)| t.as_ref().ok()).map(|t| t.bytes()).sum();
+    warm::check_memory(total, max_mem)?;
+
+    let bar = progress_bar(plans.len(), total);
+    let mut ctx = WarmContext::default();
+    let mut results: Vec<(PathBuf, Result<FileReport, String>)> = Vec::new();
+    for (path, plan) in plans {
+        if let Some(b) = &bar {
+            b.set_message(path.display().to_string());
+        }
+        let r = match plan {
+            Ok(t) => {
+                let bytes = t.bytes();
+                let r = warm::warm_target(&t, &opts, &mut ctx).map_err(|e| e.to_string());
+                if let Some(b) = &bar {
+                    b.inc(bytes);
+                }
+                r
+            }
+            Err(e) => Err(e.to_string()),
+        };
+        if let Err(e) = &r {
+            let msg = if e.starts_with(&path.display().to_string()) { e.clone() } else { format!("{}: {e}", path.display()) };
+            match &bar {
+                Some(b) => b.suspend(|| eprintln!("hugetext: error: {msg}")),
+                None => eprintln!("hugetext: error: {msg}"),
+            }
+        }
+        results.push((path, r));
+    }
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+
+    if args.json {
+        let files: Vec<serde_json::Value> = results
+            .iter()
+            .map(|(p, r)| match r {
+                Ok(rep) => serde_json::to_value(rep).expect("report serializes"),
+                Err(e) => serde_json::json!({ "path": p, "error": e }),
+            })
+            .collect();
+        let collapse = match &ctx.collapse {
+            None => serde_json::json!("not-needed"),
+            Some(hugetext::pagecache::CollapseSupport::Available) => serde_json::json!("available"),
+            Some(hugetext::pagecache::CollapseSupport::Unavailable(why)) => serde_json::json!({ "unavailable": why }),
+        };
+        let out = serde_json::json!({ "files": files, "collapse": collapse });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    } else {
+        for (_, r) in &results {
+            if let Ok(rep) = r {
+                print_human(rep);
+            }
+        }
+    }
+    Ok(if results.iter().any(|(_, r)| r.is_err()) { 1 } else { 0 })
+}
+
+fn progress_bar(files: usize, bytes: u64) -> Option<indicatif::ProgressBar> {
+    if !std::io::stderr().is_terminal() || (files < 4 && bytes < 256 << 20) {
+        return None;
+    }
+    let b = indicatif::ProgressBar::new(bytes);
+    b.set_style(
+        indicatif::ProgressStyle::with_template("warm {bar:30} {bytes}/{total_bytes} {bytes_per_sec} {wide_msg}")
+            .expect("valid template"),
+    );
+    Some(b)
+}
+
+fn mib(kb: u64) -> String {
+    warm::human(kb * 1024)
+}
+
+fn print_human(r: &FileReport) {
+    let kind = if r.elf { "ELF" } else { "file" };
+    let route = match r.route {
+        warm::Route::PmdReadahead => "PMD readahead",
+        warm::Route::PmdReadaheadCollapse => "PMD readahead + MADV_COLLAPSE",
+        warm::Route::Replace => "replaced by a warmed copy",
+        warm::Route::None => "none possible",
+    };
+    println!("{} ({kind}, {}, route: {route}, {:.0} ms)", r.path.display(), r.filesystem, r.millis);
+    println!(
+        "  {} cached: {} in 2 MiB folios ({}/{} eligible windows, {} PMD-mappable at run time), {} small",
+        mib(r.cached_kb),
+        mib(r.pmd_kb),
+        r.pmd_windows,
+        r.eligible_windows,
+        r.mappable_windows,
+        mib(r.small_kb)
+    );
+    if r.small_kb > 0 {
+        let s = &r.small;
+        let mut parts = Vec::new();
+        for (kb, what) in [
+            (s.head_tail_kb, "segment heads/tails"),
+            (s.blocked_kb, "blocked by running processes"),
+            (s.no_large_folios_kb, "no large folios on this filesystem"),
+            (s.other_kb, "other"),
+        ] {
+            if kb > 0 {
+                parts.push(format!("{} {what}", mib(kb)));
+            }
+        }
+        println!("  small: {}", parts.join(", "));
+    }
+    for rr in &r.ranges {
+        let g = &rr.range;
+        let seg = match (&g.flags, g.vaddr) {
+            (Some(fl), Some(va)) => format!("segment {fl} offset {:#x} vaddr {va:#x}", g.offset),
+            _ => format!("offset {:#x}", g.offset),
+        };
+        let rt = match g.runtime {
+            warm::Runtime::Congruent => "PMD-mappable",
+            warm::Runtime::LoadAddress => "PMD-mappable if loaded 2 MiB-aligned",
+            warm::Runtime::Incongruent => "not PMD-mappable (hugetext align)",
+            warm::Runtime::NotElf => "whole file",
+        };
+        println!("  {seg} size {}: {}/{} windows in PMD folios; {rt}", warm::human(g.len), rr.pmd_windows, rr.eligible_windows);
+    }
+    for n in &r.notes {
+        println!("  note: {n}");
+    }
 }

@@ -1,0 +1,592 @@
+//! `hugetext align` against real binaries from ld.bfd, lld and mold, run on
+//! the real kernel: the aligned programs print exactly what the originals
+//! print, and once the page cache holds PMD folios their text is PMD-mapped.
+
+mod common;
+
+use std::ffi::CString;
+use std::fs;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+const MIB: u64 = 1 << 20;
+const PMD: usize = 2 << 20;
+
+/// KERNEL-NOTES §1: evict the file's page cache, then fault it in through a
+/// 2 MiB-congruent MADV_HUGEPAGE mapping, so the page cache holds PMD-order
+/// folios. Local to this test on purpose: `warm` is another module.
+fn fill_pmd_page_cache(path: &Path) {
+    let f = fs::File::open(path).unwrap();
+    let len = f.metadata().unwrap().len() as usize;
+    use std::os::unix::io::AsRawFd;
+    let fd = f.as_raw_fd();
+    unsafe {
+        // Dirty pages (a fresh copy) are not evicted: write them back first.
+        assert_eq!(libc::fsync(fd), 0);
+        assert_eq!(libc::posix_fadvise(fd, 0, 0, libc::POSIX_FADV_DONTNEED), 0);
+        // Reserve len + 2 MiB, then map the file at a 2 MiB-aligned address
+        // inside it: address ≡ file offset (mod 2 MiB) everywhere.
+        let resv = libc::mmap(std::ptr::null_mut(), len + PMD, libc::PROT_NONE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0);
+        assert_ne!(resv, libc::MAP_FAILED);
+        let aligned = ((resv as usize + PMD - 1) & !(PMD - 1)) as *mut libc::c_void;
+        let p = libc::mmap(aligned, len, libc::PROT_READ | libc::PROT_EXEC, libc::MAP_SHARED | libc::MAP_FIXED, fd, 0);
+        assert_eq!(p, aligned, "mmap {}", std::io::Error::last_os_error());
+        assert_eq!(libc::madvise(p, len, libc::MADV_HUGEPAGE), 0, "madvise(MADV_HUGEPAGE)");
+        const MADV_POPULATE_READ: libc::c_int = 22;
+        assert_eq!(libc::madvise(p, len, MADV_POPULATE_READ), 0, "MADV_POPULATE_READ: {}", std::io::Error::last_os_error());
+        libc::munmap(resv, len + PMD);
+    }
+}
+
+/// A fixture started with `wait`: it has printed "ready" and blocks on stdin.
+struct Running {
+    child: Child,
+    first_line: String,
+}
+
+impl Running {
+    fn start(exe: &Path) -> Running {
+        let mut child = spawn_retry(Command::new(exe).arg("wait").stdin(Stdio::piped()).stdout(Stdio::piped()));
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut first_line = String::new();
+        out.read_line(&mut first_line).unwrap();
+        let mut ready = String::new();
+        out.read_line(&mut ready).unwrap();
+        assert_eq!(ready.trim(), "ready", "{} did not get ready", exe.display());
+        Running { child, first_line: first_line.trim().to_string() }
+    }
+
+    /// (FilePmdMapped bytes, start address, file offset) summed over the
+    /// executable mappings of `file` in this process.
+    fn text_pmd(&self, file: &Path) -> (u64, Vec<(u64, u64)>) {
+        smaps_file_pmd(self.child.id(), file)
+    }
+
+    fn finish(mut self) {
+        drop(self.child.stdin.take());
+        let st = self.child.wait().unwrap();
+        assert!(st.success());
+    }
+}
+
+/// Sum FilePmdMapped of the r-x mappings of `file` in /proc/PID/smaps, and
+/// list their (start, offset).
+fn smaps_file_pmd(pid: u32, file: &Path) -> (u64, Vec<(u64, u64)>) {
+    let smaps = fs::read_to_string(format!("/proc/{pid}/smaps")).unwrap();
+    let want = file.canonicalize().unwrap();
+    let mut total = 0;
+    let mut maps = Vec::new();
+    let mut in_text = false;
+    for line in smaps.lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        if fields.len() >= 5 && fields[0].contains('-') && !fields[0].ends_with(':') {
+            let path = fields.get(5).map(|s| PathBuf::from(*s));
+            in_text = fields[1].contains('x') && path.as_deref() == Some(want.as_path());
+            if in_text {
+                let start = u64::from_str_radix(fields[0].split('-').next().unwrap(), 16).unwrap();
+                let off = u64::from_str_radix(fields[2], 16).unwrap();
+                maps.push((start, off));
+            }
+        } else if in_text && fields.first() == Some(&"FilePmdMapped:") {
+            total += fields[1].parse::<u64>().unwrap() * 1024;
+        }
+    }
+    assert!(!maps.is_empty(), "no executable mapping of {} in pid {pid}", want.display());
+    (total, maps)
+}
+
+/// Spawn, retrying on ETXTBSY: a file this test process just wrote can be
+/// briefly "busy" while another test thread forks with its write fd open.
+fn spawn_retry(cmd: &mut Command) -> Child {
+    for _ in 0..100 {
+        match cmd.spawn() {
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) => std::thread::sleep(std::time::Duration::from_millis(20)),
+            r => return r.unwrap(),
+        }
+    }
+    panic!("{cmd:?} stays text-busy")
+}
+
+fn run_output(exe: &Path) -> String {
+    let out = spawn_retry(Command::new(exe).stdout(Stdio::piped())).wait_with_output().unwrap();
+    assert!(out.status.success(), "{} failed", exe.display());
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn align(args: &[&str]) -> (i32, String, String) {
+    let out = common::hugetext(&[&["align"], args].concat());
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+fn copy_fixture(dir: &Path, linker: &str, name: &str) -> PathBuf {
+    let dst = dir.join(name);
+    fs::copy(common::fixture(linker, name), &dst).unwrap();
+    dst
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// Before: what the unaligned file gets. A 4 KiB-p_align PIE lands at a
+/// page-aligned random base, so it is PMD-mapped only in the 1-in-512 case
+/// where the base happens to be 2 MiB-congruent; a skewed file never is.
+fn assert_before(pmd: u64, maps: &[(u64, u64)], skewed: bool) {
+    let congruent = maps.iter().any(|(start, off)| (start.wrapping_sub(*off)) % PMD as u64 == 0);
+    if skewed || !congruent {
+        assert_eq!(pmd, 0, "unaligned text should not be PMD-mapped (maps {maps:x?})");
+    }
+}
+
+/// The whole proof for one linker: PIE (in place), non-PIE (-o), and a
+/// shared library used by a program.
+fn prove(linker: &str) {
+    let dir = common::scratch();
+    let d = dir.path();
+    let skewed = linker != "bfd";
+
+    // --- PIE, aligned in place -------------------------------------------
+    let pie = copy_fixture(d, linker, "pie");
+    let expected = run_output(&pie);
+    fill_pmd_page_cache(&pie);
+    let r = Running::start(&pie);
+    let (before, maps) = r.text_pmd(&pie);
+    assert_before(before, &maps, skewed);
+    r.finish();
+    let (code, out, err) = align(&[s(&pie)]);
+    assert_eq!(code, 0, "align {linker}/pie: {out}{err}");
+    assert_eq!(run_output(&pie), expected, "{linker}/pie prints something else after align");
+    fill_pmd_page_cache(&pie);
+    let r = Running::start(&pie);
+    assert_eq!(format!("{}\n", r.first_line), expected);
+    let (after, maps) = r.text_pmd(&pie);
+    for (start, off) in &maps {
+        assert_eq!((start - off) % PMD as u64, 0, "aligned PIE text mapped at {start:#x} for offset {off:#x}");
+    }
+    assert!(after >= 16 * MIB, "{linker}/pie: FilePmdMapped {after} after align (before {before})");
+    r.finish();
+    eprintln!("{linker}/pie: text FilePmdMapped {} KiB before align, {} KiB after", before / 1024, after / 1024);
+    // Aligning again has nothing to do.
+    assert_eq!(align(&[s(&pie)]).0, 2);
+
+    // --- non-PIE, -o ------------------------------------------------------
+    let nopie = copy_fixture(d, linker, "nopie");
+    let expected = run_output(&nopie);
+    let out_path = d.join("nopie.aligned");
+    let (code, out, err) = align(&[s(&nopie), "-o", s(&out_path)]);
+    if linker == "bfd" {
+        // GNU ld ET_EXEC: fixed, congruent addresses: already PMD-mappable.
+        assert_eq!(code, 2, "{out}{err}");
+        assert!(!out_path.exists());
+        fs::copy(&nopie, &out_path).unwrap();
+    } else {
+        assert_eq!(code, 0, "{out}{err}");
+        assert!(out.contains("grew by 4096 bytes"), "{out}");
+    }
+    assert_eq!(run_output(&out_path), expected);
+    fill_pmd_page_cache(&out_path);
+    let r = Running::start(&out_path);
+    let (after, _) = r.text_pmd(&out_path);
+    assert!(after >= 16 * MIB, "{linker}/nopie: FilePmdMapped {after}");
+    r.finish();
+
+    // --- shared library + the program using it (RUNPATH=$ORIGIN) -----------
+    let lib = copy_fixture(d, linker, "libbig.so");
+    let usebig = copy_fixture(d, linker, "usebig");
+    let expected = run_output(&usebig);
+    fill_pmd_page_cache(&lib);
+    let r = Running::start(&usebig);
+    let (before, maps) = smaps_file_pmd(r.child.id(), &lib);
+    if skewed {
+        assert_before(before, &maps, true);
+    }
+    r.finish();
+    let (code, out, err) = align(&[s(&lib)]);
+    assert_eq!(code, 0, "{out}{err}");
+    // The program itself has < 4 MiB of text: nothing to do for it.
+    assert_eq!(align(&[s(&usebig)]).0, 3);
+    assert_eq!(run_output(&usebig), expected, "{linker}/usebig prints something else with the aligned library");
+    fill_pmd_page_cache(&lib);
+    let r = Running::start(&usebig);
+    let (after, maps) = smaps_file_pmd(r.child.id(), &lib);
+    for (start, off) in &maps {
+        assert_eq!((start - off) % PMD as u64, 0, "aligned library text mapped at {start:#x} for offset {off:#x}");
+    }
+    assert!(after >= 16 * MIB, "{linker}/libbig.so: FilePmdMapped {after} (before {before})");
+    r.finish();
+    eprintln!("{linker}/libbig.so: text FilePmdMapped {} KiB before align, {} KiB after", before / 1024, after / 1024);
+}
+
+#[test]
+fn bfd_fixtures_run_and_get_pmd_mapped() {
+    prove("bfd");
+}
+
+#[test]
+fn lld_fixtures_run_and_get_pmd_mapped() {
+    prove("lld");
+}
+
+#[test]
+fn mold_fixtures_run_and_get_pmd_mapped() {
+    prove("mold");
+}
+
+fn xattr_get(path: &Path, name: &str) -> Option<Vec<u8>> {
+    let p = CString::new(path.as_os_str().as_bytes()).unwrap();
+    let n = CString::new(name).unwrap();
+    let mut buf = vec![0u8; 1024];
+    let r = unsafe { libc::getxattr(p.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    if r < 0 {
+        return None;
+    }
+    buf.truncate(r as usize);
+    Some(buf)
+}
+
+fn xattr_set(path: &Path, name: &str, value: &[u8]) {
+    let p = CString::new(path.as_os_str().as_bytes()).unwrap();
+    let n = CString::new(name).unwrap();
+    let r = unsafe { libc::setxattr(p.as_ptr(), n.as_ptr(), value.as_ptr().cast(), value.len(), 0) };
+    assert_eq!(r, 0, "setxattr {name}: {}", std::io::Error::last_os_error());
+}
+
+#[test]
+fn in_place_keeps_mode_owner_xattrs_and_capabilities() {
+    let dir = common::scratch();
+    let f = copy_fixture(dir.path(), "lld", "pie");
+    let expected = run_output(&f);
+    std::os::unix::fs::chown(&f, Some(1234), Some(5678)).unwrap();
+    fs::set_permissions(&f, fs::Permissions::from_mode(0o750)).unwrap();
+    xattr_set(&f, "user.hugetext-test", b"keep me");
+    let st = Command::new("setcap").args(["cap_net_raw+ep", s(&f)]).status().expect("setcap (libcap2-bin, scripts/install-deps.sh)");
+    assert!(st.success());
+    let cap_before = xattr_get(&f, "security.capability").expect("setcap set no capability");
+    let ino_before = fs::metadata(&f).unwrap().ino();
+
+    let (code, out, err) = align(&[s(&f)]);
+    assert_eq!(code, 0, "{out}{err}");
+    let m = fs::metadata(&f).unwrap();
+    assert_ne!(m.ino(), ino_before, "in-place align must replace the file, not write into it");
+    assert_eq!(m.mode() & 0o7777, 0o750);
+    assert_eq!((m.uid(), m.gid()), (1234, 5678));
+    assert_eq!(xattr_get(&f, "user.hugetext-test").as_deref(), Some(&b"keep me"[..]));
+    assert_eq!(xattr_get(&f, "security.capability"), Some(cap_before));
+    let getcap = Command::new("getcap").arg(&f).output().unwrap();
+    assert!(String::from_utf8_lossy(&getcap.stdout).contains("cap_net_raw"), "{getcap:?}");
+    assert_eq!(run_output(&f), expected);
+    // No temporary files left behind.
+    let left: Vec<_> = fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(left.len(), 1, "{left:?}");
+}
+
+#[test]
+fn output_option_leaves_input_untouched_and_dry_run_writes_nothing() {
+    let dir = common::scratch();
+    let f = copy_fixture(dir.path(), "mold", "libbig.so");
+    let orig = fs::read(&f).unwrap();
+    let mtime = fs::metadata(&f).unwrap().mtime_nsec();
+
+    let out = dir.path().join("out.so");
+    let (code, stdout, err) = align(&[s(&f), "--dry-run", "-o", s(&out)]);
+    assert_eq!(code, 0, "{stdout}{err}");
+    assert!(stdout.contains("would align"), "{stdout}");
+    assert!(!out.exists());
+
+    let (code, stdout, err) = align(&[s(&f), "-o", s(&out)]);
+    assert_eq!(code, 0, "{stdout}{err}");
+    assert_eq!(fs::read(&f).unwrap(), orig);
+    assert_eq!(fs::metadata(&f).unwrap().mtime_nsec(), mtime);
+    assert_eq!(fs::metadata(&out).unwrap().len(), orig.len() as u64 + 4096);
+    // The output is executable like the input.
+    assert_eq!(fs::metadata(&out).unwrap().mode() & 0o777, fs::metadata(&f).unwrap().mode() & 0o777);
+}
+
+#[test]
+fn aligning_a_running_program_in_place_does_not_disturb_it() {
+    let dir = common::scratch();
+    let f = copy_fixture(dir.path(), "lld", "pie");
+    let expected = run_output(&f);
+    let r = Running::start(&f);
+    let (code, out, err) = align(&[s(&f)]);
+    assert_eq!(code, 0, "{out}{err}");
+    // The running process still maps the old (now unlinked) file, unchanged.
+    let exe = fs::read_link(format!("/proc/{}/exe", r.child.id())).unwrap();
+    assert!(exe.to_string_lossy().ends_with("(deleted)"), "{exe:?}");
+    assert_eq!(format!("{}\n", r.first_line), expected);
+    r.finish();
+    assert_eq!(run_output(&f), expected);
+}
+
+#[test]
+fn signed_files_are_refused_unless_forced() {
+    let dir = common::scratch();
+    let f = copy_fixture(dir.path(), "lld", "pie");
+    let sig = dir.path().join("sig.bin");
+    fs::write(&sig, [0x5a; 64]).unwrap();
+    let signed = dir.path().join("signed");
+    let st = Command::new("objcopy").arg(format!("--add-section=.signature={}", s(&sig))).arg(&f).arg(&signed).status().unwrap();
+    assert!(st.success());
+    let before = fs::read(&signed).unwrap();
+    let (code, out, err) = align(&[s(&signed)]);
+    assert_eq!(code, 3, "{out}{err}");
+    assert!(out.contains("signed") && out.contains("--force"), "{out}");
+    assert_eq!(fs::read(&signed).unwrap(), before);
+    let (code, out, err) = align(&[s(&signed), "--force"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(err.contains("invalidated"), "{err}");
+    assert_eq!(run_output(&signed), run_output(&f));
+
+    // An IMA xattr also counts as a signature of the old content.
+    let g = copy_fixture(dir.path(), "mold", "pie");
+    xattr_set(&g, "security.ima", &[0x04, 0x01, 0x02]);
+    let (code, out, _) = align(&[s(&g)]);
+    assert_eq!(code, 3, "{out}");
+    assert!(out.contains("security.ima"), "{out}");
+    let (code, _, _) = align(&[s(&g), "--force"]);
+    assert_eq!(code, 0);
+    assert_eq!(xattr_get(&g, "security.ima"), None, "a stale IMA xattr must not be copied");
+}
+
+#[test]
+fn appended_data_is_warned_about_and_kept() {
+    let dir = common::scratch();
+    let f = copy_fixture(dir.path(), "lld", "pie");
+    let expected = run_output(&f);
+    fs::OpenOptions::new().append(true).open(&f).unwrap().write_all(b"APPENDED-PAYLOAD").unwrap();
+    let (code, out, err) = align(&[s(&f)]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(err.contains("appended"), "{err}");
+    assert!(fs::read(&f).unwrap().ends_with(b"APPENDED-PAYLOAD"));
+    assert_eq!(run_output(&f), expected);
+}
+
+/// One line on stderr, the given exit code, and `path` unchanged.
+fn assert_clean_failure(args: &[&str], path: &Path, code: i32) -> String {
+    let before = fs::read(path).unwrap();
+    let (c, out, err) = align(args);
+    assert_eq!(c, code, "stdout: {out} stderr: {err}");
+    if code == 1 {
+        assert_eq!(err.lines().count(), 1, "expected one line: {err}");
+        assert!(err.starts_with("hugetext: error: "), "{err}");
+    } else {
+        assert!(out.starts_with("cannot align"), "{out}");
+    }
+    assert!(!err.contains("panicked") && !err.contains("internal error"), "{err}");
+    assert_eq!(fs::read(path).unwrap(), before, "{} was modified", path.display());
+    format!("{out}{err}")
+}
+
+/// (file offset, p_type, p_flags) of each program header of a 64-bit ELF.
+fn phdr_offsets(path: &Path) -> Vec<(usize, u32, u32)> {
+    let d = fs::read(path).unwrap();
+    let phoff = u64::from_le_bytes(d[32..40].try_into().unwrap()) as usize;
+    let phnum = u16::from_le_bytes(d[56..58].try_into().unwrap()) as usize;
+    (0..phnum)
+        .map(|i| {
+            let o = phoff + i * 56;
+            (o, u32::from_le_bytes(d[o..o + 4].try_into().unwrap()), u32::from_le_bytes(d[o + 4..o + 8].try_into().unwrap()))
+        })
+        .collect()
+}
+
+fn first_load(path: &Path) -> usize {
+    phdr_offsets(path).into_iter().find(|&(_, t, _)| t == 1).unwrap().0
+}
+
+fn patch(path: &Path, at: usize, bytes: &[u8]) {
+    let mut d = fs::read(path).unwrap();
+    d[at..at + bytes.len()].copy_from_slice(bytes);
+    fs::write(path, d).unwrap();
+}
+
+#[test]
+fn bad_inputs_fail_cleanly_and_leave_the_file_intact() {
+    let dir = common::scratch();
+    let d = dir.path();
+
+    let text = d.join("notes.txt");
+    fs::write(&text, "this is not an ELF file\n").unwrap();
+    let m = assert_clean_failure(&[s(&text)], &text, 1);
+    assert!(m.contains("not an ELF file"), "{m}");
+
+    let empty = d.join("empty");
+    fs::write(&empty, "").unwrap();
+    assert_clean_failure(&[s(&empty)], &empty, 1);
+
+    let missing = d.join("missing");
+    let (c, _, err) = align(&[s(&missing)]);
+    assert_eq!(c, 1);
+    assert_eq!(err.lines().count(), 1, "{err}");
+
+    // Truncated: header only, and half the file.
+    let full = fs::read(common::fixture("lld", "pie")).unwrap();
+    let trunc = d.join("trunc-header");
+    fs::write(&trunc, &full[..200]).unwrap();
+    let m = assert_clean_failure(&[s(&trunc)], &trunc, 1);
+    assert!(m.contains("truncated") || m.contains("not a valid ELF"), "{m}");
+    let half = d.join("trunc-half");
+    fs::write(&half, &full[..full.len() / 2]).unwrap();
+    let m = assert_clean_failure(&[s(&half)], &half, 1);
+    assert!(m.contains("beyond the end of the file"), "{m}");
+
+    // Wrong class: a real 32-bit executable.
+    let asm = d.join("s.S");
+    fs::write(&asm, ".globl _start\n_start: mov $1, %eax\n int $0x80\n").unwrap();
+    let obj = d.join("s.o");
+    let x32 = d.join("x32");
+    assert!(Command::new("as").args(["--32", "-o", s(&obj), s(&asm)]).status().unwrap().success());
+    assert!(Command::new("ld").args(["-m", "elf_i386", "-o", s(&x32), s(&obj)]).status().unwrap().success());
+    let m = assert_clean_failure(&[s(&x32)], &x32, 3);
+    assert!(m.contains("32-bit"), "{m}");
+
+    // Wrong machine: e_machine = AArch64.
+    let arm = copy_fixture(d, "lld", "pie");
+    let arm2 = d.join("arm");
+    fs::rename(&arm, &arm2).unwrap();
+    patch(&arm2, 18, &183u16.to_le_bytes());
+    let m = assert_clean_failure(&[s(&arm2)], &arm2, 3);
+    assert!(m.contains("AArch64"), "{m}");
+
+    // Absurd header: a PT_LOAD claiming 2^62 bytes.
+    let absurd = copy_fixture(d, "mold", "pie");
+    let load = first_load(&absurd);
+    patch(&absurd, load + 32, &(1u64 << 62).to_le_bytes());
+    let m = assert_clean_failure(&[s(&absurd)], &absurd, 1);
+    assert!(m.contains("beyond the end of the file"), "{m}");
+
+    // Overlapping: the first PT_LOAD's file range grown over the text's start.
+    let overlap = d.join("overlap");
+    fs::copy(common::fixture("lld", "pie"), &overlap).unwrap();
+    let load = first_load(&overlap);
+    patch(&overlap, load + 32, &0x2000u64.to_le_bytes());
+    patch(&overlap, load + 40, &0x2000u64.to_le_bytes());
+    let m = assert_clean_failure(&[s(&overlap)], &overlap, 3);
+    assert!(m.contains("overlaps"), "{m}");
+
+    // Writable text (RWX PT_LOAD): cannot be improved.
+    let rwx = d.join("rwx");
+    fs::copy(common::fixture("bfd", "pie"), &rwx).unwrap();
+    let text = phdr_offsets(&rwx).into_iter().find(|&(_, t, flags)| t == 1 && flags & 1 == 1).unwrap().0;
+    patch(&rwx, text + 4, &7u32.to_le_bytes());
+    let m = assert_clean_failure(&[s(&rwx)], &rwx, 3);
+    assert!(m.contains("writable"), "{m}");
+}
+
+#[test]
+fn no_write_permission_fails_cleanly() {
+    let dir = common::scratch();
+    let sub = dir.path().join("ro");
+    fs::create_dir(&sub).unwrap();
+    let f = sub.join("pie");
+    fs::copy(common::fixture("lld", "pie"), &f).unwrap();
+    fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    fs::set_permissions(&sub, fs::Permissions::from_mode(0o755)).unwrap();
+    let before = fs::read(&f).unwrap();
+    // Run as nobody: can read the file but not write the directory.
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(common::bin())
+        .args(["align", s(&f)])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("Permission denied"), "{err}");
+    assert_eq!(fs::read(&f).unwrap(), before);
+}
+
+/// A small tmpfs, so the disk really fills up halfway through the write.
+struct SmallFs {
+    dir: tempfile::TempDir,
+}
+
+impl SmallFs {
+    fn mount(size: &str) -> Option<SmallFs> {
+        let dir = common::scratch();
+        let st = Command::new("mount").args(["-t", "tmpfs", "-o", &format!("size={size}"), "hugetext-test"]).arg(dir.path()).status().ok()?;
+        st.success().then_some(SmallFs { dir })
+    }
+}
+
+impl Drop for SmallFs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(self.dir.path()).status();
+    }
+}
+
+#[test]
+fn disk_full_halfway_leaves_the_original_intact() {
+    let Some(small) = SmallFs::mount("30m") else {
+        // Mounting needs root (which the test command has); say why we stop.
+        panic!("cannot mount a tmpfs for the disk-full test (needs root)");
+    };
+    let f = small.dir.path().join("pie");
+    fs::copy(common::fixture("lld", "pie"), &f).unwrap();
+    let m = assert_clean_failure(&[s(&f)], &f, 1);
+    assert!(m.contains("No space left on device"), "{m}");
+    let left: Vec<_> = fs::read_dir(small.dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(left.len(), 1, "temporary file left behind: {left:?}");
+    assert_eq!(run_output(&f), run_output(&common::fixture("lld", "pie")));
+}
+
+fn inputs_in(dirs: &[&str]) -> Vec<PathBuf> {
+    let mut v = Vec::new();
+    for d in dirs {
+        if let Ok(rd) = fs::read_dir(common::root().join(d)) {
+            v.extend(rd.flatten().map(|e| e.path()).filter(|p| p.is_file()));
+        }
+    }
+    v.sort();
+    v
+}
+
+/// The fuzzers' seeds and every crasher they found, replayed through the
+/// real binary: no crash, no verification failure, one-line errors.
+#[test]
+fn fuzz_regressions_and_seeds() {
+    let dir = common::scratch();
+    let parse = inputs_in(&["fuzz/seeds/parse", "fuzz/regressions/parse"]);
+    let rewrite = inputs_in(&["fuzz/seeds/rewrite", "fuzz/regressions/rewrite"]);
+    assert!(!parse.is_empty() && !rewrite.is_empty(), "fuzz inputs missing");
+    for (i, p) in parse.iter().enumerate() {
+        let f = dir.path().join(format!("p{i}"));
+        fs::copy(p, &f).unwrap();
+        let out = common::hugetext(&["check", "--json", s(&f)]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(matches!(out.status.code(), Some(0 | 1)), "{}: {err}", p.display());
+        assert!(!err.contains("internal error"), "{}: {err}", p.display());
+    }
+    let mut rewritten = 0;
+    for (i, p) in rewrite.iter().enumerate() {
+        let data = fs::read(p).unwrap();
+        if data.len() < 4 {
+            continue;
+        }
+        let hint = u32::from_le_bytes(data[..4].try_into().unwrap()) as u64;
+        let f = dir.path().join(format!("r{i}"));
+        fs::write(&f, &data[4..]).unwrap();
+        let size = hint.min(8 << 20).max(data.len() as u64 - 4);
+        fs::OpenOptions::new().write(true).open(&f).unwrap().set_len(size).unwrap();
+        let out_path = dir.path().join(format!("r{i}.out"));
+        let (code, out, err) = align(&[s(&f), "--force", "-o", s(&out_path)]);
+        assert!(matches!(code, 0..=3), "{}: exit {code}: {out}{err}", p.display());
+        assert!(!err.contains("internal error") && !err.contains("verification"), "{}: {err}", p.display());
+        if code == 1 {
+            assert_eq!(err.lines().count(), 1, "{}: {err}", p.display());
+        }
+        if code == 0 {
+            rewritten += 1;
+            let out = common::hugetext(&["check", "--json", s(&out_path)]);
+            let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            assert_eq!(v[0]["verdict"], "pmd-mappable", "{}", p.display());
+        } else {
+            assert!(!out_path.exists());
+        }
+    }
+    assert!(rewritten > 0, "no seed exercised the rewriter");
+}

@@ -1,0 +1,451 @@
+//! `hugetext run`, libhugetext.so and the C API, against the real kernel.
+//!
+//! Needs target/<profile>/libhugetext.so next to the hugetext binary
+//! (`cargo build --release` builds the whole workspace; scripts/test.sh does).
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::OnceLock;
+
+use hugetext::remap::{text_mappings, TextMapping};
+
+const MIB: u64 = 1 << 20;
+
+fn preload() -> PathBuf {
+    let p = common::target_profile_dir().join("libhugetext.so");
+    assert!(p.exists(), "{} missing: build the workspace first (cargo build --release)", p.display());
+    p
+}
+
+fn run(args: &[&str], prog: &Path, prog_args: &[&str]) -> Output {
+    preload();
+    Command::new(common::bin())
+        .arg("run")
+        .args(args)
+        .arg("--")
+        .arg(prog)
+        .args(prog_args)
+        .env_remove("HUGETEXT_STRATEGY")
+        .env_remove("HUGETEXT_VERBOSE")
+        .output()
+        .expect("spawn hugetext run")
+}
+
+fn alone(prog: &Path) -> Output {
+    Command::new(prog).output().expect("spawn fixture")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// A fixture started with `wait`, stopped (stdin closed) on drop.
+struct Running {
+    child: Child,
+    first_line: String,
+}
+
+impl Running {
+    fn start(mut cmd: Command) -> Running {
+        let mut child = cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn");
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut first_line = String::new();
+        out.read_line(&mut first_line).unwrap();
+        let mut ready = String::new();
+        out.read_line(&mut ready).unwrap();
+        if ready.trim() != "ready" {
+            let _ = child.kill();
+            let o = child.wait_with_output().unwrap();
+            panic!("fixture not ready: {first_line:?} {ready:?} stderr: {}", text(&o.stderr));
+        }
+        Running { child, first_line }
+    }
+
+    fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    fn text(&self) -> Vec<TextMapping> {
+        text_mappings(self.pid()).unwrap()
+    }
+
+    /// Huge-backed bytes of the text of `file`.
+    fn huge_of(&self, file: &Path) -> (u64, u64, u64) {
+        let f = file.canonicalize().unwrap().to_string_lossy().into_owned();
+        let ms: Vec<_> = self.text().into_iter().filter(|m| m.path == f).collect();
+        (
+            ms.iter().map(|m| m.file_pmd).sum(),
+            ms.iter().map(|m| m.anon_huge).sum(),
+            ms.iter().map(|m| m.anonymous).sum(),
+        )
+    }
+
+    fn stop(mut self) -> String {
+        drop(self.child.stdin.take());
+        let o = std::mem::replace(&mut self.child, Command::new("true").spawn().unwrap()).wait_with_output().unwrap();
+        assert!(o.status.success(), "fixture failed: {:?}", o.status);
+        text(&o.stderr)
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        drop(self.child.stdin.take());
+        let _ = self.child.wait();
+    }
+}
+
+fn run_waiting(args: &[&str], prog: &Path) -> Running {
+    preload();
+    let mut cmd = Command::new(common::bin());
+    cmd.arg("run").args(args).arg("--").arg(prog).arg("wait").env_remove("HUGETEXT_STRATEGY");
+    Running::start(cmd)
+}
+
+/// A private copy of a fixture (fresh page cache, not shared with other
+/// tests running at the same time). Keeps libbig.so next to usebig.
+fn private_copy(linker: &str, names: &[&str]) -> (tempfile::TempDir, PathBuf) {
+    let dir = common::scratch();
+    for n in names {
+        // Copy in a child process: a write fd of ours could leak into a
+        // concurrently forked test child and make exec fail with ETXTBSY.
+        let st = Command::new("cp").arg(common::fixture(linker, n)).arg(dir.path().join(n)).status().unwrap();
+        assert!(st.success());
+        // Written back, so that its page cache is clean and evictable.
+        std::fs::File::open(dir.path().join(n)).unwrap().sync_all().unwrap();
+    }
+    let main = dir.path().join(names[0]);
+    (dir, main)
+}
+
+#[test]
+fn every_fixture_prints_the_same_and_runs_with_huge_text() {
+    for linker in ["bfd", "lld", "mold"] {
+        for name in ["pie", "nopie", "usebig", "small"] {
+            let prog = common::fixture(linker, name);
+            let a = alone(&prog);
+            let r = run(&[], &prog, &[]);
+            assert!(r.status.success(), "{linker}/{name}: {:?} {}", r.status, text(&r.stderr));
+            assert_eq!(text(&r.stdout), text(&a.stdout), "{linker}/{name} prints something else under run");
+            assert_eq!(text(&r.stderr), "", "{linker}/{name}: run is not silent without -v");
+            if name == "small" {
+                continue;
+            }
+            let running = run_waiting(&[], &prog);
+            assert_eq!(running.first_line, text(&a.stdout).lines().next().unwrap().to_string() + "\n");
+            let big = if name == "usebig" { common::fixture(linker, "libbig.so") } else { prog.clone() };
+            let (file, anon, _) = running.huge_of(&big);
+            assert!(
+                file + anon >= 12 * MIB,
+                "{linker}/{name}: only {} KiB of {} huge-backed: {:#?}",
+                (file + anon) >> 10,
+                big.display(),
+                running.text()
+            );
+            running.stop();
+        }
+    }
+}
+
+#[test]
+fn file_strategy_is_zero_copy_and_shared() {
+    // GNU ld non-PIE text is congruent: the file route applies.
+    let (_d, prog) = private_copy("bfd", &["nopie"]);
+    let running = run_waiting(&["--strategy", "file", "-v"], &prog);
+    let (file, anon, private_anon) = running.huge_of(&prog);
+    assert!(file >= 16 * MIB, "FilePmdMapped {} KiB", file >> 10);
+    assert_eq!(anon, 0);
+    assert_eq!(private_anon, 0, "the file route must add no anonymous memory");
+    // A second process maps the same 2 MiB page-cache folios without any help.
+    let second = Running::start({
+        let mut c = Command::new(&prog);
+        c.arg("wait").env("HUGETEXT_DISABLE", "1");
+        c
+    });
+    // Fault in its whole text (the fixture only touched what it ran).
+    let (f2, _, _) = second.huge_of(&prog);
+    assert!(f2 >= 12 * MIB, "a later plain process got {} KiB PMD-mapped", f2 >> 10);
+    let err = running.stop();
+    assert!(err.contains("file 18.0 MiB") || err.contains("file 1"), "{err}");
+    second.stop();
+}
+
+#[test]
+fn copy_strategy_moves_text_and_names_symbols_for_perf() {
+    // lld PIE: not congruent, only `copy` can make it huge.
+    let prog = common::fixture("lld", "pie");
+    let running = run_waiting(&["--strategy", "copy"], &prog);
+    let (_, anon, _) = running.huge_of(&prog);
+    assert!(anon >= 16 * MIB, "AnonHugePages {} KiB", anon >> 10);
+    let map = PathBuf::from(format!("/tmp/perf-{}.map", running.pid()));
+    let syms = std::fs::read_to_string(&map).unwrap_or_default();
+    let _ = std::fs::remove_file(&map);
+    assert!(syms.lines().any(|l| l.ends_with(" f10")), "no f10 in {}: {syms}", map.display());
+    // Every moved function's address is inside a copied text mapping.
+    let copied: Vec<_> = running.text().into_iter().filter(|m| m.copied).collect();
+    for l in syms.lines() {
+        let a = u64::from_str_radix(l.split(' ').next().unwrap(), 16).unwrap();
+        assert!(copied.iter().any(|m| m.start <= a && a < m.end), "{l} outside the copies {copied:#?}");
+    }
+    running.stop();
+}
+
+#[test]
+fn file_strategy_on_non_congruent_text_explains() {
+    let prog = common::fixture("mold", "pie");
+    let r = run(&["--strategy", "file", "-v"], &prog, &[]);
+    assert!(r.status.success());
+    assert_eq!(text(&r.stdout), text(&alone(&prog).stdout));
+    let err = text(&r.stderr);
+    assert!(err.contains("not congruent"), "{err}");
+}
+
+#[test]
+fn collapse_strategy_works_or_says_why() {
+    let (_d, prog) = private_copy("bfd", &["nopie"]);
+    let running = run_waiting(&["--strategy", "collapse", "-v"], &prog);
+    let (file, _, _) = running.huge_of(&prog);
+    let err = running.stop();
+    assert!(file >= 12 * MIB || err.contains("CONFIG_READ_ONLY_THP_FOR_FS"), "{err}");
+}
+
+#[test]
+fn gdb_mode_never_copies() {
+    let prog = common::fixture("lld", "nopie");
+    let running = run_waiting(&["--gdb", "-v"], &prog);
+    assert!(running.text().iter().all(|m| !m.copied && m.anonymous == 0), "{:#?}", running.text());
+    let err = running.stop();
+    assert!(err.contains("gdb-friendly"), "{err}");
+}
+
+#[test]
+fn include_and_exclude_choose_mappings() {
+    let (_d, prog) = private_copy("lld", &["usebig", "libbig.so"]);
+    let lib = prog.with_file_name("libbig.so");
+    let running = run_waiting(&["--exclude", "libbig\\.so$"], &prog);
+    let (f, a, _) = running.huge_of(&lib);
+    assert_eq!(f + a, 0, "excluded library was remapped");
+    running.stop();
+    let running = run_waiting(&["--include", "/lib[a-z]+\\.so$"], &prog);
+    let (f, a, _) = running.huge_of(&lib);
+    assert!(f + a >= 12 * MIB);
+    running.stop();
+}
+
+#[test]
+fn exit_status_and_errors() {
+    let h = |args: &[&str]| {
+        let o = common::hugetext(args);
+        (o.status.code(), text(&o.stderr))
+    };
+    let (c, e) = h(&["run", "--", "no-such-program-hugetext"]);
+    assert_eq!(c, Some(127));
+    assert_eq!(e.lines().count(), 1, "{e}");
+    assert!(e.contains("command not found"), "{e}");
+    let (c, _) = h(&["run", "--", "/no/such/dir/prog"]);
+    assert_eq!(c, Some(127));
+    let d = common::scratch();
+    let plain = d.path().join("not-executable");
+    std::fs::write(&plain, "echo hi\n").unwrap();
+    let (c, e) = h(&["run", "--", plain.to_str().unwrap()]);
+    assert_eq!(c, Some(126), "{e}");
+    assert_eq!(e.lines().count(), 1, "{e}");
+    let (c, _) = h(&["run", "--", "/"]);
+    assert_eq!(c, Some(126));
+    let (c, _) = h(&["run", "--", "sh", "-c", "exit 7"]);
+    assert_eq!(c, Some(7));
+    let (c, e) = h(&["run", "--include", "(x|y)", "--", "true"]);
+    assert_eq!(c, Some(2));
+    assert!(e.contains("group"), "{e}");
+    let o = Command::new(common::bin()).args(["run", "--", "true"]).env("HUGETEXT_PRELOAD", "/no/libhugetext.so").output().unwrap();
+    assert_eq!(o.status.code(), Some(125));
+    assert!(text(&o.stderr).contains("HUGETEXT_PRELOAD"));
+    // Same pid: the program is exec'ed, not spawned.
+    let o = Command::new(common::bin()).args(["run", "--", "sh", "-c", "echo $$"]).output().unwrap();
+    assert!(o.status.success());
+}
+
+#[test]
+fn children_do_not_inherit_the_preload_unless_asked() {
+    let sh = Path::new("/bin/sh");
+    let r = run(&[], sh, &["-c", "echo \"[$LD_PRELOAD]\""]);
+    assert_eq!(text(&r.stdout), "[]\n");
+    let r = run(&["--inherit"], sh, &["-c", "echo \"[$LD_PRELOAD]\""]);
+    assert!(text(&r.stdout).contains("libhugetext.so"), "{}", text(&r.stdout));
+    // A preload the user had stays.
+    let o = Command::new(common::bin())
+        .args(["run", "--", "/bin/sh", "-c", "echo \"[$LD_PRELOAD]\""])
+        .env("LD_PRELOAD", "libm.so.6")
+        .output()
+        .unwrap();
+    assert_eq!(text(&o.stdout), "[libm.so.6]\n");
+}
+
+/// The C test programs, built once per test run.
+fn cprogs() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = common::target_profile_dir().join("../ctests");
+        std::fs::create_dir_all(&dir).unwrap();
+        let src = common::root().join("crates/hugetext-cli/tests/c");
+        let lib = common::target_profile_dir();
+        let inc = common::root().join("include");
+        for linker in ["bfd", "lld"] {
+            let fx = common::fixtures().join(linker);
+            let out = dir.join(format!("remap_threads_{linker}"));
+            let st = Command::new("gcc")
+                .args(["-O1", "-fPIC", "-pthread", "-w"])
+                .arg("-I")
+                .arg(&inc)
+                .arg(src.join("remap_threads.c"))
+                .arg("-L")
+                .arg(&fx)
+                .arg("-lbig")
+                .arg("-L")
+                .arg(&lib)
+                .arg("-lhugetext")
+                .arg(format!("-Wl,-rpath,{}:{}", fx.display(), lib.display()))
+                .arg("-o")
+                .arg(&out)
+                .status()
+                .unwrap();
+            assert!(st.success(), "compiling remap_threads.c failed");
+        }
+        let st = Command::new("gcc").args(["-O1", "-w"]).arg(src.join("wrap.c")).arg("-o").arg(dir.join("wrap")).status().unwrap();
+        assert!(st.success(), "compiling wrap.c failed");
+        dir.canonicalize().unwrap()
+    })
+}
+
+fn cprog(args: &[&str], name: &str) -> Output {
+    preload();
+    let o = Command::new(cprogs().join(name)).args(args).env("HUGETEXT_VERBOSE", "1").output().unwrap();
+    o
+}
+
+/// Drop a file's clean, unmapped page cache.
+fn evict(path: &Path) {
+    use std::os::fd::AsRawFd;
+    let f = std::fs::File::open(path).unwrap();
+    f.sync_all().unwrap();
+    // SAFETY: plain syscall on an open fd.
+    let r = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    assert_eq!(r, 0);
+}
+
+#[test]
+fn c_api_with_threads_running_the_text_20_of_20() {
+    // lld's libbig.so goes through `copy` (mremap under running threads).
+    // bfd's goes through `file` (PTEs dropped and refaulted under running
+    // threads): a private copy of it, evicted before every run so that each
+    // run starts from the small folios the loader's exec faults create.
+    let (_d, lib) = private_copy("bfd", &["libbig.so"]);
+    let lib = lib.canonicalize().unwrap();
+    let mut file_route_runs = 0;
+    for linker in ["lld", "bfd"] {
+        for i in 0..20 {
+            let mut cmd = Command::new(cprogs().join(format!("remap_threads_{linker}")));
+            cmd.args(["threads", "2"]).env("HUGETEXT_VERBOSE", "1");
+            if linker == "bfd" {
+                evict(&lib);
+                cmd.env("LD_LIBRARY_PATH", lib.parent().unwrap());
+            }
+            let o = cmd.output().unwrap();
+            let (out, err) = (text(&o.stdout), text(&o.stderr));
+            assert!(o.status.success() && out.ends_with("clean\n"), "{linker} run {i}: {:?}\n{out}\n{err}", o.status);
+            let first: i64 = out.lines().next().unwrap().trim_start_matches("remapped=").parse().unwrap();
+            assert!(first >= 12 * MIB as i64, "{linker} run {i}: remapped={first}\n{err}");
+            if linker == "bfd" {
+                // The first call's line for the library.
+                let first_call = err.lines().find(|l| l.contains(&lib.display().to_string()) && l.contains(" huge (")).unwrap_or_else(|| panic!("{err}"));
+                if !first_call.contains("file 0.0 MiB") {
+                    file_route_runs += 1;
+                } else {
+                    // The drop/evict/refault still ran under the threads;
+                    // they faulted small pages back in first, so `auto`
+                    // fell back to copying.
+                    assert!(err.contains("file route: some windows stayed small"), "{err}");
+                }
+            }
+        }
+    }
+    eprintln!("file route made the text huge in {file_route_runs} of 20 runs under threads");
+    assert!(file_route_runs >= 1, "the file route never won against the threads");
+}
+
+#[test]
+fn signals_fork_and_exec_after_remap() {
+    for linker in ["lld", "bfd"] {
+        let p = format!("remap_threads_{linker}");
+        let o = cprog(&["signals", "3"], &p);
+        assert!(o.status.success() && text(&o.stdout).ends_with("clean\n"), "signals {linker}: {:?} {}", o.status, text(&o.stderr));
+        let o = cprog(&["fork"], &p);
+        assert!(o.status.success() && text(&o.stdout).ends_with("clean\n"), "fork {linker}: {:?} {}", o.status, text(&o.stderr));
+        let small = common::fixture(linker, "small");
+        let o = cprog(&["exec", small.to_str().unwrap()], &p);
+        assert!(o.status.success(), "exec {linker}: {:?} {}", o.status, text(&o.stderr));
+        assert!(text(&o.stdout).ends_with("small\n"), "{}", text(&o.stdout));
+    }
+}
+
+#[test]
+fn c_api_second_call_counts_what_the_first_did() {
+    let o = cprog(&["threads", "3"], "remap_threads_lld");
+    let out = text(&o.stdout);
+    let v: Vec<i64> = out.lines().filter_map(|l| l.strip_prefix("remapped=")?.parse().ok()).collect();
+    assert_eq!(v.len(), 3, "{out}");
+    assert!(v[0] >= 16 * MIB as i64 && v.iter().all(|&x| x == v[0]), "{v:?}");
+}
+
+fn wrapped(mode: &str, strategy: &str, prog: &Path) -> Output {
+    preload();
+    Command::new(cprogs().join("wrap"))
+        .arg(mode)
+        .arg(common::bin())
+        .args(["run", "-v", "--strategy", strategy, "--"])
+        .arg(prog)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn no_huge_pages_available_is_reported() {
+    for linker in ["bfd", "lld"] {
+        let prog = common::fixture(linker, "nopie");
+        let o = wrapped("nothp", "auto", &prog);
+        assert!(o.status.success(), "{:?} {}", o.status, text(&o.stderr));
+        assert_eq!(text(&o.stdout), text(&alone(&prog).stdout));
+        let err = text(&o.stderr);
+        assert!(err.contains("huge pages are disabled for this process"), "{err}");
+    }
+}
+
+#[test]
+fn seccomp_restricted_program_runs_and_says_why() {
+    // lld: the copy route (madvise, then mremap); bfd: the file route.
+    for (mode, linker, expect) in [
+        ("nomadvise", "lld", "madvise(MADV_HUGEPAGE): operation not permitted"),
+        ("nomremap", "lld", "mremap: operation not permitted"),
+        ("nomadvise", "bfd", "operation not permitted"),
+    ] {
+        let prog = common::fixture(linker, "pie");
+        let o = wrapped(mode, "auto", &prog);
+        assert!(o.status.success(), "{mode} {linker}: {:?} {}", o.status, text(&o.stderr));
+        assert_eq!(text(&o.stdout), text(&alone(&prog).stdout), "{mode} {linker}");
+        let err = text(&o.stderr);
+        assert!(err.contains(expect) && err.contains("text left in place"), "{mode} {linker}: {err}");
+    }
+}
+
+#[test]
+fn header_declares_the_api() {
+    let h = std::fs::read_to_string(common::root().join("include/hugetext.h")).unwrap();
+    assert!(h.contains("long hugetext_remap_text(void);"));
+    // And the library exports it.
+    let o = Command::new("nm").arg("-D").arg("--defined-only").arg(preload()).output().unwrap();
+    assert!(text(&o.stdout).contains(" T hugetext_remap_text"), "{}", text(&o.stdout));
+    let _ = std::io::stdout().flush();
+}

@@ -1,0 +1,439 @@
+//! `hugetext warm` against the real kernel: small folios in, PMD folios out,
+//! PMD mappings in later processes, blocked pages, --replace, errors.
+
+mod common;
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, Write};
+use std::os::fd::AsFd;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use hugetext::kernel::{self, Mapping};
+use hugetext::{folio, pagecache};
+use serde_json::Value;
+
+const PMD: u64 = 2 << 20;
+
+fn write_file(p: &Path, mib: u64) {
+    let mut f = File::create(p).unwrap();
+    let block: Vec<u8> = (0..1u32 << 20).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    for _ in 0..mib {
+        f.write_all(&block).unwrap();
+    }
+    f.sync_all().unwrap();
+}
+
+/// Run `hugetext warm --json ARGS`, expect success, return the parsed output.
+fn warm_json(args: &[&str]) -> Value {
+    let mut a = vec!["warm", "--json"];
+    a.extend_from_slice(args);
+    let out = common::hugetext(&a);
+    assert!(
+        out.status.success(),
+        "hugetext {a:?} failed: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn file_entry<'a>(v: &'a Value, name: &str) -> &'a Value {
+    v["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["path"].as_str().unwrap().ends_with(name))
+        .unwrap_or_else(|| panic!("{name} not in {v:#}"))
+}
+
+/// Fill the file's page cache the way programs load: a cold PROT_EXEC fault
+/// of every page, with no madvise (4 KiB folios on x86).
+fn read_small(p: &Path) {
+    let f = File::open(p).unwrap();
+    pagecache::evict(&f, 0..0).unwrap();
+    let len = f.metadata().unwrap().len() as usize;
+    let m = Mapping::file_congruent(f.as_fd(), 0, len, libc::PROT_READ | libc::PROT_EXEC, PMD as usize).unwrap();
+    for off in (0..len).step_by(kernel::page_size()) {
+        // SAFETY: inside the mapping.
+        unsafe { std::ptr::read_volatile(m.as_ptr().add(off)) };
+    }
+}
+
+/// `FilePmdMapped` kB of the mapping of `pid` (None = self) starting at `addr`
+/// or, with `name`, summed over mappings whose path ends with `name`.
+fn file_pmd_mapped(pid: Option<u32>, addr: Option<usize>, name: Option<&str>) -> u64 {
+    let path = match pid {
+        Some(p) => format!("/proc/{p}/smaps"),
+        None => "/proc/self/smaps".into(),
+    };
+    let s = std::fs::read_to_string(path).unwrap();
+    let mut inside = false;
+    let mut kb = 0;
+    for l in s.lines() {
+        let first = l.split_whitespace().next().unwrap_or("");
+        if let Some((a, _)) = first.split_once('-').filter(|(a, _)| u64::from_str_radix(a, 16).is_ok()) {
+            let start = usize::from_str_radix(a, 16).unwrap();
+            inside = addr.is_some_and(|x| x == start) || name.is_some_and(|n| l.trim_end().ends_with(n));
+            continue;
+        }
+        if inside {
+            if let Some(v) = l.strip_prefix("FilePmdMapped:") {
+                kb += v.trim().trim_end_matches("kB").trim().parse::<u64>().unwrap();
+            }
+        }
+    }
+    kb
+}
+
+/// A fixture program started with `wait`: runs until its stdin closes.
+struct Running {
+    child: Child,
+    first: String,
+}
+
+impl Running {
+    fn start(exe: &Path) -> Running {
+        let mut child = Command::new(exe).arg("wait").stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut first = String::new();
+        out.read_line(&mut first).unwrap();
+        let mut ready = String::new();
+        out.read_line(&mut ready).unwrap();
+        assert_eq!(ready.trim(), "ready", "{exe:?} did not get ready: {first}");
+        Running { child, first }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Close stdin; the program must exit 0.
+    fn finish(mut self) {
+        drop(self.child.stdin.take());
+        let st = self.child.wait().unwrap();
+        assert!(st.success(), "program died: {st:?}");
+    }
+}
+
+/// Copy a fixture into a scratch dir (a fresh inode that no other test touches).
+fn copy_fixture(dir: &Path, linker: &str, name: &str) -> PathBuf {
+    let dst = dir.join(name);
+    std::fs::copy(common::fixture(linker, name), &dst).unwrap();
+    File::open(&dst).unwrap().sync_all().unwrap();
+    dst
+}
+
+#[test]
+fn small_folios_warmed_then_plain_mapping_is_pmd_mapped() {
+    let dir = common::scratch();
+    let p = dir.path().join("data");
+    write_file(&p, 32);
+    read_small(&p);
+    let before = folio::scan_file(&p, None).unwrap();
+    assert_eq!(before.cached_kb, 32 * 1024);
+    assert!(before.pmd_windows.is_empty(), "exec faults should leave small folios: {before:?}");
+
+    let v = warm_json(&[p.to_str().unwrap()]);
+    let f = file_entry(&v, "data");
+    assert_eq!(f["eligible_windows"], 16, "{f:#}");
+    assert_eq!(f["pmd_windows"], 16, "{f:#}");
+    assert_eq!(f["pmd_kb"], 32 * 1024);
+    assert_eq!(f["blocked_kb"], 0);
+    assert_eq!(f["route"], "pmd-readahead");
+
+    // Independent read-back with the folio scanner.
+    let after = folio::scan_file(&p, None).unwrap();
+    assert_eq!(after.pmd_windows.len(), 16, "{after:?}");
+
+    // A later plain congruent mapping, no madvise: PMD-mapped.
+    let file = File::open(&p).unwrap();
+    let len = 32 << 20;
+    let m = Mapping::file_congruent(file.as_fd(), 0, len, libc::PROT_READ | libc::PROT_EXEC, PMD as usize).unwrap();
+    for off in (0..len).step_by(kernel::page_size()) {
+        // SAFETY: inside the mapping.
+        unsafe { std::ptr::read_volatile(m.as_ptr().add(off)) };
+    }
+    let kb = file_pmd_mapped(None, Some(m.addr()), None);
+    assert!(kb * 100 >= 99 * 32 * 1024, "only {kb} kB PMD-mapped of {}", 32 * 1024);
+}
+
+#[test]
+fn elf_warm_is_bounded_to_read_only_segments() {
+    let dir = common::scratch();
+    let lib = copy_fixture(dir.path(), "bfd", "libbig.so");
+    let size = std::fs::metadata(&lib).unwrap().len();
+    pagecache::evict(&File::open(&lib).unwrap(), 0..0).unwrap();
+    let v = warm_json(&[lib.to_str().unwrap()]);
+    let f = file_entry(&v, "libbig.so");
+    assert_eq!(f["elf"], true);
+    let ranges = f["ranges"].as_array().unwrap();
+    assert!(ranges.iter().any(|r| r["flags"] == "r-x"), "{f:#}");
+    assert!(ranges.iter().all(|r| r["flags"] != "rw-"));
+    let eligible = f["eligible_windows"].as_u64().unwrap();
+    assert!(eligible >= 8, "{f:#}");
+    assert_eq!(f["pmd_windows"], eligible, "100% of eligible windows: {f:#}");
+    // GNU ld: vaddr == offset, p_align 4 KiB: depends on the load address.
+    assert!(ranges.iter().all(|r| r["runtime"] == "load-address"), "{f:#}");
+    // Nothing outside the read-only segments (page-rounded) was read: not
+    // the padding between them, not the writable segment's own pages, not
+    // the symbol tables at the end.
+    let ps = kernel::page_size() as u64;
+    let mut cursor = 0;
+    let mut gaps = Vec::new();
+    for r in ranges {
+        let (o, l) = (r["offset"].as_u64().unwrap(), r["len"].as_u64().unwrap());
+        if o / ps * ps > cursor {
+            gaps.push(cursor..o / ps * ps);
+        }
+        cursor = (o + l).div_ceil(ps) * ps;
+    }
+    gaps.push(cursor..size);
+    let mut checked = 0;
+    for g in gaps.into_iter().filter(|g| g.start < g.end) {
+        let s = folio::scan_file(&lib, Some(g.clone())).unwrap();
+        assert_eq!(s.cached_kb, 0, "read outside the segments at {:#x}..{:#x}: {s:?}", g.start, g.end);
+        checked += g.end - g.start;
+    }
+    assert!(checked > ps, "the fixture has gaps to check ({checked} bytes)");
+    assert!(f["cached_kb"].as_u64().unwrap() * 1024 >= 20 << 20);
+}
+
+#[test]
+fn running_instance_of_library_and_nopie_program_is_pmd_mapped() {
+    let dir = common::scratch();
+    let lib = copy_fixture(dir.path(), "bfd", "libbig.so");
+    let exe = copy_fixture(dir.path(), "bfd", "usebig");
+    let nopie = copy_fixture(dir.path(), "bfd", "nopie");
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    for p in [&lib, &exe, &nopie] {
+        read_small(p);
+    }
+    let v = warm_json(&[exe.to_str().unwrap(), lib.to_str().unwrap(), nopie.to_str().unwrap()]);
+    let want_lib = file_entry(&v, "libbig.so")["pmd_windows"].as_u64().unwrap();
+    let want_nopie = file_entry(&v, "nopie")["mappable_windows"].as_u64().unwrap();
+    assert!(want_lib >= 8 && want_nopie >= 8, "{v:#}");
+
+    // usebig has RUNPATH=$ORIGIN: it loads the warmed copy next to it.
+    let r = Running::start(&exe);
+    let lib_kb = file_pmd_mapped(Some(r.pid()), None, Some("/libbig.so"));
+    // The library's text windows are PMD-mapped where ld.so placed the
+    // library 2 MiB-aligned (ext4's thp_get_unmapped_area does for big
+    // mappings); the small usebig has no whole window of text.
+    assert_eq!(lib_kb, want_lib * 2048, "libbig.so in running usebig");
+    r.finish();
+
+    let r = Running::start(&nopie);
+    let kb = file_pmd_mapped(Some(r.pid()), None, "/nopie".into());
+    assert_eq!(kb, want_nopie * 2048, "nopie text (ET_EXEC, congruent) in the running program");
+    r.finish();
+}
+
+#[test]
+fn deps_warms_the_library_and_running_instance_shows_both_pmd_mapped() {
+    let dir = common::scratch();
+    let lib = copy_fixture(dir.path(), "bfd", "libbig.so");
+    let exe = copy_fixture(dir.path(), "bfd", "usebig");
+    read_small(&lib);
+    let v = warm_json(&["--deps", exe.to_str().unwrap()]);
+    let l = file_entry(&v, "libbig.so");
+    assert_eq!(l["pmd_windows"], l["eligible_windows"]);
+    let r = Running::start(&exe);
+    let kb = file_pmd_mapped(Some(r.pid()), None, Some("/libbig.so"));
+    assert_eq!(kb, l["pmd_windows"].as_u64().unwrap() * 2048);
+    r.finish();
+}
+
+#[test]
+fn blocked_by_a_running_process_is_reported_and_the_process_is_unharmed() {
+    let dir = common::scratch();
+    let exe = copy_fixture(dir.path(), "bfd", "pie");
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let f = File::open(&exe).unwrap();
+    pagecache::evict(&f, 0..0).unwrap();
+    drop(f);
+    // Cold start: the kernel faults the text in 4 KiB folios, and the
+    // program maps them.
+    let r = Running::start(&exe);
+    let v = warm_json(&[exe.to_str().unwrap()]);
+    let e = file_entry(&v, "pie");
+    assert!(e["blocked_kb"].as_u64().unwrap() > 0, "{e:#}");
+    assert!(e["blocked_windows"].as_u64().unwrap() > 0);
+    let pids: Vec<u64> = e["blocked_by"].as_array().unwrap().iter().map(|p| p["pid"].as_u64().unwrap()).collect();
+    assert!(pids.contains(&(r.pid() as u64)), "{e:#}");
+    assert!(e["notes"].to_string().contains("--replace"), "{e:#}");
+    // Still runs, and computes what it computed before.
+    let first = r.first.clone();
+    r.finish();
+    let out = Command::new(&exe).output().unwrap();
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().next().unwrap(), first.trim());
+}
+
+#[test]
+fn replace_warms_a_copy_and_keeps_metadata() {
+    let dir = common::scratch();
+    let exe = copy_fixture(dir.path(), "bfd", "pie");
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o4751)).unwrap();
+    set_xattr(&exe, "user.hugetext-test", b"kept");
+    // A valid file capability (v2, cap_net_bind_service permitted+effective).
+    let mut cap = Vec::new();
+    for w in [0x0200_0001u32, 1 << 10, 0, 0, 0] {
+        cap.extend_from_slice(&w.to_le_bytes());
+    }
+    set_xattr(&exe, "security.capability", &cap);
+    let orig = std::fs::read(&exe).unwrap();
+    let old_ino = std::fs::metadata(&exe).unwrap().ino();
+    let old_mtime = std::fs::metadata(&exe).unwrap().mtime();
+    File::open(&exe).map(|f| pagecache::evict(&f, 0..0).unwrap()).unwrap();
+    let r = Running::start(&exe);
+
+    // A hard link makes --replace refuse, and nothing changes.
+    let link = dir.path().join("pie-link");
+    std::fs::hard_link(&exe, &link).unwrap();
+    let out = common::hugetext(&["warm", "--replace", exe.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("hard links") && err.lines().count() == 1, "{err}");
+    assert_eq!(std::fs::metadata(&exe).unwrap().ino(), old_ino);
+    std::fs::remove_file(&link).unwrap();
+
+    let v = warm_json(&["--replace", exe.to_str().unwrap()]);
+    let e = file_entry(&v, "pie");
+    assert_eq!(e["replaced"], true, "{e:#}");
+    assert_eq!(e["route"], "replace");
+    assert_eq!(e["pmd_windows"], e["eligible_windows"], "{e:#}");
+    assert!(e["eligible_windows"].as_u64().unwrap() >= 8);
+    let m = std::fs::metadata(&exe).unwrap();
+    assert_ne!(m.ino(), old_ino, "a new inode");
+    assert_eq!(m.mode() & 0o7777, 0o4751);
+    assert_eq!(m.mtime(), old_mtime);
+    assert_eq!(std::fs::read(&exe).unwrap(), orig, "identical content");
+    assert_eq!(get_xattr(&exe, "user.hugetext-test"), b"kept");
+    assert_eq!(get_xattr(&exe, "security.capability"), cap);
+    // The old process still runs; a new one maps the warmed copy.
+    r.finish();
+    let out = Command::new(&exe).output().unwrap();
+    assert!(out.status.success());
+    assert!(!dir.path().read_dir().unwrap().any(|e| e.unwrap().file_name().to_string_lossy().contains(".hugetext-")));
+}
+
+fn set_xattr(p: &Path, name: &str, val: &[u8]) {
+    let c = std::ffi::CString::new(p.to_str().unwrap()).unwrap();
+    let n = std::ffi::CString::new(name).unwrap();
+    // SAFETY: valid C strings and buffer.
+    let r = unsafe { libc::setxattr(c.as_ptr(), n.as_ptr(), val.as_ptr().cast(), val.len(), 0) };
+    assert_eq!(r, 0, "setxattr {name}: {}", std::io::Error::last_os_error());
+}
+
+fn get_xattr(p: &Path, name: &str) -> Vec<u8> {
+    let c = std::ffi::CString::new(p.to_str().unwrap()).unwrap();
+    let n = std::ffi::CString::new(name).unwrap();
+    let mut buf = vec![0u8; 256];
+    // SAFETY: valid C strings and buffer.
+    let r = unsafe { libc::getxattr(c.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    assert!(r >= 0, "getxattr {name}: {}", std::io::Error::last_os_error());
+    buf.truncate(r as usize);
+    buf
+}
+
+#[test]
+fn tmpfs_says_pmd_folios_are_impossible() {
+    let shm = Path::new("/dev/shm");
+    if !shm.is_dir() || kernel::sysfs_choice("/sys/kernel/mm/transparent_hugepage/shmem_enabled").as_deref() != Some("never") {
+        // The claim under test only holds for shmem_enabled=never.
+        return;
+    }
+    let p = shm.join(format!("hugetext-warm-test-{}", std::process::id()));
+    write_file(&p, 4);
+    let out = common::hugetext(&["warm", "--json", p.to_str().unwrap()]);
+    let _ = std::fs::remove_file(&p);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let e = &v["files"][0];
+    assert_eq!(e["filesystem"], "tmpfs");
+    assert_eq!(e["route"], "none");
+    assert_eq!(e["pmd_windows"], 0);
+    assert!(e["notes"].to_string().contains("PMD folios are impossible"), "{e:#}");
+}
+
+#[test]
+fn memory_guard_refuses_and_touches_nothing() {
+    let dir = common::scratch();
+    let p = dir.path().join("data");
+    write_file(&p, 8);
+    read_small(&p);
+    let before = folio::scan_file(&p, None).unwrap();
+    let out = common::hugetext(&["warm", "--max-mem", "1M", p.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.starts_with("hugetext: error: refusing to warm 8.0 MiB") && err.lines().count() == 1, "{err}");
+    let after = folio::scan_file(&p, None).unwrap();
+    assert_eq!(before.folios_kb, after.folios_kb, "the guard must act before evicting");
+    let out = common::hugetext(&["warm", "--max-mem", "lots", p.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "clap rejects a bad value");
+}
+
+#[test]
+fn config_file_lists_what_to_warm() {
+    let dir = common::scratch();
+    let a = dir.path().join("a");
+    let b = dir.path().join("b");
+    write_file(&a, 4);
+    write_file(&b, 4);
+    let conf = dir.path().join("warm.conf");
+    std::fs::write(&conf, format!("paths = [{:?}, {:?}]\nmax_mem = \"90%\"\n", a, b)).unwrap();
+    let v = warm_json(&["--config", conf.to_str().unwrap()]);
+    assert_eq!(file_entry(&v, "/a")["pmd_windows"], 2);
+    assert_eq!(file_entry(&v, "/b")["pmd_windows"], 2);
+
+    let out = common::hugetext(&["warm", "--config", conf.to_str().unwrap(), "--path-unit"]);
+    let unit = String::from_utf8_lossy(&out.stdout);
+    assert!(unit.contains(&format!("PathChanged={}", a.display())) && unit.contains("Unit=hugetext-warm.service"), "{unit}");
+
+    std::fs::write(&conf, "paths = [\"/bin/true\"]\nmax_memory = 3\n").unwrap();
+    let out = common::hugetext(&["warm", "--config", conf.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(err.contains("line 2") && err.contains("max_memory") && err.lines().count() == 1, "{err}");
+}
+
+#[test]
+fn bad_paths_give_one_clear_line_each() {
+    let dir = common::scratch();
+    let missing = dir.path().join("missing");
+    for (path, want) in [
+        (missing.to_str().unwrap(), "no such file"),
+        (dir.path().to_str().unwrap(), "is a directory"),
+        ("/dev/null", "not a regular file (a character device)"),
+    ] {
+        let out = common::hugetext(&["warm", path]);
+        assert_eq!(out.status.code(), Some(1), "{path}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.starts_with("hugetext: error: ") && err.contains(path) && err.contains(want), "{err}");
+    }
+    // No permission: as nobody, a root-only file.
+    let secret = dir.path().join("secret");
+    write_file(&secret, 1);
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(common::bin())
+        .args(["warm", secret.to_str().unwrap()])
+        .output()
+        .expect("setpriv (util-linux)");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("permission denied") && err.lines().count() == 1, "{err}");
+    // Errors in one file do not stop the others.
+    let good = dir.path().join("good");
+    write_file(&good, 2);
+    let out = common::hugetext(&["warm", "--json", missing.to_str().unwrap(), good.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(file_entry(&v, "missing")["error"].as_str().unwrap().contains("no such file"));
+    assert_eq!(file_entry(&v, "good")["pmd_windows"], 1);
+}

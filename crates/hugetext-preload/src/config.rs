@@ -1,0 +1,169 @@
+//! Settings from the environment (`HUGETEXT_*`), read without allocating,
+//! and the removal of this library from `LD_PRELOAD` so that the program's
+//! children do not inherit it.
+
+use core::ffi::c_char;
+
+extern "C" {
+    static mut environ: *mut *mut c_char;
+}
+
+/// Which routes may be used, in the order auto tries them.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Strategy {
+    /// already → file → collapse → copy
+    Auto,
+    /// zero copy only
+    File,
+    /// MADV_COLLAPSE only
+    Collapse,
+    /// anonymous copy only
+    Copy,
+}
+
+/// The settings of one remap pass.
+pub struct Config {
+    pub strategy: Strategy,
+    pub verbose: bool,
+    /// gdb/perf-friendly: never move text to anonymous memory.
+    pub gdb: bool,
+    pub perf_map: bool,
+    pub name_vmas: bool,
+    pub inherit: bool,
+    pub include: Option<&'static [u8]>,
+    pub exclude: Option<&'static [u8]>,
+    /// LD_PRELOAD names this library.
+    pub preloaded: bool,
+    pub disabled: bool,
+    /// Malformed settings found (reported in verbose mode).
+    pub bad_strategy: Option<&'static [u8]>,
+}
+
+fn cstr(p: *const c_char) -> &'static [u8] {
+    // SAFETY: environment strings are NUL-terminated and live for the
+    // whole process (we never free them).
+    unsafe { core::ffi::CStr::from_ptr(p).to_bytes() }
+}
+
+/// Iterate `NAME=value` entries of the environment.
+fn env_entries() -> impl Iterator<Item = &'static [u8]> {
+    // SAFETY: `environ` is a NULL-terminated array maintained by libc; we
+    // only read it here (the caller does not run concurrently with setenv in
+    // a well-formed program; at start-up there is one thread).
+    let mut p = unsafe { environ };
+    core::iter::from_fn(move || unsafe {
+        if p.is_null() || (*p).is_null() {
+            return None;
+        }
+        let s = cstr(*p);
+        p = p.add(1);
+        Some(s)
+    })
+}
+
+pub fn getenv(name: &[u8]) -> Option<&'static [u8]> {
+    env_entries().find_map(|e| {
+        let rest = e.strip_prefix(name)?;
+        rest.strip_prefix(b"=")
+    })
+}
+
+fn flag(name: &[u8], default: bool) -> bool {
+    match getenv(name) {
+        None => default,
+        Some(v) => !(v.is_empty() || v == b"0" || v.eq_ignore_ascii_case(b"no") || v.eq_ignore_ascii_case(b"false")),
+    }
+}
+
+/// Is this entry of LD_PRELOAD (or a path) this library?
+fn is_us(entry: &[u8]) -> bool {
+    let base = match entry.iter().rposition(|&c| c == b'/') {
+        Some(i) => &entry[i + 1..],
+        None => entry,
+    };
+    base.starts_with(b"libhugetext")
+}
+
+impl Config {
+    pub fn from_env() -> Config {
+        let (strategy, bad_strategy) = match getenv(b"HUGETEXT_STRATEGY") {
+            None | Some(b"") | Some(b"auto") => (Strategy::Auto, None),
+            Some(b"file") => (Strategy::File, None),
+            Some(b"collapse") => (Strategy::Collapse, None),
+            Some(b"copy") => (Strategy::Copy, None),
+            Some(other) => (Strategy::Auto, Some(other)),
+        };
+        let nonempty = |v: Option<&'static [u8]>| v.filter(|s| !s.is_empty());
+        let preloaded = getenv(b"LD_PRELOAD")
+            .map(|v| v.split(|&c| c == b':' || c == b' ').any(is_us))
+            .unwrap_or(false);
+        Config {
+            strategy,
+            verbose: flag(b"HUGETEXT_VERBOSE", false),
+            gdb: flag(b"HUGETEXT_GDB", false),
+            perf_map: flag(b"HUGETEXT_PERF_MAP", true),
+            name_vmas: flag(b"HUGETEXT_NAME", true),
+            inherit: flag(b"HUGETEXT_INHERIT", false),
+            include: nonempty(getenv(b"HUGETEXT_INCLUDE")),
+            exclude: nonempty(getenv(b"HUGETEXT_EXCLUDE")),
+            preloaded,
+            disabled: flag(b"HUGETEXT_DISABLE", false),
+            bad_strategy,
+        }
+    }
+}
+
+/// Remove every `libhugetext*` entry from `LD_PRELOAD`, editing the
+/// environment string in place (it only gets shorter; nothing allocated).
+/// An emptied `LD_PRELOAD` is removed from the environment.
+pub fn strip_preload() {
+    // SAFETY: single-threaded start-up (called from the constructor only);
+    // the environment array and its strings are writable process memory.
+    unsafe {
+        let mut p = environ;
+        if p.is_null() {
+            return;
+        }
+        while !(*p).is_null() {
+            let s = *p as *mut u8;
+            let len = cstr(*p).len();
+            let bytes = core::slice::from_raw_parts_mut(s, len + 1);
+            if bytes.starts_with(b"LD_PRELOAD=") {
+                let start = b"LD_PRELOAD=".len();
+                let mut w = start;
+                let mut r = start;
+                let mut kept = 0;
+                while r < len {
+                    let mut e = r;
+                    while e < len && bytes[e] != b':' && bytes[e] != b' ' {
+                        e += 1;
+                    }
+                    if e > r && !is_us(&bytes[r..e]) {
+                        if kept > 0 {
+                            bytes[w] = b':';
+                            w += 1;
+                        }
+                        bytes.copy_within(r..e, w);
+                        w += e - r;
+                        kept += 1;
+                    }
+                    r = e + 1;
+                }
+                bytes[w] = 0;
+                if kept == 0 {
+                    // Remove the entry: shift the rest of the array down.
+                    let mut q = p;
+                    loop {
+                        *q = *q.add(1);
+                        if (*q).is_null() {
+                            break;
+                        }
+                        q = q.add(1);
+                    }
+                    continue;
+                }
+            }
+            p = p.add(1);
+        }
+    }
+}

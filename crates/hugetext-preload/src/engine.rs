@@ -1,0 +1,680 @@
+//! The remap pass: find this process's text, and make every whole 2 MiB
+//! window of it huge-backed, trying in order (strategy `auto`):
+//!
+//! 1. already PMD-mapped → nothing to do;
+//! 2. `file`, zero copy (congruent mappings only): `MADV_HUGEPAGE` on the
+//!    mapping, then `MADV_POPULATE_READ` — enough when the page cache
+//!    already holds 2 MiB folios (`hugetext warm`, or an earlier run); else
+//!    drop this process's PTEs for the window (`MADV_DONTNEED`: the text is
+//!    clean file data, it refaults identically), evict the small folios
+//!    (`POSIX_FADV_DONTNEED`, which only evicts folios nobody maps) and
+//!    populate again: readahead in a `VM_HUGEPAGE` mapping reads PMD-order
+//!    folios, which this and every later process map with PMDs;
+//! 3. `collapse`: `MADV_COLLAPSE` (file text needs
+//!    `CONFIG_READ_ONLY_THP_FOR_FS`; detected at the first try);
+//! 4. `copy`: anonymous 2 MiB-aligned `MADV_HUGEPAGE` memory, copy, `r-x`,
+//!    then one `mremap(MREMAP_MAYMOVE|MREMAP_FIXED)` over the old windows, so
+//!    code running there never sees a hole.
+//!
+//! Every window is verified with `PAGEMAP_SCAN` after each step. Any failure
+//! leaves the original mapping in place.
+
+use crate::config::{Config, Strategy};
+use crate::out::{line, Out};
+use crate::pattern;
+use crate::perfmap::{self, ElfFile};
+use crate::scan::{Scanner, PMD};
+use crate::sys;
+use core::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+
+const MAXC: usize = 1024;
+
+/// Ranges this library moved into anonymous memory in earlier passes (the
+/// kernel may not support naming them: CONFIG_ANON_VMA_NAME). Only touched
+/// while holding the pass lock (`BUSY` in lib.rs), hence Relaxed.
+static COPIED: [(AtomicUsize, AtomicUsize); 64] = [const { (AtomicUsize::new(0), AtomicUsize::new(0)) }; 64];
+
+fn remember_copy(start: usize, end: usize) {
+    for (s, e) in COPIED.iter() {
+        if s.load(Relaxed) == 0 {
+            s.store(start, Relaxed);
+            e.store(end, Relaxed);
+            return;
+        }
+    }
+}
+
+fn was_copied(start: usize, end: usize) -> bool {
+    COPIED.iter().any(|(s, e)| {
+        let (s, e) = (s.load(Relaxed), e.load(Relaxed));
+        s != 0 && s <= start && end <= e
+    })
+}
+const PATHS: usize = 192 * 1024;
+
+#[derive(Clone, Copy, Default)]
+struct Cand {
+    start: usize,
+    end: usize,
+    off: u64,
+    dev: (u32, u32),
+    ino: u64,
+    path_at: u32,
+    path_len: u32,
+    /// An earlier pass already moved this text into anonymous memory.
+    copied: bool,
+}
+
+/// Working memory, mmapped so that neither the stack of the calling thread
+/// nor the heap is involved.
+struct State {
+    buf: [u8; 16384],
+    cands: [Cand; MAXC],
+    n: usize,
+    paths: [u8; PATHS],
+    plen: usize,
+    /// (dev, ino) of this library's own file.
+    own: Option<((u32, u32), u64)>,
+    truncated: bool,
+}
+
+/// What a pass did, in bytes of whole 2 MiB windows.
+#[derive(Default)]
+struct Totals {
+    windows: u64,
+    already: u64,
+    file: u64,
+    collapse: u64,
+    copy: u64,
+    mappings: u32,
+    small_mappings: u32,
+    first_err: isize,
+    collapse_unsupported: bool,
+    perf_map_fd: isize,
+    naming_failed: bool,
+}
+
+fn pop(m: u64) -> u64 {
+    m.count_ones() as u64 * PMD as u64
+}
+
+/// Maximal runs of set bits in `mask`: (first window, count).
+fn runs(mut mask: u64) -> impl Iterator<Item = (usize, usize)> {
+    let mut base = 0usize;
+    core::iter::from_fn(move || {
+        if mask == 0 {
+            return None;
+        }
+        let skip = mask.trailing_zeros() as usize;
+        mask >>= skip;
+        let len = (!mask).trailing_zeros() as usize;
+        let first = base + skip;
+        mask = if len >= 64 { 0 } else { mask >> len };
+        base = first + len;
+        Some((first, len))
+    })
+}
+
+fn full(n: usize) -> u64 {
+    if n >= 64 {
+        !0
+    } else {
+        (1u64 << n) - 1
+    }
+}
+
+fn thp_never() -> bool {
+    let fd = sys::open(b"/sys/kernel/mm/transparent_hugepage/enabled\0", libc::O_RDONLY | libc::O_CLOEXEC, 0);
+    if fd < 0 {
+        return true; // no THP support built in
+    }
+    let mut b = [0u8; 128];
+    let n = sys::read(fd as i32, &mut b);
+    sys::close(fd as i32);
+    n > 0 && b[..n as usize].windows(7).any(|w| w == b"[never]")
+}
+
+impl State {
+    fn path(&self, c: &Cand) -> &[u8] {
+        &self.paths[c.path_at as usize..(c.path_at + c.path_len) as usize]
+    }
+
+    /// Read /proc/self/maps: text candidates and our own identity.
+    fn collect(&mut self, cfg: &Config) -> Result<(), isize> {
+        let me = remap as *const () as usize;
+        let State { buf, cands, n, paths, plen, own, truncated } = self;
+        crate::maps::for_each(buf, |l| {
+            if l.start <= me && me < l.end {
+                *own = Some(((l.dev_major, l.dev_minor), l.inode));
+            }
+            if &l.perms != b"r-xp" {
+                return; // writable, execute-only, shared, or not code
+            }
+            let copied = l.path.starts_with(b"[anon:hugetext:") || (l.path.is_empty() && was_copied(l.start, l.end));
+            if !copied && !l.path.starts_with(b"/") {
+                return; // [vdso], anonymous (JIT) code
+            }
+            if !copied {
+                if cfg.include.is_some_and(|re| !pattern::is_match(re, l.path)) {
+                    return;
+                }
+                if cfg.exclude.is_some_and(|re| pattern::is_match(re, l.path)) {
+                    return;
+                }
+            }
+            if *n >= MAXC || *plen + l.path.len() + 1 > PATHS {
+                *truncated = true;
+                return;
+            }
+            paths[*plen..*plen + l.path.len()].copy_from_slice(l.path);
+            paths[*plen + l.path.len()] = 0;
+            cands[*n] = Cand {
+                start: l.start,
+                end: l.end,
+                off: l.offset,
+                dev: (l.dev_major, l.dev_minor),
+                ino: l.inode,
+                path_at: *plen as u32,
+                path_len: l.path.len() as u32,
+                copied,
+            };
+            *plen += l.path.len() + 1;
+            *n += 1;
+        })
+    }
+}
+
+/// Open the file behind `c` (checking it is the very file mapped, not one
+/// renamed over it since). Returns the fd or `-errno`.
+fn open_mapped(st: &State, c: &Cand) -> isize {
+    let p = st.path(c);
+    if p.ends_with(b" (deleted)") {
+        return -(libc::ENOENT as isize);
+    }
+    // The path is stored NUL-terminated.
+    let with_nul = &st.paths[c.path_at as usize..=(c.path_at + c.path_len) as usize];
+    let fd = sys::open(with_nul, libc::O_RDONLY | libc::O_CLOEXEC, 0);
+    if fd < 0 {
+        return fd;
+    }
+    // SAFETY: zero is a valid `stat`.
+    let mut s: libc::stat = unsafe { core::mem::zeroed() };
+    let ok = sys::fstat(fd as i32, &mut s) >= 0
+        && s.st_ino == c.ino
+        && libc::major(s.st_dev) == c.dev.0
+        && libc::minor(s.st_dev) == c.dev.1;
+    if !ok {
+        sys::close(fd as i32);
+        return -(libc::ESTALE as isize);
+    }
+    fd
+}
+
+struct Pass<'a> {
+    cfg: &'a Config,
+    st: &'a State,
+    scan: Scanner,
+    t: Totals,
+    no_anon_thp: bool,
+}
+
+impl Pass<'_> {
+    fn fail(&mut self, c: &Cand, what: &str, e: isize) {
+        if self.t.first_err == 0 {
+            self.t.first_err = e;
+        }
+        if self.cfg.verbose {
+            line().bytes(self.st.path(c)).s(": ").s(what).err(e).s("; text left in place");
+        }
+    }
+
+    fn note(&self, c: &Cand, what: &str) {
+        if self.cfg.verbose {
+            line().bytes(self.st.path(c)).s(": ").s(what);
+        }
+    }
+
+    fn file_off(c: &Cand, addr: usize) -> u64 {
+        c.off + (addr - c.start) as u64
+    }
+
+    /// One text mapping.
+    fn mapping(&mut self, c: &Cand) {
+        let ws = (c.start + PMD - 1) & !(PMD - 1);
+        let we = c.end & !(PMD - 1);
+        if ws >= we {
+            self.t.small_mappings += 1;
+            return;
+        }
+        self.t.mappings += 1;
+        let total = (we - ws) as u64;
+        self.t.windows += total;
+        let before = (self.t.already, self.t.file, self.t.collapse, self.t.copy);
+        if c.copied {
+            let mut a = ws;
+            while a < we {
+                let n = ((we - a) / PMD).min(64);
+                if let Ok(m) = self.scan.huge_windows(a, n) {
+                    self.t.already += pop(m);
+                }
+                a += n * PMD;
+            }
+            return;
+        }
+        match self.scan.has_private_pages(c.start, c.end) {
+            Ok(false) => {}
+            Ok(true) => {
+                self.note(c, "text was modified in memory (debugger breakpoint or uprobe): left alone");
+                return;
+            }
+            Err(e) => return self.fail(c, "PAGEMAP_SCAN", e),
+        }
+        let congruent = (c.start as u64).wrapping_sub(c.off) % PMD as u64 == 0;
+        let mut fd: isize = 0; // 0 = not opened yet
+        let mut elf: Option<ElfFile> = None;
+        let mut advised = false;
+        let mut a = ws;
+        while a < we {
+            let n = ((we - a) / PMD).min(64);
+            self.chunk(c, a, n, congruent, &mut fd, &mut elf, &mut advised);
+            a += n * PMD;
+        }
+        drop(elf);
+        if fd > 0 {
+            sys::close(fd as i32);
+        }
+        if self.cfg.verbose {
+            let (al, fi, co, cp) = (
+                self.t.already - before.0,
+                self.t.file - before.1,
+                self.t.collapse - before.2,
+                self.t.copy - before.3,
+            );
+            let mut o = line();
+            o.bytes(self.st.path(c)).s(": ").mib(al + fi + co + cp).s(" of ").mib(total).s(" huge (");
+            o.s("already ").mib(al).s(", file ").mib(fi).s(", collapse ").mib(co).s(", copy ").mib(cp).s(")");
+            if !congruent {
+                o.s("; not congruent: address - file offset is not a multiple of 2 MiB");
+            }
+        }
+    }
+
+    fn ensure_fd(&mut self, c: &Cand, fd: &mut isize) -> isize {
+        if *fd == 0 {
+            *fd = open_mapped(self.st, c);
+        }
+        *fd
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn chunk(&mut self, c: &Cand, a: usize, n: usize, congruent: bool, fd: &mut isize, elf: &mut Option<ElfFile>, advised: &mut bool) {
+        let all = full(n);
+        let mut huge = match self.scan.huge_windows(a, n) {
+            Ok(m) => m,
+            Err(e) => return self.fail(c, "PAGEMAP_SCAN", e),
+        };
+        self.t.already += pop(huge);
+        if huge == all {
+            return;
+        }
+        let strategy = self.cfg.strategy;
+
+        // Route 2: file, zero copy.
+        if congruent && matches!(strategy, Strategy::Auto | Strategy::File) {
+            if !*advised {
+                *advised = true;
+                let r = sys::madvise(c.start, c.end - c.start, sys::MADV_HUGEPAGE);
+                if r < 0 {
+                    self.fail(c, "file route: madvise(MADV_HUGEPAGE)", r);
+                }
+            }
+            // 2a: the page cache may already hold 2 MiB folios.
+            for (i, k) in runs(all & !huge) {
+                sys::madvise(a + i * PMD, k * PMD, sys::MADV_POPULATE_READ);
+            }
+            let now = self.scan.huge_windows(a, n).unwrap_or(huge);
+            self.t.file += pop(now & !huge);
+            huge |= now;
+            // 2b: drop, evict, refault.
+            if huge != all {
+                let f = self.ensure_fd(c, fd);
+                if f < 0 {
+                    self.fail(c, "file route: cannot open the mapped file", f);
+                } else {
+                    // Dirty folios (a freshly written binary) cannot be
+                    // evicted: write them back first (no-op when clean).
+                    sys::fdatasync(f as i32);
+                    let mut err = 0;
+                    // Window by window, so that other threads running this
+                    // text have as little time as possible to fault a small
+                    // page back in between drop and refault; a window they
+                    // did spoil gets two more tries.
+                    for _attempt in 0..3 {
+                        for (i, k) in runs(all & !huge) {
+                            for w in i..i + k {
+                                let s = a + w * PMD;
+                                let mask = sys::block_signals();
+                                // Critical section: only raw syscalls and this
+                                // library's own code until the window is refaulted.
+                                let r = sys::madvise(s, PMD, sys::MADV_DONTNEED);
+                                if r == 0 {
+                                    sys::fadvise(f as i32, Self::file_off(c, s), PMD as u64, sys::POSIX_FADV_DONTNEED);
+                                    let r = sys::madvise(s, PMD, sys::MADV_POPULATE_READ);
+                                    if r < 0 && err == 0 {
+                                        err = r;
+                                    }
+                                } else {
+                                    err = r;
+                                }
+                                sys::restore_signals(mask);
+                                if err < 0 {
+                                    break;
+                                }
+                            }
+                            if err < 0 {
+                                break;
+                            }
+                        }
+                        if err < 0 {
+                            self.fail(c, "file route: madvise", err);
+                        }
+                        let now = self.scan.huge_windows(a, n).unwrap_or(huge);
+                        self.t.file += pop(now & !huge);
+                        let progress = now & !huge != 0;
+                        huge |= now;
+                        if huge == all || err < 0 || !progress {
+                            break;
+                        }
+                    }
+                    if huge != all && err == 0 {
+                        self.note(
+                            c,
+                            "file route: some windows stayed small (their page cache is mapped by another process, or the filesystem has no large folios)",
+                        );
+                    }
+                }
+            }
+            if huge == all {
+                return;
+            }
+        }
+
+        // Route 3: MADV_COLLAPSE.
+        if congruent && !self.t.collapse_unsupported && matches!(strategy, Strategy::Auto | Strategy::Collapse) {
+            let mut err = 0;
+            for (i, k) in runs(all & !huge) {
+                let r = sys::madvise(a + i * PMD, k * PMD, sys::MADV_COLLAPSE);
+                if r == -(libc::EINVAL as isize) {
+                    self.t.collapse_unsupported = true;
+                    if self.cfg.verbose {
+                        line().s("MADV_COLLAPSE cannot collapse file text on this kernel (needs CONFIG_READ_ONLY_THP_FOR_FS)");
+                    }
+                    break;
+                }
+                if r < 0 {
+                    err = r;
+                }
+            }
+            if err < 0 && strategy == Strategy::Collapse {
+                self.fail(c, "collapse: madvise(MADV_COLLAPSE)", err);
+            }
+            let now = self.scan.huge_windows(a, n).unwrap_or(huge);
+            self.t.collapse += pop(now & !huge);
+            huge |= now;
+            if huge == all {
+                return;
+            }
+        }
+        if !congruent && matches!(strategy, Strategy::File | Strategy::Collapse) {
+            self.note(c, "not congruent (address - file offset is not a multiple of 2 MiB): only `copy` can make it huge");
+        }
+
+        // Route 4: anonymous copy.
+        if matches!(strategy, Strategy::Auto | Strategy::Copy) {
+            if self.cfg.gdb {
+                self.note(c, "gdb-friendly mode (HUGETEXT_GDB=1): not copying text to anonymous memory");
+                return;
+            }
+            if self.no_anon_thp {
+                self.note(c, "copy route skipped: transparent_hugepage is `never`, anonymous memory cannot be huge");
+                return;
+            }
+            let f = self.ensure_fd(c, fd);
+            if self.cfg.perf_map && elf.is_none() && f > 0 {
+                *elf = ElfFile::map(f as i32).ok();
+            }
+            for (i, k) in runs(all & !huge) {
+                self.copy(c, a + i * PMD, k, elf.as_ref());
+            }
+        }
+    }
+
+    /// Copy `k` windows at `dst` into anonymous huge pages and move them over
+    /// the original with one mremap per run of huge windows.
+    fn copy(&mut self, c: &Cand, dst: usize, k: usize, elf: Option<&ElfFile>) {
+        let len = k * PMD;
+        let m = sys::mmap(
+            0,
+            len + PMD,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        );
+        if m < 0 {
+            return self.fail(c, "copy: mmap", m);
+        }
+        let m = m as usize;
+        let new = (m + PMD - 1) & !(PMD - 1);
+        if new > m {
+            sys::munmap(m, new - m);
+        }
+        if m + PMD > new {
+            sys::munmap(new + len, m + PMD - new);
+        }
+        let r = sys::madvise(new, len, sys::MADV_HUGEPAGE);
+        if r < 0 {
+            sys::munmap(new, len);
+            return self.fail(c, "copy: madvise(MADV_HUGEPAGE)", r);
+        }
+        self.fill(dst, new, len);
+        let mut hm = self.scan.huge_windows(new, k).unwrap_or(0);
+        if hm != full(k) {
+            // The fault could not get a huge page at once: compact and collapse.
+            sys::madvise(new, len, sys::MADV_COLLAPSE);
+            hm = self.scan.huge_windows(new, k).unwrap_or(0);
+        }
+        if hm == 0 {
+            sys::munmap(new, len);
+            return self.fail(c, "copy: no huge page could be allocated", -(libc::ENOMEM as isize));
+        }
+        let r = sys::mprotect(new, len, libc::PROT_READ | libc::PROT_EXEC);
+        if r < 0 {
+            sys::munmap(new, len);
+            return self.fail(c, "copy: mprotect", r);
+        }
+        if self.cfg.name_vmas {
+            let mut name = Out::<96>::new(-1);
+            let p = self.st.path(c);
+            let room = 79 - "hugetext:".len();
+            let p = &p[p.len().saturating_sub(room)..];
+            name.s("hugetext:");
+            for &b in p {
+                // Characters the kernel refuses in anon VMA names.
+                let ok = (0x20..0x7f).contains(&b) && !matches!(b, b'[' | b']' | b'\\' | b'$' | b'`');
+                name.bytes(&[if ok { b } else { b'?' }]);
+            }
+            name.s("\0");
+            let r = sys::prctl(sys::PR_SET_VMA, sys::PR_SET_VMA_ANON_NAME, new, len, name.contents().as_ptr() as usize);
+            name.clear();
+            if r < 0 && !self.t.naming_failed {
+                self.t.naming_failed = true;
+                if self.cfg.verbose {
+                    line().s("cannot name the copied text in /proc/PID/maps (kernel without CONFIG_ANON_VMA_NAME?)").err(r);
+                }
+            }
+        }
+        for (i, kk) in runs(full(k) & !hm) {
+            sys::munmap(new + i * PMD, kk * PMD);
+        }
+        for (i, kk) in runs(hm) {
+            let (from, to, l) = (new + i * PMD, dst + i * PMD, kk * PMD);
+            let r = sys::mremap(from, l, l, libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED, to);
+            if r < 0 {
+                sys::munmap(from, l);
+                self.fail(c, "copy: mremap", r);
+                continue;
+            }
+            self.t.copy += l as u64;
+            remember_copy(to, to + l);
+            if let Some(e) = elf {
+                self.perf_symbols(c, e, to, l);
+            }
+        }
+        if hm != full(k) {
+            self.note(c, "copy: some windows got no huge page (memory fragmented?) and were left in place");
+        }
+    }
+
+    /// Fill `new` with the `len` bytes of text at `dst`. (Reading the
+    /// file with pread instead was measured slower: 15-24 ms vs 8-15 ms for
+    /// 78 MiB.)
+    fn fill(&mut self, dst: usize, new: usize, len: usize) {
+        // Map the whole source in one call (the kernel's fault-around, no
+        // trap per 64 KiB).
+        sys::madvise(dst, len, sys::MADV_POPULATE_READ);
+        // SAFETY: `dst..dst+len` is readable text of this process (r-x, and
+        // verified unmodified); `new..new+len` is our fresh writable mapping.
+        unsafe { core::ptr::copy_nonoverlapping(dst as *const u8, new as *mut u8, len) };
+    }
+
+    fn perf_symbols(&mut self, c: &Cand, e: &ElfFile, at: usize, len: usize) {
+        if self.t.perf_map_fd == 0 {
+            self.t.perf_map_fd = perfmap::open_map();
+            if self.t.perf_map_fd < 0 && self.cfg.verbose {
+                line().s("cannot write /tmp/perf-PID.map").err(self.t.perf_map_fd);
+            }
+        }
+        if self.t.perf_map_fd < 0 {
+            return;
+        }
+        let Some(bias) = e.bias(c.start, c.off) else { return };
+        let mut out = Out::<8192>::new(self.t.perf_map_fd as i32);
+        e.write_symbols(bias, at as u64, (at + len) as u64, &mut out);
+    }
+}
+
+/// Run one pass. Returns the bytes of text (whole 2 MiB windows of
+/// executable mappings) huge-backed after the pass, or `-errno` when nothing
+/// is huge-backed and something failed.
+pub fn remap(cfg: &Config) -> isize {
+    let t0 = sys::now_ns();
+    if let Some(s) = cfg.bad_strategy {
+        if cfg.verbose {
+            line().s("unknown HUGETEXT_STRATEGY=").bytes(s).s(" (expected auto, file, collapse or copy); using auto");
+        }
+    }
+    let thp_off = sys::prctl(sys::PR_GET_THP_DISABLE, 0, 0, 0, 0) > 0;
+    let scan = match Scanner::open() {
+        Ok(s) => s,
+        Err(e) => {
+            if cfg.verbose {
+                line().s("cannot read this process's page tables (PAGEMAP_SCAN on /proc/self/pagemap needs Linux 6.7)").err(e).s("; text left as it is");
+            }
+            return e;
+        }
+    };
+    let size = core::mem::size_of::<State>();
+    let mem = sys::mmap(0, size, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0);
+    if mem < 0 {
+        if cfg.verbose {
+            line().s("cannot allocate working memory").err(mem);
+        }
+        return mem;
+    }
+    // SAFETY: fresh zeroed anonymous memory of the right size and page
+    // alignment; all-zero is a valid `State`.
+    let st: &mut State = unsafe { &mut *(mem as *mut State) };
+    let result = match st.collect(cfg) {
+        Err(e) => {
+            if cfg.verbose {
+                line().s("cannot read /proc/self/maps").err(e).s("; text left as it is");
+            }
+            e
+        }
+        Ok(()) => {
+            if let Some(own) = st.own {
+                // Never touch this library's own code.
+                let n = st.n;
+                let mut w = 0;
+                for i in 0..n {
+                    let c = st.cands[i];
+                    if !c.copied && (c.dev, c.ino) == own {
+                        continue;
+                    }
+                    st.cands[w] = c;
+                    w += 1;
+                }
+                st.n = w;
+            }
+            if st.truncated && cfg.verbose {
+                line().s("too many text mappings: only the first ").u(st.n as u64).s(" are handled");
+            }
+            let st: &State = st;
+            let mut pass = Pass { cfg, st, scan, t: Totals::default(), no_anon_thp: thp_never() };
+            if thp_off && cfg.verbose {
+                line().s("huge pages are disabled for this process (prctl PR_SET_THP_DISABLE): text left as it is");
+            }
+            for i in 0..st.n {
+                let c = st.cands[i];
+                if thp_off {
+                    // Count only.
+                    let ws = (c.start + PMD - 1) & !(PMD - 1);
+                    let we = c.end & !(PMD - 1);
+                    if ws < we {
+                        pass.t.windows += (we - ws) as u64;
+                    }
+                    continue;
+                }
+                pass.mapping(&c);
+            }
+            if pass.t.perf_map_fd > 0 {
+                sys::close(pass.t.perf_map_fd as i32);
+            }
+            let t = &pass.t;
+            let huge = t.already + t.file + t.collapse + t.copy;
+            if cfg.verbose {
+                let mut o = line();
+                o.s("pid ").u(sys::getpid() as u64).s(": ").mib(huge).s(" of ").mib(t.windows);
+                o.s(" text in whole 2 MiB windows is huge-backed (already ").mib(t.already);
+                o.s(", file ").mib(t.file).s(", collapse ").mib(t.collapse).s(", copy ").mib(t.copy);
+                o.s(") in ").ms(sys::now_ns() - t0).s("; ").u(t.small_mappings as u64).s(" text mappings have no whole 2 MiB window");
+            }
+            if huge == 0 && t.first_err < 0 {
+                t.first_err
+            } else if huge == 0 && thp_off {
+                -(libc::EPERM as isize)
+            } else {
+                huge as isize
+            }
+        }
+    };
+    sys::munmap(mem as usize, size);
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runs_of_bits() {
+        let v: Vec<_> = runs(0b1110_0110).collect();
+        assert_eq!(v, vec![(1, 2), (5, 3)]);
+        let v: Vec<_> = runs(!0).collect();
+        assert_eq!(v, vec![(0, 64)]);
+        let v: Vec<_> = runs(1 << 63).collect();
+        assert_eq!(v, vec![(63, 1)]);
+        assert_eq!(runs(0).count(), 0);
+    }
+}

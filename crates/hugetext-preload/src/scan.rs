@@ -1,0 +1,118 @@
+//! Which 2 MiB windows of this process are PMD-mapped, and whether a range
+//! holds pages that are not the file's (copy-on-write copies made by a
+//! debugger's breakpoints or uprobes): the `PAGEMAP_SCAN` ioctl on
+//! `/proc/self/pagemap` (Linux 6.7+). It needs no privilege and reads only
+//! this process's page tables.
+
+use crate::sys;
+
+pub const PMD: usize = 2 << 20;
+
+const PAGE_IS_FILE: u64 = 1 << 2;
+const PAGE_IS_PRESENT: u64 = 1 << 3;
+const PAGE_IS_SWAPPED: u64 = 1 << 4;
+const PAGE_IS_HUGE: u64 = 1 << 6;
+
+#[repr(C)]
+#[derive(Default)]
+struct PmScanArg {
+    size: u64,
+    flags: u64,
+    start: u64,
+    end: u64,
+    walk_end: u64,
+    vec: u64,
+    vec_len: u64,
+    max_pages: u64,
+    category_inverted: u64,
+    category_mask: u64,
+    category_anyof_mask: u64,
+    return_mask: u64,
+}
+
+#[repr(C)]
+#[derive(Default, Clone, Copy)]
+struct PageRegion {
+    start: u64,
+    end: u64,
+    categories: u64,
+}
+
+/// `_IOWR('f', 16, struct pm_scan_arg)`.
+const PAGEMAP_SCAN: usize = (3 << 30) | (core::mem::size_of::<PmScanArg>() << 16) | ((b'f' as usize) << 8) | 16;
+
+/// An open `/proc/self/pagemap`.
+pub struct Scanner {
+    fd: i32,
+}
+
+impl Scanner {
+    /// Open the scanner; `Err(-errno)` when pagemap cannot be opened or the
+    /// kernel has no `PAGEMAP_SCAN` (`-ENOTTY`).
+    pub fn open() -> Result<Scanner, isize> {
+        let fd = sys::open(b"/proc/self/pagemap\0", libc::O_RDONLY | libc::O_CLOEXEC, 0);
+        if fd < 0 {
+            return Err(fd);
+        }
+        let s = Scanner { fd: fd as i32 };
+        // Probe with an empty range.
+        let mut regs = [PageRegion::default(); 1];
+        s.scan(0, 0, PAGE_IS_HUGE, 0, 0, &mut regs)?;
+        Ok(s)
+    }
+
+    fn scan(&self, start: usize, end: usize, mask: u64, inverted: u64, anyof: u64, regs: &mut [PageRegion]) -> Result<usize, isize> {
+        let mut arg = PmScanArg {
+            size: core::mem::size_of::<PmScanArg>() as u64,
+            start: start as u64,
+            end: end as u64,
+            vec: regs.as_mut_ptr() as u64,
+            vec_len: regs.len() as u64,
+            category_inverted: inverted,
+            category_mask: mask,
+            category_anyof_mask: anyof,
+            return_mask: PAGE_IS_HUGE | PAGE_IS_FILE | PAGE_IS_PRESENT,
+            ..Default::default()
+        };
+        let r = sys::ioctl(self.fd, PAGEMAP_SCAN, &mut arg as *mut PmScanArg as usize);
+        if r < 0 {
+            Err(r)
+        } else {
+            Ok(r as usize)
+        }
+    }
+
+    /// Bit `i` set ⇔ the window `[start + i·2M, start + (i+1)·2M)` is
+    /// PMD-mapped. `start` is 2 MiB-aligned, `n <= 64`.
+    pub fn huge_windows(&self, start: usize, n: usize) -> Result<u64, isize> {
+        debug_assert!(start % PMD == 0 && n <= 64);
+        let mut regs = [PageRegion::default(); 64];
+        let end = start + n * PMD;
+        let got = self.scan(start, end, PAGE_IS_HUGE, 0, 0, &mut regs)?;
+        let mut mask = 0u64;
+        for r in regs.iter().take(got) {
+            let (s, e) = (r.start as usize, r.end as usize);
+            for i in 0..n {
+                let ws = start + i * PMD;
+                if s <= ws && ws + PMD <= e {
+                    mask |= 1 << i;
+                }
+            }
+        }
+        Ok(mask)
+    }
+
+    /// Does `[start, end)` hold any page that is not the file's own
+    /// (anonymous copy-on-write page, present or swapped out)?
+    pub fn has_private_pages(&self, start: usize, end: usize) -> Result<bool, isize> {
+        let mut regs = [PageRegion::default(); 1];
+        let got = self.scan(start, end, PAGE_IS_FILE, PAGE_IS_FILE, PAGE_IS_PRESENT | PAGE_IS_SWAPPED, &mut regs)?;
+        Ok(got > 0)
+    }
+}
+
+impl Drop for Scanner {
+    fn drop(&mut self) {
+        sys::close(self.fd);
+    }
+}

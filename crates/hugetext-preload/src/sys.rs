@@ -1,0 +1,185 @@
+//! Raw Linux system calls, without going through libc.
+//!
+//! The `file` route drops this process's page-table entries for text that may
+//! belong to libc itself; until that text is faulted back in as huge pages,
+//! touching it would pin a small page and spoil the window. So the code that
+//! runs in that section calls the kernel directly (inline `syscall`
+//! instruction on x86_64) and touches nothing but this library's own text,
+//! its stack and its private state. Every wrapper returns the kernel's raw
+//! result: a value `>= 0`, or `-errno`.
+
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn raw6(n: usize, a: usize, b: usize, c: usize, d: usize, e: usize, f: usize) -> isize {
+    let ret: isize;
+    core::arch::asm!(
+        "syscall",
+        inlateout("rax") n as isize => ret,
+        in("rdi") a, in("rsi") b, in("rdx") c, in("r10") d, in("r8") e, in("r9") f,
+        lateout("rcx") _, lateout("r11") _,
+        options(nostack),
+    );
+    ret
+}
+
+#[cfg(target_arch = "aarch64")]
+#[inline(always)]
+unsafe fn raw6(n: usize, a: usize, b: usize, c: usize, d: usize, e: usize, f: usize) -> isize {
+    let ret: isize;
+    core::arch::asm!(
+        "svc 0",
+        in("x8") n,
+        inlateout("x0") a as isize => ret,
+        in("x1") b, in("x2") c, in("x3") d, in("x4") e, in("x5") f,
+        options(nostack),
+    );
+    ret
+}
+
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+unsafe fn raw6(n: usize, a: usize, b: usize, c: usize, d: usize, e: usize, f: usize) -> isize {
+    // Other architectures: through libc (the critical section is then not
+    // libc-free, which costs huge windows of libc itself, never correctness).
+    let r = libc::syscall(n as libc::c_long, a, b, c, d, e, f) as isize;
+    if r == -1 {
+        -(*libc::__errno_location() as isize)
+    } else {
+        r
+    }
+}
+
+#[inline(always)]
+fn call(n: libc::c_long, a: usize, b: usize, c: usize, d: usize, e: usize, f: usize) -> isize {
+    // SAFETY: each wrapper below passes arguments that are valid for its
+    // system call; the kernel validates user pointers itself.
+    unsafe { raw6(n as usize, a, b, c, d, e, f) }
+}
+
+pub const MADV_DONTNEED: i32 = 4;
+pub const MADV_HUGEPAGE: i32 = 14;
+pub const MADV_POPULATE_READ: i32 = 22;
+pub const MADV_COLLAPSE: i32 = 25;
+pub const POSIX_FADV_DONTNEED: i32 = 4;
+pub const PR_GET_THP_DISABLE: i32 = 42;
+pub const PR_SET_VMA: i32 = 0x5356_4d41;
+pub const PR_SET_VMA_ANON_NAME: usize = 0;
+
+pub fn read(fd: i32, buf: &mut [u8]) -> isize {
+    call(libc::SYS_read, fd as usize, buf.as_mut_ptr() as usize, buf.len(), 0, 0, 0)
+}
+
+pub fn write(fd: i32, buf: &[u8]) -> isize {
+    call(libc::SYS_write, fd as usize, buf.as_ptr() as usize, buf.len(), 0, 0, 0)
+}
+
+/// `openat(AT_FDCWD, path, flags, mode)`; `path` must be NUL-terminated.
+pub fn open(path: &[u8], flags: i32, mode: u32) -> isize {
+    debug_assert!(path.last() == Some(&0));
+    call(libc::SYS_openat, libc::AT_FDCWD as isize as usize, path.as_ptr() as usize, flags as usize, mode as usize, 0, 0)
+}
+
+pub fn close(fd: i32) -> isize {
+    call(libc::SYS_close, fd as usize, 0, 0, 0, 0, 0)
+}
+
+pub fn fstat(fd: i32, st: &mut libc::stat) -> isize {
+    call(libc::SYS_fstat, fd as usize, st as *mut libc::stat as usize, 0, 0, 0, 0)
+}
+
+pub fn mmap(addr: usize, len: usize, prot: i32, flags: i32, fd: i32, off: u64) -> isize {
+    call(libc::SYS_mmap, addr, len, prot as usize, flags as usize, fd as isize as usize, off as usize)
+}
+
+pub fn munmap(addr: usize, len: usize) -> isize {
+    call(libc::SYS_munmap, addr, len, 0, 0, 0, 0)
+}
+
+pub fn mprotect(addr: usize, len: usize, prot: i32) -> isize {
+    call(libc::SYS_mprotect, addr, len, prot as usize, 0, 0, 0)
+}
+
+pub fn mremap(old: usize, old_len: usize, new_len: usize, flags: i32, new: usize) -> isize {
+    call(libc::SYS_mremap, old, old_len, new_len, flags as usize, new, 0)
+}
+
+pub fn madvise(addr: usize, len: usize, advice: i32) -> isize {
+    call(libc::SYS_madvise, addr, len, advice as usize, 0, 0, 0)
+}
+
+pub fn fadvise(fd: i32, off: u64, len: u64, advice: i32) -> isize {
+    call(libc::SYS_fadvise64, fd as usize, off as usize, len as usize, advice as usize, 0, 0)
+}
+
+pub fn fdatasync(fd: i32) -> isize {
+    call(libc::SYS_fdatasync, fd as usize, 0, 0, 0, 0, 0)
+}
+
+pub fn ioctl(fd: i32, req: usize, arg: usize) -> isize {
+    call(libc::SYS_ioctl, fd as usize, req, arg, 0, 0, 0)
+}
+
+pub fn prctl(op: i32, a: usize, b: usize, c: usize, d: usize) -> isize {
+    call(libc::SYS_prctl, op as usize, a, b, c, d, 0)
+}
+
+pub fn getpid() -> i32 {
+    call(libc::SYS_getpid, 0, 0, 0, 0, 0, 0) as i32
+}
+
+pub fn geteuid() -> u32 {
+    call(libc::SYS_geteuid, 0, 0, 0, 0, 0, 0) as u32
+}
+
+/// Block every signal on this thread; returns the previous mask.
+pub fn block_signals() -> u64 {
+    let all: u64 = !0;
+    let mut old: u64 = 0;
+    let r = call(
+        libc::SYS_rt_sigprocmask,
+        libc::SIG_SETMASK as usize,
+        &all as *const u64 as usize,
+        &mut old as *mut u64 as usize,
+        8,
+        0,
+        0,
+    );
+    if r < 0 {
+        // Could not block; restoring "old" must then be a no-op-equivalent.
+        let mut cur: u64 = 0;
+        call(libc::SYS_rt_sigprocmask, libc::SIG_BLOCK as usize, 0, &mut cur as *mut u64 as usize, 8, 0, 0);
+        return cur;
+    }
+    old
+}
+
+/// Restore a signal mask returned by [`block_signals`].
+pub fn restore_signals(old: u64) {
+    call(libc::SYS_rt_sigprocmask, libc::SIG_SETMASK as usize, &old as *const u64 as usize, 0, 8, 0, 0);
+}
+
+/// Monotonic clock in nanoseconds.
+pub fn now_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    call(libc::SYS_clock_gettime, libc::CLOCK_MONOTONIC as usize, &mut ts as *mut libc::timespec as usize, 0, 0, 0, 0);
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Short name of an errno value, for one-line messages.
+pub fn errno_name(e: isize) -> &'static str {
+    match -e as i32 {
+        libc::EPERM => "operation not permitted",
+        libc::ENOENT => "no such file",
+        libc::EINTR => "interrupted",
+        libc::EAGAIN => "resource temporarily unavailable",
+        libc::ENOMEM => "out of memory",
+        libc::EACCES => "permission denied",
+        libc::EFAULT => "bad address",
+        libc::EBUSY => "busy",
+        libc::EINVAL => "invalid argument",
+        libc::ENOSYS => "system call not available",
+        libc::ENOTTY => "not supported by this kernel",
+        libc::EOPNOTSUPP => "not supported",
+        libc::EHWPOISON => "hardware poisoned page",
+        _ => "error",
+    }
+}

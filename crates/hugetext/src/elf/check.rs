@@ -1,0 +1,526 @@
+//! `check`: can an ELF file's read-only segments be PMD-mapped as the file
+//! stands, and what would `align` achieve? Also computes the `align` plan, so
+//! `check` and `align` can never disagree.
+
+use std::path::{Path, PathBuf};
+
+use object::elf;
+use serde::Serialize;
+
+use super::layout::{machine_name, Model, Phdr};
+use super::{PAGE_SIZE, PMD_SIZE};
+
+/// What kind of object the file is, as far as placement at run time goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FileKind {
+    /// `ET_EXEC`: fixed addresses, placed by the kernel.
+    Executable,
+    /// `ET_DYN` with `PT_INTERP` and `DF_1_PIE`: placed by the kernel.
+    Pie,
+    /// `ET_DYN` with `DF_1_PIE` and no interpreter: placed by the kernel.
+    StaticPie,
+    /// `ET_DYN` otherwise: a shared library, placed by ld.so.
+    SharedLibrary,
+    /// `ET_REL`, `ET_CORE` or anything else: never mapped as a program.
+    Other,
+}
+
+/// Whether the runtime load base keeps `p_vaddr ≡ p_offset (mod 2 MiB)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BaseAlignment {
+    /// ET_EXEC: addresses are fixed, congruence is what the file says.
+    Fixed,
+    /// ET_DYN with max `p_align` ≥ 2 MiB: the loader aligns the base (given
+    /// the kernel/glibc versions in `base_note`).
+    Aligned,
+    /// ET_DYN with max `p_align` < 2 MiB: the base is only page aligned
+    /// (a shared library may still land 2 MiB-aligned by luck of the
+    /// filesystem's `thp_get_unmapped_area`).
+    NotAligned,
+}
+
+/// What `check` concludes for a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Verdict {
+    /// Every read-only segment with a whole 2 MiB window can be PMD-mapped;
+    /// `align` has nothing to do.
+    PmdMappable,
+    /// `align` would make (more of) the text PMD-mappable.
+    Improvable,
+    /// Nothing can be done (the reasons say why).
+    NotImprovable,
+}
+
+/// Per-PT_LOAD findings.
+#[derive(Debug, Clone, Serialize)]
+pub struct SegmentReport {
+    /// Index in the program header table.
+    pub index: usize,
+    /// Flags as `readelf` prints them ("R E").
+    pub flags: String,
+    pub writable: bool,
+    pub executable: bool,
+    pub vaddr: u64,
+    pub offset: u64,
+    pub filesz: u64,
+    pub memsz: u64,
+    pub p_align: u64,
+    /// `(p_vaddr - p_offset) mod 2 MiB`; 0 means congruent.
+    pub skew: u64,
+    /// `p_vaddr ≡ p_offset (mod 2 MiB)`.
+    pub congruent: bool,
+    /// Number of whole 2 MiB windows `[k·2M, (k+1)·2M)` inside
+    /// `[p_vaddr, p_vaddr + p_filesz)`.
+    pub whole_windows: u64,
+    /// Bytes of this segment that can be PMD-mapped as the file stands.
+    pub pmd_mappable_bytes: u64,
+    /// Bytes that can be PMD-mapped after `align`.
+    pub pmd_mappable_bytes_after_align: u64,
+    /// One plain-words line about this segment.
+    pub note: String,
+}
+
+/// What `align` would do to the file.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct AlignPlan {
+    /// Padding to insert: `(original file offset, bytes, vaddr of the
+    /// segment that starts there)`, sorted by offset.
+    pub insertions: Vec<Insertion>,
+    /// Program header indexes whose `p_align` becomes 2 MiB.
+    pub raise_align: Vec<usize>,
+    /// How many bytes the file grows (sum of the insertions).
+    pub growth: u64,
+}
+
+/// One run of padding bytes inserted into the file.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+pub struct Insertion {
+    /// Original file offset where the padding goes (start of the segment).
+    pub at: u64,
+    /// Bytes of padding.
+    pub len: u64,
+    /// `p_vaddr` of the segment that starts at `at` (breaks ties for
+    /// zero-sized things that sit exactly at `at`).
+    pub vaddr: u64,
+    /// Program header index of that segment.
+    pub segment: usize,
+}
+
+impl AlignPlan {
+    /// True when there is nothing to change.
+    pub fn is_empty(&self) -> bool {
+        self.insertions.is_empty() && self.raise_align.is_empty()
+    }
+
+    /// The new file offset of something at original offset `off`.
+    /// `size` is its size in the file (0 for NOBITS and empty things) and
+    /// `vaddr` its address, when it has one: a zero-sized thing that sits
+    /// exactly where padding is inserted moves only if it belongs to the
+    /// segment that starts there (by address).
+    pub fn map_offset(&self, off: u64, size: u64, vaddr: Option<u64>) -> u64 {
+        let mut shift = 0;
+        for ins in &self.insertions {
+            let moves = off > ins.at || (off == ins.at && (size > 0 || vaddr.map_or(true, |a| a >= ins.vaddr)));
+            if moves {
+                shift += ins.len;
+            }
+        }
+        off + shift
+    }
+}
+
+/// The full `check` result for one file. Serialisable; `hugetext check
+/// --json` prints a list of these.
+#[derive(Debug, Clone, Serialize)]
+pub struct CheckReport {
+    pub path: PathBuf,
+    /// "ELF64" or "ELF32".
+    pub class: String,
+    pub machine: String,
+    pub kind: FileKind,
+    pub file_size: u64,
+    /// Largest power-of-two `p_align` of the PT_LOADs.
+    pub max_p_align: u64,
+    pub base: BaseAlignment,
+    /// Plain words: who places the base and what that needs.
+    pub base_note: String,
+    pub segments: Vec<SegmentReport>,
+    /// Read-only (text and rodata) bytes that can be PMD-mapped as the
+    /// file stands: whole 2 MiB windows of non-writable PT_LOADs that are
+    /// congruent, with a base that keeps the congruence.
+    pub pmd_mappable_bytes: u64,
+    /// The same after `hugetext align`.
+    pub pmd_mappable_bytes_after_align: u64,
+    pub verdict: Verdict,
+    /// Why, in plain words.
+    pub reasons: Vec<String>,
+    /// What a rewrite would invalidate or what else the user should know.
+    pub warnings: Vec<String>,
+    /// What `align` would do (empty unless the verdict is `improvable`).
+    pub plan: AlignPlan,
+}
+
+/// Whole 2 MiB windows inside `[start, start+len)`.
+pub fn whole_windows(start: u64, len: u64) -> u64 {
+    let first = start.div_ceil(PMD_SIZE);
+    let end = start.saturating_add(len) / PMD_SIZE;
+    end.saturating_sub(first)
+}
+
+fn skew_of(p: &Phdr) -> u64 {
+    p.p_vaddr.wrapping_sub(p.p_offset) & (PMD_SIZE - 1)
+}
+
+/// Classify the file for placement.
+pub fn kind_of(m: &Model) -> FileKind {
+    match m.e_type {
+        elf::ET_EXEC => FileKind::Executable,
+        elf::ET_DYN if m.is_pie_flagged() && m.interp.is_some() => FileKind::Pie,
+        elf::ET_DYN if m.is_pie_flagged() => FileKind::StaticPie,
+        // Older linkers do not set DF_1_PIE: an ET_DYN with an interpreter
+        // and no DT_SONAME is a PIE. (libc.so.6 has PT_INTERP and a SONAME:
+        // a library.) Both loaders use the max p_align, so only the note differs.
+        elf::ET_DYN if m.interp.is_some() && !m.has_soname => FileKind::Pie,
+        elf::ET_DYN => FileKind::SharedLibrary,
+        _ => FileKind::Other,
+    }
+}
+
+/// Running kernel and glibc versions, for the notes.
+fn system_versions() -> (String, String) {
+    let kernel = rustix::system::uname().release().to_string_lossy().into_owned();
+    // SAFETY: gnu_get_libc_version returns a pointer to a static NUL-terminated string.
+    let glibc = unsafe { std::ffi::CStr::from_ptr(libc::gnu_get_libc_version()) }.to_string_lossy().into_owned();
+    (kernel, glibc)
+}
+
+fn version_at_least(v: &str, major: u32, minor: u32) -> bool {
+    let mut it = v.split(|c: char| !c.is_ascii_digit()).filter(|s| !s.is_empty()).map(|s| s.parse::<u32>().unwrap_or(0));
+    let a = it.next().unwrap_or(0);
+    let b = it.next().unwrap_or(0);
+    (a, b) >= (major, minor)
+}
+
+fn base_note(kind: FileKind, base: BaseAlignment) -> String {
+    let (kernel, glibc) = system_versions();
+    let mark = |ok: bool| if ok { "yes" } else { "NO" };
+    match (kind, base) {
+        (FileKind::Executable, _) => "ET_EXEC: loaded at fixed addresses, the file's congruence is kept".into(),
+        (FileKind::Other, _) => "not loaded as a program or library".into(),
+        (FileKind::Pie, BaseAlignment::Aligned) => format!(
+            "PIE: the kernel aligns the load base to the largest p_align since Linux 5.10 (running {kernel}: {})",
+            mark(version_at_least(&kernel, 5, 10))
+        ),
+        (FileKind::StaticPie, BaseAlignment::Aligned) => format!(
+            "static PIE: the kernel aligns the load base to the largest p_align since Linux 6.11 (running {kernel}: {})",
+            mark(version_at_least(&kernel, 6, 11))
+        ),
+        (FileKind::SharedLibrary, BaseAlignment::Aligned) => format!(
+            "shared library: ld.so aligns the load base to the largest p_align since glibc 2.35 (running {glibc}: {})",
+            mark(version_at_least(&glibc, 2, 35))
+        ),
+        (FileKind::SharedLibrary, _) => "shared library with p_align < 2 MiB: its base is only page-aligned by the ELF headers \
+             (ext4/xfs often place a >= 2 MiB mapping 2 MiB-aligned, but nothing guarantees it)"
+            .into(),
+        (_, _) => "PIE with p_align < 2 MiB: the kernel picks a load base that is only page-aligned, so the text \
+             is almost never 2 MiB-congruent at run time"
+            .into(),
+    }
+}
+
+/// Analyse a parsed model. `path` is only used to fill the report.
+pub fn analyse(path: &Path, m: &Model) -> CheckReport {
+    let kind = kind_of(m);
+    let max_p_align = m.max_load_align();
+    let base = match kind {
+        FileKind::Executable => BaseAlignment::Fixed,
+        _ if max_p_align >= PMD_SIZE => BaseAlignment::Aligned,
+        _ => BaseAlignment::NotAligned,
+    };
+    let mut reasons = Vec::new();
+    let mut warnings = Vec::new();
+
+    // Reasons that make the whole file ineligible.
+    let mut blocker: Option<String> = None;
+    if !m.is_64 {
+        blocker = Some("32-bit ELF: PMD alignment is for 64-bit programs only (it would cost too much of a 32-bit address space)".into());
+    } else if m.e_machine != elf::EM_X86_64 {
+        blocker = Some(format!("{} ELF: hugetext handles x86-64 files only", machine_name(m.e_machine)));
+    } else if kind == FileKind::Other {
+        blocker = Some(format!("ELF type {}: not an executable or shared library", etype_name(m.e_type)));
+    } else if m.loads().next().is_none() {
+        blocker = Some("no PT_LOAD segment: nothing is mapped from this file".into());
+    }
+
+    let base_keeps = matches!(base, BaseAlignment::Fixed | BaseAlignment::Aligned);
+    let mut segments = Vec::new();
+    for (index, p) in m.loads() {
+        let skew = skew_of(p);
+        let congruent = skew == 0;
+        let windows = whole_windows(p.p_vaddr, p.p_filesz);
+        let ro = !p.writable();
+        let now = if ro && congruent && base_keeps && blocker.is_none() { windows * PMD_SIZE } else { 0 };
+        let note = if p.writable() {
+            if p.executable() {
+                "writable and executable: cannot be PMD-mapped from the page cache".to_string()
+            } else {
+                "writable data: not a candidate".to_string()
+            }
+        } else if windows == 0 {
+            "contains no whole 2 MiB window: stays on 4 KiB pages".to_string()
+        } else if !congruent {
+            format!(
+                "vaddr and file offset differ by {skew:#x} modulo 2 MiB: no window can be PMD-mapped until the file is relaid out"
+            )
+        } else if !base_keeps {
+            format!("congruent, {windows} whole 2 MiB window(s), but the load base is not 2 MiB-aligned (p_align {:#x})", p.p_align)
+        } else {
+            format!("congruent: {windows} whole 2 MiB window(s) can be PMD-mapped")
+        };
+        segments.push(SegmentReport {
+            index,
+            flags: p.flags_str(),
+            writable: p.writable(),
+            executable: p.executable(),
+            vaddr: p.p_vaddr,
+            offset: p.p_offset,
+            filesz: p.p_filesz,
+            memsz: p.p_memsz,
+            p_align: p.p_align,
+            skew,
+            congruent,
+            whole_windows: windows,
+            pmd_mappable_bytes: now,
+            pmd_mappable_bytes_after_align: now,
+            note,
+        });
+    }
+    let pmd_mappable_bytes = segments.iter().map(|s| s.pmd_mappable_bytes).sum();
+
+    let mut plan = AlignPlan::default();
+    let verdict;
+    if let Some(b) = blocker {
+        reasons.push(b);
+        verdict = Verdict::NotImprovable;
+    } else {
+        let candidates: Vec<&SegmentReport> = segments.iter().filter(|s| !s.writable && s.whole_windows > 0).collect();
+        if candidates.is_empty() {
+            if segments.iter().any(|s| s.writable && s.executable && s.whole_windows > 0) {
+                reasons.push("its text is in a writable segment (RWX): file pages of a writable mapping are not PMD-mapped".into());
+            }
+            reasons.push("no read-only segment contains a whole 2 MiB window (text smaller than ~4 MiB, or split)".into());
+            verdict = Verdict::NotImprovable;
+        } else {
+            match make_plan(m, kind) {
+                Ok(p) if p.is_empty() => {
+                    reasons.push(format!(
+                        "already PMD-mappable: {} MiB of read-only segments in whole 2 MiB windows",
+                        pmd_mappable_bytes / (1 << 20)
+                    ));
+                    verdict = Verdict::PmdMappable;
+                }
+                Ok(p) => {
+                    for s in segments.iter_mut().filter(|s| !s.writable && s.whole_windows > 0) {
+                        s.pmd_mappable_bytes_after_align = s.whole_windows * PMD_SIZE;
+                    }
+                    if !p.insertions.is_empty() {
+                        let segs: Vec<String> = p.insertions.iter().map(|i| format!("#{} (+{:#x})", i.segment, i.len)).collect();
+                        reasons.push(format!(
+                            "align inserts {} bytes of zero padding so segment(s) {} become 2 MiB-congruent (vaddrs unchanged)",
+                            p.growth,
+                            segs.join(", ")
+                        ));
+                    }
+                    if !p.raise_align.is_empty() {
+                        reasons.push(format!(
+                            "align sets p_align to 2 MiB on segment(s) {} so the loader aligns the load base",
+                            p.raise_align.iter().map(|i| format!("#{i}")).collect::<Vec<_>>().join(", ")
+                        ));
+                    }
+                    plan = p;
+                    verdict = Verdict::Improvable;
+                }
+                Err(why) => {
+                    reasons.push(why);
+                    verdict = Verdict::NotImprovable;
+                }
+            }
+        }
+    }
+    let pmd_mappable_bytes_after_align =
+        if verdict == Verdict::Improvable { segments.iter().map(|s| s.pmd_mappable_bytes_after_align).sum() } else { pmd_mappable_bytes };
+    if verdict == Verdict::Improvable && kind != FileKind::Executable {
+        warnings.push("a 2 MiB-aligned load base leaves 9 fewer bits of ASLR entropy for this object".into());
+    }
+    let described = m.described_end();
+    if m.file_size > described {
+        warnings.push(format!(
+            "{} bytes of data are appended after the last ELF structure; a relayout moves them, which breaks readers that locate them by absolute offset",
+            m.file_size - described
+        ));
+    }
+    CheckReport {
+        path: path.to_path_buf(),
+        class: if m.is_64 { "ELF64" } else { "ELF32" }.into(),
+        machine: machine_name(m.e_machine),
+        kind,
+        file_size: m.file_size,
+        max_p_align,
+        base,
+        base_note: base_note(kind, base),
+        segments,
+        pmd_mappable_bytes,
+        pmd_mappable_bytes_after_align,
+        verdict,
+        reasons,
+        warnings,
+        plan,
+    }
+}
+
+fn etype_name(t: u16) -> String {
+    match t {
+        elf::ET_NONE => "ET_NONE".into(),
+        elf::ET_REL => "ET_REL (object file)".into(),
+        elf::ET_CORE => "ET_CORE (core dump)".into(),
+        other => format!("{other:#x}"),
+    }
+}
+
+/// Compute what `align` must do. `Err` carries the reason it cannot.
+///
+/// Eligible segments are the non-writable PT_LOADs that contain at least one
+/// whole 2 MiB window. Each one that is not congruent gets padding inserted
+/// at its file offset (so it, and everything after it, moves up by
+/// `(p_vaddr - p_offset) mod 2 MiB`). For ET_DYN, each eligible segment's
+/// p_align becomes 2 MiB (never any other segment: glibc < 2.35 rejects a
+/// segment whose p_vaddr - p_offset is not a multiple of its own p_align,
+/// and only the eligible ones are made congruent modulo 2 MiB).
+pub fn make_plan(m: &Model, kind: FileKind) -> Result<AlignPlan, String> {
+    let mut order: Vec<(usize, &Phdr)> = m.loads().collect();
+    order.sort_by_key(|(i, p)| (p.p_offset, *i));
+    let mut plan = AlignPlan::default();
+    let mut shift = 0u64;
+    for (i, p) in &order {
+        let eligible = !p.writable() && whole_windows(p.p_vaddr, p.p_filesz) > 0;
+        if !eligible {
+            continue;
+        }
+        let new_off = p.p_offset + shift;
+        let d = p.p_vaddr.wrapping_sub(new_off) & (PMD_SIZE - 1);
+        if d != 0 {
+            if d % PAGE_SIZE != 0 {
+                return Err(format!(
+                    "segment #{i}: p_vaddr {:#x} and p_offset {:#x} differ modulo the page size: malformed, not touching it",
+                    p.p_vaddr, p.p_offset
+                ));
+            }
+            plan.insertions.push(Insertion { at: p.p_offset, len: d, vaddr: p.p_vaddr, segment: *i });
+            shift += d;
+        }
+        // A p_align that is not a power of two is ignored by the loaders:
+        // replace it too.
+        if kind != FileKind::Executable && !(p.p_align.is_power_of_two() && p.p_align >= PMD_SIZE) {
+            plan.raise_align.push(*i);
+        }
+    }
+    plan.raise_align.sort_unstable();
+    plan.growth = shift;
+    if plan.insertions.is_empty() {
+        return Ok(plan);
+    }
+    check_plan(m, &plan)?;
+    Ok(plan)
+}
+
+/// Refuse plans that would split something: every insertion point must lie
+/// between file structures, never inside one.
+fn check_plan(m: &Model, plan: &AlignPlan) -> Result<(), String> {
+    let ehsize = if m.is_64 { 64 } else { 52 };
+    for ins in &plan.insertions {
+        let at = ins.at;
+        let inside = |start: u64, len: u64| len > 0 && start < at && at < start + len;
+        if at < ehsize {
+            return Err(format!("segment #{} starts inside the ELF header: cannot insert padding there", ins.segment));
+        }
+        if inside(m.e_phoff, m.phdr_table_size()) {
+            return Err(format!("the program header table spans offset {at:#x} where padding would go"));
+        }
+        if inside(m.e_shoff, m.shdr_table_size()) {
+            return Err(format!("the section header table spans offset {at:#x} where padding would go"));
+        }
+        for (j, p) in m.phdrs.iter().enumerate() {
+            if inside(p.p_offset, p.p_filesz) {
+                return Err(format!(
+                    "program header #{j} ({}) overlaps the start of segment #{} in the file (offset {at:#x}): cannot insert padding without splitting it",
+                    super::layout::ptype_name(p.p_type),
+                    ins.segment
+                ));
+            }
+        }
+        for s in m.shdrs.iter().filter(|s| s.has_file_bytes()) {
+            if inside(s.sh_offset, s.sh_size) {
+                return Err(format!("section {} spans offset {at:#x} where padding would go", s.name));
+            }
+        }
+    }
+    // Every PT_LOAD must stay congruent modulo its own p_align (and the page).
+    for (j, p) in m.loads() {
+        let size = p.p_filesz;
+        let new_off = plan.map_offset(p.p_offset, size, Some(p.p_vaddr));
+        let align = if plan.raise_align.contains(&j) { PMD_SIZE } else { p.p_align.max(1) };
+        let align = if align.is_power_of_two() { align.max(PAGE_SIZE) } else { PAGE_SIZE };
+        if p.p_vaddr.wrapping_sub(new_off) % align != 0 {
+            return Err(format!(
+                "padding would leave segment #{j} with p_vaddr {:#x} and p_offset {new_off:#x} not congruent modulo its p_align {align:#x}",
+                p.p_vaddr
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const M: u64 = PMD_SIZE;
+
+    #[test]
+    fn whole_windows_counts_only_complete_aligned_windows() {
+        assert_eq!(whole_windows(0, M - 1), 0);
+        assert_eq!(whole_windows(0, M), 1);
+        assert_eq!(whole_windows(0x1000, M), 0);
+        assert_eq!(whole_windows(0x1000, 2 * M), 1);
+        // The bfd fixture: text at 0x1000, 0x1402009 bytes -> [2M, 20M).
+        assert_eq!(whole_windows(0x1000, 0x1402009), 9);
+        assert_eq!(whole_windows(u64::MAX - 10, 100), 0);
+    }
+
+    #[test]
+    fn map_offset_moves_what_is_at_or_after_the_insertion() {
+        let plan = AlignPlan {
+            insertions: vec![Insertion { at: 0x1000, len: 0x1000, vaddr: 0x2000, segment: 3 }],
+            raise_align: vec![3],
+            growth: 0x1000,
+        };
+        assert_eq!(plan.map_offset(0x40, 0x200, Some(0x40)), 0x40);
+        assert_eq!(plan.map_offset(0x1000, 0x100, Some(0x2000)), 0x2000);
+        assert_eq!(plan.map_offset(0x5000, 0, None), 0x6000);
+        // Zero-sized at the insertion point: decided by address.
+        assert_eq!(plan.map_offset(0x1000, 0, Some(0x1800)), 0x1000);
+        assert_eq!(plan.map_offset(0x1000, 0, Some(0x2000)), 0x2000);
+    }
+
+    #[test]
+    fn versions_compare_numerically() {
+        assert!(version_at_least("6.18.0-1-cloud-amd64", 5, 10));
+        assert!(version_at_least("2.36", 2, 35));
+        assert!(!version_at_least("2.31", 2, 35));
+        assert!(!version_at_least("5.4.0", 5, 10));
+        assert!(version_at_least("10.0", 6, 11));
+    }
+}

@@ -1,0 +1,347 @@
+//! Resolve a program's shared libraries the way glibc's ld.so does:
+//! `PT_INTERP`, then `DT_NEEDED` breadth-first, each searched in
+//! `DT_RPATH` (of the requesting object and its loaders, when it has no
+//! `DT_RUNPATH`), `LD_LIBRARY_PATH`, `DT_RUNPATH` (of the requesting object
+//! only), `/etc/ld.so.cache` (unless `DF_1_NODEFLIB`), then the default
+//! directories. `$ORIGIN`, `$LIB` and `$PLATFORM` are expanded. A candidate
+//! whose ELF class or machine differs from the program's is skipped, as ld.so
+//! does. Already-loaded objects are matched by name, `DT_SONAME` and inode.
+//!
+//! Not modelled: `LD_PRELOAD`, `/etc/ld.so.preload`, `glibc-hwcaps`
+//! subdirectories, `DT_AUXILIARY`/`DT_FILTER`, secure-execution rules for
+//! set-id programs (LD_LIBRARY_PATH is always honoured here).
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::fs::File;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use object::elf;
+use object::read::elf::{Dyn, FileHeader, ProgramHeader};
+use object::{Endianness, ReadCache, ReadRef};
+
+use crate::{Error, Result};
+
+/// glibc's default library directories on x86-64 (Debian multiarch first).
+const DEFAULT_DIRS: &[&str] = &["/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib64", "/lib", "/usr/lib"];
+
+/// The dynamic-linking facts of one object.
+#[derive(Debug, Default, Clone)]
+struct DynInfo {
+    class64: bool,
+    machine: u16,
+    interp: Option<String>,
+    needed: Vec<String>,
+    rpath: Vec<String>,
+    runpath: Vec<String>,
+    soname: Option<String>,
+    nodeflib: bool,
+}
+
+fn read_dyn(path: &Path) -> std::result::Result<DynInfo, String> {
+    let file = File::open(path).map_err(|e| e.to_string())?;
+    let cache = ReadCache::new(&file);
+    let ident = (&cache).read_bytes_at(0, 16).map_err(|_| "not an ELF file".to_string())?;
+    if &ident[..4] != b"\x7fELF" {
+        return Err("not an ELF file".into());
+    }
+    match ident[super::layout::EI_CLASS] {
+        elf::ELFCLASS64 => read_dyn_generic::<elf::FileHeader64<Endianness>>(&cache),
+        elf::ELFCLASS32 => read_dyn_generic::<elf::FileHeader32<Endianness>>(&cache),
+        _ => Err("unknown ELF class".into()),
+    }
+}
+
+fn read_dyn_generic<Elf: FileHeader<Endian = Endianness>>(data: &ReadCache<&File>) -> std::result::Result<DynInfo, String> {
+    let h = Elf::parse(data).map_err(|e| e.to_string())?;
+    let endian = h.endian().map_err(|e| e.to_string())?;
+    let mut info = DynInfo { class64: h.is_type_64(), machine: h.e_machine(endian), ..Default::default() };
+    let phdrs = h.program_headers(endian, data).map_err(|e| e.to_string())?;
+    // The string table (DT_STRTAB) is a vaddr: translate through PT_LOADs.
+    let vaddr_to_off = |addr: u64| -> Option<u64> {
+        phdrs.iter().filter(|p| p.p_type(endian) == elf::PT_LOAD).find_map(|p| {
+            let v: u64 = p.p_vaddr(endian).into();
+            let fsz: u64 = p.p_filesz(endian).into();
+            let off: u64 = p.p_offset(endian).into();
+            (addr >= v && addr < v + fsz).then(|| off + (addr - v))
+        })
+    };
+    for p in phdrs {
+        if let Ok(Some(i)) = p.interpreter(endian, data) {
+            info.interp = Some(String::from_utf8_lossy(i).into_owned());
+        }
+        let Ok(Some(dynamic)) = p.dynamic(endian, data) else { continue };
+        let mut strtab = None;
+        let mut entries = Vec::new();
+        for d in dynamic {
+            let tag: u64 = d.d_tag(endian).into();
+            let val: u64 = d.d_val(endian).into();
+            if tag == u64::from(elf::DT_NULL) {
+                break;
+            }
+            if tag == u64::from(elf::DT_STRTAB) {
+                strtab = vaddr_to_off(val);
+            }
+            if tag == u64::from(elf::DT_FLAGS_1) && val & u64::from(elf::DF_1_NODEFLIB) != 0 {
+                info.nodeflib = true;
+            }
+            entries.push((tag, val));
+        }
+        let Some(strtab) = strtab else { continue };
+        let string = |off: u64| -> Option<String> {
+            let start = strtab.checked_add(off)?;
+            let s = data.read_bytes_at_until(start..start.saturating_add(4096), 0).ok()?;
+            Some(String::from_utf8_lossy(s).into_owned())
+        };
+        for (tag, val) in entries {
+            let split = |s: String| -> Vec<String> { s.split(':').map(str::to_string).collect() };
+            match tag {
+                t if t == u64::from(elf::DT_NEEDED) => info.needed.extend(string(val)),
+                t if t == u64::from(elf::DT_RPATH) => info.rpath.extend(string(val).map(split).unwrap_or_default()),
+                t if t == u64::from(elf::DT_RUNPATH) => info.runpath.extend(string(val).map(split).unwrap_or_default()),
+                t if t == u64::from(elf::DT_SONAME) => info.soname = string(val),
+                _ => {}
+            }
+        }
+    }
+    Ok(info)
+}
+
+/// The value of `$LIB` for this system's ld.so.
+fn dst_lib() -> &'static str {
+    if Path::new("/lib/x86_64-linux-gnu").is_dir() {
+        "lib/x86_64-linux-gnu"
+    } else {
+        "lib64"
+    }
+}
+
+/// Expand `$ORIGIN`, `$LIB`, `$PLATFORM` (also `${...}`) in one search-path entry.
+fn expand(entry: &str, origin: &Path) -> String {
+    let mut out = entry.to_string();
+    for (name, value) in [("ORIGIN", origin.to_string_lossy().into_owned()), ("LIB", dst_lib().to_string()), ("PLATFORM", "x86_64".to_string())] {
+        out = out.replace(&format!("${{{name}}}"), &value).replace(&format!("${name}"), &value);
+    }
+    out
+}
+
+/// One object found during resolution.
+struct Loaded {
+    path: PathBuf,
+    info: DynInfo,
+    /// Index of the object that loaded it (for the RPATH chain).
+    parent: Option<usize>,
+}
+
+/// Parse `/etc/ld.so.cache` (glibc "new" format, `glibc-ld.so.cache1.1`):
+/// maps a library file name to its paths, for x86-64 libc6 entries.
+///
+/// No maintained crate parses this format (the ones on crates.io are
+/// single, unmaintained releases), so this is the narrow reader: header,
+/// fixed-size entries, strings addressed from the start of the file.
+pub fn read_ld_so_cache(path: &Path) -> HashMap<String, Vec<PathBuf>> {
+    let mut map: HashMap<String, Vec<PathBuf>> = HashMap::new();
+    let Ok(data) = std::fs::read(path) else { return map };
+    const MAGIC: &[u8] = b"glibc-ld.so.cache1.1";
+    // The file may start with the old format ("ld.so-1.7.0") followed by the new one.
+    let start = if data.starts_with(MAGIC) {
+        0
+    } else if data.starts_with(b"ld.so-1.7.0") {
+        let nlibs = u32_at(&data, 12).unwrap_or(0) as usize;
+        let after = 16 + nlibs * 12;
+        let aligned = (after + 7) & !7;
+        if data.get(aligned..aligned + MAGIC.len()) == Some(MAGIC) {
+            aligned
+        } else {
+            return map;
+        }
+    } else {
+        return map;
+    };
+    let Some(nlibs) = u32_at(&data, start + 20) else { return map };
+    let entries = start + 48;
+    const FLAG_ELF_LIBC6: i32 = 0x0003;
+    const FLAG_X8664_LIB64: i32 = 0x0300;
+    const HWCAP_EXTENSION: u64 = 1 << 62;
+    let cstr = |off: usize| -> Option<String> {
+        let rest = data.get(off..)?;
+        let end = rest.iter().position(|&b| b == 0)?;
+        Some(String::from_utf8_lossy(&rest[..end]).into_owned())
+    };
+    for i in 0..nlibs as usize {
+        let e = entries + i * 24;
+        let (Some(flags), Some(key), Some(value)) = (u32_at(&data, e), u32_at(&data, e + 4), u32_at(&data, e + 8)) else { break };
+        let hwcap = u64_at(&data, e + 16).unwrap_or(0);
+        if flags as i32 != (FLAG_ELF_LIBC6 | FLAG_X8664_LIB64) || hwcap & HWCAP_EXTENSION != 0 {
+            continue;
+        }
+        // In the new format, string offsets are relative to the cache start.
+        let base = start;
+        if let (Some(k), Some(v)) = (cstr(base + key as usize), cstr(base + value as usize)) {
+            map.entry(k).or_default().push(PathBuf::from(v));
+        }
+    }
+    map
+}
+
+fn u32_at(d: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_le_bytes(d.get(at..at + 4)?.try_into().ok()?))
+}
+fn u64_at(d: &[u8], at: usize) -> Option<u64> {
+    Some(u64::from_le_bytes(d.get(at..at + 8)?.try_into().ok()?))
+}
+
+/// Resolve `exe`'s interpreter and every shared library it loads, each once,
+/// as canonical paths: the interpreter first, then libraries in ld.so's
+/// breadth-first load order.
+///
+/// Errors when `exe` cannot be read or is not ELF, or when a needed library
+/// cannot be found (naming it and who needs it, like ld.so would).
+/// A static executable yields an empty list.
+pub fn resolve_deps(exe: &Path) -> Result<Vec<PathBuf>> {
+    let exe_canon = exe.canonicalize().map_err(|e| Error::io(exe, e))?;
+    let info = read_dyn(&exe_canon).map_err(|msg| Error::Elf { path: exe.into(), msg })?;
+    let ld_library_path: Vec<String> = std::env::var("LD_LIBRARY_PATH")
+        .map(|v| v.split([':', ';']).filter(|s| !s.is_empty()).map(str::to_string).collect())
+        .unwrap_or_default();
+    let cache = read_ld_so_cache(Path::new("/etc/ld.so.cache"));
+    let mut result: Vec<PathBuf> = Vec::new();
+    let mut seen_files: HashSet<(u64, u64)> = HashSet::new();
+    let mut push = |p: &Path, result: &mut Vec<PathBuf>| -> Result<()> {
+        let canon = p.canonicalize().map_err(|e| Error::io(p, e))?;
+        let m = std::fs::metadata(&canon).map_err(|e| Error::io(&canon, e))?;
+        if seen_files.insert((m.dev(), m.ino())) {
+            result.push(canon);
+        }
+        Ok(())
+    };
+    let mut names: HashMap<String, usize> = HashMap::new();
+    let mut objs: Vec<Loaded> = Vec::new();
+    let (want64, want_machine) = (info.class64, info.machine);
+    if let Some(interp) = &info.interp {
+        push(Path::new(interp), &mut result)?;
+        // ld.so is loaded under its own name: a DT_NEEDED of it matches.
+        if let Ok(i) = read_dyn(Path::new(interp)) {
+            if let Some(s) = &i.soname {
+                names.insert(s.clone(), usize::MAX);
+            }
+        }
+        names.insert(interp.clone(), usize::MAX);
+        if let Some(base) = Path::new(interp).file_name() {
+            names.insert(base.to_string_lossy().into_owned(), usize::MAX);
+        }
+    }
+    objs.push(Loaded { path: exe_canon.clone(), info, parent: None });
+    let mut inodes: HashMap<(u64, u64), usize> = HashMap::new();
+    if let Ok(m) = std::fs::metadata(&exe_canon) {
+        inodes.insert((m.dev(), m.ino()), 0);
+    }
+    let mut queue = VecDeque::from([0usize]);
+    while let Some(idx) = queue.pop_front() {
+        let needed = objs[idx].info.needed.clone();
+        for name in needed {
+            if names.contains_key(&name) {
+                continue;
+            }
+            let found = search(&name, idx, &objs, &ld_library_path, &cache, want64, want_machine);
+            let Some((path, dinfo)) = found else {
+                return Err(Error::Other(format!(
+                    "{}: cannot find {name} (needed by {}); ld.so would fail too",
+                    exe.display(),
+                    objs[idx].path.display()
+                )));
+            };
+            let key = std::fs::metadata(&path).map(|m| (m.dev(), m.ino())).ok();
+            if let Some(&existing) = key.as_ref().and_then(|k| inodes.get(k)) {
+                names.insert(name, existing);
+                continue;
+            }
+            let new_idx = objs.len();
+            names.insert(name, new_idx);
+            if let Some(s) = &dinfo.soname {
+                names.entry(s.clone()).or_insert(new_idx);
+            }
+            if let Some(k) = key {
+                inodes.insert(k, new_idx);
+            }
+            push(&path, &mut result)?;
+            objs.push(Loaded { path, info: dinfo, parent: Some(idx) });
+            queue.push_back(new_idx);
+        }
+    }
+    Ok(result)
+}
+
+/// Find one DT_NEEDED `name` requested by `objs[req]`.
+fn search(
+    name: &str,
+    req: usize,
+    objs: &[Loaded],
+    ld_library_path: &[String],
+    cache: &HashMap<String, Vec<PathBuf>>,
+    want64: bool,
+    want_machine: u16,
+) -> Option<(PathBuf, DynInfo)> {
+    let try_path = |p: &Path| -> Option<(PathBuf, DynInfo)> {
+        let info = read_dyn(p).ok()?;
+        (info.class64 == want64 && info.machine == want_machine).then(|| (p.to_path_buf(), info))
+    };
+    if name.contains('/') {
+        return try_path(Path::new(name));
+    }
+    let origin_of = |i: usize| objs[i].path.parent().map(Path::to_path_buf).unwrap_or_default();
+    let in_dirs = |dirs: &[String], origin: &Path| -> Option<(PathBuf, DynInfo)> {
+        dirs.iter().find_map(|d| {
+            let d = expand(d, origin);
+            let d = if d.is_empty() { ".".to_string() } else { d };
+            try_path(&Path::new(&d).join(name))
+        })
+    };
+    // DT_RPATH of the requester and its loaders, unless the requester has DT_RUNPATH.
+    if objs[req].info.runpath.is_empty() {
+        let mut cur = Some(req);
+        while let Some(i) = cur {
+            if let Some(hit) = in_dirs(&objs[i].info.rpath, &origin_of(i)) {
+                return Some(hit);
+            }
+            cur = objs[i].parent;
+        }
+    }
+    // LD_LIBRARY_PATH ($ORIGIN there refers to the executable).
+    if let Some(hit) = in_dirs(ld_library_path, &origin_of(0)) {
+        return Some(hit);
+    }
+    if let Some(hit) = in_dirs(&objs[req].info.runpath, &origin_of(req)) {
+        return Some(hit);
+    }
+    if objs[req].info.nodeflib {
+        return None;
+    }
+    if let Some(paths) = cache.get(name) {
+        if let Some(hit) = paths.iter().find_map(|p| try_path(p)) {
+            return Some(hit);
+        }
+    }
+    DEFAULT_DIRS.iter().find_map(|d| try_path(&Path::new(d).join(name)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn expands_dynamic_string_tokens() {
+        let o = Path::new("/opt/app/bin");
+        assert_eq!(expand("$ORIGIN/../lib", o), "/opt/app/bin/../lib");
+        assert_eq!(expand("${ORIGIN}/x:$PLATFORM", o), "/opt/app/bin/x:x86_64");
+        assert!(expand("/usr/$LIB", o).starts_with("/usr/lib"));
+    }
+
+    #[test]
+    fn reads_this_machines_ld_so_cache() {
+        let cache = read_ld_so_cache(Path::new("/etc/ld.so.cache"));
+        let libc = cache.get("libc.so.6").expect("libc.so.6 in /etc/ld.so.cache");
+        assert!(libc.iter().any(|p| p.exists()), "{libc:?}");
+        assert!(read_ld_so_cache(Path::new("/nonexistent")).is_empty());
+    }
+}

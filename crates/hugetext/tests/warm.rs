@@ -1,0 +1,124 @@
+//! Library pieces of `warm` against the real kernel: bounded fills, the
+//! MADV_COLLAPSE probe, who maps a file, planning.
+
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use hugetext::{folio, kernel, pagecache, warm};
+
+fn scratch_dir(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("warm").join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn scratch_file(dir: &Path, name: &str, mib: usize) -> PathBuf {
+    let p = dir.join(name);
+    let mut f = File::create(&p).unwrap();
+    let block: Vec<u8> = (0..1 << 20).map(|i| (i * 13 + 5) as u8).collect();
+    for _ in 0..mib {
+        f.write_all(&block).unwrap();
+    }
+    f.sync_all().unwrap();
+    p
+}
+
+#[test]
+fn bounded_fill_reads_nothing_outside_the_range() {
+    let dir = scratch_dir("bounded");
+    let p = scratch_file(&dir, "f", 8);
+    let f = File::open(&p).unwrap();
+    pagecache::evict(&f, 0..0).unwrap();
+    let pmd = kernel::pmd_size() as u64;
+    // One whole window [2M, 4M) plus a head and a tail.
+    let range = 0x3000..(4 << 20) + 0x5000;
+    pagecache::fill_bounded(&f, range.clone()).unwrap();
+    let s = folio::scan_file(&p, Some(range.clone())).unwrap();
+    assert_eq!(s.cached_kb, (range.end - range.start) / 1024, "{s:?}");
+    assert_eq!(s.pmd_windows, vec![pmd]);
+    let before = folio::scan_file(&p, Some(0..range.start)).unwrap();
+    let after = folio::scan_file(&p, Some(range.end..8 << 20)).unwrap();
+    assert_eq!((before.cached_kb, after.cached_kb), (0, 0), "read outside: {before:?} {after:?}");
+}
+
+#[test]
+fn parallel_window_fill_gives_pmd_folios_and_stays_in_range() {
+    let dir = scratch_dir("windows");
+    let p = scratch_file(&dir, "f", 20);
+    let f = File::open(&p).unwrap();
+    pagecache::evict(&f, 0..0).unwrap();
+    pagecache::fill_windows(&f, (2 << 20)..(18 << 20), 4).unwrap();
+    let s = folio::scan_file(&p, None).unwrap();
+    assert_eq!(s.pmd_windows.len(), 8, "{s:?}");
+    assert_eq!(s.cached_kb, 16 * 1024, "exactly the windows asked for: {s:?}");
+    assert!(pagecache::fill_windows(&f, 0x1000..(2 << 20), 2).is_err(), "unaligned windows are refused");
+}
+
+/// Whether the running kernel was built with CONFIG_READ_ONLY_THP_FOR_FS,
+/// when it says (/proc/config.gz).
+fn config_ro_thp() -> Option<bool> {
+    let out = std::process::Command::new("sh").args(["-c", "zcat /proc/config.gz 2>/dev/null"]).output().ok()?;
+    if out.stdout.is_empty() {
+        return None;
+    }
+    Some(String::from_utf8_lossy(&out.stdout).lines().any(|l| l == "CONFIG_READ_ONLY_THP_FOR_FS=y"))
+}
+
+#[test]
+fn collapse_probe_matches_the_kernel_config() {
+    let dir = scratch_dir("collapse");
+    let got = pagecache::collapse_supported(&dir).unwrap();
+    assert!(std::fs::read_dir(&dir).unwrap().next().is_none(), "the probe file is removed");
+    match config_ro_thp() {
+        Some(want) => assert_eq!(got.is_available(), want, "{got:?}"),
+        None => eprintln!("no /proc/config.gz; probe says {got:?}"),
+    }
+    if let pagecache::CollapseSupport::Unavailable(why) = &got {
+        assert!(why.contains("MADV_COLLAPSE"), "{why}");
+    }
+}
+
+#[test]
+fn mapping_pids_finds_a_process_that_maps_the_file() {
+    let sleep = std::fs::canonicalize("/bin/sleep").unwrap();
+    let mut child = std::process::Command::new(&sleep).arg("30").spawn().unwrap();
+    // Wait until exec has mapped it.
+    let mut found = false;
+    for _ in 0..100 {
+        let pids = warm::mapping_pids(&sleep).unwrap();
+        if pids.iter().any(|p| p.pid == child.id() as i32) {
+            found = true;
+            assert!(pids.iter().any(|p| p.comm == "sleep"));
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(found, "pid {} not found mapping {}", child.id(), sleep.display());
+}
+
+#[test]
+fn plan_of_an_elf_file_is_its_read_only_segments() {
+    let exe = std::fs::canonicalize("/proc/self/exe").unwrap();
+    let t = warm::plan(&exe).unwrap();
+    assert!(t.elf);
+    assert!(!t.ranges.is_empty());
+    assert!(t.ranges.iter().any(|r| r.flags.as_deref() == Some("r-x")));
+    assert!(t.ranges.windows(2).all(|w| w[0].offset + w[0].len <= w[1].offset), "sorted, disjoint");
+    assert!(t.bytes() < t.size + 2 * kernel::page_size() as u64 * t.ranges.len() as u64);
+
+    let dir = scratch_dir("plan");
+    let data = scratch_file(&dir, "data", 1);
+    let t = warm::plan(&data).unwrap();
+    assert!(!t.elf);
+    assert_eq!((t.ranges.len(), t.ranges[0].offset, t.ranges[0].len), (1, 0, 1 << 20));
+    // ELF magic but garbage: whole file, with a note.
+    let bad = dir.join("bad");
+    std::fs::write(&bad, b"\x7fELF\x02\x01\x01garbage").unwrap();
+    let t = warm::plan(&bad).unwrap();
+    assert_eq!(t.ranges.len(), 1);
+    assert!(t.notes[0].contains("not a valid ELF"), "{:?}", t.notes);
+}
