@@ -160,6 +160,11 @@ fn ab_json_shape_verified_sides_and_plot() {
     let windows = me["pmd_windows"].as_u64().unwrap();
     assert!(windows >= 8, "{me}");
     assert_eq!(me["mappable_windows"], windows, "{me}");
+    // Both sides manage what `hugetext warm` warms: the read-only segments,
+    // which include the text.
+    let managed = me["managed_ranges"].as_array().unwrap();
+    let text = me["text_ranges"].as_array().unwrap();
+    assert!(text.iter().all(|t| managed.iter().any(|m| m[0].as_u64() <= t[0].as_u64() && t[1].as_u64() <= m[1].as_u64())), "{me}");
     assert!(files.iter().any(|f| f["path"].as_str().unwrap().contains("libc.so")), "libraries are managed too");
     // Every run's state was verified: small has no text in PMD folios,
     // huge has every whole window of the fixture in one.

@@ -22,8 +22,12 @@
 //! - `small`: text faulted in through a `PROT_EXEC`, `MADV_NOHUGEPAGE`
 //!   mapping — the exec readahead path, which gives 4 KiB folios on x86, as a
 //!   program's own faults would;
-//! - `huge`: text filled through a PMD-congruent `MADV_HUGEPAGE` mapping
-//!   ([`pagecache::fill_huge`], what `hugetext warm` does).
+//! - `huge`: the file warmed by hugetext's own warm ([`warm::warm_target`]
+//!   on [`warm::plan`]: its read-only segments in PMD folios where whole
+//!   windows allow).
+//!
+//! Both sides manage the same ranges (warm's plan: all read-only segments),
+//! and the state is measured over the executable segments.
 //!
 //! Then the rest of each file is read with `pread` (same on both sides), and
 //! the state is verified with [`folio::scan_file`] and recorded per run
@@ -56,7 +60,7 @@ use super::perf::ItlbCounter;
 use super::stats::{self, Summary};
 use super::Progress;
 use crate::kernel::{self, Mapping};
-use crate::{folio, pagecache, Error, Result};
+use crate::{folio, pagecache, warm, Error, Result};
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -106,8 +110,15 @@ impl Side {
 pub struct TextFile {
     pub path: PathBuf,
     pub size: u64,
-    /// Byte ranges of text (`[start, end)` file offsets).
+    /// Byte ranges of text (`[start, end)` file offsets): the executable
+    /// segments, over which the state is measured.
     pub text_ranges: Vec<[u64; 2]>,
+    /// Byte ranges put in small or PMD folios: what `hugetext warm` warms
+    /// (all read-only segments of an ELF file, any other file whole).
+    pub managed_ranges: Vec<[u64; 2]>,
+    /// `hugetext warm`'s plan for the file (used for the huge side).
+    #[serde(skip_serializing)]
+    pub plan: Option<warm::Target>,
     pub text_kb: u64,
     /// Whole 2 MiB file windows inside the text: what can be PMD-mapped.
     pub pmd_windows: u64,
@@ -623,7 +634,14 @@ fn text_files(seen: &[ExecMap], extra: &[PathBuf]) -> Result<Vec<TextFile>> {
             .collect();
         let mappable_windows = (!maps.is_empty()).then(|| text_windows.intersection(&mapped_windows).count() as u64);
         let filesystem = super::fs_kind(&path).map(|k| k.0).unwrap_or_else(|_| "?".into());
+        let plan = warm::plan(&path).ok();
+        let managed_ranges = match &plan {
+            Some(p) if !p.ranges.is_empty() => p.ranges.iter().map(|r| [r.offset, r.offset + r.len]).collect(),
+            _ => ranges.iter().map(|r| [r.start, r.end]).collect(),
+        };
         out.push(TextFile {
+            managed_ranges,
+            plan,
             text_kb: ranges.iter().map(|r| range_kb(r.clone())).sum(),
             pmd_windows: windows_in(&ranges),
             text_ranges: ranges.iter().map(|r| [r.start, r.end]).collect(),
@@ -669,16 +687,24 @@ fn read_all(file: &File, path: &Path) -> Result<()> {
 
 /// Put every managed file's text in `side`'s folios and verify the result.
 pub fn prepare(files: &[TextFile], side: Side) -> Result<TextState> {
+    let mut ctx = warm::WarmContext::default();
     for tf in files {
         let f = File::open(&tf.path).map_err(|e| Error::io(&tf.path, e))?;
         // Dirty folios (a freshly built program) cannot be evicted and keep
         // whatever size the writer gave them: write them back first.
         f.sync_data().map_err(|e| Error::io(&tf.path, e))?;
         pagecache::evict(&f, 0..tf.size)?;
-        for r in &tf.text_ranges {
-            match side {
-                Side::Small => fill_small(&f, r[0]..r[1])?,
-                Side::Huge => pagecache::fill_huge(&f, r[0]..r[1])?,
+        match (side, &tf.plan) {
+            (Side::Huge, Some(plan)) => {
+                warm::warm_target(plan, &warm::WarmOptions::default(), &mut ctx)?;
+            }
+            _ => {
+                for r in &tf.managed_ranges {
+                    match side {
+                        Side::Small => fill_small(&f, r[0]..r[1])?,
+                        Side::Huge => pagecache::fill_huge(&f, r[0]..r[1])?,
+                    }
+                }
             }
         }
         read_all(&f, &tf.path)?;

@@ -14,9 +14,10 @@
 //!   folios on x86 (KERNEL-NOTES §1);
 //! - `huge`: `MADV_HUGEPAGE` on the exec mapping before the cold sweep, so
 //!   page-cache misses read PMD folios;
-//! - `warm`: the page cache is prepared the way `hugetext warm` does it
-//!   ([`pagecache::evict`] + [`pagecache::fill_huge`], timed as `warm_ms`),
-//!   then a plain, unadvised, PMD-congruent exec mapping is swept.
+//! - `warm`: the page cache is prepared by hugetext's warm
+//!   ([`warm::plan`] + [`warm::warm_target`], exactly what `hugetext warm
+//!   FILE` does, its own verification included; timed as `warm_ms`), then a
+//!   plain, unadvised, PMD-congruent exec mapping is swept.
 //!
 //! Each run records the state it measured: the page cache's share in PMD
 //! folios (`folio::scan_file`) and the mapping's `FilePmdMapped` from smaps.
@@ -30,7 +31,7 @@ use std::time::Instant;
 use super::stats::Summary;
 use super::{ms, Progress};
 use crate::kernel::{self, Mapping};
-use crate::{folio, pagecache, Error, Result};
+use crate::{folio, pagecache, warm, Error, Result};
 
 /// x86 `ret`.
 const RET: u8 = 0xC3;
@@ -276,8 +277,18 @@ fn measure(file: &File, path: &std::path::Path, size: u64, v: Variant, sequence:
     let mut warm_ms = None;
     if v == Variant::Warm {
         let t = Instant::now();
-        pagecache::fill_huge(file, 0..size)?;
+        let target = warm::plan(path)?;
+        let report = warm::warm_target(&target, &warm::WarmOptions::default(), &mut warm::WarmContext::default())?;
         warm_ms = Some(ms(t.elapsed()));
+        if report.pmd_windows < report.eligible_windows {
+            return Err(Error::Other(format!(
+                "warm left {} of {} windows of {} small: {}",
+                report.eligible_windows - report.pmd_windows,
+                report.eligible_windows,
+                path.display(),
+                report.notes.join("; ")
+            )));
+        }
     }
     let cached_before_kb = if v == Variant::Warm { folio::scan_file(path, None)?.cached_kb } else { cached_after_evict };
     if v != Variant::Warm && cached_before_kb > 0 {
