@@ -868,6 +868,19 @@ pub fn run(opts: &Options, progress: &dyn Progress) -> Result<Report> {
         let (small, huge) = if a.side == Side::Small { (a, b) } else { (b, a) };
         report.pairs.push(Pair { order: format!("{},{}", order[0].name(), order[1].name()), small, huge });
     }
+    let others = report.pairs.iter().flat_map(|p| [&p.small, &p.huge]).map(|r| r.state.mapped_by_others_kb).max().unwrap_or(0);
+    if others > 0 {
+        report.notes.push(format!(
+            "up to {:.1} MiB of the managed text was mapped by other processes during the runs, so it could not be evicted              and kept its folios on both sides (per-run mapped_by_others_kb in the JSON); for clean sides use a quiet              machine or a private copy of the program",
+            others as f64 / 1024.0
+        ));
+    }
+    let small_pmd = report.pairs.iter().map(|p| p.small.state.text_pmd_pct).fold(0.0, f64::max);
+    if small_pmd > 1.0 {
+        report.notes.push(format!(
+            "the small side had up to {small_pmd:.1}% of its text in PMD folios (pages other processes kept mapped):              the sides were not clean and the ratio understates the difference"
+        ));
+    }
     let smalls: Vec<&RunRecord> = report.pairs.iter().map(|p| &p.small).collect();
     let huges: Vec<&RunRecord> = report.pairs.iter().map(|p| &p.huge).collect();
     report.small = summarize(&smalls);
