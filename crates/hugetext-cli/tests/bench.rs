@@ -242,3 +242,24 @@ fn ab_failing_command_reports_its_status() {
     assert_eq!(out.status.code(), Some(137), "{}", stderr(&out));
     assert!(stderr(&out).contains("signal 9"));
 }
+
+#[test]
+fn ab_says_when_another_process_keeps_text_mapped() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    // (Not the fixture the other ab test uses: tests run in parallel.)
+    let exe = common::fixture("lld", "nopie");
+    // Another process of the same program maps its text for the whole run:
+    // those pages cannot be evicted, so neither side is clean.
+    let mut other = Command::new(&exe).arg("wait").stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+    let mut lines = BufReader::new(other.stdout.take().unwrap()).lines();
+    assert!(lines.any(|l| l.unwrap().trim() == "ready"), "the fixture never said ready");
+    let out = common::hugetext(&["bench", "ab", "--runs", "1", "--json", "--", exe.to_str().unwrap()]);
+    drop(other.stdin.take());
+    other.wait().unwrap();
+    let v = json_of(&out);
+    let p = &v["pairs"][0];
+    assert!(p["small"]["state"]["mapped_by_others_kb"].as_u64().unwrap() > 0, "{p}");
+    let notes: Vec<&str> = v["notes"].as_array().unwrap().iter().map(|n| n.as_str().unwrap()).collect();
+    assert!(notes.iter().any(|n| n.contains("mapped by other processes")), "{notes:?}");
+}

@@ -150,7 +150,8 @@ pub struct TextState {
     /// Whole 2 MiB text windows held in one PMD folio, out of `windows`.
     pub pmd_windows: u64,
     pub windows: u64,
-    /// kB of text that other processes map (could not be evicted).
+    /// kB of text, in files with whole 2 MiB windows, that other processes
+    /// map (could not be evicted).
     pub mapped_by_others_kb: u64,
     /// kB of text per folio size (key in kB).
     pub folios_kb: BTreeMap<u64, u64>,
@@ -723,7 +724,11 @@ pub fn verify(files: &[TextFile]) -> Result<TextState> {
             st.pmd_kb += v.pmd_kb();
             st.pmd_windows += v.pmd_windows.len() as u64;
             st.windows += v.total_windows;
-            st.mapped_by_others_kb += v.mapped_kb;
+            if tf.pmd_windows > 0 {
+                // Only where it matters: files with whole windows (libc
+                // and friends are always mapped by everyone, hugetext too).
+                st.mapped_by_others_kb += v.mapped_kb;
+            }
             for (k, n) in v.folios_kb {
                 *st.folios_kb.entry(k).or_default() += n;
             }
