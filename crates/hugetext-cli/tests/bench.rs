@@ -9,7 +9,8 @@ use serde_json::Value;
 
 fn json_of(out: &std::process::Output) -> Value {
     assert!(out.status.success(), "failed: {}\n{}", out.status, String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("bad JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("bad JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
 }
 
 fn stderr(out: &std::process::Output) -> String {
@@ -70,7 +71,8 @@ fn exec_json_shape_and_verified_states() {
 #[test]
 fn exec_tables_and_tmpfs_refusal() {
     let dir = common::scratch();
-    let out = common::hugetext(&["bench", "exec", "--size", "4M", "--runs", "1", "--dir", dir.path().to_str().unwrap()]);
+    let out =
+        common::hugetext(&["bench", "exec", "--size", "4M", "--runs", "1", "--dir", dir.path().to_str().unwrap()]);
     assert!(out.status.success(), "{}", stderr(&out));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("| Phase") && text.contains("| Cold fault") && text.contains("| Random"), "{text}");
@@ -90,7 +92,8 @@ fn exec_tables_and_tmpfs_refusal() {
 
 #[test]
 fn mprotect_json_shape_and_states() {
-    let v = json_of(&common::hugetext(&["bench", "mprotect", "--size", "64M", "--loops", "2", "--runs", "1", "--json"]));
+    let v =
+        json_of(&common::hugetext(&["bench", "mprotect", "--size", "64M", "--loops", "2", "--runs", "1", "--json"]));
     let cases = v["cases"].as_object().unwrap();
     assert_eq!(cases.len(), 3);
     let pte = &v["cases"]["pmd-thp-pte-mapped"];
@@ -104,7 +107,8 @@ fn mprotect_json_shape_and_states() {
     assert!(num(&small["seconds"]) > 0.0);
     assert_eq!(small["state"]["folios_kb"]["4"], 64 * 1024, "{small}");
     let mthp = &v["cases"]["mthp-64k"];
-    let enabled = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/hugepages-64kB/enabled").unwrap_or_default();
+    let enabled =
+        std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/hugepages-64kB/enabled").unwrap_or_default();
     if enabled.contains("[never]") {
         assert!(mthp["seconds"].is_null(), "{mthp}");
         let why = mthp["not_available"].as_str().unwrap();
@@ -120,7 +124,17 @@ fn mprotect_json_shape_and_states() {
 fn readahead_json_shape() {
     let dir = common::scratch();
     let v = json_of(&common::hugetext(&[
-        "bench", "readahead", "--threads", "2", "--size", "8M", "--runs", "1", "--dir", dir.path().to_str().unwrap(), "--json",
+        "bench",
+        "readahead",
+        "--threads",
+        "2",
+        "--size",
+        "8M",
+        "--runs",
+        "1",
+        "--dir",
+        dir.path().to_str().unwrap(),
+        "--json",
     ]));
     assert_eq!(v["threads"], 2);
     assert!(v["kernel"].as_str().unwrap().contains('.'));
@@ -141,7 +155,15 @@ fn ab_json_shape_verified_sides_and_plot() {
     let dir = common::scratch();
     let svg = dir.path().join("ab.svg");
     let v = json_of(&common::hugetext(&[
-        "bench", "ab", "--runs", "2", "--json", "--plot", svg.to_str().unwrap(), "--", exe.to_str().unwrap(),
+        "bench",
+        "ab",
+        "--runs",
+        "2",
+        "--json",
+        "--plot",
+        svg.to_str().unwrap(),
+        "--",
+        exe.to_str().unwrap(),
     ]));
     for side in ["small", "huge"] {
         assert!(num(&v[side]["median_s"]) > 0.0, "{v}");
@@ -164,7 +186,10 @@ fn ab_json_shape_verified_sides_and_plot() {
     // which include the text.
     let managed = me["managed_ranges"].as_array().unwrap();
     let text = me["text_ranges"].as_array().unwrap();
-    assert!(text.iter().all(|t| managed.iter().any(|m| m[0].as_u64() <= t[0].as_u64() && t[1].as_u64() <= m[1].as_u64())), "{me}");
+    assert!(
+        text.iter().all(|t| managed.iter().any(|m| m[0].as_u64() <= t[0].as_u64() && t[1].as_u64() <= m[1].as_u64())),
+        "{me}"
+    );
     assert!(files.iter().any(|f| f["path"].as_str().unwrap().contains("libc.so")), "libraries are managed too");
     // Every run's state was verified: small has no text in PMD folios,
     // huge has every whole window of the fixture in one.

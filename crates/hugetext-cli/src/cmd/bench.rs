@@ -267,7 +267,14 @@ fn verdict(value: f64, target: f64, aim: f64) -> &'static str {
 }
 
 fn run_exec(a: ExecArgs) -> Result<u8> {
-    let opts = exec::Options { size: a.size, runs: a.runs, dir: a.dir, calls_per_page: a.calls_per_page, random_passes: a.random_passes, seed: a.seed };
+    let opts = exec::Options {
+        size: a.size,
+        runs: a.runs,
+        dir: a.dir,
+        calls_per_page: a.calls_per_page,
+        random_passes: a.random_passes,
+        seed: a.seed,
+    };
     let bar = Bar::new();
     let r = exec::run(&opts, &bar);
     bar.finish();
@@ -285,7 +292,8 @@ fn run_exec(a: ExecArgs) -> Result<u8> {
         r.kernel,
         r.runs
     );
-    let mut t = table(&["Phase", "Baseline", "Huge (MADV_HUGEPAGE)", "Warm (PMD page cache)", "huge/base", "warm/base"]);
+    let mut t =
+        table(&["Phase", "Baseline", "Huge (MADV_HUGEPAGE)", "Warm (PMD page cache)", "huge/base", "warm/base"]);
     t.add_row(vec![
         "Cold fault".to_string(),
         fmt_ms(&b.stats["cold_ms"]),
@@ -425,7 +433,8 @@ fn run_mprotect(a: MprotectArgs) -> Result<u8> {
 }
 
 fn run_readahead(a: ReadaheadArgs) -> Result<u8> {
-    let mut opts = readahead::Options { size_per_thread: a.size, chunk: a.chunk, runs: a.runs, dir: a.dir, ..Default::default() };
+    let mut opts =
+        readahead::Options { size_per_thread: a.size, chunk: a.chunk, runs: a.runs, dir: a.dir, ..Default::default() };
     if let Some(n) = a.threads {
         opts.threads = n;
     }
@@ -460,7 +469,10 @@ fn run_readahead(a: ReadaheadArgs) -> Result<u8> {
         ]);
     }
     println!("{t}\n");
-    println!("shared-file / distinct-files = {:.2} (below 1: page-cache lock contention on the shared file)", r.shared_over_distinct);
+    println!(
+        "shared-file / distinct-files = {:.2} (below 1: page-cache lock contention on the shared file)",
+        r.shared_over_distinct
+    );
     Ok(0)
 }
 
@@ -556,7 +568,10 @@ fn print_ab(r: &ab::Report) {
     }
     println!("{t}\n");
     println!("huge/small wall time = {:.3}, 95% CI [{:.3}, {:.3}] ({})", r.ratio, r.ci95[0], r.ci95[1], r.ci_method);
-    println!("huge/small CPU time (user+sys) = {:.3}, 95% CI [{:.3}, {:.3}]", r.cpu_ratio, r.cpu_ci95[0], r.cpu_ci95[1]);
+    println!(
+        "huge/small CPU time (user+sys) = {:.3}, 95% CI [{:.3}, {:.3}]",
+        r.cpu_ratio, r.cpu_ci95[0], r.cpu_ci95[1]
+    );
     if let Some(why) = &r.itlb.reason {
         println!("iTLB misses: {why}");
     }

@@ -321,12 +321,16 @@ fn exec_maps(pid: i32) -> Vec<ExecMap> {
     let mut out = Vec::new();
     for line in text.lines() {
         let mut it = line.splitn(6, ' ');
-        let (Some(range), Some(perms), Some(off), Some(_dev), Some(_ino)) = (it.next(), it.next(), it.next(), it.next(), it.next())
+        let (Some(range), Some(perms), Some(off), Some(_dev), Some(_ino)) =
+            (it.next(), it.next(), it.next(), it.next(), it.next())
         else {
             continue;
         };
         let path = it.next().unwrap_or("").trim_start();
-        if !perms.as_bytes().get(2).is_some_and(|&c| c == b'x') || !path.starts_with('/') || path.ends_with(" (deleted)") {
+        if !perms.as_bytes().get(2).is_some_and(|&c| c == b'x')
+            || !path.starts_with('/')
+            || path.ends_with(" (deleted)")
+        {
             continue;
         }
         let Some((s, e)) = range.split_once('-') else { continue };
@@ -431,7 +435,13 @@ fn discover_run(exe: &Path, opts: &Options, seen: &mut Vec<ExecMap>) -> Result<(
     // memory of the parent.
     unsafe {
         cmd.pre_exec(|| {
-            if libc::ptrace(libc::PTRACE_TRACEME, 0, std::ptr::null_mut::<libc::c_void>(), std::ptr::null_mut::<libc::c_void>()) != 0 {
+            if libc::ptrace(
+                libc::PTRACE_TRACEME,
+                0,
+                std::ptr::null_mut::<libc::c_void>(),
+                std::ptr::null_mut::<libc::c_void>(),
+            ) != 0
+            {
                 return Err(std::io::Error::last_os_error());
             }
             Ok(())
@@ -555,7 +565,13 @@ fn run_once(exe: &Path, opts: &Options, mut watch: Option<&mut Vec<ExecMap>>) ->
     }
     let wall = t.elapsed();
     drop(child);
-    Ok(Ran { wall, user_s: tv_secs(ru.ru_utime), sys_s: tv_secs(ru.ru_stime), status, stderr_tail: stderr_tail(err_file) })
+    Ok(Ran {
+        wall,
+        user_s: tv_secs(ru.ru_utime),
+        sys_s: tv_secs(ru.ru_stime),
+        status,
+        stderr_tail: stderr_tail(err_file),
+    })
 }
 
 /// Executable `PT_LOAD` file ranges of an ELF file; None when it is not ELF.
@@ -626,8 +642,7 @@ fn text_files(seen: &[ExecMap], extra: &[PathBuf]) -> Result<Vec<TextFile>> {
         ranges.sort_by_key(|r| r.start);
         ranges.dedup();
         let congruent = (!maps.is_empty()).then(|| maps.iter().any(|m| m.start.wrapping_sub(m.offset) % pmd == 0));
-        let text_windows: BTreeSet<u64> =
-            ranges.iter().flat_map(|r| r.start.div_ceil(pmd)..r.end / pmd).collect();
+        let text_windows: BTreeSet<u64> = ranges.iter().flat_map(|r| r.start.div_ceil(pmd)..r.end / pmd).collect();
         let mapped_windows: BTreeSet<u64> = maps
             .iter()
             .filter(|m| m.start.wrapping_sub(m.offset) % pmd == 0)
@@ -766,8 +781,11 @@ pub fn run(opts: &Options, progress: &dyn Progress) -> Result<Report> {
     let exe = resolve_command(argv0)?;
     progress.start(1 + 2 * u64::from(opts.runs));
     let mut seen = Vec::new();
-    let (warm, discovery) =
-        if opts.discover { discover_run(&exe, opts, &mut seen)? } else { (run_once(&exe, opts, None)?, Discovery::Off) };
+    let (warm, discovery) = if opts.discover {
+        discover_run(&exe, opts, &mut seen)?
+    } else {
+        (run_once(&exe, opts, None)?, Discovery::Off)
+    };
     let mut report = Report {
         command: opts.command.iter().map(|a| a.to_string_lossy().into_owned()).collect(),
         executable: exe.clone(),
@@ -815,7 +833,11 @@ pub fn run(opts: &Options, progress: &dyn Progress) -> Result<Report> {
             ));
         }
         if f.filesystem == "tmpfs" || f.filesystem == "ramfs" {
-            report.notes.push(format!("{}: on {}, which has no large page-cache folios here", f.path.display(), f.filesystem));
+            report.notes.push(format!(
+                "{}: on {}, which has no large page-cache folios here",
+                f.path.display(),
+                f.filesystem
+            ));
         }
     }
     let counter = match ItlbCounter::open() {
@@ -873,17 +895,21 @@ pub fn run(opts: &Options, progress: &dyn Progress) -> Result<Report> {
         let (small, huge) = if a.side == Side::Small { (a, b) } else { (b, a) };
         report.pairs.push(Pair { order: format!("{},{}", order[0].name(), order[1].name()), small, huge });
     }
-    let others = report.pairs.iter().flat_map(|p| [&p.small, &p.huge]).map(|r| r.state.mapped_by_others_kb).max().unwrap_or(0);
-    if others > 0 {
+    let others =
+        report.pairs.iter().flat_map(|p| [&p.small, &p.huge]).map(|r| r.state.mapped_by_others_kb).max().unwrap_or(0);
+    // A little is normal (libraries a concurrent process shares); say so
+    // when it is enough to blur the comparison.
+    let text_kb: u64 = report.files.iter().filter(|f| f.pmd_windows > 0).map(|f| f.text_kb).sum();
+    if others > 0 && others * 20 > text_kb {
         report.notes.push(format!(
-            "up to {:.1} MiB of the managed text was mapped by other processes during the runs, so it could not be evicted              and kept its folios on both sides (per-run mapped_by_others_kb in the JSON); for clean sides use a quiet              machine or a private copy of the program",
+            "up to {:.1} MiB of the managed text was mapped by other processes during the runs, so it could not be evicted and kept its folios on both sides (per-run mapped_by_others_kb in the JSON); for clean sides use a quiet machine or a private copy of the program",
             others as f64 / 1024.0
         ));
     }
     let small_pmd = report.pairs.iter().map(|p| p.small.state.text_pmd_pct).fold(0.0, f64::max);
     if small_pmd > 1.0 {
         report.notes.push(format!(
-            "the small side had up to {small_pmd:.1}% of its text in PMD folios (pages other processes kept mapped):              the sides were not clean and the ratio understates the difference"
+            "the small side had up to {small_pmd:.1}% of its text in PMD folios (pages other processes kept mapped): the sides were not clean and the ratio understates the difference"
         ));
     }
     let smalls: Vec<&RunRecord> = report.pairs.iter().map(|p| &p.small).collect();

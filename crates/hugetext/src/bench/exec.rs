@@ -206,7 +206,14 @@ pub fn run(opts: &Options, progress: &dyn Progress) -> Result<Report> {
             let mut one = measure(&file, &path, size, v, &sequence, opts.random_passes.max(1))?;
             one.run = r;
             one.position = k as u32;
-            progress.step(&format!("run {}/{}: {} cold {:.0} ms, random {:.0} ms", r + 1, opts.runs, v.name(), one.cold_ms, one.random_ms));
+            progress.step(&format!(
+                "run {}/{}: {} cold {:.0} ms, random {:.0} ms",
+                r + 1,
+                opts.runs,
+                v.name(),
+                one.cold_ms,
+                one.random_ms
+            ));
             runs.entry(v).or_default().push(one);
         }
     }
@@ -231,7 +238,13 @@ pub fn run(opts: &Options, progress: &dyn Progress) -> Result<Report> {
         }
         variants.insert(
             v.name(),
-            VariantReport { cold_ms: stats["cold_ms"].median, random_ms: stats["random_ms"].median, warm_ms, stats, runs: rs },
+            VariantReport {
+                cold_ms: stats["cold_ms"].median,
+                random_ms: stats["random_ms"].median,
+                warm_ms,
+                stats,
+                runs: rs,
+            },
         );
     }
     let b = &variants["baseline"];
@@ -290,7 +303,8 @@ fn measure(file: &File, path: &std::path::Path, size: u64, v: Variant, sequence:
             )));
         }
     }
-    let cached_before_kb = if v == Variant::Warm { folio::scan_file(path, None)?.cached_kb } else { cached_after_evict };
+    let cached_before_kb =
+        if v == Variant::Warm { folio::scan_file(path, None)?.cached_kb } else { cached_after_evict };
     if v != Variant::Warm && cached_before_kb > 0 {
         return Err(Error::Other(format!(
             "{}: {cached_before_kb} kB stayed cached after eviction (is another process mapping it?)",

@@ -88,10 +88,7 @@ pub fn scratch_dir(dir: Option<&Path>) -> Result<tempfile::TempDir> {
             base.display()
         )));
     }
-    tempfile::Builder::new()
-        .prefix(".hugetext-bench-")
-        .tempdir_in(&base)
-        .map_err(|e| Error::io(&base, e))
+    tempfile::Builder::new().prefix(".hugetext-bench-").tempdir_in(&base).map_err(|e| Error::io(&base, e))
 }
 
 /// Create (or overwrite) `path` with `size` bytes all equal to `byte`, and

@@ -158,7 +158,9 @@ fn read_counter(path: &str) -> Option<u64> {
 fn mthp_64k_usable() -> std::result::Result<(), String> {
     let path = mthp_path(64, "enabled");
     let Some(v) = kernel::sysfs_choice(&path) else {
-        return Err("this kernel has no 64 KiB mTHP size (no hugepages-64kB in /sys/kernel/mm/transparent_hugepage)".into());
+        return Err(
+            "this kernel has no 64 KiB mTHP size (no hugepages-64kB in /sys/kernel/mm/transparent_hugepage)".into()
+        );
     };
     let top = kernel::thp_enabled().unwrap_or_else(|| "never".into());
     match v.as_str() {
@@ -189,9 +191,8 @@ pub fn run(opts: &Options, progress: &dyn Progress) -> Result<Report> {
     if mthp_ok.is_err() && opts.allow_sysfs && mthp_before.is_some() {
         let path = mthp_path(64, "enabled");
         let old = mthp_before.clone().unwrap();
-        std::fs::write(&path, "madvise").map_err(|e| {
-            Error::Permission(format!("cannot write {path} ({e}): --allow-sysfs needs root"))
-        })?;
+        std::fs::write(&path, "madvise")
+            .map_err(|e| Error::Permission(format!("cannot write {path} ({e}): --allow-sysfs needs root")))?;
         guard = Some(SysfsRestore { path, old });
         mthp_ok = mthp_64k_usable();
     }
@@ -341,7 +342,14 @@ fn run_case(case: Case, size: usize, loops: u32) -> Result<(f64, f64, State)> {
     Ok((
         secs,
         in_mprotect,
-        State { folios_kb, expected_folio_pct, verified: expected_folio_pct >= 90.0, anon_huge_kb_after_touch, anon_huge_kb_during, mthp_64k_fault_alloc },
+        State {
+            folios_kb,
+            expected_folio_pct,
+            verified: expected_folio_pct >= 90.0,
+            anon_huge_kb_after_touch,
+            anon_huge_kb_during,
+            mthp_64k_fault_alloc,
+        },
     ))
 }
 

@@ -36,7 +36,8 @@ pub fn write_svg(path: &Path, title: &str, y_label: &str, series: &[Series<'_>])
     Ok(())
 }
 
-const COLORS: [RGBColor; 4] = [RGBColor(31, 119, 180), RGBColor(214, 39, 40), RGBColor(44, 160, 44), RGBColor(148, 103, 189)];
+const COLORS: [RGBColor; 4] =
+    [RGBColor(31, 119, 180), RGBColor(214, 39, 40), RGBColor(44, 160, 44), RGBColor(148, 103, 189)];
 
 fn draw<DB: DrawingBackend>(
     root: &DrawingArea<DB, plotters::coord::Shift>,

@@ -132,8 +132,11 @@ pub fn run(opts: &Options, progress: &dyn Progress) -> Result<Report> {
     }
     let mut configs = BTreeMap::new();
     for cfg in CONFIGS {
-        let files: Vec<&Path> =
-            if cfg == "distinct-files" { distinct.iter().map(|p| p.as_path()).collect() } else { vec![shared.as_path()] };
+        let files: Vec<&Path> = if cfg == "distinct-files" {
+            distinct.iter().map(|p| p.as_path()).collect()
+        } else {
+            vec![shared.as_path()]
+        };
         let mut folios_kb = BTreeMap::new();
         for f in files {
             for (k, v) in folio::scan_file(f, None)?.folios_kb {
