@@ -1,0 +1,290 @@
+//! `hugetext bench` against the real kernel: JSON shapes, the verified
+//! memory state of every variant and A/B side, and bad input. Sizes are
+//! small so the whole file runs in well under a minute; the real
+//! measurements live in doc/bench.md.
+
+mod common;
+
+use serde_json::Value;
+
+fn json_of(out: &std::process::Output) -> Value {
+    assert!(out.status.success(), "failed: {}\n{}", out.status, String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("bad JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+fn stderr(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn num(v: &Value) -> f64 {
+    v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
+}
+
+#[test]
+fn exec_json_shape_and_verified_states() {
+    let dir = common::scratch();
+    let d = dir.path().to_str().unwrap();
+    let v = json_of(&common::hugetext(&["bench", "exec", "--size", "32M", "--runs", "2", "--dir", d, "--json"]));
+    assert_eq!(v["size_bytes"], 32 << 20);
+    for name in ["baseline", "huge", "warm"] {
+        let var = &v["variants"][name];
+        assert!(num(&var["cold_ms"]) > 0.0 && num(&var["random_ms"]) > 0.0, "{name}: {var}");
+        let runs = var["runs"].as_array().unwrap();
+        assert_eq!(runs.len(), 2, "one record per run");
+        for s in ["cold_ms", "random_ms"] {
+            let st = &var["stats"][s];
+            assert!(num(&st["min"]) <= num(&st["median"]) && num(&st["median"]) <= num(&st["max"]));
+            assert_eq!(st["runs"].as_array().unwrap().len(), 2);
+        }
+        for r in runs {
+            let passes: Vec<f64> = r["random_passes_ms"].as_array().unwrap().iter().map(num).collect();
+            assert_eq!(passes.len(), 3, "default: 3 passes of the random phase");
+            assert_eq!(num(&r["random_ms"]), passes.iter().copied().fold(f64::INFINITY, f64::min));
+            let state = &r["state"];
+            // Everything was cached after the sweep.
+            let total: u64 = state["folios_kb"].as_object().unwrap().values().map(|x| x.as_u64().unwrap()).sum();
+            assert_eq!(total, 32 * 1024, "{name}: {state}");
+            let (pmd_folios, pmd_mapped) = (num(&state["pmd_folio_pct"]), num(&state["pmd_mapped_pct"]));
+            if name == "baseline" {
+                // Exec faults read 4 KiB folios on x86 (KERNEL-NOTES §1).
+                assert_eq!(state["cached_before_kb"], 0);
+                assert_eq!(pmd_folios, 0.0, "{state}");
+                assert_eq!(pmd_mapped, 0.0, "{state}");
+            } else {
+                assert_eq!(pmd_folios, 100.0, "{name}: {state}");
+                assert_eq!(pmd_mapped, 100.0, "{name}: {state}");
+            }
+        }
+        // Variants rotate: each takes a different position in the 2 runs.
+        let pos: Vec<u64> = runs.iter().map(|r| r["position"].as_u64().unwrap()).collect();
+        assert_ne!(pos[0], pos[1], "{name}");
+    }
+    assert!(num(&v["variants"]["warm"]["warm_ms"]) > 0.0);
+    assert!(v["variants"]["baseline"].get("warm_ms").is_none());
+    assert!(num(&v["targets"]["random_huge_over_baseline"]) > 0.0);
+    assert!(num(&v["targets"]["warm_total_over_baseline_cold"]) > 0.0);
+    // The stub file was removed.
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}
+
+#[test]
+fn exec_tables_and_tmpfs_refusal() {
+    let dir = common::scratch();
+    let out =
+        common::hugetext(&["bench", "exec", "--size", "4M", "--runs", "1", "--dir", dir.path().to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("| Phase") && text.contains("| Cold fault") && text.contains("| Random"), "{text}");
+    assert!(text.contains("random huge/baseline ="), "{text}");
+
+    if std::path::Path::new("/dev/shm").is_dir() {
+        let out = common::hugetext(&["bench", "exec", "--size", "4M", "--dir", "/dev/shm"]);
+        assert!(!out.status.success());
+        let e = stderr(&out);
+        assert!(e.starts_with("hugetext: error:") && e.contains("tmpfs") && e.contains("--dir"), "{e}");
+        assert_eq!(e.trim_end().lines().count(), 1, "{e}");
+    }
+    let out = common::hugetext(&["bench", "exec", "--size", "1M", "--dir", dir.path().to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("at least one PMD"), "{}", stderr(&out));
+}
+
+#[test]
+fn mprotect_json_shape_and_states() {
+    let v =
+        json_of(&common::hugetext(&["bench", "mprotect", "--size", "64M", "--loops", "2", "--runs", "1", "--json"]));
+    let cases = v["cases"].as_object().unwrap();
+    assert_eq!(cases.len(), 3);
+    let pte = &v["cases"]["pmd-thp-pte-mapped"];
+    assert!(num(&pte["seconds"]) > 0.0 && num(&pte["mprotect_seconds"]) > 0.0);
+    // PMD THPs after touching, all PTE-mapped while looping, still 2 MiB folios.
+    assert_eq!(pte["state"]["anon_huge_kb_after_touch"], 64 * 1024, "{pte}");
+    assert_eq!(pte["state"]["anon_huge_kb_during"], 0, "{pte}");
+    assert_eq!(pte["state"]["folios_kb"]["2048"], 64 * 1024, "{pte}");
+    assert_eq!(pte["state"]["verified"], true);
+    let small = &v["cases"]["small-4k"];
+    assert!(num(&small["seconds"]) > 0.0);
+    assert_eq!(small["state"]["folios_kb"]["4"], 64 * 1024, "{small}");
+    let mthp = &v["cases"]["mthp-64k"];
+    let enabled =
+        std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/hugepages-64kB/enabled").unwrap_or_default();
+    if enabled.contains("[never]") {
+        assert!(mthp["seconds"].is_null(), "{mthp}");
+        let why = mthp["not_available"].as_str().unwrap();
+        assert!(why.contains("hugepages-64kB/enabled=never") && why.contains("echo madvise >"), "{why}");
+    } else {
+        assert!(num(&mthp["seconds"]) > 0.0, "{mthp}");
+        assert_eq!(mthp["state"]["verified"], true, "{mthp}");
+    }
+    assert_eq!(v["sysfs_changed"], false);
+}
+
+#[test]
+fn readahead_json_shape() {
+    let dir = common::scratch();
+    let v = json_of(&common::hugetext(&[
+        "bench",
+        "readahead",
+        "--threads",
+        "2",
+        "--size",
+        "8M",
+        "--runs",
+        "1",
+        "--dir",
+        dir.path().to_str().unwrap(),
+        "--json",
+    ]));
+    assert_eq!(v["threads"], 2);
+    assert!(v["kernel"].as_str().unwrap().contains('.'));
+    for cfg in ["distinct-files", "shared-file"] {
+        let c = &v["configs"][cfg];
+        assert!(num(&c["mb_per_s"]) > 0.0, "{c}");
+        // All data ended up in the page cache.
+        let total: u64 = c["folios_kb"].as_object().unwrap().values().map(|x| x.as_u64().unwrap()).sum();
+        assert_eq!(total, 16 * 1024, "{cfg}: {c}");
+    }
+    assert!(num(&v["shared_over_distinct"]) > 0.0);
+}
+
+#[test]
+fn ab_json_shape_verified_sides_and_plot() {
+    // A non-PIE GNU ld program with ~20 MiB of text: congruent, 9 windows.
+    let exe = common::fixture("bfd", "nopie");
+    let dir = common::scratch();
+    let svg = dir.path().join("ab.svg");
+    let v = json_of(&common::hugetext(&[
+        "bench",
+        "ab",
+        "--runs",
+        "2",
+        "--json",
+        "--plot",
+        svg.to_str().unwrap(),
+        "--",
+        exe.to_str().unwrap(),
+    ]));
+    for side in ["small", "huge"] {
+        assert!(num(&v[side]["median_s"]) > 0.0, "{v}");
+        assert_eq!(v[side]["runs_s"].as_array().unwrap().len(), 2);
+    }
+    let ratio = num(&v["ratio"]);
+    assert!((ratio - num(&v["huge"]["median_s"]) / num(&v["small"]["median_s"])).abs() < 1e-9);
+    let ci = v["ci95"].as_array().unwrap();
+    assert_eq!(ci.len(), 2);
+    assert!(num(&ci[0]) <= ratio && ratio <= num(&ci[1]), "{ci:?} {ratio}");
+    // The fixture itself was found, with its text, and is PMD-mappable.
+    let files = v["files"].as_array().unwrap();
+    let me = files.iter().find(|f| f["path"] == exe.to_str().unwrap()).unwrap_or_else(|| panic!("{files:?}"));
+    assert_eq!(me["source"], "maps");
+    assert_eq!(me["congruent"], true);
+    let windows = me["pmd_windows"].as_u64().unwrap();
+    assert!(windows >= 8, "{me}");
+    assert_eq!(me["mappable_windows"], windows, "{me}");
+    // Both sides manage what `hugetext warm` warms: the read-only segments,
+    // which include the text.
+    let managed = me["managed_ranges"].as_array().unwrap();
+    let text = me["text_ranges"].as_array().unwrap();
+    assert!(
+        text.iter().all(|t| managed.iter().any(|m| m[0].as_u64() <= t[0].as_u64() && t[1].as_u64() <= m[1].as_u64())),
+        "{me}"
+    );
+    assert!(files.iter().any(|f| f["path"].as_str().unwrap().contains("libc.so")), "libraries are managed too");
+    // Every run's state was verified: small has no text in PMD folios,
+    // huge has every whole window of the fixture in one.
+    let pairs = v["pairs"].as_array().unwrap();
+    assert_eq!(pairs.len(), 2);
+    for p in pairs {
+        assert!(p["order"] == "small,huge" || p["order"] == "huge,small");
+        let (s, h) = (&p["small"]["state"], &p["huge"]["state"]);
+        assert_eq!(s["pmd_kb"], 0, "{s}");
+        assert_eq!(s["cached_kb"], s["text_kb"], "small side fully cached: {s}");
+        assert!(h["pmd_windows"].as_u64().unwrap() >= windows, "{h}");
+        assert!(num(&h["text_pmd_pct"]) > 80.0, "{h}");
+        assert_eq!(p["small"]["side"], "small");
+    }
+    // iTLB: a count or a reason, never silence.
+    if v["itlb"]["supported"] == false {
+        assert!(v["itlb"]["reason"].as_str().unwrap().contains("not"));
+        assert!(v["small"]["itlb_misses"].is_null());
+    } else {
+        assert!(v["small"]["itlb_misses"].is_number());
+    }
+    assert!(v["failure"].is_null());
+    let plot = std::fs::read_to_string(&svg).unwrap();
+    assert!(plot.starts_with("<svg") && plot.contains("small folios") && plot.contains("PMD folios"));
+}
+
+#[test]
+fn ab_tables_for_a_tiny_command() {
+    let out = common::hugetext(&["bench", "ab", "--runs", "1", "--", "true"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("| Side") && text.contains("| small") && text.contains("| huge"), "{text}");
+    assert!(text.contains("huge/small wall time ="), "{text}");
+    assert!(text.contains("no managed file has a whole 2 MiB window"), "{text}");
+}
+
+#[test]
+fn ab_bad_input() {
+    // No command.
+    let out = common::hugetext(&["bench", "ab", "--runs", "1"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("no command given"), "{}", stderr(&out));
+    // Not found / not executable, as a shell says it.
+    let out = common::hugetext(&["bench", "ab", "--", "no-such-command-for-hugetext"]);
+    assert_eq!(out.status.code(), Some(127), "{}", stderr(&out));
+    assert!(stderr(&out).contains("not found"));
+    let out = common::hugetext(&["bench", "ab", "--", "/etc/passwd"]);
+    assert_eq!(out.status.code(), Some(126), "{}", stderr(&out));
+}
+
+#[test]
+fn ab_failing_command_reports_its_status() {
+    // Fails in the warm-up run: its exit status and stderr are passed on.
+    let out = common::hugetext(&["bench", "ab", "--runs", "2", "--json", "--", "sh", "-c", "echo boom >&2; exit 3"]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let e = stderr(&out);
+    assert!(e.contains("status 3") && e.contains("warm-up") && e.contains("boom"), "{e}");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["failure"]["exit_status"], 3);
+    assert_eq!(v["failure"]["run"], "warm-up");
+
+    // Succeeds in the warm-up run, then fails in the first timed run.
+    let dir = common::scratch();
+    let flag = dir.path().join("ran");
+    let script = format!("test -e '{}' && exit 4; touch '{}'", flag.display(), flag.display());
+    let out = common::hugetext(&["bench", "ab", "--runs", "2", "--json", "--", "sh", "-c", &script]);
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["failure"]["exit_status"], 4);
+    assert!(v["failure"]["run"].as_str().unwrap().starts_with("pair 1,"), "{v}");
+    assert!(v["pairs"].as_array().unwrap().is_empty());
+
+    // Killed by a signal: 128 + signal.
+    let out = common::hugetext(&["bench", "ab", "--runs", "1", "--", "sh", "-c", "kill -9 $$"]);
+    assert_eq!(out.status.code(), Some(137), "{}", stderr(&out));
+    assert!(stderr(&out).contains("signal 9"));
+}
+
+#[test]
+fn ab_says_when_another_process_keeps_text_mapped() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    // (Not the fixture the other ab test uses: tests run in parallel.)
+    let exe = common::fixture("lld", "nopie");
+    // Another process of the same program maps its text for the whole run:
+    // those pages cannot be evicted, so neither side is clean.
+    let mut other = Command::new(&exe).arg("wait").stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+    let mut lines = BufReader::new(other.stdout.take().unwrap()).lines();
+    assert!(lines.any(|l| l.unwrap().trim() == "ready"), "the fixture never said ready");
+    let out = common::hugetext(&["bench", "ab", "--runs", "1", "--json", "--", exe.to_str().unwrap()]);
+    drop(other.stdin.take());
+    other.wait().unwrap();
+    let v = json_of(&out);
+    let p = &v["pairs"][0];
+    assert!(p["small"]["state"]["mapped_by_others_kb"].as_u64().unwrap() > 0, "{p}");
+    let notes: Vec<&str> = v["notes"].as_array().unwrap().iter().map(|n| n.as_str().unwrap()).collect();
+    assert!(notes.iter().any(|n| n.contains("mapped by other processes")), "{notes:?}");
+}

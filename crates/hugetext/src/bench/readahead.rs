@@ -1,0 +1,239 @@
+//! Seed 002's effect in small: readahead throughput with N threads.
+//!
+//! Two configurations move the same number of bytes:
+//! - `distinct-files`: each thread `readahead(2)`s its own evicted file;
+//! - `shared-file`: all threads `readahead(2)` disjoint slices of one evicted
+//!   file, so every insertion contends on that file's page-cache xarray lock
+//!   — the lock seed 002's batched insertion takes once per batch instead of
+//!   once per folio.
+//!
+//! Each thread issues `readahead(2)` in chunks, then waits for its data by
+//! reading it back with `pread` (a copy from the page cache, the same for
+//! both configurations); throughput is bytes over the wall time from the
+//! threads' common start to the last one's end. Comparing the two
+//! configurations (and the same configuration across kernels) shows the lock
+//! cost; on a slow disk the I/O dominates and both come out alike.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Barrier;
+use std::time::Instant;
+
+use super::stats::Summary;
+use super::Progress;
+use crate::{folio, kernel, pagecache, Error, Result};
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Threads (default: the number of CPUs).
+    pub threads: u32,
+    /// Bytes read per thread.
+    pub size_per_thread: u64,
+    /// Bytes per `readahead(2)` call.
+    pub chunk: u64,
+    /// Runs per configuration (interleaved).
+    pub runs: u32,
+    /// Directory for the files (None: see [`super::scratch_dir`]).
+    pub dir: Option<PathBuf>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            threads: std::thread::available_parallelism().map(|n| n.get() as u32).unwrap_or(2),
+            size_per_thread: 256 << 20,
+            chunk: 2 << 20,
+            runs: 3,
+            dir: None,
+        }
+    }
+}
+
+/// The two configurations.
+pub const CONFIGS: [&str; 2] = ["distinct-files", "shared-file"];
+
+/// One configuration's results.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ConfigReport {
+    /// Median throughput, MB/s (10^6 bytes per second).
+    pub mb_per_s: f64,
+    /// Throughput statistics over runs (MB/s).
+    pub stats: Summary,
+    /// Median wall time of a run, ms.
+    pub median_ms: f64,
+    /// Page cache after the last run: kB per folio size (key in kB),
+    /// summed over the configuration's files.
+    pub folios_kb: BTreeMap<u64, u64>,
+}
+
+/// Everything the benchmark measured.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Report {
+    pub kernel: String,
+    pub threads: u32,
+    pub size_per_thread_bytes: u64,
+    pub chunk_bytes: u64,
+    pub runs: u32,
+    pub dir: PathBuf,
+    pub filesystem: String,
+    /// `read_ahead_kb` of the device holding the files, when found.
+    pub read_ahead_kb: Option<u64>,
+    pub configs: BTreeMap<&'static str, ConfigReport>,
+    /// MB/s of `shared-file` over `distinct-files` (lock contention shows
+    /// as < 1).
+    pub shared_over_distinct: f64,
+}
+
+/// Run the benchmark.
+pub fn run(opts: &Options, progress: &dyn Progress) -> Result<Report> {
+    if opts.threads == 0 || opts.runs == 0 {
+        return Err(Error::Invalid("--threads and --runs must be at least 1".into()));
+    }
+    let ps = kernel::page_size() as u64;
+    let per = opts.size_per_thread / ps * ps;
+    if per == 0 {
+        return Err(Error::Invalid("--size must be at least one page".into()));
+    }
+    let chunk = opts.chunk.max(ps);
+    let n = opts.threads as u64;
+    let dir = super::scratch_dir(opts.dir.as_deref())?;
+    let (filesystem, _) = super::fs_kind(dir.path())?;
+    progress.start(2 + 2 * u64::from(opts.runs));
+    let distinct: Vec<PathBuf> = (0..n).map(|i| dir.path().join(format!("distinct-{i}.bin"))).collect();
+    for p in &distinct {
+        super::write_filled(p, per, 0x5a)?;
+    }
+    progress.step("distinct files written");
+    let shared = dir.path().join("shared.bin");
+    super::write_filled(&shared, per * n, 0xa5)?;
+    progress.step("shared file written");
+
+    let mut mbps: BTreeMap<&'static str, Vec<f64>> = BTreeMap::new();
+    let mut wall: BTreeMap<&'static str, Vec<f64>> = BTreeMap::new();
+    for r in 0..opts.runs {
+        for k in 0..2 {
+            let cfg = CONFIGS[(r as usize + k) % 2];
+            // (file, offset) per thread.
+            let jobs: Vec<(PathBuf, u64)> = if cfg == "distinct-files" {
+                distinct.iter().map(|p| (p.clone(), 0)).collect()
+            } else {
+                (0..n).map(|i| (shared.clone(), i * per)).collect()
+            };
+            let secs = one_run(&jobs, per, chunk)?;
+            let rate = (per * n) as f64 / secs / 1e6;
+            progress.step(&format!("run {}/{}: {cfg} {rate:.0} MB/s", r + 1, opts.runs));
+            mbps.entry(cfg).or_default().push(rate);
+            wall.entry(cfg).or_default().push(secs * 1e3);
+        }
+    }
+    let mut configs = BTreeMap::new();
+    for cfg in CONFIGS {
+        let files: Vec<&Path> = if cfg == "distinct-files" {
+            distinct.iter().map(|p| p.as_path()).collect()
+        } else {
+            vec![shared.as_path()]
+        };
+        let mut folios_kb = BTreeMap::new();
+        for f in files {
+            for (k, v) in folio::scan_file(f, None)?.folios_kb {
+                *folios_kb.entry(k).or_default() += v;
+            }
+        }
+        let stats = Summary::of(&mbps[cfg]);
+        configs.insert(
+            cfg,
+            ConfigReport { mb_per_s: stats.median, stats, median_ms: super::stats::median(&wall[cfg]), folios_kb },
+        );
+    }
+    let shared_over_distinct = configs["shared-file"].mb_per_s / configs["distinct-files"].mb_per_s;
+    Ok(Report {
+        kernel: kernel::KernelVersion::current().to_string(),
+        threads: opts.threads,
+        size_per_thread_bytes: per,
+        chunk_bytes: chunk,
+        runs: opts.runs,
+        read_ahead_kb: read_ahead_kb(dir.path()),
+        dir: dir.path().parent().unwrap_or(dir.path()).to_path_buf(),
+        filesystem,
+        configs,
+        shared_over_distinct,
+    })
+}
+
+/// Evict every job's file, then run one thread per job; wall seconds.
+fn one_run(jobs: &[(PathBuf, u64)], per: u64, chunk: u64) -> Result<f64> {
+    let mut files = Vec::new();
+    for (p, _) in jobs {
+        let f = File::open(p).map_err(|e| Error::io(p, e))?;
+        pagecache::evict(&f, 0..0)?;
+        files.push(f);
+    }
+    for (p, _) in jobs {
+        let left = folio::scan_file(p, None)?.cached_kb;
+        if left > 0 {
+            return Err(Error::Other(format!("{}: {left} kB stayed cached after eviction", p.display())));
+        }
+    }
+    let barrier = Barrier::new(jobs.len() + 1);
+    let t = std::thread::scope(|s| -> Result<f64> {
+        let handles: Vec<_> = files
+            .iter()
+            .zip(jobs)
+            .map(|(f, (p, off))| {
+                let barrier = &barrier;
+                s.spawn(move || -> Result<()> {
+                    barrier.wait();
+                    read_range(f, p, *off, per, chunk)
+                })
+            })
+            .collect();
+        barrier.wait();
+        let t = Instant::now();
+        for h in handles {
+            h.join().map_err(|_| Error::Other("a readahead thread panicked".into()))??;
+        }
+        Ok(t.elapsed().as_secs_f64())
+    })?;
+    Ok(t)
+}
+
+/// `readahead(2)` `[off, off+len)` in `chunk`s, then read it back.
+fn read_range(f: &File, p: &Path, off: u64, len: u64, chunk: u64) -> Result<()> {
+    let mut pos = off;
+    while pos < off + len {
+        let n = chunk.min(off + len - pos);
+        // SAFETY: plain syscall on a valid fd.
+        let r = unsafe { libc::readahead(f.as_raw_fd(), pos as libc::off64_t, n as usize) };
+        if r != 0 {
+            return Err(Error::last_os("readahead"));
+        }
+        pos += n;
+    }
+    let mut buf = vec![0u8; 1 << 20];
+    let mut pos = off;
+    while pos < off + len {
+        let n = (buf.len() as u64).min(off + len - pos) as usize;
+        f.read_exact_at(&mut buf[..n], pos).map_err(|e| Error::io(p, e))?;
+        pos += n as u64;
+    }
+    Ok(())
+}
+
+/// `read_ahead_kb` of the block device holding `path` (via
+/// `/sys/dev/block/MAJ:MIN`), if it can be found.
+fn read_ahead_kb(path: &Path) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    let dev = std::fs::metadata(path).ok()?.dev();
+    let (maj, min) = (libc::major(dev), libc::minor(dev));
+    let base = PathBuf::from(format!("/sys/dev/block/{maj}:{min}"));
+    for p in [base.join("queue/read_ahead_kb"), base.join("../queue/read_ahead_kb")] {
+        if let Some(v) = std::fs::read_to_string(&p).ok().and_then(|s| s.trim().parse().ok()) {
+            return Some(v);
+        }
+    }
+    None
+}
