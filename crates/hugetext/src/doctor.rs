@@ -12,7 +12,7 @@ use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 
 use crate::kernel::{self, KernelVersion, Mapping};
-use crate::{folio, pagecache, procfs, Error, Result};
+use crate::{folio, fsutil, pagecache, procfs, Error, Result};
 
 /// How a finding bears on using hugetext.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -85,25 +85,6 @@ pub struct FsProbe {
     pub collapse_error: Option<String>,
 }
 
-fn fs_type_name(magic: u64) -> String {
-    match magic {
-        0xEF53 => "ext4".into(),
-        0x5846_5342 => "xfs".into(),
-        0x9123_683E => "btrfs".into(),
-        0x0102_1994 => "tmpfs".into(),
-        0x794C_7630 => "overlayfs".into(),
-        0x6969 => "nfs".into(),
-        0xF2F5_2010 => "f2fs".into(),
-        0x2FC1_2FC1 => "zfs".into(),
-        0xCA45_1A4E => "bcachefs".into(),
-        0x6573_5546 => "fuse".into(),
-        0x9584_58f6 => "hugetlbfs".into(),
-        0x7371_7368 => "squashfs".into(),
-        0x7363_6673 => "ecryptfs".into(),
-        m => format!("unknown (magic {m:#x})"),
-    }
-}
-
 /// A scratch file removed on drop.
 struct Scratch(PathBuf);
 
@@ -129,7 +110,7 @@ fn own_file_pmd_kb(addr: usize) -> Result<u64> {
 pub fn probe_fs(path: &Path) -> Result<FsProbe> {
     let dir = if path.is_dir() { path.to_path_buf() } else { path.parent().unwrap_or(Path::new(".")).to_path_buf() };
     let st = rustix::fs::statfs(&dir).map_err(|e| Error::io(&dir, e.into()))?;
-    let mut probe = FsProbe { dir: dir.clone(), fs_type: fs_type_name(st.f_type as u64), ..Default::default() };
+    let mut probe = FsProbe { dir: dir.clone(), fs_type: fsutil::fs_type_name(st.f_type as u64), ..Default::default() };
     let pmd = kernel::pmd_size();
     let len = 2 * pmd;
     let name = dir.join(format!(".hugetext-doctor-{}", std::process::id()));

@@ -14,6 +14,7 @@
 //! | [`inspect`]   | how processes', cgroups', files' and the system's text is backed |
 //! | [`doctor`]    | kernel capability report with what each finding means            |
 //! | [`elf`]       | ELF eligibility (`check`), rewriter (`align`), DT_NEEDED deps     |
+//! | [`fsutil`]    | safe file replacement (temp file, owner/mode/xattrs, rename), signatures |
 //! | [`pagecache`] | evict and refill a file's page cache with PMD-order folios       |
 //! | [`warm`]      | `warm`: verified PMD page cache for programs and their libraries  |
 //! | [`remap`]     | `run`: preload discovery, environment, verification of a process |
@@ -26,6 +27,7 @@ pub mod doctor;
 pub mod elf;
 pub mod error;
 pub mod folio;
+pub mod fsutil;
 pub mod inspect;
 pub mod kernel;
 pub mod pagecache;

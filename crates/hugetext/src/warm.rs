@@ -20,15 +20,14 @@
 //!   btrfs here) never hold PMD folios for regular files.
 
 use std::collections::BTreeSet;
-use std::ffi::CString;
 use std::fs::File;
 use std::ops::Range;
-use std::os::fd::{AsFd, AsRawFd};
-use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::os::fd::AsFd;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use crate::fsutil::{self, MetadataCopy, NewFile, ReplaceImpact};
 use crate::kernel::{self, Mapping};
 use crate::{folio, pagecache, Error, Result};
 
@@ -497,33 +496,6 @@ fn comm(pid: i32) -> String {
 // ---------------------------------------------------------------------------
 // Filesystems
 
-/// Filesystem name of an open file (from `fstatfs`), e.g. `ext4`, `tmpfs`.
-pub fn fs_name(f: &File) -> String {
-    let Ok(st) = rustix::fs::fstatfs(f.as_fd()) else { return "unknown".into() };
-    let magic = st.f_type as u64 & 0xffff_ffff;
-    match magic {
-        0xef53 => "ext4",
-        0x5846_5342 => "xfs",
-        0x9123_683e => "btrfs",
-        0x0102_1994 => "tmpfs",
-        0x8584_58f6 => "ramfs",
-        0x794c_7630 => "overlayfs",
-        0x6969 => "nfs",
-        0xff53_4d42 | 0xfe53_4d42 => "cifs",
-        0xf2f5_2010 => "f2fs",
-        0x7371_7368 => "squashfs",
-        0xe0f5_e1e2 => "erofs",
-        0x2fc1_2fc1 => "zfs",
-        0x6573_5546 => "fuse",
-        0xca45_1a4e => "bcachefs",
-        0x0100_2010 | 0x2011_bab0 => "exfat",
-        0x4d44 => "vfat",
-        0x9660 => "iso9660",
-        _ => return format!("unknown (magic {magic:#x})"),
-    }
-    .to_string()
-}
-
 /// True for filesystems whose page cache *is* the file (no backing store to
 /// evict to and re-read from).
 fn memory_fs(name: &str) -> bool {
@@ -655,7 +627,7 @@ pub struct FileReport {
 pub fn warm_target(t: &Target, opts: &WarmOptions, ctx: &mut WarmContext) -> Result<FileReport> {
     let start = Instant::now();
     let f = open_regular(&t.path)?;
-    let fs = fs_name(&f);
+    let fs = fsutil::fs_name(&f);
     let mut notes = t.notes.clone();
 
     let mut stuck = BTreeSet::new();
@@ -998,8 +970,13 @@ pub fn replace_refusals(path: &Path, allow: ReplaceAllow) -> Result<Vec<String>>
         // We rename over the name we were given: resolve it first.
         return replace_refusals(&std::fs::canonicalize(path).map_err(|e| Error::io(path, e))?, allow);
     }
-    if m.nlink() > 1 && !allow.hardlinked {
-        why.push(format!("it has {} hard links (the other names would keep the old file; allow with --replace-allow hardlinked)", m.nlink()));
+    let f = File::open(path).map_err(|e| Error::io(path, e))?;
+    let impact = ReplaceImpact::of(&f).map_err(|e| Error::io(path, e))?;
+    if impact.links > 1 && !allow.hardlinked {
+        why.push(format!(
+            "it has {} hard links (the other names would keep the old file; allow with --replace-allow hardlinked)",
+            impact.links
+        ));
     }
     if !allow.open_for_write {
         let w = writer_pids_of(m.dev(), m.ino());
@@ -1007,82 +984,23 @@ pub fn replace_refusals(path: &Path, allow: ReplaceAllow) -> Result<Vec<String>>
             why.push(format!("it is open for writing by {} (allow with --replace-allow open-for-write)", pid_list(&w)));
         }
     }
-    let attrs = statx_attributes(path);
-    if attrs & STATX_ATTR_IMMUTABLE != 0 {
+    if impact.immutable {
         why.push("it is immutable (chattr +i); remove the flag first".into());
     }
-    if attrs & STATX_ATTR_APPEND != 0 {
+    if impact.append_only {
         why.push("it is append-only (chattr +a); remove the flag first".into());
     }
     if !allow.signed {
-        if attrs & STATX_ATTR_VERITY != 0 {
-            why.push("it is protected by fs-verity, which a copy would lose (allow with --replace-allow signed)".into());
-        }
-        let xattrs = list_xattrs(path).unwrap_or_default();
-        for name in ["security.ima", "security.evm"] {
-            if xattrs.iter().any(|x| x == name) {
-                why.push(format!("it is signed ({name}); a copy's signature may not verify (allow with --replace-allow signed)"));
-            }
+        for sig in impact.signatures {
+            why.push(match sig.xattr() {
+                None => "it is protected by fs-verity, which a copy would lose (allow with --replace-allow signed)".into(),
+                Some(name) => {
+                    format!("it is signed ({name}); a copy's signature may not verify (allow with --replace-allow signed)")
+                }
+            });
         }
     }
     Ok(why)
-}
-
-const STATX_ATTR_IMMUTABLE: u64 = 0x10;
-const STATX_ATTR_APPEND: u64 = 0x20;
-const STATX_ATTR_VERITY: u64 = 0x0010_0000;
-
-fn statx_attributes(path: &Path) -> u64 {
-    let Ok(c) = CString::new(path.as_os_str().as_bytes()) else { return 0 };
-    // SAFETY: statx into a zeroed struct we own.
-    unsafe {
-        let mut st: libc::statx = std::mem::zeroed();
-        if libc::statx(libc::AT_FDCWD, c.as_ptr(), 0, libc::STATX_BASIC_STATS, &mut st) != 0 {
-            return 0;
-        }
-        st.stx_attributes & st.stx_attributes_mask
-    }
-}
-
-fn list_xattrs(path: &Path) -> Result<Vec<String>> {
-    let c = CString::new(path.as_os_str().as_bytes()).map_err(|_| Error::Invalid("path with NUL".into()))?;
-    // SAFETY: size query, then a buffer of that size.
-    let n = unsafe { libc::listxattr(c.as_ptr(), std::ptr::null_mut(), 0) };
-    if n < 0 {
-        return Err(Error::io(path, std::io::Error::last_os_error()));
-    }
-    let mut buf = vec![0u8; n as usize];
-    let n = unsafe { libc::listxattr(c.as_ptr(), buf.as_mut_ptr() as *mut libc::c_char, buf.len()) };
-    if n < 0 {
-        return Err(Error::io(path, std::io::Error::last_os_error()));
-    }
-    buf.truncate(n as usize);
-    Ok(buf.split(|b| *b == 0).filter(|s| !s.is_empty()).map(|s| String::from_utf8_lossy(s).into_owned()).collect())
-}
-
-/// Copy every extended attribute of `from` to the open file `to`.
-fn copy_xattrs(from: &Path, to: &File) -> Result<()> {
-    let c = CString::new(from.as_os_str().as_bytes()).map_err(|_| Error::Invalid("path with NUL".into()))?;
-    for name in list_xattrs(from)? {
-        let cname = CString::new(name.clone()).map_err(|_| Error::Invalid("xattr name with NUL".into()))?;
-        // SAFETY: size query then read into a buffer of that size.
-        let n = unsafe { libc::getxattr(c.as_ptr(), cname.as_ptr(), std::ptr::null_mut(), 0) };
-        if n < 0 {
-            return Err(Error::io(from, std::io::Error::last_os_error()));
-        }
-        let mut val = vec![0u8; n as usize];
-        let n = unsafe { libc::getxattr(c.as_ptr(), cname.as_ptr(), val.as_mut_ptr() as *mut libc::c_void, val.len()) };
-        if n < 0 {
-            return Err(Error::io(from, std::io::Error::last_os_error()));
-        }
-        // SAFETY: set on our own open fd.
-        let r = unsafe { libc::fsetxattr(to.as_raw_fd(), cname.as_ptr(), val.as_ptr() as *const libc::c_void, n as usize, 0) };
-        if r != 0 {
-            let e = std::io::Error::last_os_error();
-            return Err(Error::Other(format!("{}: cannot copy extended attribute {name}: {e}", from.display())));
-        }
-    }
-    Ok(())
 }
 
 /// `--replace`: write an identical copy of `t`'s file next to it (same
@@ -1096,52 +1014,25 @@ pub fn replace_and_warm(t: &Target, opts: &WarmOptions, ctx: &mut WarmContext, b
     if !why.is_empty() {
         return Err(Error::Invalid(format!("{}: --replace refused: {}", t.path.display(), why.join("; "))));
     }
-    let dir = real.parent().unwrap_or(Path::new("/"));
     let name = real.file_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.hugetext-{}", std::process::id()));
     let meta = std::fs::metadata(&real).map_err(|e| Error::io(&real, e))?;
-    let result = (|| -> Result<()> {
-        let mut src = File::open(&real).map_err(|e| Error::io(&real, e))?;
-        let mut dst = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&tmp)
-            .map_err(|e| Error::io(&tmp, e))?;
-        std::io::copy(&mut src, &mut dst).map_err(|e| Error::io(&tmp, e))?;
-        // Owner first (chown clears set-id bits and capabilities), then
-        // mode, then xattrs (security.capability among them), then times.
-        rustix::fs::fchown(dst.as_fd(), Some(rustix::fs::Uid::from_raw(meta.uid())), Some(rustix::fs::Gid::from_raw(meta.gid())))
-            .map_err(|e| Error::io(&tmp, e.into()))?;
-        rustix::fs::fchmod(dst.as_fd(), rustix::fs::Mode::from_raw_mode(meta.mode() & 0o7777))
-            .map_err(|e| Error::io(&tmp, e.into()))?;
-        copy_xattrs(&real, &dst)?;
-        let ts = |s: i64, ns: i64| rustix::fs::Timespec { tv_sec: s, tv_nsec: ns as _ };
-        rustix::fs::futimens(
-            dst.as_fd(),
-            &rustix::fs::Timestamps { last_access: ts(meta.atime(), meta.atime_nsec()), last_modification: ts(meta.mtime(), meta.mtime_nsec()) },
-        )
-        .map_err(|e| Error::io(&tmp, e.into()))?;
-        dst.sync_all().map_err(|e| Error::io(&tmp, e))?;
-        drop(dst);
-        // Warm the copy: its pages are clean after the sync, and nobody
-        // maps it, so all of it can be evicted and refilled.
-        let copy = File::open(&tmp).map_err(|e| Error::io(&tmp, e))?;
-        for r in &t.ranges {
-            pagecache::evict(&copy, page_out(&r.range()))?;
-            pagecache::fill_bounded(&copy, r.range())?;
-        }
-        std::fs::rename(&tmp, &real).map_err(|e| Error::io(&real, e))?;
-        // Make the rename durable.
-        if let Ok(d) = File::open(dir) {
-            let _ = d.sync_all();
-        }
-        Ok(())
-    })();
-    if let Err(e) = result {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(e);
+    let src = File::open(&real).map_err(|e| Error::io(&real, e))?;
+    // Removed again on any error below.
+    let mut new = NewFile::beside(&real, &format!(".{name}.hugetext-")).map_err(|e| Error::io(fsutil::dir_of(&real), e))?;
+    let tmp = new.path().to_path_buf();
+    std::io::copy(&mut &src, &mut new.file()).map_err(|e| Error::io(&tmp, e))?;
+    // Same owner, mode, xattrs (security.capability among them) and times.
+    let keep = MetadataCopy { owner_required: true, times: true, skip_xattrs: &[] };
+    fsutil::copy_metadata(&src, &meta, new.file(), &keep).map_err(|e| Error::io(&tmp, e))?;
+    // Warm the copy: its pages are clean after the sync, and nobody maps
+    // it, so all of it can be evicted and refilled.
+    let copy = new.finish_writing().map_err(|e| Error::io(&tmp, e))?;
+    for r in &t.ranges {
+        pagecache::evict(&copy, page_out(&r.range()))?;
+        pagecache::fill_bounded(&copy, r.range())?;
     }
+    drop(copy);
+    new.commit(&real).map_err(|e| Error::io(&real, e))?;
     let mut rep = measure(t, &before.filesystem, &BTreeSet::new())?.0;
     rep.replaced = true;
     rep.route = if rep.route == Route::None { Route::None } else { Route::Replace };

@@ -29,6 +29,7 @@ use serde::Serialize;
 use super::check::{self, AlignPlan, CheckReport, Verdict};
 use super::layout::Model;
 use super::PMD_SIZE;
+use crate::fsutil::{self, MetadataCopy, NewFile, ReplaceImpact, Signature};
 use crate::{Error, Result};
 
 /// Options for [`align_file`].
@@ -119,24 +120,22 @@ pub fn invalidations(path: &Path, file: &File, model: &Model) -> Invalidations {
             inv.signed.push("an appended module-style signature ends the file".into());
         }
     }
-    for name in list_xattrs(file).unwrap_or_default() {
-        match name.as_str() {
-            "security.ima" => {
-                inv.signed.push("IMA xattr security.ima (hash or signature of the old content)".into());
-                inv.stale_xattrs.push(name);
-            }
-            "security.evm" => {
-                inv.signed.push("EVM xattr security.evm (covers the old attributes)".into());
-                inv.stale_xattrs.push(name);
-            }
-            _ => {}
+    if let Ok(impact) = ReplaceImpact::of(file) {
+        for sig in &impact.signatures {
+            inv.signed.push(
+                match sig {
+                    Signature::Ima => "IMA xattr security.ima (hash or signature of the old content)",
+                    Signature::Evm => "EVM xattr security.evm (covers the old attributes)",
+                    Signature::Verity => "fs-verity (the rewritten file is a new inode without it)",
+                }
+                .into(),
+            );
         }
-    }
-    if let Ok(meta) = file.metadata() {
-        if meta.nlink() > 1 {
+        inv.stale_xattrs = impact.stale_xattrs();
+        if impact.links > 1 {
             inv.warnings.push(format!(
                 "{} other hard link(s) to this file keep the old content after an in-place rewrite",
-                meta.nlink() - 1
+                impact.links - 1
             ));
         }
     }
@@ -151,39 +150,6 @@ pub fn invalidations(path: &Path, file: &File, model: &Model) -> Invalidations {
         }
     }
     inv
-}
-
-fn list_xattrs(file: &File) -> io::Result<Vec<String>> {
-    let mut buf = vec![0u8; 4096];
-    let n = loop {
-        match rustix::fs::flistxattr(file.as_fd(), &mut buf[..]) {
-            Ok(n) => break n,
-            Err(rustix::io::Errno::RANGE) => {
-                let need = rustix::fs::flistxattr_query(file.as_fd())?;
-                buf.resize(need.max(buf.len() * 2), 0);
-            }
-            Err(rustix::io::Errno::NOTSUP) => return Ok(Vec::new()),
-            Err(e) => return Err(e.into()),
-        }
-    };
-    Ok(buf[..n].split(|b| *b == 0).filter(|s| !s.is_empty()).map(|s| String::from_utf8_lossy(s).into_owned()).collect())
-}
-
-fn get_xattr(file: &File, name: &str) -> io::Result<Vec<u8>> {
-    let mut buf = vec![0u8; 256];
-    loop {
-        match rustix::fs::fgetxattr(file.as_fd(), name, &mut buf[..]) {
-            Ok(n) => {
-                buf.truncate(n);
-                return Ok(buf);
-            }
-            Err(rustix::io::Errno::RANGE) => {
-                let need = rustix::fs::fgetxattr_query(file.as_fd(), name)?;
-                buf.resize(need.max(buf.len() * 2), 0);
-            }
-            Err(e) => return Err(e.into()),
-        }
-    }
 }
 
 /// Make `path` PMD-mappable. See the module documentation for what changes.
@@ -261,25 +227,22 @@ pub fn align_file(path: &Path, opts: &AlignOptions) -> Result<AlignOutcome> {
         return Ok(outcome);
     }
 
-    let dir = match target.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    let tmp = tempfile::Builder::new()
-        .prefix(".hugetext-align-")
-        .tempfile_in(&dir)
-        .map_err(|e| Error::io(&dir, io::Error::new(e.kind(), format!("cannot create a temporary file in this directory ({e})"))))?;
-    let tmp_path = tmp.path().to_path_buf();
+    let tmp = NewFile::beside(&target, ".hugetext-align-").map_err(|e| {
+        Error::io(fsutil::dir_of(&target), io::Error::new(e.kind(), format!("cannot create a temporary file in this directory ({e})")))
+    })?;
     let werr = |e: io::Error| Error::io(&target, io::Error::new(e.kind(), format!("writing the new file failed ({e}); the original is untouched")));
 
-    write_aligned(&input, &model, &plan, tmp.as_file()).map_err(werr)?;
-    tmp.as_file().sync_all().map_err(werr)?;
-    verify(&input, &model, &before, &plan, tmp.as_file()).map_err(|msg| {
+    write_aligned(&input, &model, &plan, tmp.file()).map_err(werr)?;
+    tmp.sync().map_err(werr)?;
+    verify(&input, &model, &before, &plan, tmp.file()).map_err(|msg| {
         Error::Other(format!("{}: the rewritten file failed verification ({msg}); nothing was replaced (this is a bug; please report it)", path.display()))
     })?;
-    copy_metadata(&input, &in_meta, tmp.as_file(), in_place, &inv.stale_xattrs)
+    // In place, failing to keep the owner is an error; for a new `-o` file,
+    // an owner we may not give away is left as ours.
+    let keep = MetadataCopy { owner_required: in_place, times: false, skip_xattrs: &inv.stale_xattrs };
+    fsutil::copy_metadata(&input, &in_meta, tmp.file(), &keep)
         .map_err(|e| Error::io(&target, io::Error::new(e.kind(), format!("cannot give the new file the original's owner/mode/attributes ({e}); the original is untouched"))))?;
-    tmp.as_file().sync_all().map_err(werr)?;
+    tmp.sync().map_err(werr)?;
 
     if in_place {
         // Do not replace a file that changed under us since we read it.
@@ -288,11 +251,7 @@ pub fn align_file(path: &Path, opts: &AlignOptions) -> Result<AlignOutcome> {
             return Err(Error::Other(format!("{}: the file changed while it was being aligned; nothing was replaced, run align again", target.display())));
         }
     }
-    tmp.persist(&target).map_err(|e| Error::io(&target, io::Error::new(e.error.kind(), format!("cannot rename the new file into place ({}); the original is untouched", e.error))))?;
-    if let Ok(d) = File::open(&dir) {
-        let _ = d.sync_all();
-    }
-    let _ = tmp_path;
+    tmp.commit(&target).map_err(|e| Error::io(&target, io::Error::new(e.kind(), format!("cannot rename the new file into place ({e}); the original is untouched"))))?;
     let out_meta = std::fs::metadata(&target).map_err(|e| Error::io(&target, e))?;
     outcome.grew_on_disk_by = (out_meta.blocks() as i64 - in_meta.blocks() as i64) * 512;
     outcome.after = Some(super::check_file(&target)?);
@@ -541,37 +500,6 @@ fn verify(input: &File, old: &Model, before: &CheckReport, plan: &AlignPlan, out
             "the result is not PMD-mappable as planned ({} bytes instead of {})",
             after.pmd_mappable_bytes, before.pmd_mappable_bytes_after_align
         ));
-    }
-    Ok(())
-}
-
-/// Give `out` the owner, mode and extended attributes of `input`.
-/// In place, failing to keep any of them is an error; for a new `-o` file,
-/// an owner we may not give away is left as ours.
-fn copy_metadata(input: &File, meta: &std::fs::Metadata, out: &File, in_place: bool, skip_xattrs: &[String]) -> io::Result<()> {
-    let uid = rustix::fs::Uid::from_raw(meta.uid());
-    let gid = rustix::fs::Gid::from_raw(meta.gid());
-    match rustix::fs::fchown(out.as_fd(), Some(uid), Some(gid)) {
-        Ok(()) => {}
-        Err(e) if !in_place => {
-            let _ = e;
-        }
-        Err(e) => {
-            return Err(io::Error::new(
-                io::ErrorKind::PermissionDenied,
-                format!("cannot keep owner {}:{} ({e}); run as root or as the owner", meta.uid(), meta.gid()),
-            ))
-        }
-    }
-    // After chown (which clears set-id bits and capabilities).
-    rustix::fs::fchmod(out.as_fd(), rustix::fs::Mode::from_raw_mode(meta.mode() & 0o7777))?;
-    for name in list_xattrs(input)? {
-        if skip_xattrs.contains(&name) {
-            continue;
-        }
-        let value = get_xattr(input, &name)?;
-        rustix::fs::fsetxattr(out.as_fd(), name.as_str(), &value, rustix::fs::XattrFlags::empty())
-            .map_err(|e| io::Error::new(io::Error::from(e).kind(), format!("cannot copy extended attribute {name} ({e})")))?;
     }
     Ok(())
 }
