@@ -94,15 +94,6 @@ impl Drop for Scratch {
     }
 }
 
-/// kB PMD-mapped (smaps `FilePmdMapped`) in this process's mapping at `addr`.
-fn own_file_pmd_kb(addr: usize) -> Result<u64> {
-    Ok(procfs::read_smaps(None)?
-        .into_iter()
-        .find(|(v, _)| v.start == addr as u64)
-        .map(|(_, s)| s.file_pmd_kb)
-        .unwrap_or(0))
-}
-
 /// Probe the filesystem holding `path` (a directory, or a file whose
 /// directory is used) with a 4 MiB scratch file: fill it through a
 /// `MADV_HUGEPAGE` mapping, count PMD-order folios, map it again without
@@ -141,7 +132,7 @@ pub fn probe_fs(path: &Path) -> Result<FsProbe> {
         let rx = libc::PROT_READ | libc::PROT_EXEC;
         let m = Mapping::file_congruent(f.as_fd(), 0, len, rx, pmd)?;
         m.madvise(0, len, kernel::MADV_POPULATE_READ)?;
-        probe.pmd_mapped_kb = own_file_pmd_kb(m.addr())?;
+        probe.pmd_mapped_kb = procfs::own_file_pmd_kb(m.addr())?;
     }
 
     // MADV_COLLAPSE: start from small folios (a cold PROT_EXEC fault).
@@ -150,7 +141,7 @@ pub fn probe_fs(path: &Path) -> Result<FsProbe> {
     let m = Mapping::file_congruent(f.as_fd(), 0, len, rx, pmd)?;
     m.madvise(0, len, kernel::MADV_POPULATE_READ)?;
     match m.madvise(0, len, kernel::MADV_COLLAPSE) {
-        Ok(()) => probe.collapse_kb = Some(own_file_pmd_kb(m.addr())?),
+        Ok(()) => probe.collapse_kb = Some(procfs::own_file_pmd_kb(m.addr())?),
         Err(Error::Sys { source, .. }) => {
             probe.collapse_error = Some(match source.raw_os_error() {
                 Some(libc::EINVAL) => "EINVAL (not supported for file text on this kernel)".to_string(),

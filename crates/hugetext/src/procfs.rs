@@ -146,6 +146,10 @@ pub fn read_maps(pid: Option<i32>) -> Result<Vec<Vma>> {
 pub struct SmapsStats {
     /// `Rss`: resident kB (excludes the zero page).
     pub rss_kb: u64,
+    /// `Pss`: proportional set size in kB (shared pages divided among sharers).
+    pub pss_kb: u64,
+    /// `Private_Clean` + `Private_Dirty`: kB mapped by this process only.
+    pub private_kb: u64,
     /// `Anonymous`: kB of anonymous pages.
     pub anonymous_kb: u64,
     /// `AnonHugePages`: kB of anonymous memory mapped by PMDs.
@@ -173,6 +177,8 @@ pub fn parse_smaps(text: &str) -> Vec<(Vma, SmapsStats)> {
                 let s = &mut cur.1;
                 match key {
                     "Rss" => s.rss_kb = v,
+                    "Pss" => s.pss_kb = v,
+                    "Private_Clean" | "Private_Dirty" => s.private_kb += v,
                     "Anonymous" => s.anonymous_kb = v,
                     "AnonHugePages" => s.anon_huge_kb = v,
                     "FilePmdMapped" => s.file_pmd_kb = v,
@@ -194,6 +200,18 @@ pub fn parse_smaps(text: &str) -> Vec<(Vma, SmapsStats)> {
 /// The VMAs of a process with their smaps counters.
 pub fn read_smaps(pid: Option<i32>) -> Result<Vec<(Vma, SmapsStats)>> {
     Ok(parse_smaps(&read_proc(pid, "smaps")?))
+}
+
+/// The smaps counters of this process's mapping that starts at `addr`
+/// (`None` when no mapping starts there).
+pub fn own_mapping_stats(addr: u64) -> Result<Option<SmapsStats>> {
+    Ok(read_smaps(None)?.into_iter().find(|(v, _)| v.start == addr).map(|(_, s)| s))
+}
+
+/// `FilePmdMapped` (kB) of this process's mapping that starts at `addr`
+/// (0 when no mapping starts there).
+pub fn own_file_pmd_kb(addr: usize) -> Result<u64> {
+    Ok(own_mapping_stats(addr as u64)?.map_or(0, |s| s.file_pmd_kb))
 }
 
 /// What `/proc/PID/stat` says about a process.
@@ -316,6 +334,21 @@ mod tests {
         assert!(s.iter().map(|(_, st)| st.rss_kb).sum::<u64>() > 0);
         assert!(s.iter().all(|(_, st)| st.kernel_page_kb > 0));
         assert_eq!(s.len(), read_maps(None).unwrap().len());
+    }
+
+    #[test]
+    fn smaps_private_and_pss_of_own_anonymous_mapping() {
+        let len = 1 << 20;
+        let mut v = vec![1u8; len];
+        v[len - 1] = 2;
+        let addr = v.as_ptr() as u64;
+        let all = read_smaps(None).unwrap();
+        let (vma, s) = all.iter().find(|(m, _)| m.start <= addr && addr < m.end).unwrap();
+        assert!(s.private_kb >= (len as u64 / 1024) / 2 && s.private_kb <= s.rss_kb, "{s:?}");
+        assert!(s.pss_kb >= s.private_kb && s.pss_kb <= s.rss_kb, "{s:?}");
+        let again = own_mapping_stats(vma.start).unwrap().expect("the mapping is still there");
+        assert!(again.private_kb >= (len as u64 / 1024) / 2, "{again:?}");
+        assert_eq!(own_mapping_stats(1).unwrap(), None);
     }
 
     #[test]

@@ -11,7 +11,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use crate::{Error, Result};
+use crate::{procfs, Error, Result};
 
 /// File name of the preload library.
 pub const PRELOAD_NAME: &str = "libhugetext.so";
@@ -317,7 +317,8 @@ pub fn injectable(program: &Path) -> Injectable {
     }
 }
 
-/// One executable mapping of a process, as `/proc/PID/smaps` shows it.
+/// One executable mapping of a process, as `/proc/PID/smaps` shows it
+/// ([`procfs::read_smaps`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TextMapping {
     pub start: u64,
@@ -349,74 +350,44 @@ impl TextMapping {
 
 /// The executable (`r-x`) mappings of process `pid`, from its smaps.
 pub fn text_mappings(pid: i32) -> Result<Vec<TextMapping>> {
-    let path = PathBuf::from(format!("/proc/{pid}/smaps"));
-    let text = std::fs::read_to_string(&path).map_err(|e| {
-        if e.kind() == std::io::ErrorKind::NotFound {
-            Error::NoProcess(pid)
-        } else {
-            Error::io(&path, e)
-        }
-    })?;
-    let mut out: Vec<TextMapping> = Vec::new();
-    let mut cur: Option<TextMapping> = None;
+    let mut out = Vec::new();
     let mut prev_file: Option<(u64, String)> = None; // (end, path) of the previous file mapping
-    for line in text.lines() {
-        let mut f = line.split_ascii_whitespace();
-        let Some(first) = f.next() else { continue };
-        if let Some((s, e)) = first.split_once('-').filter(|_| !first.ends_with(':')) {
-            if let Some(m) = cur.take() {
-                out.push(m);
-            }
-            let (Ok(start), Ok(end)) = (u64::from_str_radix(s, 16), u64::from_str_radix(e, 16)) else { continue };
-            let perms = f.next().unwrap_or("");
-            let (_off, _dev, _ino) = (f.next(), f.next(), f.next());
-            let name = f.collect::<Vec<_>>().join(" ");
-            let exec = perms.starts_with("r-x");
-            if name.starts_with('/') {
-                if exec {
-                    cur = Some(TextMapping::new(start, end, name.clone(), false));
-                }
-                prev_file = Some((end, name));
-                continue;
-            }
-            if exec && !name.starts_with("[v") {
-                let label = if let Some(p) = name.strip_prefix("[anon:hugetext:").and_then(|n| n.strip_suffix(']')) {
-                    Some(p.to_string())
-                } else if name.is_empty() {
-                    prev_file.as_ref().filter(|(pe, _)| *pe == start).map(|(_, p)| p.clone())
-                } else {
-                    None
-                };
-                if let Some(p) = label {
-                    cur = Some(TextMapping::new(start, end, p.clone(), true));
-                    prev_file = Some((end, p));
-                    continue;
-                }
-            }
+    for (vma, s) in procfs::read_smaps(Some(pid))? {
+        let exec = vma.perms.starts_with("r-x");
+        let name = vma.path;
+        let (start, end) = (vma.start, vma.end);
+        let label = if name.starts_with('/') {
+            prev_file = Some((end, name.clone()));
+            exec.then_some((name, false))
+        } else if exec && !name.starts_with("[v") {
+            let copied = if let Some(p) = name.strip_prefix("[anon:hugetext:").and_then(|n| n.strip_suffix(']')) {
+                Some(p.to_string())
+            } else if name.is_empty() {
+                prev_file.as_ref().filter(|(pe, _)| *pe == start).map(|(_, p)| p.clone())
+            } else {
+                None
+            };
+            prev_file = copied.as_ref().map(|p| (end, p.clone()));
+            copied.map(|p| (p, true))
+        } else {
             prev_file = None;
-            continue;
+            None
+        };
+        if let Some((path, copied)) = label {
+            out.push(TextMapping {
+                start,
+                end,
+                path,
+                copied,
+                file_pmd: s.file_pmd_kb * 1024,
+                anon_huge: s.anon_huge_kb * 1024,
+                private: s.private_kb * 1024,
+                pss: s.pss_kb * 1024,
+                anonymous: s.anonymous_kb * 1024,
+            });
         }
-        let Some(m) = cur.as_mut() else { continue };
-        let kb = f.next().and_then(|v| v.parse::<u64>().ok()).unwrap_or(0) * 1024;
-        match first {
-            "FilePmdMapped:" => m.file_pmd = kb,
-            "AnonHugePages:" => m.anon_huge = kb,
-            "Private_Clean:" | "Private_Dirty:" => m.private += kb,
-            "Pss:" => m.pss = kb,
-            "Anonymous:" => m.anonymous = kb,
-            _ => {}
-        }
-    }
-    if let Some(m) = cur.take() {
-        out.push(m);
     }
     Ok(out)
-}
-
-impl TextMapping {
-    fn new(start: u64, end: u64, path: String, copied: bool) -> Self {
-        TextMapping { start, end, path, copied, file_pmd: 0, anon_huge: 0, private: 0, pss: 0, anonymous: 0 }
-    }
 }
 
 /// Sum of huge-backed text bytes of `pid` whose file path is `file`.

@@ -29,7 +29,7 @@ use std::time::Instant;
 
 use crate::fsutil::{self, MetadataCopy, NewFile, ReplaceImpact};
 use crate::kernel::{self, Mapping};
-use crate::{folio, pagecache, Error, Result};
+use crate::{folio, pagecache, procfs, Error, Result};
 
 const KIB: u64 = 1024;
 
@@ -885,31 +885,8 @@ fn all_windows_pmd(path: &Path, w: &Range<u64>) -> Result<Option<u64>> {
         // it (and its folio) without I/O.
         unsafe { std::ptr::read_volatile(map.as_ptr().add(k * pmd as usize)) };
     }
-    let kb = file_pmd_mapped_kb(map.addr())?;
+    let kb = procfs::own_file_pmd_kb(map.addr())?;
     Ok((kb == n * pmd / KIB).then_some(n))
-}
-
-/// `FilePmdMapped` (kB) of this process's mapping that starts at `addr`.
-fn file_pmd_mapped_kb(addr: usize) -> Result<u64> {
-    let s = std::fs::read_to_string("/proc/self/smaps").map_err(|e| Error::io("/proc/self/smaps", e))?;
-    let head = format!("{addr:x}-");
-    let mut inside = false;
-    for l in s.lines() {
-        let first = l.split_ascii_whitespace().next().unwrap_or("");
-        let is_header = first.split_once('-').is_some_and(|(a, b)| {
-            !a.is_empty() && a.bytes().all(|c| c.is_ascii_hexdigit()) && b.bytes().all(|c| c.is_ascii_hexdigit())
-        });
-        if is_header {
-            inside = l.starts_with(&head);
-            continue;
-        }
-        if inside {
-            if let Some(v) = l.strip_prefix("FilePmdMapped:") {
-                return Ok(v.trim().trim_end_matches("kB").trim().parse().unwrap_or(0));
-            }
-        }
-    }
-    Ok(0)
 }
 
 /// Add advice about the result (what to do about what stayed small).
