@@ -16,7 +16,7 @@ use std::os::fd::AsFd;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use hugetext::folio::{self, Kind, PM_PFN_MASK, PM_PRESENT};
+use hugetext::folio::{self, Kind};
 use hugetext::inspect::{self, Method, Options, Target};
 use hugetext::kernel::{self, Mapping};
 use hugetext::{pagecache, procfs};
@@ -82,22 +82,11 @@ fn floor(pid: i32) -> (Duration, u64) {
         buf.clear();
         buf.resize(n, 0u64);
         folio::read_words_into(&pm, v.start / ps * 8, &mut buf).unwrap();
-        let mut i = 0;
-        while i < n {
-            let pfn = buf[i] & PM_PFN_MASK;
-            if buf[i] & PM_PRESENT == 0 || pfn == 0 {
-                i += 1;
-                continue;
-            }
-            let mut j = i + 1;
-            while j < n && buf[j] & PM_PRESENT != 0 && buf[j] & PM_PFN_MASK == pfn + (j - i) as u64 {
-                j += 1;
-            }
+        for (i, j, pfn) in folio::pfn_runs(&buf) {
             flags.clear();
             flags.resize(j - i, 0u64);
             folio::read_words_into(&kpf, pfn * 8, &mut flags).unwrap();
             present += (j - i) as u64;
-            i = j;
         }
     }
     (t.elapsed(), present * ps / 1024)

@@ -82,6 +82,30 @@ pub fn open_kpageflags() -> Result<File> {
     })
 }
 
+/// The runs of present pages in `pagemap` that are physically contiguous as
+/// well: `(i, j, pfn)` for entries `i..j` mapping frames `pfn..pfn + (j - i)`.
+/// Pages without a PFN (not present, or PFNs hidden) are skipped.
+pub fn pfn_runs(pagemap: &[u64]) -> impl Iterator<Item = (usize, usize, u64)> + '_ {
+    let n = pagemap.len();
+    let mut i = 0;
+    std::iter::from_fn(move || {
+        while i < n && (pagemap[i] & PM_PRESENT == 0 || pagemap[i] & PM_PFN_MASK == 0) {
+            i += 1;
+        }
+        if i == n {
+            return None;
+        }
+        let pfn0 = pagemap[i] & PM_PFN_MASK;
+        let mut j = i + 1;
+        while j < n && pagemap[j] & PM_PRESENT != 0 && pagemap[j] & PM_PFN_MASK == pfn0 + (j - i) as u64 {
+            j += 1;
+        }
+        let run = (i, j, pfn0);
+        i = j;
+        Some(run)
+    })
+}
+
 /// For each page of a virtually contiguous range, the size in bytes of the
 /// folio that holds it (0 = not present), given its pagemap entries.
 ///
@@ -96,20 +120,9 @@ pub fn folio_sizes(kpf_file: &File, pagemap: &[u64]) -> Result<Vec<u64>> {
     let n = pagemap.len();
     let mut flags = vec![0u64; n];
     // Read kpageflags once per physically contiguous run of present pages.
-    let mut i = 0;
-    while i < n {
-        if pagemap[i] & PM_PRESENT == 0 || pagemap[i] & PM_PFN_MASK == 0 {
-            i += 1;
-            continue;
-        }
-        let pfn0 = pagemap[i] & PM_PFN_MASK;
-        let mut j = i + 1;
-        while j < n && pagemap[j] & PM_PRESENT != 0 && pagemap[j] & PM_PFN_MASK == pfn0 + (j - i) as u64 {
-            j += 1;
-        }
+    for (i, j, pfn0) in pfn_runs(pagemap) {
         let words = read_kpageflags(kpf_file, pfn0, j - i)?;
         flags[i..j].copy_from_slice(&words);
-        i = j;
     }
     let mut sizes = vec![0u64; n];
     let mut i = 0;
@@ -254,21 +267,9 @@ pub fn scan_file(path: &Path, range: Option<Range<u64>>) -> Result<FileFolios> {
 /// (0 for absent pages).
 fn mapcounts(kpc: &File, pagemap: &[u64]) -> Result<Vec<u64>> {
     let mut out = vec![0u64; pagemap.len()];
-    let mut i = 0;
-    while i < pagemap.len() {
-        let e = pagemap[i];
-        if e & PM_PRESENT == 0 || e & PM_PFN_MASK == 0 {
-            i += 1;
-            continue;
-        }
-        let pfn0 = e & PM_PFN_MASK;
-        let mut j = i + 1;
-        while j < pagemap.len() && pagemap[j] & PM_PRESENT != 0 && pagemap[j] & PM_PFN_MASK == pfn0 + (j - i) as u64 {
-            j += 1;
-        }
+    for (i, j, pfn0) in pfn_runs(pagemap) {
         let w = read_u64s(kpc, Path::new("/proc/kpagecount"), pfn0 * 8, j - i)?;
         out[i..j].copy_from_slice(&w);
-        i = j;
     }
     Ok(out)
 }
@@ -545,17 +546,7 @@ impl<'a> Classifier<'a> {
         self.runs.clear();
         // 1. kpageflags per physically contiguous run, plus the word of the
         //    page after the run (a tail there means the last folio goes on).
-        let mut i = 0;
-        while i < n {
-            let pfn0 = pagemap[i] & PM_PFN_MASK;
-            if pagemap[i] & PM_PRESENT == 0 || pfn0 == 0 {
-                i += 1;
-                continue;
-            }
-            let mut j = i + 1;
-            while j < n && pagemap[j] & PM_PRESENT != 0 && pagemap[j] & PM_PFN_MASK == pfn0 + (j - i) as u64 {
-                j += 1;
-            }
+        for (i, j, pfn0) in pfn_runs(pagemap) {
             // One pread for the run and the word after it.
             self.tmp.clear();
             self.tmp.resize(j - i + 1, 0);
@@ -567,7 +558,6 @@ impl<'a> Classifier<'a> {
             // At the end of physical memory there is no word after the run.
             let next = if got > j - i { self.tmp[j - i] } else { 0 };
             self.runs.push((i, j, next));
-            i = j;
         }
         // 2. Walk each run folio by folio.
         let large = kpf::COMPOUND_HEAD | kpf::COMPOUND_TAIL;

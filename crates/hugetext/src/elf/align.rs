@@ -359,25 +359,32 @@ fn write_aligned(input: &File, m: &Model, plan: &AlignPlan, out: &File) -> io::R
     out.write_all_at(&eh, 0)?;
 
     if !m.phdrs.is_empty() {
-        let mut tab = vec![0u8; m.phdr_table_size() as usize];
-        input.read_exact_at(&mut tab, m.e_phoff)?;
-        let es = m.e_phentsize as usize;
-        for i in 0..m.phdrs.len() {
-            put_u64(&mut tab, i * es + offset_of!(ProgramHeader64<LE>, p_offset), nl.p_offset[i]);
-            put_u64(&mut tab, i * es + offset_of!(ProgramHeader64<LE>, p_align), nl.p_align[i]);
-        }
-        out.write_all_at(&tab, nl.e_phoff)?;
+        let fields = [
+            (offset_of!(ProgramHeader64<LE>, p_offset), nl.p_offset.as_slice()),
+            (offset_of!(ProgramHeader64<LE>, p_align), nl.p_align.as_slice()),
+        ];
+        patch_table(input, (m.e_phoff, nl.e_phoff), m.phdrs.len(), m.e_phentsize, &fields, out)?;
     }
     if !m.shdrs.is_empty() {
-        let mut tab = vec![0u8; m.shdr_table_size() as usize];
-        input.read_exact_at(&mut tab, m.e_shoff)?;
-        let es = m.e_shentsize as usize;
-        for i in 0..m.shdrs.len() {
-            put_u64(&mut tab, i * es + offset_of!(SectionHeader64<LE>, sh_offset), nl.sh_offset[i]);
-        }
-        out.write_all_at(&tab, nl.e_shoff)?;
+        let fields = [(offset_of!(SectionHeader64<LE>, sh_offset), nl.sh_offset.as_slice())];
+        patch_table(input, (m.e_shoff, nl.e_shoff), m.shdrs.len(), m.e_shentsize, &fields, out)?;
     }
     Ok(())
+}
+
+/// Copy a header table of `count` entries of `entsize` bytes from offset
+/// `at.0` of `input` to offset `at.1` of `out`, setting in entry `i` each
+/// 64-bit field `(offset in the entry, values)` to `values[i]`.
+fn patch_table(input: &File, at: (u64, u64), count: usize, entsize: u64, fields: &[(usize, &[u64])], out: &File) -> io::Result<()> {
+    let es = entsize as usize;
+    let mut tab = vec![0u8; count * es];
+    input.read_exact_at(&mut tab, at.0)?;
+    for i in 0..count {
+        for &(field, values) in fields {
+            put_u64(&mut tab, i * es + field, values[i]);
+        }
+    }
+    out.write_all_at(&tab, at.1)
 }
 
 /// Compare `len` bytes of `a` at `ao` with `b` at `bo`, skipping bytes whose
