@@ -303,7 +303,7 @@ pub mod pagemap_scan {
     pub const PAGE_IS_HUGE: u64 = 1 << 6;
 }
 
-/// One region reported by [`pagemap_scan`]: `[start, end)` with the
+/// One region reported by [`pagemap_scan`](fn@pagemap_scan): `[start, end)` with the
 /// requested `PAGE_IS_*` categories.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
