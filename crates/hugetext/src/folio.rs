@@ -53,20 +53,11 @@ pub fn read_kpageflags(kpf_file: &File, pfn: u64, n: usize) -> Result<Vec<u64>> 
 }
 
 fn read_u64s(f: &File, path: &Path, offset: u64, n: usize) -> Result<Vec<u64>> {
-    let mut buf = vec![0u8; n * 8];
-    let mut done = 0;
-    while done < buf.len() {
-        match f.read_at(&mut buf[done..], offset + done as u64) {
-            Ok(0) => break,
-            Ok(k) => done += k,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(Error::io(path, e)),
-        }
-    }
-    if done < buf.len() {
+    let mut out = vec![0u64; n];
+    if read_words_into(f, offset, &mut out).map_err(|e| Error::io(path, e))? < n {
         return Err(Error::Other(format!("{}: short read", path.display())));
     }
-    Ok(buf.chunks_exact(8).map(|c| u64::from_ne_bytes(c.try_into().unwrap())).collect())
+    Ok(out)
 }
 
 /// Open `/proc/kpageflags`, with a clear error when it is not readable.
