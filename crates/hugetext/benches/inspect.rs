@@ -27,7 +27,9 @@ fn scratch(name: &str, mib: usize) -> std::path::PathBuf {
     let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("bench-inspect");
     std::fs::create_dir_all(&dir).unwrap();
     let p = dir.join(name);
-    let ok = std::fs::metadata(&p).map(|m| m.len() == (mib * MIB) as u64).unwrap_or(false);
+    let ok = std::fs::metadata(&p)
+        .map(|m| m.len() == (mib * MIB) as u64)
+        .unwrap_or(false);
     if !ok {
         let mut f = File::create(&p).unwrap();
         let block = vec![0xc3u8; MIB];
@@ -41,7 +43,10 @@ fn scratch(name: &str, mib: usize) -> std::path::PathBuf {
 
 /// The target process: set up the mappings, say "ready", wait for stdin.
 fn target() {
-    let anon_mib: usize = std::env::var("HUGETEXT_BENCH_ANON_MIB").ok().and_then(|s| s.parse().ok()).unwrap_or(3584);
+    let anon_mib: usize = std::env::var("HUGETEXT_BENCH_ANON_MIB")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3584);
     let pmd = kernel::pmd_size();
     let rx = libc::PROT_READ | libc::PROT_EXEC;
     let anon = Mapping::anon_aligned(anon_mib * MIB, libc::PROT_READ | libc::PROT_WRITE, pmd).unwrap();
@@ -120,7 +125,10 @@ fn main() {
         eprintln!("bench inspect: needs root (CAP_SYS_ADMIN) to read PFNs; skipped");
         return;
     }
-    let reps: usize = std::env::var("HUGETEXT_BENCH_REPS").ok().and_then(|s| s.parse().ok()).unwrap_or(7);
+    let reps: usize = std::env::var("HUGETEXT_BENCH_REPS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(7);
     let mut child = Command::new(std::env::current_exe().unwrap())
         .env("HUGETEXT_BENCH_TARGET", "1")
         .stdin(Stdio::piped())
@@ -128,7 +136,10 @@ fn main() {
         .spawn()
         .unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    assert!(lines.any(|l| l.map(|l| l == "ready").unwrap_or(false)), "target failed to start");
+    assert!(
+        lines.any(|l| l.map(|l| l == "ready").unwrap_or(false)),
+        "target failed to start"
+    );
     let pid = child.id() as i32;
     let smaps = procfs::read_smaps(Some(pid)).unwrap();
     let rss: u64 = smaps.iter().map(|(_, s)| s.rss_kb).sum();
@@ -144,7 +155,11 @@ fn main() {
     // Warm up caches and check both see the same memory.
     let (_, floor_kb) = floor(pid);
     let (_, scan_kb) = inspect_once(pid, Method::PagemapScan);
-    println!("floor read {} MiB present; inspect classified {} MiB", floor_kb >> 10, scan_kb >> 10);
+    println!(
+        "floor read {} MiB present; inspect classified {} MiB",
+        floor_kb >> 10,
+        scan_kb >> 10
+    );
 
     let mut f = Vec::new();
     let mut s = Vec::new();
@@ -157,7 +172,10 @@ fn main() {
         m.push(inspect_once(pid, Method::PagemapSmaps).0);
     }
     let fl = median(f);
-    println!("floor (pagemap + kpageflags reads):      {:9.2} ms", fl.as_secs_f64() * 1e3);
+    println!(
+        "floor (pagemap + kpageflags reads):      {:9.2} ms",
+        fl.as_secs_f64() * 1e3
+    );
     if !s.is_empty() {
         let d = median(s);
         println!(

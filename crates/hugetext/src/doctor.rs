@@ -62,7 +62,13 @@ fn finding(
     status: Status,
     meaning: impl Into<String>,
 ) -> Finding {
-    Finding { id, check: check.into(), value: value.into(), status, meaning: meaning.into() }
+    Finding {
+        id,
+        check: check.into(),
+        value: value.into(),
+        status,
+        meaning: meaning.into(),
+    }
 }
 
 /// Result of the filesystem experiment.
@@ -99,18 +105,30 @@ impl Drop for Scratch {
 /// `MADV_HUGEPAGE` mapping, count PMD-order folios, map it again without
 /// advice and read `FilePmdMapped`, then try `MADV_COLLAPSE` on small folios.
 pub fn probe_fs(path: &Path) -> Result<FsProbe> {
-    let dir = if path.is_dir() { path.to_path_buf() } else { path.parent().unwrap_or(Path::new(".")).to_path_buf() };
+    let dir = if path.is_dir() {
+        path.to_path_buf()
+    } else {
+        path.parent().unwrap_or(Path::new(".")).to_path_buf()
+    };
     let st = rustix::fs::statfs(&dir).map_err(|e| Error::io(&dir, e.into()))?;
-    let mut probe = FsProbe { dir: dir.clone(), fs_type: fsutil::fs_type_name(st.f_type as u64), ..Default::default() };
+    let mut probe = FsProbe {
+        dir: dir.clone(),
+        fs_type: fsutil::fs_type_name(st.f_type as u64),
+        ..Default::default()
+    };
     let pmd = kernel::pmd_size();
     let len = 2 * pmd;
     let name = dir.join(format!(".hugetext-doctor-{}", std::process::id()));
-    let mut w = std::fs::OpenOptions::new().write(true).create_new(true).open(&name).map_err(|e| {
-        Error::Permission(format!(
-            "cannot create a scratch file in {}: {e} (give a writable directory on the same filesystem)",
-            dir.display()
-        ))
-    })?;
+    let mut w = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&name)
+        .map_err(|e| {
+            Error::Permission(format!(
+                "cannot create a scratch file in {}: {e} (give a writable directory on the same filesystem)",
+                dir.display()
+            ))
+        })?;
     let _guard = Scratch(name.clone());
     // Return instructions (0xc3, RET) so the mapping looks like text.
     let block = vec![0xc3u8; 1 << 20];
@@ -182,7 +200,10 @@ pub fn diagnose(path: &Path) -> Vec<Finding> {
         "page and PMD size",
         format!("{} kB pages, {} kB PMD", ps / 1024, pmd / 1024),
         Status::Info,
-        format!("one PMD-mapped folio replaces {} base-page TLB entries with one", pmd / ps),
+        format!(
+            "one PMD-mapped folio replaces {} base-page TLB entries with one",
+            pmd / ps
+        ),
     ));
     match kernel::thp_enabled() {
         None => out.push(finding(
@@ -208,7 +229,11 @@ pub fn diagnose(path: &Path) -> Vec<Finding> {
     }
     let sizes = kernel::thp_sizes();
     if !sizes.is_empty() {
-        let on: Vec<String> = sizes.iter().filter(|(_, m)| m != "never").map(|(kb, m)| format!("{kb}kB={m}")).collect();
+        let on: Vec<String> = sizes
+            .iter()
+            .filter(|(_, m)| m != "never")
+            .map(|(kb, m)| format!("{kb}kB={m}"))
+            .collect();
         out.push(finding(
             "thp-sizes",
             "THP per size (mTHP)",
@@ -303,7 +328,10 @@ pub fn diagnose(path: &Path) -> Vec<Finding> {
             "PMD-order page-cache folios",
             format!("not probed: {e}"),
             Status::Warn,
-            format!("give `--path DIR` on the filesystem that holds your programs (default: {})", path.display()),
+            format!(
+                "give `--path DIR` on the filesystem that holds your programs (default: {})",
+                path.display()
+            ),
         )),
     }
 

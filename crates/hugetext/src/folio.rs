@@ -64,9 +64,7 @@ fn read_u64s(f: &File, path: &Path, offset: u64, n: usize) -> Result<Vec<u64>> {
 pub fn open_kpageflags() -> Result<File> {
     File::open("/proc/kpageflags").map_err(|e| {
         if e.kind() == std::io::ErrorKind::PermissionDenied || e.kind() == std::io::ErrorKind::NotFound {
-            Error::Permission(
-                "cannot read /proc/kpageflags: folio sizes need root (CAP_SYS_ADMIN); run as root".into(),
-            )
+            Error::Permission("cannot read /proc/kpageflags: folio sizes need root (CAP_SYS_ADMIN); run as root".into())
         } else {
             Error::io("/proc/kpageflags", e)
         }
@@ -168,7 +166,10 @@ pub struct FileFolios {
 impl FileFolios {
     /// kB held in PMD-size folios.
     pub fn pmd_kb(&self) -> u64 {
-        self.folios_kb.get(&(kernel::pmd_size() as u64 / 1024)).copied().unwrap_or(0)
+        self.folios_kb
+            .get(&(kernel::pmd_size() as u64 / 1024))
+            .copied()
+            .unwrap_or(0)
     }
 }
 
@@ -382,7 +383,11 @@ pub struct Counts {
 
 impl Default for Counts {
     fn default() -> Self {
-        Counts { pages: [[0; N_CODES]; 2], cont_pte: [[0; MAX_ORDER]; 2], cont_pmd: [[0; MAX_ORDER]; 2] }
+        Counts {
+            pages: [[0; N_CODES]; 2],
+            cont_pte: [[0; MAX_ORDER]; 2],
+            cont_pmd: [[0; MAX_ORDER]; 2],
+        }
     }
 }
 
@@ -428,7 +433,10 @@ impl Counts {
 
     /// Pages in contiguous aligned blocks of `order`: (PTE-mapped, PMD-mapped).
     pub fn cont(&self, kind: Kind, order: u32) -> (u64, u64) {
-        (self.cont_pte[kind.idx()][order as usize], self.cont_pmd[kind.idx()][order as usize])
+        (
+            self.cont_pte[kind.idx()][order as usize],
+            self.cont_pmd[kind.idx()][order as usize],
+        )
     }
 
     /// All mapped pages of `kind` (every class; contiguous blocks are a
@@ -510,7 +518,13 @@ impl<'a> Classifier<'a> {
     /// A classifier reading `kpf` (an open `/proc/kpageflags`) that also
     /// counts naturally aligned contiguous blocks of the given orders.
     pub fn new(kpf: &'a File, cont_orders: &[u32]) -> Self {
-        Classifier { kpf, cont_orders: cont_orders.to_vec(), flags: Vec::new(), tmp: Vec::new(), runs: Vec::new() }
+        Classifier {
+            kpf,
+            cont_orders: cont_orders.to_vec(),
+            flags: Vec::new(),
+            tmp: Vec::new(),
+            runs: Vec::new(),
+        }
     }
 
     /// Classify the PTE-mapped pages `[vpn0, vpn0 + pagemap.len())` of one
@@ -541,7 +555,8 @@ impl<'a> Classifier<'a> {
             // One pread for the run and the word after it.
             self.tmp.clear();
             self.tmp.resize(j - i + 1, 0);
-            let got = read_words_into(self.kpf, pfn0 * 8, &mut self.tmp).map_err(|e| Error::io("/proc/kpageflags", e))?;
+            let got =
+                read_words_into(self.kpf, pfn0 * 8, &mut self.tmp).map_err(|e| Error::io("/proc/kpageflags", e))?;
             if got < j - i {
                 return Err(Error::Other("/proc/kpageflags: short read".into()));
             }
@@ -635,5 +650,10 @@ impl<'a> Classifier<'a> {
 
 fn emit(counts: &mut Counts, sink: &mut impl FnMut(Segment), vpn: u64, pages: u64, kind: Kind, class: Class) {
     counts.add(kind, class, pages);
-    sink(Segment { vpn, pages, kind, class });
+    sink(Segment {
+        vpn,
+        pages,
+        kind,
+        class,
+    });
 }

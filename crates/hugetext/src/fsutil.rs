@@ -44,7 +44,11 @@ impl NewFile {
     pub fn beside(target: &Path, prefix: &str) -> io::Result<NewFile> {
         let dir = dir_of(target);
         let (file, path) = tempfile::Builder::new().prefix(prefix).tempfile_in(&dir)?.into_parts();
-        Ok(NewFile { file: Some(file), path, dir })
+        Ok(NewFile {
+            file: Some(file),
+            path,
+            dir,
+        })
     }
 
     /// The open file (read-write).
@@ -131,7 +135,11 @@ pub fn copy_metadata(from: &File, meta: &Metadata, to: &File, what: &MetadataCop
         Err(e) => {
             return Err(io::Error::new(
                 io::ErrorKind::PermissionDenied,
-                format!("cannot keep owner {}:{} ({e}); run as root or as the owner", meta.uid(), meta.gid()),
+                format!(
+                    "cannot keep owner {}:{} ({e}); run as root or as the owner",
+                    meta.uid(),
+                    meta.gid()
+                ),
             ))
         }
     }
@@ -142,11 +150,18 @@ pub fn copy_metadata(from: &File, meta: &Metadata, to: &File, what: &MetadataCop
             continue;
         }
         let value = get_xattr(from, &name)?;
-        rustix::fs::fsetxattr(to.as_fd(), name.as_str(), &value, rustix::fs::XattrFlags::empty())
-            .map_err(|e| io::Error::new(io::Error::from(e).kind(), format!("cannot copy extended attribute {name} ({e})")))?;
+        rustix::fs::fsetxattr(to.as_fd(), name.as_str(), &value, rustix::fs::XattrFlags::empty()).map_err(|e| {
+            io::Error::new(
+                io::Error::from(e).kind(),
+                format!("cannot copy extended attribute {name} ({e})"),
+            )
+        })?;
     }
     if what.times {
-        let ts = |s: i64, ns: i64| rustix::fs::Timespec { tv_sec: s, tv_nsec: ns as _ };
+        let ts = |s: i64, ns: i64| rustix::fs::Timespec {
+            tv_sec: s,
+            tv_nsec: ns as _,
+        };
         let times = rustix::fs::Timestamps {
             last_access: ts(meta.atime(), meta.atime_nsec()),
             last_modification: ts(meta.mtime(), meta.mtime_nsec()),
@@ -171,7 +186,11 @@ pub fn list_xattrs(file: &File) -> io::Result<Vec<String>> {
             Err(e) => return Err(e.into()),
         }
     };
-    Ok(buf[..n].split(|b| *b == 0).filter(|s| !s.is_empty()).map(|s| String::from_utf8_lossy(s).into_owned()).collect())
+    Ok(buf[..n]
+        .split(|b| *b == 0)
+        .filter(|s| !s.is_empty())
+        .map(|s| String::from_utf8_lossy(s).into_owned())
+        .collect())
 }
 
 /// The value of one extended attribute of an open file.
@@ -258,7 +277,11 @@ impl ReplaceImpact {
     /// The extended attributes a content change makes stale (not to be
     /// copied to a rewritten file).
     pub fn stale_xattrs(&self) -> Vec<String> {
-        self.signatures.iter().filter_map(|s| s.xattr()).map(String::from).collect()
+        self.signatures
+            .iter()
+            .filter_map(|s| s.xattr())
+            .map(String::from)
+            .collect()
     }
 }
 
@@ -308,7 +331,10 @@ mod tests {
     /// A scratch directory in the target directory (on disk, not tmpfs).
     fn scratch() -> tempfile::TempDir {
         let exe = std::env::current_exe().unwrap();
-        tempfile::Builder::new().prefix(".fsutil-test-").tempdir_in(exe.parent().unwrap()).unwrap()
+        tempfile::Builder::new()
+            .prefix(".fsutil-test-")
+            .tempdir_in(exe.parent().unwrap())
+            .unwrap()
     }
 
     #[test]
@@ -348,14 +374,33 @@ mod tests {
         let f = File::open(&src).unwrap();
         rustix::fs::fsetxattr(f.as_fd(), "user.keep", b"1", rustix::fs::XattrFlags::empty()).unwrap();
         rustix::fs::fsetxattr(f.as_fd(), "user.drop", b"2", rustix::fs::XattrFlags::empty()).unwrap();
-        let old = rustix::fs::Timespec { tv_sec: 1_000_000, tv_nsec: 5 };
-        rustix::fs::futimens(f.as_fd(), &rustix::fs::Timestamps { last_access: old, last_modification: old }).unwrap();
+        let old = rustix::fs::Timespec {
+            tv_sec: 1_000_000,
+            tv_nsec: 5,
+        };
+        rustix::fs::futimens(
+            f.as_fd(),
+            &rustix::fs::Timestamps {
+                last_access: old,
+                last_modification: old,
+            },
+        )
+        .unwrap();
         let meta = f.metadata().unwrap();
 
         let n = NewFile::beside(&src, ".x-").unwrap();
         let skip = ["user.drop".to_string()];
-        copy_metadata(&f, &meta, n.file(), &MetadataCopy { owner_required: true, times: true, skip_xattrs: &skip })
-            .unwrap();
+        copy_metadata(
+            &f,
+            &meta,
+            n.file(),
+            &MetadataCopy {
+                owner_required: true,
+                times: true,
+                skip_xattrs: &skip,
+            },
+        )
+        .unwrap();
         let m = n.file().metadata().unwrap();
         assert_eq!(m.mode() & 0o7777, 0o2755);
         assert_eq!((m.uid(), m.gid()), (meta.uid(), meta.gid()));
@@ -370,7 +415,13 @@ mod tests {
         let p = dir.path().join("f");
         std::fs::write(&p, b"x").unwrap();
         let f = File::open(&p).unwrap();
-        assert_eq!(ReplaceImpact::of(&f).unwrap(), ReplaceImpact { links: 1, ..Default::default() });
+        assert_eq!(
+            ReplaceImpact::of(&f).unwrap(),
+            ReplaceImpact {
+                links: 1,
+                ..Default::default()
+            }
+        );
         std::fs::hard_link(&p, dir.path().join("g")).unwrap();
         rustix::fs::fsetxattr(f.as_fd(), "security.ima", &[4, 1, 2], rustix::fs::XattrFlags::empty()).unwrap();
         let i = ReplaceImpact::of(&f).unwrap();
@@ -383,6 +434,9 @@ mod tests {
         assert_eq!(fs_type_name(0xef53), "ext4");
         assert_eq!(fs_type_name(0x0102_1994), "tmpfs");
         assert!(fs_type_name(0x1234).starts_with("unknown"));
-        assert_eq!(fs_name(&File::open("/proc/self/status").unwrap()), "unknown (magic 0x9fa0)");
+        assert_eq!(
+            fs_name(&File::open("/proc/self/status").unwrap()),
+            "unknown (magic 0x9fa0)"
+        );
     }
 }

@@ -125,9 +125,10 @@ fn proc_path(pid: Option<i32>, what: &str) -> PathBuf {
 pub fn proc_error(pid: Option<i32>, path: &Path, e: std::io::Error) -> Error {
     match (pid, e.kind(), e.raw_os_error()) {
         (Some(p), ErrorKind::NotFound, _) | (Some(p), _, Some(libc::ESRCH)) => Error::NoProcess(p),
-        (_, ErrorKind::PermissionDenied, _) => {
-            Error::Permission(format!("{}: permission denied (run as root, or as the process's owner)", path.display()))
-        }
+        (_, ErrorKind::PermissionDenied, _) => Error::Permission(format!(
+            "{}: permission denied (run as root, or as the process's owner)",
+            path.display()
+        )),
         _ => Error::io(path, e),
     }
 }
@@ -207,7 +208,10 @@ pub fn read_smaps(pid: Option<i32>) -> Result<Vec<(Vma, SmapsStats)>> {
 /// The smaps counters of this process's mapping that starts at `addr`
 /// (`None` when no mapping starts there).
 pub fn own_mapping_stats(addr: u64) -> Result<Option<SmapsStats>> {
-    Ok(read_smaps(None)?.into_iter().find(|(v, _)| v.start == addr).map(|(_, s)| s))
+    Ok(read_smaps(None)?
+        .into_iter()
+        .find(|(v, _)| v.start == addr)
+        .map(|(_, s)| s))
 }
 
 /// `FilePmdMapped` (kB) of this process's mapping that starts at `addr`
@@ -258,14 +262,21 @@ pub fn read_stat(pid: i32) -> Result<ProcStat> {
     // After comm: state(3) ppid(4) pgrp(5) session(6) tty_nr(7) tpgid(8) flags(9).
     let state = fields.first().and_then(|s| s.chars().next()).unwrap_or('?');
     let flags = fields.get(6).and_then(|s| s.parse().ok()).unwrap_or(0);
-    Ok(ProcStat { pid, comm, state, flags })
+    Ok(ProcStat {
+        pid,
+        comm,
+        state,
+        flags,
+    })
 }
 
 /// All process ids in `/proc`, sorted.
 pub fn all_pids() -> Result<Vec<i32>> {
     let rd = std::fs::read_dir("/proc").map_err(|e| Error::io("/proc", e))?;
-    let mut pids: Vec<i32> =
-        rd.filter_map(|e| e.ok()).filter_map(|e| e.file_name().to_str().and_then(|s| s.parse().ok())).collect();
+    let mut pids: Vec<i32> = rd
+        .filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse().ok()))
+        .collect();
     pids.sort_unstable();
     Ok(pids)
 }
@@ -284,8 +295,10 @@ pub fn pids_mapping(dev: u64, ino: u64) -> Vec<i32> {
         .unwrap_or_default()
         .into_iter()
         .filter(|&pid| {
-            read_maps(Some(pid))
-                .is_ok_and(|vmas| vmas.iter().any(|v| v.inode == ino && v.dev_major == major && v.dev_minor == minor))
+            read_maps(Some(pid)).is_ok_and(|vmas| {
+                vmas.iter()
+                    .any(|v| v.inode == ino && v.dev_major == major && v.dev_minor == minor)
+            })
         })
         .collect()
 }
@@ -310,18 +323,24 @@ impl OpenFd {
 /// and inode `ino` (from `/proc/PID/fd` and `fdinfo`). Empty when the process
 /// vanished or cannot be read.
 pub fn fds_on(pid: i32, dev: u64, ino: u64) -> Vec<OpenFd> {
-    let Ok(rd) = std::fs::read_dir(proc_path(Some(pid), "fd")) else { return Vec::new() };
+    let Ok(rd) = std::fs::read_dir(proc_path(Some(pid), "fd")) else {
+        return Vec::new();
+    };
     let mut out = Vec::new();
     for ent in rd.flatten() {
         let Ok(m) = std::fs::metadata(ent.path()) else { continue };
         if m.dev() != dev || m.ino() != ino {
             continue;
         }
-        let Some(fd) = ent.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else { continue };
+        let Some(fd) = ent.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
         let flags = read_proc(Some(pid), &format!("fdinfo/{fd}"))
             .ok()
             .and_then(|info| {
-                info.lines().find_map(|l| l.strip_prefix("flags:")).and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
+                info.lines()
+                    .find_map(|l| l.strip_prefix("flags:"))
+                    .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
             })
             .unwrap_or(0);
         out.push(OpenFd { fd, flags });
@@ -349,7 +368,10 @@ pub fn mem_available() -> Result<u64> {
 /// v2: both have `cgroup.procs` in every cgroup directory), sorted.
 pub fn cgroup_pids(path: &Path) -> Result<Vec<i32>> {
     let meta = std::fs::metadata(path).map_err(|e| {
-        Error::Invalid(format!("cgroup {}: {e} (give a directory under /sys/fs/cgroup)", path.display()))
+        Error::Invalid(format!(
+            "cgroup {}: {e} (give a directory under /sys/fs/cgroup)",
+            path.display()
+        ))
     })?;
     if !meta.is_dir() || !path.join("cgroup.procs").exists() {
         return Err(Error::Invalid(format!(
@@ -421,9 +443,14 @@ mod tests {
         let addr = v.as_ptr() as u64;
         let all = read_smaps(None).unwrap();
         let (vma, s) = all.iter().find(|(m, _)| m.start <= addr && addr < m.end).unwrap();
-        assert!(s.private_kb >= (len as u64 / 1024) / 2 && s.private_kb <= s.rss_kb, "{s:?}");
+        assert!(
+            s.private_kb >= (len as u64 / 1024) / 2 && s.private_kb <= s.rss_kb,
+            "{s:?}"
+        );
         assert!(s.pss_kb >= s.private_kb && s.pss_kb <= s.rss_kb, "{s:?}");
-        let again = own_mapping_stats(vma.start).unwrap().expect("the mapping is still there");
+        let again = own_mapping_stats(vma.start)
+            .unwrap()
+            .expect("the mapping is still there");
         assert!(again.private_kb >= (len as u64 / 1024) / 2, "{again:?}");
         assert_eq!(own_mapping_stats(1).unwrap(), None);
     }
@@ -442,14 +469,19 @@ mod tests {
         assert!(!pids_mapping(sm.dev(), sm.ino()).contains(&me));
         let ro = std::fs::File::open(scratch.path()).unwrap();
         use std::os::fd::AsRawFd;
-        assert!(fds_on(me, sm.dev(), sm.ino()).iter().any(|f| f.fd == ro.as_raw_fd() && !f.writable()));
+        assert!(fds_on(me, sm.dev(), sm.ino())
+            .iter()
+            .any(|f| f.fd == ro.as_raw_fd() && !f.writable()));
     }
 
     #[test]
     fn meminfo_and_comm() {
         let avail = mem_available().unwrap();
         assert!(avail > 0 && avail < meminfo("MemTotal").unwrap());
-        assert!(meminfo("NoSuchField").unwrap_err().to_string().contains("no NoSuchField line"));
+        assert!(meminfo("NoSuchField")
+            .unwrap_err()
+            .to_string()
+            .contains("no NoSuchField line"));
         let me = std::process::id() as i32;
         assert_eq!(read_comm(me).unwrap(), read_stat(me).unwrap().comm);
     }

@@ -104,20 +104,33 @@ pub struct Invalidations {
 }
 
 const MODULE_SIG_MAGIC: &[u8] = b"~Module signature appended~\n";
-const SIGNATURE_SECTIONS: &[&str] = &[".signature", "signature", ".sig", ".SUNW_signature", ".note.signature", ".elfsign"];
+const SIGNATURE_SECTIONS: &[&str] = &[
+    ".signature",
+    "signature",
+    ".sig",
+    ".SUNW_signature",
+    ".note.signature",
+    ".elfsign",
+];
 
 /// Look for signatures and other things that a rewrite of `file` invalidates.
 pub fn invalidations(path: &Path, file: &File, model: &Model) -> Invalidations {
     let mut inv = Invalidations::default();
     for s in &model.shdrs {
         if SIGNATURE_SECTIONS.contains(&s.name.as_str()) {
-            inv.signed.push(format!("section {} holds a signature over the file's bytes", s.name));
+            inv.signed
+                .push(format!("section {} holds a signature over the file's bytes", s.name));
         }
     }
     if model.file_size >= MODULE_SIG_MAGIC.len() as u64 {
         let mut tail = vec![0u8; MODULE_SIG_MAGIC.len()];
-        if file.read_exact_at(&mut tail, model.file_size - MODULE_SIG_MAGIC.len() as u64).is_ok() && tail == MODULE_SIG_MAGIC {
-            inv.signed.push("an appended module-style signature ends the file".into());
+        if file
+            .read_exact_at(&mut tail, model.file_size - MODULE_SIG_MAGIC.len() as u64)
+            .is_ok()
+            && tail == MODULE_SIG_MAGIC
+        {
+            inv.signed
+                .push("an appended module-style signature ends the file".into());
         }
     }
     if let Ok(impact) = ReplaceImpact::of(file) {
@@ -141,7 +154,10 @@ pub fn invalidations(path: &Path, file: &File, model: &Model) -> Invalidations {
     }
     if let Ok(canon) = path.canonicalize() {
         let s = canon.to_string_lossy();
-        let system = ["/usr/", "/bin/", "/sbin/", "/lib", "/opt/"].iter().any(|p| s.starts_with(p)) && !s.starts_with("/usr/local/");
+        let system = ["/usr/", "/bin/", "/sbin/", "/lib", "/opt/"]
+            .iter()
+            .any(|p| s.starts_with(p))
+            && !s.starts_with("/usr/local/");
         if system {
             inv.warnings.push(
                 "system file: the package manager's checksums (dpkg --verify, rpm -V) will report it changed, and an upgrade replaces it"
@@ -205,11 +221,17 @@ pub fn align_file(path: &Path, opts: &AlignOptions) -> Result<AlignOutcome> {
     if !inv.signed.is_empty() {
         if !opts.force {
             outcome.status = AlignStatus::Cannot;
-            outcome.reasons = inv.signed.iter().map(|s| format!("signed: {s}; a rewrite would invalidate it (use --force to rewrite anyway)")).collect();
+            outcome.reasons = inv
+                .signed
+                .iter()
+                .map(|s| format!("signed: {s}; a rewrite would invalidate it (use --force to rewrite anyway)"))
+                .collect();
             outcome.warnings.extend(inv.warnings);
             return Ok(outcome);
         }
-        outcome.warnings.extend(inv.signed.iter().map(|s| format!("--force: invalidated {s}")));
+        outcome
+            .warnings
+            .extend(inv.signed.iter().map(|s| format!("--force: invalidated {s}")));
     }
     outcome.warnings.extend(inv.warnings.iter().cloned());
     if !in_place && inv.warnings.iter().any(|w| w.contains("hard link")) {
@@ -228,9 +250,23 @@ pub fn align_file(path: &Path, opts: &AlignOptions) -> Result<AlignOutcome> {
     }
 
     let tmp = NewFile::beside(&target, ".hugetext-align-").map_err(|e| {
-        Error::io(fsutil::dir_of(&target), io::Error::new(e.kind(), format!("cannot create a temporary file in this directory ({e})")))
+        Error::io(
+            fsutil::dir_of(&target),
+            io::Error::new(
+                e.kind(),
+                format!("cannot create a temporary file in this directory ({e})"),
+            ),
+        )
     })?;
-    let werr = |e: io::Error| Error::io(&target, io::Error::new(e.kind(), format!("writing the new file failed ({e}); the original is untouched")));
+    let werr = |e: io::Error| {
+        Error::io(
+            &target,
+            io::Error::new(
+                e.kind(),
+                format!("writing the new file failed ({e}); the original is untouched"),
+            ),
+        )
+    };
 
     write_aligned(&input, &model, &plan, tmp.file()).map_err(werr)?;
     tmp.sync().map_err(werr)?;
@@ -239,19 +275,48 @@ pub fn align_file(path: &Path, opts: &AlignOptions) -> Result<AlignOutcome> {
     })?;
     // In place, failing to keep the owner is an error; for a new `-o` file,
     // an owner we may not give away is left as ours.
-    let keep = MetadataCopy { owner_required: in_place, times: false, skip_xattrs: &inv.stale_xattrs };
-    fsutil::copy_metadata(&input, &in_meta, tmp.file(), &keep)
-        .map_err(|e| Error::io(&target, io::Error::new(e.kind(), format!("cannot give the new file the original's owner/mode/attributes ({e}); the original is untouched"))))?;
+    let keep = MetadataCopy {
+        owner_required: in_place,
+        times: false,
+        skip_xattrs: &inv.stale_xattrs,
+    };
+    fsutil::copy_metadata(&input, &in_meta, tmp.file(), &keep).map_err(|e| {
+        Error::io(
+            &target,
+            io::Error::new(
+                e.kind(),
+                format!(
+                    "cannot give the new file the original's owner/mode/attributes ({e}); the original is untouched"
+                ),
+            ),
+        )
+    })?;
     tmp.sync().map_err(werr)?;
 
     if in_place {
         // Do not replace a file that changed under us since we read it.
         let now = std::fs::metadata(&target).map_err(|e| Error::io(&target, e))?;
-        if now.ino() != in_meta.ino() || now.dev() != in_meta.dev() || now.size() != in_meta.size() || now.mtime_nsec() != in_meta.mtime_nsec() || now.mtime() != in_meta.mtime() {
-            return Err(Error::Other(format!("{}: the file changed while it was being aligned; nothing was replaced, run align again", target.display())));
+        if now.ino() != in_meta.ino()
+            || now.dev() != in_meta.dev()
+            || now.size() != in_meta.size()
+            || now.mtime_nsec() != in_meta.mtime_nsec()
+            || now.mtime() != in_meta.mtime()
+        {
+            return Err(Error::Other(format!(
+                "{}: the file changed while it was being aligned; nothing was replaced, run align again",
+                target.display()
+            )));
         }
     }
-    tmp.commit(&target).map_err(|e| Error::io(&target, io::Error::new(e.kind(), format!("cannot rename the new file into place ({e}); the original is untouched"))))?;
+    tmp.commit(&target).map_err(|e| {
+        Error::io(
+            &target,
+            io::Error::new(
+                e.kind(),
+                format!("cannot rename the new file into place ({e}); the original is untouched"),
+            ),
+        )
+    })?;
     let out_meta = std::fs::metadata(&target).map_err(|e| Error::io(&target, e))?;
     outcome.grew_on_disk_by = (out_meta.blocks() as i64 - in_meta.blocks() as i64) * 512;
     outcome.after = Some(super::check_file(&target)?);
@@ -270,14 +335,32 @@ struct NewLayout {
 }
 
 fn new_layout(m: &Model, plan: &AlignPlan) -> NewLayout {
-    let e_phoff = if m.phdrs.is_empty() { m.e_phoff } else { plan.map_offset(m.e_phoff, m.phdr_table_size(), None) };
-    let e_shoff = if m.shdrs.is_empty() { m.e_shoff } else { plan.map_offset(m.e_shoff, m.shdr_table_size(), None) };
-    let p_offset = m.phdrs.iter().map(|p| plan.map_offset(p.p_offset, p.p_filesz, Some(p.p_vaddr))).collect();
+    let e_phoff = if m.phdrs.is_empty() {
+        m.e_phoff
+    } else {
+        plan.map_offset(m.e_phoff, m.phdr_table_size(), None)
+    };
+    let e_shoff = if m.shdrs.is_empty() {
+        m.e_shoff
+    } else {
+        plan.map_offset(m.e_shoff, m.shdr_table_size(), None)
+    };
+    let p_offset = m
+        .phdrs
+        .iter()
+        .map(|p| plan.map_offset(p.p_offset, p.p_filesz, Some(p.p_vaddr)))
+        .collect();
     let p_align = m
         .phdrs
         .iter()
         .enumerate()
-        .map(|(i, p)| if plan.raise_align.contains(&i) { PMD_SIZE } else { p.p_align })
+        .map(|(i, p)| {
+            if plan.raise_align.contains(&i) {
+                PMD_SIZE
+            } else {
+                p.p_align
+            }
+        })
         .collect();
     let sh_offset = m
         .shdrs
@@ -291,7 +374,13 @@ fn new_layout(m: &Model, plan: &AlignPlan) -> NewLayout {
             }
         })
         .collect();
-    NewLayout { e_phoff, e_shoff, p_offset, p_align, sh_offset }
+    NewLayout {
+        e_phoff,
+        e_shoff,
+        p_offset,
+        p_align,
+        sh_offset,
+    }
 }
 
 /// The pieces of the original file and where each lands:
@@ -315,12 +404,22 @@ fn copy_range(src: &File, mut src_off: u64, dst: &File, mut dst_off: u64, mut le
         if !fallback {
             let chunk = len.min(1 << 30) as usize;
             match rustix::fs::copy_file_range(src.as_fd(), Some(&mut src_off), dst.as_fd(), Some(&mut dst_off), chunk) {
-                Ok(0) => return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "the input file shrank while being copied")),
+                Ok(0) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "the input file shrank while being copied",
+                    ))
+                }
                 Ok(n) => {
                     len -= n as u64;
                     continue;
                 }
-                Err(rustix::io::Errno::XDEV | rustix::io::Errno::INVAL | rustix::io::Errno::NOSYS | rustix::io::Errno::OPNOTSUPP) => {
+                Err(
+                    rustix::io::Errno::XDEV
+                    | rustix::io::Errno::INVAL
+                    | rustix::io::Errno::NOSYS
+                    | rustix::io::Errno::OPNOTSUPP,
+                ) => {
                     fallback = true;
                 }
                 Err(e) => return Err(e.into()),
@@ -363,11 +462,25 @@ fn write_aligned(input: &File, m: &Model, plan: &AlignPlan, out: &File) -> io::R
             (offset_of!(ProgramHeader64<LE>, p_offset), nl.p_offset.as_slice()),
             (offset_of!(ProgramHeader64<LE>, p_align), nl.p_align.as_slice()),
         ];
-        patch_table(input, (m.e_phoff, nl.e_phoff), m.phdrs.len(), m.e_phentsize, &fields, out)?;
+        patch_table(
+            input,
+            (m.e_phoff, nl.e_phoff),
+            m.phdrs.len(),
+            m.e_phentsize,
+            &fields,
+            out,
+        )?;
     }
     if !m.shdrs.is_empty() {
         let fields = [(offset_of!(SectionHeader64<LE>, sh_offset), nl.sh_offset.as_slice())];
-        patch_table(input, (m.e_shoff, nl.e_shoff), m.shdrs.len(), m.e_shentsize, &fields, out)?;
+        patch_table(
+            input,
+            (m.e_shoff, nl.e_shoff),
+            m.shdrs.len(),
+            m.e_shentsize,
+            &fields,
+            out,
+        )?;
     }
     Ok(())
 }
@@ -375,7 +488,14 @@ fn write_aligned(input: &File, m: &Model, plan: &AlignPlan, out: &File) -> io::R
 /// Copy a header table of `count` entries of `entsize` bytes from offset
 /// `at.0` of `input` to offset `at.1` of `out`, setting in entry `i` each
 /// 64-bit field `(offset in the entry, values)` to `values[i]`.
-fn patch_table(input: &File, at: (u64, u64), count: usize, entsize: u64, fields: &[(usize, &[u64])], out: &File) -> io::Result<()> {
+fn patch_table(
+    input: &File,
+    at: (u64, u64),
+    count: usize,
+    entsize: u64,
+    fields: &[(usize, &[u64])],
+    out: &File,
+) -> io::Result<()> {
     let es = entsize as usize;
     let mut tab = vec![0u8; count * es];
     input.read_exact_at(&mut tab, at.0)?;
@@ -397,13 +517,18 @@ fn same_bytes(a: &File, ao: u64, b: &File, bo: u64, len: u64, skip: &[(u64, u64)
     while done < len {
         let n = (len - done).min(CHUNK);
         let (xa, xb) = (&mut ba[..n as usize], &mut bb[..n as usize]);
-        a.read_exact_at(xa, ao + done).map_err(|e| format!("reading the original: {e}"))?;
-        b.read_exact_at(xb, bo + done).map_err(|e| format!("reading the new file: {e}"))?;
+        a.read_exact_at(xa, ao + done)
+            .map_err(|e| format!("reading the original: {e}"))?;
+        b.read_exact_at(xb, bo + done)
+            .map_err(|e| format!("reading the new file: {e}"))?;
         if xa != xb {
             for i in 0..n {
                 let pos = bo + done + i;
                 if xa[i as usize] != xb[i as usize] && !skip.iter().any(|&(s, e)| pos >= s && pos < e) {
-                    return Err(format!("byte at original offset {:#x} (new {pos:#x}) differs", ao + done + i));
+                    return Err(format!(
+                        "byte at original offset {:#x} (new {pos:#x}) differs",
+                        ao + done + i
+                    ));
                 }
             }
         }
@@ -414,13 +539,23 @@ fn same_bytes(a: &File, ao: u64, b: &File, bo: u64, len: u64, skip: &[(u64, u64)
 
 /// Check the new file against the original and the plan. Returns what is
 /// wrong, in words.
-fn verify(input: &File, old: &Model, before: &CheckReport, plan: &AlignPlan, out: &File) -> std::result::Result<(), String> {
+fn verify(
+    input: &File,
+    old: &Model,
+    before: &CheckReport,
+    plan: &AlignPlan,
+    out: &File,
+) -> std::result::Result<(), String> {
     let cache = object::ReadCache::new(out);
     let new = Model::parse(&cache).map_err(|e| format!("does not parse: {e}"))?;
     drop(cache);
     let nl = new_layout(old, plan);
     if new.file_size != old.file_size + plan.growth {
-        return Err(format!("size {} instead of {}", new.file_size, old.file_size + plan.growth));
+        return Err(format!(
+            "size {} instead of {}",
+            new.file_size,
+            old.file_size + plan.growth
+        ));
     }
     if (new.e_type, new.e_machine, new.e_phoff, new.e_shoff) != (old.e_type, old.e_machine, nl.e_phoff, nl.e_shoff) {
         return Err("ELF header differs from the intended one".into());
@@ -429,7 +564,11 @@ fn verify(input: &File, old: &Model, before: &CheckReport, plan: &AlignPlan, out
         return Err("header counts changed".into());
     }
     for (i, (o, n)) in old.phdrs.iter().zip(&new.phdrs).enumerate() {
-        let want = super::layout::Phdr { p_offset: nl.p_offset[i], p_align: nl.p_align[i], ..*o };
+        let want = super::layout::Phdr {
+            p_offset: nl.p_offset[i],
+            p_align: nl.p_align[i],
+            ..*o
+        };
         if *n != want {
             return Err(format!("program header {i} is {n:?}, expected {want:?}"));
         }
@@ -438,7 +577,10 @@ fn verify(input: &File, old: &Model, before: &CheckReport, plan: &AlignPlan, out
         }
     }
     for (i, (o, n)) in old.shdrs.iter().zip(&new.shdrs).enumerate() {
-        let want = super::layout::Shdr { sh_offset: nl.sh_offset[i], ..o.clone() };
+        let want = super::layout::Shdr {
+            sh_offset: nl.sh_offset[i],
+            ..o.clone()
+        };
         if *n != want {
             return Err(format!("section header {i} ({}) is not what was intended", o.name));
         }
@@ -460,7 +602,8 @@ fn verify(input: &File, old: &Model, before: &CheckReport, plan: &AlignPlan, out
     for ins in &plan.insertions {
         let at = ins.at + shift;
         let mut z = vec![0u8; ins.len as usize];
-        out.read_exact_at(&mut z, at).map_err(|e| format!("reading padding: {e}"))?;
+        out.read_exact_at(&mut z, at)
+            .map_err(|e| format!("reading padding: {e}"))?;
         if z.iter().any(|&b| b != 0) {
             return Err(format!("padding at {at:#x} is not zero"));
         }
@@ -469,18 +612,21 @@ fn verify(input: &File, old: &Model, before: &CheckReport, plan: &AlignPlan, out
     // Every header and section still points at the same content.
     for (i, (o, n)) in old.phdrs.iter().zip(&new.phdrs).enumerate() {
         if o.p_filesz > 0 {
-            same_bytes(input, o.p_offset, out, n.p_offset, o.p_filesz, &patched).map_err(|e| format!("program header {i}: {e}"))?;
+            same_bytes(input, o.p_offset, out, n.p_offset, o.p_filesz, &patched)
+                .map_err(|e| format!("program header {i}: {e}"))?;
         }
     }
     for (o, n) in old.shdrs.iter().zip(&new.shdrs) {
         if o.has_file_bytes() {
-            same_bytes(input, o.sh_offset, out, n.sh_offset, o.sh_size, &patched).map_err(|e| format!("section {}: {e}", o.name))?;
+            same_bytes(input, o.sh_offset, out, n.sh_offset, o.sh_size, &patched)
+                .map_err(|e| format!("section {}: {e}", o.name))?;
         }
     }
     // Section-to-segment mapping is unchanged.
     let inside = |s: &super::layout::Shdr, p: &super::layout::Phdr| -> bool {
         let by_addr = s.alloc() && s.sh_addr >= p.p_vaddr && s.sh_addr + s.sh_size <= p.p_vaddr + p.p_memsz;
-        let by_file = !s.has_file_bytes() || (s.sh_offset >= p.p_offset && s.sh_offset + s.sh_size <= p.p_offset + p.p_filesz);
+        let by_file =
+            !s.has_file_bytes() || (s.sh_offset >= p.p_offset && s.sh_offset + s.sh_size <= p.p_offset + p.p_filesz);
         by_addr && by_file
     };
     for (si, (os, ns)) in old.shdrs.iter().zip(&new.shdrs).enumerate() {
@@ -491,12 +637,20 @@ fn verify(input: &File, old: &Model, before: &CheckReport, plan: &AlignPlan, out
         }
     }
     // Non-load headers stay inside the same PT_LOADs.
-    for (o, n) in old.phdrs.iter().zip(&new.phdrs).filter(|(o, _)| !o.is_load() && o.p_filesz > 0) {
+    for (o, n) in old
+        .phdrs
+        .iter()
+        .zip(&new.phdrs)
+        .filter(|(o, _)| !o.is_load() && o.p_filesz > 0)
+    {
         for (ol, nl2) in old.phdrs.iter().zip(&new.phdrs).filter(|(p, _)| p.is_load()) {
             let a = o.p_offset >= ol.p_offset && o.file_end() <= ol.file_end();
             let b = n.p_offset >= nl2.p_offset && n.file_end() <= nl2.file_end();
             if a != b {
-                return Err(format!("{} moved in or out of a PT_LOAD", super::layout::ptype_name(o.p_type)));
+                return Err(format!(
+                    "{} moved in or out of a PT_LOAD",
+                    super::layout::ptype_name(o.p_type)
+                ));
             }
         }
     }

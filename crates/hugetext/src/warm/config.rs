@@ -26,7 +26,11 @@ impl std::str::FromStr for MemLimit {
 
     /// `50%`, `4G`, `512M`, `2GiB`, `1048576` (bytes).
     fn from_str(s: &str) -> Result<Self> {
-        let bad = || Error::Invalid(format!("bad memory limit {s:?}: give a percentage of available memory (50%) or a size (4G, 512M, 2GiB)"));
+        let bad = || {
+            Error::Invalid(format!(
+                "bad memory limit {s:?}: give a percentage of available memory (50%) or a size (4G, 512M, 2GiB)"
+            ))
+        };
         let t = s.trim();
         if let Some(p) = t.strip_suffix('%') {
             let v: f64 = p.trim().parse().map_err(|_| bad())?;
@@ -126,7 +130,10 @@ impl Config {
         }
         for p in &c.paths {
             if !p.is_absolute() {
-                return Err(Error::Invalid(format!("paths: {:?} is not an absolute path", p.display().to_string())));
+                return Err(Error::Invalid(format!(
+                    "paths: {:?} is not an absolute path",
+                    p.display().to_string()
+                )));
             }
         }
         Ok(c)
@@ -181,7 +188,9 @@ mod tests {
         let c = Config::parse("paths = [\"/bin/true\"]\ndeps = true\nmax_mem = \"25%\"\n").unwrap();
         assert_eq!(c.paths, vec![PathBuf::from("/bin/true")]);
         assert!(c.deps && !c.replace);
-        let e = Config::parse("paths = [\"/bin/true\"]\nfrobnicate = 1\n").unwrap_err().to_string();
+        let e = Config::parse("paths = [\"/bin/true\"]\nfrobnicate = 1\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("line 2") && e.contains("frobnicate"), "{e}");
         assert!(Config::parse("paths = [\"relative\"]").is_err());
         assert!(Config::parse("max_mem = \"lots\"").is_err());
@@ -196,7 +205,10 @@ mod tests {
 
     #[test]
     fn path_unit_lists_files() {
-        let u = path_unit(Some(Path::new("/etc/hugetext/warm.conf")), &[PathBuf::from("/usr/bin/x")]);
+        let u = path_unit(
+            Some(Path::new("/etc/hugetext/warm.conf")),
+            &[PathBuf::from("/usr/bin/x")],
+        );
         assert!(u.contains("PathChanged=/etc/hugetext/warm.conf\n"));
         assert!(u.contains("PathChanged=/usr/bin/x\n"));
         assert!(u.contains("Unit=hugetext-warm.service"));

@@ -75,7 +75,10 @@ pub fn mapping_pids(path: &Path) -> Result<Vec<ProcRef>> {
 /// ([`procfs::fds_on`]).
 pub fn writer_pids_of(dev: u64, ino: u64) -> Vec<ProcRef> {
     let pids = procfs::all_pids().unwrap_or_default();
-    proc_refs(pids.into_iter().filter(|&pid| procfs::fds_on(pid, dev, ino).iter().any(procfs::OpenFd::writable)))
+    proc_refs(
+        pids.into_iter()
+            .filter(|&pid| procfs::fds_on(pid, dev, ino).iter().any(procfs::OpenFd::writable)),
+    )
 }
 
 /// `pids` other than this process, with their command names.
@@ -83,7 +86,10 @@ fn proc_refs(pids: impl IntoIterator<Item = i32>) -> Vec<ProcRef> {
     let me = std::process::id() as i32;
     pids.into_iter()
         .filter(|&pid| pid != me)
-        .map(|pid| ProcRef { pid, comm: procfs::read_comm(pid).unwrap_or_default() })
+        .map(|pid| ProcRef {
+            pid,
+            comm: procfs::read_comm(pid).unwrap_or_default(),
+        })
         .collect()
 }
 
@@ -187,7 +193,8 @@ pub fn warm_target(t: &Target, opts: &WarmOptions, ctx: &mut WarmContext) -> Res
                     Err(Error::Sys { source, .. }) if source.raw_os_error() == Some(libc::EINVAL) => {
                         if ctx.collapse.is_none() {
                             ctx.collapse = Some(pagecache::CollapseSupport::Unavailable(
-                                "MADV_COLLAPSE refuses file text on this kernel (no CONFIG_READ_ONLY_THP_FOR_FS)".into(),
+                                "MADV_COLLAPSE refuses file text on this kernel (no CONFIG_READ_ONLY_THP_FOR_FS)"
+                                    .into(),
                             ));
                         }
                         break;
@@ -201,9 +208,14 @@ pub fn warm_target(t: &Target, opts: &WarmOptions, ctx: &mut WarmContext) -> Res
         if collapsed > 0 {
             report = report::measure(t, &fs, &stuck)?.0;
             report.route = Route::PmdReadaheadCollapse;
-            report.notes = notes_with(&notes, format!("MADV_COLLAPSE collapsed {collapsed} window(s) in place"));
+            report.notes = notes_with(
+                &notes,
+                format!("MADV_COLLAPSE collapsed {collapsed} window(s) in place"),
+            );
         } else if let Some(pagecache::CollapseSupport::Unavailable(why)) = &ctx.collapse {
-            report.notes.push(format!("{why}: {} window(s) stayed small", small_windows.len()));
+            report
+                .notes
+                .push(format!("{why}: {} window(s) stayed small", small_windows.len()));
         }
     }
 

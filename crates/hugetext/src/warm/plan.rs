@@ -73,7 +73,10 @@ impl Target {
     /// Bytes to warm (ranges rounded out to pages).
     pub fn bytes(&self) -> u64 {
         let ps = kernel::page_size() as u64;
-        self.ranges.iter().map(|r| (r.offset + r.len).div_ceil(ps) * ps - r.offset / ps * ps).sum()
+        self.ranges
+            .iter()
+            .map(|r| (r.offset + r.len).div_ceil(ps) * ps - r.offset / ps * ps)
+            .sum()
     }
 }
 
@@ -134,7 +137,13 @@ pub fn open_regular(path: &Path) -> Result<File> {
 pub fn plan(path: &Path) -> Result<Target> {
     let f = open_regular(path)?;
     let size = f.metadata().map_err(|e| Error::io(path, e))?.len();
-    let mut t = Target { path: path.to_path_buf(), size, elf: false, ranges: Vec::new(), notes: Vec::new() };
+    let mut t = Target {
+        path: path.to_path_buf(),
+        size,
+        elf: false,
+        ranges: Vec::new(),
+        notes: Vec::new(),
+    };
     if size == 0 {
         return Ok(t);
     }
@@ -151,12 +160,16 @@ pub fn plan(path: &Path) -> Result<Target> {
                 t.elf = true;
                 t.ranges = ranges;
                 if t.ranges.is_empty() {
-                    t.notes.push("ELF file without read-only loadable segments: nothing to warm".into());
+                    t.notes
+                        .push("ELF file without read-only loadable segments: nothing to warm".into());
                 }
             }
             Err(e) => {
                 let msg = e.to_string();
-                let msg = msg.strip_prefix(&format!("{}: ", path.display())).unwrap_or(&msg).to_string();
+                let msg = msg
+                    .strip_prefix(&format!("{}: ", path.display()))
+                    .unwrap_or(&msg)
+                    .to_string();
                 t.notes.push(format!("not a valid ELF file ({msg}): warming all of it"));
                 t.ranges = vec![whole(size)];
             }
@@ -208,7 +221,13 @@ fn elf_ranges(path: &Path) -> Result<Vec<WarmRange>> {
 }
 
 fn whole(size: u64) -> WarmRange {
-    WarmRange { offset: 0, len: size, vaddr: None, flags: None, runtime: Runtime::NotElf }
+    WarmRange {
+        offset: 0,
+        len: size,
+        vaddr: None,
+        flags: None,
+        runtime: Runtime::NotElf,
+    }
 }
 
 /// Which pages of the file are cached (`mincore`; reads nothing).

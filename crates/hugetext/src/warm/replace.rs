@@ -45,7 +45,10 @@ pub fn replace_refusals(path: &Path, allow: ReplaceAllow) -> Result<Vec<String>>
     if !allow.open_for_write {
         let w = writer_pids_of(m.dev(), m.ino());
         if !w.is_empty() {
-            why.push(format!("it is open for writing by {} (allow with --replace-allow open-for-write)", pid_list(&w)));
+            why.push(format!(
+                "it is open for writing by {} (allow with --replace-allow open-for-write)",
+                pid_list(&w)
+            ));
         }
     }
     if impact.immutable {
@@ -57,9 +60,13 @@ pub fn replace_refusals(path: &Path, allow: ReplaceAllow) -> Result<Vec<String>>
     if !allow.signed {
         for sig in impact.signatures {
             why.push(match sig.xattr() {
-                None => "it is protected by fs-verity, which a copy would lose (allow with --replace-allow signed)".into(),
+                None => {
+                    "it is protected by fs-verity, which a copy would lose (allow with --replace-allow signed)".into()
+                }
                 Some(name) => {
-                    format!("it is signed ({name}); a copy's signature may not verify (allow with --replace-allow signed)")
+                    format!(
+                        "it is signed ({name}); a copy's signature may not verify (allow with --replace-allow signed)"
+                    )
                 }
             });
         }
@@ -72,21 +79,39 @@ pub fn replace_refusals(path: &Path, allow: ReplaceAllow) -> Result<Vec<String>>
 /// warm the copy, and rename it over the original. Processes already
 /// running keep the old inode; new ones map the warmed copy. Refuses
 /// (see [`replace_refusals`]) where that would break something.
-pub fn replace_and_warm(t: &Target, opts: &WarmOptions, ctx: &mut WarmContext, before: FileReport, start: Instant) -> Result<FileReport> {
+pub fn replace_and_warm(
+    t: &Target,
+    opts: &WarmOptions,
+    ctx: &mut WarmContext,
+    before: FileReport,
+    start: Instant,
+) -> Result<FileReport> {
     let real = std::fs::canonicalize(&t.path).map_err(|e| Error::io(&t.path, e))?;
     let why = replace_refusals(&real, opts.replace_allow)?;
     if !why.is_empty() {
-        return Err(Error::Invalid(format!("{}: --replace refused: {}", t.path.display(), why.join("; "))));
+        return Err(Error::Invalid(format!(
+            "{}: --replace refused: {}",
+            t.path.display(),
+            why.join("; ")
+        )));
     }
-    let name = real.file_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    let name = real
+        .file_name()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
     let meta = std::fs::metadata(&real).map_err(|e| Error::io(&real, e))?;
     let src = File::open(&real).map_err(|e| Error::io(&real, e))?;
     // Removed again on any error below.
-    let mut new = NewFile::beside(&real, &format!(".{name}.hugetext-")).map_err(|e| Error::io(fsutil::dir_of(&real), e))?;
+    let mut new =
+        NewFile::beside(&real, &format!(".{name}.hugetext-")).map_err(|e| Error::io(fsutil::dir_of(&real), e))?;
     let tmp = new.path().to_path_buf();
     std::io::copy(&mut &src, &mut new.file()).map_err(|e| Error::io(&tmp, e))?;
     // Same owner, mode, xattrs (security.capability among them) and times.
-    let keep = MetadataCopy { owner_required: true, times: true, skip_xattrs: &[] };
+    let keep = MetadataCopy {
+        owner_required: true,
+        times: true,
+        skip_xattrs: &[],
+    };
     fsutil::copy_metadata(&src, &meta, new.file(), &keep).map_err(|e| Error::io(&tmp, e))?;
     // Warm the copy: its pages are clean after the sync, and nobody maps
     // it, so all of it can be evicted and refilled.
@@ -99,7 +124,11 @@ pub fn replace_and_warm(t: &Target, opts: &WarmOptions, ctx: &mut WarmContext, b
     new.commit(&real).map_err(|e| Error::io(&real, e))?;
     let mut rep = report::measure(t, &before.filesystem, &BTreeSet::new())?.0;
     rep.replaced = true;
-    rep.route = if rep.route == Route::None { Route::None } else { Route::Replace };
+    rep.route = if rep.route == Route::None {
+        Route::None
+    } else {
+        Route::Replace
+    };
     rep.blocked_by = before.blocked_by.clone();
     rep.notes = before.notes.clone();
     rep.notes.push(format!(

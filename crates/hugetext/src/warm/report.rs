@@ -117,7 +117,11 @@ pub(super) fn measure(t: &Target, fs: &str, stuck: &BTreeSet<u64>) -> Result<(Fi
         let w = pagecache::pmd_windows_in(&range);
         let eligible = (w.end - w.start) / pmd;
         let mut pmd_here = 0;
-        for part in [range.start..w.start.max(range.start), w.clone(), w.end.max(range.start)..range.end] {
+        for part in [
+            range.start..w.start.max(range.start),
+            w.clone(),
+            w.end.max(range.start)..range.end,
+        ] {
             let part = part.start..part.end.min(range.end);
             if part.is_empty() {
                 continue;
@@ -167,7 +171,11 @@ pub(super) fn measure(t: &Target, fs: &str, stuck: &BTreeSet<u64>) -> Result<(Fi
         if matches!(r.runtime, Runtime::Congruent | Runtime::NotElf) {
             rep.mappable_windows += pmd_here;
         }
-        rep.ranges.push(RangeReport { range: r.clone(), eligible_windows: eligible, pmd_windows: pmd_here });
+        rep.ranges.push(RangeReport {
+            range: r.clone(),
+            eligible_windows: eligible,
+            pmd_windows: pmd_here,
+        });
     }
     // Windows that stayed small hold up to a window each of small folios.
     rep.blocked_windows = blocked;
@@ -235,8 +243,14 @@ pub(super) fn advise(t: &Target, rep: &mut FileReport) {
         ));
     }
     if t.elf {
-        let inc = t.ranges.iter().any(|r| r.runtime == Runtime::Incongruent && pagecache::pmd_windows_in(&r.range()).end > pagecache::pmd_windows_in(&r.range()).start);
-        let la = t.ranges.iter().any(|r| r.runtime == Runtime::LoadAddress && !pagecache::pmd_windows_in(&r.range()).is_empty());
+        let inc = t.ranges.iter().any(|r| {
+            r.runtime == Runtime::Incongruent
+                && pagecache::pmd_windows_in(&r.range()).end > pagecache::pmd_windows_in(&r.range()).start
+        });
+        let la = t
+            .ranges
+            .iter()
+            .any(|r| r.runtime == Runtime::LoadAddress && !pagecache::pmd_windows_in(&r.range()).is_empty());
         if inc {
             rep.notes.push(
                 "a segment's vaddr − offset is not a multiple of 2 MiB: its warm windows are never PMD-mapped; run `hugetext align` on the file".into(),
@@ -245,7 +259,8 @@ pub(super) fn advise(t: &Target, rep: &mut FileReport) {
         if la {
             rep.notes.push(
                 "segments are congruent but p_align < 2 MiB: PMD-mapped only if the loader picks a 2 MiB-aligned base \
-                 (libraries on ext4/xfs usually, PIE executables rarely); `hugetext align` raises p_align".into(),
+                 (libraries on ext4/xfs usually, PIE executables rarely); `hugetext align` raises p_align"
+                    .into(),
             );
         }
     }
