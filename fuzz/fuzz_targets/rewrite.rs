@@ -18,7 +18,9 @@ fuzz_target!(|data: &[u8]| {
     }
     let hint = u32::from_le_bytes(data[..4].try_into().unwrap()) as u64;
     let body = &data[4..];
-    let dir = tempfile::tempdir_in("/dev/shm").or_else(|_| tempfile::tempdir()).unwrap();
+    let dir = tempfile::tempdir_in("/dev/shm")
+        .or_else(|_| tempfile::tempdir())
+        .unwrap();
     let input = dir.path().join("in");
     let output = dir.path().join("out");
     {
@@ -27,7 +29,11 @@ fuzz_target!(|data: &[u8]| {
         let size = hint.min(8 << 20).max(body.len() as u64);
         f.set_len(size).unwrap();
     }
-    let opts = AlignOptions { output: Some(output.clone()), dry_run: false, force: true };
+    let opts = AlignOptions {
+        output: Some(output.clone()),
+        dry_run: false,
+        force: true,
+    };
     match align_file(&input, &opts) {
         Ok(o) => {
             if o.status == AlignStatus::Rewritten {

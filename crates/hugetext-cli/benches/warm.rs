@@ -80,16 +80,28 @@ fn main() {
     let names: Vec<&Path> = files.iter().map(|p| p.as_path()).collect();
     let cat_cmd = format!(
         "cat {} > /dev/null",
-        names.iter().map(|p| format!("'{}'", p.display())).collect::<Vec<_>>().join(" ")
+        names
+            .iter()
+            .map(|p| format!("'{}'", p.display()))
+            .collect::<Vec<_>>()
+            .join(" ")
     );
     let bytes: u64 = files.iter().map(|p| std::fs::metadata(p).unwrap().len()).sum();
-    println!("warm vs evict+cat: {} files, {:.0} MiB total, {rounds} rounds (interleaved)", files.len(), bytes as f64 / (1 << 20) as f64);
+    println!(
+        "warm vs evict+cat: {} files, {:.0} MiB total, {rounds} rounds (interleaved)",
+        files.len(),
+        bytes as f64 / (1 << 20) as f64
+    );
 
     let mut t_cat = Vec::new();
     let mut t_warm = Vec::new();
     let mut pmd_ok = true;
     for round in 0..rounds {
-        for which in if round % 2 == 0 { ["cat", "warm"] } else { ["warm", "cat"] } {
+        for which in if round % 2 == 0 {
+            ["cat", "warm"]
+        } else {
+            ["warm", "cat"]
+        } {
             evict(&files);
             let t = Instant::now();
             if which == "cat" {
@@ -98,15 +110,27 @@ fn main() {
                 assert!(st.success());
                 t_cat.push(t.elapsed().as_secs_f64() * 1e3);
             } else {
-                let out = Command::new(&bin).arg("warm").arg("--json").args(&files).output().unwrap();
+                let out = Command::new(&bin)
+                    .arg("warm")
+                    .arg("--json")
+                    .args(&files)
+                    .output()
+                    .unwrap();
                 let el = t.elapsed().as_secs_f64() * 1e3;
-                assert!(out.status.success(), "warm failed: {}", String::from_utf8_lossy(&out.stderr));
+                assert!(
+                    out.status.success(),
+                    "warm failed: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
                 t_warm.push(el);
                 let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
                 for f in v["files"].as_array().unwrap() {
                     if f["pmd_windows"] != f["eligible_windows"] {
                         pmd_ok = false;
-                        eprintln!("round {round}: {} has {}/{} PMD windows", f["path"], f["pmd_windows"], f["eligible_windows"]);
+                        eprintln!(
+                            "round {round}: {} has {}/{} PMD windows",
+                            f["path"], f["pmd_windows"], f["eligible_windows"]
+                        );
                     }
                 }
             }
@@ -124,8 +148,17 @@ fn main() {
     }
     let mc = median(&mut t_cat.clone());
     let mw = median(&mut t_warm.clone());
-    println!("evict+cat : median {mc:8.1} ms  (runs: {:?})", t_cat.iter().map(|x| x.round()).collect::<Vec<_>>());
-    println!("warm      : median {mw:8.1} ms  (runs: {:?})", t_warm.iter().map(|x| x.round()).collect::<Vec<_>>());
+    println!(
+        "evict+cat : median {mc:8.1} ms  (runs: {:?})",
+        t_cat.iter().map(|x| x.round()).collect::<Vec<_>>()
+    );
+    println!(
+        "warm      : median {mw:8.1} ms  (runs: {:?})",
+        t_warm.iter().map(|x| x.round()).collect::<Vec<_>>()
+    );
     println!("ratio warm/cat: {:.2}  (target <= 1.25, aim <= 1.0)", mw / mc);
-    println!("PMD windows after warm: {pmd}/{all} ({:.1}%), every round 100%: {pmd_ok}", 100.0 * pmd as f64 / all.max(1) as f64);
+    println!(
+        "PMD windows after warm: {pmd}/{all} ({:.1}%), every round 100%: {pmd_ok}",
+        100.0 * pmd as f64 / all.max(1) as f64
+    );
 }

@@ -69,7 +69,13 @@ fn once(strategy: Option<&str>, prog: &Path, cold: bool) -> (f64, Option<f64>) {
 
 /// (huge MiB, anonymous MiB, Pss MiB) of the text of a running instance.
 fn memory(strategy: Option<&str>, prog: &Path) -> (f64, f64, f64) {
-    let mut child = command(strategy, prog).arg("wait").stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
+    let mut child = command(strategy, prog)
+        .arg("wait")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
     let mut out = BufReader::new(child.stdout.take().unwrap());
     let mut l = String::new();
     out.read_line(&mut l).unwrap();
@@ -77,7 +83,8 @@ fn memory(strategy: Option<&str>, prog: &Path) -> (f64, f64, f64) {
     let maps = text_mappings(child.id() as i32).unwrap();
     drop(child.stdin.take());
     child.wait().unwrap();
-    let mib = |f: &dyn Fn(&hugetext::remap::TextMapping) -> u64| maps.iter().map(f).sum::<u64>() as f64 / (1 << 20) as f64;
+    let mib =
+        |f: &dyn Fn(&hugetext::remap::TextMapping) -> u64| maps.iter().map(f).sum::<u64>() as f64 / (1 << 20) as f64;
     (mib(&|m| m.huge()), mib(&|m| m.anonymous), mib(&|m| m.pss))
 }
 

@@ -29,14 +29,33 @@ fn fill_pmd_page_cache(path: &Path) {
         assert_eq!(libc::posix_fadvise(fd, 0, 0, libc::POSIX_FADV_DONTNEED), 0);
         // Reserve len + 2 MiB, then map the file at a 2 MiB-aligned address
         // inside it: address ≡ file offset (mod 2 MiB) everywhere.
-        let resv = libc::mmap(std::ptr::null_mut(), len + PMD, libc::PROT_NONE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0);
+        let resv = libc::mmap(
+            std::ptr::null_mut(),
+            len + PMD,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        );
         assert_ne!(resv, libc::MAP_FAILED);
         let aligned = ((resv as usize + PMD - 1) & !(PMD - 1)) as *mut libc::c_void;
-        let p = libc::mmap(aligned, len, libc::PROT_READ | libc::PROT_EXEC, libc::MAP_SHARED | libc::MAP_FIXED, fd, 0);
+        let p = libc::mmap(
+            aligned,
+            len,
+            libc::PROT_READ | libc::PROT_EXEC,
+            libc::MAP_SHARED | libc::MAP_FIXED,
+            fd,
+            0,
+        );
         assert_eq!(p, aligned, "mmap {}", std::io::Error::last_os_error());
         assert_eq!(libc::madvise(p, len, libc::MADV_HUGEPAGE), 0, "madvise(MADV_HUGEPAGE)");
         const MADV_POPULATE_READ: libc::c_int = 22;
-        assert_eq!(libc::madvise(p, len, MADV_POPULATE_READ), 0, "MADV_POPULATE_READ: {}", std::io::Error::last_os_error());
+        assert_eq!(
+            libc::madvise(p, len, MADV_POPULATE_READ),
+            0,
+            "MADV_POPULATE_READ: {}",
+            std::io::Error::last_os_error()
+        );
         libc::munmap(resv, len + PMD);
     }
 }
@@ -49,14 +68,22 @@ struct Running {
 
 impl Running {
     fn start(exe: &Path) -> Running {
-        let mut child = spawn_retry(Command::new(exe).arg("wait").stdin(Stdio::piped()).stdout(Stdio::piped()));
+        let mut child = spawn_retry(
+            Command::new(exe)
+                .arg("wait")
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped()),
+        );
         let mut out = BufReader::new(child.stdout.take().unwrap());
         let mut first_line = String::new();
         out.read_line(&mut first_line).unwrap();
         let mut ready = String::new();
         out.read_line(&mut ready).unwrap();
         assert_eq!(ready.trim(), "ready", "{} did not get ready", exe.display());
-        Running { child, first_line: first_line.trim().to_string() }
+        Running {
+            child,
+            first_line: first_line.trim().to_string(),
+        }
     }
 
     /// (FilePmdMapped bytes, start address, file offset) summed over the
@@ -94,7 +121,11 @@ fn smaps_file_pmd(pid: u32, file: &Path) -> (u64, Vec<(u64, u64)>) {
             total += fields[1].parse::<u64>().unwrap() * 1024;
         }
     }
-    assert!(!maps.is_empty(), "no executable mapping of {} in pid {pid}", want.display());
+    assert!(
+        !maps.is_empty(),
+        "no executable mapping of {} in pid {pid}",
+        want.display()
+    );
     (total, maps)
 }
 
@@ -103,7 +134,9 @@ fn smaps_file_pmd(pid: u32, file: &Path) -> (u64, Vec<(u64, u64)>) {
 fn spawn_retry(cmd: &mut Command) -> Child {
     for _ in 0..100 {
         match cmd.spawn() {
-            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) => std::thread::sleep(std::time::Duration::from_millis(20)),
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) => {
+                std::thread::sleep(std::time::Duration::from_millis(20))
+            }
             r => return r.unwrap(),
         }
     }
@@ -111,14 +144,20 @@ fn spawn_retry(cmd: &mut Command) -> Child {
 }
 
 fn run_output(exe: &Path) -> String {
-    let out = spawn_retry(Command::new(exe).stdout(Stdio::piped())).wait_with_output().unwrap();
+    let out = spawn_retry(Command::new(exe).stdout(Stdio::piped()))
+        .wait_with_output()
+        .unwrap();
     assert!(out.status.success(), "{} failed", exe.display());
     String::from_utf8(out.stdout).unwrap()
 }
 
 fn align(args: &[&str]) -> (i32, String, String) {
     let out = common::hugetext(&[&["align"], args].concat());
-    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 fn copy_fixture(dir: &Path, linker: &str, name: &str) -> PathBuf {
@@ -135,7 +174,9 @@ fn s(p: &Path) -> &str {
 /// page-aligned random base, so it is PMD-mapped only in the 1-in-512 case
 /// where the base happens to be 2 MiB-congruent; a skewed file never is.
 fn assert_before(pmd: u64, maps: &[(u64, u64)], skewed: bool) {
-    let congruent = maps.iter().any(|(start, off)| (start.wrapping_sub(*off)) % PMD as u64 == 0);
+    let congruent = maps
+        .iter()
+        .any(|(start, off)| (start.wrapping_sub(*off)) % PMD as u64 == 0);
     if skewed || !congruent {
         assert_eq!(pmd, 0, "unaligned text should not be PMD-mapped (maps {maps:x?})");
     }
@@ -158,17 +199,32 @@ fn prove(linker: &str) {
     r.finish();
     let (code, out, err) = align(&[s(&pie)]);
     assert_eq!(code, 0, "align {linker}/pie: {out}{err}");
-    assert_eq!(run_output(&pie), expected, "{linker}/pie prints something else after align");
+    assert_eq!(
+        run_output(&pie),
+        expected,
+        "{linker}/pie prints something else after align"
+    );
     fill_pmd_page_cache(&pie);
     let r = Running::start(&pie);
     assert_eq!(format!("{}\n", r.first_line), expected);
     let (after, maps) = r.text_pmd(&pie);
     for (start, off) in &maps {
-        assert_eq!((start - off) % PMD as u64, 0, "aligned PIE text mapped at {start:#x} for offset {off:#x}");
+        assert_eq!(
+            (start - off) % PMD as u64,
+            0,
+            "aligned PIE text mapped at {start:#x} for offset {off:#x}"
+        );
     }
-    assert!(after >= 16 * MIB, "{linker}/pie: FilePmdMapped {after} after align (before {before})");
+    assert!(
+        after >= 16 * MIB,
+        "{linker}/pie: FilePmdMapped {after} after align (before {before})"
+    );
     r.finish();
-    eprintln!("{linker}/pie: text FilePmdMapped {} KiB before align, {} KiB after", before / 1024, after / 1024);
+    eprintln!(
+        "{linker}/pie: text FilePmdMapped {} KiB before align, {} KiB after",
+        before / 1024,
+        after / 1024
+    );
     // Aligning again has nothing to do.
     assert_eq!(align(&[s(&pie)]).0, 2);
 
@@ -208,16 +264,31 @@ fn prove(linker: &str) {
     assert_eq!(code, 0, "{out}{err}");
     // The program itself has < 4 MiB of text: nothing to do for it.
     assert_eq!(align(&[s(&usebig)]).0, 3);
-    assert_eq!(run_output(&usebig), expected, "{linker}/usebig prints something else with the aligned library");
+    assert_eq!(
+        run_output(&usebig),
+        expected,
+        "{linker}/usebig prints something else with the aligned library"
+    );
     fill_pmd_page_cache(&lib);
     let r = Running::start(&usebig);
     let (after, maps) = smaps_file_pmd(r.child.id(), &lib);
     for (start, off) in &maps {
-        assert_eq!((start - off) % PMD as u64, 0, "aligned library text mapped at {start:#x} for offset {off:#x}");
+        assert_eq!(
+            (start - off) % PMD as u64,
+            0,
+            "aligned library text mapped at {start:#x} for offset {off:#x}"
+        );
     }
-    assert!(after >= 16 * MIB, "{linker}/libbig.so: FilePmdMapped {after} (before {before})");
+    assert!(
+        after >= 16 * MIB,
+        "{linker}/libbig.so: FilePmdMapped {after} (before {before})"
+    );
     r.finish();
-    eprintln!("{linker}/libbig.so: text FilePmdMapped {} KiB before align, {} KiB after", before / 1024, after / 1024);
+    eprintln!(
+        "{linker}/libbig.so: text FilePmdMapped {} KiB before align, {} KiB after",
+        before / 1024,
+        after / 1024
+    );
 }
 
 #[test]
@@ -262,7 +333,10 @@ fn in_place_keeps_mode_owner_xattrs_and_capabilities() {
     std::os::unix::fs::chown(&f, Some(1234), Some(5678)).unwrap();
     fs::set_permissions(&f, fs::Permissions::from_mode(0o750)).unwrap();
     xattr_set(&f, "user.hugetext-test", b"keep me");
-    let st = Command::new("setcap").args(["cap_net_raw+ep", s(&f)]).status().expect("setcap (libcap2-bin, scripts/install-deps.sh)");
+    let st = Command::new("setcap")
+        .args(["cap_net_raw+ep", s(&f)])
+        .status()
+        .expect("setcap (libcap2-bin, scripts/install-deps.sh)");
     assert!(st.success());
     let cap_before = xattr_get(&f, "security.capability").expect("setcap set no capability");
     let ino_before = fs::metadata(&f).unwrap().ino();
@@ -270,16 +344,26 @@ fn in_place_keeps_mode_owner_xattrs_and_capabilities() {
     let (code, out, err) = align(&[s(&f)]);
     assert_eq!(code, 0, "{out}{err}");
     let m = fs::metadata(&f).unwrap();
-    assert_ne!(m.ino(), ino_before, "in-place align must replace the file, not write into it");
+    assert_ne!(
+        m.ino(),
+        ino_before,
+        "in-place align must replace the file, not write into it"
+    );
     assert_eq!(m.mode() & 0o7777, 0o750);
     assert_eq!((m.uid(), m.gid()), (1234, 5678));
     assert_eq!(xattr_get(&f, "user.hugetext-test").as_deref(), Some(&b"keep me"[..]));
     assert_eq!(xattr_get(&f, "security.capability"), Some(cap_before));
     let getcap = Command::new("getcap").arg(&f).output().unwrap();
-    assert!(String::from_utf8_lossy(&getcap.stdout).contains("cap_net_raw"), "{getcap:?}");
+    assert!(
+        String::from_utf8_lossy(&getcap.stdout).contains("cap_net_raw"),
+        "{getcap:?}"
+    );
     assert_eq!(run_output(&f), expected);
     // No temporary files left behind.
-    let left: Vec<_> = fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    let left: Vec<_> = fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
     assert_eq!(left.len(), 1, "{left:?}");
 }
 
@@ -302,7 +386,10 @@ fn output_option_leaves_input_untouched_and_dry_run_writes_nothing() {
     assert_eq!(fs::metadata(&f).unwrap().mtime_nsec(), mtime);
     assert_eq!(fs::metadata(&out).unwrap().len(), orig.len() as u64 + 4096);
     // The output is executable like the input.
-    assert_eq!(fs::metadata(&out).unwrap().mode() & 0o777, fs::metadata(&f).unwrap().mode() & 0o777);
+    assert_eq!(
+        fs::metadata(&out).unwrap().mode() & 0o777,
+        fs::metadata(&f).unwrap().mode() & 0o777
+    );
 }
 
 #[test]
@@ -328,7 +415,12 @@ fn signed_files_are_refused_unless_forced() {
     let sig = dir.path().join("sig.bin");
     fs::write(&sig, [0x5a; 64]).unwrap();
     let signed = dir.path().join("signed");
-    let st = Command::new("objcopy").arg(format!("--add-section=.signature={}", s(&sig))).arg(&f).arg(&signed).status().unwrap();
+    let st = Command::new("objcopy")
+        .arg(format!("--add-section=.signature={}", s(&sig)))
+        .arg(&f)
+        .arg(&signed)
+        .status()
+        .unwrap();
     assert!(st.success());
     let before = fs::read(&signed).unwrap();
     let (code, out, err) = align(&[s(&signed)]);
@@ -348,7 +440,11 @@ fn signed_files_are_refused_unless_forced() {
     assert!(out.contains("security.ima"), "{out}");
     let (code, _, _) = align(&[s(&g), "--force"]);
     assert_eq!(code, 0);
-    assert_eq!(xattr_get(&g, "security.ima"), None, "a stale IMA xattr must not be copied");
+    assert_eq!(
+        xattr_get(&g, "security.ima"),
+        None,
+        "a stale IMA xattr must not be copied"
+    );
 }
 
 #[test]
@@ -356,7 +452,12 @@ fn appended_data_is_warned_about_and_kept() {
     let dir = common::scratch();
     let f = copy_fixture(dir.path(), "lld", "pie");
     let expected = run_output(&f);
-    fs::OpenOptions::new().append(true).open(&f).unwrap().write_all(b"APPENDED-PAYLOAD").unwrap();
+    fs::OpenOptions::new()
+        .append(true)
+        .open(&f)
+        .unwrap()
+        .write_all(b"APPENDED-PAYLOAD")
+        .unwrap();
     let (code, out, err) = align(&[s(&f)]);
     assert_eq!(code, 0, "{out}{err}");
     assert!(err.contains("appended"), "{err}");
@@ -388,7 +489,11 @@ fn phdr_offsets(path: &Path) -> Vec<(usize, u32, u32)> {
     (0..phnum)
         .map(|i| {
             let o = phoff + i * 56;
-            (o, u32::from_le_bytes(d[o..o + 4].try_into().unwrap()), u32::from_le_bytes(d[o + 4..o + 8].try_into().unwrap()))
+            (
+                o,
+                u32::from_le_bytes(d[o..o + 4].try_into().unwrap()),
+                u32::from_le_bytes(d[o + 4..o + 8].try_into().unwrap()),
+            )
         })
         .collect()
 }
@@ -438,8 +543,16 @@ fn bad_inputs_fail_cleanly_and_leave_the_file_intact() {
     fs::write(&asm, ".globl _start\n_start: mov $1, %eax\n int $0x80\n").unwrap();
     let obj = d.join("s.o");
     let x32 = d.join("x32");
-    assert!(Command::new("as").args(["--32", "-o", s(&obj), s(&asm)]).status().unwrap().success());
-    assert!(Command::new("ld").args(["-m", "elf_i386", "-o", s(&x32), s(&obj)]).status().unwrap().success());
+    assert!(Command::new("as")
+        .args(["--32", "-o", s(&obj), s(&asm)])
+        .status()
+        .unwrap()
+        .success());
+    assert!(Command::new("ld")
+        .args(["-m", "elf_i386", "-o", s(&x32), s(&obj)])
+        .status()
+        .unwrap()
+        .success());
     let m = assert_clean_failure(&[s(&x32)], &x32, 3);
     assert!(m.contains("32-bit"), "{m}");
 
@@ -470,7 +583,11 @@ fn bad_inputs_fail_cleanly_and_leave_the_file_intact() {
     // Writable text (RWX PT_LOAD): cannot be improved.
     let rwx = d.join("rwx");
     fs::copy(common::fixture("bfd", "pie"), &rwx).unwrap();
-    let text = phdr_offsets(&rwx).into_iter().find(|&(_, t, flags)| t == 1 && flags & 1 == 1).unwrap().0;
+    let text = phdr_offsets(&rwx)
+        .into_iter()
+        .find(|&(_, t, flags)| t == 1 && flags & 1 == 1)
+        .unwrap()
+        .0;
     patch(&rwx, text + 4, &7u32.to_le_bytes());
     let m = assert_clean_failure(&[s(&rwx)], &rwx, 3);
     assert!(m.contains("writable"), "{m}");
@@ -508,7 +625,11 @@ struct SmallFs {
 impl SmallFs {
     fn mount(size: &str) -> Option<SmallFs> {
         let dir = common::scratch();
-        let st = Command::new("mount").args(["-t", "tmpfs", "-o", &format!("size={size}"), "hugetext-test"]).arg(dir.path()).status().ok()?;
+        let st = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "hugetext-test"])
+            .arg(dir.path())
+            .status()
+            .ok()?;
         st.success().then_some(SmallFs { dir })
     }
 }
@@ -529,7 +650,10 @@ fn disk_full_halfway_leaves_the_original_intact() {
     fs::copy(common::fixture("lld", "pie"), &f).unwrap();
     let m = assert_clean_failure(&[s(&f)], &f, 1);
     assert!(m.contains("No space left on device"), "{m}");
-    let left: Vec<_> = fs::read_dir(small.dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    let left: Vec<_> = fs::read_dir(small.dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
     assert_eq!(left.len(), 1, "temporary file left behind: {left:?}");
     assert_eq!(run_output(&f), run_output(&common::fixture("lld", "pie")));
 }
@@ -571,11 +695,20 @@ fn fuzz_regressions_and_seeds() {
         let f = dir.path().join(format!("r{i}"));
         fs::write(&f, &data[4..]).unwrap();
         let size = hint.min(8 << 20).max(data.len() as u64 - 4);
-        fs::OpenOptions::new().write(true).open(&f).unwrap().set_len(size).unwrap();
+        fs::OpenOptions::new()
+            .write(true)
+            .open(&f)
+            .unwrap()
+            .set_len(size)
+            .unwrap();
         let out_path = dir.path().join(format!("r{i}.out"));
         let (code, out, err) = align(&[s(&f), "--force", "-o", s(&out_path)]);
         assert!(matches!(code, 0..=3), "{}: exit {code}: {out}{err}", p.display());
-        assert!(!err.contains("internal error") && !err.contains("verification"), "{}: {err}", p.display());
+        assert!(
+            !err.contains("internal error") && !err.contains("verification"),
+            "{}: {err}",
+            p.display()
+        );
         if code == 1 {
             assert_eq!(err.lines().count(), 1, "{}: {err}", p.display());
         }

@@ -17,8 +17,13 @@ fn check_json(files: &[&Path]) -> (i32, Vec<Value>, String) {
     args.extend(files.iter().map(|p| p.to_str().unwrap().to_string()));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let out = common::hugetext(&args);
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("bad JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)));
-    (out.status.code().unwrap_or(-1), v.as_array().unwrap().clone(), String::from_utf8_lossy(&out.stderr).into_owned())
+    let v: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("bad JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)));
+    (
+        out.status.code().unwrap_or(-1),
+        v.as_array().unwrap().clone(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 fn one(path: &Path) -> Value {
@@ -36,7 +41,12 @@ fn fixtures_report_what_align_can_do() {
     for linker in ["bfd", "lld", "mold"] {
         for name in ["pie", "nopie", "libbig.so"] {
             let r = one(&common::fixture(linker, name));
-            let text = r["segments"].as_array().unwrap().iter().find(|s| s["executable"] == true && u(s, "whole_windows") > 0).unwrap();
+            let text = r["segments"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|s| s["executable"] == true && u(s, "whole_windows") > 0)
+                .unwrap();
             // ~20 MiB of text: 9 whole windows (18 MiB) whatever the layout.
             assert_eq!(u(text, "whole_windows"), 9, "{linker}/{name}");
             assert_eq!(u(&r, "pmd_mappable_bytes_after_align"), 18 * MIB, "{linker}/{name}");
@@ -85,7 +95,10 @@ fn human_output_and_errors() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("not an ELF file"), "{err}");
-    assert!(String::from_utf8_lossy(&out.stdout).contains("verdict"), "the good file is still reported");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("verdict"),
+        "the good file is still reported"
+    );
 }
 
 fn is_elf(p: &Path) -> bool {
@@ -133,8 +146,14 @@ fn sweep_usr_bin_and_usr_lib() {
             }
             reports += 1;
             let verdict = e["verdict"].as_str().unwrap();
-            assert!(!e["reasons"].as_array().unwrap().is_empty() || verdict == "improvable", "no reason given: {e}");
-            assert!(u(e, "pmd_mappable_bytes") <= u(e, "pmd_mappable_bytes_after_align"), "{e}");
+            assert!(
+                !e["reasons"].as_array().unwrap().is_empty() || verdict == "improvable",
+                "no reason given: {e}"
+            );
+            assert!(
+                u(e, "pmd_mappable_bytes") <= u(e, "pmd_mappable_bytes_after_align"),
+                "{e}"
+            );
             match verdict {
                 "improvable" => improvable += 1,
                 "pmd-mappable" => mappable += 1,

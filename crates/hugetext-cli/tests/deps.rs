@@ -11,7 +11,12 @@ use hugetext::elf::resolve_deps;
 /// What ldd (ld.so in trace mode) loads, as canonical paths.
 fn ldd(exe: &Path) -> BTreeSet<PathBuf> {
     let out = Command::new("ldd").arg(exe).output().expect("ldd");
-    assert!(out.status.success(), "ldd {}: {}", exe.display(), String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "ldd {}: {}",
+        exe.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
     let mut set = BTreeSet::new();
     for line in String::from_utf8_lossy(&out.stdout).lines() {
         let line = line.trim();
@@ -32,7 +37,11 @@ fn compare(exe: &Path) -> usize {
     let unique: BTreeSet<PathBuf> = ours.iter().cloned().collect();
     assert_eq!(unique.len(), ours.len(), "duplicates in {ours:?}");
     for p in &ours {
-        assert!(p.is_absolute() && p.canonicalize().unwrap() == *p, "not canonical: {}", p.display());
+        assert!(
+            p.is_absolute() && p.canonicalize().unwrap() == *p,
+            "not canonical: {}",
+            p.display()
+        );
     }
     assert_eq!(unique, ldd(exe), "{}", exe.display());
     ours.len()
@@ -40,7 +49,13 @@ fn compare(exe: &Path) -> usize {
 
 #[test]
 fn matches_ldd_on_system_programs() {
-    for exe in ["/usr/bin/python3", "/usr/bin/ls", "/usr/bin/perf", "/usr/bin/gdb", "/usr/bin/cmake"] {
+    for exe in [
+        "/usr/bin/python3",
+        "/usr/bin/ls",
+        "/usr/bin/perf",
+        "/usr/bin/gdb",
+        "/usr/bin/cmake",
+    ] {
         let exe = Path::new(exe);
         if !exe.exists() {
             continue;
@@ -86,7 +101,9 @@ fn ld_library_path_and_missing_libraries() {
 
 #[test]
 fn ld_library_path_child() {
-    let Some(exe) = std::env::var_os("HUGETEXT_TEST_EXE") else { return };
+    let Some(exe) = std::env::var_os("HUGETEXT_TEST_EXE") else {
+        return;
+    };
     let deps = resolve_deps(Path::new(&exe)).unwrap();
     assert!(deps.iter().any(|p| p.ends_with("libbig.so")), "{deps:?}");
     assert_eq!(deps.iter().cloned().collect::<BTreeSet<_>>(), ldd(Path::new(&exe)));
@@ -101,7 +118,14 @@ fn static_and_non_elf() {
     let src = dir.path().join("s.c");
     std::fs::write(&src, "int main(void){return 0;}\n").unwrap();
     let st = dir.path().join("static");
-    if Command::new("gcc").args(["-static", "-o"]).arg(&st).arg(&src).status().map(|s| s.success()).unwrap_or(false) {
+    if Command::new("gcc")
+        .args(["-static", "-o"])
+        .arg(&st)
+        .arg(&src)
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
+    {
         assert_eq!(resolve_deps(&st).unwrap(), Vec::<PathBuf>::new());
     }
 }

@@ -17,7 +17,12 @@ fn doctor_json(path: &str) -> Value {
 }
 
 fn check<'a>(v: &'a Value, id: &str) -> &'a Value {
-    v["checks"].as_array().unwrap().iter().find(|c| c["id"] == id).unwrap_or_else(|| panic!("no check {id} in {v}"))
+    v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["id"] == id)
+        .unwrap_or_else(|| panic!("no check {id} in {v}"))
 }
 
 #[test]
@@ -57,17 +62,32 @@ fn findings_match_the_kernel() {
         Some("y") => assert_ne!(check(&v, "madv-collapse")["status"], "no"),
         _ => {}
     }
-    assert_eq!(check(&v, "pfn-access")["status"], if kernel::pfn_access() { "ok" } else { "warn" });
-    assert_eq!(check(&v, "pagemap-scan")["value"], if kernel::pagemap_scan_supported() { "yes" } else { "no" });
+    assert_eq!(
+        check(&v, "pfn-access")["status"],
+        if kernel::pfn_access() { "ok" } else { "warn" }
+    );
+    assert_eq!(
+        check(&v, "pagemap-scan")["value"],
+        if kernel::pagemap_scan_supported() { "yes" } else { "no" }
+    );
     let (a, b) = kernel::glibc_version().unwrap();
     assert_eq!(check(&v, "glibc")["value"], format!("{a}.{b}").as_str());
     // The scratch file is gone; ours is the only file left.
-    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
     assert_eq!(left, vec![std::ffi::OsString::from("mine")]);
     // The table names every check.
     let out = common::hugetext(&["doctor", "--path", d]);
     let text = String::from_utf8_lossy(&out.stdout);
-    for word in ["kernel", "PMD-order page-cache folios", "MADV_COLLAPSE", "pagemap PFN access", "glibc"] {
+    for word in [
+        "kernel",
+        "PMD-order page-cache folios",
+        "MADV_COLLAPSE",
+        "pagemap PFN access",
+        "glibc",
+    ] {
         assert!(text.contains(word), "{word} missing: {text}");
     }
 }
@@ -77,7 +97,13 @@ fn unprivileged_doctor_says_what_it_cannot_see() {
     // As nobody: no PFN access, and a root-owned directory cannot be probed.
     let dir = common::scratch();
     let out = Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", "--"])
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--",
+        ])
         .arg(common::bin())
         .args(["doctor", "--json", "--path", dir.path().to_str().unwrap()])
         .output()

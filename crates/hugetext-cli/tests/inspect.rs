@@ -72,7 +72,9 @@ impl Helper {
         let v = run_json(&args);
         let maps = v["processes"][0]["mappings"].as_array().expect("mappings").clone();
         let start = format!("{:#x}", self.addr);
-        maps.into_iter().find(|m| m["start"] == start.as_str()).unwrap_or_else(|| panic!("no mapping {start} in {v}"))
+        maps.into_iter()
+            .find(|m| m["start"] == start.as_str())
+            .unwrap_or_else(|| panic!("no mapping {start} in {v}"))
     }
 }
 
@@ -86,7 +88,11 @@ impl Drop for Helper {
 
 fn run_json(args: &[&str]) -> Value {
     let out = common::hugetext(args);
-    assert!(out.status.success(), "hugetext {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "hugetext {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
 }
 
@@ -111,7 +117,9 @@ fn scratch_file(dir: &Path, name: &str, mib: usize) -> PathBuf {
 /// The helper side: set up the mapping the mode asks for, then wait.
 #[test]
 fn helper_entry() {
-    let Ok(spec) = std::env::var("HUGETEXT_TEST_HELPER") else { return };
+    let Ok(spec) = std::env::var("HUGETEXT_TEST_HELPER") else {
+        return;
+    };
     let (mode, path) = spec.split_once(':').unwrap();
     let pmd = kernel::pmd_size();
     let rx = libc::PROT_READ | libc::PROT_EXEC;
@@ -173,7 +181,11 @@ fn pmd_mapped_file_equals_file_pmd_mapped() {
     let h = Helper::start("file-pmd", &p);
     let m = h.inspect_mapping(&[]);
     let smaps = h.smaps();
-    assert_eq!(smaps.file_pmd_kb, 8 * 1024, "kernel did not PMD-map the file: {smaps:?}");
+    assert_eq!(
+        smaps.file_pmd_kb,
+        8 * 1024,
+        "kernel did not PMD-map the file: {smaps:?}"
+    );
     assert_eq!(kb(&m, "file-thp-pmd-aligned-2048kB"), smaps.file_pmd_kb, "{m}");
     assert_eq!(kb(&m, "file_kb"), smaps.rss_kb);
     assert_eq!(kb(&m, "file-thp-pte-aligned-2048kB"), 0);
@@ -207,7 +219,10 @@ fn same_pmd_folios_one_page_off_are_unaligned() {
     let pid = h.pid().to_string();
     let r = run_json(&["inspect", "--pid", &pid, "--rollup", "--json"]);
     assert!(r["total"]["file-thp-pte-unaligned-2048kB"].as_u64().unwrap() >= 8 * 1024);
-    assert_eq!(r["total"]["unique"]["file-thp-pte-unaligned-2048kB"], r["total"]["file-thp-pte-unaligned-2048kB"]);
+    assert_eq!(
+        r["total"]["unique"]["file-thp-pte-unaligned-2048kB"],
+        r["total"]["file-thp-pte-unaligned-2048kB"]
+    );
 }
 
 #[test]
@@ -225,10 +240,19 @@ fn pmd_folios_mapped_aligned_by_ptes_and_shared_text_counted_once() {
     assert!(kb(t, "file-thp-pte-unaligned-2048kB") >= 4096);
     let u = &t["unique"];
     // Both helpers also share this test binary's and libc's text.
-    assert!(kb(t, "file_kb") - kb(u, "file_kb") >= 4096, "the shared 4 MiB is counted once: {r}");
+    assert!(
+        kb(t, "file_kb") - kb(u, "file_kb") >= 4096,
+        "the shared 4 MiB is counted once: {r}"
+    );
     assert!(kb(u, "file-base-page") < kb(t, "file-base-page"));
-    assert_eq!(kb(u, "file-thp-pmd-aligned-2048kB"), kb(t, "file-thp-pmd-aligned-2048kB"));
-    assert_eq!(kb(u, "file-thp-pte-unaligned-2048kB"), kb(t, "file-thp-pte-unaligned-2048kB") - 4096);
+    assert_eq!(
+        kb(u, "file-thp-pmd-aligned-2048kB"),
+        kb(t, "file-thp-pmd-aligned-2048kB")
+    );
+    assert_eq!(
+        kb(u, "file-thp-pte-unaligned-2048kB"),
+        kb(t, "file-thp-pte-unaligned-2048kB") - 4096
+    );
 }
 
 #[test]
@@ -241,7 +265,11 @@ fn anon_thp_equals_anon_huge_pages() {
     let pid = h.pid().to_string();
     let v = run_json(&["inspect", "--pid", &pid, "--json"]);
     let start = format!("{:#x}", h.addr);
-    assert!(!v["processes"][0]["mappings"].as_array().unwrap().iter().any(|m| m["start"] == start.as_str()));
+    assert!(!v["processes"][0]["mappings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|m| m["start"] == start.as_str()));
     let m = h.inspect_mapping(&["--all"]);
     assert_eq!(kb(&m, "anon-thp-pmd-aligned-2048kB"), smaps.anon_huge_kb, "{m}");
     assert_eq!(kb(&m, "anon_kb"), smaps.anonymous_kb);
@@ -285,7 +313,10 @@ fn file_view_of_unmapped_file() {
     assert_eq!(f["pmd_windows_huge"], 3);
     let out = common::hugetext(&["inspect", "--file", p.to_str().unwrap()]);
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success() && text.contains("in 2048kB folios") && text.contains("3/3"), "{text}");
+    assert!(
+        out.status.success() && text.contains("in 2048kB folios") && text.contains("3/3"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -345,7 +376,13 @@ fn system_and_cgroup_views_skip_what_they_cannot_read() {
     zombie.wait().unwrap();
     // As an unprivileged user most processes are unreadable: counted, no abort.
     let out = Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", "--"])
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--",
+        ])
         .arg(common::bin())
         .args(["inspect", "--rollup", "--json"])
         .output()
@@ -360,7 +397,10 @@ fn system_and_cgroup_views_skip_what_they_cannot_read() {
         if Path::new(&path).join("cgroup.procs").exists() {
             let v = run_json(&["inspect", "--cgroup", &path, "--rollup", "--json"]);
             let me = std::process::id() as i64;
-            assert!(v["processes"].as_array().unwrap().iter().any(|p| p["pid"] == me), "{path}");
+            assert!(
+                v["processes"].as_array().unwrap().iter().any(|p| p["pid"] == me),
+                "{path}"
+            );
         }
     }
 }
@@ -387,7 +427,10 @@ fn assert_one_line_error(args: &[&str], needle: &str) {
     assert!(!out.status.success(), "{args:?} should fail");
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
-    assert!(err.starts_with("hugetext: error:") && err.contains(needle), "{args:?}: {err}");
+    assert!(
+        err.starts_with("hugetext: error:") && err.contains(needle),
+        "{args:?}: {err}"
+    );
     assert!(!err.contains("panicked") && !err.contains("internal error"));
 }
 
@@ -407,14 +450,22 @@ fn bad_input_is_one_line() {
 fn table_output_for_a_real_program() {
     // A fixture program's text, as the demo shows it.
     let exe = common::fixture("bfd", "pie");
-    let mut child = Command::new(&exe).arg("wait").stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+    let mut child = Command::new(&exe)
+        .arg("wait")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     assert!(lines.any(|l| l.unwrap().contains("ready")), "fixture never got ready");
     let pid = child.id().to_string();
     let out = common::hugetext(&["inspect", "--pid", &pid]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(text.contains(exe.to_str().unwrap()) && text.contains("file-") && text.contains("% mapped"), "{text}");
+    assert!(
+        text.contains(exe.to_str().unwrap()) && text.contains("file-") && text.contains("% mapped"),
+        "{text}"
+    );
     let out = common::hugetext(&["inspect", "--pid", &pid, "--rollup"]);
     assert!(String::from_utf8_lossy(&out.stdout).contains("PMD-mapped"));
     drop(child.stdin.take());

@@ -16,7 +16,11 @@ const MIB: u64 = 1 << 20;
 
 fn preload() -> PathBuf {
     let p = common::target_profile_dir().join("libhugetext.so");
-    assert!(p.exists(), "{} missing: build the workspace first (cargo build --release)", p.display());
+    assert!(
+        p.exists(),
+        "{} missing: build the workspace first (cargo build --release)",
+        p.display()
+    );
     p
 }
 
@@ -50,7 +54,12 @@ struct Running {
 
 impl Running {
     fn start(mut cmd: Command) -> Running {
-        let mut child = cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn");
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn");
         let mut out = BufReader::new(child.stdout.take().unwrap());
         let mut first_line = String::new();
         out.read_line(&mut first_line).unwrap();
@@ -59,7 +68,10 @@ impl Running {
         if ready.trim() != "ready" {
             let _ = child.kill();
             let o = child.wait_with_output().unwrap();
-            panic!("fixture not ready: {first_line:?} {ready:?} stderr: {}", text(&o.stderr));
+            panic!(
+                "fixture not ready: {first_line:?} {ready:?} stderr: {}",
+                text(&o.stderr)
+            );
         }
         Running { child, first_line }
     }
@@ -85,7 +97,9 @@ impl Running {
 
     fn stop(mut self) -> String {
         drop(self.child.stdin.take());
-        let o = std::mem::replace(&mut self.child, Command::new("true").spawn().unwrap()).wait_with_output().unwrap();
+        let o = std::mem::replace(&mut self.child, Command::new("true").spawn().unwrap())
+            .wait_with_output()
+            .unwrap();
         assert!(o.status.success(), "fixture failed: {:?}", o.status);
         text(&o.stderr)
     }
@@ -101,7 +115,12 @@ impl Drop for Running {
 fn run_waiting(args: &[&str], prog: &Path) -> Running {
     preload();
     let mut cmd = Command::new(common::bin());
-    cmd.arg("run").args(args).arg("--").arg(prog).arg("wait").env_remove("HUGETEXT_STRATEGY");
+    cmd.arg("run")
+        .args(args)
+        .arg("--")
+        .arg(prog)
+        .arg("wait")
+        .env_remove("HUGETEXT_STRATEGY");
     Running::start(cmd)
 }
 
@@ -112,7 +131,11 @@ fn private_copy(linker: &str, names: &[&str]) -> (tempfile::TempDir, PathBuf) {
     for n in names {
         // Copy in a child process: a write fd of ours could leak into a
         // concurrently forked test child and make exec fail with ETXTBSY.
-        let st = Command::new("cp").arg(common::fixture(linker, n)).arg(dir.path().join(n)).status().unwrap();
+        let st = Command::new("cp")
+            .arg(common::fixture(linker, n))
+            .arg(dir.path().join(n))
+            .status()
+            .unwrap();
         assert!(st.success());
         // Written back, so that its page cache is clean and evictable.
         std::fs::File::open(dir.path().join(n)).unwrap().sync_all().unwrap();
@@ -128,15 +151,31 @@ fn every_fixture_prints_the_same_and_runs_with_huge_text() {
             let prog = common::fixture(linker, name);
             let a = alone(&prog);
             let r = run(&[], &prog, &[]);
-            assert!(r.status.success(), "{linker}/{name}: {:?} {}", r.status, text(&r.stderr));
-            assert_eq!(text(&r.stdout), text(&a.stdout), "{linker}/{name} prints something else under run");
+            assert!(
+                r.status.success(),
+                "{linker}/{name}: {:?} {}",
+                r.status,
+                text(&r.stderr)
+            );
+            assert_eq!(
+                text(&r.stdout),
+                text(&a.stdout),
+                "{linker}/{name} prints something else under run"
+            );
             assert_eq!(text(&r.stderr), "", "{linker}/{name}: run is not silent without -v");
             if name == "small" {
                 continue;
             }
             let running = run_waiting(&[], &prog);
-            assert_eq!(running.first_line, text(&a.stdout).lines().next().unwrap().to_string() + "\n");
-            let big = if name == "usebig" { common::fixture(linker, "libbig.so") } else { prog.clone() };
+            assert_eq!(
+                running.first_line,
+                text(&a.stdout).lines().next().unwrap().to_string() + "\n"
+            );
+            let big = if name == "usebig" {
+                common::fixture(linker, "libbig.so")
+            } else {
+                prog.clone()
+            };
             let (file, anon, _) = running.huge_of(&big);
             assert!(
                 file + anon >= 12 * MIB,
@@ -183,12 +222,19 @@ fn copy_strategy_moves_text_and_names_symbols_for_perf() {
     let map = PathBuf::from(format!("/tmp/perf-{}.map", running.pid()));
     let syms = std::fs::read_to_string(&map).unwrap_or_default();
     let _ = std::fs::remove_file(&map);
-    assert!(syms.lines().any(|l| l.ends_with(" f10")), "no f10 in {}: {syms}", map.display());
+    assert!(
+        syms.lines().any(|l| l.ends_with(" f10")),
+        "no f10 in {}: {syms}",
+        map.display()
+    );
     // Every moved function's address is inside a copied text mapping.
     let copied: Vec<_> = running.text().into_iter().filter(|m| m.copied).collect();
     for l in syms.lines() {
         let a = u64::from_str_radix(l.split(' ').next().unwrap(), 16).unwrap();
-        assert!(copied.iter().any(|m| m.start <= a && a < m.end), "{l} outside the copies {copied:#?}");
+        assert!(
+            copied.iter().any(|m| m.start <= a && a < m.end),
+            "{l} outside the copies {copied:#?}"
+        );
     }
     running.stop();
 }
@@ -216,7 +262,11 @@ fn collapse_strategy_works_or_says_why() {
 fn gdb_mode_never_copies() {
     let prog = common::fixture("lld", "nopie");
     let running = run_waiting(&["--gdb", "-v"], &prog);
-    assert!(running.text().iter().all(|m| !m.copied && m.anonymous == 0), "{:#?}", running.text());
+    assert!(
+        running.text().iter().all(|m| !m.copied && m.anonymous == 0),
+        "{:#?}",
+        running.text()
+    );
     let err = running.stop();
     assert!(err.contains("gdb-friendly"), "{err}");
 }
@@ -260,11 +310,18 @@ fn exit_status_and_errors() {
     let (c, e) = h(&["run", "--include", "(x|y)", "--", "true"]);
     assert_eq!(c, Some(2));
     assert!(e.contains("group"), "{e}");
-    let o = Command::new(common::bin()).args(["run", "--", "true"]).env("HUGETEXT_PRELOAD", "/no/libhugetext.so").output().unwrap();
+    let o = Command::new(common::bin())
+        .args(["run", "--", "true"])
+        .env("HUGETEXT_PRELOAD", "/no/libhugetext.so")
+        .output()
+        .unwrap();
     assert_eq!(o.status.code(), Some(125));
     assert!(text(&o.stderr).contains("HUGETEXT_PRELOAD"));
     // Same pid: the program is exec'ed, not spawned.
-    let o = Command::new(common::bin()).args(["run", "--", "sh", "-c", "echo $$"]).output().unwrap();
+    let o = Command::new(common::bin())
+        .args(["run", "--", "sh", "-c", "echo $$"])
+        .output()
+        .unwrap();
     assert!(o.status.success());
 }
 
@@ -314,7 +371,13 @@ fn cprogs() -> &'static Path {
                 .unwrap();
             assert!(st.success(), "compiling remap_threads.c failed");
         }
-        let st = Command::new("gcc").args(["-O1", "-w"]).arg(src.join("wrap.c")).arg("-o").arg(dir.join("wrap")).status().unwrap();
+        let st = Command::new("gcc")
+            .args(["-O1", "-w"])
+            .arg(src.join("wrap.c"))
+            .arg("-o")
+            .arg(dir.join("wrap"))
+            .status()
+            .unwrap();
         assert!(st.success(), "compiling wrap.c failed");
         dir.canonicalize().unwrap()
     })
@@ -322,7 +385,11 @@ fn cprogs() -> &'static Path {
 
 fn cprog(args: &[&str], name: &str) -> Output {
     preload();
-    let o = Command::new(cprogs().join(name)).args(args).env("HUGETEXT_VERBOSE", "1").output().unwrap();
+    let o = Command::new(cprogs().join(name))
+        .args(args)
+        .env("HUGETEXT_VERBOSE", "1")
+        .output()
+        .unwrap();
     o
 }
 
@@ -355,12 +422,25 @@ fn c_api_with_threads_running_the_text_20_of_20() {
             }
             let o = cmd.output().unwrap();
             let (out, err) = (text(&o.stdout), text(&o.stderr));
-            assert!(o.status.success() && out.ends_with("clean\n"), "{linker} run {i}: {:?}\n{out}\n{err}", o.status);
-            let first: i64 = out.lines().next().unwrap().trim_start_matches("remapped=").parse().unwrap();
+            assert!(
+                o.status.success() && out.ends_with("clean\n"),
+                "{linker} run {i}: {:?}\n{out}\n{err}",
+                o.status
+            );
+            let first: i64 = out
+                .lines()
+                .next()
+                .unwrap()
+                .trim_start_matches("remapped=")
+                .parse()
+                .unwrap();
             assert!(first >= 12 * MIB as i64, "{linker} run {i}: remapped={first}\n{err}");
             if linker == "bfd" {
                 // The first call's line for the library.
-                let first_call = err.lines().find(|l| l.contains(&lib.display().to_string()) && l.contains(" huge (")).unwrap_or_else(|| panic!("{err}"));
+                let first_call = err
+                    .lines()
+                    .find(|l| l.contains(&lib.display().to_string()) && l.contains(" huge ("))
+                    .unwrap_or_else(|| panic!("{err}"));
                 if !first_call.contains("file 0.0 MiB") {
                     file_route_runs += 1;
                 } else {
@@ -381,9 +461,19 @@ fn signals_fork_and_exec_after_remap() {
     for linker in ["lld", "bfd"] {
         let p = format!("remap_threads_{linker}");
         let o = cprog(&["signals", "3"], &p);
-        assert!(o.status.success() && text(&o.stdout).ends_with("clean\n"), "signals {linker}: {:?} {}", o.status, text(&o.stderr));
+        assert!(
+            o.status.success() && text(&o.stdout).ends_with("clean\n"),
+            "signals {linker}: {:?} {}",
+            o.status,
+            text(&o.stderr)
+        );
         let o = cprog(&["fork"], &p);
-        assert!(o.status.success() && text(&o.stdout).ends_with("clean\n"), "fork {linker}: {:?} {}", o.status, text(&o.stderr));
+        assert!(
+            o.status.success() && text(&o.stdout).ends_with("clean\n"),
+            "fork {linker}: {:?} {}",
+            o.status,
+            text(&o.stderr)
+        );
         let small = common::fixture(linker, "small");
         let o = cprog(&["exec", small.to_str().unwrap()], &p);
         assert!(o.status.success(), "exec {linker}: {:?} {}", o.status, text(&o.stderr));
@@ -395,7 +485,10 @@ fn signals_fork_and_exec_after_remap() {
 fn c_api_second_call_counts_what_the_first_did() {
     let o = cprog(&["threads", "3"], "remap_threads_lld");
     let out = text(&o.stdout);
-    let v: Vec<i64> = out.lines().filter_map(|l| l.strip_prefix("remapped=")?.parse().ok()).collect();
+    let v: Vec<i64> = out
+        .lines()
+        .filter_map(|l| l.strip_prefix("remapped=")?.parse().ok())
+        .collect();
     assert_eq!(v.len(), 3, "{out}");
     assert!(v[0] >= 16 * MIB as i64 && v.iter().all(|&x| x == v[0]), "{v:?}");
 }
@@ -433,10 +526,18 @@ fn seccomp_restricted_program_runs_and_says_why() {
     ] {
         let prog = common::fixture(linker, "pie");
         let o = wrapped(mode, "auto", &prog);
-        assert!(o.status.success(), "{mode} {linker}: {:?} {}", o.status, text(&o.stderr));
+        assert!(
+            o.status.success(),
+            "{mode} {linker}: {:?} {}",
+            o.status,
+            text(&o.stderr)
+        );
         assert_eq!(text(&o.stdout), text(&alone(&prog).stdout), "{mode} {linker}");
         let err = text(&o.stderr);
-        assert!(err.contains(expect) && err.contains("text left in place"), "{mode} {linker}: {err}");
+        assert!(
+            err.contains(expect) && err.contains("text left in place"),
+            "{mode} {linker}: {err}"
+        );
     }
 }
 
@@ -445,7 +546,16 @@ fn header_declares_the_api() {
     let h = std::fs::read_to_string(common::root().join("include/hugetext.h")).unwrap();
     assert!(h.contains("long hugetext_remap_text(void);"));
     // And the library exports it.
-    let o = Command::new("nm").arg("-D").arg("--defined-only").arg(preload()).output().unwrap();
-    assert!(text(&o.stdout).contains(" T hugetext_remap_text"), "{}", text(&o.stdout));
+    let o = Command::new("nm")
+        .arg("-D")
+        .arg("--defined-only")
+        .arg(preload())
+        .output()
+        .unwrap();
+    assert!(
+        text(&o.stdout).contains(" T hugetext_remap_text"),
+        "{}",
+        text(&o.stdout)
+    );
     let _ = std::io::stdout().flush();
 }

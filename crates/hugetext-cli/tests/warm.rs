@@ -18,7 +18,9 @@ const PMD: u64 = 2 << 20;
 
 fn write_file(p: &Path, mib: u64) {
     let mut f = File::create(p).unwrap();
-    let block: Vec<u8> = (0..1u32 << 20).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    let block: Vec<u8> = (0..1u32 << 20)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
     for _ in 0..mib {
         f.write_all(&block).unwrap();
     }
@@ -73,7 +75,10 @@ fn file_pmd_mapped(pid: Option<u32>, addr: Option<usize>, name: Option<&str>) ->
     let mut kb = 0;
     for l in s.lines() {
         let first = l.split_whitespace().next().unwrap_or("");
-        if let Some((a, _)) = first.split_once('-').filter(|(a, _)| u64::from_str_radix(a, 16).is_ok()) {
+        if let Some((a, _)) = first
+            .split_once('-')
+            .filter(|(a, _)| u64::from_str_radix(a, 16).is_ok())
+        {
             let start = usize::from_str_radix(a, 16).unwrap();
             inside = addr.is_some_and(|x| x == start) || name.is_some_and(|n| l.trim_end().ends_with(n));
             continue;
@@ -95,7 +100,12 @@ struct Running {
 
 impl Running {
     fn start(exe: &Path) -> Running {
-        let mut child = Command::new(exe).arg("wait").stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+        let mut child = Command::new(exe)
+            .arg("wait")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
         let mut out = BufReader::new(child.stdout.take().unwrap());
         let mut first = String::new();
         out.read_line(&mut first).unwrap();
@@ -133,7 +143,10 @@ fn small_folios_warmed_then_plain_mapping_is_pmd_mapped() {
     read_small(&p);
     let before = folio::scan_file(&p, None).unwrap();
     assert_eq!(before.cached_kb, 32 * 1024);
-    assert!(before.pmd_windows.is_empty(), "exec faults should leave small folios: {before:?}");
+    assert!(
+        before.pmd_windows.is_empty(),
+        "exec faults should leave small folios: {before:?}"
+    );
 
     let v = warm_json(&[p.to_str().unwrap()]);
     let f = file_entry(&v, "data");
@@ -193,7 +206,11 @@ fn elf_warm_is_bounded_to_read_only_segments() {
     let mut checked = 0;
     for g in gaps.into_iter().filter(|g| g.start < g.end) {
         let s = folio::scan_file(&lib, Some(g.clone())).unwrap();
-        assert_eq!(s.cached_kb, 0, "read outside the segments at {:#x}..{:#x}: {s:?}", g.start, g.end);
+        assert_eq!(
+            s.cached_kb, 0,
+            "read outside the segments at {:#x}..{:#x}: {s:?}",
+            g.start, g.end
+        );
         checked += g.end - g.start;
     }
     assert!(checked > ps, "the fixture has gaps to check ({checked} bytes)");
@@ -226,7 +243,11 @@ fn running_instance_of_library_and_nopie_program_is_pmd_mapped() {
 
     let r = Running::start(&nopie);
     let kb = file_pmd_mapped(Some(r.pid()), None, "/nopie".into());
-    assert_eq!(kb, want_nopie * 2048, "nopie text (ET_EXEC, congruent) in the running program");
+    assert_eq!(
+        kb,
+        want_nopie * 2048,
+        "nopie text (ET_EXEC, congruent) in the running program"
+    );
     r.finish();
 }
 
@@ -260,7 +281,12 @@ fn blocked_by_a_running_process_is_reported_and_the_process_is_unharmed() {
     let e = file_entry(&v, "pie");
     assert!(e["blocked_kb"].as_u64().unwrap() > 0, "{e:#}");
     assert!(e["blocked_windows"].as_u64().unwrap() > 0);
-    let pids: Vec<u64> = e["blocked_by"].as_array().unwrap().iter().map(|p| p["pid"].as_u64().unwrap()).collect();
+    let pids: Vec<u64> = e["blocked_by"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["pid"].as_u64().unwrap())
+        .collect();
     assert!(pids.contains(&(r.pid() as u64)), "{e:#}");
     assert!(e["notes"].to_string().contains("--replace"), "{e:#}");
     // Still runs, and computes what it computed before.
@@ -268,7 +294,10 @@ fn blocked_by_a_running_process_is_reported_and_the_process_is_unharmed() {
     r.finish();
     let out = Command::new(&exe).output().unwrap();
     assert!(out.status.success());
-    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().next().unwrap(), first.trim());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).lines().next().unwrap(),
+        first.trim()
+    );
 }
 
 #[test]
@@ -316,7 +345,11 @@ fn replace_warms_a_copy_and_keeps_metadata() {
     r.finish();
     let out = Command::new(&exe).output().unwrap();
     assert!(out.status.success());
-    assert!(!dir.path().read_dir().unwrap().any(|e| e.unwrap().file_name().to_string_lossy().contains(".hugetext-")));
+    assert!(!dir
+        .path()
+        .read_dir()
+        .unwrap()
+        .any(|e| e.unwrap().file_name().to_string_lossy().contains(".hugetext-")));
 }
 
 fn set_xattr(p: &Path, name: &str, val: &[u8]) {
@@ -341,7 +374,9 @@ fn get_xattr(p: &Path, name: &str) -> Vec<u8> {
 #[test]
 fn tmpfs_says_pmd_folios_are_impossible() {
     let shm = Path::new("/dev/shm");
-    if !shm.is_dir() || kernel::sysfs_choice("/sys/kernel/mm/transparent_hugepage/shmem_enabled").as_deref() != Some("never") {
+    if !shm.is_dir()
+        || kernel::sysfs_choice("/sys/kernel/mm/transparent_hugepage/shmem_enabled").as_deref() != Some("never")
+    {
         // The claim under test only holds for shmem_enabled=never.
         return;
     }
@@ -368,7 +403,10 @@ fn memory_guard_refuses_and_touches_nothing() {
     let out = common::hugetext(&["warm", "--max-mem", "1M", p.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.starts_with("hugetext: error: refusing to warm 8.0 MiB") && err.lines().count() == 1, "{err}");
+    assert!(
+        err.starts_with("hugetext: error: refusing to warm 8.0 MiB") && err.lines().count() == 1,
+        "{err}"
+    );
     let after = folio::scan_file(&p, None).unwrap();
     assert_eq!(before.folios_kb, after.folios_kb, "the guard must act before evicting");
     let out = common::hugetext(&["warm", "--max-mem", "lots", p.to_str().unwrap()]);
@@ -390,13 +428,19 @@ fn config_file_lists_what_to_warm() {
 
     let out = common::hugetext(&["warm", "--config", conf.to_str().unwrap(), "--path-unit"]);
     let unit = String::from_utf8_lossy(&out.stdout);
-    assert!(unit.contains(&format!("PathChanged={}", a.display())) && unit.contains("Unit=hugetext-warm.service"), "{unit}");
+    assert!(
+        unit.contains(&format!("PathChanged={}", a.display())) && unit.contains("Unit=hugetext-warm.service"),
+        "{unit}"
+    );
 
     std::fs::write(&conf, "paths = [\"/bin/true\"]\nmax_memory = 3\n").unwrap();
     let out = common::hugetext(&["warm", "--config", conf.to_str().unwrap()]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1));
-    assert!(err.contains("line 2") && err.contains("max_memory") && err.lines().count() == 1, "{err}");
+    assert!(
+        err.contains("line 2") && err.contains("max_memory") && err.lines().count() == 1,
+        "{err}"
+    );
 }
 
 #[test]
@@ -412,7 +456,10 @@ fn bad_paths_give_one_clear_line_each() {
         assert_eq!(out.status.code(), Some(1), "{path}");
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(err.lines().count(), 1, "{err}");
-        assert!(err.starts_with("hugetext: error: ") && err.contains(path) && err.contains(want), "{err}");
+        assert!(
+            err.starts_with("hugetext: error: ") && err.contains(path) && err.contains(want),
+            "{err}"
+        );
     }
     // No permission: as nobody, a root-only file.
     let secret = dir.path().join("secret");
@@ -434,6 +481,9 @@ fn bad_paths_give_one_clear_line_each() {
     let out = common::hugetext(&["warm", "--json", missing.to_str().unwrap(), good.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(1));
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert!(file_entry(&v, "missing")["error"].as_str().unwrap().contains("no such file"));
+    assert!(file_entry(&v, "missing")["error"]
+        .as_str()
+        .unwrap()
+        .contains("no such file"));
     assert_eq!(file_entry(&v, "good")["pmd_windows"], 1);
 }

@@ -124,7 +124,11 @@ fn full(n: usize) -> u64 {
 }
 
 fn thp_never() -> bool {
-    let fd = sys::open(b"/sys/kernel/mm/transparent_hugepage/enabled\0", libc::O_RDONLY | libc::O_CLOEXEC, 0);
+    let fd = sys::open(
+        b"/sys/kernel/mm/transparent_hugepage/enabled\0",
+        libc::O_RDONLY | libc::O_CLOEXEC,
+        0,
+    );
     if fd < 0 {
         return true; // no THP support built in
     }
@@ -142,7 +146,15 @@ impl State {
     /// Read /proc/self/maps: text candidates and our own identity.
     fn collect(&mut self, cfg: &Config) -> Result<(), isize> {
         let me = remap as *const () as usize;
-        let State { buf, cands, n, paths, plen, own, truncated } = self;
+        let State {
+            buf,
+            cands,
+            n,
+            paths,
+            plen,
+            own,
+            truncated,
+        } = self;
         crate::maps::for_each(buf, |l| {
             if l.start <= me && me < l.end {
                 *own = Some(((l.dev_major, l.dev_minor), l.inode));
@@ -224,7 +236,12 @@ impl Pass<'_> {
             self.t.first_err = e;
         }
         if self.cfg.verbose {
-            line().bytes(self.st.path(c)).s(": ").s(what).err(e).s("; text left in place");
+            line()
+                .bytes(self.st.path(c))
+                .s(": ")
+                .s(what)
+                .err(e)
+                .s("; text left in place");
         }
     }
 
@@ -264,7 +281,10 @@ impl Pass<'_> {
         match self.scan.has_private_pages(c.start, c.end) {
             Ok(false) => {}
             Ok(true) => {
-                self.note(c, "text was modified in memory (debugger breakpoint or uprobe): left alone");
+                self.note(
+                    c,
+                    "text was modified in memory (debugger breakpoint or uprobe): left alone",
+                );
                 return;
             }
             Err(e) => return self.fail(c, "PAGEMAP_SCAN", e),
@@ -291,8 +311,21 @@ impl Pass<'_> {
                 self.t.copy - before.3,
             );
             let mut o = line();
-            o.bytes(self.st.path(c)).s(": ").mib(al + fi + co + cp).s(" of ").mib(total).s(" huge (");
-            o.s("already ").mib(al).s(", file ").mib(fi).s(", collapse ").mib(co).s(", copy ").mib(cp).s(")");
+            o.bytes(self.st.path(c))
+                .s(": ")
+                .mib(al + fi + co + cp)
+                .s(" of ")
+                .mib(total)
+                .s(" huge (");
+            o.s("already ")
+                .mib(al)
+                .s(", file ")
+                .mib(fi)
+                .s(", collapse ")
+                .mib(co)
+                .s(", copy ")
+                .mib(cp)
+                .s(")");
             if !congruent {
                 o.s("; not congruent: address - file offset is not a multiple of 2 MiB");
             }
@@ -307,7 +340,16 @@ impl Pass<'_> {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn chunk(&mut self, c: &Cand, a: usize, n: usize, congruent: bool, fd: &mut isize, elf: &mut Option<ElfFile>, advised: &mut bool) {
+    fn chunk(
+        &mut self,
+        c: &Cand,
+        a: usize,
+        n: usize,
+        congruent: bool,
+        fd: &mut isize,
+        elf: &mut Option<ElfFile>,
+        advised: &mut bool,
+    ) {
         let all = full(n);
         let mut huge = match self.scan.huge_windows(a, n) {
             Ok(m) => m,
@@ -426,17 +468,26 @@ impl Pass<'_> {
             }
         }
         if !congruent && matches!(strategy, Strategy::File | Strategy::Collapse) {
-            self.note(c, "not congruent (address - file offset is not a multiple of 2 MiB): only `copy` can make it huge");
+            self.note(
+                c,
+                "not congruent (address - file offset is not a multiple of 2 MiB): only `copy` can make it huge",
+            );
         }
 
         // Route 4: anonymous copy.
         if matches!(strategy, Strategy::Auto | Strategy::Copy) {
             if self.cfg.gdb {
-                self.note(c, "gdb-friendly mode (HUGETEXT_GDB=1): not copying text to anonymous memory");
+                self.note(
+                    c,
+                    "gdb-friendly mode (HUGETEXT_GDB=1): not copying text to anonymous memory",
+                );
                 return;
             }
             if self.no_anon_thp {
-                self.note(c, "copy route skipped: transparent_hugepage is `never`, anonymous memory cannot be huge");
+                self.note(
+                    c,
+                    "copy route skipped: transparent_hugepage is `never`, anonymous memory cannot be huge",
+                );
                 return;
             }
             let f = self.ensure_fd(c, fd);
@@ -505,12 +556,20 @@ impl Pass<'_> {
                 name.bytes(&[if ok { b } else { b'?' }]);
             }
             name.s("\0");
-            let r = sys::prctl(sys::PR_SET_VMA, sys::PR_SET_VMA_ANON_NAME, new, len, name.contents().as_ptr() as usize);
+            let r = sys::prctl(
+                sys::PR_SET_VMA,
+                sys::PR_SET_VMA_ANON_NAME,
+                new,
+                len,
+                name.contents().as_ptr() as usize,
+            );
             name.clear();
             if r < 0 && !self.t.naming_failed {
                 self.t.naming_failed = true;
                 if self.cfg.verbose {
-                    line().s("cannot name the copied text in /proc/PID/maps (kernel without CONFIG_ANON_VMA_NAME?)").err(r);
+                    line()
+                        .s("cannot name the copied text in /proc/PID/maps (kernel without CONFIG_ANON_VMA_NAME?)")
+                        .err(r);
                 }
             }
         }
@@ -532,7 +591,10 @@ impl Pass<'_> {
             }
         }
         if hm != full(k) {
-            self.note(c, "copy: some windows got no huge page (memory fragmented?) and were left in place");
+            self.note(
+                c,
+                "copy: some windows got no huge page (memory fragmented?) and were left in place",
+            );
         }
     }
 
@@ -571,7 +633,10 @@ pub fn remap(cfg: &Config) -> isize {
     let t0 = sys::now_ns();
     if let Some(s) = cfg.bad_strategy {
         if cfg.verbose {
-            line().s("unknown HUGETEXT_STRATEGY=").bytes(s).s(" (expected auto, file, collapse or copy); using auto");
+            line()
+                .s("unknown HUGETEXT_STRATEGY=")
+                .bytes(s)
+                .s(" (expected auto, file, collapse or copy); using auto");
         }
     }
     let thp_off = sys::prctl(sys::PR_GET_THP_DISABLE, 0, 0, 0, 0) > 0;
@@ -579,13 +644,23 @@ pub fn remap(cfg: &Config) -> isize {
         Ok(s) => s,
         Err(e) => {
             if cfg.verbose {
-                line().s("cannot read this process's page tables (PAGEMAP_SCAN on /proc/self/pagemap needs Linux 6.7)").err(e).s("; text left as it is");
+                line()
+                    .s("cannot read this process's page tables (PAGEMAP_SCAN on /proc/self/pagemap needs Linux 6.7)")
+                    .err(e)
+                    .s("; text left as it is");
             }
             return e;
         }
     };
     let size = core::mem::size_of::<State>();
-    let mem = sys::mmap(0, size, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0);
+    let mem = sys::mmap(
+        0,
+        size,
+        libc::PROT_READ | libc::PROT_WRITE,
+        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+        -1,
+        0,
+    );
     if mem < 0 {
         if cfg.verbose {
             line().s("cannot allocate working memory").err(mem);
@@ -618,10 +693,19 @@ pub fn remap(cfg: &Config) -> isize {
                 st.n = w;
             }
             if st.truncated && cfg.verbose {
-                line().s("too many text mappings: only the first ").u(st.n as u64).s(" are handled");
+                line()
+                    .s("too many text mappings: only the first ")
+                    .u(st.n as u64)
+                    .s(" are handled");
             }
             let st: &State = st;
-            let mut pass = Pass { cfg, st, scan, t: Totals::default(), no_anon_thp: thp_never() };
+            let mut pass = Pass {
+                cfg,
+                st,
+                scan,
+                t: Totals::default(),
+                no_anon_thp: thp_never(),
+            };
             if thp_off && cfg.verbose {
                 line().s("huge pages are disabled for this process (prctl PR_SET_THP_DISABLE): text left as it is");
             }
@@ -645,10 +729,25 @@ pub fn remap(cfg: &Config) -> isize {
             let huge = t.already + t.file + t.collapse + t.copy;
             if cfg.verbose {
                 let mut o = line();
-                o.s("pid ").u(sys::getpid() as u64).s(": ").mib(huge).s(" of ").mib(t.windows);
-                o.s(" text in whole 2 MiB windows is huge-backed (already ").mib(t.already);
-                o.s(", file ").mib(t.file).s(", collapse ").mib(t.collapse).s(", copy ").mib(t.copy);
-                o.s(") in ").ms(sys::now_ns() - t0).s("; ").u(t.small_mappings as u64).s(" text mappings have no whole 2 MiB window");
+                o.s("pid ")
+                    .u(sys::getpid() as u64)
+                    .s(": ")
+                    .mib(huge)
+                    .s(" of ")
+                    .mib(t.windows);
+                o.s(" text in whole 2 MiB windows is huge-backed (already ")
+                    .mib(t.already);
+                o.s(", file ")
+                    .mib(t.file)
+                    .s(", collapse ")
+                    .mib(t.collapse)
+                    .s(", copy ")
+                    .mib(t.copy);
+                o.s(") in ")
+                    .ms(sys::now_ns() - t0)
+                    .s("; ")
+                    .u(t.small_mappings as u64)
+                    .s(" text mappings have no whole 2 MiB window");
             }
             if huge == 0 && t.first_err < 0 {
                 t.first_err

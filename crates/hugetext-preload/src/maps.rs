@@ -81,7 +81,16 @@ pub fn parse_line(line: &[u8]) -> Option<MapLine<'_>> {
     let (ino, rest) = field(rest);
     let inode = dec(ino)?;
     let path = trim_start(rest);
-    Some(MapLine { start, end, perms, offset, dev_major, dev_minor, inode, path })
+    Some(MapLine {
+        start,
+        end,
+        perms,
+        offset,
+        dev_major,
+        dev_minor,
+        inode,
+        path,
+    })
 }
 
 /// Call `f` for every line of `/proc/self/maps`, reading through `buf`

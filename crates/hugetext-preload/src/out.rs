@@ -13,7 +13,12 @@ pub struct Out<const N: usize> {
 
 impl<const N: usize> Out<N> {
     pub const fn new(fd: i32) -> Self {
-        Out { fd, eol: false, len: 0, buf: [0; N] }
+        Out {
+            fd,
+            eol: false,
+            len: 0,
+            buf: [0; N],
+        }
     }
 
     pub fn flush(&mut self) {

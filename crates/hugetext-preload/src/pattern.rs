@@ -133,7 +133,11 @@ fn class_matches(body: &[u8], c: u8) -> bool {
         Some(b) => (true, b),
         None => (false, body),
     };
-    let body_end = if body.last() == Some(&b']') { body.len() - 1 } else { body.len() };
+    let body_end = if body.last() == Some(&b']') {
+        body.len() - 1
+    } else {
+        body.len()
+    };
     body = &body[..body_end];
     let mut hit = false;
     let mut i = 0;
@@ -150,7 +154,11 @@ fn class_matches(body: &[u8], c: u8) -> bool {
         };
         i += step;
         if body.get(i) == Some(&b'-') && i + 1 < body.len() {
-            let hi = if body[i + 1] == b'\\' { body.get(i + 2).copied().unwrap_or(b'\\') } else { body[i + 1] };
+            let hi = if body[i + 1] == b'\\' {
+                body.get(i + 2).copied().unwrap_or(b'\\')
+            } else {
+                body[i + 1]
+            };
             i += if body[i + 1] == b'\\' { 3 } else { 2 };
             hit |= lo <= c && c <= hi;
         } else {

@@ -40,7 +40,10 @@ impl ElfFile {
         if base < 0 {
             return Err(base);
         }
-        Ok(ElfFile { base: base as usize, len })
+        Ok(ElfFile {
+            base: base as usize,
+            len,
+        })
     }
 
     fn bytes(&self) -> &[u8] {
@@ -83,7 +86,9 @@ impl ElfFile {
     pub fn write_symbols(&self, bias: u64, lo: u64, hi: u64, out: &mut Out<8192>) -> usize {
         let b = self.bytes();
         let Some(shoff) = u64_at(b, 0x28) else { return 0 };
-        let (Some(shentsize), Some(shnum)) = (u16_at(b, 0x3a), u16_at(b, 0x3c)) else { return 0 };
+        let (Some(shentsize), Some(shnum)) = (u16_at(b, 0x3a), u16_at(b, 0x3c)) else {
+            return 0;
+        };
         let (shoff, shentsize, shnum) = (shoff as usize, shentsize as usize, shnum as usize);
         // Prefer the full symbol table; fall back to the dynamic one.
         let mut chosen = None;
@@ -100,12 +105,21 @@ impl ElfFile {
             }
         }
         let Some(s) = chosen else { return 0 };
-        let (Some(off), Some(size), Some(link), Some(ent)) = (u64_at(b, s + 24), u64_at(b, s + 32), u32_at(b, s + 40), u64_at(b, s + 56)) else {
+        let (Some(off), Some(size), Some(link), Some(ent)) = (
+            u64_at(b, s + 24),
+            u64_at(b, s + 32),
+            u32_at(b, s + 40),
+            u64_at(b, s + 56),
+        ) else {
             return 0;
         };
         let strs = shoff + link as usize * shentsize;
-        let (Some(str_off), Some(str_size)) = (u64_at(b, strs + 24), u64_at(b, strs + 32)) else { return 0 };
-        let Some(strtab) = b.get(str_off as usize..(str_off + str_size) as usize) else { return 0 };
+        let (Some(str_off), Some(str_size)) = (u64_at(b, strs + 24), u64_at(b, strs + 32)) else {
+            return 0;
+        };
+        let Some(strtab) = b.get(str_off as usize..(str_off + str_size) as usize) else {
+            return 0;
+        };
         if ent < 24 {
             return 0;
         }
@@ -113,7 +127,9 @@ impl ElfFile {
         let count = size / ent;
         for k in 0..count {
             let e = (off + k * ent) as usize;
-            let (Some(name), Some(info), Some(value), Some(sz)) = (u32_at(b, e), b.get(e + 4), u64_at(b, e + 8), u64_at(b, e + 16)) else {
+            let (Some(name), Some(info), Some(value), Some(sz)) =
+                (u32_at(b, e), b.get(e + 4), u64_at(b, e + 8), u64_at(b, e + 16))
+            else {
                 break;
             };
             let typ = info & 0xf;
@@ -124,7 +140,9 @@ impl ElfFile {
             if start < lo || start >= hi {
                 continue;
             }
-            let Some(tail) = strtab.get(name as usize..) else { continue };
+            let Some(tail) = strtab.get(name as usize..) else {
+                continue;
+            };
             let nm = &tail[..tail.iter().position(|&c| c == 0).unwrap_or(tail.len()).min(4000)];
             if nm.is_empty() {
                 continue;
@@ -160,7 +178,8 @@ pub fn open_map() -> isize {
     }
     // SAFETY: zero is a valid `stat`.
     let mut st: libc::stat = unsafe { core::mem::zeroed() };
-    if sys::fstat(fd as i32, &mut st) < 0 || st.st_uid != sys::geteuid() || (st.st_mode & libc::S_IFMT) != libc::S_IFREG {
+    if sys::fstat(fd as i32, &mut st) < 0 || st.st_uid != sys::geteuid() || (st.st_mode & libc::S_IFMT) != libc::S_IFREG
+    {
         sys::close(fd as i32);
         return -(libc::EPERM as isize);
     }

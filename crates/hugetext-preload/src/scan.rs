@@ -61,7 +61,15 @@ impl Scanner {
         Ok(s)
     }
 
-    fn scan(&self, start: usize, end: usize, mask: u64, inverted: u64, anyof: u64, regs: &mut [PageRegion]) -> Result<usize, isize> {
+    fn scan(
+        &self,
+        start: usize,
+        end: usize,
+        mask: u64,
+        inverted: u64,
+        anyof: u64,
+        regs: &mut [PageRegion],
+    ) -> Result<usize, isize> {
         let mut arg = PmScanArg {
             size: core::mem::size_of::<PmScanArg>() as u64,
             start: start as u64,
@@ -106,7 +114,14 @@ impl Scanner {
     /// (anonymous copy-on-write page, present or swapped out)?
     pub fn has_private_pages(&self, start: usize, end: usize) -> Result<bool, isize> {
         let mut regs = [PageRegion::default(); 1];
-        let got = self.scan(start, end, PAGE_IS_FILE, PAGE_IS_FILE, PAGE_IS_PRESENT | PAGE_IS_SWAPPED, &mut regs)?;
+        let got = self.scan(
+            start,
+            end,
+            PAGE_IS_FILE,
+            PAGE_IS_FILE,
+            PAGE_IS_PRESENT | PAGE_IS_SWAPPED,
+            &mut regs,
+        )?;
         Ok(got > 0)
     }
 }

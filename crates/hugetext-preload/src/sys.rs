@@ -65,7 +65,15 @@ pub const PR_SET_VMA: i32 = 0x5356_4d41;
 pub const PR_SET_VMA_ANON_NAME: usize = 0;
 
 pub fn read(fd: i32, buf: &mut [u8]) -> isize {
-    call(libc::SYS_read, fd as usize, buf.as_mut_ptr() as usize, buf.len(), 0, 0, 0)
+    call(
+        libc::SYS_read,
+        fd as usize,
+        buf.as_mut_ptr() as usize,
+        buf.len(),
+        0,
+        0,
+        0,
+    )
 }
 
 pub fn write(fd: i32, buf: &[u8]) -> isize {
@@ -75,7 +83,15 @@ pub fn write(fd: i32, buf: &[u8]) -> isize {
 /// `openat(AT_FDCWD, path, flags, mode)`; `path` must be NUL-terminated.
 pub fn open(path: &[u8], flags: i32, mode: u32) -> isize {
     debug_assert!(path.last() == Some(&0));
-    call(libc::SYS_openat, libc::AT_FDCWD as isize as usize, path.as_ptr() as usize, flags as usize, mode as usize, 0, 0)
+    call(
+        libc::SYS_openat,
+        libc::AT_FDCWD as isize as usize,
+        path.as_ptr() as usize,
+        flags as usize,
+        mode as usize,
+        0,
+        0,
+    )
 }
 
 pub fn close(fd: i32) -> isize {
@@ -87,7 +103,15 @@ pub fn fstat(fd: i32, st: &mut libc::stat) -> isize {
 }
 
 pub fn mmap(addr: usize, len: usize, prot: i32, flags: i32, fd: i32, off: u64) -> isize {
-    call(libc::SYS_mmap, addr, len, prot as usize, flags as usize, fd as isize as usize, off as usize)
+    call(
+        libc::SYS_mmap,
+        addr,
+        len,
+        prot as usize,
+        flags as usize,
+        fd as isize as usize,
+        off as usize,
+    )
 }
 
 pub fn munmap(addr: usize, len: usize) -> isize {
@@ -107,7 +131,15 @@ pub fn madvise(addr: usize, len: usize, advice: i32) -> isize {
 }
 
 pub fn fadvise(fd: i32, off: u64, len: u64, advice: i32) -> isize {
-    call(libc::SYS_fadvise64, fd as usize, off as usize, len as usize, advice as usize, 0, 0)
+    call(
+        libc::SYS_fadvise64,
+        fd as usize,
+        off as usize,
+        len as usize,
+        advice as usize,
+        0,
+        0,
+    )
 }
 
 pub fn fdatasync(fd: i32) -> isize {
@@ -146,7 +178,15 @@ pub fn block_signals() -> u64 {
     if r < 0 {
         // Could not block; restoring "old" must then be a no-op-equivalent.
         let mut cur: u64 = 0;
-        call(libc::SYS_rt_sigprocmask, libc::SIG_BLOCK as usize, 0, &mut cur as *mut u64 as usize, 8, 0, 0);
+        call(
+            libc::SYS_rt_sigprocmask,
+            libc::SIG_BLOCK as usize,
+            0,
+            &mut cur as *mut u64 as usize,
+            8,
+            0,
+            0,
+        );
         return cur;
     }
     old
@@ -154,13 +194,29 @@ pub fn block_signals() -> u64 {
 
 /// Restore a signal mask returned by [`block_signals`].
 pub fn restore_signals(old: u64) {
-    call(libc::SYS_rt_sigprocmask, libc::SIG_SETMASK as usize, &old as *const u64 as usize, 0, 8, 0, 0);
+    call(
+        libc::SYS_rt_sigprocmask,
+        libc::SIG_SETMASK as usize,
+        &old as *const u64 as usize,
+        0,
+        8,
+        0,
+        0,
+    );
 }
 
 /// Monotonic clock in nanoseconds.
 pub fn now_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    call(libc::SYS_clock_gettime, libc::CLOCK_MONOTONIC as usize, &mut ts as *mut libc::timespec as usize, 0, 0, 0, 0);
+    call(
+        libc::SYS_clock_gettime,
+        libc::CLOCK_MONOTONIC as usize,
+        &mut ts as *mut libc::timespec as usize,
+        0,
+        0,
+        0,
+        0,
+    );
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 

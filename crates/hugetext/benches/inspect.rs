@@ -16,7 +16,7 @@ use std::os::fd::AsFd;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use hugetext::folio::{self, Kind, PM_PFN_MASK, PM_PRESENT};
+use hugetext::folio::{self, Kind};
 use hugetext::inspect::{self, Method, Options, Target};
 use hugetext::kernel::{self, Mapping};
 use hugetext::{pagecache, procfs};
@@ -27,7 +27,9 @@ fn scratch(name: &str, mib: usize) -> std::path::PathBuf {
     let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("bench-inspect");
     std::fs::create_dir_all(&dir).unwrap();
     let p = dir.join(name);
-    let ok = std::fs::metadata(&p).map(|m| m.len() == (mib * MIB) as u64).unwrap_or(false);
+    let ok = std::fs::metadata(&p)
+        .map(|m| m.len() == (mib * MIB) as u64)
+        .unwrap_or(false);
     if !ok {
         let mut f = File::create(&p).unwrap();
         let block = vec![0xc3u8; MIB];
@@ -41,7 +43,10 @@ fn scratch(name: &str, mib: usize) -> std::path::PathBuf {
 
 /// The target process: set up the mappings, say "ready", wait for stdin.
 fn target() {
-    let anon_mib: usize = std::env::var("HUGETEXT_BENCH_ANON_MIB").ok().and_then(|s| s.parse().ok()).unwrap_or(3584);
+    let anon_mib: usize = std::env::var("HUGETEXT_BENCH_ANON_MIB")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3584);
     let pmd = kernel::pmd_size();
     let rx = libc::PROT_READ | libc::PROT_EXEC;
     let anon = Mapping::anon_aligned(anon_mib * MIB, libc::PROT_READ | libc::PROT_WRITE, pmd).unwrap();
@@ -82,22 +87,11 @@ fn floor(pid: i32) -> (Duration, u64) {
         buf.clear();
         buf.resize(n, 0u64);
         folio::read_words_into(&pm, v.start / ps * 8, &mut buf).unwrap();
-        let mut i = 0;
-        while i < n {
-            let pfn = buf[i] & PM_PFN_MASK;
-            if buf[i] & PM_PRESENT == 0 || pfn == 0 {
-                i += 1;
-                continue;
-            }
-            let mut j = i + 1;
-            while j < n && buf[j] & PM_PRESENT != 0 && buf[j] & PM_PFN_MASK == pfn + (j - i) as u64 {
-                j += 1;
-            }
+        for (i, j, pfn) in folio::pfn_runs(&buf) {
             flags.clear();
             flags.resize(j - i, 0u64);
             folio::read_words_into(&kpf, pfn * 8, &mut flags).unwrap();
             present += (j - i) as u64;
-            i = j;
         }
     }
     (t.elapsed(), present * ps / 1024)
@@ -131,7 +125,10 @@ fn main() {
         eprintln!("bench inspect: needs root (CAP_SYS_ADMIN) to read PFNs; skipped");
         return;
     }
-    let reps: usize = std::env::var("HUGETEXT_BENCH_REPS").ok().and_then(|s| s.parse().ok()).unwrap_or(7);
+    let reps: usize = std::env::var("HUGETEXT_BENCH_REPS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(7);
     let mut child = Command::new(std::env::current_exe().unwrap())
         .env("HUGETEXT_BENCH_TARGET", "1")
         .stdin(Stdio::piped())
@@ -139,7 +136,10 @@ fn main() {
         .spawn()
         .unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    assert!(lines.any(|l| l.map(|l| l == "ready").unwrap_or(false)), "target failed to start");
+    assert!(
+        lines.any(|l| l.map(|l| l == "ready").unwrap_or(false)),
+        "target failed to start"
+    );
     let pid = child.id() as i32;
     let smaps = procfs::read_smaps(Some(pid)).unwrap();
     let rss: u64 = smaps.iter().map(|(_, s)| s.rss_kb).sum();
@@ -155,7 +155,11 @@ fn main() {
     // Warm up caches and check both see the same memory.
     let (_, floor_kb) = floor(pid);
     let (_, scan_kb) = inspect_once(pid, Method::PagemapScan);
-    println!("floor read {} MiB present; inspect classified {} MiB", floor_kb >> 10, scan_kb >> 10);
+    println!(
+        "floor read {} MiB present; inspect classified {} MiB",
+        floor_kb >> 10,
+        scan_kb >> 10
+    );
 
     let mut f = Vec::new();
     let mut s = Vec::new();
@@ -168,7 +172,10 @@ fn main() {
         m.push(inspect_once(pid, Method::PagemapSmaps).0);
     }
     let fl = median(f);
-    println!("floor (pagemap + kpageflags reads):      {:9.2} ms", fl.as_secs_f64() * 1e3);
+    println!(
+        "floor (pagemap + kpageflags reads):      {:9.2} ms",
+        fl.as_secs_f64() * 1e3
+    );
     if !s.is_empty() {
         let d = median(s);
         println!(

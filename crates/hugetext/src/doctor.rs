@@ -12,7 +12,7 @@ use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 
 use crate::kernel::{self, KernelVersion, Mapping};
-use crate::{folio, pagecache, procfs, Error, Result};
+use crate::{folio, fsutil, pagecache, procfs, Error, Result};
 
 /// How a finding bears on using hugetext.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -62,7 +62,13 @@ fn finding(
     status: Status,
     meaning: impl Into<String>,
 ) -> Finding {
-    Finding { id, check: check.into(), value: value.into(), status, meaning: meaning.into() }
+    Finding {
+        id,
+        check: check.into(),
+        value: value.into(),
+        status,
+        meaning: meaning.into(),
+    }
 }
 
 /// Result of the filesystem experiment.
@@ -85,25 +91,6 @@ pub struct FsProbe {
     pub collapse_error: Option<String>,
 }
 
-fn fs_type_name(magic: u64) -> String {
-    match magic {
-        0xEF53 => "ext4".into(),
-        0x5846_5342 => "xfs".into(),
-        0x9123_683E => "btrfs".into(),
-        0x0102_1994 => "tmpfs".into(),
-        0x794C_7630 => "overlayfs".into(),
-        0x6969 => "nfs".into(),
-        0xF2F5_2010 => "f2fs".into(),
-        0x2FC1_2FC1 => "zfs".into(),
-        0xCA45_1A4E => "bcachefs".into(),
-        0x6573_5546 => "fuse".into(),
-        0x9584_58f6 => "hugetlbfs".into(),
-        0x7371_7368 => "squashfs".into(),
-        0x7363_6673 => "ecryptfs".into(),
-        m => format!("unknown (magic {m:#x})"),
-    }
-}
-
 /// A scratch file removed on drop.
 struct Scratch(PathBuf);
 
@@ -113,32 +100,35 @@ impl Drop for Scratch {
     }
 }
 
-/// kB PMD-mapped (smaps `FilePmdMapped`) in this process's mapping at `addr`.
-fn own_file_pmd_kb(addr: usize) -> Result<u64> {
-    Ok(procfs::read_smaps(None)?
-        .into_iter()
-        .find(|(v, _)| v.start == addr as u64)
-        .map(|(_, s)| s.file_pmd_kb)
-        .unwrap_or(0))
-}
-
 /// Probe the filesystem holding `path` (a directory, or a file whose
 /// directory is used) with a 4 MiB scratch file: fill it through a
 /// `MADV_HUGEPAGE` mapping, count PMD-order folios, map it again without
 /// advice and read `FilePmdMapped`, then try `MADV_COLLAPSE` on small folios.
 pub fn probe_fs(path: &Path) -> Result<FsProbe> {
-    let dir = if path.is_dir() { path.to_path_buf() } else { path.parent().unwrap_or(Path::new(".")).to_path_buf() };
+    let dir = if path.is_dir() {
+        path.to_path_buf()
+    } else {
+        path.parent().unwrap_or(Path::new(".")).to_path_buf()
+    };
     let st = rustix::fs::statfs(&dir).map_err(|e| Error::io(&dir, e.into()))?;
-    let mut probe = FsProbe { dir: dir.clone(), fs_type: fs_type_name(st.f_type as u64), ..Default::default() };
+    let mut probe = FsProbe {
+        dir: dir.clone(),
+        fs_type: fsutil::fs_type_name(st.f_type as u64),
+        ..Default::default()
+    };
     let pmd = kernel::pmd_size();
     let len = 2 * pmd;
     let name = dir.join(format!(".hugetext-doctor-{}", std::process::id()));
-    let mut w = std::fs::OpenOptions::new().write(true).create_new(true).open(&name).map_err(|e| {
-        Error::Permission(format!(
-            "cannot create a scratch file in {}: {e} (give a writable directory on the same filesystem)",
-            dir.display()
-        ))
-    })?;
+    let mut w = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&name)
+        .map_err(|e| {
+            Error::Permission(format!(
+                "cannot create a scratch file in {}: {e} (give a writable directory on the same filesystem)",
+                dir.display()
+            ))
+        })?;
     let _guard = Scratch(name.clone());
     // Return instructions (0xc3, RET) so the mapping looks like text.
     let block = vec![0xc3u8; 1 << 20];
@@ -160,7 +150,7 @@ pub fn probe_fs(path: &Path) -> Result<FsProbe> {
         let rx = libc::PROT_READ | libc::PROT_EXEC;
         let m = Mapping::file_congruent(f.as_fd(), 0, len, rx, pmd)?;
         m.madvise(0, len, kernel::MADV_POPULATE_READ)?;
-        probe.pmd_mapped_kb = own_file_pmd_kb(m.addr())?;
+        probe.pmd_mapped_kb = procfs::own_file_pmd_kb(m.addr())?;
     }
 
     // MADV_COLLAPSE: start from small folios (a cold PROT_EXEC fault).
@@ -169,7 +159,7 @@ pub fn probe_fs(path: &Path) -> Result<FsProbe> {
     let m = Mapping::file_congruent(f.as_fd(), 0, len, rx, pmd)?;
     m.madvise(0, len, kernel::MADV_POPULATE_READ)?;
     match m.madvise(0, len, kernel::MADV_COLLAPSE) {
-        Ok(()) => probe.collapse_kb = Some(own_file_pmd_kb(m.addr())?),
+        Ok(()) => probe.collapse_kb = Some(procfs::own_file_pmd_kb(m.addr())?),
         Err(Error::Sys { source, .. }) => {
             probe.collapse_error = Some(match source.raw_os_error() {
                 Some(libc::EINVAL) => "EINVAL (not supported for file text on this kernel)".to_string(),
@@ -210,7 +200,10 @@ pub fn diagnose(path: &Path) -> Vec<Finding> {
         "page and PMD size",
         format!("{} kB pages, {} kB PMD", ps / 1024, pmd / 1024),
         Status::Info,
-        format!("one PMD-mapped folio replaces {} base-page TLB entries with one", pmd / ps),
+        format!(
+            "one PMD-mapped folio replaces {} base-page TLB entries with one",
+            pmd / ps
+        ),
     ));
     match kernel::thp_enabled() {
         None => out.push(finding(
@@ -236,7 +229,11 @@ pub fn diagnose(path: &Path) -> Vec<Finding> {
     }
     let sizes = kernel::thp_sizes();
     if !sizes.is_empty() {
-        let on: Vec<String> = sizes.iter().filter(|(_, m)| m != "never").map(|(kb, m)| format!("{kb}kB={m}")).collect();
+        let on: Vec<String> = sizes
+            .iter()
+            .filter(|(_, m)| m != "never")
+            .map(|(kb, m)| format!("{kb}kB={m}"))
+            .collect();
         out.push(finding(
             "thp-sizes",
             "THP per size (mTHP)",
@@ -331,7 +328,10 @@ pub fn diagnose(path: &Path) -> Vec<Finding> {
             "PMD-order page-cache folios",
             format!("not probed: {e}"),
             Status::Warn,
-            format!("give `--path DIR` on the filesystem that holds your programs (default: {})", path.display()),
+            format!(
+                "give `--path DIR` on the filesystem that holds your programs (default: {})",
+                path.display()
+            ),
         )),
     }
 

@@ -46,11 +46,17 @@ pub enum Error {
 impl Error {
     /// Wrap an `io::Error` with the path it happened on.
     pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
-        Error::Io { path: path.into(), source }
+        Error::Io {
+            path: path.into(),
+            source,
+        }
     }
 
     /// Wrap the current `errno` after a failed system call.
     pub fn last_os(call: &'static str) -> Self {
-        Error::Sys { call, source: std::io::Error::last_os_error() }
+        Error::Sys {
+            call,
+            source: std::io::Error::last_os_error(),
+        }
     }
 }

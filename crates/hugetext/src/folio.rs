@@ -53,32 +53,45 @@ pub fn read_kpageflags(kpf_file: &File, pfn: u64, n: usize) -> Result<Vec<u64>> 
 }
 
 fn read_u64s(f: &File, path: &Path, offset: u64, n: usize) -> Result<Vec<u64>> {
-    let mut buf = vec![0u8; n * 8];
-    let mut done = 0;
-    while done < buf.len() {
-        match f.read_at(&mut buf[done..], offset + done as u64) {
-            Ok(0) => break,
-            Ok(k) => done += k,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(Error::io(path, e)),
-        }
-    }
-    if done < buf.len() {
+    let mut out = vec![0u64; n];
+    if read_words_into(f, offset, &mut out).map_err(|e| Error::io(path, e))? < n {
         return Err(Error::Other(format!("{}: short read", path.display())));
     }
-    Ok(buf.chunks_exact(8).map(|c| u64::from_ne_bytes(c.try_into().unwrap())).collect())
+    Ok(out)
 }
 
 /// Open `/proc/kpageflags`, with a clear error when it is not readable.
 pub fn open_kpageflags() -> Result<File> {
     File::open("/proc/kpageflags").map_err(|e| {
         if e.kind() == std::io::ErrorKind::PermissionDenied || e.kind() == std::io::ErrorKind::NotFound {
-            Error::Permission(
-                "cannot read /proc/kpageflags: folio sizes need root (CAP_SYS_ADMIN); run as root".into(),
-            )
+            Error::Permission("cannot read /proc/kpageflags: folio sizes need root (CAP_SYS_ADMIN); run as root".into())
         } else {
             Error::io("/proc/kpageflags", e)
         }
+    })
+}
+
+/// The runs of present pages in `pagemap` that are physically contiguous as
+/// well: `(i, j, pfn)` for entries `i..j` mapping frames `pfn..pfn + (j - i)`.
+/// Pages without a PFN (not present, or PFNs hidden) are skipped.
+pub fn pfn_runs(pagemap: &[u64]) -> impl Iterator<Item = (usize, usize, u64)> + '_ {
+    let n = pagemap.len();
+    let mut i = 0;
+    std::iter::from_fn(move || {
+        while i < n && (pagemap[i] & PM_PRESENT == 0 || pagemap[i] & PM_PFN_MASK == 0) {
+            i += 1;
+        }
+        if i == n {
+            return None;
+        }
+        let pfn0 = pagemap[i] & PM_PFN_MASK;
+        let mut j = i + 1;
+        while j < n && pagemap[j] & PM_PRESENT != 0 && pagemap[j] & PM_PFN_MASK == pfn0 + (j - i) as u64 {
+            j += 1;
+        }
+        let run = (i, j, pfn0);
+        i = j;
+        Some(run)
     })
 }
 
@@ -96,20 +109,9 @@ pub fn folio_sizes(kpf_file: &File, pagemap: &[u64]) -> Result<Vec<u64>> {
     let n = pagemap.len();
     let mut flags = vec![0u64; n];
     // Read kpageflags once per physically contiguous run of present pages.
-    let mut i = 0;
-    while i < n {
-        if pagemap[i] & PM_PRESENT == 0 || pagemap[i] & PM_PFN_MASK == 0 {
-            i += 1;
-            continue;
-        }
-        let pfn0 = pagemap[i] & PM_PFN_MASK;
-        let mut j = i + 1;
-        while j < n && pagemap[j] & PM_PRESENT != 0 && pagemap[j] & PM_PFN_MASK == pfn0 + (j - i) as u64 {
-            j += 1;
-        }
+    for (i, j, pfn0) in pfn_runs(pagemap) {
         let words = read_kpageflags(kpf_file, pfn0, j - i)?;
         flags[i..j].copy_from_slice(&words);
-        i = j;
     }
     let mut sizes = vec![0u64; n];
     let mut i = 0;
@@ -164,7 +166,10 @@ pub struct FileFolios {
 impl FileFolios {
     /// kB held in PMD-size folios.
     pub fn pmd_kb(&self) -> u64 {
-        self.folios_kb.get(&(kernel::pmd_size() as u64 / 1024)).copied().unwrap_or(0)
+        self.folios_kb
+            .get(&(kernel::pmd_size() as u64 / 1024))
+            .copied()
+            .unwrap_or(0)
     }
 }
 
@@ -254,21 +259,9 @@ pub fn scan_file(path: &Path, range: Option<Range<u64>>) -> Result<FileFolios> {
 /// (0 for absent pages).
 fn mapcounts(kpc: &File, pagemap: &[u64]) -> Result<Vec<u64>> {
     let mut out = vec![0u64; pagemap.len()];
-    let mut i = 0;
-    while i < pagemap.len() {
-        let e = pagemap[i];
-        if e & PM_PRESENT == 0 || e & PM_PFN_MASK == 0 {
-            i += 1;
-            continue;
-        }
-        let pfn0 = e & PM_PFN_MASK;
-        let mut j = i + 1;
-        while j < pagemap.len() && pagemap[j] & PM_PRESENT != 0 && pagemap[j] & PM_PFN_MASK == pfn0 + (j - i) as u64 {
-            j += 1;
-        }
+    for (i, j, pfn0) in pfn_runs(pagemap) {
         let w = read_u64s(kpc, Path::new("/proc/kpagecount"), pfn0 * 8, j - i)?;
         out[i..j].copy_from_slice(&w);
-        i = j;
     }
     Ok(out)
 }
@@ -390,7 +383,11 @@ pub struct Counts {
 
 impl Default for Counts {
     fn default() -> Self {
-        Counts { pages: [[0; N_CODES]; 2], cont_pte: [[0; MAX_ORDER]; 2], cont_pmd: [[0; MAX_ORDER]; 2] }
+        Counts {
+            pages: [[0; N_CODES]; 2],
+            cont_pte: [[0; MAX_ORDER]; 2],
+            cont_pmd: [[0; MAX_ORDER]; 2],
+        }
     }
 }
 
@@ -436,7 +433,10 @@ impl Counts {
 
     /// Pages in contiguous aligned blocks of `order`: (PTE-mapped, PMD-mapped).
     pub fn cont(&self, kind: Kind, order: u32) -> (u64, u64) {
-        (self.cont_pte[kind.idx()][order as usize], self.cont_pmd[kind.idx()][order as usize])
+        (
+            self.cont_pte[kind.idx()][order as usize],
+            self.cont_pmd[kind.idx()][order as usize],
+        )
     }
 
     /// All mapped pages of `kind` (every class; contiguous blocks are a
@@ -518,7 +518,13 @@ impl<'a> Classifier<'a> {
     /// A classifier reading `kpf` (an open `/proc/kpageflags`) that also
     /// counts naturally aligned contiguous blocks of the given orders.
     pub fn new(kpf: &'a File, cont_orders: &[u32]) -> Self {
-        Classifier { kpf, cont_orders: cont_orders.to_vec(), flags: Vec::new(), tmp: Vec::new(), runs: Vec::new() }
+        Classifier {
+            kpf,
+            cont_orders: cont_orders.to_vec(),
+            flags: Vec::new(),
+            tmp: Vec::new(),
+            runs: Vec::new(),
+        }
     }
 
     /// Classify the PTE-mapped pages `[vpn0, vpn0 + pagemap.len())` of one
@@ -545,21 +551,12 @@ impl<'a> Classifier<'a> {
         self.runs.clear();
         // 1. kpageflags per physically contiguous run, plus the word of the
         //    page after the run (a tail there means the last folio goes on).
-        let mut i = 0;
-        while i < n {
-            let pfn0 = pagemap[i] & PM_PFN_MASK;
-            if pagemap[i] & PM_PRESENT == 0 || pfn0 == 0 {
-                i += 1;
-                continue;
-            }
-            let mut j = i + 1;
-            while j < n && pagemap[j] & PM_PRESENT != 0 && pagemap[j] & PM_PFN_MASK == pfn0 + (j - i) as u64 {
-                j += 1;
-            }
+        for (i, j, pfn0) in pfn_runs(pagemap) {
             // One pread for the run and the word after it.
             self.tmp.clear();
             self.tmp.resize(j - i + 1, 0);
-            let got = read_words_into(self.kpf, pfn0 * 8, &mut self.tmp).map_err(|e| Error::io("/proc/kpageflags", e))?;
+            let got =
+                read_words_into(self.kpf, pfn0 * 8, &mut self.tmp).map_err(|e| Error::io("/proc/kpageflags", e))?;
             if got < j - i {
                 return Err(Error::Other("/proc/kpageflags: short read".into()));
             }
@@ -567,7 +564,6 @@ impl<'a> Classifier<'a> {
             // At the end of physical memory there is no word after the run.
             let next = if got > j - i { self.tmp[j - i] } else { 0 };
             self.runs.push((i, j, next));
-            i = j;
         }
         // 2. Walk each run folio by folio.
         let large = kpf::COMPOUND_HEAD | kpf::COMPOUND_TAIL;
@@ -654,5 +650,10 @@ impl<'a> Classifier<'a> {
 
 fn emit(counts: &mut Counts, sink: &mut impl FnMut(Segment), vpn: u64, pages: u64, kind: Kind, class: Class) {
     counts.add(kind, class, pages);
-    sink(Segment { vpn, pages, kind, class });
+    sink(Segment {
+        vpn,
+        pages,
+        kind,
+        class,
+    });
 }

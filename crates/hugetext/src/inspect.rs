@@ -252,7 +252,12 @@ impl Scanner<'_> {
         if st.is_zombie() {
             return Err(Skip::Zombie);
         }
-        let mut out = ProcessReport { pid, comm: st.comm, mappings: Vec::new(), counts: Counts::default() };
+        let mut out = ProcessReport {
+            pid,
+            comm: st.comm,
+            mappings: Vec::new(),
+            counts: Counts::default(),
+        };
         let r = match self.method {
             Method::SmapsOnly => self.process_smaps_only(pid, &mut out),
             Method::PagemapScan | Method::PagemapSmaps => self.process_pagemap(pid, &mut out),
@@ -283,7 +288,11 @@ impl Scanner<'_> {
             c.add(Kind::File, Class::PmdAligned, file_pmd / ps_kb);
             c.add(Kind::File, Class::PteUnknown, file_kb.saturating_sub(file_pmd) / ps_kb);
             c.add(Kind::Anon, Class::PmdAligned, s.anon_huge_kb / ps_kb);
-            c.add(Kind::Anon, Class::PteUnknown, s.anonymous_kb.saturating_sub(s.anon_huge_kb) / ps_kb);
+            c.add(
+                Kind::Anon,
+                Class::PteUnknown,
+                s.anonymous_kb.saturating_sub(s.anon_huge_kb) / ps_kb,
+            );
             let hk = if vma.is_file() { Kind::File } else { Kind::Anon };
             c.add(hk, Class::Hugetlb, s.hugetlb_kb / ps_kb);
             self.push(out, vma, c);
@@ -294,7 +303,10 @@ impl Scanner<'_> {
     fn process_pagemap(&mut self, pid: i32, out: &mut ProcessReport) -> Result<()> {
         let smaps_mode = self.method == Method::PagemapSmaps;
         let vmas: Vec<(Vma, Option<procfs::SmapsStats>)> = if smaps_mode {
-            procfs::read_smaps(Some(pid))?.into_iter().map(|(v, s)| (v, Some(s))).collect()
+            procfs::read_smaps(Some(pid))?
+                .into_iter()
+                .map(|(v, s)| (v, Some(s)))
+                .collect()
         } else {
             procfs::read_maps(Some(pid))?.into_iter().map(|v| (v, None)).collect()
         };
@@ -356,11 +368,19 @@ impl Scanner<'_> {
                 continue;
             }
             if r.categories & ps::PAGE_IS_HUGE != 0 {
-                let kind = if r.categories & ps::PAGE_IS_FILE != 0 { Kind::File } else { Kind::Anon };
+                let kind = if r.categories & ps::PAGE_IS_FILE != 0 {
+                    Kind::File
+                } else {
+                    Kind::Anon
+                };
                 if hugetlb.is_none() {
                     hugetlb = Some(self.is_hugetlb(pagemap, path, pid, r.start)?);
                 }
-                let class = if hugetlb == Some(true) { Class::Hugetlb } else { Class::PmdAligned };
+                let class = if hugetlb == Some(true) {
+                    Class::Hugetlb
+                } else {
+                    Class::PmdAligned
+                };
                 let pages = (r.end - r.start) / pgs;
                 counts.add(kind, class, pages);
                 if class == Class::PmdAligned {
@@ -368,7 +388,15 @@ impl Scanner<'_> {
                         counts.add_cont_pmd(kind, o, pages);
                     }
                 }
-                self.unique.add(vma, Segment { vpn: r.start / pgs, pages, kind, class });
+                self.unique.add(
+                    vma,
+                    Segment {
+                        vpn: r.start / pgs,
+                        pages,
+                        kind,
+                        class,
+                    },
+                );
             } else {
                 match pte.last_mut() {
                     Some(last) if last.1 == r.start => last.1 = r.end,
@@ -422,7 +450,10 @@ impl Scanner<'_> {
         // (first ones first: smaps does not say where they are).
         let pmd = folio::pmd_order();
         let pmd_pages = 1u64 << pmd;
-        for (kind, kb) in [(Kind::File, s.file_pmd_kb + s.shmem_pmd_kb), (Kind::Anon, s.anon_huge_kb)] {
+        for (kind, kb) in [
+            (Kind::File, s.file_pmd_kb + s.shmem_pmd_kb),
+            (Kind::Anon, s.anon_huge_kb),
+        ] {
             let want = (kb / ps_kb) / pmd_pages * pmd_pages;
             let mut left = counts.reclassify(kind, Class::PteAligned(pmd), Class::PmdAligned, want);
             for seg in segs.iter_mut() {

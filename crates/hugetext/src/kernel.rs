@@ -163,7 +163,10 @@ impl Mapping {
                 return Err(e);
             }
         }
-        Ok(Mapping { ptr: NonNull::new(p).expect("mmap returned null"), len })
+        Ok(Mapping {
+            ptr: NonNull::new(p).expect("mmap returned null"),
+            len,
+        })
     }
 
     /// Map anonymous private memory of `len` bytes aligned to `align`.
@@ -172,7 +175,14 @@ impl Mapping {
         let reserve_len = len + align;
         // SAFETY: fresh anonymous mapping.
         let base = unsafe {
-            libc::mmap(std::ptr::null_mut(), reserve_len, prot, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+            libc::mmap(
+                std::ptr::null_mut(),
+                reserve_len,
+                prot,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
         };
         if base == libc::MAP_FAILED {
             return Err(Error::last_os("mmap (anonymous)"));
@@ -189,7 +199,10 @@ impl Mapping {
                 libc::munmap(end as *mut c_void, b + reserve_len - end);
             }
         }
-        Ok(Mapping { ptr: NonNull::new(start as *mut c_void).unwrap(), len })
+        Ok(Mapping {
+            ptr: NonNull::new(start as *mut c_void).unwrap(),
+            len,
+        })
     }
 
     /// Start address.
@@ -246,7 +259,10 @@ pub fn madvise(addr: usize, len: usize, advice: i32) -> Result<()> {
     // SAFETY: madvise does not dereference; the kernel validates the range.
     let r = unsafe { libc::madvise(addr as *mut c_void, len, advice) };
     if r != 0 {
-        return Err(Error::Sys { call: madvise_name(advice), source: std::io::Error::last_os_error() });
+        return Err(Error::Sys {
+            call: madvise_name(advice),
+            source: std::io::Error::last_os_error(),
+        });
     }
     Ok(())
 }
@@ -268,10 +284,18 @@ fn madvise_name(advice: i32) -> &'static str {
 pub fn fadvise_dontneed(fd: BorrowedFd<'_>, offset: u64, len: u64) -> Result<()> {
     // SAFETY: plain syscall on a valid fd.
     let r = unsafe {
-        libc::posix_fadvise(fd.as_raw_fd(), offset as libc::off_t, len as libc::off_t, libc::POSIX_FADV_DONTNEED)
+        libc::posix_fadvise(
+            fd.as_raw_fd(),
+            offset as libc::off_t,
+            len as libc::off_t,
+            libc::POSIX_FADV_DONTNEED,
+        )
     };
     if r != 0 {
-        return Err(Error::Sys { call: "posix_fadvise(DONTNEED)", source: std::io::Error::from_raw_os_error(r) });
+        return Err(Error::Sys {
+            call: "posix_fadvise(DONTNEED)",
+            source: std::io::Error::from_raw_os_error(r),
+        });
     }
     Ok(())
 }
@@ -279,7 +303,9 @@ pub fn fadvise_dontneed(fd: BorrowedFd<'_>, offset: u64, len: u64) -> Result<()>
 /// True when this process has CAP_SYS_ADMIN in its effective set (needed to
 /// see PFNs in `/proc/PID/pagemap`).
 pub fn has_cap_sys_admin() -> bool {
-    let Ok(status) = std::fs::read_to_string("/proc/self/status") else { return false };
+    let Ok(status) = std::fs::read_to_string("/proc/self/status") else {
+        return false;
+    };
     status
         .lines()
         .find_map(|l| l.strip_prefix("CapEff:"))
@@ -303,7 +329,7 @@ pub mod pagemap_scan {
     pub const PAGE_IS_HUGE: u64 = 1 << 6;
 }
 
-/// One region reported by [`pagemap_scan`]: `[start, end)` with the
+/// One region reported by [`pagemap_scan`](fn@pagemap_scan): `[start, end)` with the
 /// requested `PAGE_IS_*` categories.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -330,7 +356,8 @@ struct PmScanArg {
 }
 
 /// `_IOWR('f', 16, struct pm_scan_arg)`.
-const PAGEMAP_SCAN_IOCTL: u64 = (3 << 30) | ((std::mem::size_of::<PmScanArg>() as u64) << 16) | ((b'f' as u64) << 8) | 16;
+const PAGEMAP_SCAN_IOCTL: u64 =
+    (3 << 30) | ((std::mem::size_of::<PmScanArg>() as u64) << 16) | ((b'f' as u64) << 8) | 16;
 
 /// Run `PAGEMAP_SCAN` on an open `/proc/PID/pagemap` over `[start, end)`,
 /// reporting pages that have every category in `required` and returning
@@ -372,8 +399,14 @@ pub fn pagemap_scan(
                 Some(libc::ENOTTY) | Some(libc::EINVAL) if pos == start => {
                     Error::Unsupported("PAGEMAP_SCAN is not supported by this kernel (needs Linux 6.7)".into())
                 }
-                Some(libc::ESRCH) => Error::Sys { call: "ioctl(PAGEMAP_SCAN)", source: e },
-                _ => Error::Sys { call: "ioctl(PAGEMAP_SCAN)", source: e },
+                Some(libc::ESRCH) => Error::Sys {
+                    call: "ioctl(PAGEMAP_SCAN)",
+                    source: e,
+                },
+                _ => Error::Sys {
+                    call: "ioctl(PAGEMAP_SCAN)",
+                    source: e,
+                },
             });
         }
         let n = n as usize;
@@ -394,7 +427,9 @@ pub fn pagemap_scan(
 pub fn pagemap_scan_supported() -> bool {
     static ONCE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ONCE.get_or_init(|| {
-        let Ok(f) = std::fs::File::open("/proc/self/pagemap") else { return false };
+        let Ok(f) = std::fs::File::open("/proc/self/pagemap") else {
+            return false;
+        };
         let probe = [0u8; 64];
         let ps = page_size() as u64;
         let addr = (probe.as_ptr() as u64) / ps * ps;
@@ -411,7 +446,9 @@ pub fn pfn_access() -> bool {
     if std::fs::File::open("/proc/kpageflags").is_err() {
         return false;
     }
-    let Ok(f) = std::fs::File::open("/proc/self/pagemap") else { return false };
+    let Ok(f) = std::fs::File::open("/proc/self/pagemap") else {
+        return false;
+    };
     let probe = std::hint::black_box(vec![1u8; page_size()]);
     let addr = probe.as_ptr() as u64;
     let mut w = [0u8; 8];
@@ -427,7 +464,13 @@ pub fn pfn_access() -> bool {
 pub fn glibc_version() -> Option<(u32, u32)> {
     let mut buf = [0u8; 64];
     // SAFETY: buf is writable for its length.
-    let n = unsafe { libc::confstr(libc::_CS_GNU_LIBC_VERSION, buf.as_mut_ptr() as *mut libc::c_char, buf.len()) };
+    let n = unsafe {
+        libc::confstr(
+            libc::_CS_GNU_LIBC_VERSION,
+            buf.as_mut_ptr() as *mut libc::c_char,
+            buf.len(),
+        )
+    };
     if n == 0 || n > buf.len() {
         return None;
     }
@@ -466,14 +509,18 @@ pub fn thp_sizes() -> Vec<(u64, String)> {
 /// readable and the option is unset; `None` when no config is readable.
 pub fn kernel_config(option: &str) -> Option<String> {
     let release = rustix::system::uname().release().to_string_lossy().into_owned();
-    let text = std::fs::read_to_string(format!("/boot/config-{release}")).ok().or_else(|| {
-        let out = std::process::Command::new("gzip")
-            .args(["-dc", "/proc/config.gz"])
-            .stderr(std::process::Stdio::null())
-            .output()
-            .ok()?;
-        out.status.success().then(|| String::from_utf8_lossy(&out.stdout).into_owned())
-    })?;
+    let text = std::fs::read_to_string(format!("/boot/config-{release}"))
+        .ok()
+        .or_else(|| {
+            let out = std::process::Command::new("gzip")
+                .args(["-dc", "/proc/config.gz"])
+                .stderr(std::process::Stdio::null())
+                .output()
+                .ok()?;
+            out.status
+                .success()
+                .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+        })?;
     let prefix = format!("{option}=");
     for line in text.lines() {
         if let Some(v) = line.strip_prefix(&prefix) {
@@ -511,9 +558,19 @@ mod tests {
         let f = std::fs::File::open("/proc/self/pagemap").unwrap();
         let mut out = Vec::new();
         let base = a.addr() as u64;
-        pagemap_scan(&f, base, base + 8 * ps as u64, pagemap_scan::PAGE_IS_PRESENT, pagemap_scan::PAGE_IS_PRESENT, &mut out)
-            .unwrap();
-        let ranges: Vec<(u64, u64)> = out.iter().map(|r| ((r.start - base) / ps as u64, (r.end - base) / ps as u64)).collect();
+        pagemap_scan(
+            &f,
+            base,
+            base + 8 * ps as u64,
+            pagemap_scan::PAGE_IS_PRESENT,
+            pagemap_scan::PAGE_IS_PRESENT,
+            &mut out,
+        )
+        .unwrap();
+        let ranges: Vec<(u64, u64)> = out
+            .iter()
+            .map(|r| ((r.start - base) / ps as u64, (r.end - base) / ps as u64))
+            .collect();
         assert_eq!(ranges, vec![(1, 3), (5, 6)]);
     }
 

@@ -6,18 +6,19 @@
 //! The library is organised by capability; the `hugetext` command is a thin
 //! shell over it:
 //!
-//! | module        | capability                                                      |
-//! |---------------|-----------------------------------------------------------------|
-//! | [`kernel`]    | kernel interfaces: version, page/PMD size, THP modes, syscalls   |
-//! | [`procfs`]    | `/proc/PID/{maps,smaps}`, process and cgroup enumeration         |
-//! | [`folio`]     | folio scanning: pagemap + kpageflags, thpmaps-style classes      |
-//! | [`inspect`]   | how processes', cgroups', files' and the system's text is backed |
-//! | [`doctor`]    | kernel capability report with what each finding means            |
-//! | [`elf`]       | ELF eligibility (`check`), rewriter (`align`), DT_NEEDED deps     |
-//! | [`pagecache`] | evict and refill a file's page cache with PMD-order folios       |
-//! | [`warm`]      | `warm`: verified PMD page cache for programs and their libraries  |
-//! | [`remap`]     | `run`: preload discovery, environment, verification of a process |
-//! | [`bench`]     | the seeds' benchmarks and paired A/B runs of real programs       |
+//! | module        | capability                                                          |
+//! |---------------|---------------------------------------------------------------------|
+//! | [`kernel`]    | kernel interfaces: version, page/PMD size, THP modes, syscalls       |
+//! | [`procfs`]    | `/proc/PID/{maps,smaps,fd}`, meminfo, processes, who maps a file     |
+//! | [`folio`]     | folio scanning: pagemap + kpageflags, thpmaps-style classes          |
+//! | [`inspect`]   | how processes', cgroups', files' and the system's text is backed     |
+//! | [`doctor`]    | kernel capability report with what each finding means                |
+//! | [`elf`]       | ELF eligibility (`check`), rewriter (`align`), DT_NEEDED deps         |
+//! | [`fsutil`]    | safe file replacement: temp file, owner/mode/xattrs, rename; signatures |
+//! | [`pagecache`] | evict and refill a file's page cache with PMD-order folios           |
+//! | [`warm`]      | `warm`: verified PMD page cache for programs and their libraries      |
+//! | [`remap`]     | `run`: preload discovery, environment, verification of a process     |
+//! | [`bench`](mod@bench) | the seeds' benchmarks and paired A/B runs of real programs    |
 //!
 //! Everything talks to the real kernel; nothing here mocks `/proc`.
 
@@ -26,6 +27,7 @@ pub mod doctor;
 pub mod elf;
 pub mod error;
 pub mod folio;
+pub mod fsutil;
 pub mod inspect;
 pub mod kernel;
 pub mod pagecache;

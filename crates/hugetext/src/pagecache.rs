@@ -44,7 +44,13 @@ pub fn fill_huge(file: &File, range: Range<u64>) -> Result<()> {
     let ps = kernel::page_size() as u64;
     let start = range.start / ps * ps;
     let len = (range.end - start).div_ceil(ps) * ps;
-    let map = Mapping::file_congruent(file.as_fd(), start, len as usize, libc::PROT_READ | libc::PROT_EXEC, kernel::pmd_size())?;
+    let map = Mapping::file_congruent(
+        file.as_fd(),
+        start,
+        len as usize,
+        libc::PROT_READ | libc::PROT_EXEC,
+        kernel::pmd_size(),
+    )?;
     map.madvise(0, len as usize, kernel::MADV_HUGEPAGE)?;
     map.madvise(0, len as usize, kernel::MADV_POPULATE_READ)?;
     Ok(())
@@ -83,7 +89,10 @@ pub fn fill_bounded(file: &File, range: Range<u64>) -> Result<()> {
 /// How many windows to have in flight at once: one per CPU, at least 4
 /// (a window read mostly waits for I/O), at most 8.
 pub fn default_parallelism() -> usize {
-    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(4).clamp(4, 8)
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(4)
+        .clamp(4, 8)
 }
 
 /// Read the PMD-aligned `windows` of `file` into PMD-order folios, exactly
@@ -103,7 +112,13 @@ pub fn fill_windows(file: &File, windows: Range<u64>, parallel: usize) -> Result
         )));
     }
     let len = (windows.end - windows.start) as usize;
-    let map = Mapping::file_congruent(file.as_fd(), windows.start, len, libc::PROT_READ | libc::PROT_EXEC, pmd as usize)?;
+    let map = Mapping::file_congruent(
+        file.as_fd(),
+        windows.start,
+        len,
+        libc::PROT_READ | libc::PROT_EXEC,
+        pmd as usize,
+    )?;
     map.madvise(0, len, kernel::MADV_HUGEPAGE)?;
     // VM_RAND_READ: the VM_HUGEPAGE fault path reads exactly one PMD folio
     // (not two, not an async tail), so nothing past the range is read.
@@ -131,7 +146,13 @@ pub fn fill_windows(file: &File, windows: Range<u64>, parallel: usize) -> Result
                 })
             })
             .collect();
-        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(Error::Other("fill worker panicked".into())))).collect()
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(Error::Other("fill worker panicked".into())))
+            })
+            .collect()
     });
     drop(map);
     results.into_iter().collect()
@@ -145,7 +166,11 @@ pub fn fill_small(file: &File, range: Range<u64>) -> Result<()> {
     }
     // SAFETY: plain syscall on a valid fd.
     let r = unsafe {
-        libc::readahead(file.as_raw_fd(), range.start as libc::off64_t, (range.end - range.start) as usize)
+        libc::readahead(
+            file.as_raw_fd(),
+            range.start as libc::off64_t,
+            (range.end - range.start) as usize,
+        )
     };
     if r != 0 {
         return Err(Error::last_os("readahead"));
@@ -198,7 +223,8 @@ pub fn collapse_supported(dir: &Path) -> Result<CollapseSupport> {
         Ok(()) => CollapseSupport::Available,
         Err(Error::Sys { source, .. }) => match source.raw_os_error() {
             Some(libc::EINVAL) => CollapseSupport::Unavailable(
-                "MADV_COLLAPSE refuses file text (kernel without CONFIG_READ_ONLY_THP_FOR_FS, or older than 6.1)".into(),
+                "MADV_COLLAPSE refuses file text (kernel without CONFIG_READ_ONLY_THP_FOR_FS, or older than 6.1)"
+                    .into(),
             ),
             // Transient failures (EAGAIN, ENOMEM, EBUSY) mean the kernel
             // would collapse file text given the memory.

@@ -1,4 +1,5 @@
-//! `/proc/PID/maps` and `/proc/PID/smaps`, process and cgroup enumeration.
+//! `/proc/PID/{maps,smaps,stat,comm,fd}`, `/proc/meminfo`, process and
+//! cgroup enumeration, and who maps or has open a given file.
 //!
 //! Everything here reads the real `/proc`; a process that disappears while it
 //! is being read turns into [`Error::NoProcess`], so that callers can skip it
@@ -6,6 +7,7 @@
 
 use std::collections::BTreeSet;
 use std::io::ErrorKind;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use crate::{Error, Result};
@@ -123,9 +125,10 @@ fn proc_path(pid: Option<i32>, what: &str) -> PathBuf {
 pub fn proc_error(pid: Option<i32>, path: &Path, e: std::io::Error) -> Error {
     match (pid, e.kind(), e.raw_os_error()) {
         (Some(p), ErrorKind::NotFound, _) | (Some(p), _, Some(libc::ESRCH)) => Error::NoProcess(p),
-        (_, ErrorKind::PermissionDenied, _) => {
-            Error::Permission(format!("{}: permission denied (run as root, or as the process's owner)", path.display()))
-        }
+        (_, ErrorKind::PermissionDenied, _) => Error::Permission(format!(
+            "{}: permission denied (run as root, or as the process's owner)",
+            path.display()
+        )),
         _ => Error::io(path, e),
     }
 }
@@ -146,6 +149,10 @@ pub fn read_maps(pid: Option<i32>) -> Result<Vec<Vma>> {
 pub struct SmapsStats {
     /// `Rss`: resident kB (excludes the zero page).
     pub rss_kb: u64,
+    /// `Pss`: proportional set size in kB (shared pages divided among sharers).
+    pub pss_kb: u64,
+    /// `Private_Clean` + `Private_Dirty`: kB mapped by this process only.
+    pub private_kb: u64,
     /// `Anonymous`: kB of anonymous pages.
     pub anonymous_kb: u64,
     /// `AnonHugePages`: kB of anonymous memory mapped by PMDs.
@@ -173,6 +180,8 @@ pub fn parse_smaps(text: &str) -> Vec<(Vma, SmapsStats)> {
                 let s = &mut cur.1;
                 match key {
                     "Rss" => s.rss_kb = v,
+                    "Pss" => s.pss_kb = v,
+                    "Private_Clean" | "Private_Dirty" => s.private_kb += v,
                     "Anonymous" => s.anonymous_kb = v,
                     "AnonHugePages" => s.anon_huge_kb = v,
                     "FilePmdMapped" => s.file_pmd_kb = v,
@@ -194,6 +203,21 @@ pub fn parse_smaps(text: &str) -> Vec<(Vma, SmapsStats)> {
 /// The VMAs of a process with their smaps counters.
 pub fn read_smaps(pid: Option<i32>) -> Result<Vec<(Vma, SmapsStats)>> {
     Ok(parse_smaps(&read_proc(pid, "smaps")?))
+}
+
+/// The smaps counters of this process's mapping that starts at `addr`
+/// (`None` when no mapping starts there).
+pub fn own_mapping_stats(addr: u64) -> Result<Option<SmapsStats>> {
+    Ok(read_smaps(None)?
+        .into_iter()
+        .find(|(v, _)| v.start == addr)
+        .map(|(_, s)| s))
+}
+
+/// `FilePmdMapped` (kB) of this process's mapping that starts at `addr`
+/// (0 when no mapping starts there).
+pub fn own_file_pmd_kb(addr: usize) -> Result<u64> {
+    Ok(own_mapping_stats(addr as u64)?.map_or(0, |s| s.file_pmd_kb))
 }
 
 /// What `/proc/PID/stat` says about a process.
@@ -238,23 +262,116 @@ pub fn read_stat(pid: i32) -> Result<ProcStat> {
     // After comm: state(3) ppid(4) pgrp(5) session(6) tty_nr(7) tpgid(8) flags(9).
     let state = fields.first().and_then(|s| s.chars().next()).unwrap_or('?');
     let flags = fields.get(6).and_then(|s| s.parse().ok()).unwrap_or(0);
-    Ok(ProcStat { pid, comm, state, flags })
+    Ok(ProcStat {
+        pid,
+        comm,
+        state,
+        flags,
+    })
 }
 
 /// All process ids in `/proc`, sorted.
 pub fn all_pids() -> Result<Vec<i32>> {
     let rd = std::fs::read_dir("/proc").map_err(|e| Error::io("/proc", e))?;
-    let mut pids: Vec<i32> =
-        rd.filter_map(|e| e.ok()).filter_map(|e| e.file_name().to_str().and_then(|s| s.parse().ok())).collect();
+    let mut pids: Vec<i32> = rd
+        .filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse().ok()))
+        .collect();
     pids.sort_unstable();
     Ok(pids)
+}
+
+/// The command name of a process (`/proc/PID/comm`, at most 15 bytes).
+pub fn read_comm(pid: i32) -> Result<String> {
+    Ok(read_proc(Some(pid), "comm")?.trim_end_matches('\n').to_string())
+}
+
+/// The processes whose address space maps the file with device `dev` and
+/// inode `ino` (from `/proc/*/maps`), sorted. Processes that vanish or cannot
+/// be read are skipped.
+pub fn pids_mapping(dev: u64, ino: u64) -> Vec<i32> {
+    let (major, minor) = (libc::major(dev), libc::minor(dev));
+    all_pids()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|&pid| {
+            read_maps(Some(pid)).is_ok_and(|vmas| {
+                vmas.iter()
+                    .any(|v| v.inode == ino && v.dev_major == major && v.dev_minor == minor)
+            })
+        })
+        .collect()
+}
+
+/// One open file descriptor of a process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OpenFd {
+    /// The descriptor number.
+    pub fd: i32,
+    /// Its open flags (`flags:` of `/proc/PID/fdinfo/FD`; 0 if unreadable).
+    pub flags: u32,
+}
+
+impl OpenFd {
+    /// Open for writing (`O_WRONLY` or `O_RDWR`).
+    pub fn writable(&self) -> bool {
+        self.flags as i32 & libc::O_ACCMODE != libc::O_RDONLY
+    }
+}
+
+/// The descriptors of process `pid` that refer to the file with device `dev`
+/// and inode `ino` (from `/proc/PID/fd` and `fdinfo`). Empty when the process
+/// vanished or cannot be read.
+pub fn fds_on(pid: i32, dev: u64, ino: u64) -> Vec<OpenFd> {
+    let Ok(rd) = std::fs::read_dir(proc_path(Some(pid), "fd")) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for ent in rd.flatten() {
+        let Ok(m) = std::fs::metadata(ent.path()) else { continue };
+        if m.dev() != dev || m.ino() != ino {
+            continue;
+        }
+        let Some(fd) = ent.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        let flags = read_proc(Some(pid), &format!("fdinfo/{fd}"))
+            .ok()
+            .and_then(|info| {
+                info.lines()
+                    .find_map(|l| l.strip_prefix("flags:"))
+                    .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
+            })
+            .unwrap_or(0);
+        out.push(OpenFd { fd, flags });
+    }
+    out
+}
+
+/// A field of `/proc/meminfo` (given without the colon, e.g. `MemAvailable`),
+/// in bytes.
+pub fn meminfo(field: &str) -> Result<u64> {
+    let s = std::fs::read_to_string("/proc/meminfo").map_err(|e| Error::io("/proc/meminfo", e))?;
+    s.lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map(|kb| kb * 1024)
+        .ok_or_else(|| Error::Other(format!("/proc/meminfo has no {field} line")))
+}
+
+/// `MemAvailable` from `/proc/meminfo`, in bytes.
+pub fn mem_available() -> Result<u64> {
+    meminfo("MemAvailable")
 }
 
 /// All process ids in the cgroup at `path` and its descendants (cgroup v1 or
 /// v2: both have `cgroup.procs` in every cgroup directory), sorted.
 pub fn cgroup_pids(path: &Path) -> Result<Vec<i32>> {
     let meta = std::fs::metadata(path).map_err(|e| {
-        Error::Invalid(format!("cgroup {}: {e} (give a directory under /sys/fs/cgroup)", path.display()))
+        Error::Invalid(format!(
+            "cgroup {}: {e} (give a directory under /sys/fs/cgroup)",
+            path.display()
+        ))
     })?;
     if !meta.is_dir() || !path.join("cgroup.procs").exists() {
         return Err(Error::Invalid(format!(
@@ -316,6 +433,57 @@ mod tests {
         assert!(s.iter().map(|(_, st)| st.rss_kb).sum::<u64>() > 0);
         assert!(s.iter().all(|(_, st)| st.kernel_page_kb > 0));
         assert_eq!(s.len(), read_maps(None).unwrap().len());
+    }
+
+    #[test]
+    fn smaps_private_and_pss_of_own_anonymous_mapping() {
+        let len = 1 << 20;
+        let mut v = vec![1u8; len];
+        v[len - 1] = 2;
+        let addr = v.as_ptr() as u64;
+        let all = read_smaps(None).unwrap();
+        let (vma, s) = all.iter().find(|(m, _)| m.start <= addr && addr < m.end).unwrap();
+        assert!(
+            s.private_kb >= (len as u64 / 1024) / 2 && s.private_kb <= s.rss_kb,
+            "{s:?}"
+        );
+        assert!(s.pss_kb >= s.private_kb && s.pss_kb <= s.rss_kb, "{s:?}");
+        let again = own_mapping_stats(vma.start)
+            .unwrap()
+            .expect("the mapping is still there");
+        assert!(again.private_kb >= (len as u64 / 1024) / 2, "{again:?}");
+        assert_eq!(own_mapping_stats(1).unwrap(), None);
+    }
+
+    #[test]
+    fn who_maps_and_who_writes_a_file() {
+        let exe = std::env::current_exe().unwrap();
+        let m = std::fs::metadata(&exe).unwrap();
+        let me = std::process::id() as i32;
+        assert!(pids_mapping(m.dev(), m.ino()).contains(&me));
+        assert!(fds_on(me, m.dev(), m.ino()).is_empty());
+        let scratch = tempfile::Builder::new().tempfile_in(exe.parent().unwrap()).unwrap();
+        let sm = scratch.as_file().metadata().unwrap();
+        let fds = fds_on(me, sm.dev(), sm.ino());
+        assert!(!fds.is_empty() && fds.iter().all(OpenFd::writable), "{fds:?}");
+        assert!(!pids_mapping(sm.dev(), sm.ino()).contains(&me));
+        let ro = std::fs::File::open(scratch.path()).unwrap();
+        use std::os::fd::AsRawFd;
+        assert!(fds_on(me, sm.dev(), sm.ino())
+            .iter()
+            .any(|f| f.fd == ro.as_raw_fd() && !f.writable()));
+    }
+
+    #[test]
+    fn meminfo_and_comm() {
+        let avail = mem_available().unwrap();
+        assert!(avail > 0 && avail < meminfo("MemTotal").unwrap());
+        assert!(meminfo("NoSuchField")
+            .unwrap_err()
+            .to_string()
+            .contains("no NoSuchField line"));
+        let me = std::process::id() as i32;
+        assert_eq!(read_comm(me).unwrap(), read_stat(me).unwrap().comm);
     }
 
     #[test]

@@ -11,7 +11,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use crate::{Error, Result};
+use crate::{procfs, Error, Result};
 
 /// File name of the preload library.
 pub const PRELOAD_NAME: &str = "libhugetext.so";
@@ -122,7 +122,10 @@ fn check_preload_path(p: &Path) -> Result<()> {
 /// `|` (no groups, no counted repetition).
 pub fn check_pattern(re: &str) -> Result<()> {
     regex::Regex::new(re).map_err(|e| {
-        Error::Invalid(format!("invalid regular expression {re:?}: {}", e.to_string().lines().last().unwrap_or("syntax error").trim()))
+        Error::Invalid(format!(
+            "invalid regular expression {re:?}: {}",
+            e.to_string().lines().last().unwrap_or("syntax error").trim()
+        ))
     })?;
     let unsupported = |what: &str| {
         Err(Error::Invalid(format!(
@@ -161,7 +164,9 @@ pub fn check_pattern(re: &str) -> Result<()> {
             b'$' if !in_class && i + 1 != b.len() && b.get(i + 1) != Some(&b'|') => {
                 return unsupported("$ inside the pattern")
             }
-            b'&' | b'~' | b'-' if in_class && b.get(i + 1) == Some(&b[i]) => return unsupported("class set operations"),
+            b'&' | b'~' | b'-' if in_class && b.get(i + 1) == Some(&b[i]) => {
+                return unsupported("class set operations")
+            }
             _ => {}
         }
         i += 1;
@@ -173,7 +178,11 @@ pub fn check_pattern(re: &str) -> Result<()> {
 /// set. `current_preload` is the program's inherited `LD_PRELOAD`; the
 /// preload goes first so its constructor sees the others' libraries mapped
 /// (all libraries are mapped before any constructor runs anyway).
-pub fn environment(opts: &RunOptions, preload: &Path, current_preload: Option<&OsStr>) -> Result<Vec<(OsString, OsString)>> {
+pub fn environment(
+    opts: &RunOptions,
+    preload: &Path,
+    current_preload: Option<&OsStr>,
+) -> Result<Vec<(OsString, OsString)>> {
     check_preload_path(preload)?;
     for re in [&opts.include, &opts.exclude].into_iter().flatten() {
         check_pattern(re)?;
@@ -181,7 +190,11 @@ pub fn environment(opts: &RunOptions, preload: &Path, current_preload: Option<&O
     let mut ld = OsString::from(preload.as_os_str());
     if let Some(cur) = current_preload.filter(|c| !c.is_empty()) {
         // Drop an older hugetext from the list.
-        for item in cur.as_bytes().split(|&c| c == b':' || c == b' ').filter(|s| !s.is_empty()) {
+        for item in cur
+            .as_bytes()
+            .split(|&c| c == b':' || c == b' ')
+            .filter(|s| !s.is_empty())
+        {
             let base = item.rsplit(|&c| c == b'/').next().unwrap_or(item);
             if base.starts_with(b"libhugetext") {
                 continue;
@@ -193,9 +206,18 @@ pub fn environment(opts: &RunOptions, preload: &Path, current_preload: Option<&O
     let flag = |b: bool| OsString::from(if b { "1" } else { "0" });
     let mut env = vec![
         (OsString::from("LD_PRELOAD"), ld),
-        (OsString::from("HUGETEXT_STRATEGY"), OsString::from(opts.strategy.as_str())),
-        (OsString::from("HUGETEXT_INCLUDE"), OsString::from(opts.include.clone().unwrap_or_default())),
-        (OsString::from("HUGETEXT_EXCLUDE"), OsString::from(opts.exclude.clone().unwrap_or_default())),
+        (
+            OsString::from("HUGETEXT_STRATEGY"),
+            OsString::from(opts.strategy.as_str()),
+        ),
+        (
+            OsString::from("HUGETEXT_INCLUDE"),
+            OsString::from(opts.include.clone().unwrap_or_default()),
+        ),
+        (
+            OsString::from("HUGETEXT_EXCLUDE"),
+            OsString::from(opts.exclude.clone().unwrap_or_default()),
+        ),
         (OsString::from("HUGETEXT_INHERIT"), flag(opts.inherit)),
         (OsString::from("HUGETEXT_GDB"), flag(opts.gdb)),
     ];
@@ -261,7 +283,11 @@ pub fn resolve_program(program: &OsStr, path: Option<&OsStr>) -> std::result::Re
     let path = path.unwrap_or(OsStr::new("/usr/local/bin:/usr/bin:/bin"));
     let mut denied = None;
     for dir in std::env::split_paths(path) {
-        let dir = if dir.as_os_str().is_empty() { PathBuf::from(".") } else { dir };
+        let dir = if dir.as_os_str().is_empty() {
+            PathBuf::from(".")
+        } else {
+            dir
+        };
         let cand = dir.join(program);
         if !cand.exists() {
             continue;
@@ -303,13 +329,21 @@ pub fn injectable(program: &Path) -> Injectable {
         }
     }
     let mut head = Vec::with_capacity(65536);
-    let Ok(f) = std::fs::File::open(program) else { return Injectable::Yes };
+    let Ok(f) = std::fs::File::open(program) else {
+        return Injectable::Yes;
+    };
     if f.take(65536).read_to_end(&mut head).is_err() {
         return Injectable::Yes;
     }
-    let Ok(hdr) = FileHeader64::<object::Endianness>::parse(head.as_slice()) else { return Injectable::Yes };
-    let Ok(endian) = hdr.endian() else { return Injectable::Yes };
-    let Ok(phdrs) = hdr.program_headers(endian, head.as_slice()) else { return Injectable::Yes };
+    let Ok(hdr) = FileHeader64::<object::Endianness>::parse(head.as_slice()) else {
+        return Injectable::Yes;
+    };
+    let Ok(endian) = hdr.endian() else {
+        return Injectable::Yes;
+    };
+    let Ok(phdrs) = hdr.program_headers(endian, head.as_slice()) else {
+        return Injectable::Yes;
+    };
     if phdrs.iter().any(|p| p.p_type(endian) == PT_INTERP) {
         Injectable::Yes
     } else {
@@ -317,7 +351,8 @@ pub fn injectable(program: &Path) -> Injectable {
     }
 }
 
-/// One executable mapping of a process, as `/proc/PID/smaps` shows it.
+/// One executable mapping of a process, as `/proc/PID/smaps` shows it
+/// ([`procfs::read_smaps`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TextMapping {
     pub start: u64,
@@ -349,81 +384,58 @@ impl TextMapping {
 
 /// The executable (`r-x`) mappings of process `pid`, from its smaps.
 pub fn text_mappings(pid: i32) -> Result<Vec<TextMapping>> {
-    let path = PathBuf::from(format!("/proc/{pid}/smaps"));
-    let text = std::fs::read_to_string(&path).map_err(|e| {
-        if e.kind() == std::io::ErrorKind::NotFound {
-            Error::NoProcess(pid)
-        } else {
-            Error::io(&path, e)
-        }
-    })?;
-    let mut out: Vec<TextMapping> = Vec::new();
-    let mut cur: Option<TextMapping> = None;
+    let mut out = Vec::new();
     let mut prev_file: Option<(u64, String)> = None; // (end, path) of the previous file mapping
-    for line in text.lines() {
-        let mut f = line.split_ascii_whitespace();
-        let Some(first) = f.next() else { continue };
-        if let Some((s, e)) = first.split_once('-').filter(|_| !first.ends_with(':')) {
-            if let Some(m) = cur.take() {
-                out.push(m);
-            }
-            let (Ok(start), Ok(end)) = (u64::from_str_radix(s, 16), u64::from_str_radix(e, 16)) else { continue };
-            let perms = f.next().unwrap_or("");
-            let (_off, _dev, _ino) = (f.next(), f.next(), f.next());
-            let name = f.collect::<Vec<_>>().join(" ");
-            let exec = perms.starts_with("r-x");
-            if name.starts_with('/') {
-                if exec {
-                    cur = Some(TextMapping::new(start, end, name.clone(), false));
-                }
-                prev_file = Some((end, name));
-                continue;
-            }
-            if exec && !name.starts_with("[v") {
-                let label = if let Some(p) = name.strip_prefix("[anon:hugetext:").and_then(|n| n.strip_suffix(']')) {
-                    Some(p.to_string())
-                } else if name.is_empty() {
-                    prev_file.as_ref().filter(|(pe, _)| *pe == start).map(|(_, p)| p.clone())
-                } else {
-                    None
-                };
-                if let Some(p) = label {
-                    cur = Some(TextMapping::new(start, end, p.clone(), true));
-                    prev_file = Some((end, p));
-                    continue;
-                }
-            }
+    for (vma, s) in procfs::read_smaps(Some(pid))? {
+        let exec = vma.perms.starts_with("r-x");
+        let name = vma.path;
+        let (start, end) = (vma.start, vma.end);
+        let label = if name.starts_with('/') {
+            prev_file = Some((end, name.clone()));
+            exec.then_some((name, false))
+        } else if exec && !name.starts_with("[v") {
+            let copied = if let Some(p) = name.strip_prefix("[anon:hugetext:").and_then(|n| n.strip_suffix(']')) {
+                Some(p.to_string())
+            } else if name.is_empty() {
+                prev_file
+                    .as_ref()
+                    .filter(|(pe, _)| *pe == start)
+                    .map(|(_, p)| p.clone())
+            } else {
+                None
+            };
+            prev_file = copied.as_ref().map(|p| (end, p.clone()));
+            copied.map(|p| (p, true))
+        } else {
             prev_file = None;
-            continue;
+            None
+        };
+        if let Some((path, copied)) = label {
+            out.push(TextMapping {
+                start,
+                end,
+                path,
+                copied,
+                file_pmd: s.file_pmd_kb * 1024,
+                anon_huge: s.anon_huge_kb * 1024,
+                private: s.private_kb * 1024,
+                pss: s.pss_kb * 1024,
+                anonymous: s.anonymous_kb * 1024,
+            });
         }
-        let Some(m) = cur.as_mut() else { continue };
-        let kb = f.next().and_then(|v| v.parse::<u64>().ok()).unwrap_or(0) * 1024;
-        match first {
-            "FilePmdMapped:" => m.file_pmd = kb,
-            "AnonHugePages:" => m.anon_huge = kb,
-            "Private_Clean:" | "Private_Dirty:" => m.private += kb,
-            "Pss:" => m.pss = kb,
-            "Anonymous:" => m.anonymous = kb,
-            _ => {}
-        }
-    }
-    if let Some(m) = cur.take() {
-        out.push(m);
     }
     Ok(out)
-}
-
-impl TextMapping {
-    fn new(start: u64, end: u64, path: String, copied: bool) -> Self {
-        TextMapping { start, end, path, copied, file_pmd: 0, anon_huge: 0, private: 0, pss: 0, anonymous: 0 }
-    }
 }
 
 /// Sum of huge-backed text bytes of `pid` whose file path is `file`.
 pub fn huge_text_of(pid: i32, file: &Path) -> Result<u64> {
     let want = file.canonicalize().map_err(|e| Error::io(file, e))?;
     let want = want.to_string_lossy();
-    Ok(text_mappings(pid)?.iter().filter(|m| m.path == want).map(TextMapping::huge).sum())
+    Ok(text_mappings(pid)?
+        .iter()
+        .filter(|m| m.path == want)
+        .map(TextMapping::huge)
+        .sum())
 }
 
 #[cfg(test)]
@@ -432,7 +444,14 @@ mod tests {
 
     #[test]
     fn patterns_in_the_preload_subset() {
-        for ok in ["libbig", "^/usr/lib/.*\\.so", "libc\\.so|libm\\.so$", "[a-z_]+\\d", "^$", "x?y*z+"] {
+        for ok in [
+            "libbig",
+            "^/usr/lib/.*\\.so",
+            "libc\\.so|libm\\.so$",
+            "[a-z_]+\\d",
+            "^$",
+            "x?y*z+",
+        ] {
             check_pattern(ok).unwrap_or_else(|e| panic!("{ok}: {e}"));
         }
         for bad in ["(a|b)", "a{2}", "a(", "\\bword", "a^b", "a$b", "[[:alpha:]]"] {
@@ -444,10 +463,26 @@ mod tests {
 
     #[test]
     fn environment_puts_the_preload_first_and_drops_old_copies() {
-        let opts = RunOptions { strategy: Strategy::Copy, verbose: true, ..Default::default() };
-        let env = environment(&opts, Path::new("/opt/ht/libhugetext.so"), Some(OsStr::new("/old/libhugetext.so libfoo.so:/x/libbar.so"))).unwrap();
-        let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.to_string_lossy().into_owned());
-        assert_eq!(get("LD_PRELOAD").unwrap(), "/opt/ht/libhugetext.so:libfoo.so:/x/libbar.so");
+        let opts = RunOptions {
+            strategy: Strategy::Copy,
+            verbose: true,
+            ..Default::default()
+        };
+        let env = environment(
+            &opts,
+            Path::new("/opt/ht/libhugetext.so"),
+            Some(OsStr::new("/old/libhugetext.so libfoo.so:/x/libbar.so")),
+        )
+        .unwrap();
+        let get = |k: &str| {
+            env.iter()
+                .find(|(n, _)| n == k)
+                .map(|(_, v)| v.to_string_lossy().into_owned())
+        };
+        assert_eq!(
+            get("LD_PRELOAD").unwrap(),
+            "/opt/ht/libhugetext.so:libfoo.so:/x/libbar.so"
+        );
         assert_eq!(get("HUGETEXT_STRATEGY").unwrap(), "copy");
         assert_eq!(get("HUGETEXT_VERBOSE").unwrap(), "1");
         assert!(environment(&opts, Path::new("/a b/libhugetext.so"), None).is_err());
@@ -457,9 +492,24 @@ mod tests {
     fn resolves_like_execvp() {
         let p = resolve_program(OsStr::new("sh"), Some(OsStr::new("/nonexistent:/bin:/usr/bin"))).unwrap();
         assert!(p.ends_with("sh"));
-        assert_eq!(resolve_program(OsStr::new("no-such-cmd-xyz"), Some(OsStr::new("/bin"))).unwrap_err().exit_code(), 127);
-        assert_eq!(resolve_program(OsStr::new("/no/such/file"), None).unwrap_err().exit_code(), 127);
-        assert_eq!(resolve_program(OsStr::new("/etc/passwd"), None).unwrap_err().exit_code(), 126);
+        assert_eq!(
+            resolve_program(OsStr::new("no-such-cmd-xyz"), Some(OsStr::new("/bin")))
+                .unwrap_err()
+                .exit_code(),
+            127
+        );
+        assert_eq!(
+            resolve_program(OsStr::new("/no/such/file"), None)
+                .unwrap_err()
+                .exit_code(),
+            127
+        );
+        assert_eq!(
+            resolve_program(OsStr::new("/etc/passwd"), None)
+                .unwrap_err()
+                .exit_code(),
+            126
+        );
         assert_eq!(resolve_program(OsStr::new("/etc"), None).unwrap_err().exit_code(), 126);
     }
 

@@ -34,7 +34,12 @@ fn counts_at(addr: usize, method: Method, cont: &[u32]) -> Counts {
         method: Some(method),
     };
     let r = inspect::inspect(&opts, &mut |_, _| {}).unwrap();
-    r.processes[0].mappings.iter().find(|m| m.vma.start == addr as u64).map(|m| m.counts.clone()).unwrap_or_default()
+    r.processes[0]
+        .mappings
+        .iter()
+        .find(|m| m.vma.start == addr as u64)
+        .map(|m| m.counts.clone())
+        .unwrap_or_default()
 }
 
 fn methods() -> Vec<Method> {

@@ -40,7 +40,11 @@ fn bounded_fill_reads_nothing_outside_the_range() {
     assert_eq!(s.pmd_windows, vec![pmd]);
     let before = folio::scan_file(&p, Some(0..range.start)).unwrap();
     let after = folio::scan_file(&p, Some(range.end..8 << 20)).unwrap();
-    assert_eq!((before.cached_kb, after.cached_kb), (0, 0), "read outside: {before:?} {after:?}");
+    assert_eq!(
+        (before.cached_kb, after.cached_kb),
+        (0, 0),
+        "read outside: {before:?} {after:?}"
+    );
 }
 
 #[test]
@@ -53,24 +57,37 @@ fn parallel_window_fill_gives_pmd_folios_and_stays_in_range() {
     let s = folio::scan_file(&p, None).unwrap();
     assert_eq!(s.pmd_windows.len(), 8, "{s:?}");
     assert_eq!(s.cached_kb, 16 * 1024, "exactly the windows asked for: {s:?}");
-    assert!(pagecache::fill_windows(&f, 0x1000..(2 << 20), 2).is_err(), "unaligned windows are refused");
+    assert!(
+        pagecache::fill_windows(&f, 0x1000..(2 << 20), 2).is_err(),
+        "unaligned windows are refused"
+    );
 }
 
 /// Whether the running kernel was built with CONFIG_READ_ONLY_THP_FOR_FS,
 /// when it says (/proc/config.gz).
 fn config_ro_thp() -> Option<bool> {
-    let out = std::process::Command::new("sh").args(["-c", "zcat /proc/config.gz 2>/dev/null"]).output().ok()?;
+    let out = std::process::Command::new("sh")
+        .args(["-c", "zcat /proc/config.gz 2>/dev/null"])
+        .output()
+        .ok()?;
     if out.stdout.is_empty() {
         return None;
     }
-    Some(String::from_utf8_lossy(&out.stdout).lines().any(|l| l == "CONFIG_READ_ONLY_THP_FOR_FS=y"))
+    Some(
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .any(|l| l == "CONFIG_READ_ONLY_THP_FOR_FS=y"),
+    )
 }
 
 #[test]
 fn collapse_probe_matches_the_kernel_config() {
     let dir = scratch_dir("collapse");
     let got = pagecache::collapse_supported(&dir).unwrap();
-    assert!(std::fs::read_dir(&dir).unwrap().next().is_none(), "the probe file is removed");
+    assert!(
+        std::fs::read_dir(&dir).unwrap().next().is_none(),
+        "the probe file is removed"
+    );
     match config_ro_thp() {
         Some(want) => assert_eq!(got.is_available(), want, "{got:?}"),
         None => eprintln!("no /proc/config.gz; probe says {got:?}"),
@@ -107,7 +124,10 @@ fn plan_of_an_elf_file_is_its_read_only_segments() {
     assert!(t.elf);
     assert!(!t.ranges.is_empty());
     assert!(t.ranges.iter().any(|r| r.flags.as_deref() == Some("r-x")));
-    assert!(t.ranges.windows(2).all(|w| w[0].offset + w[0].len <= w[1].offset), "sorted, disjoint");
+    assert!(
+        t.ranges.windows(2).all(|w| w[0].offset + w[0].len <= w[1].offset),
+        "sorted, disjoint"
+    );
     assert!(t.bytes() < t.size + 2 * kernel::page_size() as u64 * t.ranges.len() as u64);
 
     let dir = scratch_dir("plan");

@@ -73,7 +73,11 @@ Exit status:
   3  cannot be improved, or refused (the reason is printed)";
 
 pub fn run(args: Args) -> Result<u8> {
-    let opts = AlignOptions { output: args.output.clone(), dry_run: args.dry_run, force: args.force };
+    let opts = AlignOptions {
+        output: args.output.clone(),
+        dry_run: args.dry_run,
+        force: args.force,
+    };
     let o = elf::align_file(&args.file, &opts)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&o)?);
@@ -82,8 +86,16 @@ pub fn run(args: Args) -> Result<u8> {
     let name = args.file.display();
     match o.status {
         AlignStatus::Rewritten | AlignStatus::WouldRewrite => {
-            let verb = if o.status == AlignStatus::Rewritten { "aligned" } else { "would align" };
-            let dest = if args.output.is_some() { format!(" -> {}", o.output.display()) } else { String::new() };
+            let verb = if o.status == AlignStatus::Rewritten {
+                "aligned"
+            } else {
+                "would align"
+            };
+            let dest = if args.output.is_some() {
+                format!(" -> {}", o.output.display())
+            } else {
+                String::new()
+            };
             println!(
                 "{verb} {name}{dest}: PMD-mappable {} -> {}",
                 mib(o.before.pmd_mappable_bytes),
@@ -93,13 +105,19 @@ pub fn run(args: Args) -> Result<u8> {
                 println!("  - {r}");
             }
             if o.status == AlignStatus::Rewritten {
-                println!("  file grew by {} bytes ({} bytes on disk)", o.grew_by, o.grew_on_disk_by);
+                println!(
+                    "  file grew by {} bytes ({} bytes on disk)",
+                    o.grew_by, o.grew_on_disk_by
+                );
             } else {
                 println!("  file would grow by {} bytes", o.grew_by);
             }
         }
         AlignStatus::NothingToDo => {
-            println!("nothing to do for {name}: already PMD-mappable ({})", mib(o.before.pmd_mappable_bytes));
+            println!(
+                "nothing to do for {name}: already PMD-mappable ({})",
+                mib(o.before.pmd_mappable_bytes)
+            );
         }
         AlignStatus::Cannot => {
             println!("cannot align {name}: {}", o.reasons.join("; "));

@@ -71,7 +71,10 @@ pub fn run(args: Args) -> Result<u8> {
             Err(e) => {
                 code = 1;
                 if args.json {
-                    entries.push(Entry::Error { path: path.clone(), error: e.to_string() });
+                    entries.push(Entry::Error {
+                        path: path.clone(),
+                        error: e.to_string(),
+                    });
                 } else {
                     out.flush()?;
                     eprintln!("hugetext: error: {e}");
@@ -93,7 +96,16 @@ pub fn mib(b: u64) -> String {
 
 fn print_report(out: &mut impl Write, r: &CheckReport) -> Result<()> {
     let kind = serde_json::to_value(r.kind)?.as_str().unwrap_or("").to_string();
-    writeln!(out, "{}: {} {} {}, {} bytes, max p_align {:#x}", r.path.display(), r.class, r.machine, kind, r.file_size, r.max_p_align)?;
+    writeln!(
+        out,
+        "{}: {} {} {}, {} bytes, max p_align {:#x}",
+        r.path.display(),
+        r.class,
+        r.machine,
+        kind,
+        r.file_size,
+        r.max_p_align
+    )?;
     if !r.segments.is_empty() {
         writeln!(
             out,

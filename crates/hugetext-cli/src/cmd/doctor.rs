@@ -49,14 +49,16 @@ pub fn run(args: Args) -> Result<u8> {
         return Ok(0);
     }
     let mut t = Table::new();
-    t.load_preset(UTF8_FULL_CONDENSED).set_content_arrangement(ContentArrangement::Dynamic).set_header(vec![
-        "check",
-        "status",
-        "found",
-        "what it means",
-    ]);
+    t.load_preset(UTF8_FULL_CONDENSED)
+        .set_content_arrangement(ContentArrangement::Dynamic)
+        .set_header(vec!["check", "status", "found", "what it means"]);
     for f in &findings {
-        t.add_row(vec![f.check.clone(), f.status.word().to_string(), f.value.clone(), f.meaning.clone()]);
+        t.add_row(vec![
+            f.check.clone(),
+            f.status.word().to_string(),
+            f.value.clone(),
+            f.meaning.clone(),
+        ]);
     }
     if !std::io::stdout().is_terminal() {
         t.set_width(160);

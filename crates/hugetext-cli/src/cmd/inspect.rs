@@ -84,22 +84,41 @@ pub struct Args {
 fn cont_order(s: &str) -> Result<u32> {
     let t = s.trim();
     let lower = t.to_ascii_lowercase();
-    let (num, mult) =
-        if let Some(n) = lower.strip_suffix("kib").or(lower.strip_suffix("kb")).or(lower.strip_suffix('k')) {
-            (n, 1u64 << 10)
-        } else if let Some(n) = lower.strip_suffix("mib").or(lower.strip_suffix("mb")).or(lower.strip_suffix('m')) {
-            (n, 1 << 20)
-        } else if let Some(n) = lower.strip_suffix("gib").or(lower.strip_suffix("gb")).or(lower.strip_suffix('g')) {
-            (n, 1 << 30)
-        } else {
-            (lower.as_str(), 1)
-        };
-    let n: u64 = num.trim().parse().map_err(|_| anyhow::anyhow!("--cont {s}: not a size (give e.g. 64K or 2M)"))?;
-    let bytes = n.checked_mul(mult).ok_or_else(|| anyhow::anyhow!("--cont {s}: too large"))?;
+    let (num, mult) = if let Some(n) = lower
+        .strip_suffix("kib")
+        .or(lower.strip_suffix("kb"))
+        .or(lower.strip_suffix('k'))
+    {
+        (n, 1u64 << 10)
+    } else if let Some(n) = lower
+        .strip_suffix("mib")
+        .or(lower.strip_suffix("mb"))
+        .or(lower.strip_suffix('m'))
+    {
+        (n, 1 << 20)
+    } else if let Some(n) = lower
+        .strip_suffix("gib")
+        .or(lower.strip_suffix("gb"))
+        .or(lower.strip_suffix('g'))
+    {
+        (n, 1 << 30)
+    } else {
+        (lower.as_str(), 1)
+    };
+    let n: u64 = num
+        .trim()
+        .parse()
+        .map_err(|_| anyhow::anyhow!("--cont {s}: not a size (give e.g. 64K or 2M)"))?;
+    let bytes = n
+        .checked_mul(mult)
+        .ok_or_else(|| anyhow::anyhow!("--cont {s}: too large"))?;
     let page = kernel::page_size() as u64;
     let pmd = kernel::pmd_size() as u64;
     if bytes < 2 * page || bytes % page != 0 || !(bytes / page).is_power_of_two() {
-        bail!("--cont {s}: must be a power-of-two number of pages, at least 2 pages ({} kB)", 2 * page / 1024);
+        bail!(
+            "--cont {s}: must be a power-of-two number of pages, at least 2 pages ({} kB)",
+            2 * page / 1024
+        );
     }
     if bytes > pmd {
         bail!("--cont {s}: must be at most the PMD size ({} kB)", pmd / 1024);
@@ -312,7 +331,9 @@ fn report_json(report: &Report, rollup: bool, elapsed: Duration) -> Value {
 
 fn new_table(header: &[&str]) -> Table {
     let mut t = Table::new();
-    t.load_preset(UTF8_FULL_CONDENSED).set_content_arrangement(ContentArrangement::Dynamic).set_header(header.to_vec());
+    t.load_preset(UTF8_FULL_CONDENSED)
+        .set_content_arrangement(ContentArrangement::Dynamic)
+        .set_header(header.to_vec());
     for i in 1..header.len() {
         if let Some(col) = t.column_mut(i) {
             col.set_cell_alignment(CellAlignment::Right);
@@ -330,7 +351,11 @@ fn kinds_of(report: &Report, c: &Counts) -> Vec<Kind> {
 }
 
 fn print_tables(report: &Report, args: &Args, elapsed: Duration) {
-    let what = if report.all { "all mappings" } else { "executable mappings" };
+    let what = if report.all {
+        "all mappings"
+    } else {
+        "executable mappings"
+    };
     let how = match report.method {
         Method::PagemapScan => "pagemap + kpageflags + PAGEMAP_SCAN",
         Method::PagemapSmaps => "pagemap + kpageflags + smaps",
@@ -406,8 +431,16 @@ fn print_tables(report: &Report, args: &Args, elapsed: Duration) {
                 kb(f).to_string(),
                 pct(c.get(Kind::File, Class::PmdAligned), f),
                 if unknown { "?".into() } else { pct(large, f) },
-                if unknown { "?".into() } else { pct(c.get(Kind::File, Class::BasePage), f) },
-                if unknown { "?".into() } else { pct(c.get(Kind::File, Class::Partial), f) },
+                if unknown {
+                    "?".into()
+                } else {
+                    pct(c.get(Kind::File, Class::BasePage), f)
+                },
+                if unknown {
+                    "?".into()
+                } else {
+                    pct(c.get(Kind::File, Class::Partial), f)
+                },
                 kb(c.total(Kind::Anon)).to_string(),
             ]);
         }
@@ -499,8 +532,11 @@ fn run_files(args: &Args) -> Result<()> {
         }
         return Ok(());
     }
-    let mut sizes: Vec<u64> =
-        views.iter().filter_map(|v| v.folios_kb.as_ref()).flat_map(|f| f.keys().copied()).collect();
+    let mut sizes: Vec<u64> = views
+        .iter()
+        .filter_map(|v| v.folios_kb.as_ref())
+        .flat_map(|f| f.keys().copied())
+        .collect();
     sizes.sort_unstable();
     sizes.dedup();
     let mut header: Vec<String> = vec!["file".into(), "size kB".into(), "cached kB".into()];
@@ -512,7 +548,11 @@ fn run_files(args: &Args) -> Result<()> {
         c.set_cell_alignment(CellAlignment::Left);
     }
     for v in &views {
-        let mut row = vec![v.path.display().to_string(), v.size.div_ceil(1024).to_string(), v.cached_kb.to_string()];
+        let mut row = vec![
+            v.path.display().to_string(),
+            v.size.div_ceil(1024).to_string(),
+            v.cached_kb.to_string(),
+        ];
         for s in &sizes {
             row.push(match &v.folios_kb {
                 Some(f) => {
@@ -522,7 +562,11 @@ fn run_files(args: &Args) -> Result<()> {
                 None => "?".into(),
             });
         }
-        row.push(if pfn { format!("{}/{}", v.pmd_windows_huge, v.pmd_windows) } else { "?".into() });
+        row.push(if pfn {
+            format!("{}/{}", v.pmd_windows_huge, v.pmd_windows)
+        } else {
+            "?".into()
+        });
         t.add_row(row);
     }
     println!("{t}");

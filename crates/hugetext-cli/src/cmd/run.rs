@@ -109,7 +109,12 @@ pub struct Args {
     pub preload: Option<PathBuf>,
 
     /// The program to run, and its arguments
-    #[arg(value_name = "PROGRAM", required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+    #[arg(
+        value_name = "PROGRAM",
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true
+    )]
     pub command: Vec<OsString>,
 }
 
@@ -128,7 +133,8 @@ pub fn run(args: Args) -> Result<u8> {
     let preload = remap::find_preload(args.preload.as_deref()).map_err(|e| exit_with(125, e.to_string()))?;
     let (program, rest) = args.command.split_first().expect("clap requires PROGRAM");
     let path_var = std::env::var_os("PATH");
-    let resolved = remap::resolve_program(program, path_var.as_deref()).map_err(|e| exit_with(e.exit_code(), e.to_string()))?;
+    let resolved =
+        remap::resolve_program(program, path_var.as_deref()).map_err(|e| exit_with(e.exit_code(), e.to_string()))?;
     match remap::injectable(&resolved) {
         Injectable::Yes => {}
         Injectable::Static => eprintln!(
@@ -142,7 +148,11 @@ pub fn run(args: Args) -> Result<u8> {
     }
     let env = remap::environment(&opts, &preload, std::env::var_os("LD_PRELOAD").as_deref())
         .map_err(|e| exit_with(125, e.to_string()))?;
-    let err = std::process::Command::new(&resolved).arg0(program).args(rest).envs(env).exec();
+    let err = std::process::Command::new(&resolved)
+        .arg0(program)
+        .args(rest)
+        .envs(env)
+        .exec();
     let shown = program.to_string_lossy();
     Err(match err.kind() {
         std::io::ErrorKind::NotFound => exit_with(127, format!("{shown}: cannot execute: {err}")),

@@ -116,11 +116,19 @@ pub fn run(args: Args) -> Result<u8> {
 
     let plans = warm::plan_all(&paths, deps);
     if args.path_unit {
-        let files: Vec<PathBuf> = plans.iter().filter(|(_, t)| t.is_ok()).map(|(p, _)| p.clone()).collect();
+        let files: Vec<PathBuf> = plans
+            .iter()
+            .filter(|(_, t)| t.is_ok())
+            .map(|(p, _)| p.clone())
+            .collect();
         print!("{}", warm::path_unit(args.config.as_deref(), &files));
         return Ok(0);
     }
-    let total: u64 = plans.iter().filter_map(|(_, t)| t.as_ref().ok()).map(|t| t.bytes()).sum();
+    let total: u64 = plans
+        .iter()
+        .filter_map(|(_, t)| t.as_ref().ok())
+        .map(|t| t.bytes())
+        .sum();
     warm::check_memory(total, max_mem)?;
 
     let bar = progress_bar(plans.len(), total);
@@ -142,7 +150,11 @@ pub fn run(args: Args) -> Result<u8> {
             Err(e) => Err(e.to_string()),
         };
         if let Err(e) = &r {
-            let msg = if e.starts_with(&path.display().to_string()) { e.clone() } else { format!("{}: {e}", path.display()) };
+            let msg = if e.starts_with(&path.display().to_string()) {
+                e.clone()
+            } else {
+                format!("{}: {e}", path.display())
+            };
             match &bar {
                 Some(b) => b.suspend(|| eprintln!("hugetext: error: {msg}")),
                 None => eprintln!("hugetext: error: {msg}"),
@@ -203,7 +215,12 @@ fn print_human(r: &FileReport) {
         warm::Route::Replace => "replaced by a warmed copy",
         warm::Route::None => "none possible",
     };
-    println!("{} ({kind}, {}, route: {route}, {:.0} ms)", r.path.display(), r.filesystem, r.millis);
+    println!(
+        "{} ({kind}, {}, route: {route}, {:.0} ms)",
+        r.path.display(),
+        r.filesystem,
+        r.millis
+    );
     println!(
         "  {} cached: {} in 2 MiB folios ({}/{} eligible windows, {} PMD-mappable at run time), {} small",
         mib(r.cached_kb),
@@ -240,7 +257,12 @@ fn print_human(r: &FileReport) {
             warm::Runtime::Incongruent => "not PMD-mappable (hugetext align)",
             warm::Runtime::NotElf => "whole file",
         };
-        println!("  {seg} size {}: {}/{} windows in PMD folios; {rt}", warm::human(g.len), rr.pmd_windows, rr.eligible_windows);
+        println!(
+            "  {seg} size {}: {}/{} windows in PMD folios; {rt}",
+            warm::human(g.len),
+            rr.pmd_windows,
+            rr.eligible_windows
+        );
     }
     for n in &r.notes {
         println!("  note: {n}");

@@ -14,7 +14,10 @@ pub fn bin() -> PathBuf {
 
 /// The workspace root.
 pub fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap()
 }
 
 /// The cargo target directory that holds the binary under test
@@ -36,7 +39,11 @@ pub fn fixtures() -> &'static Path {
     DIR.get_or_init(|| {
         let dir = target_profile_dir().join("../fixtures");
         let script = root().join("tests/fixtures/mkfixtures.sh");
-        let st = Command::new("bash").arg(&script).arg(&dir).status().expect("run mkfixtures.sh");
+        let st = Command::new("bash")
+            .arg(&script)
+            .arg(&dir)
+            .status()
+            .expect("run mkfixtures.sh");
         assert!(st.success(), "mkfixtures.sh failed");
         dir.canonicalize().unwrap()
     })
@@ -45,7 +52,11 @@ pub fn fixtures() -> &'static Path {
 /// One fixture: `linker` in bfd/lld/mold, `name` in pie/nopie/libbig.so/usebig/small.
 pub fn fixture(linker: &str, name: &str) -> PathBuf {
     let p = fixtures().join(linker).join(name);
-    assert!(p.exists(), "fixture {} missing: is the {linker} linker installed? (scripts/install-deps.sh)", p.display());
+    assert!(
+        p.exists(),
+        "fixture {} missing: is the {linker} linker installed? (scripts/install-deps.sh)",
+        p.display()
+    );
     p
 }
 

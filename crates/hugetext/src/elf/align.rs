@@ -29,6 +29,7 @@ use serde::Serialize;
 use super::check::{self, AlignPlan, CheckReport, Verdict};
 use super::layout::Model;
 use super::PMD_SIZE;
+use crate::fsutil::{self, MetadataCopy, NewFile, ReplaceImpact, Signature};
 use crate::{Error, Result};
 
 /// Options for [`align_file`].
@@ -103,46 +104,60 @@ pub struct Invalidations {
 }
 
 const MODULE_SIG_MAGIC: &[u8] = b"~Module signature appended~\n";
-const SIGNATURE_SECTIONS: &[&str] = &[".signature", "signature", ".sig", ".SUNW_signature", ".note.signature", ".elfsign"];
+const SIGNATURE_SECTIONS: &[&str] = &[
+    ".signature",
+    "signature",
+    ".sig",
+    ".SUNW_signature",
+    ".note.signature",
+    ".elfsign",
+];
 
 /// Look for signatures and other things that a rewrite of `file` invalidates.
 pub fn invalidations(path: &Path, file: &File, model: &Model) -> Invalidations {
     let mut inv = Invalidations::default();
     for s in &model.shdrs {
         if SIGNATURE_SECTIONS.contains(&s.name.as_str()) {
-            inv.signed.push(format!("section {} holds a signature over the file's bytes", s.name));
+            inv.signed
+                .push(format!("section {} holds a signature over the file's bytes", s.name));
         }
     }
     if model.file_size >= MODULE_SIG_MAGIC.len() as u64 {
         let mut tail = vec![0u8; MODULE_SIG_MAGIC.len()];
-        if file.read_exact_at(&mut tail, model.file_size - MODULE_SIG_MAGIC.len() as u64).is_ok() && tail == MODULE_SIG_MAGIC {
-            inv.signed.push("an appended module-style signature ends the file".into());
+        if file
+            .read_exact_at(&mut tail, model.file_size - MODULE_SIG_MAGIC.len() as u64)
+            .is_ok()
+            && tail == MODULE_SIG_MAGIC
+        {
+            inv.signed
+                .push("an appended module-style signature ends the file".into());
         }
     }
-    for name in list_xattrs(file).unwrap_or_default() {
-        match name.as_str() {
-            "security.ima" => {
-                inv.signed.push("IMA xattr security.ima (hash or signature of the old content)".into());
-                inv.stale_xattrs.push(name);
-            }
-            "security.evm" => {
-                inv.signed.push("EVM xattr security.evm (covers the old attributes)".into());
-                inv.stale_xattrs.push(name);
-            }
-            _ => {}
+    if let Ok(impact) = ReplaceImpact::of(file) {
+        for sig in &impact.signatures {
+            inv.signed.push(
+                match sig {
+                    Signature::Ima => "IMA xattr security.ima (hash or signature of the old content)",
+                    Signature::Evm => "EVM xattr security.evm (covers the old attributes)",
+                    Signature::Verity => "fs-verity (the rewritten file is a new inode without it)",
+                }
+                .into(),
+            );
         }
-    }
-    if let Ok(meta) = file.metadata() {
-        if meta.nlink() > 1 {
+        inv.stale_xattrs = impact.stale_xattrs();
+        if impact.links > 1 {
             inv.warnings.push(format!(
                 "{} other hard link(s) to this file keep the old content after an in-place rewrite",
-                meta.nlink() - 1
+                impact.links - 1
             ));
         }
     }
     if let Ok(canon) = path.canonicalize() {
         let s = canon.to_string_lossy();
-        let system = ["/usr/", "/bin/", "/sbin/", "/lib", "/opt/"].iter().any(|p| s.starts_with(p)) && !s.starts_with("/usr/local/");
+        let system = ["/usr/", "/bin/", "/sbin/", "/lib", "/opt/"]
+            .iter()
+            .any(|p| s.starts_with(p))
+            && !s.starts_with("/usr/local/");
         if system {
             inv.warnings.push(
                 "system file: the package manager's checksums (dpkg --verify, rpm -V) will report it changed, and an upgrade replaces it"
@@ -151,39 +166,6 @@ pub fn invalidations(path: &Path, file: &File, model: &Model) -> Invalidations {
         }
     }
     inv
-}
-
-fn list_xattrs(file: &File) -> io::Result<Vec<String>> {
-    let mut buf = vec![0u8; 4096];
-    let n = loop {
-        match rustix::fs::flistxattr(file.as_fd(), &mut buf[..]) {
-            Ok(n) => break n,
-            Err(rustix::io::Errno::RANGE) => {
-                let need = rustix::fs::flistxattr_query(file.as_fd())?;
-                buf.resize(need.max(buf.len() * 2), 0);
-            }
-            Err(rustix::io::Errno::NOTSUP) => return Ok(Vec::new()),
-            Err(e) => return Err(e.into()),
-        }
-    };
-    Ok(buf[..n].split(|b| *b == 0).filter(|s| !s.is_empty()).map(|s| String::from_utf8_lossy(s).into_owned()).collect())
-}
-
-fn get_xattr(file: &File, name: &str) -> io::Result<Vec<u8>> {
-    let mut buf = vec![0u8; 256];
-    loop {
-        match rustix::fs::fgetxattr(file.as_fd(), name, &mut buf[..]) {
-            Ok(n) => {
-                buf.truncate(n);
-                return Ok(buf);
-            }
-            Err(rustix::io::Errno::RANGE) => {
-                let need = rustix::fs::fgetxattr_query(file.as_fd(), name)?;
-                buf.resize(need.max(buf.len() * 2), 0);
-            }
-            Err(e) => return Err(e.into()),
-        }
-    }
 }
 
 /// Make `path` PMD-mappable. See the module documentation for what changes.
@@ -239,11 +221,17 @@ pub fn align_file(path: &Path, opts: &AlignOptions) -> Result<AlignOutcome> {
     if !inv.signed.is_empty() {
         if !opts.force {
             outcome.status = AlignStatus::Cannot;
-            outcome.reasons = inv.signed.iter().map(|s| format!("signed: {s}; a rewrite would invalidate it (use --force to rewrite anyway)")).collect();
+            outcome.reasons = inv
+                .signed
+                .iter()
+                .map(|s| format!("signed: {s}; a rewrite would invalidate it (use --force to rewrite anyway)"))
+                .collect();
             outcome.warnings.extend(inv.warnings);
             return Ok(outcome);
         }
-        outcome.warnings.extend(inv.signed.iter().map(|s| format!("--force: invalidated {s}")));
+        outcome
+            .warnings
+            .extend(inv.signed.iter().map(|s| format!("--force: invalidated {s}")));
     }
     outcome.warnings.extend(inv.warnings.iter().cloned());
     if !in_place && inv.warnings.iter().any(|w| w.contains("hard link")) {
@@ -261,38 +249,74 @@ pub fn align_file(path: &Path, opts: &AlignOptions) -> Result<AlignOutcome> {
         return Ok(outcome);
     }
 
-    let dir = match target.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => PathBuf::from("."),
+    let tmp = NewFile::beside(&target, ".hugetext-align-").map_err(|e| {
+        Error::io(
+            fsutil::dir_of(&target),
+            io::Error::new(
+                e.kind(),
+                format!("cannot create a temporary file in this directory ({e})"),
+            ),
+        )
+    })?;
+    let werr = |e: io::Error| {
+        Error::io(
+            &target,
+            io::Error::new(
+                e.kind(),
+                format!("writing the new file failed ({e}); the original is untouched"),
+            ),
+        )
     };
-    let tmp = tempfile::Builder::new()
-        .prefix(".hugetext-align-")
-        .tempfile_in(&dir)
-        .map_err(|e| Error::io(&dir, io::Error::new(e.kind(), format!("cannot create a temporary file in this directory ({e})"))))?;
-    let tmp_path = tmp.path().to_path_buf();
-    let werr = |e: io::Error| Error::io(&target, io::Error::new(e.kind(), format!("writing the new file failed ({e}); the original is untouched")));
 
-    write_aligned(&input, &model, &plan, tmp.as_file()).map_err(werr)?;
-    tmp.as_file().sync_all().map_err(werr)?;
-    verify(&input, &model, &before, &plan, tmp.as_file()).map_err(|msg| {
+    write_aligned(&input, &model, &plan, tmp.file()).map_err(werr)?;
+    tmp.sync().map_err(werr)?;
+    verify(&input, &model, &before, &plan, tmp.file()).map_err(|msg| {
         Error::Other(format!("{}: the rewritten file failed verification ({msg}); nothing was replaced (this is a bug; please report it)", path.display()))
     })?;
-    copy_metadata(&input, &in_meta, tmp.as_file(), in_place, &inv.stale_xattrs)
-        .map_err(|e| Error::io(&target, io::Error::new(e.kind(), format!("cannot give the new file the original's owner/mode/attributes ({e}); the original is untouched"))))?;
-    tmp.as_file().sync_all().map_err(werr)?;
+    // In place, failing to keep the owner is an error; for a new `-o` file,
+    // an owner we may not give away is left as ours.
+    let keep = MetadataCopy {
+        owner_required: in_place,
+        times: false,
+        skip_xattrs: &inv.stale_xattrs,
+    };
+    fsutil::copy_metadata(&input, &in_meta, tmp.file(), &keep).map_err(|e| {
+        Error::io(
+            &target,
+            io::Error::new(
+                e.kind(),
+                format!(
+                    "cannot give the new file the original's owner/mode/attributes ({e}); the original is untouched"
+                ),
+            ),
+        )
+    })?;
+    tmp.sync().map_err(werr)?;
 
     if in_place {
         // Do not replace a file that changed under us since we read it.
         let now = std::fs::metadata(&target).map_err(|e| Error::io(&target, e))?;
-        if now.ino() != in_meta.ino() || now.dev() != in_meta.dev() || now.size() != in_meta.size() || now.mtime_nsec() != in_meta.mtime_nsec() || now.mtime() != in_meta.mtime() {
-            return Err(Error::Other(format!("{}: the file changed while it was being aligned; nothing was replaced, run align again", target.display())));
+        if now.ino() != in_meta.ino()
+            || now.dev() != in_meta.dev()
+            || now.size() != in_meta.size()
+            || now.mtime_nsec() != in_meta.mtime_nsec()
+            || now.mtime() != in_meta.mtime()
+        {
+            return Err(Error::Other(format!(
+                "{}: the file changed while it was being aligned; nothing was replaced, run align again",
+                target.display()
+            )));
         }
     }
-    tmp.persist(&target).map_err(|e| Error::io(&target, io::Error::new(e.error.kind(), format!("cannot rename the new file into place ({}); the original is untouched", e.error))))?;
-    if let Ok(d) = File::open(&dir) {
-        let _ = d.sync_all();
-    }
-    let _ = tmp_path;
+    tmp.commit(&target).map_err(|e| {
+        Error::io(
+            &target,
+            io::Error::new(
+                e.kind(),
+                format!("cannot rename the new file into place ({e}); the original is untouched"),
+            ),
+        )
+    })?;
     let out_meta = std::fs::metadata(&target).map_err(|e| Error::io(&target, e))?;
     outcome.grew_on_disk_by = (out_meta.blocks() as i64 - in_meta.blocks() as i64) * 512;
     outcome.after = Some(super::check_file(&target)?);
@@ -311,14 +335,32 @@ struct NewLayout {
 }
 
 fn new_layout(m: &Model, plan: &AlignPlan) -> NewLayout {
-    let e_phoff = if m.phdrs.is_empty() { m.e_phoff } else { plan.map_offset(m.e_phoff, m.phdr_table_size(), None) };
-    let e_shoff = if m.shdrs.is_empty() { m.e_shoff } else { plan.map_offset(m.e_shoff, m.shdr_table_size(), None) };
-    let p_offset = m.phdrs.iter().map(|p| plan.map_offset(p.p_offset, p.p_filesz, Some(p.p_vaddr))).collect();
+    let e_phoff = if m.phdrs.is_empty() {
+        m.e_phoff
+    } else {
+        plan.map_offset(m.e_phoff, m.phdr_table_size(), None)
+    };
+    let e_shoff = if m.shdrs.is_empty() {
+        m.e_shoff
+    } else {
+        plan.map_offset(m.e_shoff, m.shdr_table_size(), None)
+    };
+    let p_offset = m
+        .phdrs
+        .iter()
+        .map(|p| plan.map_offset(p.p_offset, p.p_filesz, Some(p.p_vaddr)))
+        .collect();
     let p_align = m
         .phdrs
         .iter()
         .enumerate()
-        .map(|(i, p)| if plan.raise_align.contains(&i) { PMD_SIZE } else { p.p_align })
+        .map(|(i, p)| {
+            if plan.raise_align.contains(&i) {
+                PMD_SIZE
+            } else {
+                p.p_align
+            }
+        })
         .collect();
     let sh_offset = m
         .shdrs
@@ -332,7 +374,13 @@ fn new_layout(m: &Model, plan: &AlignPlan) -> NewLayout {
             }
         })
         .collect();
-    NewLayout { e_phoff, e_shoff, p_offset, p_align, sh_offset }
+    NewLayout {
+        e_phoff,
+        e_shoff,
+        p_offset,
+        p_align,
+        sh_offset,
+    }
 }
 
 /// The pieces of the original file and where each lands:
@@ -356,12 +404,22 @@ fn copy_range(src: &File, mut src_off: u64, dst: &File, mut dst_off: u64, mut le
         if !fallback {
             let chunk = len.min(1 << 30) as usize;
             match rustix::fs::copy_file_range(src.as_fd(), Some(&mut src_off), dst.as_fd(), Some(&mut dst_off), chunk) {
-                Ok(0) => return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "the input file shrank while being copied")),
+                Ok(0) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "the input file shrank while being copied",
+                    ))
+                }
                 Ok(n) => {
                     len -= n as u64;
                     continue;
                 }
-                Err(rustix::io::Errno::XDEV | rustix::io::Errno::INVAL | rustix::io::Errno::NOSYS | rustix::io::Errno::OPNOTSUPP) => {
+                Err(
+                    rustix::io::Errno::XDEV
+                    | rustix::io::Errno::INVAL
+                    | rustix::io::Errno::NOSYS
+                    | rustix::io::Errno::OPNOTSUPP,
+                ) => {
                     fallback = true;
                 }
                 Err(e) => return Err(e.into()),
@@ -400,25 +458,53 @@ fn write_aligned(input: &File, m: &Model, plan: &AlignPlan, out: &File) -> io::R
     out.write_all_at(&eh, 0)?;
 
     if !m.phdrs.is_empty() {
-        let mut tab = vec![0u8; m.phdr_table_size() as usize];
-        input.read_exact_at(&mut tab, m.e_phoff)?;
-        let es = m.e_phentsize as usize;
-        for i in 0..m.phdrs.len() {
-            put_u64(&mut tab, i * es + offset_of!(ProgramHeader64<LE>, p_offset), nl.p_offset[i]);
-            put_u64(&mut tab, i * es + offset_of!(ProgramHeader64<LE>, p_align), nl.p_align[i]);
-        }
-        out.write_all_at(&tab, nl.e_phoff)?;
+        let fields = [
+            (offset_of!(ProgramHeader64<LE>, p_offset), nl.p_offset.as_slice()),
+            (offset_of!(ProgramHeader64<LE>, p_align), nl.p_align.as_slice()),
+        ];
+        patch_table(
+            input,
+            (m.e_phoff, nl.e_phoff),
+            m.phdrs.len(),
+            m.e_phentsize,
+            &fields,
+            out,
+        )?;
     }
     if !m.shdrs.is_empty() {
-        let mut tab = vec![0u8; m.shdr_table_size() as usize];
-        input.read_exact_at(&mut tab, m.e_shoff)?;
-        let es = m.e_shentsize as usize;
-        for i in 0..m.shdrs.len() {
-            put_u64(&mut tab, i * es + offset_of!(SectionHeader64<LE>, sh_offset), nl.sh_offset[i]);
-        }
-        out.write_all_at(&tab, nl.e_shoff)?;
+        let fields = [(offset_of!(SectionHeader64<LE>, sh_offset), nl.sh_offset.as_slice())];
+        patch_table(
+            input,
+            (m.e_shoff, nl.e_shoff),
+            m.shdrs.len(),
+            m.e_shentsize,
+            &fields,
+            out,
+        )?;
     }
     Ok(())
+}
+
+/// Copy a header table of `count` entries of `entsize` bytes from offset
+/// `at.0` of `input` to offset `at.1` of `out`, setting in entry `i` each
+/// 64-bit field `(offset in the entry, values)` to `values[i]`.
+fn patch_table(
+    input: &File,
+    at: (u64, u64),
+    count: usize,
+    entsize: u64,
+    fields: &[(usize, &[u64])],
+    out: &File,
+) -> io::Result<()> {
+    let es = entsize as usize;
+    let mut tab = vec![0u8; count * es];
+    input.read_exact_at(&mut tab, at.0)?;
+    for i in 0..count {
+        for &(field, values) in fields {
+            put_u64(&mut tab, i * es + field, values[i]);
+        }
+    }
+    out.write_all_at(&tab, at.1)
 }
 
 /// Compare `len` bytes of `a` at `ao` with `b` at `bo`, skipping bytes whose
@@ -431,13 +517,18 @@ fn same_bytes(a: &File, ao: u64, b: &File, bo: u64, len: u64, skip: &[(u64, u64)
     while done < len {
         let n = (len - done).min(CHUNK);
         let (xa, xb) = (&mut ba[..n as usize], &mut bb[..n as usize]);
-        a.read_exact_at(xa, ao + done).map_err(|e| format!("reading the original: {e}"))?;
-        b.read_exact_at(xb, bo + done).map_err(|e| format!("reading the new file: {e}"))?;
+        a.read_exact_at(xa, ao + done)
+            .map_err(|e| format!("reading the original: {e}"))?;
+        b.read_exact_at(xb, bo + done)
+            .map_err(|e| format!("reading the new file: {e}"))?;
         if xa != xb {
             for i in 0..n {
                 let pos = bo + done + i;
                 if xa[i as usize] != xb[i as usize] && !skip.iter().any(|&(s, e)| pos >= s && pos < e) {
-                    return Err(format!("byte at original offset {:#x} (new {pos:#x}) differs", ao + done + i));
+                    return Err(format!(
+                        "byte at original offset {:#x} (new {pos:#x}) differs",
+                        ao + done + i
+                    ));
                 }
             }
         }
@@ -448,13 +539,23 @@ fn same_bytes(a: &File, ao: u64, b: &File, bo: u64, len: u64, skip: &[(u64, u64)
 
 /// Check the new file against the original and the plan. Returns what is
 /// wrong, in words.
-fn verify(input: &File, old: &Model, before: &CheckReport, plan: &AlignPlan, out: &File) -> std::result::Result<(), String> {
+fn verify(
+    input: &File,
+    old: &Model,
+    before: &CheckReport,
+    plan: &AlignPlan,
+    out: &File,
+) -> std::result::Result<(), String> {
     let cache = object::ReadCache::new(out);
     let new = Model::parse(&cache).map_err(|e| format!("does not parse: {e}"))?;
     drop(cache);
     let nl = new_layout(old, plan);
     if new.file_size != old.file_size + plan.growth {
-        return Err(format!("size {} instead of {}", new.file_size, old.file_size + plan.growth));
+        return Err(format!(
+            "size {} instead of {}",
+            new.file_size,
+            old.file_size + plan.growth
+        ));
     }
     if (new.e_type, new.e_machine, new.e_phoff, new.e_shoff) != (old.e_type, old.e_machine, nl.e_phoff, nl.e_shoff) {
         return Err("ELF header differs from the intended one".into());
@@ -463,7 +564,11 @@ fn verify(input: &File, old: &Model, before: &CheckReport, plan: &AlignPlan, out
         return Err("header counts changed".into());
     }
     for (i, (o, n)) in old.phdrs.iter().zip(&new.phdrs).enumerate() {
-        let want = super::layout::Phdr { p_offset: nl.p_offset[i], p_align: nl.p_align[i], ..*o };
+        let want = super::layout::Phdr {
+            p_offset: nl.p_offset[i],
+            p_align: nl.p_align[i],
+            ..*o
+        };
         if *n != want {
             return Err(format!("program header {i} is {n:?}, expected {want:?}"));
         }
@@ -472,7 +577,10 @@ fn verify(input: &File, old: &Model, before: &CheckReport, plan: &AlignPlan, out
         }
     }
     for (i, (o, n)) in old.shdrs.iter().zip(&new.shdrs).enumerate() {
-        let want = super::layout::Shdr { sh_offset: nl.sh_offset[i], ..o.clone() };
+        let want = super::layout::Shdr {
+            sh_offset: nl.sh_offset[i],
+            ..o.clone()
+        };
         if *n != want {
             return Err(format!("section header {i} ({}) is not what was intended", o.name));
         }
@@ -494,7 +602,8 @@ fn verify(input: &File, old: &Model, before: &CheckReport, plan: &AlignPlan, out
     for ins in &plan.insertions {
         let at = ins.at + shift;
         let mut z = vec![0u8; ins.len as usize];
-        out.read_exact_at(&mut z, at).map_err(|e| format!("reading padding: {e}"))?;
+        out.read_exact_at(&mut z, at)
+            .map_err(|e| format!("reading padding: {e}"))?;
         if z.iter().any(|&b| b != 0) {
             return Err(format!("padding at {at:#x} is not zero"));
         }
@@ -503,18 +612,21 @@ fn verify(input: &File, old: &Model, before: &CheckReport, plan: &AlignPlan, out
     // Every header and section still points at the same content.
     for (i, (o, n)) in old.phdrs.iter().zip(&new.phdrs).enumerate() {
         if o.p_filesz > 0 {
-            same_bytes(input, o.p_offset, out, n.p_offset, o.p_filesz, &patched).map_err(|e| format!("program header {i}: {e}"))?;
+            same_bytes(input, o.p_offset, out, n.p_offset, o.p_filesz, &patched)
+                .map_err(|e| format!("program header {i}: {e}"))?;
         }
     }
     for (o, n) in old.shdrs.iter().zip(&new.shdrs) {
         if o.has_file_bytes() {
-            same_bytes(input, o.sh_offset, out, n.sh_offset, o.sh_size, &patched).map_err(|e| format!("section {}: {e}", o.name))?;
+            same_bytes(input, o.sh_offset, out, n.sh_offset, o.sh_size, &patched)
+                .map_err(|e| format!("section {}: {e}", o.name))?;
         }
     }
     // Section-to-segment mapping is unchanged.
     let inside = |s: &super::layout::Shdr, p: &super::layout::Phdr| -> bool {
         let by_addr = s.alloc() && s.sh_addr >= p.p_vaddr && s.sh_addr + s.sh_size <= p.p_vaddr + p.p_memsz;
-        let by_file = !s.has_file_bytes() || (s.sh_offset >= p.p_offset && s.sh_offset + s.sh_size <= p.p_offset + p.p_filesz);
+        let by_file =
+            !s.has_file_bytes() || (s.sh_offset >= p.p_offset && s.sh_offset + s.sh_size <= p.p_offset + p.p_filesz);
         by_addr && by_file
     };
     for (si, (os, ns)) in old.shdrs.iter().zip(&new.shdrs).enumerate() {
@@ -525,12 +637,20 @@ fn verify(input: &File, old: &Model, before: &CheckReport, plan: &AlignPlan, out
         }
     }
     // Non-load headers stay inside the same PT_LOADs.
-    for (o, n) in old.phdrs.iter().zip(&new.phdrs).filter(|(o, _)| !o.is_load() && o.p_filesz > 0) {
+    for (o, n) in old
+        .phdrs
+        .iter()
+        .zip(&new.phdrs)
+        .filter(|(o, _)| !o.is_load() && o.p_filesz > 0)
+    {
         for (ol, nl2) in old.phdrs.iter().zip(&new.phdrs).filter(|(p, _)| p.is_load()) {
             let a = o.p_offset >= ol.p_offset && o.file_end() <= ol.file_end();
             let b = n.p_offset >= nl2.p_offset && n.file_end() <= nl2.file_end();
             if a != b {
-                return Err(format!("{} moved in or out of a PT_LOAD", super::layout::ptype_name(o.p_type)));
+                return Err(format!(
+                    "{} moved in or out of a PT_LOAD",
+                    super::layout::ptype_name(o.p_type)
+                ));
             }
         }
     }
@@ -541,37 +661,6 @@ fn verify(input: &File, old: &Model, before: &CheckReport, plan: &AlignPlan, out
             "the result is not PMD-mappable as planned ({} bytes instead of {})",
             after.pmd_mappable_bytes, before.pmd_mappable_bytes_after_align
         ));
-    }
-    Ok(())
-}
-
-/// Give `out` the owner, mode and extended attributes of `input`.
-/// In place, failing to keep any of them is an error; for a new `-o` file,
-/// an owner we may not give away is left as ours.
-fn copy_metadata(input: &File, meta: &std::fs::Metadata, out: &File, in_place: bool, skip_xattrs: &[String]) -> io::Result<()> {
-    let uid = rustix::fs::Uid::from_raw(meta.uid());
-    let gid = rustix::fs::Gid::from_raw(meta.gid());
-    match rustix::fs::fchown(out.as_fd(), Some(uid), Some(gid)) {
-        Ok(()) => {}
-        Err(e) if !in_place => {
-            let _ = e;
-        }
-        Err(e) => {
-            return Err(io::Error::new(
-                io::ErrorKind::PermissionDenied,
-                format!("cannot keep owner {}:{} ({e}); run as root or as the owner", meta.uid(), meta.gid()),
-            ))
-        }
-    }
-    // After chown (which clears set-id bits and capabilities).
-    rustix::fs::fchmod(out.as_fd(), rustix::fs::Mode::from_raw_mode(meta.mode() & 0o7777))?;
-    for name in list_xattrs(input)? {
-        if skip_xattrs.contains(&name) {
-            continue;
-        }
-        let value = get_xattr(input, &name)?;
-        rustix::fs::fsetxattr(out.as_fd(), name.as_str(), &value, rustix::fs::XattrFlags::empty())
-            .map_err(|e| io::Error::new(io::Error::from(e).kind(), format!("cannot copy extended attribute {name} ({e})")))?;
     }
     Ok(())
 }

@@ -193,12 +193,17 @@ pub fn kind_of(m: &Model) -> FileKind {
 fn system_versions() -> (String, String) {
     let kernel = rustix::system::uname().release().to_string_lossy().into_owned();
     // SAFETY: gnu_get_libc_version returns a pointer to a static NUL-terminated string.
-    let glibc = unsafe { std::ffi::CStr::from_ptr(libc::gnu_get_libc_version()) }.to_string_lossy().into_owned();
+    let glibc = unsafe { std::ffi::CStr::from_ptr(libc::gnu_get_libc_version()) }
+        .to_string_lossy()
+        .into_owned();
     (kernel, glibc)
 }
 
 fn version_at_least(v: &str, major: u32, minor: u32) -> bool {
-    let mut it = v.split(|c: char| !c.is_ascii_digit()).filter(|s| !s.is_empty()).map(|s| s.parse::<u32>().unwrap_or(0));
+    let mut it = v
+        .split(|c: char| !c.is_ascii_digit())
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse::<u32>().unwrap_or(0));
     let a = it.next().unwrap_or(0);
     let b = it.next().unwrap_or(0);
     (a, b) >= (major, minor)
@@ -246,11 +251,20 @@ pub fn analyse(path: &Path, m: &Model) -> CheckReport {
     // Reasons that make the whole file ineligible.
     let mut blocker: Option<String> = None;
     if !m.is_64 {
-        blocker = Some("32-bit ELF: PMD alignment is for 64-bit programs only (it would cost too much of a 32-bit address space)".into());
+        blocker = Some(
+            "32-bit ELF: PMD alignment is for 64-bit programs only (it would cost too much of a 32-bit address space)"
+                .into(),
+        );
     } else if m.e_machine != elf::EM_X86_64 {
-        blocker = Some(format!("{} ELF: hugetext handles x86-64 files only", machine_name(m.e_machine)));
+        blocker = Some(format!(
+            "{} ELF: hugetext handles x86-64 files only",
+            machine_name(m.e_machine)
+        ));
     } else if kind == FileKind::Other {
-        blocker = Some(format!("ELF type {}: not an executable or shared library", etype_name(m.e_type)));
+        blocker = Some(format!(
+            "ELF type {}: not an executable or shared library",
+            etype_name(m.e_type)
+        ));
     } else if m.loads().next().is_none() {
         blocker = Some("no PT_LOAD segment: nothing is mapped from this file".into());
     }
@@ -262,7 +276,11 @@ pub fn analyse(path: &Path, m: &Model) -> CheckReport {
         let congruent = skew == 0;
         let windows = whole_windows(p.p_vaddr, p.p_filesz);
         let ro = !p.writable();
-        let now = if ro && congruent && base_keeps && blocker.is_none() { windows * PMD_SIZE } else { 0 };
+        let now = if ro && congruent && base_keeps && blocker.is_none() {
+            windows * PMD_SIZE
+        } else {
+            0
+        };
         let note = if p.writable() {
             if p.executable() {
                 "writable and executable: cannot be PMD-mapped from the page cache".to_string()
@@ -276,7 +294,10 @@ pub fn analyse(path: &Path, m: &Model) -> CheckReport {
                 "vaddr and file offset differ by {skew:#x} modulo 2 MiB: no window can be PMD-mapped until the file is relaid out"
             )
         } else if !base_keeps {
-            format!("congruent, {windows} whole 2 MiB window(s), but the load base is not 2 MiB-aligned (p_align {:#x})", p.p_align)
+            format!(
+                "congruent, {windows} whole 2 MiB window(s), but the load base is not 2 MiB-aligned (p_align {:#x})",
+                p.p_align
+            )
         } else {
             format!("congruent: {windows} whole 2 MiB window(s) can be PMD-mapped")
         };
@@ -308,10 +329,17 @@ pub fn analyse(path: &Path, m: &Model) -> CheckReport {
     } else {
         let candidates: Vec<&SegmentReport> = segments.iter().filter(|s| !s.writable && s.whole_windows > 0).collect();
         if candidates.is_empty() {
-            if segments.iter().any(|s| s.writable && s.executable && s.whole_windows > 0) {
-                reasons.push("its text is in a writable segment (RWX): file pages of a writable mapping are not PMD-mapped".into());
+            if segments
+                .iter()
+                .any(|s| s.writable && s.executable && s.whole_windows > 0)
+            {
+                reasons.push(
+                    "its text is in a writable segment (RWX): file pages of a writable mapping are not PMD-mapped"
+                        .into(),
+                );
             }
-            reasons.push("no read-only segment contains a whole 2 MiB window (text smaller than ~4 MiB, or split)".into());
+            reasons
+                .push("no read-only segment contains a whole 2 MiB window (text smaller than ~4 MiB, or split)".into());
             verdict = Verdict::NotImprovable;
         } else {
             match make_plan(m, kind) {
@@ -327,7 +355,11 @@ pub fn analyse(path: &Path, m: &Model) -> CheckReport {
                         s.pmd_mappable_bytes_after_align = s.whole_windows * PMD_SIZE;
                     }
                     if !p.insertions.is_empty() {
-                        let segs: Vec<String> = p.insertions.iter().map(|i| format!("#{} (+{:#x})", i.segment, i.len)).collect();
+                        let segs: Vec<String> = p
+                            .insertions
+                            .iter()
+                            .map(|i| format!("#{} (+{:#x})", i.segment, i.len))
+                            .collect();
                         reasons.push(format!(
                             "align inserts {} bytes of zero padding so segment(s) {} become 2 MiB-congruent (vaddrs unchanged)",
                             p.growth,
@@ -337,7 +369,11 @@ pub fn analyse(path: &Path, m: &Model) -> CheckReport {
                     if !p.raise_align.is_empty() {
                         reasons.push(format!(
                             "align sets p_align to 2 MiB on segment(s) {} so the loader aligns the load base",
-                            p.raise_align.iter().map(|i| format!("#{i}")).collect::<Vec<_>>().join(", ")
+                            p.raise_align
+                                .iter()
+                                .map(|i| format!("#{i}"))
+                                .collect::<Vec<_>>()
+                                .join(", ")
                         ));
                     }
                     plan = p;
@@ -350,8 +386,11 @@ pub fn analyse(path: &Path, m: &Model) -> CheckReport {
             }
         }
     }
-    let pmd_mappable_bytes_after_align =
-        if verdict == Verdict::Improvable { segments.iter().map(|s| s.pmd_mappable_bytes_after_align).sum() } else { pmd_mappable_bytes };
+    let pmd_mappable_bytes_after_align = if verdict == Verdict::Improvable {
+        segments.iter().map(|s| s.pmd_mappable_bytes_after_align).sum()
+    } else {
+        pmd_mappable_bytes
+    };
     if verdict == Verdict::Improvable && kind != FileKind::Executable {
         warnings.push("a 2 MiB-aligned load base leaves 9 fewer bits of ASLR entropy for this object".into());
     }
@@ -418,7 +457,12 @@ pub fn make_plan(m: &Model, kind: FileKind) -> Result<AlignPlan, String> {
                     p.p_vaddr, p.p_offset
                 ));
             }
-            plan.insertions.push(Insertion { at: p.p_offset, len: d, vaddr: p.p_vaddr, segment: *i });
+            plan.insertions.push(Insertion {
+                at: p.p_offset,
+                len: d,
+                vaddr: p.p_vaddr,
+                segment: *i,
+            });
             shift += d;
         }
         // A p_align that is not a power of two is ignored by the loaders:
@@ -444,13 +488,20 @@ fn check_plan(m: &Model, plan: &AlignPlan) -> Result<(), String> {
         let at = ins.at;
         let inside = |start: u64, len: u64| len > 0 && start < at && at < start + len;
         if at < ehsize {
-            return Err(format!("segment #{} starts inside the ELF header: cannot insert padding there", ins.segment));
+            return Err(format!(
+                "segment #{} starts inside the ELF header: cannot insert padding there",
+                ins.segment
+            ));
         }
         if inside(m.e_phoff, m.phdr_table_size()) {
-            return Err(format!("the program header table spans offset {at:#x} where padding would go"));
+            return Err(format!(
+                "the program header table spans offset {at:#x} where padding would go"
+            ));
         }
         if inside(m.e_shoff, m.shdr_table_size()) {
-            return Err(format!("the section header table spans offset {at:#x} where padding would go"));
+            return Err(format!(
+                "the section header table spans offset {at:#x} where padding would go"
+            ));
         }
         for (j, p) in m.phdrs.iter().enumerate() {
             if inside(p.p_offset, p.p_filesz) {
@@ -463,7 +514,10 @@ fn check_plan(m: &Model, plan: &AlignPlan) -> Result<(), String> {
         }
         for s in m.shdrs.iter().filter(|s| s.has_file_bytes()) {
             if inside(s.sh_offset, s.sh_size) {
-                return Err(format!("section {} spans offset {at:#x} where padding would go", s.name));
+                return Err(format!(
+                    "section {} spans offset {at:#x} where padding would go",
+                    s.name
+                ));
             }
         }
     }
@@ -471,8 +525,16 @@ fn check_plan(m: &Model, plan: &AlignPlan) -> Result<(), String> {
     for (j, p) in m.loads() {
         let size = p.p_filesz;
         let new_off = plan.map_offset(p.p_offset, size, Some(p.p_vaddr));
-        let align = if plan.raise_align.contains(&j) { PMD_SIZE } else { p.p_align.max(1) };
-        let align = if align.is_power_of_two() { align.max(PAGE_SIZE) } else { PAGE_SIZE };
+        let align = if plan.raise_align.contains(&j) {
+            PMD_SIZE
+        } else {
+            p.p_align.max(1)
+        };
+        let align = if align.is_power_of_two() {
+            align.max(PAGE_SIZE)
+        } else {
+            PAGE_SIZE
+        };
         if p.p_vaddr.wrapping_sub(new_off) % align != 0 {
             return Err(format!(
                 "padding would leave segment #{j} with p_vaddr {:#x} and p_offset {new_off:#x} not congruent modulo its p_align {align:#x}",
@@ -503,7 +565,12 @@ mod tests {
     #[test]
     fn map_offset_moves_what_is_at_or_after_the_insertion() {
         let plan = AlignPlan {
-            insertions: vec![Insertion { at: 0x1000, len: 0x1000, vaddr: 0x2000, segment: 3 }],
+            insertions: vec![Insertion {
+                at: 0x1000,
+                len: 0x1000,
+                vaddr: 0x2000,
+                segment: 3,
+            }],
             raise_align: vec![3],
             growth: 0x1000,
         };

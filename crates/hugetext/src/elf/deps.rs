@@ -23,7 +23,14 @@ use object::{Endianness, ReadCache, ReadRef};
 use crate::{Error, Result};
 
 /// glibc's default library directories on x86-64 (Debian multiarch first).
-const DEFAULT_DIRS: &[&str] = &["/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib64", "/lib", "/usr/lib"];
+const DEFAULT_DIRS: &[&str] = &[
+    "/lib/x86_64-linux-gnu",
+    "/usr/lib/x86_64-linux-gnu",
+    "/lib64",
+    "/usr/lib64",
+    "/lib",
+    "/usr/lib",
+];
 
 /// The dynamic-linking facts of one object.
 #[derive(Debug, Default, Clone)]
@@ -41,7 +48,9 @@ struct DynInfo {
 fn read_dyn(path: &Path) -> std::result::Result<DynInfo, String> {
     let file = File::open(path).map_err(|e| e.to_string())?;
     let cache = ReadCache::new(&file);
-    let ident = (&cache).read_bytes_at(0, 16).map_err(|_| "not an ELF file".to_string())?;
+    let ident = (&cache)
+        .read_bytes_at(0, 16)
+        .map_err(|_| "not an ELF file".to_string())?;
     if &ident[..4] != b"\x7fELF" {
         return Err("not an ELF file".into());
     }
@@ -52,10 +61,16 @@ fn read_dyn(path: &Path) -> std::result::Result<DynInfo, String> {
     }
 }
 
-fn read_dyn_generic<Elf: FileHeader<Endian = Endianness>>(data: &ReadCache<&File>) -> std::result::Result<DynInfo, String> {
+fn read_dyn_generic<Elf: FileHeader<Endian = Endianness>>(
+    data: &ReadCache<&File>,
+) -> std::result::Result<DynInfo, String> {
     let h = Elf::parse(data).map_err(|e| e.to_string())?;
     let endian = h.endian().map_err(|e| e.to_string())?;
-    let mut info = DynInfo { class64: h.is_type_64(), machine: h.e_machine(endian), ..Default::default() };
+    let mut info = DynInfo {
+        class64: h.is_type_64(),
+        machine: h.e_machine(endian),
+        ..Default::default()
+    };
     let phdrs = h.program_headers(endian, data).map_err(|e| e.to_string())?;
     // The string table (DT_STRTAB) is a vaddr: translate through PT_LOADs.
     let vaddr_to_off = |addr: u64| -> Option<u64> {
@@ -70,7 +85,9 @@ fn read_dyn_generic<Elf: FileHeader<Endian = Endianness>>(data: &ReadCache<&File
         if let Ok(Some(i)) = p.interpreter(endian, data) {
             info.interp = Some(String::from_utf8_lossy(i).into_owned());
         }
-        let Ok(Some(dynamic)) = p.dynamic(endian, data) else { continue };
+        let Ok(Some(dynamic)) = p.dynamic(endian, data) else {
+            continue;
+        };
         let mut strtab = None;
         let mut entries = Vec::new();
         for d in dynamic {
@@ -119,8 +136,14 @@ fn dst_lib() -> &'static str {
 /// Expand `$ORIGIN`, `$LIB`, `$PLATFORM` (also `${...}`) in one search-path entry.
 fn expand(entry: &str, origin: &Path) -> String {
     let mut out = entry.to_string();
-    for (name, value) in [("ORIGIN", origin.to_string_lossy().into_owned()), ("LIB", dst_lib().to_string()), ("PLATFORM", "x86_64".to_string())] {
-        out = out.replace(&format!("${{{name}}}"), &value).replace(&format!("${name}"), &value);
+    for (name, value) in [
+        ("ORIGIN", origin.to_string_lossy().into_owned()),
+        ("LIB", dst_lib().to_string()),
+        ("PLATFORM", "x86_64".to_string()),
+    ] {
+        out = out
+            .replace(&format!("${{{name}}}"), &value)
+            .replace(&format!("${name}"), &value);
     }
     out
 }
@@ -158,7 +181,9 @@ pub fn read_ld_so_cache(path: &Path) -> HashMap<String, Vec<PathBuf>> {
     } else {
         return map;
     };
-    let Some(nlibs) = u32_at(&data, start + 20) else { return map };
+    let Some(nlibs) = u32_at(&data, start + 20) else {
+        return map;
+    };
     let entries = start + 48;
     const FLAG_ELF_LIBC6: i32 = 0x0003;
     const FLAG_X8664_LIB64: i32 = 0x0300;
@@ -170,7 +195,10 @@ pub fn read_ld_so_cache(path: &Path) -> HashMap<String, Vec<PathBuf>> {
     };
     for i in 0..nlibs as usize {
         let e = entries + i * 24;
-        let (Some(flags), Some(key), Some(value)) = (u32_at(&data, e), u32_at(&data, e + 4), u32_at(&data, e + 8)) else { break };
+        let (Some(flags), Some(key), Some(value)) = (u32_at(&data, e), u32_at(&data, e + 4), u32_at(&data, e + 8))
+        else {
+            break;
+        };
         let hwcap = u64_at(&data, e + 16).unwrap_or(0);
         if flags as i32 != (FLAG_ELF_LIBC6 | FLAG_X8664_LIB64) || hwcap & HWCAP_EXTENSION != 0 {
             continue;
@@ -202,7 +230,12 @@ pub fn resolve_deps(exe: &Path) -> Result<Vec<PathBuf>> {
     let exe_canon = exe.canonicalize().map_err(|e| Error::io(exe, e))?;
     let info = read_dyn(&exe_canon).map_err(|msg| Error::Elf { path: exe.into(), msg })?;
     let ld_library_path: Vec<String> = std::env::var("LD_LIBRARY_PATH")
-        .map(|v| v.split([':', ';']).filter(|s| !s.is_empty()).map(str::to_string).collect())
+        .map(|v| {
+            v.split([':', ';'])
+                .filter(|s| !s.is_empty())
+                .map(str::to_string)
+                .collect()
+        })
         .unwrap_or_default();
     let cache = read_ld_so_cache(Path::new("/etc/ld.so.cache"));
     let mut result: Vec<PathBuf> = Vec::new();
@@ -231,7 +264,11 @@ pub fn resolve_deps(exe: &Path) -> Result<Vec<PathBuf>> {
             names.insert(base.to_string_lossy().into_owned(), usize::MAX);
         }
     }
-    objs.push(Loaded { path: exe_canon.clone(), info, parent: None });
+    objs.push(Loaded {
+        path: exe_canon.clone(),
+        info,
+        parent: None,
+    });
     let mut inodes: HashMap<(u64, u64), usize> = HashMap::new();
     if let Ok(m) = std::fs::metadata(&exe_canon) {
         inodes.insert((m.dev(), m.ino()), 0);
@@ -265,7 +302,11 @@ pub fn resolve_deps(exe: &Path) -> Result<Vec<PathBuf>> {
                 inodes.insert(k, new_idx);
             }
             push(&path, &mut result)?;
-            objs.push(Loaded { path, info: dinfo, parent: Some(idx) });
+            objs.push(Loaded {
+                path,
+                info: dinfo,
+                parent: Some(idx),
+            });
             queue.push_back(new_idx);
         }
     }

@@ -131,7 +131,11 @@ impl Model {
     /// Largest power-of-two `p_align` among the PT_LOADs (what the kernel and
     /// glibc ≥ 2.35 align an ET_DYN's load base to), at least 1.
     pub fn max_load_align(&self) -> u64 {
-        self.loads().map(|(_, p)| p.p_align).filter(|a| a.is_power_of_two()).max().unwrap_or(1)
+        self.loads()
+            .map(|(_, p)| p.p_align)
+            .filter(|a| a.is_power_of_two())
+            .max()
+            .unwrap_or(1)
     }
 
     /// Size of the program header table in the file.
@@ -234,7 +238,10 @@ fn parse_generic<'data, Elf: FileHeader<Endian = Endianness>, R: ReadRef<'data>>
             }
         }
         if ph.is_load() && (ph.p_vaddr.checked_add(ph.p_memsz).is_none() || ph.p_memsz < ph.p_filesz) {
-            return Err(format!("PT_LOAD {i} has absurd sizes (filesz {:#x}, memsz {:#x})", ph.p_filesz, ph.p_memsz));
+            return Err(format!(
+                "PT_LOAD {i} has absurd sizes (filesz {:#x}, memsz {:#x})",
+                ph.p_filesz, ph.p_memsz
+            ));
         }
         phdrs.push(ph);
     }

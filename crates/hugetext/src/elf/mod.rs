@@ -73,7 +73,10 @@ pub(crate) fn read_model(path: &Path) -> Result<(File, layout::Model)> {
     let file = File::open(path).map_err(|e| Error::io(path, e))?;
     let meta = file.metadata().map_err(|e| Error::io(path, e))?;
     if !meta.is_file() {
-        return Err(Error::Elf { path: path.into(), msg: "not a regular file".into() });
+        return Err(Error::Elf {
+            path: path.into(),
+            msg: "not a regular file".into(),
+        });
     }
     let cache = object::ReadCache::new(&file);
     let model = layout::Model::parse(&cache).map_err(|msg| Error::Elf { path: path.into(), msg })?;
@@ -93,7 +96,11 @@ pub fn check_file(path: &Path) -> Result<CheckReport> {
     let (file, model) = read_model(path)?;
     let mut report = check::analyse(path, &model);
     let inv = align::invalidations(path, &file, &model);
-    report.warnings.extend(inv.signed.iter().map(|s| format!("signed: {s}; align refuses it unless --force")));
+    report.warnings.extend(
+        inv.signed
+            .iter()
+            .map(|s| format!("signed: {s}; align refuses it unless --force")),
+    );
     report.warnings.extend(inv.warnings);
     Ok(report)
 }

@@ -1,0 +1,442 @@
+//! Replacing a file safely, and what a replacement affects.
+//!
+//! Both `align` (a rewritten ELF file) and `warm --replace` (a warmed
+//! identical copy) put a new inode in place of an existing file. They share
+//! the same steps, all here:
+//!
+//! 1. [`NewFile::beside`]: a temporary file in the target's directory (so the
+//!    final rename is atomic), removed again if anything fails before
+//!    [`NewFile::commit`];
+//! 2. [`copy_metadata`]: the original's owner, then its mode (set-id bits
+//!    after the `chown`, which clears them), then every extended attribute
+//!    (`security.capability` among them; `chown` clears that too), then,
+//!    optionally, its access and modification times;
+//! 3. [`NewFile::commit`]: `fsync`, close, `rename` over the target, `fsync`
+//!    the directory.
+//!
+//! [`ReplaceImpact::of`] says what a new inode at the file's name loses or
+//! invalidates: IMA/EVM signatures, fs-verity protection, other hard links,
+//! and the immutable/append-only flags that forbid the rename. The callers
+//! phrase the refusals and warnings in their own terms.
+
+use std::fs::{File, Metadata};
+use std::io;
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::io::AsFd;
+use std::path::{Path, PathBuf};
+
+use rustix::fs::{AtFlags, StatxAttributes, StatxFlags};
+
+/// A new file being written next to the file it will replace. Dropped
+/// without [`commit`](NewFile::commit), it is removed.
+#[derive(Debug)]
+pub struct NewFile {
+    /// Open read-write until the commit closes it.
+    file: Option<File>,
+    /// Removes the file when dropped, unless persisted.
+    path: tempfile::TempPath,
+    dir: PathBuf,
+}
+
+impl NewFile {
+    /// Create an empty file (mode 0600, a unique name starting with
+    /// `prefix`) in the directory of `target`.
+    pub fn beside(target: &Path, prefix: &str) -> io::Result<NewFile> {
+        let dir = dir_of(target);
+        let (file, path) = tempfile::Builder::new().prefix(prefix).tempfile_in(&dir)?.into_parts();
+        Ok(NewFile {
+            file: Some(file),
+            path,
+            dir,
+        })
+    }
+
+    /// The open file (read-write).
+    ///
+    /// # Panics
+    /// After [`finish_writing`](NewFile::finish_writing) (a caller bug).
+    pub fn file(&self) -> &File {
+        self.file.as_ref().expect("NewFile written to after finish_writing")
+    }
+
+    /// Where the file is now.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The directory it is in (the target's).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Flush the content and metadata to disk.
+    pub fn sync(&self) -> io::Result<()> {
+        self.file().sync_all()
+    }
+
+    /// `fsync` the file and close it (a writable descriptor keeps
+    /// `MADV_COLLAPSE` away and makes `exec` fail with `ETXTBSY`); returns
+    /// the file opened again read-only. [`commit`](NewFile::commit) still
+    /// renames it.
+    pub fn finish_writing(&mut self) -> io::Result<File> {
+        if let Some(f) = self.file.take() {
+            f.sync_all()?;
+        }
+        File::open(&self.path)
+    }
+
+    /// `fsync` the file (unless [`finish_writing`](NewFile::finish_writing)
+    /// did), close it, rename it over `target` and `fsync` the
+    /// directory so the rename is durable. Closing before the rename matters:
+    /// a writable descriptor on a program makes `exec` fail with `ETXTBSY`.
+    /// On error the file is removed and `target` is as it was.
+    pub fn commit(mut self, target: &Path) -> io::Result<()> {
+        if let Some(f) = self.file.take() {
+            f.sync_all()?;
+        }
+        let NewFile { path, dir, .. } = self;
+        path.persist(target).map_err(|e| e.error)?;
+        if let Ok(d) = File::open(&dir) {
+            let _ = d.sync_all();
+        }
+        Ok(())
+    }
+}
+
+/// The directory a file is in (`.` for a bare name).
+pub fn dir_of(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
+/// What [`copy_metadata`] copies besides mode and extended attributes.
+#[derive(Debug, Clone, Default)]
+pub struct MetadataCopy<'a> {
+    /// Failing to give the new file the original's owner is an error (a
+    /// replacement); otherwise the owner stays ours (a new, separate file).
+    pub owner_required: bool,
+    /// Also copy the access and modification times (an identical copy).
+    pub times: bool,
+    /// Extended attributes not to copy (e.g. a stale `security.ima`).
+    pub skip_xattrs: &'a [String],
+}
+
+/// Give `to` the owner, mode (set-id bits included), extended attributes
+/// (file capabilities included) and optionally times of `from`, whose
+/// metadata is `meta`. Errors are one line naming what could not be kept.
+pub fn copy_metadata(from: &File, meta: &Metadata, to: &File, what: &MetadataCopy<'_>) -> io::Result<()> {
+    let uid = rustix::fs::Uid::from_raw(meta.uid());
+    let gid = rustix::fs::Gid::from_raw(meta.gid());
+    match rustix::fs::fchown(to.as_fd(), Some(uid), Some(gid)) {
+        Ok(()) => {}
+        Err(_) if !what.owner_required => {}
+        Err(e) => {
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!(
+                    "cannot keep owner {}:{} ({e}); run as root or as the owner",
+                    meta.uid(),
+                    meta.gid()
+                ),
+            ))
+        }
+    }
+    // After chown, which clears set-id bits and capabilities.
+    rustix::fs::fchmod(to.as_fd(), rustix::fs::Mode::from_raw_mode(meta.mode() & 0o7777))?;
+    for name in list_xattrs(from)? {
+        if what.skip_xattrs.contains(&name) {
+            continue;
+        }
+        let value = get_xattr(from, &name)?;
+        rustix::fs::fsetxattr(to.as_fd(), name.as_str(), &value, rustix::fs::XattrFlags::empty()).map_err(|e| {
+            io::Error::new(
+                io::Error::from(e).kind(),
+                format!("cannot copy extended attribute {name} ({e})"),
+            )
+        })?;
+    }
+    if what.times {
+        let ts = |s: i64, ns: i64| rustix::fs::Timespec {
+            tv_sec: s,
+            tv_nsec: ns as _,
+        };
+        let times = rustix::fs::Timestamps {
+            last_access: ts(meta.atime(), meta.atime_nsec()),
+            last_modification: ts(meta.mtime(), meta.mtime_nsec()),
+        };
+        rustix::fs::futimens(to.as_fd(), &times)?;
+    }
+    Ok(())
+}
+
+/// The names of the extended attributes of an open file (empty where the
+/// filesystem has none).
+pub fn list_xattrs(file: &File) -> io::Result<Vec<String>> {
+    let mut buf = vec![0u8; 4096];
+    let n = loop {
+        match rustix::fs::flistxattr(file.as_fd(), &mut buf[..]) {
+            Ok(n) => break n,
+            Err(rustix::io::Errno::RANGE) => {
+                let need = rustix::fs::flistxattr_query(file.as_fd())?;
+                buf.resize(need.max(buf.len() * 2), 0);
+            }
+            Err(rustix::io::Errno::NOTSUP) => return Ok(Vec::new()),
+            Err(e) => return Err(e.into()),
+        }
+    };
+    Ok(buf[..n]
+        .split(|b| *b == 0)
+        .filter(|s| !s.is_empty())
+        .map(|s| String::from_utf8_lossy(s).into_owned())
+        .collect())
+}
+
+/// The value of one extended attribute of an open file.
+pub fn get_xattr(file: &File, name: &str) -> io::Result<Vec<u8>> {
+    let mut buf = vec![0u8; 256];
+    loop {
+        match rustix::fs::fgetxattr(file.as_fd(), name, &mut buf[..]) {
+            Ok(n) => {
+                buf.truncate(n);
+                return Ok(buf);
+            }
+            Err(rustix::io::Errno::RANGE) => {
+                let need = rustix::fs::fgetxattr_query(file.as_fd(), name)?;
+                buf.resize(need.max(buf.len() * 2), 0);
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// A signature over a file that a new inode in its place invalidates or
+/// loses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Signature {
+    /// `security.ima`: a hash or signature of the content.
+    Ima,
+    /// `security.evm`: an HMAC or signature over the attributes.
+    Evm,
+    /// fs-verity: the inode's content is Merkle-tree protected; a new inode
+    /// is not.
+    Verity,
+}
+
+impl Signature {
+    /// The extended attribute that holds it, if it is one.
+    pub fn xattr(self) -> Option<&'static str> {
+        match self {
+            Signature::Ima => Some("security.ima"),
+            Signature::Evm => Some("security.evm"),
+            Signature::Verity => None,
+        }
+    }
+}
+
+/// What putting a new inode in place of a file affects.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReplaceImpact {
+    /// Signatures the replacement invalidates or loses (fs-verity, IMA, EVM
+    /// in that order).
+    pub signatures: Vec<Signature>,
+    /// Hard links to the file (`st_nlink`): the other names keep the old
+    /// inode.
+    pub links: u64,
+    /// `chattr +i`: the name cannot be replaced.
+    pub immutable: bool,
+    /// `chattr +a`: the name cannot be replaced.
+    pub append_only: bool,
+}
+
+impl ReplaceImpact {
+    /// Look at an open file. Attributes that cannot be read (no xattr or
+    /// statx support) count as absent.
+    pub fn of(file: &File) -> io::Result<ReplaceImpact> {
+        let links = file.metadata()?.nlink();
+        let attrs = rustix::fs::statx(file.as_fd(), "", AtFlags::EMPTY_PATH, StatxFlags::BASIC_STATS)
+            .map(|st| st.stx_attributes & st.stx_attributes_mask)
+            .unwrap_or(StatxAttributes::empty());
+        let xattrs = list_xattrs(file).unwrap_or_default();
+        let signatures = [Signature::Verity, Signature::Ima, Signature::Evm]
+            .into_iter()
+            .filter(|s| match s.xattr() {
+                Some(x) => xattrs.iter().any(|n| n == x),
+                None => attrs.contains(StatxAttributes::VERITY),
+            })
+            .collect();
+        Ok(ReplaceImpact {
+            signatures,
+            links,
+            immutable: attrs.contains(StatxAttributes::IMMUTABLE),
+            append_only: attrs.contains(StatxAttributes::APPEND),
+        })
+    }
+
+    /// The extended attributes a content change makes stale (not to be
+    /// copied to a rewritten file).
+    pub fn stale_xattrs(&self) -> Vec<String> {
+        self.signatures
+            .iter()
+            .filter_map(|s| s.xattr())
+            .map(String::from)
+            .collect()
+    }
+}
+
+/// The filesystem type name for a `statfs` magic number, e.g. `ext4`.
+pub fn fs_type_name(magic: u64) -> String {
+    let magic = magic & 0xffff_ffff;
+    match magic {
+        0xef53 => "ext4",
+        0x5846_5342 => "xfs",
+        0x9123_683e => "btrfs",
+        0x0102_1994 => "tmpfs",
+        0x8584_58f6 => "ramfs",
+        0x9584_58f6 => "hugetlbfs",
+        0x794c_7630 => "overlayfs",
+        0x6969 => "nfs",
+        0xff53_4d42 | 0xfe53_4d42 => "cifs",
+        0xf2f5_2010 => "f2fs",
+        0x7371_7368 => "squashfs",
+        0xe0f5_e1e2 => "erofs",
+        0x2fc1_2fc1 => "zfs",
+        0x6573_5546 => "fuse",
+        0xca45_1a4e => "bcachefs",
+        0x7363_6673 => "ecryptfs",
+        0x0100_2010 | 0x2011_bab0 => "exfat",
+        0x4d44 => "vfat",
+        0x9660 => "iso9660",
+        _ => return format!("unknown (magic {magic:#x})"),
+    }
+    .to_string()
+}
+
+/// The filesystem type name of an open file (`fstatfs`), `unknown` if it
+/// cannot be told.
+pub fn fs_name(f: &File) -> String {
+    match rustix::fs::fstatfs(f.as_fd()) {
+        Ok(st) => fs_type_name(st.f_type as u64),
+        Err(_) => "unknown".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::os::unix::fs::PermissionsExt;
+
+    /// A scratch directory in the target directory (on disk, not tmpfs).
+    fn scratch() -> tempfile::TempDir {
+        let exe = std::env::current_exe().unwrap();
+        tempfile::Builder::new()
+            .prefix(".fsutil-test-")
+            .tempdir_in(exe.parent().unwrap())
+            .unwrap()
+    }
+
+    #[test]
+    fn new_file_is_removed_unless_committed() {
+        let dir = scratch();
+        let target = dir.path().join("t");
+        std::fs::write(&target, b"old").unwrap();
+        let n = NewFile::beside(&target, ".x-").unwrap();
+        let p = n.path().to_path_buf();
+        assert!(p.exists() && p.parent() == Some(dir.path()));
+        assert_eq!(std::fs::metadata(&p).unwrap().permissions().mode() & 0o777, 0o600);
+        drop(n);
+        assert!(!p.exists());
+        assert_eq!(std::fs::read(&target).unwrap(), b"old");
+
+        let mut n = NewFile::beside(&target, ".x-").unwrap();
+        n.file().write_all(b"new").unwrap();
+        let p = n.path().to_path_buf();
+        let ro = n.finish_writing().unwrap();
+        assert_eq!(getfl(&ro) & libc::O_ACCMODE, libc::O_RDONLY);
+        n.commit(&target).unwrap();
+        assert!(!p.exists());
+        assert_eq!(std::fs::read(&target).unwrap(), b"new");
+        assert_eq!(dir_of(Path::new("bare")), Path::new("."));
+    }
+
+    fn getfl(f: &File) -> i32 {
+        rustix::fs::fcntl_getfl(f.as_fd()).unwrap().bits() as i32
+    }
+
+    #[test]
+    fn metadata_copy_keeps_setid_xattrs_and_times_and_skips_what_is_asked() {
+        let dir = scratch();
+        let src = dir.path().join("src");
+        std::fs::write(&src, b"x").unwrap();
+        std::fs::set_permissions(&src, std::fs::Permissions::from_mode(0o2755)).unwrap();
+        let f = File::open(&src).unwrap();
+        rustix::fs::fsetxattr(f.as_fd(), "user.keep", b"1", rustix::fs::XattrFlags::empty()).unwrap();
+        rustix::fs::fsetxattr(f.as_fd(), "user.drop", b"2", rustix::fs::XattrFlags::empty()).unwrap();
+        let old = rustix::fs::Timespec {
+            tv_sec: 1_000_000,
+            tv_nsec: 5,
+        };
+        rustix::fs::futimens(
+            f.as_fd(),
+            &rustix::fs::Timestamps {
+                last_access: old,
+                last_modification: old,
+            },
+        )
+        .unwrap();
+        let meta = f.metadata().unwrap();
+
+        let n = NewFile::beside(&src, ".x-").unwrap();
+        let skip = ["user.drop".to_string()];
+        copy_metadata(
+            &f,
+            &meta,
+            n.file(),
+            &MetadataCopy {
+                owner_required: true,
+                times: true,
+                skip_xattrs: &skip,
+            },
+        )
+        .unwrap();
+        let m = n.file().metadata().unwrap();
+        assert_eq!(m.mode() & 0o7777, 0o2755);
+        assert_eq!((m.uid(), m.gid()), (meta.uid(), meta.gid()));
+        assert_eq!((m.mtime(), m.mtime_nsec()), (1_000_000, 5));
+        assert_eq!(get_xattr(n.file(), "user.keep").unwrap(), b"1");
+        assert!(!list_xattrs(n.file()).unwrap().contains(&"user.drop".to_string()));
+    }
+
+    #[test]
+    fn impact_sees_links_and_ima() {
+        let dir = scratch();
+        let p = dir.path().join("f");
+        std::fs::write(&p, b"x").unwrap();
+        let f = File::open(&p).unwrap();
+        assert_eq!(
+            ReplaceImpact::of(&f).unwrap(),
+            ReplaceImpact {
+                links: 1,
+                ..Default::default()
+            }
+        );
+        std::fs::hard_link(&p, dir.path().join("g")).unwrap();
+        rustix::fs::fsetxattr(f.as_fd(), "security.ima", &[4, 1, 2], rustix::fs::XattrFlags::empty()).unwrap();
+        let i = ReplaceImpact::of(&f).unwrap();
+        assert_eq!((i.links, i.signatures.as_slice()), (2, &[Signature::Ima][..]));
+        assert_eq!(i.stale_xattrs(), vec!["security.ima".to_string()]);
+    }
+
+    #[test]
+    fn names_filesystems() {
+        assert_eq!(fs_type_name(0xef53), "ext4");
+        assert_eq!(fs_type_name(0x0102_1994), "tmpfs");
+        assert!(fs_type_name(0x1234).starts_with("unknown"));
+        assert_eq!(
+            fs_name(&File::open("/proc/self/status").unwrap()),
+            "unknown (magic 0x9fa0)"
+        );
+    }
+}

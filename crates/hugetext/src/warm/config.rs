@@ -1,0 +1,216 @@
+//! The config file (`--config`), the systemd `.path` unit, and the memory
+//! guard (`--max-mem`).
+
+use std::path::{Path, PathBuf};
+
+use super::report::human;
+use crate::{procfs, Error, Result};
+
+/// How much memory `warm` may fill: a share of `MemAvailable` or a size.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum MemLimit {
+    /// Percent of `MemAvailable` (0–100).
+    Percent(f64),
+    /// Bytes.
+    Bytes(u64),
+}
+
+impl Default for MemLimit {
+    fn default() -> Self {
+        MemLimit::Percent(50.0)
+    }
+}
+
+impl std::str::FromStr for MemLimit {
+    type Err = Error;
+
+    /// `50%`, `4G`, `512M`, `2GiB`, `1048576` (bytes).
+    fn from_str(s: &str) -> Result<Self> {
+        let bad = || {
+            Error::Invalid(format!(
+                "bad memory limit {s:?}: give a percentage of available memory (50%) or a size (4G, 512M, 2GiB)"
+            ))
+        };
+        let t = s.trim();
+        if let Some(p) = t.strip_suffix('%') {
+            let v: f64 = p.trim().parse().map_err(|_| bad())?;
+            if !(0.0..=100.0).contains(&v) {
+                return Err(bad());
+            }
+            return Ok(MemLimit::Percent(v));
+        }
+        let digits = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+        let (num, unit) = t.split_at(digits);
+        let v: f64 = num.parse().map_err(|_| bad())?;
+        let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+            "" | "b" => 1,
+            "k" | "kb" | "kib" => 1 << 10,
+            "m" | "mb" | "mib" => 1 << 20,
+            "g" | "gb" | "gib" => 1 << 30,
+            "t" | "tb" | "tib" => 1 << 40,
+            _ => return Err(bad()),
+        };
+        Ok(MemLimit::Bytes((v * mult as f64) as u64))
+    }
+}
+
+impl std::fmt::Display for MemLimit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            MemLimit::Percent(p) => write!(f, "{p}% of available memory"),
+            MemLimit::Bytes(b) => write!(f, "{}", human(*b)),
+        }
+    }
+}
+
+/// Refuse (one clear error) when `bytes` is more than `limit` allows.
+pub fn check_memory(bytes: u64, limit: MemLimit) -> Result<()> {
+    let avail = procfs::mem_available()?;
+    let allowed = match limit {
+        MemLimit::Percent(p) => (avail as f64 * p / 100.0) as u64,
+        MemLimit::Bytes(b) => b,
+    };
+    if bytes > allowed {
+        return Err(Error::Invalid(format!(
+            "refusing to warm {}: more than the memory guard allows ({}, {} with {} available); raise --max-mem or warm fewer files",
+            human(bytes),
+            limit,
+            human(allowed),
+            human(avail)
+        )));
+    }
+    Ok(())
+}
+
+/// `hugetext warm --config FILE`: the programs to keep warm, in TOML.
+///
+/// ```toml
+/// # /etc/hugetext/warm.conf
+/// paths = ["/usr/bin/clang-19", "/usr/lib/x86_64-linux-gnu/libLLVM.so.19.1"]
+/// deps = true          # also every shared library they load
+/// max_mem = "25%"      # memory guard: share of MemAvailable, or a size ("4G")
+/// replace = false      # --replace for files running processes block
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Files to warm.
+    #[serde(default)]
+    pub paths: Vec<PathBuf>,
+    /// Also warm the shared libraries of ELF programs.
+    #[serde(default)]
+    pub deps: bool,
+    /// Memory guard (`50%`, `4G`).
+    #[serde(default)]
+    pub max_mem: Option<String>,
+    /// Replace blocked files with warmed copies.
+    #[serde(default)]
+    pub replace: bool,
+}
+
+impl Config {
+    /// Read and parse a config file.
+    pub fn load(path: &Path) -> Result<Config> {
+        let s = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+        Self::parse(&s).map_err(|e| Error::Invalid(format!("{}: {e}", path.display())))
+    }
+
+    /// Parse config text; errors are one line.
+    pub fn parse(s: &str) -> Result<Config> {
+        let c: Config = toml::from_str(s).map_err(|e| {
+            let msg = e.message().to_string();
+            let at = e.span().map(|sp| {
+                let line = s[..sp.start.min(s.len())].matches('\n').count() + 1;
+                format!("line {line}: ")
+            });
+            Error::Invalid(format!("{}{}", at.unwrap_or_default(), msg.replace('\n', " ")))
+        })?;
+        if let Some(m) = &c.max_mem {
+            m.parse::<MemLimit>()?;
+        }
+        for p in &c.paths {
+            if !p.is_absolute() {
+                return Err(Error::Invalid(format!(
+                    "paths: {:?} is not an absolute path",
+                    p.display().to_string()
+                )));
+            }
+        }
+        Ok(c)
+    }
+}
+
+/// A systemd `.path` unit that starts `hugetext-warm.service` when any of
+/// `files` (or the config file) changes.
+pub fn path_unit(config: Option<&Path>, files: &[PathBuf]) -> String {
+    let mut s = String::from(
+        "# Generated by `hugetext warm --path-unit`: re-warm when a listed file changes.\n\
+         [Unit]\nDescription=Re-warm program text when it changes (hugetext)\n\n[Path]\n",
+    );
+    if let Some(c) = config {
+        s.push_str(&format!("PathChanged={}\n", c.display()));
+    }
+    for f in files {
+        s.push_str(&format!("PathChanged={}\n", f.display()));
+    }
+    s.push_str("Unit=hugetext-warm.service\n\n[Install]\nWantedBy=multi-user.target\n");
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mem_limits_parse() {
+        assert_eq!("50%".parse::<MemLimit>().unwrap(), MemLimit::Percent(50.0));
+        assert_eq!("4G".parse::<MemLimit>().unwrap(), MemLimit::Bytes(4 << 30));
+        assert_eq!("512MiB".parse::<MemLimit>().unwrap(), MemLimit::Bytes(512 << 20));
+        assert_eq!("1.5g".parse::<MemLimit>().unwrap(), MemLimit::Bytes(3 << 29));
+        assert_eq!("4096".parse::<MemLimit>().unwrap(), MemLimit::Bytes(4096));
+        for bad in ["", "150%", "-1%", "12Q", "G", "abc"] {
+            let e = bad.parse::<MemLimit>().unwrap_err().to_string();
+            assert!(e.contains("bad memory limit") && !e.contains('\n'), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn memory_guard_refuses_over_the_limit() {
+        check_memory(1 << 20, MemLimit::Percent(50.0)).unwrap();
+        let e = check_memory(1 << 30, MemLimit::Bytes(1 << 20)).unwrap_err().to_string();
+        assert!(e.contains("refusing to warm 1.0 GiB") && e.contains("--max-mem"), "{e}");
+        let avail = procfs::mem_available().unwrap();
+        assert!(check_memory(avail, MemLimit::Percent(50.0)).is_err());
+    }
+
+    #[test]
+    fn config_parses_and_rejects_with_line_numbers() {
+        let c = Config::parse("paths = [\"/bin/true\"]\ndeps = true\nmax_mem = \"25%\"\n").unwrap();
+        assert_eq!(c.paths, vec![PathBuf::from("/bin/true")]);
+        assert!(c.deps && !c.replace);
+        let e = Config::parse("paths = [\"/bin/true\"]\nfrobnicate = 1\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("line 2") && e.contains("frobnicate"), "{e}");
+        assert!(Config::parse("paths = [\"relative\"]").is_err());
+        assert!(Config::parse("max_mem = \"lots\"").is_err());
+    }
+
+    #[test]
+    fn shipped_example_config_parses() {
+        let c = Config::parse(include_str!("../../../../packaging/warm.conf.example")).unwrap();
+        assert!(c.deps && !c.replace && c.paths.len() == 2);
+        assert_eq!(c.max_mem.unwrap().parse::<MemLimit>().unwrap(), MemLimit::Percent(25.0));
+    }
+
+    #[test]
+    fn path_unit_lists_files() {
+        let u = path_unit(
+            Some(Path::new("/etc/hugetext/warm.conf")),
+            &[PathBuf::from("/usr/bin/x")],
+        );
+        assert!(u.contains("PathChanged=/etc/hugetext/warm.conf\n"));
+        assert!(u.contains("PathChanged=/usr/bin/x\n"));
+        assert!(u.contains("Unit=hugetext-warm.service"));
+    }
+}

@@ -1,0 +1,287 @@
+//! `warm`: put programs' text (and their libraries') into PMD-sized page-cache
+//! folios and verify the result.
+//!
+//! For each file: work out which byte ranges to warm (an ELF file's read-only
+//! `PT_LOAD` segments, any other file whole), evict those ranges' clean,
+//! unmapped page cache, refill them bounded to the ranges with PMD-order
+//! folios ([`crate::pagecache::fill_bounded`]), and read the folio sizes back
+//! ([`crate::folio::scan_file`]). Every later process that maps a warmed
+//! window at a 2 MiB-congruent address gets it PMD-mapped, with no copy
+//! (KERNEL-NOTES §1).
+//!
+//! What can stay small, and why, is reported per file:
+//! - the head and tail of a range (parts of a 2 MiB window) never fit a PMD;
+//! - windows with pages that running processes map cannot be evicted
+//!   ("blocked"; [`mapping_pids`] names the processes). `MADV_COLLAPSE`
+//!   collapses them in place where the kernel allows it
+//!   (`CONFIG_READ_ONLY_THP_FOR_FS`); otherwise [`replace_and_warm`] writes a
+//!   warmed identical copy and renames it over the original;
+//! - filesystems without large folios (tmpfs with `shmem_enabled=never`,
+//!   btrfs here) never hold PMD folios for regular files.
+//!
+//! The module is split by stage: [`plan`](fn@plan) (what to warm),
+//! [`warm_target`] (here), the report and its measurement (`report`),
+//! `--replace` (`replace`), and the config file and memory guard (`config`).
+
+mod config;
+mod plan;
+mod replace;
+mod report;
+
+pub use config::{check_memory, path_unit, Config, MemLimit};
+pub use plan::{open_regular, plan, plan_all, resolve_deps, Runtime, Target, WarmRange};
+pub use replace::{replace_and_warm, replace_refusals, ReplaceAllow};
+pub use report::{human, FileReport, RangeReport, SmallReasons};
+
+use std::collections::BTreeSet;
+use std::fs::File;
+use std::ops::Range;
+use std::os::fd::AsFd;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::time::Instant;
+
+use crate::kernel::{self, Mapping};
+use crate::{fsutil, pagecache, procfs, Error, Result};
+
+const KIB: u64 = 1024;
+
+// ---------------------------------------------------------------------------
+// Who maps a file
+
+/// A process that maps (or has open) a file.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+pub struct ProcRef {
+    /// Process id.
+    pub pid: i32,
+    /// Its command name (`/proc/PID/comm`).
+    pub comm: String,
+}
+
+/// The processes (other than this one) that map the file with device `dev`
+/// and inode `ino`, from `/proc/*/maps` ([`procfs::pids_mapping`]).
+/// Processes that vanish or cannot be read are skipped.
+pub fn mapping_pids_of(dev: u64, ino: u64) -> Vec<ProcRef> {
+    proc_refs(procfs::pids_mapping(dev, ino))
+}
+
+/// The processes that map `path` (see [`mapping_pids_of`]).
+pub fn mapping_pids(path: &Path) -> Result<Vec<ProcRef>> {
+    let m = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
+    Ok(mapping_pids_of(m.dev(), m.ino()))
+}
+
+/// The processes (other than this one) holding the file open for writing
+/// ([`procfs::fds_on`]).
+pub fn writer_pids_of(dev: u64, ino: u64) -> Vec<ProcRef> {
+    let pids = procfs::all_pids().unwrap_or_default();
+    proc_refs(
+        pids.into_iter()
+            .filter(|&pid| procfs::fds_on(pid, dev, ino).iter().any(procfs::OpenFd::writable)),
+    )
+}
+
+/// `pids` other than this process, with their command names.
+fn proc_refs(pids: impl IntoIterator<Item = i32>) -> Vec<ProcRef> {
+    let me = std::process::id() as i32;
+    pids.into_iter()
+        .filter(|&pid| pid != me)
+        .map(|pid| ProcRef {
+            pid,
+            comm: procfs::read_comm(pid).unwrap_or_default(),
+        })
+        .collect()
+}
+
+/// `pid 12 (comm), …` for notes and refusals.
+fn pid_list(v: &[ProcRef]) -> String {
+    if v.is_empty() {
+        return "no process found in /proc/*/maps".into();
+    }
+    let mut s: Vec<String> = v.iter().take(8).map(|p| format!("{} ({})", p.pid, p.comm)).collect();
+    if v.len() > 8 {
+        s.push(format!("and {} more", v.len() - 8));
+    }
+    format!("pid {}", s.join(", "))
+}
+
+// ---------------------------------------------------------------------------
+// Warming
+
+/// True for filesystems whose page cache *is* the file (no backing store to
+/// evict to and re-read from).
+fn memory_fs(name: &str) -> bool {
+    matches!(name, "tmpfs" | "ramfs")
+}
+
+/// How a file's page cache was (or could not be) put into PMD folios.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Route {
+    /// Evict + refill through a `MADV_HUGEPAGE` mapping (PMD-order readahead).
+    PmdReadahead,
+    /// The above, then `MADV_COLLAPSE` for windows that stayed small.
+    PmdReadaheadCollapse,
+    /// A warmed identical copy renamed over the original (`--replace`).
+    Replace,
+    /// Nothing can give PMD folios here (see the notes).
+    None,
+}
+
+/// Options of [`warm_target`].
+#[derive(Debug, Clone, Default)]
+pub struct WarmOptions {
+    /// Try `MADV_COLLAPSE` on windows that stayed small (default on).
+    pub no_collapse: bool,
+    /// Replace files whose windows are blocked by running processes with a
+    /// warmed identical copy.
+    pub replace: bool,
+    /// What `replace` may override.
+    pub replace_allow: ReplaceAllow,
+}
+
+/// Per-run state shared between files (what was learnt about the kernel).
+#[derive(Debug, Default)]
+pub struct WarmContext {
+    /// `None` until a collapse was tried; then whether it works.
+    pub collapse: Option<pagecache::CollapseSupport>,
+}
+
+/// Warm one planned file and report what its page cache holds afterwards.
+pub fn warm_target(t: &Target, opts: &WarmOptions, ctx: &mut WarmContext) -> Result<FileReport> {
+    let start = Instant::now();
+    let f = open_regular(&t.path)?;
+    let fs = fsutil::fs_name(&f);
+    let mut notes = t.notes.clone();
+
+    let mut stuck = BTreeSet::new();
+    if memory_fs(&fs) {
+        notes.push(format!(
+            "{fs} keeps files in memory with no backing store to re-read them from, so warm cannot change their folios: \
+             PMD folios are impossible here unless it is mounted with huge=always or huge=within_size \
+             (shmem_enabled is {}) and the file is written afresh; or put the file on ext4 (Linux ≥ 6.16) or xfs",
+            kernel::sysfs_choice("/sys/kernel/mm/transparent_hugepage/shmem_enabled").unwrap_or_else(|| "absent".into())
+        ));
+    } else {
+        for r in &t.ranges {
+            pagecache::evict(&f, page_out(&r.range()))?;
+        }
+        // What is still cached in whole windows after eviction could not be
+        // evicted: some process maps it (or it is dirty).
+        for r in &t.ranges {
+            stuck.extend(resident_windows(&f, &pagecache::pmd_windows_in(&r.range()))?);
+        }
+        for r in &t.ranges {
+            pagecache::fill_bounded(&f, r.range())?;
+        }
+    }
+
+    let (mut report, have) = report::measure(t, &fs, &stuck)?;
+    report.notes = notes.clone();
+
+    // Better route: collapse windows that stayed small in place.
+    let small_windows = small_windows(t, &have);
+    if !small_windows.is_empty() && !opts.no_collapse && !memory_fs(&fs) {
+        let mut collapsed = 0;
+        if !matches!(ctx.collapse, Some(pagecache::CollapseSupport::Unavailable(_))) {
+            for w in &small_windows {
+                match pagecache::collapse_window(&f, *w) {
+                    Ok(()) => {
+                        collapsed += 1;
+                        ctx.collapse = Some(pagecache::CollapseSupport::Available);
+                    }
+                    Err(Error::Sys { source, .. }) if source.raw_os_error() == Some(libc::EINVAL) => {
+                        if ctx.collapse.is_none() {
+                            ctx.collapse = Some(pagecache::CollapseSupport::Unavailable(
+                                "MADV_COLLAPSE refuses file text on this kernel (no CONFIG_READ_ONLY_THP_FOR_FS)"
+                                    .into(),
+                            ));
+                        }
+                        break;
+                    }
+                    // Transient (EAGAIN, ENOMEM, EBUSY): try the others.
+                    Err(Error::Sys { .. }) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        if collapsed > 0 {
+            report = report::measure(t, &fs, &stuck)?.0;
+            report.route = Route::PmdReadaheadCollapse;
+            report.notes = notes_with(
+                &notes,
+                format!("MADV_COLLAPSE collapsed {collapsed} window(s) in place"),
+            );
+        } else if let Some(pagecache::CollapseSupport::Unavailable(why)) = &ctx.collapse {
+            report
+                .notes
+                .push(format!("{why}: {} window(s) stayed small", small_windows.len()));
+        }
+    }
+
+    if report.blocked_windows > 0 {
+        report.blocked_by = mapping_pids(&t.path)?;
+        if opts.replace {
+            drop(f);
+            return replace_and_warm(t, opts, ctx, report, start);
+        }
+        report.notes.push(format!(
+            "{} window(s) ({}) stay small: running processes map them ({}); they get PMD folios once those exit, \
+             or use --replace (new processes get a warmed copy)",
+            report.blocked_windows,
+            human(report.blocked_kb * KIB),
+            pid_list(&report.blocked_by)
+        ));
+    }
+    report::advise(t, &mut report);
+    report.millis = start.elapsed().as_secs_f64() * 1e3;
+    Ok(report)
+}
+
+fn notes_with(notes: &[String], extra: String) -> Vec<String> {
+    let mut v = notes.to_vec();
+    v.push(extra);
+    v
+}
+
+/// Page-rounded outwards.
+fn page_out(r: &Range<u64>) -> Range<u64> {
+    let ps = kernel::page_size() as u64;
+    r.start / ps * ps..r.end.div_ceil(ps) * ps
+}
+
+/// Start offsets of the windows in `windows` that hold any cached page.
+fn resident_windows(f: &File, windows: &Range<u64>) -> Result<Vec<u64>> {
+    if windows.is_empty() {
+        return Ok(Vec::new());
+    }
+    let pmd = kernel::pmd_size() as u64;
+    let ps = kernel::page_size() as u64;
+    let len = (windows.end - windows.start) as usize;
+    let map = Mapping::file_congruent(f.as_fd(), windows.start, len, libc::PROT_READ, pmd as usize)?;
+    let res = map.resident()?;
+    let per = (pmd / ps) as usize;
+    Ok(res
+        .chunks(per)
+        .enumerate()
+        .filter(|(_, c)| c.iter().any(|r| *r))
+        .map(|(i, _)| windows.start + i as u64 * pmd)
+        .collect())
+}
+
+/// Eligible windows of `t` that are not in the PMD-folio set `have`.
+fn small_windows(t: &Target, have: &BTreeSet<u64>) -> Vec<u64> {
+    let pmd = kernel::pmd_size() as u64;
+    let mut v = Vec::new();
+    for r in &t.ranges {
+        let w = pagecache::pmd_windows_in(&r.range());
+        let mut o = w.start;
+        while o < w.end {
+            if !have.contains(&o) {
+                v.push(o);
+            }
+            o += pmd;
+        }
+    }
+    v
+}

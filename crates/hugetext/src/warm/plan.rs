@@ -1,0 +1,306 @@
+//! What to warm: a file's ranges (an ELF file's read-only segments, any
+//! other file whole), and the list of files (`--deps`).
+
+use std::collections::BTreeSet;
+use std::fs::File;
+use std::ops::Range;
+use std::os::fd::AsFd;
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::{Path, PathBuf};
+
+use super::page_out;
+use crate::kernel::{self, Mapping};
+use crate::{pagecache, Error, Result};
+
+/// Whether a read-only segment's windows can be PMD-mapped when the program
+/// runs (KERNEL-NOTES §3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Runtime {
+    /// `p_vaddr ≡ p_offset (mod 2 MiB)` and the load address keeps it
+    /// (ET_EXEC, or a max `p_align` ≥ 2 MiB): warmed windows are PMD-mapped.
+    Congruent,
+    /// Congruent in the file, but `p_align` < 2 MiB: PMD-mapped only when the
+    /// loader happens to pick a 2 MiB-aligned base (ld.so-loaded libraries on
+    /// ext4/xfs usually are; PIE executables usually are not).
+    /// `hugetext align` raises `p_align`.
+    LoadAddress,
+    /// `p_vaddr − p_offset` is not a multiple of 2 MiB: never PMD-mapped
+    /// until `hugetext align` relays the file out.
+    Incongruent,
+    /// Not an ELF file: whoever maps it decides.
+    NotElf,
+}
+
+/// One byte range of a file to warm.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct WarmRange {
+    /// File offset.
+    pub offset: u64,
+    /// Length in bytes.
+    pub len: u64,
+    /// The segment's virtual address (ELF only).
+    pub vaddr: Option<u64>,
+    /// Segment permissions as `r-x` / `r--` (ELF only).
+    pub flags: Option<String>,
+    /// Whether warmed windows will be PMD-mapped at run time.
+    pub runtime: Runtime,
+}
+
+impl WarmRange {
+    /// The range as `offset..offset+len`.
+    pub fn range(&self) -> Range<u64> {
+        self.offset..self.offset + self.len
+    }
+}
+
+/// A file to warm and the ranges of it to warm.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Target {
+    /// The file as given (or as resolved for a dependency).
+    pub path: PathBuf,
+    /// File size in bytes.
+    pub size: u64,
+    /// True for an ELF file (ranges are its read-only segments).
+    pub elf: bool,
+    /// The ranges to warm, sorted, not overlapping.
+    pub ranges: Vec<WarmRange>,
+    /// Remarks from planning (e.g. "not a valid ELF file: warming all of it").
+    pub notes: Vec<String>,
+}
+
+impl Target {
+    /// Bytes to warm (ranges rounded out to pages).
+    pub fn bytes(&self) -> u64 {
+        let ps = kernel::page_size() as u64;
+        self.ranges
+            .iter()
+            .map(|r| (r.offset + r.len).div_ceil(ps) * ps - r.offset / ps * ps)
+            .sum()
+    }
+}
+
+/// Check that `path` is something `warm` can work on, with one clear error
+/// line when it is not: missing, a directory, not a regular file, not
+/// readable.
+pub fn open_regular(path: &Path) -> Result<File> {
+    let meta = std::fs::metadata(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => Error::Invalid(format!("{}: no such file", path.display())),
+        std::io::ErrorKind::PermissionDenied => Error::Permission(format!(
+            "{}: permission denied (cannot look it up); run as root or as a user who can read it",
+            path.display()
+        )),
+        _ => Error::io(path, e),
+    })?;
+    let ft = meta.file_type();
+    if ft.is_dir() {
+        return Err(Error::Invalid(format!(
+            "{}: is a directory; warm takes files (programs, libraries)",
+            path.display()
+        )));
+    }
+    if !ft.is_file() {
+        use std::os::unix::fs::FileTypeExt;
+        let what = if ft.is_char_device() {
+            "a character device"
+        } else if ft.is_block_device() {
+            "a block device"
+        } else if ft.is_fifo() {
+            "a FIFO"
+        } else if ft.is_socket() {
+            "a socket"
+        } else {
+            "not a regular file"
+        };
+        return Err(Error::Invalid(format!(
+            "{}: not a regular file ({what}); warm takes programs, libraries and other regular files",
+            path.display()
+        )));
+    }
+    File::open(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::PermissionDenied => Error::Permission(format!(
+            "{}: permission denied (cannot read it); run as root or as a user who can read it",
+            path.display()
+        )),
+        _ => Error::io(path, e),
+    })
+}
+
+/// Work out what to warm in `path`: an ELF file's read-only `PT_LOAD`
+/// segments ([`crate::elf::text_segments`], merged where they overlap), any
+/// other file whole.
+///
+/// Reading the headers goes through the page cache; whatever that pulled in
+/// outside the ranges to warm (readahead past the headers, section headers
+/// at the end) is evicted again, so planning leaves the rest of the file's
+/// cache as it found it.
+pub fn plan(path: &Path) -> Result<Target> {
+    let f = open_regular(path)?;
+    let size = f.metadata().map_err(|e| Error::io(path, e))?.len();
+    let mut t = Target {
+        path: path.to_path_buf(),
+        size,
+        elf: false,
+        ranges: Vec::new(),
+        notes: Vec::new(),
+    };
+    if size == 0 {
+        return Ok(t);
+    }
+    let before = resident_pages(&f, size)?;
+    // The magic, read without readahead.
+    let _ = rustix::fs::fadvise(f.as_fd(), 0, None, rustix::fs::Advice::Random);
+    let mut magic = [0u8; 4];
+    let is_elf = size >= 4 && f.read_exact_at(&mut magic, 0).is_ok() && &magic == b"\x7fELF";
+    if !is_elf {
+        t.ranges.push(whole(size));
+    } else {
+        match elf_ranges(path) {
+            Ok(ranges) => {
+                t.elf = true;
+                t.ranges = ranges;
+                if t.ranges.is_empty() {
+                    t.notes
+                        .push("ELF file without read-only loadable segments: nothing to warm".into());
+                }
+            }
+            Err(e) => {
+                let msg = e.to_string();
+                let msg = msg
+                    .strip_prefix(&format!("{}: ", path.display()))
+                    .unwrap_or(&msg)
+                    .to_string();
+                t.notes.push(format!("not a valid ELF file ({msg}): warming all of it"));
+                t.ranges = vec![whole(size)];
+            }
+        }
+    }
+    uncache_new_pages(&f, &before, &t.ranges)?;
+    Ok(t)
+}
+
+/// The read-only segments of an ELF file as warm ranges, with whether each
+/// will be PMD-mapped at run time.
+fn elf_ranges(path: &Path) -> Result<Vec<WarmRange>> {
+    let pmd = kernel::pmd_size() as u64;
+    let segs = crate::elf::text_segments(path)?;
+    let (_file, model) = crate::elf::read_model(path)?;
+    let base = crate::elf::check::analyse(path, &model).base;
+    let keeps = !matches!(base, crate::elf::BaseAlignment::NotAligned);
+    let size = model.file_size;
+    let mut ranges: Vec<WarmRange> = segs
+        .iter()
+        .filter(|s| s.file_size > 0 && s.offset < size)
+        .map(|s| WarmRange {
+            offset: s.offset,
+            len: (s.offset + s.file_size).min(size) - s.offset,
+            vaddr: Some(s.vaddr),
+            flags: Some(if s.is_executable() { "r-x" } else { "r--" }.to_string()),
+            runtime: if s.vaddr.wrapping_sub(s.offset) % pmd != 0 {
+                Runtime::Incongruent
+            } else if keeps {
+                Runtime::Congruent
+            } else {
+                Runtime::LoadAddress
+            },
+        })
+        .collect();
+    ranges.sort_by_key(|r| r.offset);
+    // Overlapping segments (rare) are merged; the first one's metadata is kept.
+    let mut merged: Vec<WarmRange> = Vec::new();
+    for r in ranges {
+        match merged.last_mut() {
+            Some(last) if r.offset < last.offset + last.len => {
+                let end = (r.offset + r.len).max(last.offset + last.len);
+                last.len = end - last.offset;
+            }
+            _ => merged.push(r),
+        }
+    }
+    Ok(merged)
+}
+
+fn whole(size: u64) -> WarmRange {
+    WarmRange {
+        offset: 0,
+        len: size,
+        vaddr: None,
+        flags: None,
+        runtime: Runtime::NotElf,
+    }
+}
+
+/// Which pages of the file are cached (`mincore`; reads nothing).
+fn resident_pages(f: &File, size: u64) -> Result<Vec<bool>> {
+    let map = Mapping::file_congruent(f.as_fd(), 0, size as usize, libc::PROT_READ, kernel::page_size())?;
+    map.resident()
+}
+
+/// Evict the pages outside `ranges` (page-rounded) that are cached now but
+/// were not in `before`.
+fn uncache_new_pages(f: &File, before: &[bool], ranges: &[WarmRange]) -> Result<()> {
+    let size = f.metadata().map_err(|e| Error::io("(open file)", e))?.len();
+    let now = resident_pages(f, size)?;
+    let ps = kernel::page_size() as u64;
+    let inside = |page: u64| {
+        let off = page * ps;
+        ranges.iter().any(|r| {
+            let pr = page_out(&r.range());
+            off >= pr.start && off < pr.end
+        })
+    };
+    let mut i = 0;
+    while i < now.len() {
+        if now[i] && !before.get(i).copied().unwrap_or(false) && !inside(i as u64) {
+            let mut j = i + 1;
+            while j < now.len() && now[j] && !before.get(j).copied().unwrap_or(false) && !inside(j as u64) {
+                j += 1;
+            }
+            pagecache::evict(f, i as u64 * ps..j as u64 * ps)?;
+            i = j;
+        } else {
+            i += 1;
+        }
+    }
+    Ok(())
+}
+
+/// The shared libraries `exe` loads (its interpreter first, then DT_NEEDED
+/// resolved like ld.so: RPATH/RUNPATH, LD_LIBRARY_PATH, ld.so.cache,
+/// default directories), from [`crate::elf::resolve_deps`].
+pub fn resolve_deps(exe: &Path) -> Result<Vec<PathBuf>> {
+    crate::elf::resolve_deps(exe)
+}
+
+/// Expand `paths` to the files to warm: each path, then (with `deps`) every
+/// shared library each ELF program loads, without duplicates (by device and
+/// inode). Each entry is a plan or the error that prevented one.
+pub fn plan_all(paths: &[PathBuf], deps: bool) -> Vec<(PathBuf, Result<Target>)> {
+    let mut out = Vec::new();
+    let mut seen = BTreeSet::new();
+    let mut add = |p: PathBuf, out: &mut Vec<(PathBuf, Result<Target>)>| -> bool {
+        if let Ok(m) = std::fs::metadata(&p) {
+            if !seen.insert((m.dev(), m.ino())) {
+                return false;
+            }
+        }
+        let t = plan(&p);
+        let elf = matches!(&t, Ok(t) if t.elf);
+        out.push((p, t));
+        elf
+    };
+    for p in paths {
+        let elf = add(p.clone(), &mut out);
+        if deps && elf {
+            match resolve_deps(p) {
+                Ok(libs) => {
+                    for l in libs {
+                        add(l, &mut out);
+                    }
+                }
+                Err(e) => out.push((p.clone(), Err(e))),
+            }
+        }
+    }
+    out
+}

@@ -1,0 +1,143 @@
+//! `--replace`: a warmed identical copy renamed over a file that running
+//! processes pin ([`crate::fsutil`] does the safe replacement).
+
+use std::collections::BTreeSet;
+use std::fs::File;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::time::Instant;
+
+use super::report::{self, human, FileReport};
+use super::{page_out, pid_list, writer_pids_of, Route, Target, WarmContext, WarmOptions, KIB};
+use crate::fsutil::{self, MetadataCopy, NewFile, ReplaceImpact};
+use crate::{pagecache, Error, Result};
+
+/// Conditions under which `--replace` refuses unless told otherwise.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReplaceAllow {
+    /// Replace files with more than one hard link (the other names keep the
+    /// old inode).
+    pub hardlinked: bool,
+    /// Replace files some process has open for writing (its writes go to
+    /// the old inode).
+    pub open_for_write: bool,
+    /// Replace signed files (IMA/EVM xattrs, fs-verity): the copy's
+    /// signature may not verify.
+    pub signed: bool,
+}
+
+/// Reasons `--replace` refuses a file; empty when it may proceed.
+pub fn replace_refusals(path: &Path, allow: ReplaceAllow) -> Result<Vec<String>> {
+    let m = std::fs::symlink_metadata(path).map_err(|e| Error::io(path, e))?;
+    let mut why = Vec::new();
+    if m.file_type().is_symlink() {
+        // We rename over the name we were given: resolve it first.
+        return replace_refusals(&std::fs::canonicalize(path).map_err(|e| Error::io(path, e))?, allow);
+    }
+    let f = File::open(path).map_err(|e| Error::io(path, e))?;
+    let impact = ReplaceImpact::of(&f).map_err(|e| Error::io(path, e))?;
+    if impact.links > 1 && !allow.hardlinked {
+        why.push(format!(
+            "it has {} hard links (the other names would keep the old file; allow with --replace-allow hardlinked)",
+            impact.links
+        ));
+    }
+    if !allow.open_for_write {
+        let w = writer_pids_of(m.dev(), m.ino());
+        if !w.is_empty() {
+            why.push(format!(
+                "it is open for writing by {} (allow with --replace-allow open-for-write)",
+                pid_list(&w)
+            ));
+        }
+    }
+    if impact.immutable {
+        why.push("it is immutable (chattr +i); remove the flag first".into());
+    }
+    if impact.append_only {
+        why.push("it is append-only (chattr +a); remove the flag first".into());
+    }
+    if !allow.signed {
+        for sig in impact.signatures {
+            why.push(match sig.xattr() {
+                None => {
+                    "it is protected by fs-verity, which a copy would lose (allow with --replace-allow signed)".into()
+                }
+                Some(name) => {
+                    format!(
+                        "it is signed ({name}); a copy's signature may not verify (allow with --replace-allow signed)"
+                    )
+                }
+            });
+        }
+    }
+    Ok(why)
+}
+
+/// `--replace`: write an identical copy of `t`'s file next to it (same
+/// mode, owner, extended attributes including file capabilities, times),
+/// warm the copy, and rename it over the original. Processes already
+/// running keep the old inode; new ones map the warmed copy. Refuses
+/// (see [`replace_refusals`]) where that would break something.
+pub fn replace_and_warm(
+    t: &Target,
+    opts: &WarmOptions,
+    ctx: &mut WarmContext,
+    before: FileReport,
+    start: Instant,
+) -> Result<FileReport> {
+    let real = std::fs::canonicalize(&t.path).map_err(|e| Error::io(&t.path, e))?;
+    let why = replace_refusals(&real, opts.replace_allow)?;
+    if !why.is_empty() {
+        return Err(Error::Invalid(format!(
+            "{}: --replace refused: {}",
+            t.path.display(),
+            why.join("; ")
+        )));
+    }
+    let name = real
+        .file_name()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let meta = std::fs::metadata(&real).map_err(|e| Error::io(&real, e))?;
+    let src = File::open(&real).map_err(|e| Error::io(&real, e))?;
+    // Removed again on any error below.
+    let mut new =
+        NewFile::beside(&real, &format!(".{name}.hugetext-")).map_err(|e| Error::io(fsutil::dir_of(&real), e))?;
+    let tmp = new.path().to_path_buf();
+    std::io::copy(&mut &src, &mut new.file()).map_err(|e| Error::io(&tmp, e))?;
+    // Same owner, mode, xattrs (security.capability among them) and times.
+    let keep = MetadataCopy {
+        owner_required: true,
+        times: true,
+        skip_xattrs: &[],
+    };
+    fsutil::copy_metadata(&src, &meta, new.file(), &keep).map_err(|e| Error::io(&tmp, e))?;
+    // Warm the copy: its pages are clean after the sync, and nobody maps
+    // it, so all of it can be evicted and refilled.
+    let copy = new.finish_writing().map_err(|e| Error::io(&tmp, e))?;
+    for r in &t.ranges {
+        pagecache::evict(&copy, page_out(&r.range()))?;
+        pagecache::fill_bounded(&copy, r.range())?;
+    }
+    drop(copy);
+    new.commit(&real).map_err(|e| Error::io(&real, e))?;
+    let mut rep = report::measure(t, &before.filesystem, &BTreeSet::new())?.0;
+    rep.replaced = true;
+    rep.route = if rep.route == Route::None {
+        Route::None
+    } else {
+        Route::Replace
+    };
+    rep.blocked_by = before.blocked_by.clone();
+    rep.notes = before.notes.clone();
+    rep.notes.push(format!(
+        "replaced by a warmed identical copy: {} keep(s) the old file ({} blocked), new processes get the warmed one",
+        pid_list(&rep.blocked_by),
+        human(before.blocked_kb * KIB)
+    ));
+    let _ = ctx;
+    report::advise(t, &mut rep);
+    rep.millis = start.elapsed().as_secs_f64() * 1e3;
+    Ok(rep)
+}

@@ -1,0 +1,281 @@
+//! The per-file report: what the page cache holds after warming, why what
+//! stayed small is small, and what to do about it.
+
+use std::collections::BTreeSet;
+use std::fs::File;
+use std::ops::Range;
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+
+use super::{memory_fs, ProcRef, Route, Runtime, Target, WarmRange, KIB};
+use crate::kernel::{self, Mapping};
+use crate::{folio, pagecache, procfs, Error, Result};
+
+/// Kilobytes that stayed in small folios, by reason.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct SmallReasons {
+    /// In the head or tail of a range (a partial 2 MiB window): never a PMD.
+    pub head_tail_kb: u64,
+    /// In windows running processes map (could not be evicted).
+    pub blocked_kb: u64,
+    /// In windows the filesystem could not give large folios.
+    pub no_large_folios_kb: u64,
+    /// Anything else (memory pressure, pages that could not be evicted
+    /// without a mapping process: dirty or under writeback).
+    pub other_kb: u64,
+}
+
+/// One range's result.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct RangeReport {
+    /// The range warmed.
+    #[serde(flatten)]
+    pub range: WarmRange,
+    /// Whole 2 MiB windows inside the range.
+    pub eligible_windows: u64,
+    /// Of those, held in one PMD folio each after warming.
+    pub pmd_windows: u64,
+}
+
+/// The result of warming one file.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct FileReport {
+    /// The file.
+    pub path: PathBuf,
+    /// True for an ELF file (its read-only segments were warmed).
+    pub elf: bool,
+    /// Filesystem type.
+    pub filesystem: String,
+    /// How the folios were made.
+    pub route: Route,
+    /// File size in bytes.
+    pub size: u64,
+    /// kB of the warmed ranges now in the page cache.
+    pub cached_kb: u64,
+    /// kB in PMD-size folios.
+    pub pmd_kb: u64,
+    /// kB in smaller folios.
+    pub small_kb: u64,
+    /// kB in eligible windows that stayed small because running processes
+    /// map pages of them (see `blocked_by`).
+    pub blocked_kb: u64,
+    /// Why `small_kb` is small.
+    pub small: SmallReasons,
+    /// Whole 2 MiB windows in the warmed ranges.
+    pub eligible_windows: u64,
+    /// Of those, in one PMD folio each.
+    pub pmd_windows: u64,
+    /// Eligible windows blocked by running processes.
+    pub blocked_windows: u64,
+    /// PMD windows in segments that are certainly PMD-mapped at run time
+    /// ([`Runtime::Congruent`]); for non-ELF files, all PMD windows.
+    pub mappable_windows: u64,
+    /// Processes that map the file (the old inode, after a replace).
+    pub blocked_by: Vec<ProcRef>,
+    /// The ranges warmed.
+    pub ranges: Vec<RangeReport>,
+    /// True when the file was replaced by a warmed copy.
+    pub replaced: bool,
+    /// Wall-clock time for this file, in milliseconds.
+    pub millis: f64,
+    /// Explanations and advice.
+    pub notes: Vec<String>,
+}
+
+/// Read back the folio sizes of `t`'s ranges and classify what is small.
+/// Also returns the offsets of the windows held in PMD folios.
+pub(super) fn measure(t: &Target, fs: &str, stuck: &BTreeSet<u64>) -> Result<(FileReport, BTreeSet<u64>)> {
+    let pmd = kernel::pmd_size() as u64;
+    let pmd_kb = pmd / KIB;
+    let mut rep = FileReport {
+        path: t.path.clone(),
+        elf: t.elf,
+        filesystem: fs.to_string(),
+        route: Route::PmdReadahead,
+        size: t.size,
+        cached_kb: 0,
+        pmd_kb: 0,
+        small_kb: 0,
+        blocked_kb: 0,
+        small: SmallReasons::default(),
+        eligible_windows: 0,
+        pmd_windows: 0,
+        blocked_windows: 0,
+        mappable_windows: 0,
+        blocked_by: Vec::new(),
+        ranges: Vec::new(),
+        replaced: false,
+        millis: 0.0,
+        notes: Vec::new(),
+    };
+    let mut pmd_offsets = BTreeSet::new();
+    let mut window_small_kb = 0;
+    let mut blocked = 0u64;
+    let mut unblocked_small = 0u64;
+    for r in &t.ranges {
+        let range = r.range();
+        let w = pagecache::pmd_windows_in(&range);
+        let eligible = (w.end - w.start) / pmd;
+        let mut pmd_here = 0;
+        for part in [
+            range.start..w.start.max(range.start),
+            w.clone(),
+            w.end.max(range.start)..range.end,
+        ] {
+            let part = part.start..part.end.min(range.end);
+            if part.is_empty() {
+                continue;
+            }
+            if part == w {
+                if let Some(n) = all_windows_pmd(&t.path, &w)? {
+                    // Fast path: every window is PMD-mapped, hence one PMD folio.
+                    let kb = n * pmd_kb;
+                    rep.cached_kb += kb;
+                    rep.pmd_kb += kb;
+                    pmd_here = n;
+                    let mut o = w.start;
+                    while o < w.end {
+                        pmd_offsets.insert(o);
+                        o += pmd;
+                    }
+                    continue;
+                }
+            }
+            let s = folio::scan_file(&t.path, Some(part.clone()))?;
+            let pk = s.pmd_kb();
+            rep.cached_kb += s.cached_kb;
+            rep.pmd_kb += pk;
+            let small = s.cached_kb - pk;
+            rep.small_kb += small;
+            if part == w {
+                pmd_here = s.pmd_windows.len() as u64;
+                pmd_offsets.extend(s.pmd_windows.iter().copied());
+                window_small_kb += small;
+            } else {
+                rep.small.head_tail_kb += small;
+            }
+        }
+        let mut o = w.start;
+        while o < w.end {
+            if !pmd_offsets.contains(&o) {
+                if stuck.contains(&o) {
+                    blocked += 1;
+                } else {
+                    unblocked_small += 1;
+                }
+            }
+            o += pmd;
+        }
+        rep.eligible_windows += eligible;
+        rep.pmd_windows += pmd_here;
+        if matches!(r.runtime, Runtime::Congruent | Runtime::NotElf) {
+            rep.mappable_windows += pmd_here;
+        }
+        rep.ranges.push(RangeReport {
+            range: r.clone(),
+            eligible_windows: eligible,
+            pmd_windows: pmd_here,
+        });
+    }
+    // Windows that stayed small hold up to a window each of small folios.
+    rep.blocked_windows = blocked;
+    rep.blocked_kb = (blocked * pmd_kb).min(window_small_kb);
+    rep.small.blocked_kb = rep.blocked_kb;
+    let rest = window_small_kb - rep.blocked_kb;
+    let no_large = memory_fs(fs) || (unblocked_small > 0 && rep.pmd_windows == 0);
+    if no_large {
+        rep.small.no_large_folios_kb = rest;
+        rep.route = Route::None;
+    } else {
+        rep.small.other_kb = rest;
+    }
+    Ok((rep, pmd_offsets))
+}
+
+/// Fast verification of whole windows: map them read-only at a congruent
+/// address, touch the first page of each cached window (`MADV_RANDOM`, so a
+/// page that is not cached is not read around), and read this mapping's
+/// `FilePmdMapped` from `/proc/self/smaps`. The kernel PMD-maps only
+/// PMD-size folios, so when every window is PMD-mapped, every window is one
+/// PMD folio: `Some(number of windows)`. Otherwise `None`, and the caller
+/// scans page by page ([`folio::scan_file`]), which is exact but slower.
+fn all_windows_pmd(path: &Path, w: &Range<u64>) -> Result<Option<u64>> {
+    let pmd = kernel::pmd_size() as u64;
+    let n = (w.end - w.start) / pmd;
+    if n == 0 {
+        return Ok(Some(0));
+    }
+    let f = File::open(path).map_err(|e| Error::io(path, e))?;
+    let len = (w.end - w.start) as usize;
+    let map = Mapping::file_congruent(f.as_fd(), w.start, len, libc::PROT_READ, pmd as usize)?;
+    map.madvise(0, len, libc::MADV_RANDOM)?;
+    let res = map.resident()?;
+    let per = (pmd as usize) / kernel::page_size();
+    for k in 0..n as usize {
+        if !res[k * per] {
+            return Ok(None);
+        }
+        // SAFETY: inside our mapping; the page is cached, so the read maps
+        // it (and its folio) without I/O.
+        unsafe { std::ptr::read_volatile(map.as_ptr().add(k * pmd as usize)) };
+    }
+    let kb = procfs::own_file_pmd_kb(map.addr())?;
+    Ok((kb == n * pmd / KIB).then_some(n))
+}
+
+/// Add advice about the result (what to do about what stayed small).
+pub(super) fn advise(t: &Target, rep: &mut FileReport) {
+    if rep.route == Route::None && rep.eligible_windows > 0 {
+        if memory_fs(&rep.filesystem) {
+            // Already explained when warming.
+        } else {
+            rep.notes.push(format!(
+                "PMD folios are impossible on this filesystem ({}): the kernel gives its files only small page-cache folios \
+                 (large folios: ext4 since Linux 6.16, xfs since 5.18); move the file to such a filesystem",
+                rep.filesystem
+            ));
+        }
+    }
+    if rep.small.other_kb > 0 && rep.route != Route::None {
+        rep.notes.push(format!(
+            "{} in whole windows stayed small without a mapping process (memory pressure, or dirty pages); run warm again",
+            human(rep.small.other_kb * KIB)
+        ));
+    }
+    if t.elf {
+        let inc = t.ranges.iter().any(|r| {
+            r.runtime == Runtime::Incongruent
+                && pagecache::pmd_windows_in(&r.range()).end > pagecache::pmd_windows_in(&r.range()).start
+        });
+        let la = t
+            .ranges
+            .iter()
+            .any(|r| r.runtime == Runtime::LoadAddress && !pagecache::pmd_windows_in(&r.range()).is_empty());
+        if inc {
+            rep.notes.push(
+                "a segment's vaddr − offset is not a multiple of 2 MiB: its warm windows are never PMD-mapped; run `hugetext align` on the file".into(),
+            );
+        }
+        if la {
+            rep.notes.push(
+                "segments are congruent but p_align < 2 MiB: PMD-mapped only if the loader picks a 2 MiB-aligned base \
+                 (libraries on ext4/xfs usually, PIE executables rarely); `hugetext align` raises p_align"
+                    .into(),
+            );
+        }
+    }
+}
+
+/// `12.3 MiB`-style size.
+pub fn human(bytes: u64) -> String {
+    let b = bytes as f64;
+    if b >= (1u64 << 30) as f64 {
+        format!("{:.1} GiB", b / (1u64 << 30) as f64)
+    } else if b >= (1u64 << 20) as f64 {
+        format!("{:.1} MiB", b / (1u64 << 20) as f64)
+    } else if b >= 1024.0 {
+        format!("{:.1} KiB", b / 1024.0)
+    } else {
+        format!("{bytes} B")
+    }
+}
