@@ -487,3 +487,19 @@ fn bad_paths_give_one_clear_line_each() {
         .contains("no such file"));
     assert_eq!(file_entry(&v, "good")["pmd_windows"], 1);
 }
+
+#[test]
+fn freshly_written_file_is_warmed_on_the_first_run() {
+    // A just-built or just-copied program has dirty page cache, which
+    // POSIX_FADV_DONTNEED cannot drop: warm must write it back first, or the
+    // windows stay in whatever folios the writer made (and were once
+    // misreported as "blocked by running processes").
+    let dir = common::scratch();
+    let dst = dir.path().join("nopie");
+    std::fs::copy(common::fixture("bfd", "nopie"), &dst).unwrap(); // no fsync: dirty
+    let v = warm_json(&[dst.to_str().unwrap()]);
+    let f = file_entry(&v, "nopie");
+    assert!(f["eligible_windows"].as_u64().unwrap() >= 8, "{f:#}");
+    assert_eq!(f["pmd_windows"], f["eligible_windows"], "{f:#}");
+    assert_eq!(f["blocked_kb"], 0, "{f:#}");
+}

@@ -29,8 +29,15 @@ use crate::kernel::{self, Mapping};
 use crate::{Error, Result};
 
 /// Drop the clean page cache of `range` of `file` that nobody maps.
+///
+/// Dirty pages (a file just written, copied or linked) cannot be dropped, so
+/// the range is written back first (`sync_file_range`, which works on a
+/// read-only descriptor); otherwise a freshly built program would keep the
+/// folio sizes its writer gave it.
 pub fn evict(file: &File, range: Range<u64>) -> Result<()> {
-    kernel::fadvise_dontneed(file.as_fd(), range.start, range.end - range.start)
+    let len = range.end.saturating_sub(range.start);
+    kernel::write_back(file.as_fd(), range.start, len)?;
+    kernel::fadvise_dontneed(file.as_fd(), range.start, len)
 }
 
 /// Fill `range` of `file` into the page cache through a PMD-congruent

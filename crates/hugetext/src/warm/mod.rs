@@ -225,13 +225,24 @@ pub fn warm_target(t: &Target, opts: &WarmOptions, ctx: &mut WarmContext) -> Res
             drop(f);
             return replace_and_warm(t, opts, ctx, report, start);
         }
-        report.notes.push(format!(
-            "{} window(s) ({}) stay small: running processes map them ({}); they get PMD folios once those exit, \
-             or use --replace (new processes get a warmed copy)",
-            report.blocked_windows,
-            human(report.blocked_kb * KIB),
-            pid_list(&report.blocked_by)
-        ));
+        if report.blocked_by.is_empty() {
+            // Nothing maps the file (any more): the pages were pinned another
+            // way (a process that has exited since, pages under I/O or locked).
+            report.notes.push(format!(
+                "{} window(s) ({}) could not be evicted although no process maps the file now \
+                 (a process that has exited since, or pages under I/O): run warm again",
+                report.blocked_windows,
+                human(report.blocked_kb * KIB),
+            ));
+        } else {
+            report.notes.push(format!(
+                "{} window(s) ({}) stay small: running processes map them ({}); they get PMD folios once those exit, \
+                 or use --replace (new processes get a warmed copy)",
+                report.blocked_windows,
+                human(report.blocked_kb * KIB),
+                pid_list(&report.blocked_by)
+            ));
+        }
     }
     report::advise(t, &mut report);
     report.millis = start.elapsed().as_secs_f64() * 1e3;
