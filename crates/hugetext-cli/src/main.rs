@@ -13,7 +13,7 @@ mod cmd;
 /// every later process maps its text with PMDs (warm), remaps a program's
 /// text at start (run), and measures the effect (bench).
 #[derive(Parser, Debug)]
-#[command(name = "hugetext", version, about, long_about, propagate_version = true)]
+#[command(name = "hugetext", version, propagate_version = true)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

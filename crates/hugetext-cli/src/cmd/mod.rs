@@ -78,11 +78,19 @@ pub fn install_handlers() {
 /// `hugetext man`: write the man page generated from the CLI definition.
 pub fn man(cmd: clap::Command) -> Result<u8> {
     let mut out = std::io::stdout().lock();
-    clap_mangen::Man::new(cmd.clone()).render(&mut out)?;
-    for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
-        let name = format!("hugetext-{}", sub.get_name());
-        let sub = sub.clone().name(name.leak() as &str);
-        clap_mangen::Man::new(sub).render(&mut out)?;
-    }
+    let mut cmd = cmd;
+    cmd.build();
+    render_man(&cmd, "hugetext", &mut out)?;
     Ok(0)
+}
+
+/// Render `cmd` as page `name`, then each visible subcommand (recursively) as
+/// `name-sub`, the way git's and cargo's man pages are named.
+fn render_man(cmd: &clap::Command, name: &str, out: &mut dyn std::io::Write) -> Result<()> {
+    let page = cmd.clone().name(name.to_string()).bin_name(name.replace('-', " "));
+    clap_mangen::Man::new(page).render(out)?;
+    for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set() && s.get_name() != "help") {
+        render_man(sub, &format!("{name}-{}", sub.get_name()), out)?;
+    }
+    Ok(())
 }
