@@ -536,6 +536,9 @@ fn print_ab(r: &ab::Report) {
         r.kernel,
         r.warmup_s
     );
+    if r.files.is_empty() {
+        return; // the warm-up run failed before any file was seen
+    }
     let mut ft = table(&["File", "Text", "2 MiB windows", "PMD-mappable", "Source"]);
     for f in &r.files {
         ft.add_row(vec![
