@@ -89,6 +89,8 @@ fn doctor_verdict(dir: &Path, fstype: &str) -> bool {
         doctor_yes, experiment,
         "doctor says {c} but fill+scan says {experiment}"
     );
+    // warm's own probe (an O_TMPFILE file) says the same.
+    assert_eq!(hugetext::fsutil::probe_pmd_folios(dir), Some(experiment), "{fstype}");
     println!(
         "{fstype}: PMD-order page-cache folios: {}",
         if doctor_yes { "yes" } else { "no" }
@@ -280,6 +282,81 @@ fn xfs_warm_reaches_every_window_and_inspect_agrees() {
 fn xfs_run_file_strategy_is_huge() {
     let Some(fs) = common::loop_fs("xfs") else { return };
     run_file_strategy_is_huge(fs.path());
+}
+
+// ---------------------------------------------------------------------------
+// btrfs: whatever this kernel's btrfs does, hugetext must say it right.
+
+#[test]
+fn btrfs_doctor_warm_and_run_say_what_the_kernel_does() {
+    let Some(fs) = common::loop_fs("btrfs") else { return };
+    let large = doctor_verdict(fs.path(), "btrfs");
+    if large {
+        // A btrfs with large folios behaves like xfs.
+        warm_reaches_every_window(fs.path(), "btrfs");
+        run_file_strategy_is_huge(fs.path());
+        return;
+    }
+    let prog = copy_fixture(fs.path(), "bfd", "nopie");
+    read_small(&prog);
+    let p = prog.to_str().unwrap();
+
+    // warm: exit 0 (doc/warm.md: the file was warmed, what stayed small is
+    // reported), route none, and one note saying it is impossible and what
+    // to do.
+    let w = warm_json(&prog);
+    assert_eq!(w["filesystem"], "btrfs", "{w:#}");
+    assert_eq!(w["route"], "none", "{w:#}");
+    assert_eq!(w["pmd_windows"], 0);
+    let eligible = w["eligible_windows"].as_u64().unwrap();
+    assert!(eligible >= 9);
+    assert_eq!(
+        w["small"]["no_large_folios_kb"].as_u64().unwrap(),
+        eligible * 2048,
+        "{w:#}"
+    );
+    let impossible = |notes: &str| notes.contains("PMD folios are impossible on this filesystem (btrfs)");
+    assert!(impossible(&w["notes"].to_string()), "{w:#}");
+    let out = ok(common::hugetext(&["warm", p]), "warm");
+    let human = text(&out.stdout);
+    let note = human
+        .lines()
+        .find(|l| impossible(l))
+        .unwrap_or_else(|| panic!("{human}"));
+    assert!(
+        note.contains("xfs") && note.contains("hugetext run"),
+        "says what to do: {note}"
+    );
+
+    // The same verdict while a running process maps the text (the pages
+    // cannot be evicted): not "wait until it exits" or --replace, which
+    // would not help on this filesystem.
+    let r = Running::start(Command::new(&prog));
+    // btrfs's st_dev is not the device maps lines show; the pid is found anyway.
+    let pids = hugetext::warm::mapping_pids(&prog).unwrap();
+    assert!(pids.iter().any(|p| p.pid == r.pid()), "{pids:?}");
+    let w = warm_json(&prog);
+    assert_eq!(w["route"], "none", "{w:#}");
+    assert!(impossible(&w["notes"].to_string()), "{w:#}");
+    assert!(!w["notes"].to_string().contains("--replace"), "{w:#}");
+    let out = ok(common::hugetext(&["warm", "--json", "--replace", p]), "warm --replace");
+    let w = &json(&out)["files"][0];
+    assert_eq!(w["replaced"], false, "a copy would be just as small: {w:#}");
+    assert!(impossible(&w["notes"].to_string()), "{w:#}");
+    r.stop();
+
+    // run --strategy auto falls back to the copy and says why.
+    let r = run_waiting(&["-v"], &prog);
+    let (file_pmd, anon, _) = r.huge_of(&prog);
+    let err = r.stop();
+    assert_eq!(file_pmd, 0, "{err}");
+    assert!(anon >= 16 * MIB, "copy route: AnonHugePages {} KiB: {err}", anon >> 10);
+    assert!(err.contains("copy 18.0 MiB"), "{err}");
+    let why = err
+        .lines()
+        .find(|l| l.contains("file route"))
+        .unwrap_or_else(|| panic!("no word on the file route: {err}"));
+    assert!(why.contains("no large folios") && why.contains("btrfs"), "{why}");
 }
 
 // ---------------------------------------------------------------------------
