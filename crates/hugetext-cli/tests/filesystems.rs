@@ -381,7 +381,7 @@ fn ext4_image_matches_root_ext4() {
 fn tmpfs_doctor_agrees_with_the_experiment() {
     let shm = Path::new("/dev/shm");
     if !File::open(shm).is_ok_and(|d| hugetext::fsutil::fs_name(&d) == "tmpfs") {
-        println!("skipped: /dev/shm is not tmpfs here");
+        common::skip_line("skipped: /dev/shm is not tmpfs here");
         return;
     }
     let dir = tempfile::tempdir_in(shm).unwrap();

@@ -151,14 +151,16 @@ fn kernel_has_fs(fstype: &str) -> bool {
 ///   mkfs tools).
 pub fn loop_fs(fstype: &str) -> Option<LoopFs> {
     if !kernel_has_fs(fstype) {
-        println!("skipped: this kernel has no {fstype} (not in /proc/filesystems, modprobe {fstype} failed)");
+        skip_line(&format!(
+            "skipped: this kernel has no {fstype} (not in /proc/filesystems, modprobe {fstype} failed)"
+        ));
         return None;
     }
     match make_loop_fs(fstype) {
         Ok(fs) => Some(fs),
         Err(why) => {
             let msg = format!("skipped: cannot make a loop-mounted {fstype}: {why}");
-            println!("{msg}");
+            skip_line(&msg);
             assert!(
                 std::env::var_os("CI").is_none(),
                 "{msg} (CI is set: these tests must run; run as root with scripts/install-deps.sh)"
@@ -166,6 +168,13 @@ pub fn loop_fs(fstype: &str) -> Option<LoopFs> {
             None
         }
     }
+}
+
+/// Print a line that shows in a normal `cargo test` run: libtest captures
+/// what `println!`/`eprintln!` print, not direct writes to stderr.
+pub fn skip_line(msg: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{msg}");
 }
 
 fn make_loop_fs(fstype: &str) -> Result<LoopFs, String> {
