@@ -213,13 +213,52 @@ fn open_mapped(st: &State, c: &Cand) -> isize {
     let mut s: libc::stat = unsafe { core::mem::zeroed() };
     let ok = sys::fstat(fd as i32, &mut s) >= 0
         && s.st_ino == c.ino
-        && libc::major(s.st_dev) == c.dev.0
-        && libc::minor(s.st_dev) == c.dev.1;
+        && ((libc::major(s.st_dev), libc::minor(s.st_dev)) == c.dev || maps_dev(fd as i32) == Some(c.dev));
     if !ok {
         sys::close(fd as i32);
         return -(libc::ESTALE as isize);
     }
     fd
+}
+
+/// The device `/proc/self/maps` shows for the file open at `fd` (its
+/// superblock's). On btrfs `st_dev` is the subvolume's anonymous device
+/// instead, so it never equals the maps line's: map the file's first page
+/// and look at that line.
+fn maps_dev(fd: i32) -> Option<(u32, u32)> {
+    let a = sys::mmap(0, 4096, libc::PROT_READ, libc::MAP_PRIVATE, fd, 0);
+    if a < 0 {
+        return None;
+    }
+    let mut buf = [0u8; 2048];
+    let mut dev = None;
+    let _ = crate::maps::for_each(&mut buf, |l| {
+        if l.start == a as usize {
+            dev = Some((l.dev_major, l.dev_minor));
+        }
+    });
+    sys::munmap(a as usize, 4096);
+    dev
+}
+
+/// The name of the filesystem holding `fd`, for messages.
+fn fs_name(fd: i32) -> &'static str {
+    // SAFETY: zero is a valid `statfs`.
+    let mut st: libc::statfs = unsafe { core::mem::zeroed() };
+    if sys::fstatfs(fd, &mut st) < 0 {
+        return "this filesystem";
+    }
+    match st.f_type as u64 & 0xffff_ffff {
+        0x9123_683e => "btrfs",
+        0x0102_1994 => "tmpfs",
+        0xef53 => "ext4",
+        0x5846_5342 => "xfs",
+        0x6969 => "nfs",
+        0x794c_7630 => "overlayfs",
+        0x6573_5546 => "fuse",
+        0xf2f5_2010 => "f2fs",
+        _ => "this filesystem",
+    }
 }
 
 struct Pass<'a> {
@@ -387,6 +426,11 @@ impl Pass<'_> {
                     // evicted: write them back first (no-op when clean).
                     sys::fdatasync(f as i32);
                     let mut err = 0;
+                    // Windows whose page cache was gone after the eviction
+                    // (nobody else maps it): if they refault small, the
+                    // filesystem gives no large folios.
+                    let mut evicted = 0u64;
+                    let mut resident = [0u8; PMD / 4096];
                     // Window by window, so that other threads running this
                     // text have as little time as possible to fault a small
                     // page back in between drop and refault; a window they
@@ -401,6 +445,10 @@ impl Pass<'_> {
                                 let r = sys::madvise(s, PMD, sys::MADV_DONTNEED);
                                 if r == 0 {
                                     sys::fadvise(f as i32, Self::file_off(c, s), PMD as u64, sys::POSIX_FADV_DONTNEED);
+                                    // With our PTEs gone, mincore reports the page cache.
+                                    if sys::mincore(s, PMD, &mut resident) == 0 && resident.iter().all(|b| b & 1 == 0) {
+                                        evicted |= 1u64 << w;
+                                    }
                                     let r = sys::madvise(s, PMD, sys::MADV_POPULATE_READ);
                                     if r < 0 && err == 0 {
                                         err = r;
@@ -428,11 +476,27 @@ impl Pass<'_> {
                             break;
                         }
                     }
-                    if huge != all && err == 0 {
-                        self.note(
-                            c,
-                            "file route: some windows stayed small (their page cache is mapped by another process, or the filesystem has no large folios)",
-                        );
+                    let small = all & !huge;
+                    if small != 0 && err == 0 {
+                        if small & !evicted == 0 {
+                            if self.cfg.verbose {
+                                line()
+                                    .bytes(self.st.path(c))
+                                    .s(": file route: evicted and read back through MADV_HUGEPAGE, the page cache stayed in small folios: ")
+                                    .s(fs_name(f as i32))
+                                    .s(" has no large folios on this kernel (ext4 and xfs have)");
+                            }
+                        } else if small & evicted == 0 {
+                            self.note(
+                                c,
+                                "file route: some windows stayed small: another process maps their page cache, so it cannot be evicted",
+                            );
+                        } else {
+                            self.note(
+                                c,
+                                "file route: some windows stayed small (their page cache is mapped by another process, or the filesystem has no large folios)",
+                            );
+                        }
                     }
                 }
             }

@@ -142,6 +142,22 @@ pub fn fadvise(fd: i32, off: u64, len: u64, advice: i32) -> isize {
     )
 }
 
+pub fn mincore(addr: usize, len: usize, vec: &mut [u8]) -> isize {
+    call(libc::SYS_mincore, addr, len, vec.as_mut_ptr() as usize, 0, 0, 0)
+}
+
+pub fn fstatfs(fd: i32, st: &mut libc::statfs) -> isize {
+    call(
+        libc::SYS_fstatfs,
+        fd as usize,
+        st as *mut libc::statfs as usize,
+        0,
+        0,
+        0,
+        0,
+    )
+}
+
 pub fn fdatasync(fd: i32) -> isize {
     call(libc::SYS_fdatasync, fd as usize, 0, 0, 0, 0, 0)
 }
@@ -236,6 +252,7 @@ pub fn errno_name(e: isize) -> &'static str {
         libc::ENOTTY => "not supported by this kernel",
         libc::EOPNOTSUPP => "not supported",
         libc::EHWPOISON => "hardware poisoned page",
+        libc::ESTALE => "the file at that path is not the mapped one",
         _ => "error",
     }
 }

@@ -264,19 +264,32 @@ pub fn diagnose(path: &Path) -> Vec<Finding> {
                 Some(n) if n == windows => (
                     Status::Ok,
                     format!("{}: yes ({n}/{windows} windows in 2 MiB folios)", p.fs_type),
-                    format!("`hugetext warm` can put text stored on {} into 2 MiB page-cache folios", p.dir.display()),
+                    format!(
+                        "`hugetext warm` can put text stored on {} into 2 MiB page-cache folios",
+                        p.dir.display()
+                    ),
                 ),
                 Some(n) => (
                     Status::No,
                     format!("{}: no ({n}/{windows} windows in 2 MiB folios)", p.fs_type),
-                    format!(
-                        "{} does not give PMD-order page-cache folios here: `warm` cannot help; use `hugetext run` (anonymous copy) or move the programs to ext4/xfs",
-                        p.fs_type
-                    ),
+                    if matches!(p.fs_type.as_str(), "tmpfs" | "ramfs") {
+                        format!(
+                            "{} holds files in memory: no PMD folios unless mounted with huge=within_size (tmpfs); `warm` cannot help; use `hugetext run` (anonymous copy) or put the programs on ext4/xfs",
+                            p.fs_type
+                        )
+                    } else {
+                        format!(
+                            "{} gives only small page-cache folios on this kernel: `warm` and `run --strategy file` cannot help; use `hugetext run` (anonymous copy) or put the programs on ext4 (Linux ≥ 6.16) or xfs",
+                            p.fs_type
+                        )
+                    },
                 ),
                 None if p.pmd_mapped_kb > 0 => (
                     Status::Ok,
-                    format!("{}: yes (PMD-mapped; folio sizes hidden without CAP_SYS_ADMIN)", p.fs_type),
+                    format!(
+                        "{}: yes (PMD-mapped; folio sizes hidden without CAP_SYS_ADMIN)",
+                        p.fs_type
+                    ),
                     "`hugetext warm` works on this filesystem".to_string(),
                 ),
                 None => (

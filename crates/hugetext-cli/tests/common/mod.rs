@@ -67,3 +67,142 @@ pub fn scratch() -> tempfile::TempDir {
     std::fs::create_dir_all(&base).unwrap();
     tempfile::Builder::new().prefix("t").tempdir_in(base).unwrap()
 }
+
+/// A filesystem image loop-mounted in the scratch area (see [`loop_fs`]).
+/// Dropping it (also while a test panics) unmounts the filesystem, detaches
+/// the loop device and removes the image.
+pub struct LoopFs {
+    /// The filesystem type (`xfs`, `btrfs`, `ext4`).
+    pub fstype: String,
+    /// The loop device, e.g. `/dev/loop3`.
+    pub device: String,
+    mount: PathBuf,
+    // Holds the image and the mount point; removed after the unmount.
+    _dir: tempfile::TempDir,
+}
+
+impl LoopFs {
+    /// The mount point (a directory private to this test).
+    pub fn path(&self) -> &Path {
+        &self.mount
+    }
+}
+
+impl Drop for LoopFs {
+    fn drop(&mut self) {
+        // A process the test started may still be exiting: retry, then
+        // detach lazily rather than leave a mount behind.
+        let mut unmounted = false;
+        for _ in 0..50 {
+            if run_quiet(Command::new("umount").arg(&self.mount)).is_ok() {
+                unmounted = true;
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        if !unmounted {
+            if let Err(e) = run_quiet(Command::new("umount").arg("--lazy").arg(&self.mount)) {
+                eprintln!("warning: cannot unmount {}: {e}", self.mount.display());
+            }
+        }
+        if let Err(e) = run_quiet(Command::new("losetup").arg("--detach").arg(&self.device)) {
+            eprintln!("warning: cannot detach {}: {e}", self.device);
+        }
+    }
+}
+
+/// Run a command, capturing its output; `Err` with its stderr if it fails.
+fn run_quiet(cmd: &mut Command) -> Result<Output, String> {
+    let what = format!("{cmd:?}");
+    match cmd.output() {
+        Ok(o) if o.status.success() => Ok(o),
+        Ok(o) => Err(format!(
+            "{what}: {}: {}",
+            o.status,
+            String::from_utf8_lossy(&o.stderr).trim()
+        )),
+        Err(e) => Err(format!("{what}: {e}")),
+    }
+}
+
+/// True when the kernel knows `fstype` (after `modprobe`, if needed).
+fn kernel_has_fs(fstype: &str) -> bool {
+    let listed = || {
+        std::fs::read_to_string("/proc/filesystems")
+            .unwrap_or_default()
+            .lines()
+            .any(|l| l.split_whitespace().last() == Some(fstype))
+    };
+    listed() || (run_quiet(Command::new("modprobe").arg(fstype)).is_ok() && listed())
+}
+
+/// A fresh filesystem of type `fstype` (`xfs`, `btrfs`, `ext4`, ...): a
+/// sparse 512 MiB image under target/scratch, `mkfs.FSTYPE -q`, attached to a
+/// free loop device and mounted on a directory unique to the caller, so
+/// tests running in parallel never share a mount point or a device.
+///
+/// `None` (after printing a "skipped: ..." line) when it cannot be had:
+/// - the kernel has no such filesystem (not in /proc/filesystems, even after
+///   `modprobe`): a property of the kernel, so skipped also in CI;
+/// - loop devices, `mkfs.FSTYPE` or the mount are unavailable (not root, a
+///   container without /dev/loop-control, a missing package): skipped
+///   locally, but a test failure when the `CI` environment variable is set,
+///   because CI must run these tests (scripts/install-deps.sh installs the
+///   mkfs tools).
+pub fn loop_fs(fstype: &str) -> Option<LoopFs> {
+    if !kernel_has_fs(fstype) {
+        skip_line(&format!(
+            "skipped: this kernel has no {fstype} (not in /proc/filesystems, modprobe {fstype} failed)"
+        ));
+        return None;
+    }
+    match make_loop_fs(fstype) {
+        Ok(fs) => Some(fs),
+        Err(why) => {
+            let msg = format!("skipped: cannot make a loop-mounted {fstype}: {why}");
+            skip_line(&msg);
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "{msg} (CI is set: these tests must run; run as root with scripts/install-deps.sh)"
+            );
+            None
+        }
+    }
+}
+
+/// Print a line that shows in a normal `cargo test` run: libtest captures
+/// what `println!`/`eprintln!` print, not direct writes to stderr.
+pub fn skip_line(msg: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{msg}");
+}
+
+fn make_loop_fs(fstype: &str) -> Result<LoopFs, String> {
+    if !Path::new("/dev/loop-control").exists() {
+        return Err("no /dev/loop-control (loop driver missing or not visible here)".into());
+    }
+    let mkfs = format!("mkfs.{fstype}");
+    let dir = scratch();
+    let image = dir.path().join(format!("{fstype}.img"));
+    let mount = dir.path().join("mnt");
+    std::fs::create_dir(&mount).map_err(|e| e.to_string())?;
+    std::fs::File::create(&image)
+        .and_then(|f| f.set_len(512 << 20))
+        .map_err(|e| format!("{}: {e}", image.display()))?;
+    run_quiet(Command::new(&mkfs).arg("-q").arg(&image)).map_err(|e| match e.contains("No such file") {
+        true => format!("{mkfs} not installed (scripts/install-deps.sh)"),
+        false => e,
+    })?;
+    let out = run_quiet(Command::new("losetup").args(["--find", "--show"]).arg(&image))?;
+    let device = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    if let Err(e) = run_quiet(Command::new("mount").args(["-t", fstype]).arg(&device).arg(&mount)) {
+        let _ = run_quiet(Command::new("losetup").arg("--detach").arg(&device));
+        return Err(e);
+    }
+    Ok(LoopFs {
+        fstype: fstype.to_string(),
+        device,
+        mount,
+        _dir: dir,
+    })
+}

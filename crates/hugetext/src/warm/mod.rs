@@ -65,10 +65,13 @@ pub fn mapping_pids_of(dev: u64, ino: u64) -> Vec<ProcRef> {
     proc_refs(procfs::pids_mapping(dev, ino))
 }
 
-/// The processes that map `path` (see [`mapping_pids_of`]).
+/// The processes that map `path` (see [`mapping_pids_of`]). The device is
+/// the one maps lines show ([`fsutil::maps_dev`]; on btrfs not `st_dev`).
 pub fn mapping_pids(path: &Path) -> Result<Vec<ProcRef>> {
-    let m = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
-    Ok(mapping_pids_of(m.dev(), m.ino()))
+    let f = File::open(path).map_err(|e| Error::io(path, e))?;
+    let ino = f.metadata().map_err(|e| Error::io(path, e))?.ino();
+    let dev = fsutil::maps_dev(&f).map_err(|e| Error::io(path, e))?;
+    Ok(mapping_pids_of(dev, ino))
 }
 
 /// The processes (other than this one) holding the file open for writing
@@ -145,6 +148,10 @@ pub struct WarmOptions {
 pub struct WarmContext {
     /// `None` until a collapse was tried; then whether it works.
     pub collapse: Option<pagecache::CollapseSupport>,
+    /// Per filesystem (`st_dev`), whether it gives PMD-order page-cache
+    /// folios ([`fsutil::probe_pmd_folios`]; `None`: could not be probed).
+    /// Asked only when a file's windows all stayed small.
+    pub pmd_folios: std::collections::HashMap<u64, Option<bool>>,
 }
 
 /// Warm one planned file and report what its page cache holds afterwards.
@@ -217,6 +224,18 @@ pub fn warm_target(t: &Target, opts: &WarmOptions, ctx: &mut WarmContext) -> Res
                 .notes
                 .push(format!("{why}: {} window(s) stayed small", small_windows.len()));
         }
+    }
+
+    // Nothing became a PMD folio: is it the filesystem? The answer decides
+    // whether waiting for processes to exit (or --replace) can help.
+    if report.eligible_windows > 0 && report.pmd_windows == 0 && !memory_fs(&fs) {
+        let dev = f.metadata().map_err(|e| Error::io(&t.path, e))?.dev();
+        let dir = fsutil::dir_of(&t.path);
+        let verdict = *ctx
+            .pmd_folios
+            .entry(dev)
+            .or_insert_with(|| fsutil::probe_pmd_folios(&dir));
+        report::filesystem_verdict(&mut report, verdict);
     }
 
     if report.blocked_windows > 0 {

@@ -192,6 +192,32 @@ pub(super) fn measure(t: &Target, fs: &str, stuck: &BTreeSet<u64>) -> Result<(Fi
     Ok((rep, pmd_offsets))
 }
 
+/// Apply what is known about the filesystem to a report whose eligible
+/// windows all stayed small. `Some(false)`: it gives no PMD folios at all,
+/// so every small window is small for that reason (also those that running
+/// processes map: their exit would not help). `Some(true)`: it does, so the
+/// windows are small for another reason. `None`: not known; the guess of
+/// [`measure`] stands (windows free to be re-read, none became a PMD folio).
+pub(super) fn filesystem_verdict(rep: &mut FileReport, pmd_folios: Option<bool>) {
+    let s = &mut rep.small;
+    match pmd_folios {
+        Some(false) => {
+            s.no_large_folios_kb += s.blocked_kb + s.other_kb;
+            s.blocked_kb = 0;
+            s.other_kb = 0;
+            rep.blocked_kb = 0;
+            rep.blocked_windows = 0;
+            rep.route = Route::None;
+        }
+        Some(true) if rep.route == Route::None => {
+            s.other_kb += s.no_large_folios_kb;
+            s.no_large_folios_kb = 0;
+            rep.route = Route::PmdReadahead;
+        }
+        _ => {}
+    }
+}
+
 /// Fast verification of whole windows: map them read-only at a congruent
 /// address, touch the first page of each cached window (`MADV_RANDOM`, so a
 /// page that is not cached is not read around), and read this mapping's
@@ -230,8 +256,9 @@ pub(super) fn advise(t: &Target, rep: &mut FileReport) {
             // Already explained when warming.
         } else {
             rep.notes.push(format!(
-                "PMD folios are impossible on this filesystem ({}): the kernel gives its files only small page-cache folios \
-                 (large folios: ext4 since Linux 6.16, xfs since 5.18); move the file to such a filesystem",
+                "PMD folios are impossible on this filesystem ({}): this kernel gives its files only small page-cache \
+                 folios; put the file on ext4 (Linux ≥ 6.16) or xfs (≥ 5.18), or use `hugetext run` \
+                 (copies the text to anonymous huge pages)",
                 rep.filesystem
             ));
         }

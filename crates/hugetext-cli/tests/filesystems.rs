@@ -1,0 +1,392 @@
+//! The zero-copy route (`doctor`'s probe, `warm`, `inspect --file`,
+//! `run --strategy file`) on filesystems other than the root ext4: xfs,
+//! btrfs and a freshly made ext4, each a loop-mounted image made by the test
+//! (common::loop_fs). Whether a filesystem gives PMD-order page-cache folios
+//! is never assumed: every verdict hugetext prints is checked against an
+//! independent fill (`pagecache::fill_huge`) and scan (`folio::scan_file`)
+//! on the same filesystem.
+
+mod common;
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, Write};
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+
+use hugetext::kernel::{self, Mapping};
+use hugetext::remap::text_mappings;
+use hugetext::{folio, pagecache};
+use serde_json::Value;
+
+const MIB: u64 = 1 << 20;
+const PMD: u64 = 2 << 20;
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn ok(out: Output, what: &str) -> Output {
+    assert!(
+        out.status.success(),
+        "{what}: {:?}\nstdout: {}\nstderr: {}",
+        out.status,
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    out
+}
+
+fn json(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&out.stdout)))
+}
+
+/// The independent experiment: a 4 MiB file in `dir`, evicted, filled
+/// through a `MADV_HUGEPAGE` mapping and scanned. True when both 2 MiB
+/// windows are one PMD-order folio each.
+fn fill_and_scan(dir: &Path) -> bool {
+    let p = dir.join("probe-by-test");
+    let mut f = File::create(&p).unwrap();
+    f.write_all(&vec![0xc3u8; 4 << 20]).unwrap();
+    f.sync_all().unwrap();
+    drop(f);
+    let f = File::open(&p).unwrap();
+    pagecache::evict(&f, 0..0).unwrap();
+    pagecache::fill_huge(&f, 0..4 << 20).unwrap();
+    let n = folio::scan_file(&p, None).unwrap().pmd_windows.len();
+    pagecache::evict(&f, 0..0).unwrap();
+    std::fs::remove_file(&p).unwrap();
+    n == 2
+}
+
+fn doctor_check(dir: &Path, id: &str) -> Value {
+    let out = ok(
+        common::hugetext(&["doctor", "--json", "--path", dir.to_str().unwrap()]),
+        "doctor",
+    );
+    json(&out)["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["id"] == id)
+        .unwrap_or_else(|| panic!("no {id} in {}", text(&out.stdout)))
+        .clone()
+}
+
+/// doctor's PMD-folio verdict for `dir`, checked against [`fill_and_scan`]
+/// there and against the filesystem type; returns it.
+fn doctor_verdict(dir: &Path, fstype: &str) -> bool {
+    let c = doctor_check(dir, "fs-large-folios");
+    let value = c["value"].as_str().unwrap();
+    assert!(value.starts_with(&format!("{fstype}: ")), "{c}");
+    let doctor_yes = match c["status"].as_str().unwrap() {
+        "ok" => true,
+        "no" => false,
+        s => panic!("unexpected status {s}: {c}"),
+    };
+    let experiment = fill_and_scan(dir);
+    assert_eq!(
+        doctor_yes, experiment,
+        "doctor says {c} but fill+scan says {experiment}"
+    );
+    // warm's own probe (an O_TMPFILE file) says the same.
+    assert_eq!(hugetext::fsutil::probe_pmd_folios(dir), Some(experiment), "{fstype}");
+    println!(
+        "{fstype}: PMD-order page-cache folios: {}",
+        if doctor_yes { "yes" } else { "no" }
+    );
+    doctor_yes
+}
+
+/// Copy a fixture onto `dir` in a child process (a write descriptor of ours
+/// could leak into a concurrently forked child and make its exec fail with
+/// ETXTBSY), written back so its page cache is clean and evictable.
+fn copy_fixture(dir: &Path, linker: &str, name: &str) -> PathBuf {
+    let dst = dir.join(name);
+    let st = Command::new("cp")
+        .arg(common::fixture(linker, name))
+        .arg(&dst)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    File::open(&dst).unwrap().sync_all().unwrap();
+    dst
+}
+
+/// Fill the file's page cache the way programs load: evict, then a cold
+/// PROT_EXEC fault of every page (4 KiB folios on x86).
+fn read_small(p: &Path) {
+    let f = File::open(p).unwrap();
+    pagecache::evict(&f, 0..0).unwrap();
+    let len = f.metadata().unwrap().len() as usize;
+    let m = Mapping::file_congruent(f.as_fd(), 0, len, libc::PROT_READ | libc::PROT_EXEC, PMD as usize).unwrap();
+    for off in (0..len).step_by(kernel::page_size()) {
+        // SAFETY: inside the mapping.
+        unsafe { std::ptr::read_volatile(m.as_ptr().add(off)) };
+    }
+}
+
+/// A fixture started with `wait`, stopped (stdin closed) on drop.
+struct Running {
+    child: Child,
+}
+
+impl Running {
+    fn start(mut cmd: Command) -> Running {
+        let mut child = cmd
+            .arg("wait")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let (mut first, mut ready) = (String::new(), String::new());
+        out.read_line(&mut first).unwrap();
+        out.read_line(&mut ready).unwrap();
+        if ready.trim() != "ready" {
+            let _ = child.kill();
+            let o = child.wait_with_output().unwrap();
+            panic!("fixture not ready: {first:?} {ready:?} stderr: {}", text(&o.stderr));
+        }
+        Running { child }
+    }
+
+    fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    /// (FilePmdMapped, AnonHugePages, Anonymous) bytes of `file`'s text.
+    fn huge_of(&self, file: &Path) -> (u64, u64, u64) {
+        let f = file.canonicalize().unwrap().to_string_lossy().into_owned();
+        let ms: Vec<_> = text_mappings(self.pid())
+            .unwrap()
+            .into_iter()
+            .filter(|m| m.path == f)
+            .collect();
+        (
+            ms.iter().map(|m| m.file_pmd).sum(),
+            ms.iter().map(|m| m.anon_huge).sum(),
+            ms.iter().map(|m| m.anonymous).sum(),
+        )
+    }
+
+    /// Close stdin; returns stderr; the program must exit 0.
+    fn stop(mut self) -> String {
+        drop(self.child.stdin.take());
+        let mut err = String::new();
+        if let Some(mut e) = self.child.stderr.take() {
+            use std::io::Read;
+            e.read_to_string(&mut err).unwrap();
+        }
+        let st = self.child.wait().unwrap();
+        assert!(st.success(), "fixture failed: {st:?} {err}");
+        err
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        drop(self.child.stdin.take());
+        let _ = self.child.wait();
+    }
+}
+
+/// `hugetext run ARGS -- PROG wait`.
+fn run_waiting(args: &[&str], prog: &Path) -> Running {
+    let lib = common::target_profile_dir().join("libhugetext.so");
+    assert!(lib.exists(), "{} missing: cargo build --release", lib.display());
+    let mut cmd = Command::new(common::bin());
+    cmd.arg("run")
+        .args(args)
+        .arg("--")
+        .arg(prog)
+        .env_remove("HUGETEXT_STRATEGY")
+        .env_remove("HUGETEXT_VERBOSE");
+    Running::start(cmd)
+}
+
+fn warm_json(p: &Path) -> Value {
+    let out = ok(common::hugetext(&["warm", "--json", p.to_str().unwrap()]), "warm");
+    json(&out)["files"][0].clone()
+}
+
+/// `warm` of the bfd/nopie fixture (in small folios) on `dir`: every
+/// eligible window becomes one PMD folio, a running instance has its text
+/// PMD-mapped, and `inspect --file` counts the same folios.
+fn warm_reaches_every_window(dir: &Path, fstype: &str) {
+    let prog = copy_fixture(dir, "bfd", "nopie");
+    read_small(&prog);
+    let before = folio::scan_file(&prog, None).unwrap();
+    assert!(before.pmd_windows.is_empty(), "not small before warm: {before:?}");
+    let w = warm_json(&prog);
+    assert_eq!(w["filesystem"], fstype, "{w:#}");
+    assert_eq!(w["route"], "pmd-readahead", "{w:#}");
+    let eligible = w["eligible_windows"].as_u64().unwrap();
+    assert!(eligible >= 9, "{w:#}");
+    assert_eq!(w["pmd_windows"], eligible, "not 100% of eligible windows: {w:#}");
+    assert_eq!(w["mappable_windows"], eligible, "ET_EXEC text is congruent: {w:#}");
+    assert_eq!(w["pmd_kb"].as_u64().unwrap(), eligible * 2048);
+
+    // inspect --file agrees: the same kB in 2 MiB folios, the same windows.
+    let out = ok(
+        common::hugetext(&["inspect", "--json", "--file", prog.to_str().unwrap()]),
+        "inspect --file",
+    );
+    let i = &json(&out)["files"][0];
+    assert_eq!(i["folios"]["2048kB"], w["pmd_kb"], "inspect {i:#} vs warm {w:#}");
+    assert_eq!(i["pmd_windows_huge"], w["pmd_windows"], "inspect {i:#} vs warm {w:#}");
+    assert!(i["cached_kb"].as_u64().unwrap() >= w["cached_kb"].as_u64().unwrap());
+
+    // A plain running instance maps the warmed folios with PMDs.
+    let r = Running::start(Command::new(&prog));
+    let (file_pmd, anon, _) = r.huge_of(&prog);
+    assert!(file_pmd >= 16 * MIB, "FilePmdMapped {} KiB on {fstype}", file_pmd >> 10);
+    assert_eq!(file_pmd, eligible * PMD, "every warmed window is PMD-mapped");
+    assert_eq!(anon, 0);
+    r.stop();
+}
+
+/// `run --strategy file` of a fresh copy (small folios, as exec leaves them):
+/// the text becomes huge through the page cache, with no anonymous memory.
+fn run_file_strategy_is_huge(dir: &Path) {
+    let prog = copy_fixture(dir, "bfd", "nopie");
+    let r = run_waiting(&["--strategy", "file", "-v"], &prog);
+    let (file_pmd, anon, private_anon) = r.huge_of(&prog);
+    let err = r.stop();
+    assert!(file_pmd >= 16 * MIB, "FilePmdMapped {} KiB: {err}", file_pmd >> 10);
+    assert_eq!(anon + private_anon, 0, "the file route adds no anonymous memory: {err}");
+    assert!(err.contains("file 18.0 MiB"), "{err}");
+}
+
+// ---------------------------------------------------------------------------
+// xfs
+
+#[test]
+fn xfs_doctor_reports_pmd_folios() {
+    let Some(fs) = common::loop_fs("xfs") else { return };
+    assert!(
+        doctor_verdict(fs.path(), "xfs"),
+        "xfs has large folios since Linux 5.18"
+    );
+    assert_eq!(doctor_check(fs.path(), "pmd-map")["status"], "ok");
+}
+
+#[test]
+fn xfs_warm_reaches_every_window_and_inspect_agrees() {
+    let Some(fs) = common::loop_fs("xfs") else { return };
+    warm_reaches_every_window(fs.path(), "xfs");
+}
+
+#[test]
+fn xfs_run_file_strategy_is_huge() {
+    let Some(fs) = common::loop_fs("xfs") else { return };
+    run_file_strategy_is_huge(fs.path());
+}
+
+// ---------------------------------------------------------------------------
+// btrfs: whatever this kernel's btrfs does, hugetext must say it right.
+
+#[test]
+fn btrfs_doctor_warm_and_run_say_what_the_kernel_does() {
+    let Some(fs) = common::loop_fs("btrfs") else { return };
+    let large = doctor_verdict(fs.path(), "btrfs");
+    if large {
+        // A btrfs with large folios behaves like xfs.
+        warm_reaches_every_window(fs.path(), "btrfs");
+        run_file_strategy_is_huge(fs.path());
+        return;
+    }
+    let prog = copy_fixture(fs.path(), "bfd", "nopie");
+    read_small(&prog);
+    let p = prog.to_str().unwrap();
+
+    // warm: exit 0 (doc/warm.md: the file was warmed, what stayed small is
+    // reported), route none, and one note saying it is impossible and what
+    // to do.
+    let w = warm_json(&prog);
+    assert_eq!(w["filesystem"], "btrfs", "{w:#}");
+    assert_eq!(w["route"], "none", "{w:#}");
+    assert_eq!(w["pmd_windows"], 0);
+    let eligible = w["eligible_windows"].as_u64().unwrap();
+    assert!(eligible >= 9);
+    assert_eq!(
+        w["small"]["no_large_folios_kb"].as_u64().unwrap(),
+        eligible * 2048,
+        "{w:#}"
+    );
+    let impossible = |notes: &str| notes.contains("PMD folios are impossible on this filesystem (btrfs)");
+    assert!(impossible(&w["notes"].to_string()), "{w:#}");
+    let out = ok(common::hugetext(&["warm", p]), "warm");
+    let human = text(&out.stdout);
+    let note = human
+        .lines()
+        .find(|l| impossible(l))
+        .unwrap_or_else(|| panic!("{human}"));
+    assert!(
+        note.contains("xfs") && note.contains("hugetext run"),
+        "says what to do: {note}"
+    );
+
+    // The same verdict while a running process maps the text (the pages
+    // cannot be evicted): not "wait until it exits" or --replace, which
+    // would not help on this filesystem.
+    let r = Running::start(Command::new(&prog));
+    // btrfs's st_dev is not the device maps lines show; the pid is found anyway.
+    let pids = hugetext::warm::mapping_pids(&prog).unwrap();
+    assert!(pids.iter().any(|p| p.pid == r.pid()), "{pids:?}");
+    let w = warm_json(&prog);
+    assert_eq!(w["route"], "none", "{w:#}");
+    assert!(impossible(&w["notes"].to_string()), "{w:#}");
+    assert!(!w["notes"].to_string().contains("--replace"), "{w:#}");
+    let out = ok(common::hugetext(&["warm", "--json", "--replace", p]), "warm --replace");
+    let w = &json(&out)["files"][0];
+    assert_eq!(w["replaced"], false, "a copy would be just as small: {w:#}");
+    assert!(impossible(&w["notes"].to_string()), "{w:#}");
+    r.stop();
+
+    // run --strategy auto falls back to the copy and says why.
+    let r = run_waiting(&["-v"], &prog);
+    let (file_pmd, anon, _) = r.huge_of(&prog);
+    let err = r.stop();
+    assert_eq!(file_pmd, 0, "{err}");
+    assert!(anon >= 16 * MIB, "copy route: AnonHugePages {} KiB: {err}", anon >> 10);
+    assert!(err.contains("copy 18.0 MiB"), "{err}");
+    let why = err
+        .lines()
+        .find(|l| l.contains("file route"))
+        .unwrap_or_else(|| panic!("no word on the file route: {err}"));
+    assert!(why.contains("no large folios") && why.contains("btrfs"), "{why}");
+}
+
+// ---------------------------------------------------------------------------
+// ext4 from a fresh image: the control; must match the root ext4.
+
+#[test]
+fn ext4_image_matches_root_ext4() {
+    let Some(fs) = common::loop_fs("ext4") else { return };
+    let root = common::scratch();
+    let on_root = doctor_verdict(root.path(), "ext4");
+    let on_image = doctor_verdict(fs.path(), "ext4");
+    assert_eq!(on_image, on_root, "a fresh ext4 behaves like the root ext4");
+    assert!(on_image, "ext4 has large folios since Linux 6.16");
+    warm_reaches_every_window(fs.path(), "ext4");
+    run_file_strategy_is_huge(fs.path());
+}
+
+// ---------------------------------------------------------------------------
+// tmpfs (no image needed): with shmem_enabled=never, never PMD folios.
+
+#[test]
+fn tmpfs_doctor_agrees_with_the_experiment() {
+    let shm = Path::new("/dev/shm");
+    if !File::open(shm).is_ok_and(|d| hugetext::fsutil::fs_name(&d) == "tmpfs") {
+        common::skip_line("skipped: /dev/shm is not tmpfs here");
+        return;
+    }
+    let dir = tempfile::tempdir_in(shm).unwrap();
+    let large = doctor_verdict(dir.path(), "tmpfs");
+    if kernel::sysfs_choice("/sys/kernel/mm/transparent_hugepage/shmem_enabled").as_deref() == Some("never") {
+        assert!(!large, "shmem_enabled=never gives tmpfs no PMD folios");
+    }
+}
