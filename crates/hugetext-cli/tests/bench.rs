@@ -8,7 +8,12 @@ mod common;
 use serde_json::Value;
 
 fn json_of(out: &std::process::Output) -> Value {
-    assert!(out.status.success(), "failed: {}\n{}", out.status, String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "failed: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
     serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("bad JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
 }
@@ -25,11 +30,16 @@ fn num(v: &Value) -> f64 {
 fn exec_json_shape_and_verified_states() {
     let dir = common::scratch();
     let d = dir.path().to_str().unwrap();
-    let v = json_of(&common::hugetext(&["bench", "exec", "--size", "32M", "--runs", "2", "--dir", d, "--json"]));
+    let v = json_of(&common::hugetext(&[
+        "bench", "exec", "--size", "32M", "--runs", "2", "--dir", d, "--json",
+    ]));
     assert_eq!(v["size_bytes"], 32 << 20);
     for name in ["baseline", "huge", "warm"] {
         let var = &v["variants"][name];
-        assert!(num(&var["cold_ms"]) > 0.0 && num(&var["random_ms"]) > 0.0, "{name}: {var}");
+        assert!(
+            num(&var["cold_ms"]) > 0.0 && num(&var["random_ms"]) > 0.0,
+            "{name}: {var}"
+        );
         let runs = var["runs"].as_array().unwrap();
         assert_eq!(runs.len(), 2, "one record per run");
         for s in ["cold_ms", "random_ms"] {
@@ -40,10 +50,18 @@ fn exec_json_shape_and_verified_states() {
         for r in runs {
             let passes: Vec<f64> = r["random_passes_ms"].as_array().unwrap().iter().map(num).collect();
             assert_eq!(passes.len(), 3, "default: 3 passes of the random phase");
-            assert_eq!(num(&r["random_ms"]), passes.iter().copied().fold(f64::INFINITY, f64::min));
+            assert_eq!(
+                num(&r["random_ms"]),
+                passes.iter().copied().fold(f64::INFINITY, f64::min)
+            );
             let state = &r["state"];
             // Everything was cached after the sweep.
-            let total: u64 = state["folios_kb"].as_object().unwrap().values().map(|x| x.as_u64().unwrap()).sum();
+            let total: u64 = state["folios_kb"]
+                .as_object()
+                .unwrap()
+                .values()
+                .map(|x| x.as_u64().unwrap())
+                .sum();
             assert_eq!(total, 32 * 1024, "{name}: {state}");
             let (pmd_folios, pmd_mapped) = (num(&state["pmd_folio_pct"]), num(&state["pmd_mapped_pct"]));
             if name == "baseline" {
@@ -71,18 +89,32 @@ fn exec_json_shape_and_verified_states() {
 #[test]
 fn exec_tables_and_tmpfs_refusal() {
     let dir = common::scratch();
-    let out =
-        common::hugetext(&["bench", "exec", "--size", "4M", "--runs", "1", "--dir", dir.path().to_str().unwrap()]);
+    let out = common::hugetext(&[
+        "bench",
+        "exec",
+        "--size",
+        "4M",
+        "--runs",
+        "1",
+        "--dir",
+        dir.path().to_str().unwrap(),
+    ]);
     assert!(out.status.success(), "{}", stderr(&out));
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("| Phase") && text.contains("| Cold fault") && text.contains("| Random"), "{text}");
+    assert!(
+        text.contains("| Phase") && text.contains("| Cold fault") && text.contains("| Random"),
+        "{text}"
+    );
     assert!(text.contains("random huge/baseline ="), "{text}");
 
     if std::path::Path::new("/dev/shm").is_dir() {
         let out = common::hugetext(&["bench", "exec", "--size", "4M", "--dir", "/dev/shm"]);
         assert!(!out.status.success());
         let e = stderr(&out);
-        assert!(e.starts_with("hugetext: error:") && e.contains("tmpfs") && e.contains("--dir"), "{e}");
+        assert!(
+            e.starts_with("hugetext: error:") && e.contains("tmpfs") && e.contains("--dir"),
+            "{e}"
+        );
         assert_eq!(e.trim_end().lines().count(), 1, "{e}");
     }
     let out = common::hugetext(&["bench", "exec", "--size", "1M", "--dir", dir.path().to_str().unwrap()]);
@@ -92,8 +124,9 @@ fn exec_tables_and_tmpfs_refusal() {
 
 #[test]
 fn mprotect_json_shape_and_states() {
-    let v =
-        json_of(&common::hugetext(&["bench", "mprotect", "--size", "64M", "--loops", "2", "--runs", "1", "--json"]));
+    let v = json_of(&common::hugetext(&[
+        "bench", "mprotect", "--size", "64M", "--loops", "2", "--runs", "1", "--json",
+    ]));
     let cases = v["cases"].as_object().unwrap();
     assert_eq!(cases.len(), 3);
     let pte = &v["cases"]["pmd-thp-pte-mapped"];
@@ -112,7 +145,10 @@ fn mprotect_json_shape_and_states() {
     if enabled.contains("[never]") {
         assert!(mthp["seconds"].is_null(), "{mthp}");
         let why = mthp["not_available"].as_str().unwrap();
-        assert!(why.contains("hugepages-64kB/enabled=never") && why.contains("echo madvise >"), "{why}");
+        assert!(
+            why.contains("hugepages-64kB/enabled=never") && why.contains("echo madvise >"),
+            "{why}"
+        );
     } else {
         assert!(num(&mthp["seconds"]) > 0.0, "{mthp}");
         assert_eq!(mthp["state"]["verified"], true, "{mthp}");
@@ -142,7 +178,12 @@ fn readahead_json_shape() {
         let c = &v["configs"][cfg];
         assert!(num(&c["mb_per_s"]) > 0.0, "{c}");
         // All data ended up in the page cache.
-        let total: u64 = c["folios_kb"].as_object().unwrap().values().map(|x| x.as_u64().unwrap()).sum();
+        let total: u64 = c["folios_kb"]
+            .as_object()
+            .unwrap()
+            .values()
+            .map(|x| x.as_u64().unwrap())
+            .sum();
         assert_eq!(total, 16 * 1024, "{cfg}: {c}");
     }
     assert!(num(&v["shared_over_distinct"]) > 0.0);
@@ -176,7 +217,10 @@ fn ab_json_shape_verified_sides_and_plot() {
     assert!(num(&ci[0]) <= ratio && ratio <= num(&ci[1]), "{ci:?} {ratio}");
     // The fixture itself was found, with its text, and is PMD-mappable.
     let files = v["files"].as_array().unwrap();
-    let me = files.iter().find(|f| f["path"] == exe.to_str().unwrap()).unwrap_or_else(|| panic!("{files:?}"));
+    let me = files
+        .iter()
+        .find(|f| f["path"] == exe.to_str().unwrap())
+        .unwrap_or_else(|| panic!("{files:?}"));
     assert_eq!(me["source"], "maps");
     assert_eq!(me["congruent"], true);
     let windows = me["pmd_windows"].as_u64().unwrap();
@@ -187,10 +231,15 @@ fn ab_json_shape_verified_sides_and_plot() {
     let managed = me["managed_ranges"].as_array().unwrap();
     let text = me["text_ranges"].as_array().unwrap();
     assert!(
-        text.iter().all(|t| managed.iter().any(|m| m[0].as_u64() <= t[0].as_u64() && t[1].as_u64() <= m[1].as_u64())),
+        text.iter().all(|t| managed
+            .iter()
+            .any(|m| m[0].as_u64() <= t[0].as_u64() && t[1].as_u64() <= m[1].as_u64())),
         "{me}"
     );
-    assert!(files.iter().any(|f| f["path"].as_str().unwrap().contains("libc.so")), "libraries are managed too");
+    assert!(
+        files.iter().any(|f| f["path"].as_str().unwrap().contains("libc.so")),
+        "libraries are managed too"
+    );
     // Every run's state was verified: small has no text in PMD folios,
     // huge has every whole window of the fixture in one.
     let pairs = v["pairs"].as_array().unwrap();
@@ -221,7 +270,10 @@ fn ab_tables_for_a_tiny_command() {
     let out = common::hugetext(&["bench", "ab", "--runs", "1", "--", "true"]);
     assert!(out.status.success(), "{}", stderr(&out));
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("| Side") && text.contains("| small") && text.contains("| huge"), "{text}");
+    assert!(
+        text.contains("| Side") && text.contains("| small") && text.contains("| huge"),
+        "{text}"
+    );
     assert!(text.contains("huge/small wall time ="), "{text}");
     assert!(text.contains("no managed file has a whole 2 MiB window"), "{text}");
 }
@@ -243,10 +295,23 @@ fn ab_bad_input() {
 #[test]
 fn ab_failing_command_reports_its_status() {
     // Fails in the warm-up run: its exit status and stderr are passed on.
-    let out = common::hugetext(&["bench", "ab", "--runs", "2", "--json", "--", "sh", "-c", "echo boom >&2; exit 3"]);
+    let out = common::hugetext(&[
+        "bench",
+        "ab",
+        "--runs",
+        "2",
+        "--json",
+        "--",
+        "sh",
+        "-c",
+        "echo boom >&2; exit 3",
+    ]);
     assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
     let e = stderr(&out);
-    assert!(e.contains("status 3") && e.contains("warm-up") && e.contains("boom"), "{e}");
+    assert!(
+        e.contains("status 3") && e.contains("warm-up") && e.contains("boom"),
+        "{e}"
+    );
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["failure"]["exit_status"], 3);
     assert_eq!(v["failure"]["run"], "warm-up");
@@ -276,15 +341,31 @@ fn ab_says_when_another_process_keeps_text_mapped() {
     let exe = common::fixture("lld", "nopie");
     // Another process of the same program maps its text for the whole run:
     // those pages cannot be evicted, so neither side is clean.
-    let mut other = Command::new(&exe).arg("wait").stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+    let mut other = Command::new(&exe)
+        .arg("wait")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
     let mut lines = BufReader::new(other.stdout.take().unwrap()).lines();
-    assert!(lines.any(|l| l.unwrap().trim() == "ready"), "the fixture never said ready");
+    assert!(
+        lines.any(|l| l.unwrap().trim() == "ready"),
+        "the fixture never said ready"
+    );
     let out = common::hugetext(&["bench", "ab", "--runs", "1", "--json", "--", exe.to_str().unwrap()]);
     drop(other.stdin.take());
     other.wait().unwrap();
     let v = json_of(&out);
     let p = &v["pairs"][0];
     assert!(p["small"]["state"]["mapped_by_others_kb"].as_u64().unwrap() > 0, "{p}");
-    let notes: Vec<&str> = v["notes"].as_array().unwrap().iter().map(|n| n.as_str().unwrap()).collect();
-    assert!(notes.iter().any(|n| n.contains("mapped by other processes")), "{notes:?}");
+    let notes: Vec<&str> = v["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap())
+        .collect();
+    assert!(
+        notes.iter().any(|n| n.contains("mapped by other processes")),
+        "{notes:?}"
+    );
 }

@@ -8,8 +8,17 @@ fn shipped_man_page_matches_the_cli() {
     let out = common::hugetext(&["man"]);
     assert!(out.status.success());
     let generated = String::from_utf8(out.stdout).unwrap();
-    for page in ["hugetext", "hugetext-inspect", "hugetext-warm", "hugetext-run", "hugetext-bench-ab"] {
-        assert!(generated.contains(&format!(".TH {page} 1")), "no page {page} in `hugetext man`");
+    for page in [
+        "hugetext",
+        "hugetext-inspect",
+        "hugetext-warm",
+        "hugetext-run",
+        "hugetext-bench-ab",
+    ] {
+        assert!(
+            generated.contains(&format!(".TH {page} 1")),
+            "no page {page} in `hugetext man`"
+        );
     }
     let shipped = std::fs::read_to_string(common::root().join("doc/hugetext.1")).unwrap();
     assert!(
@@ -42,7 +51,12 @@ fn installed_tree_runs_and_finds_its_preload() {
         .unwrap();
     assert!(st.success());
     let root = dir.path().join("opt/hugetext");
-    for f in ["bin/hugetext", "lib/libhugetext.so", "include/hugetext.h", "share/man/man1/hugetext.1"] {
+    for f in [
+        "bin/hugetext",
+        "lib/libhugetext.so",
+        "include/hugetext.h",
+        "share/man/man1/hugetext.1",
+    ] {
         assert!(root.join(f).exists(), "{f} not installed");
     }
     let unit = std::fs::read_to_string(root.join("share/hugetext/systemd/hugetext-warm.service")).unwrap();
@@ -56,5 +70,8 @@ fn installed_tree_runs_and_finds_its_preload() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(String::from_utf8_lossy(&out.stdout), "installed\n");
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("huge-backed"), "the installed preload did not run (no -v summary): {err}");
+    assert!(
+        err.contains("huge-backed"),
+        "the installed preload did not run (no -v summary): {err}"
+    );
 }

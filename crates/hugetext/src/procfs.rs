@@ -432,7 +432,26 @@ mod tests {
         let s = read_smaps(None).unwrap();
         assert!(s.iter().map(|(_, st)| st.rss_kb).sum::<u64>() > 0);
         assert!(s.iter().all(|(_, st)| st.kernel_page_kb > 0));
-        assert_eq!(s.len(), read_maps(None).unwrap().len());
+        // One smaps entry per maps line. Compared on a sleeping child: this
+        // process's own map changes while other test threads run.
+        let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let pid = child.id() as i32;
+        // Wait until the child has exec'd sleep (its maps no longer show us).
+        for _ in 0..200 {
+            if std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|p| p.ends_with("sleep")) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let smaps = read_smaps(Some(pid)).unwrap();
+        let maps = read_maps(Some(pid)).unwrap();
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(!maps.is_empty());
+        assert_eq!(smaps.len(), maps.len());
+        for ((a, _), b) in smaps.iter().zip(&maps) {
+            assert_eq!((a.start, a.end, &a.path), (b.start, b.end, &b.path));
+        }
     }
 
     #[test]

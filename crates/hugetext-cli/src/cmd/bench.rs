@@ -292,8 +292,14 @@ fn run_exec(a: ExecArgs) -> Result<u8> {
         r.kernel,
         r.runs
     );
-    let mut t =
-        table(&["Phase", "Baseline", "Huge (MADV_HUGEPAGE)", "Warm (PMD page cache)", "huge/base", "warm/base"]);
+    let mut t = table(&[
+        "Phase",
+        "Baseline",
+        "Huge (MADV_HUGEPAGE)",
+        "Warm (PMD page cache)",
+        "huge/base",
+        "warm/base",
+    ]);
     t.add_row(vec![
         "Cold fault".to_string(),
         fmt_ms(&b.stats["cold_ms"]),
@@ -368,7 +374,12 @@ fn run_exec(a: ExecArgs) -> Result<u8> {
 }
 
 fn run_mprotect(a: MprotectArgs) -> Result<u8> {
-    let opts = mprotect::Options { size: a.size, loops: a.loops, runs: a.runs, allow_sysfs: a.allow_sysfs };
+    let opts = mprotect::Options {
+        size: a.size,
+        loops: a.loops,
+        runs: a.runs,
+        allow_sysfs: a.allow_sysfs,
+    };
     let bar = Bar::new();
     let r = mprotect::run(&opts, &bar);
     bar.finish();
@@ -433,8 +444,13 @@ fn run_mprotect(a: MprotectArgs) -> Result<u8> {
 }
 
 fn run_readahead(a: ReadaheadArgs) -> Result<u8> {
-    let mut opts =
-        readahead::Options { size_per_thread: a.size, chunk: a.chunk, runs: a.runs, dir: a.dir, ..Default::default() };
+    let mut opts = readahead::Options {
+        size_per_thread: a.size,
+        chunk: a.chunk,
+        runs: a.runs,
+        dir: a.dir,
+        ..Default::default()
+    };
     if let Some(n) = a.threads {
         opts.threads = n;
     }
@@ -478,10 +494,17 @@ fn run_readahead(a: ReadaheadArgs) -> Result<u8> {
 
 fn run_ab(a: AbArgs) -> Result<u8> {
     let Some(argv0) = a.command.first() else {
-        return Err(exit_with(2, "no command given: use `hugetext bench ab [OPTIONS] -- COMMAND [ARGS...]`"));
+        return Err(exit_with(
+            2,
+            "no command given: use `hugetext bench ab [OPTIONS] -- COMMAND [ARGS...]`",
+        ));
     };
     if let Err(e) = ab::resolve_command(argv0) {
-        let code = if matches!(e, hugetext::Error::Permission(_)) { 126 } else { 127 };
+        let code = if matches!(e, hugetext::Error::Permission(_)) {
+            126
+        } else {
+            127
+        };
         return Err(exit_with(code, e.to_string()));
     }
     let opts = ab::Options {
@@ -510,8 +533,16 @@ fn run_ab(a: AbArgs) -> Result<u8> {
                 &title,
                 "wall time (s)",
                 &[
-                    bench::plot::Series { label: "small folios", values: &r.small.runs_s, median: r.small.median_s },
-                    bench::plot::Series { label: "PMD folios", values: &r.huge.runs_s, median: r.huge.median_s },
+                    bench::plot::Series {
+                        label: "small folios",
+                        values: &r.small.runs_s,
+                        median: r.small.median_s,
+                    },
+                    bench::plot::Series {
+                        label: "PMD folios",
+                        values: &r.huge.runs_s,
+                        median: r.huge.median_s,
+                    },
                 ],
             )
             .with_context(|| format!("writing the plot to {}", path.display()))?;
@@ -556,7 +587,16 @@ fn print_ab(r: &ab::Report) {
     if r.pairs.is_empty() {
         return;
     }
-    let mut t = table(&["Side", "Median", "Min", "Max", "User", "Sys", "iTLB misses", "Text in PMD folios"]);
+    let mut t = table(&[
+        "Side",
+        "Median",
+        "Min",
+        "Max",
+        "User",
+        "Sys",
+        "iTLB misses",
+        "Text in PMD folios",
+    ]);
     for (name, s) in [("small", &r.small), ("huge", &r.huge)] {
         t.add_row(vec![
             name.to_string(),
@@ -566,11 +606,17 @@ fn print_ab(r: &ab::Report) {
             format!("{:.3} s", s.user_s),
             format!("{:.3} s", s.sys_s),
             s.itlb_misses.map(|v| format!("{v:.0}")).unwrap_or_else(|| "n/a".into()),
-            format!("{:.1}% ({:.1}–{:.1})", s.text_pmd_pct.median, s.text_pmd_pct.min, s.text_pmd_pct.max),
+            format!(
+                "{:.1}% ({:.1}–{:.1})",
+                s.text_pmd_pct.median, s.text_pmd_pct.min, s.text_pmd_pct.max
+            ),
         ]);
     }
     println!("{t}\n");
-    println!("huge/small wall time = {:.3}, 95% CI [{:.3}, {:.3}] ({})", r.ratio, r.ci95[0], r.ci95[1], r.ci_method);
+    println!(
+        "huge/small wall time = {:.3}, 95% CI [{:.3}, {:.3}] ({})",
+        r.ratio, r.ci95[0], r.ci95[1], r.ci_method
+    );
     println!(
         "huge/small CPU time (user+sys) = {:.3}, 95% CI [{:.3}, {:.3}]",
         r.cpu_ratio, r.cpu_ci95[0], r.cpu_ci95[1]

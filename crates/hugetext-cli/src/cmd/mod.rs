@@ -89,7 +89,10 @@ pub fn man(cmd: clap::Command) -> Result<u8> {
 fn render_man(cmd: &clap::Command, name: &str, out: &mut dyn std::io::Write) -> Result<()> {
     let page = cmd.clone().name(name.to_string()).bin_name(name.replace('-', " "));
     clap_mangen::Man::new(page).render(out)?;
-    for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set() && s.get_name() != "help") {
+    for sub in cmd
+        .get_subcommands()
+        .filter(|s| !s.is_hide_set() && s.get_name() != "help")
+    {
         render_man(sub, &format!("{name}-{}", sub.get_name()), out)?;
     }
     Ok(())

@@ -81,7 +81,14 @@ pub struct Options {
 
 impl Default for Options {
     fn default() -> Self {
-        Options { command: Vec::new(), runs: 10, files: Vec::new(), discover: true, seed: 0xab, show_output: false }
+        Options {
+            command: Vec::new(),
+            runs: 10,
+            files: Vec::new(),
+            discover: true,
+            seed: 0xab,
+            show_output: false,
+        }
     }
 }
 
@@ -282,10 +289,16 @@ pub struct Report {
 /// else in `$PATH`. The error says "not found" or "not executable".
 pub fn resolve_command(argv0: &OsStr) -> Result<PathBuf> {
     use std::os::unix::fs::PermissionsExt;
-    let is_exec = |p: &Path| p.metadata().map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0).unwrap_or(false);
+    let is_exec = |p: &Path| {
+        p.metadata()
+            .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+            .unwrap_or(false)
+    };
     let name = Path::new(argv0);
     if argv0.is_empty() {
-        return Err(Error::Invalid("no command given: use `hugetext bench ab -- COMMAND [ARGS...]`".into()));
+        return Err(Error::Invalid(
+            "no command given: use `hugetext bench ab -- COMMAND [ARGS...]`".into(),
+        ));
     }
     if argv0.as_encoded_bytes().contains(&b'/') {
         if !name.exists() {
@@ -317,7 +330,9 @@ struct ExecMap {
 
 /// Executable, file-backed mappings of process `pid`.
 fn exec_maps(pid: i32) -> Vec<ExecMap> {
-    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else { return Vec::new() };
+    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
+        return Vec::new();
+    };
     let mut out = Vec::new();
     for line in text.lines() {
         let mut it = line.splitn(6, ' ');
@@ -334,12 +349,19 @@ fn exec_maps(pid: i32) -> Vec<ExecMap> {
             continue;
         }
         let Some((s, e)) = range.split_once('-') else { continue };
-        let (Ok(start), Ok(end), Ok(offset)) =
-            (u64::from_str_radix(s, 16), u64::from_str_radix(e, 16), u64::from_str_radix(off, 16))
-        else {
+        let (Ok(start), Ok(end), Ok(offset)) = (
+            u64::from_str_radix(s, 16),
+            u64::from_str_radix(e, 16),
+            u64::from_str_radix(off, 16),
+        ) else {
             continue;
         };
-        out.push(ExecMap { path: PathBuf::from(path), start, end, offset });
+        out.push(ExecMap {
+            path: PathBuf::from(path),
+            start,
+            end,
+            offset,
+        });
     }
     out
 }
@@ -349,10 +371,16 @@ fn process_tree(root: i32) -> Vec<i32> {
     let mut children: HashMap<i32, Vec<i32>> = HashMap::new();
     if let Ok(rd) = std::fs::read_dir("/proc") {
         for e in rd.flatten() {
-            let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else { continue };
-            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+            let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+                continue;
+            };
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                continue;
+            };
             // "pid (comm) S ppid ...": comm may hold spaces and parens.
-            let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else { continue };
+            let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+                continue;
+            };
             if let Some(ppid) = rest.split_whitespace().nth(1).and_then(|s| s.parse::<i32>().ok()) {
                 children.entry(ppid).or_default().push(pid);
             }
@@ -411,7 +439,11 @@ pub enum Discovery {
 fn command_for(exe: &Path, opts: &Options, err_file: &File) -> Result<Command> {
     let mut cmd = Command::new(exe);
     cmd.arg0(&opts.command[0]).args(&opts.command[1..]).stdin(Stdio::null());
-    cmd.stdout(if opts.show_output { Stdio::inherit() } else { Stdio::null() });
+    cmd.stdout(if opts.show_output {
+        Stdio::inherit()
+    } else {
+        Stdio::null()
+    });
     cmd.stderr(err_file.try_clone().map_err(|e| Error::io("stderr capture", e))?);
     Ok(cmd)
 }
@@ -459,7 +491,14 @@ fn discover_run(exe: &Path, opts: &Options, seen: &mut Vec<ExecMap>) -> Result<(
     let ptrace = |req: libc::c_uint, pid: i32, data: usize| {
         // SAFETY: ptrace requests on our own stopped tracees; data is an
         // integer argument (options or signal number).
-        unsafe { libc::ptrace(req, pid, std::ptr::null_mut::<libc::c_void>(), data as *mut libc::c_void) }
+        unsafe {
+            libc::ptrace(
+                req,
+                pid,
+                std::ptr::null_mut::<libc::c_void>(),
+                data as *mut libc::c_void,
+            )
+        }
     };
     let mut root_status = None;
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
@@ -480,7 +519,12 @@ fn discover_run(exe: &Path, opts: &Options, seen: &mut Vec<ExecMap>) -> Result<(
             match e.raw_os_error() {
                 Some(libc::EINTR) => continue,
                 Some(libc::ECHILD) => break,
-                _ => return Err(Error::Sys { call: "wait4", source: e }),
+                _ => {
+                    return Err(Error::Sys {
+                        call: "wait4",
+                        source: e,
+                    })
+                }
             }
         }
         if libc::WIFEXITED(st) || libc::WIFSIGNALED(st) {
@@ -533,7 +577,9 @@ fn run_once(exe: &Path, opts: &Options, mut watch: Option<&mut Vec<ExecMap>>) ->
     let mut cmd = command_for(exe, opts, &err_file)?;
     let self_exe = std::fs::read_link("/proc/self/exe").ok();
     let t = Instant::now();
-    let child = cmd.spawn().map_err(|e| Error::Other(format!("cannot start {}: {e}", exe.display())))?;
+    let child = cmd
+        .spawn()
+        .map_err(|e| Error::Other(format!("cannot start {}: {e}", exe.display())))?;
     let pid = child.id() as i32;
     let mut status = 0;
     // SAFETY: zeroed rusage is a valid out-parameter.
@@ -550,7 +596,10 @@ fn run_once(exe: &Path, opts: &Options, mut watch: Option<&mut Vec<ExecMap>>) ->
             if e.kind() == std::io::ErrorKind::Interrupted {
                 continue;
             }
-            return Err(Error::Sys { call: "wait4", source: e });
+            return Err(Error::Sys {
+                call: "wait4",
+                source: e,
+            });
         }
         if let Some(seen) = watch.as_deref_mut() {
             for p in process_tree(pid) {
@@ -605,7 +654,10 @@ fn range_kb(r: Range<u64>) -> u64 {
 /// Whole PMD windows inside `ranges`.
 fn windows_in(ranges: &[Range<u64>]) -> u64 {
     let pmd = kernel::pmd_size() as u64;
-    ranges.iter().map(|r| (r.end / pmd).saturating_sub(r.start.div_ceil(pmd))).sum()
+    ranges
+        .iter()
+        .map(|r| (r.end / pmd).saturating_sub(r.start.div_ceil(pmd)))
+        .sum()
 }
 
 /// Build the managed file list from the warm-up mappings and `--files`.
@@ -633,7 +685,10 @@ fn text_files(seen: &[ExecMap], extra: &[PathBuf]) -> Result<Vec<TextFile>> {
         let maps = by_path.get(&path).map(|v| v.as_slice()).unwrap_or(&[]);
         let mut ranges = elf_text_ranges(&path).unwrap_or_default();
         if ranges.is_empty() {
-            ranges = maps.iter().map(|m| m.offset..(m.offset + (m.end - m.start)).min(size)).collect();
+            ranges = maps
+                .iter()
+                .map(|m| m.offset..(m.offset + (m.end - m.start)).min(size))
+                .collect();
             if ranges.is_empty() {
                 // A non-ELF `--files` entry: manage the whole file.
                 ranges.push(0..size);
@@ -773,7 +828,9 @@ fn summarize(runs: &[&RunRecord]) -> SideReport {
 /// report carries the [`Failure`] and what was measured before it.
 pub fn run(opts: &Options, progress: &dyn Progress) -> Result<Report> {
     let Some(argv0) = opts.command.first() else {
-        return Err(Error::Invalid("no command given: use `hugetext bench ab -- COMMAND [ARGS...]`".into()));
+        return Err(Error::Invalid(
+            "no command given: use `hugetext bench ab -- COMMAND [ARGS...]`".into(),
+        ));
     };
     if opts.runs == 0 {
         return Err(Error::Invalid("--runs must be at least 1".into()));
@@ -802,7 +859,10 @@ pub fn run(opts: &Options, progress: &dyn Progress) -> Result<Report> {
         ci_method: "percentile bootstrap over pairs, 10000 resamples, seeded",
         cpu_ratio: f64::NAN,
         cpu_ci95: [f64::NAN, f64::NAN],
-        itlb: ItlbInfo { supported: false, reason: None },
+        itlb: ItlbInfo {
+            supported: false,
+            reason: None,
+        },
         pairs: Vec::new(),
         notes: Vec::new(),
         failure: warm.failure("warm-up".into()),
@@ -842,11 +902,17 @@ pub fn run(opts: &Options, progress: &dyn Progress) -> Result<Report> {
     }
     let counter = match ItlbCounter::open() {
         Ok(c) => {
-            report.itlb = ItlbInfo { supported: true, reason: None };
+            report.itlb = ItlbInfo {
+                supported: true,
+                reason: None,
+            };
             Some(c)
         }
         Err(why) => {
-            report.itlb = ItlbInfo { supported: false, reason: Some(why) };
+            report.itlb = ItlbInfo {
+                supported: false,
+                reason: Some(why),
+            };
             None
         }
     };
@@ -855,7 +921,11 @@ pub fn run(opts: &Options, progress: &dyn Progress) -> Result<Report> {
     for i in 0..opts.runs {
         // Balanced order: pairs alternate small-first and huge-first
         // (ABBA...), starting with a seeded coin toss.
-        let order = if (i % 2 == 0) == first_small { [Side::Small, Side::Huge] } else { [Side::Huge, Side::Small] };
+        let order = if (i % 2 == 0) == first_small {
+            [Side::Small, Side::Huge]
+        } else {
+            [Side::Huge, Side::Small]
+        };
         let mut recs: Vec<RunRecord> = Vec::new();
         for side in order {
             let t = Instant::now();
@@ -893,20 +963,38 @@ pub fn run(opts: &Options, progress: &dyn Progress) -> Result<Report> {
         }
         let (a, b) = (recs.remove(0), recs.remove(0));
         let (small, huge) = if a.side == Side::Small { (a, b) } else { (b, a) };
-        report.pairs.push(Pair { order: format!("{},{}", order[0].name(), order[1].name()), small, huge });
+        report.pairs.push(Pair {
+            order: format!("{},{}", order[0].name(), order[1].name()),
+            small,
+            huge,
+        });
     }
-    let others =
-        report.pairs.iter().flat_map(|p| [&p.small, &p.huge]).map(|r| r.state.mapped_by_others_kb).max().unwrap_or(0);
+    let others = report
+        .pairs
+        .iter()
+        .flat_map(|p| [&p.small, &p.huge])
+        .map(|r| r.state.mapped_by_others_kb)
+        .max()
+        .unwrap_or(0);
     // A little is normal (libraries a concurrent process shares); say so
     // when it is enough to blur the comparison.
-    let text_kb: u64 = report.files.iter().filter(|f| f.pmd_windows > 0).map(|f| f.text_kb).sum();
+    let text_kb: u64 = report
+        .files
+        .iter()
+        .filter(|f| f.pmd_windows > 0)
+        .map(|f| f.text_kb)
+        .sum();
     if others > 0 && others * 20 > text_kb {
         report.notes.push(format!(
             "up to {:.1} MiB of the managed text was mapped by other processes during the runs, so it could not be evicted and kept its folios on both sides (per-run mapped_by_others_kb in the JSON); for clean sides use a quiet machine or a private copy of the program",
             others as f64 / 1024.0
         ));
     }
-    let small_pmd = report.pairs.iter().map(|p| p.small.state.text_pmd_pct).fold(0.0, f64::max);
+    let small_pmd = report
+        .pairs
+        .iter()
+        .map(|p| p.small.state.text_pmd_pct)
+        .fold(0.0, f64::max);
     if small_pmd > 1.0 {
         report.notes.push(format!(
             "the small side had up to {small_pmd:.1}% of its text in PMD folios (pages other processes kept mapped): the sides were not clean and the ratio understates the difference"
@@ -938,8 +1026,14 @@ mod tests {
     #[test]
     fn command_resolution() {
         assert!(resolve_command(OsStr::new("sh")).unwrap().ends_with("sh"));
-        assert!(resolve_command(OsStr::new("no-such-command-hugetext")).unwrap_err().to_string().contains("not found"));
-        assert!(resolve_command(OsStr::new("/etc/passwd")).unwrap_err().to_string().contains("not an executable"));
+        assert!(resolve_command(OsStr::new("no-such-command-hugetext"))
+            .unwrap_err()
+            .to_string()
+            .contains("not found"));
+        assert!(resolve_command(OsStr::new("/etc/passwd"))
+            .unwrap_err()
+            .to_string()
+            .contains("not an executable"));
         assert!(resolve_command(OsStr::new("")).is_err());
     }
 
@@ -947,7 +1041,10 @@ mod tests {
     fn own_exec_maps_and_tree() {
         let me = std::process::id() as i32;
         let maps = exec_maps(me);
-        assert!(maps.iter().any(|m| m.path.to_string_lossy().contains("libc")), "{maps:?}");
+        assert!(
+            maps.iter().any(|m| m.path.to_string_lossy().contains("libc")),
+            "{maps:?}"
+        );
         assert_eq!(process_tree(me)[0], me);
         let ranges = elf_text_ranges(&std::fs::read_link("/proc/self/exe").unwrap()).unwrap();
         assert!(!ranges.is_empty());
@@ -956,10 +1053,20 @@ mod tests {
 
     #[test]
     fn failure_exit_codes() {
-        let f = Failure { run: "warm-up".into(), exit_status: Some(3), signal: None, stderr_tail: "x\nboom\n".into() };
+        let f = Failure {
+            run: "warm-up".into(),
+            exit_status: Some(3),
+            signal: None,
+            stderr_tail: "x\nboom\n".into(),
+        };
         assert_eq!(f.exit_code(), 3);
         assert!(f.to_string().contains("status 3") && f.to_string().contains("boom"));
-        let s = Failure { run: "warm-up".into(), exit_status: None, signal: Some(9), stderr_tail: String::new() };
+        let s = Failure {
+            run: "warm-up".into(),
+            exit_status: None,
+            signal: Some(9),
+            stderr_tail: String::new(),
+        };
         assert_eq!(s.exit_code(), 137);
     }
 }

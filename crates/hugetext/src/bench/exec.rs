@@ -57,7 +57,14 @@ pub struct Options {
 
 impl Default for Options {
     fn default() -> Self {
-        Options { size: 512 << 20, runs: 5, dir: None, calls_per_page: 4, random_passes: 3, seed: 0x5eed000 }
+        Options {
+            size: 512 << 20,
+            runs: 5,
+            dir: None,
+            calls_per_page: 4,
+            random_passes: 3,
+            seed: 0x5eed000,
+        }
     }
 }
 
@@ -175,13 +182,18 @@ pub struct Targets {
 /// Run the benchmark.
 pub fn run(opts: &Options, progress: &dyn Progress) -> Result<Report> {
     if !cfg!(target_arch = "x86_64") {
-        return Err(Error::Unsupported("bench exec calls x86 RET stubs: it runs on x86_64 only".into()));
+        return Err(Error::Unsupported(
+            "bench exec calls x86 RET stubs: it runs on x86_64 only".into(),
+        ));
     }
     let pmd = kernel::pmd_size() as u64;
     let ps = kernel::page_size() as u64;
     let size = opts.size / pmd * pmd;
     if size == 0 {
-        return Err(Error::Invalid(format!("--size must be at least one PMD ({} KiB)", pmd / 1024)));
+        return Err(Error::Invalid(format!(
+            "--size must be at least one PMD ({} KiB)",
+            pmd / 1024
+        )));
     }
     if opts.runs == 0 {
         return Err(Error::Invalid("--runs must be at least 1".into()));
@@ -291,7 +303,11 @@ fn measure(file: &File, path: &std::path::Path, size: u64, v: Variant, sequence:
     if v == Variant::Warm {
         let t = Instant::now();
         let target = warm::plan(path)?;
-        let report = warm::warm_target(&target, &warm::WarmOptions::default(), &mut warm::WarmContext::default())?;
+        let report = warm::warm_target(
+            &target,
+            &warm::WarmOptions::default(),
+            &mut warm::WarmContext::default(),
+        )?;
         warm_ms = Some(ms(t.elapsed()));
         if report.pmd_windows < report.eligible_windows {
             return Err(Error::Other(format!(
@@ -303,8 +319,11 @@ fn measure(file: &File, path: &std::path::Path, size: u64, v: Variant, sequence:
             )));
         }
     }
-    let cached_before_kb =
-        if v == Variant::Warm { folio::scan_file(path, None)?.cached_kb } else { cached_after_evict };
+    let cached_before_kb = if v == Variant::Warm {
+        folio::scan_file(path, None)?.cached_kb
+    } else {
+        cached_after_evict
+    };
     if v != Variant::Warm && cached_before_kb > 0 {
         return Err(Error::Other(format!(
             "{}: {cached_before_kb} kB stayed cached after eviction (is another process mapping it?)",

@@ -73,7 +73,9 @@ pub fn scratch_dir(dir: Option<&Path>) -> Result<tempfile::TempDir> {
     let base = match dir {
         Some(d) => d.to_path_buf(),
         None => {
-            let tmp = std::env::var_os("TMPDIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/tmp"));
+            let tmp = std::env::var_os("TMPDIR")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| PathBuf::from("/tmp"));
             match fs_kind(&tmp) {
                 Ok((_, false)) => tmp,
                 _ => std::env::current_dir().map_err(|e| Error::io(".", e))?,
@@ -88,7 +90,10 @@ pub fn scratch_dir(dir: Option<&Path>) -> Result<tempfile::TempDir> {
             base.display()
         )));
     }
-    tempfile::Builder::new().prefix(".hugetext-bench-").tempdir_in(&base).map_err(|e| Error::io(&base, e))
+    tempfile::Builder::new()
+        .prefix(".hugetext-bench-")
+        .tempdir_in(&base)
+        .map_err(|e| Error::io(&base, e))
 }
 
 /// Create (or overwrite) `path` with `size` bytes all equal to `byte`, and
@@ -134,7 +139,10 @@ pub fn parse_size(s: &str) -> Result<u64> {
     let (num, mult) = match t.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
         None => (t, 1u64),
         Some((i, _)) => {
-            let unit = t[i..].trim_end_matches(['B', 'b']).trim_end_matches('i').to_ascii_lowercase();
+            let unit = t[i..]
+                .trim_end_matches(['B', 'b'])
+                .trim_end_matches('i')
+                .to_ascii_lowercase();
             let m = match unit.as_str() {
                 "" => 1,
                 "k" => 1 << 10,
@@ -146,8 +154,11 @@ pub fn parse_size(s: &str) -> Result<u64> {
             (&t[..i], m)
         }
     };
-    let n: u64 = num.parse().map_err(|_| Error::Invalid(format!("bad size {s:?}: use e.g. 512M, 1G, 64K")))?;
-    n.checked_mul(mult).ok_or_else(|| Error::Invalid(format!("size {s:?} is too large")))
+    let n: u64 = num
+        .parse()
+        .map_err(|_| Error::Invalid(format!("bad size {s:?}: use e.g. 512M, 1G, 64K")))?;
+    n.checked_mul(mult)
+        .ok_or_else(|| Error::Invalid(format!("size {s:?} is too large")))
 }
 
 /// Milliseconds of a duration as f64.
@@ -176,7 +187,9 @@ mod tests {
         m.madvise(0, 2 * pmd, crate::kernel::MADV_HUGEPAGE).unwrap();
         // SAFETY: writing our own fresh mapping.
         unsafe { std::ptr::write_bytes(m.as_ptr(), 1, 2 * pmd) };
-        let v = smaps_kb(m.addr(), "AnonHugePages").unwrap().expect("mapping is in smaps");
+        let v = smaps_kb(m.addr(), "AnonHugePages")
+            .unwrap()
+            .expect("mapping is in smaps");
         // THP may be disabled on some machines; here (madvise) both are PMDs.
         if crate::kernel::thp_enabled().as_deref() != Some("never") {
             assert_eq!(v, 2 * pmd as u64 / 1024);

@@ -42,7 +42,12 @@ pub struct Options {
 
 impl Default for Options {
     fn default() -> Self {
-        Options { size: 1 << 30, loops: 40, runs: 3, allow_sysfs: false }
+        Options {
+            size: 1 << 30,
+            loops: 40,
+            runs: 3,
+            allow_sysfs: false,
+        }
     }
 }
 
@@ -159,7 +164,7 @@ fn mthp_64k_usable() -> std::result::Result<(), String> {
     let path = mthp_path(64, "enabled");
     let Some(v) = kernel::sysfs_choice(&path) else {
         return Err(
-            "this kernel has no 64 KiB mTHP size (no hugepages-64kB in /sys/kernel/mm/transparent_hugepage)".into()
+            "this kernel has no 64 KiB mTHP size (no hugepages-64kB in /sys/kernel/mm/transparent_hugepage)".into(),
         );
     };
     let top = kernel::thp_enabled().unwrap_or_else(|| "never".into());
@@ -179,7 +184,10 @@ pub fn run(opts: &Options, progress: &dyn Progress) -> Result<Report> {
     let pmd = kernel::pmd_size() as u64;
     let size = opts.size / pmd * pmd;
     if size == 0 {
-        return Err(Error::Invalid(format!("--size must be at least one PMD ({} KiB)", pmd / 1024)));
+        return Err(Error::Invalid(format!(
+            "--size must be at least one PMD ({} KiB)",
+            pmd / 1024
+        )));
     }
     if opts.runs == 0 || opts.loops == 0 {
         return Err(Error::Invalid("--runs and --loops must be at least 1".into()));
@@ -199,7 +207,11 @@ pub fn run(opts: &Options, progress: &dyn Progress) -> Result<Report> {
     let sysfs_changed = guard.is_some();
 
     let mut results: BTreeMap<Case, Vec<(f64, f64, State)>> = BTreeMap::new();
-    let runnable: Vec<Case> = CASES.iter().copied().filter(|c| *c != Case::Mthp64k || mthp_ok.is_ok()).collect();
+    let runnable: Vec<Case> = CASES
+        .iter()
+        .copied()
+        .filter(|c| *c != Case::Mthp64k || mthp_ok.is_ok())
+        .collect();
     progress.start(u64::from(opts.runs) * runnable.len() as u64);
     if let Err(why) = &mthp_ok {
         progress.note(&format!("mthp-64k not available: {why}"));
@@ -357,7 +369,9 @@ fn run_case(case: Case, size: usize, loops: u32) -> Result<(f64, f64, State)> {
 /// Empty when PFNs or `/proc/kpageflags` are not readable.
 fn anon_folios(m: &Mapping) -> Result<BTreeMap<u64, u64>> {
     let mut out = BTreeMap::new();
-    let Ok(kpf) = folio::open_kpageflags() else { return Ok(out) };
+    let Ok(kpf) = folio::open_kpageflags() else {
+        return Ok(out);
+    };
     if !kernel::has_cap_sys_admin() || !Path::new("/proc/self/pagemap").exists() {
         return Ok(out);
     }

@@ -73,7 +73,14 @@ impl ItlbCounter {
         // SAFETY: attr is a valid perf_event_attr of the size it states;
         // pid 0 / cpu -1 = this process on any CPU.
         let fd = unsafe {
-            libc::syscall(libc::SYS_perf_event_open, &attr as *const PerfEventAttr, 0, -1, -1, PERF_FLAG_FD_CLOEXEC)
+            libc::syscall(
+                libc::SYS_perf_event_open,
+                &attr as *const PerfEventAttr,
+                0,
+                -1,
+                -1,
+                PERF_FLAG_FD_CLOEXEC,
+            )
         };
         if fd < 0 {
             let e = std::io::Error::last_os_error();
@@ -89,7 +96,9 @@ impl ItlbCounter {
             return Err(why);
         }
         // SAFETY: a fresh fd we own.
-        Ok(ItlbCounter { fd: unsafe { OwnedFd::from_raw_fd(fd as i32) } })
+        Ok(ItlbCounter {
+            fd: unsafe { OwnedFd::from_raw_fd(fd as i32) },
+        })
     }
 
     fn ioctl(&self, req: libc::c_ulong) {

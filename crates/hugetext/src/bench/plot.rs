@@ -29,15 +29,22 @@ pub fn render_svg(title: &str, y_label: &str, series: &[Series<'_>]) -> Result<S
 /// directory, renamed into place).
 pub fn write_svg(path: &Path, title: &str, y_label: &str, series: &[Series<'_>]) -> Result<()> {
     let svg = render_svg(title, y_label, series)?;
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
     let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(|e| Error::io(dir, e))?;
     std::io::Write::write_all(&mut tmp, svg.as_bytes()).map_err(|e| Error::io(path, e))?;
     tmp.persist(path).map_err(|e| Error::io(path, e.error))?;
     Ok(())
 }
 
-const COLORS: [RGBColor; 4] =
-    [RGBColor(31, 119, 180), RGBColor(214, 39, 40), RGBColor(44, 160, 44), RGBColor(148, 103, 189)];
+const COLORS: [RGBColor; 4] = [
+    RGBColor(31, 119, 180),
+    RGBColor(214, 39, 40),
+    RGBColor(44, 160, 44),
+    RGBColor(148, 103, 189),
+];
 
 fn draw<DB: DrawingBackend>(
     root: &DrawingArea<DB, plotters::coord::Shift>,
@@ -47,7 +54,10 @@ fn draw<DB: DrawingBackend>(
 ) -> std::result::Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
     root.fill(&WHITE)?;
     let n = series.iter().map(|s| s.values.len()).max().unwrap_or(0).max(1);
-    let vals = series.iter().flat_map(|s| s.values.iter().copied()).filter(|v| v.is_finite());
+    let vals = series
+        .iter()
+        .flat_map(|s| s.values.iter().copied())
+        .filter(|v| v.is_finite());
     let (lo, hi) = vals.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| (a.min(v), b.max(v)));
     let (lo, hi) = if lo.is_finite() { (lo, hi) } else { (0.0, 1.0) };
     let pad = ((hi - lo) * 0.1).max(hi.abs() * 0.01).max(1e-6);
@@ -66,8 +76,13 @@ fn draw<DB: DrawingBackend>(
         .draw()?;
     for (i, s) in series.iter().enumerate() {
         let color = COLORS[i % COLORS.len()];
-        let pts: Vec<(f64, f64)> =
-            s.values.iter().enumerate().filter(|(_, v)| v.is_finite()).map(|(k, v)| (k as f64 + 1.0, *v)).collect();
+        let pts: Vec<(f64, f64)> = s
+            .values
+            .iter()
+            .enumerate()
+            .filter(|(_, v)| v.is_finite())
+            .map(|(k, v)| (k as f64 + 1.0, *v))
+            .collect();
         chart
             .draw_series(LineSeries::new(pts.clone(), color.stroke_width(1)))?
             .label(format!("{} (median {:.4})", s.label, s.median))
@@ -82,7 +97,11 @@ fn draw<DB: DrawingBackend>(
             ))?;
         }
     }
-    chart.configure_series_labels().background_style(WHITE.mix(0.85)).border_style(BLACK).draw()?;
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()?;
     Ok(())
 }
 
@@ -97,7 +116,18 @@ mod tests {
         let svg = render_svg(
             "t",
             "seconds",
-            &[Series { label: "small", values: &a, median: 1.0 }, Series { label: "huge", values: &b, median: 0.825 }],
+            &[
+                Series {
+                    label: "small",
+                    values: &a,
+                    median: 1.0,
+                },
+                Series {
+                    label: "huge",
+                    values: &b,
+                    median: 0.825,
+                },
+            ],
         )
         .unwrap();
         assert!(svg.starts_with("<svg") && svg.contains("small (median 1.0000)") && svg.contains("huge"));

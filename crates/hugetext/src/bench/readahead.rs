@@ -44,7 +44,9 @@ pub struct Options {
 impl Default for Options {
     fn default() -> Self {
         Options {
-            threads: std::thread::available_parallelism().map(|n| n.get() as u32).unwrap_or(2),
+            threads: std::thread::available_parallelism()
+                .map(|n| n.get() as u32)
+                .unwrap_or(2),
             size_per_thread: 256 << 20,
             chunk: 2 << 20,
             runs: 3,
@@ -146,7 +148,12 @@ pub fn run(opts: &Options, progress: &dyn Progress) -> Result<Report> {
         let stats = Summary::of(&mbps[cfg]);
         configs.insert(
             cfg,
-            ConfigReport { mb_per_s: stats.median, stats, median_ms: super::stats::median(&wall[cfg]), folios_kb },
+            ConfigReport {
+                mb_per_s: stats.median,
+                stats,
+                median_ms: super::stats::median(&wall[cfg]),
+                folios_kb,
+            },
         );
     }
     let shared_over_distinct = configs["shared-file"].mb_per_s / configs["distinct-files"].mb_per_s;
@@ -175,7 +182,10 @@ fn one_run(jobs: &[(PathBuf, u64)], per: u64, chunk: u64) -> Result<f64> {
     for (p, _) in jobs {
         let left = folio::scan_file(p, None)?.cached_kb;
         if left > 0 {
-            return Err(Error::Other(format!("{}: {left} kB stayed cached after eviction", p.display())));
+            return Err(Error::Other(format!(
+                "{}: {left} kB stayed cached after eviction",
+                p.display()
+            )));
         }
     }
     let barrier = Barrier::new(jobs.len() + 1);
@@ -194,7 +204,8 @@ fn one_run(jobs: &[(PathBuf, u64)], per: u64, chunk: u64) -> Result<f64> {
         barrier.wait();
         let t = Instant::now();
         for h in handles {
-            h.join().map_err(|_| Error::Other("a readahead thread panicked".into()))??;
+            h.join()
+                .map_err(|_| Error::Other("a readahead thread panicked".into()))??;
         }
         Ok(t.elapsed().as_secs_f64())
     })?;
