@@ -23,6 +23,7 @@ use std::fs::File;
 use std::io::Write;
 use std::ops::Range;
 use std::os::fd::{AsFd, AsRawFd};
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use crate::kernel::{self, Mapping};
@@ -165,22 +166,56 @@ pub fn fill_windows(file: &File, windows: Range<u64>, parallel: usize) -> Result
     results.into_iter().collect()
 }
 
-/// Read `range` of `file` into the page cache with `readahead(2)`, which
-/// reads exactly the pages asked for (page-rounded), in small folios.
+/// Read `range` of `file` into the page cache in small folios, reading
+/// nothing outside it (page-rounded; clipped to the file size).
+///
+/// `readahead(2)` reads exactly the pages asked for, asynchronously, but it is
+/// best-effort: the kernel may skip pages. So the range is checked with
+/// `mincore` afterwards and what is missing is read with `pread` through a
+/// private descriptor marked `POSIX_FADV_RANDOM`, which makes the kernel read
+/// exactly the requested pages and no readahead window beyond them.
 pub fn fill_small(file: &File, range: Range<u64>) -> Result<()> {
-    if range.is_empty() {
+    let ps = kernel::page_size() as u64;
+    let size = file.metadata().map_err(|e| Error::Sys { call: "fstat", source: e })?.len();
+    let start = range.start / ps * ps;
+    let end = range.end.min(size).div_ceil(ps) * ps;
+    if start >= end {
         return Ok(());
     }
     // SAFETY: plain syscall on a valid fd.
-    let r = unsafe {
-        libc::readahead(
-            file.as_raw_fd(),
-            range.start as libc::off64_t,
-            (range.end - range.start) as usize,
-        )
-    };
+    let r = unsafe { libc::readahead(file.as_raw_fd(), start as libc::off64_t, (end - start) as usize) };
     if r != 0 {
         return Err(Error::last_os("readahead"));
+    }
+    let map = Mapping::file_congruent(file.as_fd(), start, (end - start) as usize, libc::PROT_READ, ps as usize)?;
+    let resident = map.resident()?;
+    drop(map);
+    if resident.iter().all(|&r| r) {
+        return Ok(());
+    }
+    let fd_path = format!("/proc/self/fd/{}", file.as_raw_fd());
+    let exact = File::open(&fd_path).map_err(|e| Error::io(&fd_path, e))?;
+    // SAFETY: plain syscall on a valid fd.
+    let r = unsafe { libc::posix_fadvise(exact.as_raw_fd(), 0, 0, libc::POSIX_FADV_RANDOM) };
+    if r != 0 {
+        return Err(Error::Sys { call: "posix_fadvise(RANDOM)", source: std::io::Error::from_raw_os_error(r) });
+    }
+    let mut buf = Vec::new();
+    let mut i = 0;
+    while i < resident.len() {
+        if resident[i] {
+            i += 1;
+            continue;
+        }
+        let mut j = i;
+        while j < resident.len() && !resident[j] {
+            j += 1;
+        }
+        let off = start + i as u64 * ps;
+        let len = ((j - i) as u64 * ps).min(size - off) as usize;
+        buf.resize(len, 0);
+        exact.read_exact_at(&mut buf, off).map_err(|e| Error::Sys { call: "pread", source: e })?;
+        i = j;
     }
     Ok(())
 }
