@@ -2,6 +2,11 @@
 //! PMD-order folios through a 2 MiB-congruent `MADV_HUGEPAGE` mapping
 //! (KERNEL-NOTES §1).
 //!
+//! Pages are faulted in with `MADV_POPULATE_READ`, or, on kernels before
+//! 5.14 (or with `HUGETEXT_COMPAT=no-populate`), by loading one byte per
+//! page ([`kernel::populate_read`]): the first load of a window in a
+//! `MADV_HUGEPAGE` mapping reads the whole PMD-order folio just the same.
+//!
 //! Three ways to fill, from the most to the least general:
 //! - [`fill_huge`]: a congruent `MADV_HUGEPAGE` mapping over the range,
 //!   populated; page-cache misses are read as PMD-order folios. Readahead is
@@ -59,8 +64,7 @@ pub fn fill_huge(file: &File, range: Range<u64>) -> Result<()> {
         kernel::pmd_size(),
     )?;
     map.madvise(0, len as usize, kernel::MADV_HUGEPAGE)?;
-    map.madvise(0, len as usize, kernel::MADV_POPULATE_READ)?;
-    Ok(())
+    map.populate_read(0, len as usize)
 }
 
 /// The whole PMD-size windows inside `range`: `[ceil(start), floor(end))`
@@ -134,7 +138,7 @@ pub fn fill_windows(file: &File, windows: Range<u64>, parallel: usize) -> Result
     let parallel = (parallel.max(1) as u64).min(n) as usize;
     let base = map.addr();
     if parallel <= 1 {
-        return kernel::madvise(base, len, kernel::MADV_POPULATE_READ);
+        return map.populate_read(0, len);
     }
     // Workers take windows from a shared counter, so each has one window
     // in flight and the next read starts as soon as one finishes.
@@ -148,7 +152,9 @@ pub fn fill_windows(file: &File, windows: Range<u64>, parallel: usize) -> Result
                         if k >= n {
                             return Ok(());
                         }
-                        kernel::madvise(base + (k * pmd) as usize, pmd as usize, kernel::MADV_POPULATE_READ)?;
+                        // SAFETY: window k of `map` (PROT_READ), which stays
+                        // mapped until the scope ends.
+                        unsafe { kernel::populate_read(base + (k * pmd) as usize, pmd as usize)? };
                     }
                 })
             })
@@ -225,7 +231,7 @@ pub fn collapse_supported(dir: &Path) -> Result<CollapseSupport> {
     let f = f?;
     evict(&f, 0..0)?;
     let map = Mapping::file_congruent(f.as_fd(), 0, pmd, libc::PROT_READ | libc::PROT_EXEC, pmd)?;
-    map.madvise(0, pmd, kernel::MADV_POPULATE_READ)?;
+    map.populate_read(0, pmd)?;
     Ok(match map.madvise(0, pmd, kernel::MADV_COLLAPSE) {
         Ok(()) => CollapseSupport::Available,
         Err(Error::Sys { source, .. }) => match source.raw_os_error() {
