@@ -142,6 +142,10 @@ pub fn fadvise(fd: i32, off: u64, len: u64, advice: i32) -> isize {
     )
 }
 
+pub fn ftruncate(fd: i32, len: u64) -> isize {
+    call(libc::SYS_ftruncate, fd as usize, len as usize, 0, 0, 0, 0)
+}
+
 pub fn fdatasync(fd: i32) -> isize {
     call(libc::SYS_fdatasync, fd as usize, 0, 0, 0, 0, 0)
 }
