@@ -12,6 +12,12 @@
 //! the median time the preload itself reports ("... in X ms"), and, for one
 //! instance kept running, the text's huge-backed bytes and its anonymous
 //! (private) memory from smaps. A benchmark, not a test: it asserts nothing.
+//!
+//! Rows marked `smaps` run with `HUGETEXT_COMPAT=all`: the fallbacks of
+//! kernels without `PAGEMAP_SCAN` (before 6.7) and `MADV_POPULATE_READ`
+//! (before 5.14). When the Rust toolchain's own `rustc` is found, it is
+//! measured too (`rustc --version`: start-up only; its huge MiB is what the
+//! preload reports).
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -37,40 +43,64 @@ fn hugetext_bin() -> PathBuf {
     exe.parent().unwrap().join("../hugetext")
 }
 
-fn command(strategy: Option<&str>, prog: &Path) -> Command {
-    match strategy {
+/// One measured configuration.
+#[derive(Clone, Copy)]
+struct Case<'a> {
+    strategy: Option<&'a str>,
+    /// `HUGETEXT_COMPAT=all`: the older-kernel fallbacks.
+    compat: bool,
+    cold: bool,
+}
+
+fn command(case: Case, prog: &Path, args: &[&str]) -> Command {
+    let mut c = match case.strategy {
         None => Command::new(prog),
         Some(s) => {
             let mut c = Command::new(hugetext_bin());
             c.args(["run", "-v", "--strategy", s, "--"]).arg(prog);
             c
         }
+    };
+    c.args(args).env_remove("HUGETEXT_COMPAT");
+    if case.compat {
+        c.env("HUGETEXT_COMPAT", "all");
     }
+    c
 }
 
-/// (wall ms, preload-reported ms)
-fn once(strategy: Option<&str>, prog: &Path, cold: bool) -> (f64, Option<f64>) {
-    if cold {
+/// (wall ms, preload-reported ms, preload-reported huge MiB)
+fn once(case: Case, prog: &Path, args: &[&str]) -> (f64, Option<f64>, Option<f64>) {
+    if case.cold {
         evict(prog);
     }
     let t = Instant::now();
-    let o = command(strategy, prog).stdout(Stdio::null()).output().unwrap();
+    let child = command(case, prog, args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let o = child.wait_with_output().unwrap();
     let wall = t.elapsed().as_secs_f64() * 1e3;
+    let _ = std::fs::remove_file(format!("/tmp/perf-{pid}.map"));
     assert!(o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
-    let inner = err
-        .lines()
-        .find(|l| l.contains("huge-backed"))
+    let summary = err.lines().find(|l| l.contains("huge-backed"));
+    let inner = summary
         .and_then(|l| l.rsplit(") in ").next())
         .and_then(|r| r.split(' ').next())
         .and_then(|v| v.parse().ok());
-    (wall, inner)
+    // "hugetext: pid N: X MiB of ..."
+    let huge = summary
+        .and_then(|l| l.split(": ").nth(2))
+        .and_then(|r| r.split(' ').next())
+        .and_then(|v| v.parse().ok());
+    (wall, inner, huge)
 }
 
 /// (huge MiB, anonymous MiB, Pss MiB) of the text of a running instance.
-fn memory(strategy: Option<&str>, prog: &Path) -> (f64, f64, f64) {
-    let mut child = command(strategy, prog)
-        .arg("wait")
+fn memory(case: Case, prog: &Path) -> (f64, f64, f64) {
+    let mut child = command(case, prog, &["wait"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -83,6 +113,7 @@ fn memory(strategy: Option<&str>, prog: &Path) -> (f64, f64, f64) {
     let maps = text_mappings(child.id() as i32).unwrap();
     drop(child.stdin.take());
     child.wait().unwrap();
+    let _ = std::fs::remove_file(format!("/tmp/perf-{}.map", child.id()));
     let mib =
         |f: &dyn Fn(&hugetext::remap::TextMapping) -> u64| maps.iter().map(f).sum::<u64>() as f64 / (1 << 20) as f64;
     (mib(&|m| m.huge()), mib(&|m| m.anonymous), mib(&|m| m.pss))
@@ -92,43 +123,101 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let dir = PathBuf::from(args.next().unwrap_or_else(|| "target/fixtures80".into()));
     let n: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(20);
-    let cases: &[(&str, Option<&str>, bool)] = &[
-        ("bfd/nopie", None, false),
-        ("bfd/nopie", Some("file"), false),
-        ("bfd/nopie", Some("file"), true),
-        ("bfd/nopie", Some("copy"), false),
-        ("lld/pie", None, false),
-        ("lld/pie", Some("auto"), false),
-        ("lld/pie", Some("copy"), false),
+    let case = |strategy, compat, cold| Case { strategy, compat, cold };
+    let cases: &[(&str, Case)] = &[
+        ("bfd/nopie", case(None, false, false)),
+        ("bfd/nopie", case(Some("file"), false, false)),
+        ("bfd/nopie", case(Some("file"), true, false)),
+        ("bfd/nopie", case(Some("file"), false, true)),
+        ("bfd/nopie", case(Some("file"), true, true)),
+        ("bfd/nopie", case(Some("copy"), false, false)),
+        ("bfd/nopie", case(Some("copy"), true, false)),
+        ("lld/pie", case(None, false, false)),
+        ("lld/pie", case(Some("auto"), false, false)),
+        ("lld/pie", case(Some("auto"), true, false)),
+        ("lld/pie", case(Some("copy"), false, false)),
+        ("lld/pie", case(Some("copy"), true, false)),
     ];
     println!(
-        "{:<10} {:<6} {:<5} {:>10} {:>12} {:>12} {:>9} {:>9} {:>9}",
-        "fixture", "route", "cache", "wall ms", "+ vs plain", "preload ms", "huge MiB", "anon MiB", "Pss MiB"
+        "{:<10} {:<6} {:<7} {:<5} {:>10} {:>12} {:>12} {:>9} {:>9} {:>9}",
+        "fixture", "route", "verify", "cache", "wall ms", "+ vs plain", "preload ms", "huge MiB", "anon MiB", "Pss MiB"
     );
+    let verify = |c: &Case| match (c.strategy, c.compat) {
+        (None, _) => "-",
+        (_, false) => "scan",
+        (_, true) => "smaps",
+    };
     let mut plain = std::collections::HashMap::new();
-    for &(name, strategy, cold) in cases {
+    for &(name, c) in cases {
         let prog = dir.join(name);
-        once(strategy, &prog, cold); // warm-up (and, for `file`, fill the page cache with 2 MiB folios)
-        let runs: Vec<_> = (0..n).map(|_| once(strategy, &prog, cold)).collect();
+        once(c, &prog, &[]); // warm-up (and, for `file`, fill the page cache with 2 MiB folios)
+        let runs: Vec<_> = (0..n).map(|_| once(c, &prog, &[])).collect();
         let wall = median(runs.iter().map(|r| r.0).collect());
         let inner: Vec<f64> = runs.iter().filter_map(|r| r.1).collect();
         let inner = if inner.is_empty() { f64::NAN } else { median(inner) };
-        if strategy.is_none() {
-            plain.insert(name, wall);
+        if c.strategy.is_none() {
+            plain.insert(name.to_string(), wall);
         }
         let delta = wall - plain.get(name).copied().unwrap_or(f64::NAN);
-        let (huge, anon, pss) = memory(strategy, &prog);
+        let (huge, anon, pss) = memory(c, &prog);
         println!(
-            "{:<10} {:<6} {:<5} {:>10.2} {:>12.2} {:>12.2} {:>9.1} {:>9.1} {:>9.1}",
+            "{:<10} {:<6} {:<7} {:<5} {:>10.2} {:>12.2} {:>12.2} {:>9.1} {:>9.1} {:>9.1}",
             name,
-            strategy.unwrap_or("plain"),
-            if cold { "cold" } else { "warm" },
+            c.strategy.unwrap_or("plain"),
+            verify(&c),
+            if c.cold { "cold" } else { "warm" },
             wall,
             delta,
             inner,
             huge,
             anon,
             pss
+        );
+    }
+    // The big real-world case: rustc (librustc_driver.so, ~100 MiB of text).
+    let Some(rustc) = Command::new("rustc")
+        .args(["--print", "sysroot"])
+        .output()
+        .ok()
+        .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()).join("bin/rustc"))
+        .filter(|p| p.is_file())
+    else {
+        println!("rustc not found: skipped");
+        return;
+    };
+    println!(
+        "\n{}: rustc --version (huge MiB: all text, as the preload reports)",
+        rustc.display()
+    );
+    let mut plain = f64::NAN;
+    for c in [
+        case(None, false, false),
+        case(Some("auto"), false, false),
+        case(Some("auto"), true, false),
+        case(Some("copy"), false, false),
+        case(Some("copy"), true, false),
+        case(Some("file"), false, false),
+        case(Some("file"), true, false),
+    ] {
+        once(c, &rustc, &["--version"]);
+        let runs: Vec<_> = (0..n).map(|_| once(c, &rustc, &["--version"])).collect();
+        let wall = median(runs.iter().map(|r| r.0).collect());
+        if c.strategy.is_none() {
+            plain = wall;
+        }
+        let med = |v: Vec<f64>| if v.is_empty() { f64::NAN } else { median(v) };
+        let inner = med(runs.iter().filter_map(|r| r.1).collect());
+        let huge = med(runs.iter().filter_map(|r| r.2).collect());
+        println!(
+            "{:<10} {:<6} {:<7} {:<5} {:>10.2} {:>12.2} {:>12.2} {:>9.1}",
+            "rustc",
+            c.strategy.unwrap_or("plain"),
+            verify(&c),
+            "warm",
+            wall,
+            wall - plain,
+            inner,
+            huge
         );
     }
 }

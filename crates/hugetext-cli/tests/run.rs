@@ -24,18 +24,56 @@ fn preload() -> PathBuf {
     p
 }
 
+/// The kernel-compatibility fallbacks, all forced (`HUGETEXT_COMPAT`):
+/// verification with /proc/self/smaps totals instead of `PAGEMAP_SCAN`,
+/// pages touched instead of `MADV_POPULATE_READ`.
+const FALLBACKS: &str = "no-pagemap-scan,no-populate";
+
+/// What the preload says with -v when the fallbacks ran.
+const FALLBACK_SUMMARY: [&str; 2] = [
+    "verified with /proc/self/smaps totals",
+    "pages touched, no MADV_POPULATE_READ",
+];
+
+/// Set `HUGETEXT_COMPAT` to `compat` (None: unset, the default paths).
+fn with_compat(cmd: &mut Command, compat: Option<&str>) {
+    match compat {
+        Some(c) => cmd.env("HUGETEXT_COMPAT", c),
+        None => cmd.env_remove("HUGETEXT_COMPAT"),
+    };
+}
+
+/// Remove the perf map a copied process left (pids are reused, and the
+/// preload appends to an existing map of the same owner).
+fn remove_perf_map(pid: u32) {
+    let _ = std::fs::remove_file(format!("/tmp/perf-{pid}.map"));
+}
+
 fn run(args: &[&str], prog: &Path, prog_args: &[&str]) -> Output {
+    run_with(None, args, prog, prog_args)
+}
+
+fn run_with(compat: Option<&str>, args: &[&str], prog: &Path, prog_args: &[&str]) -> Output {
     preload();
-    Command::new(common::bin())
-        .arg("run")
+    let mut cmd = Command::new(common::bin());
+    cmd.arg("run")
         .args(args)
         .arg("--")
         .arg(prog)
         .args(prog_args)
         .env_remove("HUGETEXT_STRATEGY")
-        .env_remove("HUGETEXT_VERBOSE")
-        .output()
-        .expect("spawn hugetext run")
+        .env_remove("HUGETEXT_VERBOSE");
+    with_compat(&mut cmd, compat);
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn hugetext run");
+    let pid = child.id();
+    let o = child.wait_with_output().expect("wait for hugetext run");
+    remove_perf_map(pid);
+    o
 }
 
 fn alone(prog: &Path) -> Output {
@@ -97,6 +135,7 @@ impl Running {
 
     fn stop(mut self) -> String {
         drop(self.child.stdin.take());
+        remove_perf_map(self.child.id());
         let o = std::mem::replace(&mut self.child, Command::new("true").spawn().unwrap())
             .wait_with_output()
             .unwrap();
@@ -113,6 +152,10 @@ impl Drop for Running {
 }
 
 fn run_waiting(args: &[&str], prog: &Path) -> Running {
+    run_waiting_with(None, args, prog)
+}
+
+fn run_waiting_with(compat: Option<&str>, args: &[&str], prog: &Path) -> Running {
     preload();
     let mut cmd = Command::new(common::bin());
     cmd.arg("run")
@@ -121,7 +164,24 @@ fn run_waiting(args: &[&str], prog: &Path) -> Running {
         .arg(prog)
         .arg("wait")
         .env_remove("HUGETEXT_STRATEGY");
+    with_compat(&mut cmd, compat);
     Running::start(cmd)
+}
+
+/// Is the text of `file` mapped by `pid` congruent (address − offset a
+/// multiple of 2 MiB), i.e. can the `file` route make it huge?
+fn congruent(pid: i32, file: &Path) -> bool {
+    let f = file.canonicalize().unwrap().to_string_lossy().into_owned();
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    maps.lines().any(|l| {
+        let v: Vec<&str> = l.split_whitespace().collect();
+        if v.len() < 6 || v[1] != "r-xp" || v[5] != f {
+            return false;
+        }
+        let start = u64::from_str_radix(v[0].split('-').next().unwrap(), 16).unwrap();
+        let off = u64::from_str_radix(v[2], 16).unwrap();
+        start.wrapping_sub(off) % (2 * MIB) == 0
+    })
 }
 
 /// A private copy of a fixture (fresh page cache, not shared with other
@@ -146,54 +206,105 @@ fn private_copy(linker: &str, names: &[&str]) -> (tempfile::TempDir, PathBuf) {
 
 #[test]
 fn every_fixture_prints_the_same_and_runs_with_huge_text() {
-    for linker in ["bfd", "lld", "mold"] {
-        for name in ["pie", "nopie", "usebig", "small"] {
-            let prog = common::fixture(linker, name);
-            let a = alone(&prog);
-            let r = run(&[], &prog, &[]);
-            assert!(
-                r.status.success(),
-                "{linker}/{name}: {:?} {}",
-                r.status,
-                text(&r.stderr)
-            );
-            assert_eq!(
-                text(&r.stdout),
-                text(&a.stdout),
-                "{linker}/{name} prints something else under run"
-            );
-            assert_eq!(text(&r.stderr), "", "{linker}/{name}: run is not silent without -v");
-            if name == "small" {
-                continue;
+    fixture_matrix(None, &["auto"]);
+}
+
+/// The same on a kernel without PAGEMAP_SCAN (before 6.7) and without
+/// MADV_POPULATE_READ (before 5.14), forced here with HUGETEXT_COMPAT, for
+/// every route.
+#[test]
+fn every_fixture_and_route_with_the_old_kernel_fallbacks() {
+    fixture_matrix(Some(FALLBACKS), &["auto", "copy", "file"]);
+}
+
+/// Every fixture (× each strategy) prints what it prints alone, silently,
+/// and a running instance has ≥ 12 MiB of its big text huge-backed (for
+/// `file`: when that text is congruent; otherwise nothing can be). `file`
+/// runs on private copies: the route evicts page cache, which another
+/// test's process mapping the shared fixture would keep small.
+fn fixture_matrix(compat: Option<&str>, strategies: &[&str]) {
+    let mut file_route_cases = 0;
+    for strategy in strategies {
+        for linker in ["bfd", "lld", "mold"] {
+            let private = (*strategy == "file").then(|| private_copy(linker, &["usebig", "libbig.so", "pie", "nopie"]));
+            for name in ["pie", "nopie", "usebig", "small"] {
+                let prog = match &private {
+                    Some((d, _)) if name != "small" => d.path().join(name),
+                    _ => common::fixture(linker, name),
+                };
+                let case = format!("{linker}/{name} --strategy {strategy} (HUGETEXT_COMPAT={compat:?})");
+                let a = alone(&prog);
+                let r = run_with(compat, &["--strategy", strategy], &prog, &[]);
+                assert!(r.status.success(), "{case}: {:?} {}", r.status, text(&r.stderr));
+                assert_eq!(
+                    text(&r.stdout),
+                    text(&a.stdout),
+                    "{case} prints something else under run"
+                );
+                assert_eq!(text(&r.stderr), "", "{case}: run is not silent without -v");
+                if name == "small" {
+                    continue;
+                }
+                let running = run_waiting_with(compat, &["-v", "--strategy", strategy], &prog);
+                assert_eq!(
+                    running.first_line,
+                    text(&a.stdout).lines().next().unwrap().to_string() + "\n"
+                );
+                let big = if name == "usebig" {
+                    prog.with_file_name("libbig.so")
+                } else {
+                    prog.clone()
+                };
+                let (file, anon, _) = running.huge_of(&big);
+                let expect = match *strategy {
+                    "file" if !congruent(running.pid(), &big) => 0,
+                    "file" => {
+                        file_route_cases += 1;
+                        assert_eq!(anon, 0, "{case}: the file route copied");
+                        12 * MIB
+                    }
+                    _ => 12 * MIB,
+                };
+                assert!(
+                    file + anon >= expect,
+                    "{case}: only {} KiB of {} huge-backed: {:#?}",
+                    (file + anon) >> 10,
+                    big.display(),
+                    running.text()
+                );
+                let err = running.stop();
+                if compat.is_some() {
+                    for s in FALLBACK_SUMMARY {
+                        assert!(err.contains(s), "{case}: the fallback did not run: {err}");
+                    }
+                }
             }
-            let running = run_waiting(&[], &prog);
-            assert_eq!(
-                running.first_line,
-                text(&a.stdout).lines().next().unwrap().to_string() + "\n"
-            );
-            let big = if name == "usebig" {
-                common::fixture(linker, "libbig.so")
-            } else {
-                prog.clone()
-            };
-            let (file, anon, _) = running.huge_of(&big);
-            assert!(
-                file + anon >= 12 * MIB,
-                "{linker}/{name}: only {} KiB of {} huge-backed: {:#?}",
-                (file + anon) >> 10,
-                big.display(),
-                running.text()
-            );
-            running.stop();
         }
+    }
+    if strategies.contains(&"file") {
+        // GNU ld's text is congruent in nopie and in libbig.so (its PIE's
+        // load base is not 2 MiB-aligned: p_align is 4 KiB).
+        assert!(
+            file_route_cases >= 2,
+            "the file route was checked {file_route_cases} times"
+        );
     }
 }
 
 #[test]
 fn file_strategy_is_zero_copy_and_shared() {
+    file_strategy(None);
+}
+
+#[test]
+fn file_strategy_with_the_old_kernel_fallbacks() {
+    file_strategy(Some(FALLBACKS));
+}
+
+fn file_strategy(compat: Option<&str>) {
     // GNU ld non-PIE text is congruent: the file route applies.
     let (_d, prog) = private_copy("bfd", &["nopie"]);
-    let running = run_waiting(&["--strategy", "file", "-v"], &prog);
+    let running = run_waiting_with(compat, &["--strategy", "file", "-v"], &prog);
     let (file, anon, private_anon) = running.huge_of(&prog);
     assert!(file >= 16 * MIB, "FilePmdMapped {} KiB", file >> 10);
     assert_eq!(anon, 0);
@@ -214,9 +325,18 @@ fn file_strategy_is_zero_copy_and_shared() {
 
 #[test]
 fn copy_strategy_moves_text_and_names_symbols_for_perf() {
+    copy_strategy(None);
+}
+
+#[test]
+fn copy_strategy_with_the_old_kernel_fallbacks() {
+    copy_strategy(Some(FALLBACKS));
+}
+
+fn copy_strategy(compat: Option<&str>) {
     // lld PIE: not congruent, only `copy` can make it huge.
     let prog = common::fixture("lld", "pie");
-    let running = run_waiting(&["--strategy", "copy"], &prog);
+    let running = run_waiting_with(compat, &["--strategy", "copy"], &prog);
     let (_, anon, _) = running.huge_of(&prog);
     assert!(anon >= 16 * MIB, "AnonHugePages {} KiB", anon >> 10);
     let map = PathBuf::from(format!("/tmp/perf-{}.map", running.pid()));
@@ -405,6 +525,15 @@ fn evict(path: &Path) {
 
 #[test]
 fn c_api_with_threads_running_the_text_20_of_20() {
+    c_api_with_threads(None, 20);
+}
+
+#[test]
+fn c_api_with_threads_and_the_old_kernel_fallbacks_10_of_10() {
+    c_api_with_threads(Some(FALLBACKS), 10);
+}
+
+fn c_api_with_threads(compat: Option<&str>, runs: usize) {
     // lld's libbig.so goes through `copy` (mremap under running threads).
     // bfd's goes through `file` (PTEs dropped and refaulted under running
     // threads): a private copy of it, evicted before every run so that each
@@ -413,20 +542,29 @@ fn c_api_with_threads_running_the_text_20_of_20() {
     let lib = lib.canonicalize().unwrap();
     let mut file_route_runs = 0;
     for linker in ["lld", "bfd"] {
-        for i in 0..20 {
+        for i in 0..runs {
             let mut cmd = Command::new(cprogs().join(format!("remap_threads_{linker}")));
             cmd.args(["threads", "2"]).env("HUGETEXT_VERBOSE", "1");
+            with_compat(&mut cmd, compat);
             if linker == "bfd" {
                 evict(&lib);
                 cmd.env("LD_LIBRARY_PATH", lib.parent().unwrap());
             }
-            let o = cmd.output().unwrap();
+            let child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+            let pid = child.id();
+            let o = child.wait_with_output().unwrap();
+            remove_perf_map(pid);
             let (out, err) = (text(&o.stdout), text(&o.stderr));
             assert!(
                 o.status.success() && out.ends_with("clean\n"),
                 "{linker} run {i}: {:?}\n{out}\n{err}",
                 o.status
             );
+            if compat.is_some() {
+                for s in FALLBACK_SUMMARY {
+                    assert!(err.contains(s), "{linker} run {i}: the fallback did not run: {err}");
+                }
+            }
             let first: i64 = out
                 .lines()
                 .next()
@@ -452,7 +590,7 @@ fn c_api_with_threads_running_the_text_20_of_20() {
             }
         }
     }
-    eprintln!("file route made the text huge in {file_route_runs} of 20 runs under threads");
+    eprintln!("file route made the text huge in {file_route_runs} of {runs} runs under threads");
     assert!(file_route_runs >= 1, "the file route never won against the threads");
 }
 
@@ -558,4 +696,29 @@ fn header_declares_the_api() {
         text(&o.stdout)
     );
     let _ = std::io::stdout().flush();
+}
+
+#[test]
+fn a_perf_map_left_by_an_earlier_process_with_the_same_pid_is_replaced() {
+    // The shell writes an old map for its own pid, then execs `hugetext
+    // run`, which execs the program: same pid.
+    let prog = common::fixture("lld", "pie");
+    let script = format!(
+        "m=/tmp/perf-$$.map; echo 'dead 10 stale_symbol' > $m; touch -d '-1 hour' $m; exec '{}' run --strategy copy -- '{}'",
+        common::bin().display(),
+        prog.display()
+    );
+    preload();
+    let child = Command::new("sh")
+        .args(["-c", &script])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success());
+    let map = std::fs::read_to_string(format!("/tmp/perf-{pid}.map")).unwrap();
+    remove_perf_map(pid);
+    assert!(!map.contains("stale_symbol"), "{map}");
+    assert!(map.lines().any(|l| l.ends_with(" f10")), "{map}");
 }

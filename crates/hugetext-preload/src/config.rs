@@ -37,6 +37,46 @@ pub struct Config {
     pub disabled: bool,
     /// Malformed settings found (reported in verbose mode).
     pub bad_strategy: Option<&'static [u8]>,
+    /// `HUGETEXT_COMPAT`: kernel features to act as if missing, to exercise
+    /// the fallbacks older kernels need (testing and diagnosis).
+    pub compat: Compat,
+}
+
+/// Kernel features the pass must not use (`HUGETEXT_COMPAT`, a
+/// comma-separated list), as if the kernel did not have them.
+#[derive(Clone, Copy, Default, PartialEq, Eq, Debug)]
+pub struct Compat {
+    /// `no-pagemap-scan`: verify with `/proc/self/smaps` totals, as before
+    /// Linux 6.7.
+    pub no_pagemap_scan: bool,
+    /// `no-populate`: fault pages in by touching them, as before Linux 5.14
+    /// (no `MADV_POPULATE_READ`).
+    pub no_populate: bool,
+    /// The first unknown word, reported in verbose mode.
+    pub unknown: Option<&'static [u8]>,
+}
+
+impl Compat {
+    /// Parse `no-pagemap-scan,no-populate` (`all` = both; empty = none).
+    pub fn parse(v: &'static [u8]) -> Compat {
+        let mut c = Compat::default();
+        for w in v.split(|&b| b == b',' || b == b' ').filter(|w| !w.is_empty()) {
+            match w {
+                b"no-pagemap-scan" => c.no_pagemap_scan = true,
+                b"no-populate" => c.no_populate = true,
+                b"all" => {
+                    c.no_pagemap_scan = true;
+                    c.no_populate = true;
+                }
+                other => {
+                    if c.unknown.is_none() {
+                        c.unknown = Some(other);
+                    }
+                }
+            }
+        }
+        c
+    }
 }
 
 fn cstr(p: *const c_char) -> &'static [u8] {
@@ -109,6 +149,7 @@ impl Config {
             preloaded,
             disabled: flag(b"HUGETEXT_DISABLE", false),
             bad_strategy,
+            compat: getenv(b"HUGETEXT_COMPAT").map(Compat::parse).unwrap_or_default(),
         }
     }
 }
@@ -165,5 +206,21 @@ pub fn strip_preload() {
             }
             p = p.add(1);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compat_words() {
+        let c = Compat::parse(b"no-pagemap-scan,no-populate");
+        assert!(c.no_pagemap_scan && c.no_populate && c.unknown.is_none());
+        let c = Compat::parse(b"no-populate");
+        assert!(!c.no_pagemap_scan && c.no_populate);
+        assert_eq!(Compat::parse(b"all"), Compat::parse(b"no-populate no-pagemap-scan"));
+        assert_eq!(Compat::parse(b""), Compat::default());
+        assert_eq!(Compat::parse(b"no-scan,no-populate").unknown, Some(&b"no-scan"[..]));
     }
 }

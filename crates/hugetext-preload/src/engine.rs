@@ -16,16 +16,26 @@
 //!    then one `mremap(MREMAP_MAYMOVE|MREMAP_FIXED)` over the old windows, so
 //!    code running there never sees a hole.
 //!
-//! Every window is verified with `PAGEMAP_SCAN` after each step. Any failure
-//! leaves the original mapping in place.
+//! Every window is verified after each step: with `PAGEMAP_SCAN` (Linux
+//! 6.7+), else with the per-VMA totals of `/proc/self/smaps` (smaps.rs: a
+//! window counts as huge only when that is proved, so the routes may act on
+//! windows that were huge already, which costs time, never correctness).
+//! Without `MADV_POPULATE_READ` (before 5.14) pages are faulted in by
+//! touching them. Any failure leaves the original mapping in place.
 
 use crate::config::{Config, Strategy};
 use crate::out::{line, Out};
 use crate::pattern;
 use crate::perfmap::{self, ElfFile};
 use crate::scan::{Scanner, PMD};
+use crate::smaps::Smaps;
 use crate::sys;
-use core::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use crate::verify::Verifier;
+use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
+
+/// The kernel refused `MADV_POPULATE_READ` (EINVAL: before Linux 5.14);
+/// remembered for later passes.
+static NO_POPULATE: AtomicBool = AtomicBool::new(false);
 
 const MAXC: usize = 1024;
 
@@ -92,10 +102,6 @@ struct Totals {
     collapse_unsupported: bool,
     perf_map_fd: isize,
     naming_failed: bool,
-}
-
-fn pop(m: u64) -> u64 {
-    m.count_ones() as u64 * PMD as u64
 }
 
 /// Maximal runs of set bits in `mask`: (first window, count).
@@ -264,9 +270,11 @@ fn fs_name(fd: i32) -> &'static str {
 struct Pass<'a> {
     cfg: &'a Config,
     st: &'a State,
-    scan: Scanner,
+    scan: Verifier,
     t: Totals,
     no_anon_thp: bool,
+    /// Fault pages in by touching them (no `MADV_POPULATE_READ`).
+    touch: bool,
 }
 
 impl Pass<'_> {
@@ -290,6 +298,49 @@ impl Pass<'_> {
         }
     }
 
+    /// What verification failed, for messages.
+    fn verifier_name(&self) -> &'static str {
+        if self.scan.is_smaps() {
+            "reading /proc/self/smaps"
+        } else {
+            "PAGEMAP_SCAN"
+        }
+    }
+
+    /// `MADV_POPULATE_READ`, or, where the kernel has none (EINVAL) or
+    /// `HUGETEXT_COMPAT=no-populate`, a load from every page. Raw syscalls
+    /// and this library's code only: used in the critical section.
+    fn populate(&mut self, addr: usize, len: usize) -> isize {
+        if !self.touch {
+            let r = sys::madvise(addr, len, sys::MADV_POPULATE_READ);
+            if r != -(libc::EINVAL as isize) {
+                return r;
+            }
+            self.touch = true;
+            NO_POPULATE.store(true, Relaxed);
+        }
+        sys::touch(addr, len);
+        0
+    }
+
+    /// Measure the windows `[a, a + n·2M)` of `c` again: add the proved
+    /// windows to `huge` and return the huge-backed bytes gained since the
+    /// last measure (`hb`; with smaps, bytes of the whole mapping: only this
+    /// chunk's windows are being worked on, so the gain is theirs). A loss
+    /// (a huge window dropped and refaulted small) is not subtracted, so a
+    /// window is never counted twice.
+    fn remeasure(&self, c: &Cand, a: usize, n: usize, huge: &mut u64, hb: &mut u64) -> u64 {
+        match self.scan.measure(a, n, c.start, c.end) {
+            Ok((m, b)) => {
+                *huge |= m;
+                let gain = b.saturating_sub(*hb);
+                *hb = (*hb).max(b);
+                gain
+            }
+            Err(_) => 0,
+        }
+    }
+
     fn file_off(c: &Cand, addr: usize) -> u64 {
         c.off + (addr - c.start) as u64
     }
@@ -307,13 +358,8 @@ impl Pass<'_> {
         self.t.windows += total;
         let before = (self.t.already, self.t.file, self.t.collapse, self.t.copy);
         if c.copied {
-            let mut a = ws;
-            while a < we {
-                let n = ((we - a) / PMD).min(64);
-                if let Ok(m) = self.scan.huge_windows(a, n) {
-                    self.t.already += pop(m);
-                }
-                a += n * PMD;
+            if let Ok(b) = self.scan.huge_bytes(ws, we) {
+                self.t.already += b;
             }
             return;
         }
@@ -326,7 +372,7 @@ impl Pass<'_> {
                 );
                 return;
             }
-            Err(e) => return self.fail(c, "PAGEMAP_SCAN", e),
+            Err(e) => return self.fail(c, self.verifier_name(), e),
         }
         let congruent = (c.start as u64).wrapping_sub(c.off) % PMD as u64 == 0;
         let mut fd: isize = 0; // 0 = not opened yet
@@ -335,7 +381,7 @@ impl Pass<'_> {
         let mut a = ws;
         while a < we {
             let n = ((we - a) / PMD).min(64);
-            self.chunk(c, a, n, congruent, &mut fd, &mut elf, &mut advised);
+            self.chunk(c, a, n, a == ws, congruent, &mut fd, &mut elf, &mut advised);
             a += n * PMD;
         }
         drop(elf);
@@ -384,17 +430,23 @@ impl Pass<'_> {
         c: &Cand,
         a: usize,
         n: usize,
+        first: bool,
         congruent: bool,
         fd: &mut isize,
         elf: &mut Option<ElfFile>,
         advised: &mut bool,
     ) {
         let all = full(n);
-        let mut huge = match self.scan.huge_windows(a, n) {
-            Ok(m) => m,
-            Err(e) => return self.fail(c, "PAGEMAP_SCAN", e),
+        // `huge`: windows proved huge; `hb`: huge bytes of the accounting
+        // scope (Verifier::measure), the base of every route's gain.
+        let (mut huge, mut hb) = match self.scan.measure(a, n, c.start, c.end) {
+            Ok(v) => v,
+            Err(e) => return self.fail(c, self.verifier_name(), e),
         };
-        self.t.already += pop(huge);
+        // With smaps the scope is the whole mapping: count it once.
+        if first || !self.scan.is_smaps() {
+            self.t.already += hb;
+        }
         if huge == all {
             return;
         }
@@ -411,11 +463,9 @@ impl Pass<'_> {
             }
             // 2a: the page cache may already hold 2 MiB folios.
             for (i, k) in runs(all & !huge) {
-                sys::madvise(a + i * PMD, k * PMD, sys::MADV_POPULATE_READ);
+                self.populate(a + i * PMD, k * PMD);
             }
-            let now = self.scan.huge_windows(a, n).unwrap_or(huge);
-            self.t.file += pop(now & !huge);
-            huge |= now;
+            self.t.file += self.remeasure(c, a, n, &mut huge, &mut hb);
             // 2b: drop, evict, refault.
             if huge != all {
                 let f = self.ensure_fd(c, fd);
@@ -449,7 +499,7 @@ impl Pass<'_> {
                                     if sys::mincore(s, PMD, &mut resident) == 0 && resident.iter().all(|b| b & 1 == 0) {
                                         evicted |= 1u64 << w;
                                     }
-                                    let r = sys::madvise(s, PMD, sys::MADV_POPULATE_READ);
+                                    let r = self.populate(s, PMD);
                                     if r < 0 && err == 0 {
                                         err = r;
                                     }
@@ -468,10 +518,9 @@ impl Pass<'_> {
                         if err < 0 {
                             self.fail(c, "file route: madvise", err);
                         }
-                        let now = self.scan.huge_windows(a, n).unwrap_or(huge);
-                        self.t.file += pop(now & !huge);
-                        let progress = now & !huge != 0;
-                        huge |= now;
+                        let gain = self.remeasure(c, a, n, &mut huge, &mut hb);
+                        self.t.file += gain;
+                        let progress = gain > 0;
                         if huge == all || err < 0 || !progress {
                             break;
                         }
@@ -524,9 +573,7 @@ impl Pass<'_> {
             if err < 0 && strategy == Strategy::Collapse {
                 self.fail(c, "collapse: madvise(MADV_COLLAPSE)", err);
             }
-            let now = self.scan.huge_windows(a, n).unwrap_or(huge);
-            self.t.collapse += pop(now & !huge);
-            huge |= now;
+            self.t.collapse += self.remeasure(c, a, n, &mut huge, &mut hb);
             if huge == all {
                 return;
             }
@@ -561,6 +608,7 @@ impl Pass<'_> {
             for (i, k) in runs(all & !huge) {
                 self.copy(c, a + i * PMD, k, elf.as_ref());
             }
+            self.t.copy += self.remeasure(c, a, n, &mut huge, &mut hb);
         }
     }
 
@@ -648,7 +696,6 @@ impl Pass<'_> {
                 self.fail(c, "copy: mremap", r);
                 continue;
             }
-            self.t.copy += l as u64;
             remember_copy(to, to + l);
             if let Some(e) = elf {
                 self.perf_symbols(c, e, to, l);
@@ -667,8 +714,11 @@ impl Pass<'_> {
     /// 78 MiB.)
     fn fill(&mut self, dst: usize, new: usize, len: usize) {
         // Map the whole source in one call (the kernel's fault-around, no
-        // trap per 64 KiB).
-        sys::madvise(dst, len, sys::MADV_POPULATE_READ);
+        // trap per 64 KiB). Without it the copy below faults it in.
+        if !self.touch && sys::madvise(dst, len, sys::MADV_POPULATE_READ) == -(libc::EINVAL as isize) {
+            self.touch = true;
+            NO_POPULATE.store(true, Relaxed);
+        }
         // SAFETY: `dst..dst+len` is readable text of this process (r-x, and
         // verified unmodified); `new..new+len` is our fresh writable mapping.
         unsafe { core::ptr::copy_nonoverlapping(dst as *const u8, new as *mut u8, len) };
@@ -703,19 +753,49 @@ pub fn remap(cfg: &Config) -> isize {
                 .s(" (expected auto, file, collapse or copy); using auto");
         }
     }
-    let thp_off = sys::prctl(sys::PR_GET_THP_DISABLE, 0, 0, 0, 0) > 0;
-    let scan = match Scanner::open() {
-        Ok(s) => s,
-        Err(e) => {
-            if cfg.verbose {
-                line()
-                    .s("cannot read this process's page tables (PAGEMAP_SCAN on /proc/self/pagemap needs Linux 6.7)")
-                    .err(e)
-                    .s("; text left as it is");
-            }
-            return e;
+    if let Some(w) = cfg.compat.unknown {
+        if cfg.verbose {
+            line()
+                .s("unknown word in HUGETEXT_COMPAT: ")
+                .bytes(w)
+                .s(" (expected no-pagemap-scan, no-populate or all); ignored");
         }
+    }
+    let thp_off = sys::prctl(sys::PR_GET_THP_DISABLE, 0, 0, 0, 0) > 0;
+    let scan = match cfg.compat.no_pagemap_scan {
+        true => Err(0),
+        false => Scanner::open(),
     };
+    let scan = match scan {
+        Ok(s) => Verifier::Scan(s),
+        Err(e) => match Smaps::open() {
+            Ok(s) => {
+                if cfg.verbose {
+                    let mut o = line();
+                    if e == 0 {
+                        o.s("HUGETEXT_COMPAT=no-pagemap-scan");
+                    } else {
+                        o.s("PAGEMAP_SCAN is not available (Linux 6.7+)").err(e);
+                    }
+                    o.s(": verifying with the per-mapping totals of /proc/self/smaps");
+                }
+                Verifier::Smaps(s)
+            }
+            Err(e2) => {
+                if cfg.verbose {
+                    line()
+                        .s("cannot read this process's page tables (PAGEMAP_SCAN needs Linux 6.7; /proc/self/smaps")
+                        .err(e2)
+                        .s("); text left as it is");
+                }
+                return if e < 0 { e } else { e2 };
+            }
+        },
+    };
+    let touch = cfg.compat.no_populate || NO_POPULATE.load(Relaxed);
+    if cfg.compat.no_populate && cfg.verbose {
+        line().s("HUGETEXT_COMPAT=no-populate: faulting text in by touching every page, not MADV_POPULATE_READ");
+    }
     let size = core::mem::size_of::<State>();
     let mem = sys::mmap(
         0,
@@ -769,6 +849,7 @@ pub fn remap(cfg: &Config) -> isize {
                 scan,
                 t: Totals::default(),
                 no_anon_thp: thp_never(),
+                touch,
             };
             if thp_off && cfg.verbose {
                 line().s("huge pages are disabled for this process (prctl PR_SET_THP_DISABLE): text left as it is");
@@ -812,6 +893,12 @@ pub fn remap(cfg: &Config) -> isize {
                     .s("; ")
                     .u(t.small_mappings as u64)
                     .s(" text mappings have no whole 2 MiB window");
+                if pass.scan.is_smaps() {
+                    o.s("; verified with /proc/self/smaps totals");
+                }
+                if pass.touch {
+                    o.s("; pages touched, no MADV_POPULATE_READ");
+                }
             }
             if huge == 0 && t.first_err < 0 {
                 t.first_err

@@ -21,7 +21,9 @@ mod out;
 mod pattern;
 mod perfmap;
 mod scan;
+mod smaps;
 mod sys;
+mod verify;
 
 use core::ffi::{c_char, c_int, c_long};
 use core::sync::atomic::{AtomicBool, Ordering};

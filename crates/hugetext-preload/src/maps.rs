@@ -97,14 +97,28 @@ pub fn parse_line(line: &[u8]) -> Option<MapLine<'_>> {
 /// (lines longer than `buf` are skipped). Returns `-errno` if the file
 /// cannot be opened or read.
 pub fn for_each(buf: &mut [u8], mut f: impl FnMut(&MapLine<'_>)) -> Result<(), isize> {
-    let fd = sys::open(b"/proc/self/maps\0", libc::O_RDONLY | libc::O_CLOEXEC, 0);
+    for_each_line(b"/proc/self/maps\0", buf, |l| {
+        if let Some(l) = parse_line(l) {
+            f(&l);
+        }
+        true
+    })
+}
+
+/// Call `f` for every line (without its newline) of the file at `path`
+/// (NUL-terminated), reading it with raw `read()` through `buf`; lines
+/// longer than `buf` are skipped. `f` returns false to stop reading (the
+/// kernel then generates no more of a `/proc` file). Returns `-errno` if the
+/// file cannot be opened or read.
+pub fn for_each_line(path: &[u8], buf: &mut [u8], mut f: impl FnMut(&[u8]) -> bool) -> Result<(), isize> {
+    let fd = sys::open(path, libc::O_RDONLY | libc::O_CLOEXEC, 0);
     if fd < 0 {
         return Err(fd);
     }
     let fd = fd as i32;
     let mut fill = 0usize;
     let mut skipping = false;
-    let result = loop {
+    let result = 'read: loop {
         let r = sys::read(fd, &mut buf[fill..]);
         if r == -(libc::EINTR as isize) {
             continue;
@@ -116,19 +130,15 @@ pub fn for_each(buf: &mut [u8], mut f: impl FnMut(&MapLine<'_>)) -> Result<(), i
         fill += r as usize;
         let mut pos = 0;
         while let Some(nl) = buf[pos..fill].iter().position(|&c| c == b'\n') {
-            if !skipping {
-                if let Some(l) = parse_line(&buf[pos..pos + nl]) {
-                    f(&l);
-                }
+            if !skipping && !f(&buf[pos..pos + nl]) {
+                break 'read Ok(());
             }
             skipping = false;
             pos += nl + 1;
         }
         if eof {
             if pos < fill && !skipping {
-                if let Some(l) = parse_line(&buf[pos..fill]) {
-                    f(&l);
-                }
+                f(&buf[pos..fill]);
             }
             break Ok(());
         }

@@ -183,5 +183,64 @@ pub fn open_map() -> isize {
         sys::close(fd as i32);
         return -(libc::EPERM as isize);
     }
+    // A map last written before this process started was left by an earlier
+    // process with the same pid (pids are reused): its lines would give perf
+    // wrong names for our addresses. Our own lines (or a JIT's in this
+    // process) are never older than the process.
+    if st.st_size > 0 && started_at().is_some_and(|t| (st.st_mtime as u64) + 1 < t) {
+        sys::ftruncate(fd as i32, 0);
+    }
     fd
+}
+
+/// When this process started, in seconds since the epoch: `btime` of
+/// /proc/stat plus field 22 of /proc/self/stat (clock ticks; USER_HZ is 100
+/// on the architectures this library builds for).
+fn started_at() -> Option<u64> {
+    let mut buf = [0u8; 1024];
+    let mut ticks = None;
+    crate::maps::for_each_line(b"/proc/self/stat\0", &mut buf, |l| {
+        // Fields 3.. follow the command name, which may hold spaces and
+        // parentheses; starttime is field 22.
+        if let Some(i) = l.iter().rposition(|&c| c == b')') {
+            ticks = l[i + 1..]
+                .split(|&c| c == b' ')
+                .filter(|f| !f.is_empty())
+                .nth(19)
+                .and_then(dec);
+        }
+        false
+    })
+    .ok()?;
+    let mut btime = None;
+    crate::maps::for_each_line(b"/proc/stat\0", &mut buf, |l| match l.strip_prefix(b"btime ") {
+        Some(v) => {
+            btime = dec(v);
+            false
+        }
+        None => true,
+    })
+    .ok()?;
+    Some(btime? + ticks? / 100)
+}
+
+fn dec(s: &[u8]) -> Option<u64> {
+    let mut v: u64 = 0;
+    for &c in s {
+        v = v.checked_mul(10)?.checked_add((c as char).to_digit(10)? as u64)?;
+    }
+    (!s.is_empty()).then_some(v)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn this_process_started_recently() {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        let t = super::started_at().unwrap();
+        assert!(t <= now + 1 && t + 3600 > now, "started_at {t}, now {now}");
+    }
 }

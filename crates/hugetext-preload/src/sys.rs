@@ -158,6 +158,10 @@ pub fn fstatfs(fd: i32, st: &mut libc::statfs) -> isize {
     )
 }
 
+pub fn ftruncate(fd: i32, len: u64) -> isize {
+    call(libc::SYS_ftruncate, fd as usize, len as usize, 0, 0, 0, 0)
+}
+
 pub fn fdatasync(fd: i32) -> isize {
     call(libc::SYS_fdatasync, fd as usize, 0, 0, 0, 0, 0)
 }
@@ -176,6 +180,22 @@ pub fn getpid() -> i32 {
 
 pub fn geteuid() -> u32 {
     call(libc::SYS_geteuid, 0, 0, 0, 0, 0, 0) as u32
+}
+
+/// Fault `[addr, addr + len)` in for reading by loading one byte per
+/// 4 KiB page, in address order: what `MADV_POPULATE_READ` does, for
+/// kernels before 5.14. In a `MADV_HUGEPAGE` file mapping the first load of
+/// a 2 MiB window reads (or finds) a PMD-order folio and maps it with a PMD;
+/// the window's other loads then fault no more. The range must be readable
+/// (text mappings are `r-x`). No system call, no libc: safe in the critical
+/// section.
+pub fn touch(addr: usize, len: usize) {
+    let mut p = addr;
+    while p < addr + len {
+        // SAFETY: the caller passes a readable range of this process.
+        unsafe { core::ptr::read_volatile(p as *const u8) };
+        p += 4096;
+    }
 }
 
 /// Block every signal on this thread; returns the previous mask.

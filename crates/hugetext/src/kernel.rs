@@ -97,6 +97,8 @@ pub fn thp_enabled() -> Option<String> {
 pub struct Mapping {
     ptr: NonNull<c_void>,
     len: usize,
+    /// `PROT_*` it was mapped with.
+    prot: i32,
 }
 
 // SAFETY: a Mapping is a plain range of address space; access goes through
@@ -166,6 +168,7 @@ impl Mapping {
         Ok(Mapping {
             ptr: NonNull::new(p).expect("mmap returned null"),
             len,
+            prot,
         })
     }
 
@@ -202,6 +205,7 @@ impl Mapping {
         Ok(Mapping {
             ptr: NonNull::new(start as *mut c_void).unwrap(),
             len,
+            prot,
         })
     }
 
@@ -229,6 +233,18 @@ impl Mapping {
     pub fn madvise(&self, off: usize, len: usize, advice: i32) -> Result<()> {
         assert!(off + len <= self.len);
         madvise(self.addr() + off, len, advice)
+    }
+
+    /// [`populate_read`] over a sub-range `[off, off+len)` of a mapping made
+    /// with `PROT_READ` (an error otherwise).
+    pub fn populate_read(&self, off: usize, len: usize) -> Result<()> {
+        assert!(off + len <= self.len);
+        if self.prot & libc::PROT_READ == 0 {
+            return Err(Error::Invalid("populate_read: the mapping is not readable".into()));
+        }
+        // SAFETY: inside our own readable mapping, which stays mapped while
+        // `self` is borrowed.
+        unsafe { populate_read(self.addr() + off, len) }
     }
 
     /// Which pages of the mapping are resident (`mincore`), one bool per page.
@@ -275,6 +291,75 @@ fn madvise_name(advice: i32) -> &'static str {
         MADV_POPULATE_READ => "madvise(MADV_POPULATE_READ)",
         MADV_COLLAPSE => "madvise(MADV_COLLAPSE)",
         _ => "madvise",
+    }
+}
+
+/// Whether `HUGETEXT_COMPAT` (a comma-separated list, read once per
+/// process) names `feature` (`no-populate`, `no-pagemap-scan`; `all` names
+/// both): act as if the kernel did not have it, to exercise on a new kernel
+/// the fallbacks that older kernels need. A testing and diagnostic knob,
+/// the same one libhugetext.so reads.
+pub fn compat(feature: &str) -> bool {
+    static WORDS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    WORDS
+        .get_or_init(|| {
+            std::env::var("HUGETEXT_COMPAT")
+                .unwrap_or_default()
+                .split([',', ' '])
+                .filter(|w| !w.is_empty())
+                .map(str::to_owned)
+                .collect()
+        })
+        .iter()
+        .any(|w| w == feature || w == "all")
+}
+
+/// The kernel refused `MADV_POPULATE_READ` once (EINVAL: before 5.14).
+static NO_POPULATE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether [`populate_read`] touches pages instead of using
+/// `MADV_POPULATE_READ` (kernel before 5.14, or `HUGETEXT_COMPAT=no-populate`).
+pub fn populate_by_touch() -> bool {
+    NO_POPULATE.load(std::sync::atomic::Ordering::Relaxed) || compat("no-populate")
+}
+
+/// Fault `[addr, addr + len)` in for reading, as the process's own reads
+/// would: `MADV_POPULATE_READ` (one call, no trap per page), or, where the
+/// kernel has none (EINVAL, before 5.14; remembered) or
+/// `HUGETEXT_COMPAT=no-populate` says so, one volatile load per page
+/// ([`touch_pages`]). In a `MADV_HUGEPAGE` file mapping the first load of a
+/// PMD window reads a PMD-order folio and maps it whole, so the window's
+/// other loads cost no fault.
+///
+/// # Safety
+/// `[addr, addr + len)` must be readable memory of this process that stays
+/// mapped during the call (a fault past the end of a file raises SIGBUS
+/// where `MADV_POPULATE_READ` would return EFAULT).
+pub unsafe fn populate_read(addr: usize, len: usize) -> Result<()> {
+    if !populate_by_touch() {
+        match madvise(addr, len, MADV_POPULATE_READ) {
+            Err(Error::Sys { source, .. }) if source.raw_os_error() == Some(libc::EINVAL) => {
+                NO_POPULATE.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+            r => return r,
+        }
+    }
+    // SAFETY: the caller's contract.
+    unsafe { touch_pages(addr, len) };
+    Ok(())
+}
+
+/// Load one byte of every page of `[addr, addr + len)`, in address order.
+///
+/// # Safety
+/// As for [`populate_read`]: readable memory of this process.
+pub unsafe fn touch_pages(addr: usize, len: usize) {
+    let ps = page_size();
+    let mut p = addr;
+    while p < addr + len {
+        // SAFETY: the caller guarantees the range is readable.
+        unsafe { std::ptr::read_volatile(p as *const u8) };
+        p += ps;
     }
 }
 

@@ -2,6 +2,11 @@
 //! PMD-order folios through a 2 MiB-congruent `MADV_HUGEPAGE` mapping
 //! (KERNEL-NOTES §1).
 //!
+//! Pages are faulted in with `MADV_POPULATE_READ`, or, on kernels before
+//! 5.14 (or with `HUGETEXT_COMPAT=no-populate`), by loading one byte per
+//! page ([`kernel::populate_read`]): the first load of a window in a
+//! `MADV_HUGEPAGE` mapping reads the whole PMD-order folio just the same.
+//!
 //! Three ways to fill, from the most to the least general:
 //! - [`fill_huge`]: a congruent `MADV_HUGEPAGE` mapping over the range,
 //!   populated; page-cache misses are read as PMD-order folios. Readahead is
@@ -60,8 +65,7 @@ pub fn fill_huge(file: &File, range: Range<u64>) -> Result<()> {
         kernel::pmd_size(),
     )?;
     map.madvise(0, len as usize, kernel::MADV_HUGEPAGE)?;
-    map.madvise(0, len as usize, kernel::MADV_POPULATE_READ)?;
-    Ok(())
+    map.populate_read(0, len as usize)
 }
 
 /// The whole PMD-size windows inside `range`: `[ceil(start), floor(end))`
@@ -135,7 +139,7 @@ pub fn fill_windows(file: &File, windows: Range<u64>, parallel: usize) -> Result
     let parallel = (parallel.max(1) as u64).min(n) as usize;
     let base = map.addr();
     if parallel <= 1 {
-        return kernel::madvise(base, len, kernel::MADV_POPULATE_READ);
+        return map.populate_read(0, len);
     }
     // Workers take windows from a shared counter, so each has one window
     // in flight and the next read starts as soon as one finishes.
@@ -149,7 +153,9 @@ pub fn fill_windows(file: &File, windows: Range<u64>, parallel: usize) -> Result
                         if k >= n {
                             return Ok(());
                         }
-                        kernel::madvise(base + (k * pmd) as usize, pmd as usize, kernel::MADV_POPULATE_READ)?;
+                        // SAFETY: window k of `map` (PROT_READ), which stays
+                        // mapped until the scope ends.
+                        unsafe { kernel::populate_read(base + (k * pmd) as usize, pmd as usize)? };
                     }
                 })
             })
@@ -176,7 +182,13 @@ pub fn fill_windows(file: &File, windows: Range<u64>, parallel: usize) -> Result
 /// exactly the requested pages and no readahead window beyond them.
 pub fn fill_small(file: &File, range: Range<u64>) -> Result<()> {
     let ps = kernel::page_size() as u64;
-    let size = file.metadata().map_err(|e| Error::Sys { call: "fstat", source: e })?.len();
+    let size = file
+        .metadata()
+        .map_err(|e| Error::Sys {
+            call: "fstat",
+            source: e,
+        })?
+        .len();
     let start = range.start / ps * ps;
     let end = range.end.min(size).div_ceil(ps) * ps;
     if start >= end {
@@ -187,7 +199,13 @@ pub fn fill_small(file: &File, range: Range<u64>) -> Result<()> {
     if r != 0 {
         return Err(Error::last_os("readahead"));
     }
-    let map = Mapping::file_congruent(file.as_fd(), start, (end - start) as usize, libc::PROT_READ, ps as usize)?;
+    let map = Mapping::file_congruent(
+        file.as_fd(),
+        start,
+        (end - start) as usize,
+        libc::PROT_READ,
+        ps as usize,
+    )?;
     let resident = map.resident()?;
     drop(map);
     if resident.iter().all(|&r| r) {
@@ -198,7 +216,10 @@ pub fn fill_small(file: &File, range: Range<u64>) -> Result<()> {
     // SAFETY: plain syscall on a valid fd.
     let r = unsafe { libc::posix_fadvise(exact.as_raw_fd(), 0, 0, libc::POSIX_FADV_RANDOM) };
     if r != 0 {
-        return Err(Error::Sys { call: "posix_fadvise(RANDOM)", source: std::io::Error::from_raw_os_error(r) });
+        return Err(Error::Sys {
+            call: "posix_fadvise(RANDOM)",
+            source: std::io::Error::from_raw_os_error(r),
+        });
     }
     let mut buf = Vec::new();
     let mut i = 0;
@@ -214,7 +235,10 @@ pub fn fill_small(file: &File, range: Range<u64>) -> Result<()> {
         let off = start + i as u64 * ps;
         let len = ((j - i) as u64 * ps).min(size - off) as usize;
         buf.resize(len, 0);
-        exact.read_exact_at(&mut buf, off).map_err(|e| Error::Sys { call: "pread", source: e })?;
+        exact.read_exact_at(&mut buf, off).map_err(|e| Error::Sys {
+            call: "pread",
+            source: e,
+        })?;
         i = j;
     }
     Ok(())
@@ -260,7 +284,7 @@ pub fn collapse_supported(dir: &Path) -> Result<CollapseSupport> {
     let f = f?;
     evict(&f, 0..0)?;
     let map = Mapping::file_congruent(f.as_fd(), 0, pmd, libc::PROT_READ | libc::PROT_EXEC, pmd)?;
-    map.madvise(0, pmd, kernel::MADV_POPULATE_READ)?;
+    map.populate_read(0, pmd)?;
     Ok(match map.madvise(0, pmd, kernel::MADV_COLLAPSE) {
         Ok(()) => CollapseSupport::Available,
         Err(Error::Sys { source, .. }) => match source.raw_os_error() {

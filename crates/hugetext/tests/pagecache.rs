@@ -55,3 +55,70 @@ fn small_reads_give_small_folios_and_scan_reads_nothing() {
     let tail = folio::scan_file(&p, Some((6 << 20)..(8 << 20))).unwrap();
     assert_eq!(tail.cached_kb, 0, "scanning must not read uncached pages: {tail:?}");
 }
+
+/// The fallback for kernels without `MADV_POPULATE_READ` (before 5.14):
+/// loading one byte per page of a congruent `MADV_HUGEPAGE` mapping fills
+/// the page cache with PMD folios just the same.
+#[test]
+fn touching_pages_fills_pmd_folios_like_populate() {
+    use std::os::fd::AsFd;
+    let p = scratch_file("touch", 8);
+    let f = File::open(&p).unwrap();
+    pagecache::evict(&f, 0..0).unwrap();
+    let pmd = kernel::pmd_size();
+    let len = 8 << 20;
+    let m = kernel::Mapping::file_congruent(f.as_fd(), 0, len, libc::PROT_READ | libc::PROT_EXEC, pmd).unwrap();
+    m.madvise(0, len, kernel::MADV_HUGEPAGE).unwrap();
+    // SAFETY: our own PROT_READ mapping.
+    unsafe { kernel::touch_pages(m.addr(), len) };
+    drop(m);
+    let v = folio::scan_file(&p, None).unwrap();
+    let pmd_kb = pmd as u64 / 1024;
+    assert_eq!(v.folios_kb.get(&pmd_kb).copied().unwrap_or(0), 8 * 1024, "{v:?}");
+    // A mapping that is not readable is refused, not touched.
+    let n = kernel::Mapping::anon_aligned(4096, libc::PROT_NONE, 4096).unwrap();
+    assert!(n.populate_read(0, 4096).is_err());
+}
+
+/// `HUGETEXT_COMPAT=no-populate` makes `fill_windows`/`fill_huge` (what
+/// `warm` uses) take the touch fallback; the page cache still ends up in PMD
+/// folios. The test re-runs itself with the knob set (it is read once per
+/// process).
+#[test]
+fn compat_knob_makes_fills_touch_pages() {
+    const NAME: &str = "compat_knob_makes_fills_touch_pages";
+    if std::env::var_os("HUGETEXT_COMPAT").is_some() {
+        assert!(
+            kernel::populate_by_touch(),
+            "HUGETEXT_COMPAT=no-populate is not honoured"
+        );
+        let pmd_kb = kernel::pmd_size() as u64 / 1024;
+        let p = scratch_file("compat-windows", 8);
+        let f = File::open(&p).unwrap();
+        pagecache::evict(&f, 0..0).unwrap();
+        pagecache::fill_windows(&f, 0..8 << 20, 4).unwrap();
+        let v = folio::scan_file(&p, None).unwrap();
+        assert_eq!(v.folios_kb.get(&pmd_kb).copied().unwrap_or(0), 8 * 1024, "{v:?}");
+        let p = scratch_file("compat-huge", 8);
+        let f = File::open(&p).unwrap();
+        pagecache::evict(&f, 0..0).unwrap();
+        pagecache::fill_huge(&f, 0..8 << 20).unwrap();
+        let v = folio::scan_file(&p, None).unwrap();
+        assert_eq!(v.folios_kb.get(&pmd_kb).copied().unwrap_or(0), 8 * 1024, "{v:?}");
+        return;
+    }
+    if kernel::KernelVersion::current().at_least(5, 14) {
+        assert!(!kernel::populate_by_touch(), "MADV_POPULATE_READ exists since 5.14");
+    }
+    let o = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", NAME, "--test-threads", "1"])
+        .env("HUGETEXT_COMPAT", "no-populate")
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success() && out.contains("1 passed"),
+        "{out}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}

@@ -34,6 +34,12 @@ five from its options):
   HUGETEXT_PERF_MAP=0      do not write /tmp/perf-PID.map for copied text
   HUGETEXT_NAME=0          do not name copied text [anon:hugetext:PATH]
   HUGETEXT_DISABLE=1       the preload does nothing
+  HUGETEXT_COMPAT=no-pagemap-scan,no-populate   (or `all`)
+                           testing/diagnosis: act as if the kernel had no
+                           PAGEMAP_SCAN (before 6.7: verify with smaps totals)
+                           and no MADV_POPULATE_READ (before 5.14: touch
+                           pages); these fallbacks are used automatically on
+                           such kernels. `warm` reads no-populate too
   HUGETEXT_PRELOAD=PATH    libhugetext.so to inject (default: next to the
                            hugetext binary, ../lib/hugetext/, /usr/local/lib)
 
