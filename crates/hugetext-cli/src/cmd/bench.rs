@@ -215,6 +215,15 @@ pub fn run(args: Args) -> Result<u8> {
     }
 }
 
+/// Run a benchmark with a progress bar on stderr (when it is a terminal),
+/// clearing the bar before any result or error is printed.
+fn with_progress<R>(f: impl FnOnce(&Bar) -> hugetext::Result<R>) -> hugetext::Result<R> {
+    let bar = Bar::new();
+    let r = f(&bar);
+    bar.finish();
+    r
+}
+
 fn print_json<T: serde::Serialize>(v: &T) -> Result<()> {
     println!("{}", serde_json::to_string_pretty(v)?);
     Ok(())
@@ -275,10 +284,7 @@ fn run_exec(a: ExecArgs) -> Result<u8> {
         random_passes: a.random_passes,
         seed: a.seed,
     };
-    let bar = Bar::new();
-    let r = exec::run(&opts, &bar);
-    bar.finish();
-    let r = r?;
+    let r = with_progress(|bar| exec::run(&opts, bar))?;
     if a.json {
         print_json(&r)?;
         return Ok(0);
@@ -380,10 +386,7 @@ fn run_mprotect(a: MprotectArgs) -> Result<u8> {
         runs: a.runs,
         allow_sysfs: a.allow_sysfs,
     };
-    let bar = Bar::new();
-    let r = mprotect::run(&opts, &bar);
-    bar.finish();
-    let r = r?;
+    let r = with_progress(|bar| mprotect::run(&opts, bar))?;
     if a.json {
         print_json(&r)?;
         return Ok(0);
@@ -454,10 +457,7 @@ fn run_readahead(a: ReadaheadArgs) -> Result<u8> {
     if let Some(n) = a.threads {
         opts.threads = n;
     }
-    let bar = Bar::new();
-    let r = readahead::run(&opts, &bar);
-    bar.finish();
-    let r = r?;
+    let r = with_progress(|bar| readahead::run(&opts, bar))?;
     if a.json {
         print_json(&r)?;
         return Ok(0);
@@ -515,10 +515,7 @@ fn run_ab(a: AbArgs) -> Result<u8> {
         seed: a.seed,
         show_output: a.show_output,
     };
-    let bar = Bar::new();
-    let r = ab::run(&opts, &bar);
-    bar.finish();
-    let r = r?;
+    let r = with_progress(|bar| ab::run(&opts, bar))?;
     if let Some(path) = &a.plot {
         if !r.pairs.is_empty() {
             let title = format!(
