@@ -44,17 +44,20 @@ static NO_POPULATE: AtomicBool = AtomicBool::new(false);
 /// What `MADV_DONTNEED` of a whole 2 MiB window does with the emptied page
 /// table on this kernel: not known yet, frees it (`CONFIG_PT_RECLAIM`,
 /// 6.14+), or keeps it (then the file route replaces windows with
-/// `mmap(MAP_FIXED)`, [`Pass::replace`]). Found out at the first evicted
-/// window that refaults small ([`Pass::window`]), remembered for the
-/// process.
+/// `mmap(MAP_FIXED)`, [`Pass::replace`]). Found out at the first dropped
+/// window that refaults huge, or small from a 2 MiB folio
+/// ([`Pass::window`]); remembered for the process.
 static PT: AtomicU8 = AtomicU8::new(PT_UNKNOWN);
 const PT_UNKNOWN: u8 = 0;
 const PT_FREED: u8 = 1;
 const PT_KEPT: u8 = 2;
-/// Windows per pass that may be checked for it without deciding (a
-/// filesystem without large folios, or page cache another process maps,
-/// would otherwise cost a measure and a probe per window).
+/// Evicted windows per pass that may refault small from small folios
+/// without deciding it (a filesystem without large folios would otherwise
+/// cost a probe per window)...
 const MAX_CHECKS: u8 = 4;
+/// ... and probes per pass in all (windows not evicted: another process
+/// maps their page cache, or threads running the text kept it mapped).
+const MAX_PROBES: u8 = 16;
 
 const MAXC: usize = 1024;
 
@@ -296,9 +299,10 @@ struct Pass<'a> {
     no_anon_thp: bool,
     /// Fault pages in by touching them (no `MADV_POPULATE_READ`).
     touch: bool,
-    /// Windows checked for what `MADV_DONTNEED` does with page tables
-    /// ([`Pass::window`]).
+    /// Evicted windows that refaulted small from small folios ([`Pass::window`]).
     checks: u8,
+    /// Fresh-mapping probes made ([`Pass::cache_is_pmd`]).
+    probes: u8,
 }
 
 impl Pass<'_> {
@@ -378,28 +382,29 @@ impl Pass<'_> {
     /// `-errno`, whether the page cache was evicted, what failed).
     fn window(&mut self, c: &Cand, f: i32, s: usize) -> (isize, bool, &'static str) {
         let off = Self::file_off(c, s);
-        let detect = PT.load(Relaxed) == PT_UNKNOWN && self.checks < MAX_CHECKS;
+        let detect = PT.load(Relaxed) == PT_UNKNOWN && self.checks < MAX_CHECKS && self.probes < MAX_PROBES;
         // The window's huge bytes before (outside the critical section: smaps
         // may be the verifier).
         let before = match detect {
-            true => {
-                self.checks += 1;
-                self.scan.measure(s, 1, c.start, c.end).ok()
-            }
+            true => self.scan.measure(s, 1, c.start, c.end).ok(),
             false => None,
         };
         let (r, gone, what) = self.refault(f, s, off, PT.load(Relaxed) == PT_KEPT);
-        if r < 0 || !gone {
+        if r < 0 {
             return (r, gone, what);
         }
         let Some((_, bytes_before)) = before else {
             return (r, gone, what);
         };
-        // Evicted and read back by our own populate through MADV_HUGEPAGE:
-        // not PMD-mapped now means either that the filesystem (or memory)
-        // gave small folios, or that the fault found a page table and could
-        // not install a PMD. A fresh mapping of the same file range tells
-        // which.
+        // Dropped and faulted back through MADV_HUGEPAGE: not PMD-mapped now
+        // means that the page cache holds small folios (the filesystem or
+        // memory gave no large one, or they could not be evicted: mapped by
+        // another process, or by a thread of ours between drop and evict),
+        // or that it holds one 2 MiB folio and the fault found a page table
+        // and could not install a PMD. A fresh mapping of the same file range
+        // tells which. (Not only evicted windows: a thread running the text
+        // may fault the window back in after the eviction — from a 2 MiB
+        // folio, which a kept table then maps with PTEs.)
         let huge_now = match self.scan.measure(s, 1, c.start, c.end) {
             Ok((m, b)) => m & 1 != 0 || b >= bytes_before + PMD as u64,
             Err(_) => return (r, gone, what),
@@ -408,7 +413,14 @@ impl Pass<'_> {
             PT.store(PT_FREED, Relaxed);
             return (r, gone, what);
         }
+        self.probes += 1;
         if !self.cache_is_pmd(f, off) {
+            // Evicted and read back small: the filesystem or memory gave no
+            // large folio. (Not evicted: most likely a thread of ours kept
+            // small folios mapped; that says nothing about the kernel.)
+            if gone {
+                self.checks += 1;
+            }
             return (r, gone, what);
         }
         PT.store(PT_KEPT, Relaxed);
@@ -448,14 +460,22 @@ impl Pass<'_> {
         // the window may be dropped at all: it refuses mlocked text (EINVAL),
         // which a new mapping would silently unlock.
         let (mut r, mut what) = (r, "file route: madvise(MADV_DONTNEED)");
-        if r == 0 && replace {
-            (r, what) = self.replace(f, s, off);
-        }
         let mut gone = false;
         if r == 0 {
             sys::fadvise(f, off, PMD as u64, sys::POSIX_FADV_DONTNEED);
             // With our PTEs gone, mincore reports the page cache.
             gone = sys::mincore(s, PMD, &mut resident) == 0 && resident.iter().all(|b| b & 1 == 0);
+            // Replaced after the eviction: a thread faulting the old window
+            // from now on reads a 2 MiB folio (the old VMA is VM_HUGEPAGE),
+            // which the replacement then maps with a PMD; only a fault in the
+            // two syscalls between the new mapping and its MADV_HUGEPAGE can
+            // still read small folios (measured: the file route then wins
+            // under the C API threads test about as often as without it).
+            if replace {
+                (r, what) = self.replace(f, s, off);
+            }
+        }
+        if r == 0 {
             (r, what) = (self.populate(s, PMD), "file route: madvise(MADV_POPULATE_READ)");
         }
         sys::restore_signals(mask);
@@ -466,7 +486,7 @@ impl Pass<'_> {
     /// same range of the same file (`f`: opened and checked to be the
     /// mapped file by [`open_mapped`]), `r-x` like every candidate, then
     /// `MADV_HUGEPAGE` it (`VM_HUGEPAGE` is per VMA). Called in the critical
-    /// section, after `MADV_DONTNEED`.
+    /// section, after `MADV_DONTNEED` and the eviction.
     ///
     /// Why: before Linux 6.14 (`CONFIG_PT_RECLAIM`, x86-64 only; and even
     /// then not when a zap skips an entry) `MADV_DONTNEED` leaves the
@@ -1053,6 +1073,7 @@ pub fn remap(cfg: &Config) -> isize {
                 no_anon_thp: thp_never(),
                 touch,
                 checks: 0,
+                probes: 0,
             };
             if thp_off && cfg.verbose {
                 line().s("huge pages are disabled for this process (prctl PR_SET_THP_DISABLE): text left as it is");
