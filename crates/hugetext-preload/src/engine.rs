@@ -433,7 +433,8 @@ impl Pass<'_> {
             }
             o.s("); replacing windows with mmap(MAP_FIXED) from now on");
         }
-        // The page cache is now one 2 MiB folio: the redo only maps it.
+        // Redo this window with the replacement (its 2 MiB folio, unmapped
+        // again, is evicted and read once more: one window, once per process).
         let (r, _, what) = self.refault(f, s, off, true);
         (r, gone, what)
     }
