@@ -13,11 +13,17 @@
 //! instance kept running, the text's huge-backed bytes and its anonymous
 //! (private) memory from smaps. A benchmark, not a test: it asserts nothing.
 //!
-//! Rows marked `smaps` run with `HUGETEXT_COMPAT=all`: the fallbacks of
-//! kernels without `PAGEMAP_SCAN` (before 6.7) and `MADV_POPULATE_READ`
-//! (before 5.14). When the Rust toolchain's own `rustc` is found, it is
-//! measured too (`rustc --version`: start-up only; its huge MiB is what the
-//! preload reports).
+//! The `compat` column is `HUGETEXT_COMPAT`: `all` = the fallbacks of
+//! kernels without `PAGEMAP_SCAN` (before 6.7: smaps verification),
+//! `MADV_POPULATE_READ` (before 5.14: pages touched) and page-table reclaim
+//! (before 6.14: `file` replaces windows with `mmap(MAP_FIXED)`);
+//! `no-pt-reclaim` = only the last (6.7 to 6.13). The `cache` column is the
+//! page cache before each run: `warm` (2 MiB folios, from the warm-up run),
+//! `cold` (evicted: the text is read from disk) or `small` (4 KiB folios, as
+//! plain runs of the program leave it: every window takes the file route's
+//! drop/evict/refault step). When the Rust toolchain's own `rustc` is found,
+//! it is measured too (`rustc --version`: start-up only; its huge MiB is
+//! what the preload reports).
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -31,11 +37,27 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-fn evict(path: &Path) {
-    use std::os::fd::AsRawFd;
+/// The page cache of `path` before a run.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Cache {
+    /// As the previous run left it.
+    Warm,
+    /// Evicted.
+    Cold,
+    /// Evicted and read back in 4 KiB folios.
+    Small,
+}
+
+fn prepare(path: &Path, cache: Cache) {
     let f = std::fs::File::open(path).unwrap();
-    // SAFETY: plain syscall on an open fd.
-    unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    match cache {
+        Cache::Warm => {}
+        Cache::Cold => hugetext::pagecache::evict(&f, 0..0).unwrap(),
+        Cache::Small => {
+            hugetext::pagecache::evict(&f, 0..0).unwrap();
+            hugetext::pagecache::fill_small(&f, 0..u64::MAX).unwrap();
+        }
+    }
 }
 
 fn hugetext_bin() -> PathBuf {
@@ -47,9 +69,9 @@ fn hugetext_bin() -> PathBuf {
 #[derive(Clone, Copy)]
 struct Case<'a> {
     strategy: Option<&'a str>,
-    /// `HUGETEXT_COMPAT=all`: the older-kernel fallbacks.
-    compat: bool,
-    cold: bool,
+    /// `HUGETEXT_COMPAT`: older-kernel fallbacks.
+    compat: Option<&'a str>,
+    cache: Cache,
 }
 
 fn command(case: Case, prog: &Path, args: &[&str]) -> Command {
@@ -62,17 +84,15 @@ fn command(case: Case, prog: &Path, args: &[&str]) -> Command {
         }
     };
     c.args(args).env_remove("HUGETEXT_COMPAT");
-    if case.compat {
-        c.env("HUGETEXT_COMPAT", "all");
+    if let Some(v) = case.compat {
+        c.env("HUGETEXT_COMPAT", v);
     }
     c
 }
 
 /// (wall ms, preload-reported ms, preload-reported huge MiB)
 fn once(case: Case, prog: &Path, args: &[&str]) -> (f64, Option<f64>, Option<f64>) {
-    if case.cold {
-        evict(prog);
-    }
+    prepare(prog, case.cache);
     let t = Instant::now();
     let child = command(case, prog, args)
         .stdout(Stdio::null())
@@ -100,6 +120,7 @@ fn once(case: Case, prog: &Path, args: &[&str]) -> (f64, Option<f64>, Option<f64
 
 /// (huge MiB, anonymous MiB, Pss MiB) of the text of a running instance.
 fn memory(case: Case, prog: &Path) -> (f64, f64, f64) {
+    prepare(prog, case.cache);
     let mut child = command(case, prog, &["wait"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -123,29 +144,46 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let dir = PathBuf::from(args.next().unwrap_or_else(|| "target/fixtures80".into()));
     let n: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(20);
-    let case = |strategy, compat, cold| Case { strategy, compat, cold };
+    let case = |strategy, compat, cache| Case {
+        strategy,
+        compat,
+        cache,
+    };
+    let (all, no_pt) = (Some("all"), Some("no-pt-reclaim"));
+    use Cache::{Cold, Small, Warm};
     let cases: &[(&str, Case)] = &[
-        ("bfd/nopie", case(None, false, false)),
-        ("bfd/nopie", case(Some("file"), false, false)),
-        ("bfd/nopie", case(Some("file"), true, false)),
-        ("bfd/nopie", case(Some("file"), false, true)),
-        ("bfd/nopie", case(Some("file"), true, true)),
-        ("bfd/nopie", case(Some("copy"), false, false)),
-        ("bfd/nopie", case(Some("copy"), true, false)),
-        ("lld/pie", case(None, false, false)),
-        ("lld/pie", case(Some("auto"), false, false)),
-        ("lld/pie", case(Some("auto"), true, false)),
-        ("lld/pie", case(Some("copy"), false, false)),
-        ("lld/pie", case(Some("copy"), true, false)),
+        ("bfd/nopie", case(None, None, Warm)),
+        ("bfd/nopie", case(Some("file"), None, Warm)),
+        ("bfd/nopie", case(Some("file"), all, Warm)),
+        ("bfd/nopie", case(Some("file"), None, Cold)),
+        ("bfd/nopie", case(Some("file"), no_pt, Cold)),
+        ("bfd/nopie", case(Some("file"), all, Cold)),
+        ("bfd/nopie", case(Some("file"), None, Small)),
+        ("bfd/nopie", case(Some("file"), no_pt, Small)),
+        ("bfd/nopie", case(Some("file"), all, Small)),
+        ("bfd/nopie", case(Some("copy"), None, Warm)),
+        ("bfd/nopie", case(Some("copy"), all, Warm)),
+        ("lld/pie", case(None, None, Warm)),
+        ("lld/pie", case(Some("auto"), None, Warm)),
+        ("lld/pie", case(Some("auto"), all, Warm)),
+        ("lld/pie", case(Some("copy"), None, Warm)),
+        ("lld/pie", case(Some("copy"), all, Warm)),
     ];
     println!(
-        "{:<10} {:<6} {:<7} {:<5} {:>10} {:>12} {:>12} {:>9} {:>9} {:>9}",
-        "fixture", "route", "verify", "cache", "wall ms", "+ vs plain", "preload ms", "huge MiB", "anon MiB", "Pss MiB"
+        "{:<10} {:<6} {:<13} {:<5} {:>10} {:>12} {:>12} {:>9} {:>9} {:>9}",
+        "fixture", "route", "compat", "cache", "wall ms", "+ vs plain", "preload ms", "huge MiB", "anon MiB", "Pss MiB"
     );
-    let verify = |c: &Case| match (c.strategy, c.compat) {
-        (None, _) => "-",
-        (_, false) => "scan",
-        (_, true) => "smaps",
+    fn compat<'a>(c: &Case<'a>) -> &'a str {
+        match (c.strategy, c.compat) {
+            (None, _) => "-",
+            (_, None) => "none",
+            (_, Some(v)) => v,
+        }
+    }
+    let cache = |c: &Case| match c.cache {
+        Warm => "warm",
+        Cold => "cold",
+        Small => "small",
     };
     let mut plain = std::collections::HashMap::new();
     for &(name, c) in cases {
@@ -161,11 +199,11 @@ fn main() {
         let delta = wall - plain.get(name).copied().unwrap_or(f64::NAN);
         let (huge, anon, pss) = memory(c, &prog);
         println!(
-            "{:<10} {:<6} {:<7} {:<5} {:>10.2} {:>12.2} {:>12.2} {:>9.1} {:>9.1} {:>9.1}",
+            "{:<10} {:<6} {:<13} {:<5} {:>10.2} {:>12.2} {:>12.2} {:>9.1} {:>9.1} {:>9.1}",
             name,
             c.strategy.unwrap_or("plain"),
-            verify(&c),
-            if c.cold { "cold" } else { "warm" },
+            compat(&c),
+            cache(&c),
             wall,
             delta,
             inner,
@@ -191,13 +229,13 @@ fn main() {
     );
     let mut plain = f64::NAN;
     for c in [
-        case(None, false, false),
-        case(Some("auto"), false, false),
-        case(Some("auto"), true, false),
-        case(Some("copy"), false, false),
-        case(Some("copy"), true, false),
-        case(Some("file"), false, false),
-        case(Some("file"), true, false),
+        case(None, None, Warm),
+        case(Some("auto"), None, Warm),
+        case(Some("auto"), all, Warm),
+        case(Some("copy"), None, Warm),
+        case(Some("copy"), all, Warm),
+        case(Some("file"), None, Warm),
+        case(Some("file"), all, Warm),
     ] {
         once(c, &rustc, &["--version"]);
         let runs: Vec<_> = (0..n).map(|_| once(c, &rustc, &["--version"])).collect();
@@ -209,10 +247,10 @@ fn main() {
         let inner = med(runs.iter().filter_map(|r| r.1).collect());
         let huge = med(runs.iter().filter_map(|r| r.2).collect());
         println!(
-            "{:<10} {:<6} {:<7} {:<5} {:>10.2} {:>12.2} {:>12.2} {:>9.1}",
+            "{:<10} {:<6} {:<13} {:<5} {:>10.2} {:>12.2} {:>12.2} {:>9.1}",
             "rustc",
             c.strategy.unwrap_or("plain"),
-            verify(&c),
+            compat(&c),
             "warm",
             wall,
             wall - plain,

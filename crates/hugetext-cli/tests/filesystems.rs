@@ -194,6 +194,11 @@ impl Drop for Running {
 
 /// `hugetext run ARGS -- PROG wait`.
 fn run_waiting(args: &[&str], prog: &Path) -> Running {
+    run_waiting_with(None, args, prog)
+}
+
+/// The same with `HUGETEXT_COMPAT=compat` (None: unset).
+fn run_waiting_with(compat: Option<&str>, args: &[&str], prog: &Path) -> Running {
     let lib = common::target_profile_dir().join("libhugetext.so");
     assert!(lib.exists(), "{} missing: cargo build --release", lib.display());
     let mut cmd = Command::new(common::bin());
@@ -203,6 +208,10 @@ fn run_waiting(args: &[&str], prog: &Path) -> Running {
         .arg(prog)
         .env_remove("HUGETEXT_STRATEGY")
         .env_remove("HUGETEXT_VERBOSE");
+    match compat {
+        Some(c) => cmd.env("HUGETEXT_COMPAT", c),
+        None => cmd.env_remove("HUGETEXT_COMPAT"),
+    };
     Running::start(cmd)
 }
 
@@ -250,13 +259,30 @@ fn warm_reaches_every_window(dir: &Path, fstype: &str) {
 /// `run --strategy file` of a fresh copy (small folios, as exec leaves them):
 /// the text becomes huge through the page cache, with no anonymous memory.
 fn run_file_strategy_is_huge(dir: &Path) {
+    run_file_strategy_is_huge_with(dir, None);
+}
+
+/// The same with `HUGETEXT_COMPAT=compat`; with `no-pt-reclaim` the page
+/// cache is put in 4 KiB folios first (so the route drops and refaults) and
+/// the windows must have been replaced with `mmap(MAP_FIXED)`.
+fn run_file_strategy_is_huge_with(dir: &Path, compat: Option<&str>) {
     let prog = copy_fixture(dir, "bfd", "nopie");
-    let r = run_waiting(&["--strategy", "file", "-v"], &prog);
+    let keeps_tables = compat.is_some_and(|c| c.contains("no-pt-reclaim"));
+    if keeps_tables {
+        read_small(&prog);
+    }
+    let r = run_waiting_with(compat, &["--strategy", "file", "-v"], &prog);
     let (file_pmd, anon, private_anon) = r.huge_of(&prog);
     let err = r.stop();
     assert!(file_pmd >= 16 * MIB, "FilePmdMapped {} KiB: {err}", file_pmd >> 10);
     assert_eq!(anon + private_anon, 0, "the file route adds no anonymous memory: {err}");
     assert!(err.contains("file 18.0 MiB"), "{err}");
+    if keeps_tables {
+        assert!(
+            err.contains("18.0 MiB in windows replaced with mmap(MAP_FIXED)"),
+            "{err}"
+        );
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -282,6 +308,14 @@ fn xfs_warm_reaches_every_window_and_inspect_agrees() {
 fn xfs_run_file_strategy_is_huge() {
     let Some(fs) = common::loop_fs("xfs") else { return };
     run_file_strategy_is_huge(fs.path());
+}
+
+/// As on a kernel without page-table reclaim (before 6.14), where xfs is
+/// the filesystem with large folios (since 5.18).
+#[test]
+fn xfs_run_file_strategy_without_page_table_reclaim() {
+    let Some(fs) = common::loop_fs("xfs") else { return };
+    run_file_strategy_is_huge_with(fs.path(), Some("no-pt-reclaim"));
 }
 
 // ---------------------------------------------------------------------------

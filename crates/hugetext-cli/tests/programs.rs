@@ -16,7 +16,9 @@ use std::process::{Command, Output, Stdio};
 
 use hugetext::remap::text_mappings;
 
-const FALLBACKS: &str = "no-pagemap-scan,no-populate";
+/// The older-kernel fallbacks (`HUGETEXT_COMPAT`): a 5.x kernel without
+/// `PAGEMAP_SCAN`, `MADV_POPULATE_READ` and page-table reclaim.
+const FALLBACKS: &str = "no-pagemap-scan,no-populate,no-pt-reclaim";
 const MIB: f64 = (1 << 20) as f64;
 
 /// The first ELF executable called `name` on PATH. Scripts are passed over:

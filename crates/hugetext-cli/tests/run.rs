@@ -26,8 +26,59 @@ fn preload() -> PathBuf {
 
 /// The kernel-compatibility fallbacks, all forced (`HUGETEXT_COMPAT`):
 /// verification with /proc/self/smaps totals instead of `PAGEMAP_SCAN`,
-/// pages touched instead of `MADV_POPULATE_READ`.
-const FALLBACKS: &str = "no-pagemap-scan,no-populate";
+/// pages touched instead of `MADV_POPULATE_READ`, and `MADV_DONTNEED`
+/// leaving the emptied page table (no `CONFIG_PT_RECLAIM`), so the file
+/// route must replace windows with `mmap(MAP_FIXED)`: a Linux 5.x kernel.
+const FALLBACKS: &str = "no-pagemap-scan,no-populate,no-pt-reclaim";
+
+/// Only the page-table one: Linux 6.7 to 6.13 (`PAGEMAP_SCAN`, no
+/// `CONFIG_PT_RECLAIM`; Ubuntu 24.04's 6.8).
+const NO_PT_RECLAIM: &str = "no-pt-reclaim";
+
+/// What the preload says with -v when the file route replaced windows.
+const REPLACED: &str = "in windows replaced with mmap(MAP_FIXED)";
+
+/// Does `compat` make `MADV_DONTNEED` keep page tables?
+fn keeps_tables(compat: Option<&str>) -> bool {
+    compat.is_some_and(|c| c.split(',').any(|w| w == "no-pt-reclaim" || w == "all"))
+}
+
+/// Put `path`'s page cache in 4 KiB folios, as a program's exec faults
+/// leave it: the file route must then drop, evict and refault (2b).
+fn small_folios(path: &Path) {
+    let f = std::fs::File::open(path).unwrap();
+    hugetext::pagecache::evict(&f, 0..0).unwrap();
+    hugetext::pagecache::fill_small(&f, 0..u64::MAX).unwrap();
+}
+
+/// The zero-copy promise, after the file route: every executable mapping
+/// within the span of `file`'s text names `file` (no anonymous text) and
+/// holds no anonymous (copied-on-write) memory. The text may be split into
+/// several lines: windows replaced with `mmap(MAP_FIXED)` are a VMA of
+/// their own (a different struct file: the kernel does not merge them).
+fn assert_text_is_the_file(pid: i32, file: &Path, case: &str) {
+    let f = file.canonicalize().unwrap().to_string_lossy().into_owned();
+    let ms = text_mappings(pid).unwrap();
+    let mine: Vec<_> = ms.iter().filter(|m| m.path == f && !m.copied).collect();
+    assert!(!mine.is_empty(), "{case}: no text mapping names {f}: {ms:#?}");
+    let (lo, hi) = (
+        mine.iter().map(|m| m.start).min().unwrap(),
+        mine.iter().map(|m| m.end).max().unwrap(),
+    );
+    for m in ms.iter().filter(|m| m.start < hi && lo < m.end) {
+        assert!(
+            m.path == f && !m.copied,
+            "{case}: executable memory inside the text of {f} is not the file: {m:#?}"
+        );
+        assert_eq!(m.anonymous, 0, "{case}: the file route made private copies: {m:#?}");
+        assert_eq!(m.anon_huge, 0, "{case}: {m:#?}");
+    }
+    assert_eq!(
+        mine.iter().map(|m| m.end - m.start).sum::<u64>(),
+        hi - lo,
+        "{case}: the text of {f} has a hole: {mine:#?}"
+    );
+}
 
 /// What the preload says with -v when the fallbacks ran.
 const FALLBACK_SUMMARY: [&str; 2] = [
@@ -209,9 +260,9 @@ fn every_fixture_prints_the_same_and_runs_with_huge_text() {
     fixture_matrix(None, &["auto"]);
 }
 
-/// The same on a kernel without PAGEMAP_SCAN (before 6.7) and without
-/// MADV_POPULATE_READ (before 5.14), forced here with HUGETEXT_COMPAT, for
-/// every route.
+/// The same on a kernel without PAGEMAP_SCAN (before 6.7), without
+/// MADV_POPULATE_READ (before 5.14) and without page-table reclaim (before
+/// 6.14), forced here with HUGETEXT_COMPAT, for every route.
 #[test]
 fn every_fixture_and_route_with_the_old_kernel_fallbacks() {
     fixture_matrix(Some(FALLBACKS), &["auto", "copy", "file"]);
@@ -245,22 +296,30 @@ fn fixture_matrix(compat: Option<&str>, strategies: &[&str]) {
                 if name == "small" {
                     continue;
                 }
-                let running = run_waiting_with(compat, &["-v", "--strategy", strategy], &prog);
-                assert_eq!(
-                    running.first_line,
-                    text(&a.stdout).lines().next().unwrap().to_string() + "\n"
-                );
                 let big = if name == "usebig" {
                     prog.with_file_name("libbig.so")
                 } else {
                     prog.clone()
                 };
+                // Without page-table reclaim only the drop/evict/refault
+                // step differs: make the file route take it (the run above
+                // left 2 MiB folios).
+                let drop_step = *strategy == "file" && keeps_tables(compat);
+                if drop_step {
+                    small_folios(&big);
+                }
+                let running = run_waiting_with(compat, &["-v", "--strategy", strategy], &prog);
+                assert_eq!(
+                    running.first_line,
+                    text(&a.stdout).lines().next().unwrap().to_string() + "\n"
+                );
                 let (file, anon, _) = running.huge_of(&big);
                 let expect = match *strategy {
                     "file" if !congruent(running.pid(), &big) => 0,
                     "file" => {
                         file_route_cases += 1;
                         assert_eq!(anon, 0, "{case}: the file route copied");
+                        assert_text_is_the_file(running.pid(), &big, &case);
                         12 * MIB
                     }
                     _ => 12 * MIB,
@@ -272,11 +331,15 @@ fn fixture_matrix(compat: Option<&str>, strategies: &[&str]) {
                     big.display(),
                     running.text()
                 );
+                let congruent_file = *strategy == "file" && congruent(running.pid(), &big);
                 let err = running.stop();
                 if compat.is_some() {
                     for s in FALLBACK_SUMMARY {
                         assert!(err.contains(s), "{case}: the fallback did not run: {err}");
                     }
+                }
+                if drop_step && congruent_file {
+                    assert!(err.contains(REPLACED), "{case}: no window was replaced: {err}");
                 }
             }
         }
@@ -301,14 +364,22 @@ fn file_strategy_with_the_old_kernel_fallbacks() {
     file_strategy(Some(FALLBACKS));
 }
 
+#[test]
+fn file_strategy_without_page_table_reclaim() {
+    file_strategy(Some(NO_PT_RECLAIM));
+}
+
 fn file_strategy(compat: Option<&str>) {
     // GNU ld non-PIE text is congruent: the file route applies.
     let (_d, prog) = private_copy("bfd", &["nopie"]);
+    // In 4 KiB folios, as exec leaves a program: the route drops and refaults.
+    small_folios(&prog);
     let running = run_waiting_with(compat, &["--strategy", "file", "-v"], &prog);
     let (file, anon, private_anon) = running.huge_of(&prog);
     assert!(file >= 16 * MIB, "FilePmdMapped {} KiB", file >> 10);
     assert_eq!(anon, 0);
     assert_eq!(private_anon, 0, "the file route must add no anonymous memory");
+    assert_text_is_the_file(running.pid(), &prog, "file route");
     // A second process maps the same 2 MiB page-cache folios without any help.
     let second = Running::start({
         let mut c = Command::new(&prog);
@@ -320,6 +391,9 @@ fn file_strategy(compat: Option<&str>) {
     assert!(f2 >= 12 * MIB, "a later plain process got {} KiB PMD-mapped", f2 >> 10);
     let err = running.stop();
     assert!(err.contains("file 18.0 MiB") || err.contains("file 1"), "{err}");
+    if keeps_tables(compat) {
+        assert!(err.contains(REPLACED), "{err}");
+    }
     second.stop();
 }
 
@@ -533,6 +607,13 @@ fn c_api_with_threads_and_the_old_kernel_fallbacks_10_of_10() {
     c_api_with_threads(Some(FALLBACKS), 10);
 }
 
+/// Windows replaced with `mmap(MAP_FIXED)` under the threads, verified with
+/// `PAGEMAP_SCAN` (Linux 6.7 to 6.13).
+#[test]
+fn c_api_with_threads_without_page_table_reclaim_5_of_5() {
+    c_api_with_threads(Some(NO_PT_RECLAIM), 5);
+}
+
 fn c_api_with_threads(compat: Option<&str>, runs: usize) {
     // lld's libbig.so goes through `copy` (mremap under running threads).
     // bfd's goes through `file` (PTEs dropped and refaulted under running
@@ -560,7 +641,7 @@ fn c_api_with_threads(compat: Option<&str>, runs: usize) {
                 "{linker} run {i}: {:?}\n{out}\n{err}",
                 o.status
             );
-            if compat.is_some() {
+            if compat.is_some_and(|c| c.contains("no-pagemap-scan")) {
                 for s in FALLBACK_SUMMARY {
                     assert!(err.contains(s), "{linker} run {i}: the fallback did not run: {err}");
                 }
@@ -581,6 +662,9 @@ fn c_api_with_threads(compat: Option<&str>, runs: usize) {
                     .unwrap_or_else(|| panic!("{err}"));
                 if !first_call.contains("file 0.0 MiB") {
                     file_route_runs += 1;
+                    if keeps_tables(compat) {
+                        assert!(err.contains(REPLACED), "run {i}: no window was replaced: {err}");
+                    }
                 } else {
                     // The drop/evict/refault still ran under the threads;
                     // they faulted small pages back in first, so `auto`

@@ -9,7 +9,11 @@
 //!    clean file data, it refaults identically), evict the small folios
 //!    (`POSIX_FADV_DONTNEED`, which only evicts folios nobody maps) and
 //!    populate again: readahead in a `VM_HUGEPAGE` mapping reads PMD-order
-//!    folios, which this and every later process map with PMDs;
+//!    folios, which this and every later process map with PMDs. Where
+//!    `MADV_DONTNEED` leaves the emptied page table (kernels before 6.14;
+//!    detected at the first window, `HUGETEXT_COMPAT=no-pt-reclaim`
+//!    reproduces it), each window is also replaced by a new mapping of the
+//!    same file range (`mmap(MAP_FIXED)`, which frees the table);
 //! 3. `collapse`: `MADV_COLLAPSE` (file text needs
 //!    `CONFIG_READ_ONLY_THP_FOR_FS`; detected at the first try);
 //! 4. `copy`: anonymous 2 MiB-aligned `MADV_HUGEPAGE` memory, copy, `r-x`,
@@ -31,11 +35,29 @@ use crate::scan::{Scanner, PMD};
 use crate::smaps::Smaps;
 use crate::sys;
 use crate::verify::Verifier;
-use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
+use core::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering::Relaxed};
 
 /// The kernel refused `MADV_POPULATE_READ` (EINVAL: before Linux 5.14);
 /// remembered for later passes.
 static NO_POPULATE: AtomicBool = AtomicBool::new(false);
+
+/// What `MADV_DONTNEED` of a whole 2 MiB window does with the emptied page
+/// table on this kernel: not known yet, frees it (`CONFIG_PT_RECLAIM`,
+/// 6.14+), or keeps it (then the file route replaces windows with
+/// `mmap(MAP_FIXED)`, [`Pass::replace`]). Found out at the first dropped
+/// window that refaults huge, or small from a 2 MiB folio
+/// ([`Pass::window`]); remembered for the process.
+static PT: AtomicU8 = AtomicU8::new(PT_UNKNOWN);
+const PT_UNKNOWN: u8 = 0;
+const PT_FREED: u8 = 1;
+const PT_KEPT: u8 = 2;
+/// Evicted windows per pass that may refault small from small folios
+/// without deciding it (a filesystem without large folios would otherwise
+/// cost a probe per window)...
+const MAX_CHECKS: u8 = 4;
+/// ... and probes per pass in all (windows not evicted: another process
+/// maps their page cache, or threads running the text kept it mapped).
+const MAX_PROBES: u8 = 16;
 
 const MAXC: usize = 1024;
 
@@ -96,6 +118,8 @@ struct Totals {
     file: u64,
     collapse: u64,
     copy: u64,
+    /// Bytes of windows replaced with `mmap(MAP_FIXED)` ([`Pass::replace`]).
+    replaced: u64,
     mappings: u32,
     small_mappings: u32,
     first_err: isize,
@@ -275,6 +299,10 @@ struct Pass<'a> {
     no_anon_thp: bool,
     /// Fault pages in by touching them (no `MADV_POPULATE_READ`).
     touch: bool,
+    /// Evicted windows that refaulted small from small folios ([`Pass::window`]).
+    checks: u8,
+    /// Fresh-mapping probes made ([`Pass::cache_is_pmd`]).
+    probes: u8,
 }
 
 impl Pass<'_> {
@@ -343,6 +371,212 @@ impl Pass<'_> {
 
     fn file_off(c: &Cand, addr: usize) -> u64 {
         c.off + (addr - c.start) as u64
+    }
+
+    /// 2b for the window at `s`: drop this process's PTEs, evict the page
+    /// cache, fault it back through `MADV_HUGEPAGE`; where `MADV_DONTNEED`
+    /// leaves the emptied page table behind, also replace the window's
+    /// mapping so that the refault can install a PMD (see
+    /// [`Pass::replace`]). Whether it does is found out here, at the first
+    /// window that tells (process-wide, see [`PT`]). Returns (0 or
+    /// `-errno`, whether the page cache was evicted, what failed).
+    fn window(&mut self, c: &Cand, f: i32, s: usize) -> (isize, bool, &'static str) {
+        let off = Self::file_off(c, s);
+        let detect = PT.load(Relaxed) == PT_UNKNOWN && self.checks < MAX_CHECKS && self.probes < MAX_PROBES;
+        // The window's huge bytes before (outside the critical section: smaps
+        // may be the verifier).
+        let before = match detect {
+            true => self.scan.measure(s, 1, c.start, c.end).ok(),
+            false => None,
+        };
+        let (r, gone, what) = self.refault(f, s, off, PT.load(Relaxed) == PT_KEPT);
+        if r < 0 {
+            return (r, gone, what);
+        }
+        let Some((_, bytes_before)) = before else {
+            return (r, gone, what);
+        };
+        // Dropped and faulted back through MADV_HUGEPAGE: not PMD-mapped now
+        // means that the page cache holds small folios (the filesystem or
+        // memory gave no large one, or they could not be evicted: mapped by
+        // another process, or by a thread of ours between drop and evict),
+        // or that it holds one 2 MiB folio and the fault found a page table
+        // and could not install a PMD. A fresh mapping of the same file range
+        // tells which. (Not only evicted windows: a thread running the text
+        // may fault the window back in after the eviction — from a 2 MiB
+        // folio, which a kept table then maps with PTEs.)
+        let huge_now = match self.scan.measure(s, 1, c.start, c.end) {
+            Ok((m, b)) => m & 1 != 0 || b >= bytes_before + PMD as u64,
+            Err(_) => return (r, gone, what),
+        };
+        if huge_now {
+            PT.store(PT_FREED, Relaxed);
+            return (r, gone, what);
+        }
+        self.probes += 1;
+        if !self.cache_is_pmd(f, off) {
+            // Evicted and read back small: the filesystem or memory gave no
+            // large folio. (Not evicted: most likely a thread of ours kept
+            // small folios mapped; that says nothing about the kernel.)
+            if gone {
+                self.checks += 1;
+            }
+            return (r, gone, what);
+        }
+        PT.store(PT_KEPT, Relaxed);
+        if self.cfg.verbose {
+            let mut o = line();
+            o.s("the page cache holds 2 MiB folios but this process's mapping stayed in 4 KiB pages: ")
+                .s("MADV_DONTNEED left the emptied page table (as kernels before 6.14 do");
+            if self.cfg.compat.no_pt_reclaim {
+                o.s("; here because of HUGETEXT_COMPAT=no-pt-reclaim");
+            }
+            o.s("); replacing windows with mmap(MAP_FIXED) from now on");
+        }
+        // Redo this window with the replacement (its 2 MiB folio, unmapped
+        // again, is evicted and read once more: one window, once per process).
+        let (r, _, what) = self.refault(f, s, off, true);
+        (r, gone, what)
+    }
+
+    /// The critical section of one window (see [`Pass::window`]).
+    fn refault(&mut self, f: i32, s: usize, off: u64, replace: bool) -> (isize, bool, &'static str) {
+        let mut resident = [0u8; PMD / 4096];
+        let mask = sys::block_signals();
+        // Critical section: only raw syscalls and this library's own code
+        // until the window is refaulted.
+        let r = if self.cfg.compat.no_pt_reclaim {
+            // Two calls of 1 MiB: the kernel reclaims a page table only when
+            // one call empties all of it (mm/pt_reclaim.c,
+            // reclaim_pt_is_enabled: end - start >= PMD_SIZE), so the table
+            // stays, as on every kernel before 6.14.
+            match sys::madvise(s, PMD / 2, sys::MADV_DONTNEED) {
+                0 => sys::madvise(s + PMD / 2, PMD / 2, sys::MADV_DONTNEED),
+                e => e,
+            }
+        } else {
+            sys::madvise(s, PMD, sys::MADV_DONTNEED)
+        };
+        // MADV_DONTNEED also decides, before the mapping is replaced, that
+        // the window may be dropped at all: it refuses mlocked text (EINVAL),
+        // which a new mapping would silently unlock.
+        let (mut r, mut what) = (r, "file route: madvise(MADV_DONTNEED)");
+        let mut gone = false;
+        if r == 0 {
+            sys::fadvise(f, off, PMD as u64, sys::POSIX_FADV_DONTNEED);
+            // With our PTEs gone, mincore reports the page cache.
+            gone = sys::mincore(s, PMD, &mut resident) == 0 && resident.iter().all(|b| b & 1 == 0);
+            // Replaced after the eviction: a thread faulting the old window
+            // from now on reads a 2 MiB folio (the old VMA is VM_HUGEPAGE),
+            // which the replacement then maps with a PMD; only a fault in the
+            // two syscalls between the new mapping and its MADV_HUGEPAGE can
+            // still read small folios (measured: the file route then wins
+            // under the C API threads test about as often as without it).
+            if replace {
+                (r, what) = self.replace(f, s, off);
+            }
+        }
+        if r == 0 {
+            (r, what) = (self.populate(s, PMD), "file route: madvise(MADV_POPULATE_READ)");
+        }
+        sys::restore_signals(mask);
+        (r, gone, what)
+    }
+
+    /// Replace the window `[s, s + 2M)` with one new private mapping of the
+    /// same range of the same file (`f`: opened and checked to be the
+    /// mapped file by [`open_mapped`]), `r-x` like every candidate, then
+    /// `MADV_HUGEPAGE` it (`VM_HUGEPAGE` is per VMA). Called in the critical
+    /// section, after `MADV_DONTNEED` and the eviction.
+    ///
+    /// Why: before Linux 6.14 (`CONFIG_PT_RECLAIM`, x86-64 only; and even
+    /// then not when a zap skips an entry) `MADV_DONTNEED` leaves the
+    /// emptied PTE table in place, and a fault with a page table present
+    /// maps 4 KiB pages (`do_set_pmd()` needs `pmd_none`). An mmap with
+    /// `MAP_FIXED` unmaps the old VMA first, and `munmap` frees the page
+    /// tables of the range between the neighbouring VMAs: in mm/vma.c
+    /// (6.12+), `vms_gather_munmap_vmas()` splits the text VMA at the window's
+    /// edges, sets `unmap_start`/`unmap_end` to the neighbours'
+    /// `vm_end`/`vm_start` (= the window), and `vms_clear_ptes()` calls
+    /// `free_pgtables()` with that floor and ceiling: the PTE table covering
+    /// exactly this 2 MiB-aligned window is freed (older kernels: the same
+    /// through `unmap_region()` in mm/mmap.c). It is atomic for the other
+    /// threads: `vm_mmap_pgoff()` holds the mmap write lock from before the
+    /// unmap until the new VMA is inserted (`mmap_region()` never downgrades
+    /// it, unlike `munmap(2)`), and the old VMA is write-locked
+    /// (`vma_start_write()`) before it is detached, so a thread executing
+    /// there faults, waits for the lock, and finds the new mapping: the same
+    /// bytes.
+    ///
+    /// What the new VMA keeps and loses. Kept: prot `r-x`, `MAP_PRIVATE`,
+    /// file and offset (maps shows the same path, inode and offsets), and
+    /// the content: the route only runs on text with no copy-on-write pages
+    /// (checked per mapping; a `MAP_FIXED` would discard them), and uprobes
+    /// are re-inserted by `uprobe_mmap()`. `MAP_DENYWRITE` is ignored for
+    /// user mmaps, and since 5.15 no VMA denies writes (the executable's
+    /// `ETXTBSY` comes from `mm->exe_file`, untouched); before 5.15 the
+    /// loader's other `VM_DENYWRITE` segments of the file keep `ETXTBSY`.
+    /// Lost: per-VMA state set by the program on its own text — `madvise`
+    /// hints (`MADV_DONTDUMP`, `MADV_RANDOM`…), `mbind` policy, protection
+    /// keys, userfaultfd registration; `VM_LOCKED` cannot be lost (see
+    /// above). The struct file is ours, not the loader's, so the kernel
+    /// cannot merge the new VMA with the rest of the text (`is_mergeable_vma`
+    /// compares `vm_file`): the text shows as up to three lines in
+    /// /proc/PID/maps (head, the replaced windows — adjacent ones merge —
+    /// and tail), all naming the file. mseal'ed text fails with `EPERM`
+    /// before anything is unmapped.
+    ///
+    /// Failure: since 6.12 ("Avoid MAP_FIXED gap exposure") a failing
+    /// `MAP_FIXED` mmap restores the old mapping. Older kernels unmap first
+    /// and may then fail allocating the new VMA (`ENOMEM`, in practice only
+    /// for a task being OOM-killed), leaving a hole: map the range again.
+    fn replace(&mut self, f: i32, s: usize, off: u64) -> (isize, &'static str) {
+        let prot = libc::PROT_READ | libc::PROT_EXEC;
+        let flags = libc::MAP_PRIVATE | libc::MAP_FIXED;
+        let r = sys::mmap(s, PMD, prot, flags, f, off);
+        if r < 0 {
+            let mut v = [0u8; 1];
+            for _ in 0..8 {
+                if sys::mincore(s, 4096, &mut v) != -(libc::ENOMEM as isize) {
+                    break; // still mapped
+                }
+                sys::mmap(s, PMD, prot, flags, f, off);
+            }
+            return (r, "file route: mmap(MAP_FIXED) of the window");
+        }
+        self.t.replaced += PMD as u64;
+        (
+            sys::madvise(s, PMD, sys::MADV_HUGEPAGE),
+            "file route: madvise(MADV_HUGEPAGE) of the replaced window",
+        )
+    }
+
+    /// Does the page cache hold one 2 MiB folio for the file range at `off`
+    /// (2 MiB-aligned)? Map it at a fresh 2 MiB-aligned address, where no
+    /// page table exists yet, and load one byte: a PMD folio is then mapped
+    /// with a PMD (`do_set_pmd()`), small folios with PTEs. Read-only, and
+    /// the pages are resident (just populated): nothing is read from disk.
+    fn cache_is_pmd(&self, f: i32, off: u64) -> bool {
+        let m = sys::mmap(
+            0,
+            2 * PMD,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        );
+        if m < 0 {
+            return false;
+        }
+        let p = (m as usize + PMD - 1) & !(PMD - 1);
+        let ok = sys::mmap(p, PMD, libc::PROT_READ, libc::MAP_PRIVATE | libc::MAP_FIXED, f, off) >= 0
+            && sys::madvise(p, PMD, sys::MADV_HUGEPAGE) == 0
+            && {
+                sys::touch(p, 4096);
+                self.scan.huge_windows(p, 1) == Ok(1)
+            };
+        sys::munmap(m as usize, 2 * PMD);
+        ok
     }
 
     /// One text mapping.
@@ -480,7 +714,7 @@ impl Pass<'_> {
                     // (nobody else maps it): if they refault small, the
                     // filesystem gives no large folios.
                     let mut evicted = 0u64;
-                    let mut resident = [0u8; PMD / 4096];
+                    let mut what = "";
                     // Window by window, so that other threads running this
                     // text have as little time as possible to fault a small
                     // page back in between drop and refault; a window they
@@ -488,26 +722,12 @@ impl Pass<'_> {
                     for _attempt in 0..3 {
                         for (i, k) in runs(all & !huge) {
                             for w in i..i + k {
-                                let s = a + w * PMD;
-                                let mask = sys::block_signals();
-                                // Critical section: only raw syscalls and this
-                                // library's own code until the window is refaulted.
-                                let r = sys::madvise(s, PMD, sys::MADV_DONTNEED);
-                                if r == 0 {
-                                    sys::fadvise(f as i32, Self::file_off(c, s), PMD as u64, sys::POSIX_FADV_DONTNEED);
-                                    // With our PTEs gone, mincore reports the page cache.
-                                    if sys::mincore(s, PMD, &mut resident) == 0 && resident.iter().all(|b| b & 1 == 0) {
-                                        evicted |= 1u64 << w;
-                                    }
-                                    let r = self.populate(s, PMD);
-                                    if r < 0 && err == 0 {
-                                        err = r;
-                                    }
-                                } else {
-                                    err = r;
+                                let (r, gone, at) = self.window(c, f as i32, a + w * PMD);
+                                if gone {
+                                    evicted |= 1u64 << w;
                                 }
-                                sys::restore_signals(mask);
-                                if err < 0 {
+                                if r < 0 {
+                                    (err, what) = (r, at);
                                     break;
                                 }
                             }
@@ -516,7 +736,7 @@ impl Pass<'_> {
                             }
                         }
                         if err < 0 {
-                            self.fail(c, "file route: madvise", err);
+                            self.fail(c, what, err);
                         }
                         let gain = self.remeasure(c, a, n, &mut huge, &mut hb);
                         self.t.file += gain;
@@ -758,7 +978,7 @@ pub fn remap(cfg: &Config) -> isize {
             line()
                 .s("unknown word in HUGETEXT_COMPAT: ")
                 .bytes(w)
-                .s(" (expected no-pagemap-scan, no-populate or all); ignored");
+                .s(" (expected no-pagemap-scan, no-populate, no-pt-reclaim or all); ignored");
         }
     }
     let thp_off = sys::prctl(sys::PR_GET_THP_DISABLE, 0, 0, 0, 0) > 0;
@@ -795,6 +1015,9 @@ pub fn remap(cfg: &Config) -> isize {
     let touch = cfg.compat.no_populate || NO_POPULATE.load(Relaxed);
     if cfg.compat.no_populate && cfg.verbose {
         line().s("HUGETEXT_COMPAT=no-populate: faulting text in by touching every page, not MADV_POPULATE_READ");
+    }
+    if cfg.compat.no_pt_reclaim && cfg.verbose {
+        line().s("HUGETEXT_COMPAT=no-pt-reclaim: dropping windows with two MADV_DONTNEED calls, which leave the emptied page table as kernels before 6.14 do");
     }
     let size = core::mem::size_of::<State>();
     let mem = sys::mmap(
@@ -850,6 +1073,8 @@ pub fn remap(cfg: &Config) -> isize {
                 t: Totals::default(),
                 no_anon_thp: thp_never(),
                 touch,
+                checks: 0,
+                probes: 0,
             };
             if thp_off && cfg.verbose {
                 line().s("huge pages are disabled for this process (prctl PR_SET_THP_DISABLE): text left as it is");
@@ -898,6 +1123,11 @@ pub fn remap(cfg: &Config) -> isize {
                 }
                 if pass.touch {
                     o.s("; pages touched, no MADV_POPULATE_READ");
+                }
+                if t.replaced > 0 {
+                    o.s("; ")
+                        .mib(t.replaced)
+                        .s(" in windows replaced with mmap(MAP_FIXED) (MADV_DONTNEED keeps page tables)");
                 }
             }
             if huge == 0 && t.first_err < 0 {

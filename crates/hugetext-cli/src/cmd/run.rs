@@ -34,12 +34,15 @@ five from its options):
   HUGETEXT_PERF_MAP=0      do not write /tmp/perf-PID.map for copied text
   HUGETEXT_NAME=0          do not name copied text [anon:hugetext:PATH]
   HUGETEXT_DISABLE=1       the preload does nothing
-  HUGETEXT_COMPAT=no-pagemap-scan,no-populate   (or `all`)
+  HUGETEXT_COMPAT=no-pagemap-scan,no-populate,no-pt-reclaim   (or `all`)
                            testing/diagnosis: act as if the kernel had no
-                           PAGEMAP_SCAN (before 6.7: verify with smaps totals)
-                           and no MADV_POPULATE_READ (before 5.14: touch
-                           pages); these fallbacks are used automatically on
-                           such kernels. `warm` reads no-populate too
+                           PAGEMAP_SCAN (before 6.7: verify with smaps totals),
+                           no MADV_POPULATE_READ (before 5.14: touch pages),
+                           no page-table reclaim (before 6.14: MADV_DONTNEED
+                           keeps the emptied table, so `file` replaces windows
+                           with mmap MAP_FIXED); these fallbacks are used
+                           automatically on such kernels. `warm` reads
+                           no-populate too
   HUGETEXT_PRELOAD=PATH    libhugetext.so to inject (default: next to the
                            hugetext binary, ../lib/hugetext/, /usr/local/lib)
 
@@ -47,7 +50,10 @@ Strategies, per whole 2 MiB window of each executable mapping (`auto` tries
 them in this order; a window that is already PMD-mapped is left alone):
   file      zero copy: drop the window's page-table entries, evict its small
             page-cache folios, refault through MADV_HUGEPAGE so the page cache
-            holds 2 MiB folios shared with every other process. Needs
+            holds 2 MiB folios shared with every other process (where
+            MADV_DONTNEED keeps page tables, the window is also replaced by a
+            new mapping of the same file range: maps may then show the text
+            as up to three lines, all naming the file). Needs
             (address - file offset) to be a multiple of 2 MiB (see `hugetext
             align`) and nobody else mapping those pages.
   collapse  MADV_COLLAPSE (file text needs CONFIG_READ_ONLY_THP_FOR_FS).
