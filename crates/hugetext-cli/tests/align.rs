@@ -6,11 +6,11 @@ mod common;
 
 use std::ffi::CString;
 use std::fs;
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 
 const MIB: u64 = 1 << 20;
 const PMD: usize = 2 << 20;
@@ -60,45 +60,6 @@ fn fill_pmd_page_cache(path: &Path) {
     }
 }
 
-/// A fixture started with `wait`: it has printed "ready" and blocks on stdin.
-struct Running {
-    child: Child,
-    first_line: String,
-}
-
-impl Running {
-    fn start(exe: &Path) -> Running {
-        let mut child = spawn_retry(
-            Command::new(exe)
-                .arg("wait")
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped()),
-        );
-        let mut out = BufReader::new(child.stdout.take().unwrap());
-        let mut first_line = String::new();
-        out.read_line(&mut first_line).unwrap();
-        let mut ready = String::new();
-        out.read_line(&mut ready).unwrap();
-        assert_eq!(ready.trim(), "ready", "{} did not get ready", exe.display());
-        Running {
-            child,
-            first_line: first_line.trim().to_string(),
-        }
-    }
-
-    /// (FilePmdMapped bytes, start address, file offset) summed over the
-    /// executable mappings of `file` in this process.
-    fn text_pmd(&self, file: &Path) -> (u64, Vec<(u64, u64)>) {
-        smaps_file_pmd(self.child.id(), file)
-    }
-
-    fn finish(mut self) {
-        drop(self.child.stdin.take());
-        let st = self.child.wait().unwrap();
-        assert!(st.success());
-    }
-}
-
 /// Sum FilePmdMapped of the r-x mappings of `file` in /proc/PID/smaps, and
 /// list their (start, offset).
 fn smaps_file_pmd(pid: u32, file: &Path) -> (u64, Vec<(u64, u64)>) {
@@ -129,22 +90,8 @@ fn smaps_file_pmd(pid: u32, file: &Path) -> (u64, Vec<(u64, u64)>) {
     (total, maps)
 }
 
-/// Spawn, retrying on ETXTBSY: a file this test process just wrote can be
-/// briefly "busy" while another test thread forks with its write fd open.
-fn spawn_retry(cmd: &mut Command) -> Child {
-    for _ in 0..100 {
-        match cmd.spawn() {
-            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) => {
-                std::thread::sleep(std::time::Duration::from_millis(20))
-            }
-            r => return r.unwrap(),
-        }
-    }
-    panic!("{cmd:?} stays text-busy")
-}
-
 fn run_output(exe: &Path) -> String {
-    let out = spawn_retry(Command::new(exe).stdout(Stdio::piped()))
+    let out = common::spawn_retry(Command::new(exe).stdout(Stdio::piped()))
         .wait_with_output()
         .unwrap();
     assert!(out.status.success(), "{} failed", exe.display());
@@ -193,10 +140,10 @@ fn prove(linker: &str) {
     let pie = copy_fixture(d, linker, "pie");
     let expected = run_output(&pie);
     fill_pmd_page_cache(&pie);
-    let r = Running::start(&pie);
-    let (before, maps) = r.text_pmd(&pie);
+    let r = common::Running::fixture(&pie);
+    let (before, maps) = smaps_file_pmd(r.child.id(), &pie);
     assert_before(before, &maps, skewed);
-    r.finish();
+    r.stop();
     let (code, out, err) = align(&[s(&pie)]);
     assert_eq!(code, 0, "align {linker}/pie: {out}{err}");
     assert_eq!(
@@ -205,9 +152,9 @@ fn prove(linker: &str) {
         "{linker}/pie prints something else after align"
     );
     fill_pmd_page_cache(&pie);
-    let r = Running::start(&pie);
+    let r = common::Running::fixture(&pie);
     assert_eq!(format!("{}\n", r.first_line), expected);
-    let (after, maps) = r.text_pmd(&pie);
+    let (after, maps) = smaps_file_pmd(r.child.id(), &pie);
     for (start, off) in &maps {
         assert_eq!(
             (start - off) % PMD as u64,
@@ -219,7 +166,7 @@ fn prove(linker: &str) {
         after >= 16 * MIB,
         "{linker}/pie: FilePmdMapped {after} after align (before {before})"
     );
-    r.finish();
+    r.stop();
     eprintln!(
         "{linker}/pie: text FilePmdMapped {} KiB before align, {} KiB after",
         before / 1024,
@@ -244,22 +191,22 @@ fn prove(linker: &str) {
     }
     assert_eq!(run_output(&out_path), expected);
     fill_pmd_page_cache(&out_path);
-    let r = Running::start(&out_path);
-    let (after, _) = r.text_pmd(&out_path);
+    let r = common::Running::fixture(&out_path);
+    let (after, _) = smaps_file_pmd(r.child.id(), &out_path);
     assert!(after >= 16 * MIB, "{linker}/nopie: FilePmdMapped {after}");
-    r.finish();
+    r.stop();
 
     // --- shared library + the program using it (RUNPATH=$ORIGIN) -----------
     let lib = copy_fixture(d, linker, "libbig.so");
     let usebig = copy_fixture(d, linker, "usebig");
     let expected = run_output(&usebig);
     fill_pmd_page_cache(&lib);
-    let r = Running::start(&usebig);
+    let r = common::Running::fixture(&usebig);
     let (before, maps) = smaps_file_pmd(r.child.id(), &lib);
     if skewed {
         assert_before(before, &maps, true);
     }
-    r.finish();
+    r.stop();
     let (code, out, err) = align(&[s(&lib)]);
     assert_eq!(code, 0, "{out}{err}");
     // The program itself has < 4 MiB of text: nothing to do for it.
@@ -270,7 +217,7 @@ fn prove(linker: &str) {
         "{linker}/usebig prints something else with the aligned library"
     );
     fill_pmd_page_cache(&lib);
-    let r = Running::start(&usebig);
+    let r = common::Running::fixture(&usebig);
     let (after, maps) = smaps_file_pmd(r.child.id(), &lib);
     for (start, off) in &maps {
         assert_eq!(
@@ -283,7 +230,7 @@ fn prove(linker: &str) {
         after >= 16 * MIB,
         "{linker}/libbig.so: FilePmdMapped {after} (before {before})"
     );
-    r.finish();
+    r.stop();
     eprintln!(
         "{linker}/libbig.so: text FilePmdMapped {} KiB before align, {} KiB after",
         before / 1024,
@@ -397,14 +344,14 @@ fn aligning_a_running_program_in_place_does_not_disturb_it() {
     let dir = common::scratch();
     let f = copy_fixture(dir.path(), "lld", "pie");
     let expected = run_output(&f);
-    let r = Running::start(&f);
+    let r = common::Running::fixture(&f);
     let (code, out, err) = align(&[s(&f)]);
     assert_eq!(code, 0, "{out}{err}");
     // The running process still maps the old (now unlinked) file, unchanged.
     let exe = fs::read_link(format!("/proc/{}/exe", r.child.id())).unwrap();
     assert!(exe.to_string_lossy().ends_with("(deleted)"), "{exe:?}");
     assert_eq!(format!("{}\n", r.first_line), expected);
-    r.finish();
+    r.stop();
     assert_eq!(run_output(&f), expected);
 }
 
@@ -604,8 +551,7 @@ fn no_write_permission_fails_cleanly() {
     fs::set_permissions(&sub, fs::Permissions::from_mode(0o755)).unwrap();
     let before = fs::read(&f).unwrap();
     // Run as nobody: can read the file but not write the directory.
-    let out = Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+    let out = common::as_nobody()
         .arg(common::bin())
         .args(["align", s(&f)])
         .output()

@@ -96,14 +96,7 @@ fn findings_match_the_kernel() {
 fn unprivileged_doctor_says_what_it_cannot_see() {
     // As nobody: no PFN access, and a root-owned directory cannot be probed.
     let dir = common::scratch();
-    let out = Command::new("setpriv")
-        .args([
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            "--inh-caps=-all",
-            "--",
-        ])
+    let out = common::as_nobody()
         .arg(common::bin())
         .args(["doctor", "--json", "--path", dir.path().to_str().unwrap()])
         .output()

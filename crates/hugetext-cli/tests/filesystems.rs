@@ -8,37 +8,33 @@
 
 mod common;
 
-use std::fs::File;
-use std::io::{BufRead, BufReader, Write};
-use std::os::fd::AsFd;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use common::Running;
 
-use hugetext::kernel::{self, Mapping};
-use hugetext::remap::text_mappings;
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use hugetext::kernel::{self};
 use hugetext::{folio, pagecache};
 use serde_json::Value;
 
 const MIB: u64 = 1 << 20;
 const PMD: u64 = 2 << 20;
 
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
 fn ok(out: Output, what: &str) -> Output {
     assert!(
         out.status.success(),
         "{what}: {:?}\nstdout: {}\nstderr: {}",
         out.status,
-        text(&out.stdout),
-        text(&out.stderr)
+        common::text(&out.stdout),
+        common::text(&out.stderr)
     );
     out
 }
 
 fn json(out: &Output) -> Value {
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&out.stdout)))
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", common::text(&out.stdout)))
 }
 
 /// The independent experiment: a 4 MiB file in `dir`, evicted, filled
@@ -69,7 +65,7 @@ fn doctor_check(dir: &Path, id: &str) -> Value {
         .unwrap()
         .iter()
         .find(|c| c["id"] == id)
-        .unwrap_or_else(|| panic!("no {id} in {}", text(&out.stdout)))
+        .unwrap_or_else(|| panic!("no {id} in {}", common::text(&out.stdout)))
         .clone()
 }
 
@@ -113,85 +109,6 @@ fn copy_fixture(dir: &Path, linker: &str, name: &str) -> PathBuf {
     dst
 }
 
-/// Fill the file's page cache the way programs load: evict, then a cold
-/// PROT_EXEC fault of every page (4 KiB folios on x86).
-fn read_small(p: &Path) {
-    let f = File::open(p).unwrap();
-    pagecache::evict(&f, 0..0).unwrap();
-    let len = f.metadata().unwrap().len() as usize;
-    let m = Mapping::file_congruent(f.as_fd(), 0, len, libc::PROT_READ | libc::PROT_EXEC, PMD as usize).unwrap();
-    for off in (0..len).step_by(kernel::page_size()) {
-        // SAFETY: inside the mapping.
-        unsafe { std::ptr::read_volatile(m.as_ptr().add(off)) };
-    }
-}
-
-/// A fixture started with `wait`, stopped (stdin closed) on drop.
-struct Running {
-    child: Child,
-}
-
-impl Running {
-    fn start(mut cmd: Command) -> Running {
-        let mut child = cmd
-            .arg("wait")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn");
-        let mut out = BufReader::new(child.stdout.take().unwrap());
-        let (mut first, mut ready) = (String::new(), String::new());
-        out.read_line(&mut first).unwrap();
-        out.read_line(&mut ready).unwrap();
-        if ready.trim() != "ready" {
-            let _ = child.kill();
-            let o = child.wait_with_output().unwrap();
-            panic!("fixture not ready: {first:?} {ready:?} stderr: {}", text(&o.stderr));
-        }
-        Running { child }
-    }
-
-    fn pid(&self) -> i32 {
-        self.child.id() as i32
-    }
-
-    /// (FilePmdMapped, AnonHugePages, Anonymous) bytes of `file`'s text.
-    fn huge_of(&self, file: &Path) -> (u64, u64, u64) {
-        let f = file.canonicalize().unwrap().to_string_lossy().into_owned();
-        let ms: Vec<_> = text_mappings(self.pid())
-            .unwrap()
-            .into_iter()
-            .filter(|m| m.path == f)
-            .collect();
-        (
-            ms.iter().map(|m| m.file_pmd).sum(),
-            ms.iter().map(|m| m.anon_huge).sum(),
-            ms.iter().map(|m| m.anonymous).sum(),
-        )
-    }
-
-    /// Close stdin; returns stderr; the program must exit 0.
-    fn stop(mut self) -> String {
-        drop(self.child.stdin.take());
-        let mut err = String::new();
-        if let Some(mut e) = self.child.stderr.take() {
-            use std::io::Read;
-            e.read_to_string(&mut err).unwrap();
-        }
-        let st = self.child.wait().unwrap();
-        assert!(st.success(), "fixture failed: {st:?} {err}");
-        err
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        drop(self.child.stdin.take());
-        let _ = self.child.wait();
-    }
-}
-
 /// `hugetext run ARGS -- PROG wait`.
 fn run_waiting(args: &[&str], prog: &Path) -> Running {
     run_waiting_with(None, args, prog)
@@ -206,6 +123,7 @@ fn run_waiting_with(compat: Option<&str>, args: &[&str], prog: &Path) -> Running
         .args(args)
         .arg("--")
         .arg(prog)
+        .arg("wait")
         .env_remove("HUGETEXT_STRATEGY")
         .env_remove("HUGETEXT_VERBOSE");
     match compat {
@@ -225,7 +143,7 @@ fn warm_json(p: &Path) -> Value {
 /// PMD-mapped, and `inspect --file` counts the same folios.
 fn warm_reaches_every_window(dir: &Path, fstype: &str) {
     let prog = copy_fixture(dir, "bfd", "nopie");
-    read_small(&prog);
+    common::read_small(&prog);
     let before = folio::scan_file(&prog, None).unwrap();
     assert!(before.pmd_windows.is_empty(), "not small before warm: {before:?}");
     let w = warm_json(&prog);
@@ -248,7 +166,7 @@ fn warm_reaches_every_window(dir: &Path, fstype: &str) {
     assert!(i["cached_kb"].as_u64().unwrap() >= w["cached_kb"].as_u64().unwrap());
 
     // A plain running instance maps the warmed folios with PMDs.
-    let r = Running::start(Command::new(&prog));
+    let r = Running::fixture(&prog);
     let (file_pmd, anon, _) = r.huge_of(&prog);
     assert!(file_pmd >= 16 * MIB, "FilePmdMapped {} KiB on {fstype}", file_pmd >> 10);
     assert_eq!(file_pmd, eligible * PMD, "every warmed window is PMD-mapped");
@@ -269,7 +187,7 @@ fn run_file_strategy_is_huge_with(dir: &Path, compat: Option<&str>) {
     let prog = copy_fixture(dir, "bfd", "nopie");
     let keeps_tables = compat.is_some_and(|c| c.contains("no-pt-reclaim"));
     if keeps_tables {
-        read_small(&prog);
+        common::read_small(&prog);
     }
     let r = run_waiting_with(compat, &["--strategy", "file", "-v"], &prog);
     let (file_pmd, anon, private_anon) = r.huge_of(&prog);
@@ -332,7 +250,7 @@ fn btrfs_doctor_warm_and_run_say_what_the_kernel_does() {
         return;
     }
     let prog = copy_fixture(fs.path(), "bfd", "nopie");
-    read_small(&prog);
+    common::read_small(&prog);
     let p = prog.to_str().unwrap();
 
     // warm: exit 0 (doc/warm.md: the file was warmed, what stayed small is
@@ -352,7 +270,7 @@ fn btrfs_doctor_warm_and_run_say_what_the_kernel_does() {
     let impossible = |notes: &str| notes.contains("PMD folios are impossible on this filesystem (btrfs)");
     assert!(impossible(&w["notes"].to_string()), "{w:#}");
     let out = ok(common::hugetext(&["warm", p]), "warm");
-    let human = text(&out.stdout);
+    let human = common::text(&out.stdout);
     let note = human
         .lines()
         .find(|l| impossible(l))
@@ -365,7 +283,7 @@ fn btrfs_doctor_warm_and_run_say_what_the_kernel_does() {
     // The same verdict while a running process maps the text (the pages
     // cannot be evicted): not "wait until it exits" or --replace, which
     // would not help on this filesystem.
-    let r = Running::start(Command::new(&prog));
+    let r = Running::fixture(&prog);
     // btrfs's st_dev is not the device maps lines show; the pid is found anyway.
     let pids = hugetext::warm::mapping_pids(&prog).unwrap();
     assert!(pids.iter().any(|p| p.pid == r.pid()), "{pids:?}");

@@ -375,14 +375,7 @@ fn system_and_cgroup_views_skip_what_they_cannot_read() {
     assert_eq!(z["skipped"]["zombies"], 1);
     zombie.wait().unwrap();
     // As an unprivileged user most processes are unreadable: counted, no abort.
-    let out = Command::new("setpriv")
-        .args([
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            "--inh-caps=-all",
-            "--",
-        ])
+    let out = common::as_nobody()
         .arg(common::bin())
         .args(["inspect", "--rollup", "--json"])
         .output()

@@ -5,12 +5,14 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Write};
+use common::Running;
+
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 
-use hugetext::remap::{text_mappings, TextMapping};
+use hugetext::remap::text_mappings;
 
 const MIB: u64 = 1 << 20;
 
@@ -131,75 +133,12 @@ fn alone(prog: &Path) -> Output {
     Command::new(prog).output().expect("spawn fixture")
 }
 
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-/// A fixture started with `wait`, stopped (stdin closed) on drop.
-struct Running {
-    child: Child,
-    first_line: String,
-}
-
-impl Running {
-    fn start(mut cmd: Command) -> Running {
-        let mut child = cmd
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn");
-        let mut out = BufReader::new(child.stdout.take().unwrap());
-        let mut first_line = String::new();
-        out.read_line(&mut first_line).unwrap();
-        let mut ready = String::new();
-        out.read_line(&mut ready).unwrap();
-        if ready.trim() != "ready" {
-            let _ = child.kill();
-            let o = child.wait_with_output().unwrap();
-            panic!(
-                "fixture not ready: {first_line:?} {ready:?} stderr: {}",
-                text(&o.stderr)
-            );
-        }
-        Running { child, first_line }
-    }
-
-    fn pid(&self) -> i32 {
-        self.child.id() as i32
-    }
-
-    fn text(&self) -> Vec<TextMapping> {
-        text_mappings(self.pid()).unwrap()
-    }
-
-    /// Huge-backed bytes of the text of `file`.
-    fn huge_of(&self, file: &Path) -> (u64, u64, u64) {
-        let f = file.canonicalize().unwrap().to_string_lossy().into_owned();
-        let ms: Vec<_> = self.text().into_iter().filter(|m| m.path == f).collect();
-        (
-            ms.iter().map(|m| m.file_pmd).sum(),
-            ms.iter().map(|m| m.anon_huge).sum(),
-            ms.iter().map(|m| m.anonymous).sum(),
-        )
-    }
-
-    fn stop(mut self) -> String {
-        drop(self.child.stdin.take());
-        remove_perf_map(self.child.id());
-        let o = std::mem::replace(&mut self.child, Command::new("true").spawn().unwrap())
-            .wait_with_output()
-            .unwrap();
-        assert!(o.status.success(), "fixture failed: {:?}", o.status);
-        text(&o.stderr)
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        drop(self.child.stdin.take());
-        let _ = self.child.wait();
-    }
+/// Stop a running program and remove the perf map its preload wrote.
+fn stop(r: Running) -> String {
+    let pid = r.child.id();
+    let err = Running::stop(r);
+    remove_perf_map(pid);
+    err
 }
 
 fn run_waiting(args: &[&str], prog: &Path) -> Running {
@@ -286,13 +225,13 @@ fn fixture_matrix(compat: Option<&str>, strategies: &[&str]) {
                 let case = format!("{linker}/{name} --strategy {strategy} (HUGETEXT_COMPAT={compat:?})");
                 let a = alone(&prog);
                 let r = run_with(compat, &["--strategy", strategy], &prog, &[]);
-                assert!(r.status.success(), "{case}: {:?} {}", r.status, text(&r.stderr));
+                assert!(r.status.success(), "{case}: {:?} {}", r.status, common::text(&r.stderr));
                 assert_eq!(
-                    text(&r.stdout),
-                    text(&a.stdout),
+                    common::text(&r.stdout),
+                    common::text(&a.stdout),
                     "{case} prints something else under run"
                 );
-                assert_eq!(text(&r.stderr), "", "{case}: run is not silent without -v");
+                assert_eq!(common::text(&r.stderr), "", "{case}: run is not silent without -v");
                 if name == "small" {
                     continue;
                 }
@@ -309,10 +248,7 @@ fn fixture_matrix(compat: Option<&str>, strategies: &[&str]) {
                     small_folios(&big);
                 }
                 let running = run_waiting_with(compat, &["-v", "--strategy", strategy], &prog);
-                assert_eq!(
-                    running.first_line,
-                    text(&a.stdout).lines().next().unwrap().to_string() + "\n"
-                );
+                assert_eq!(running.first_line, common::text(&a.stdout).lines().next().unwrap());
                 let (file, anon, _) = running.huge_of(&big);
                 let expect = match *strategy {
                     "file" if !congruent(running.pid(), &big) => 0,
@@ -329,10 +265,10 @@ fn fixture_matrix(compat: Option<&str>, strategies: &[&str]) {
                     "{case}: only {} KiB of {} huge-backed: {:#?}",
                     (file + anon) >> 10,
                     big.display(),
-                    running.text()
+                    text_mappings(running.pid()).unwrap()
                 );
                 let congruent_file = *strategy == "file" && congruent(running.pid(), &big);
-                let err = running.stop();
+                let err = stop(running);
                 if compat.is_some() {
                     for s in FALLBACK_SUMMARY {
                         assert!(err.contains(s), "{case}: the fallback did not run: {err}");
@@ -389,12 +325,12 @@ fn file_strategy(compat: Option<&str>) {
     // Fault in its whole text (the fixture only touched what it ran).
     let (f2, _, _) = second.huge_of(&prog);
     assert!(f2 >= 12 * MIB, "a later plain process got {} KiB PMD-mapped", f2 >> 10);
-    let err = running.stop();
+    let err = stop(running);
     assert!(err.contains("file 18.0 MiB") || err.contains("file 1"), "{err}");
     if keeps_tables(compat) {
         assert!(err.contains(REPLACED), "{err}");
     }
-    second.stop();
+    stop(second);
 }
 
 #[test]
@@ -422,7 +358,11 @@ fn copy_strategy(compat: Option<&str>) {
         map.display()
     );
     // Every moved function's address is inside a copied text mapping.
-    let copied: Vec<_> = running.text().into_iter().filter(|m| m.copied).collect();
+    let copied: Vec<_> = text_mappings(running.pid())
+        .unwrap()
+        .into_iter()
+        .filter(|m| m.copied)
+        .collect();
     for l in syms.lines() {
         let a = u64::from_str_radix(l.split(' ').next().unwrap(), 16).unwrap();
         assert!(
@@ -430,7 +370,7 @@ fn copy_strategy(compat: Option<&str>) {
             "{l} outside the copies {copied:#?}"
         );
     }
-    running.stop();
+    stop(running);
 }
 
 #[test]
@@ -438,8 +378,8 @@ fn file_strategy_on_non_congruent_text_explains() {
     let prog = common::fixture("mold", "pie");
     let r = run(&["--strategy", "file", "-v"], &prog, &[]);
     assert!(r.status.success());
-    assert_eq!(text(&r.stdout), text(&alone(&prog).stdout));
-    let err = text(&r.stderr);
+    assert_eq!(common::text(&r.stdout), common::text(&alone(&prog).stdout));
+    let err = common::text(&r.stderr);
     assert!(err.contains("not congruent"), "{err}");
 }
 
@@ -448,7 +388,7 @@ fn collapse_strategy_works_or_says_why() {
     let (_d, prog) = private_copy("bfd", &["nopie"]);
     let running = run_waiting(&["--strategy", "collapse", "-v"], &prog);
     let (file, _, _) = running.huge_of(&prog);
-    let err = running.stop();
+    let err = stop(running);
     assert!(file >= 12 * MIB || err.contains("CONFIG_READ_ONLY_THP_FOR_FS"), "{err}");
 }
 
@@ -457,11 +397,14 @@ fn gdb_mode_never_copies() {
     let prog = common::fixture("lld", "nopie");
     let running = run_waiting(&["--gdb", "-v"], &prog);
     assert!(
-        running.text().iter().all(|m| !m.copied && m.anonymous == 0),
+        text_mappings(running.pid())
+            .unwrap()
+            .iter()
+            .all(|m| !m.copied && m.anonymous == 0),
         "{:#?}",
-        running.text()
+        text_mappings(running.pid()).unwrap()
     );
-    let err = running.stop();
+    let err = stop(running);
     assert!(err.contains("gdb-friendly"), "{err}");
 }
 
@@ -472,18 +415,18 @@ fn include_and_exclude_choose_mappings() {
     let running = run_waiting(&["--exclude", "libbig\\.so$"], &prog);
     let (f, a, _) = running.huge_of(&lib);
     assert_eq!(f + a, 0, "excluded library was remapped");
-    running.stop();
+    stop(running);
     let running = run_waiting(&["--include", "/lib[a-z]+\\.so$"], &prog);
     let (f, a, _) = running.huge_of(&lib);
     assert!(f + a >= 12 * MIB);
-    running.stop();
+    stop(running);
 }
 
 #[test]
 fn exit_status_and_errors() {
     let h = |args: &[&str]| {
         let o = common::hugetext(args);
-        (o.status.code(), text(&o.stderr))
+        (o.status.code(), common::text(&o.stderr))
     };
     let (c, e) = h(&["run", "--", "no-such-program-hugetext"]);
     assert_eq!(c, Some(127));
@@ -510,7 +453,7 @@ fn exit_status_and_errors() {
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(125));
-    assert!(text(&o.stderr).contains("HUGETEXT_PRELOAD"));
+    assert!(common::text(&o.stderr).contains("HUGETEXT_PRELOAD"));
     // Same pid: the program is exec'ed, not spawned.
     let o = Command::new(common::bin())
         .args(["run", "--", "sh", "-c", "echo $$"])
@@ -523,16 +466,20 @@ fn exit_status_and_errors() {
 fn children_do_not_inherit_the_preload_unless_asked() {
     let sh = Path::new("/bin/sh");
     let r = run(&[], sh, &["-c", "echo \"[$LD_PRELOAD]\""]);
-    assert_eq!(text(&r.stdout), "[]\n");
+    assert_eq!(common::text(&r.stdout), "[]\n");
     let r = run(&["--inherit"], sh, &["-c", "echo \"[$LD_PRELOAD]\""]);
-    assert!(text(&r.stdout).contains("libhugetext.so"), "{}", text(&r.stdout));
+    assert!(
+        common::text(&r.stdout).contains("libhugetext.so"),
+        "{}",
+        common::text(&r.stdout)
+    );
     // A preload the user had stays.
     let o = Command::new(common::bin())
         .args(["run", "--", "/bin/sh", "-c", "echo \"[$LD_PRELOAD]\""])
         .env("LD_PRELOAD", "libm.so.6")
         .output()
         .unwrap();
-    assert_eq!(text(&o.stdout), "[libm.so.6]\n");
+    assert_eq!(common::text(&o.stdout), "[libm.so.6]\n");
 }
 
 /// The C test programs, built once per test run.
@@ -635,7 +582,7 @@ fn c_api_with_threads(compat: Option<&str>, runs: usize) {
             let pid = child.id();
             let o = child.wait_with_output().unwrap();
             remove_perf_map(pid);
-            let (out, err) = (text(&o.stdout), text(&o.stderr));
+            let (out, err) = (common::text(&o.stdout), common::text(&o.stderr));
             assert!(
                 o.status.success() && out.ends_with("clean\n"),
                 "{linker} run {i}: {:?}\n{out}\n{err}",
@@ -684,29 +631,38 @@ fn signals_fork_and_exec_after_remap() {
         let p = format!("remap_threads_{linker}");
         let o = cprog(&["signals", "3"], &p);
         assert!(
-            o.status.success() && text(&o.stdout).ends_with("clean\n"),
+            o.status.success() && common::text(&o.stdout).ends_with("clean\n"),
             "signals {linker}: {:?} {}",
             o.status,
-            text(&o.stderr)
+            common::text(&o.stderr)
         );
         let o = cprog(&["fork"], &p);
         assert!(
-            o.status.success() && text(&o.stdout).ends_with("clean\n"),
+            o.status.success() && common::text(&o.stdout).ends_with("clean\n"),
             "fork {linker}: {:?} {}",
             o.status,
-            text(&o.stderr)
+            common::text(&o.stderr)
         );
         let small = common::fixture(linker, "small");
         let o = cprog(&["exec", small.to_str().unwrap()], &p);
-        assert!(o.status.success(), "exec {linker}: {:?} {}", o.status, text(&o.stderr));
-        assert!(text(&o.stdout).ends_with("small\n"), "{}", text(&o.stdout));
+        assert!(
+            o.status.success(),
+            "exec {linker}: {:?} {}",
+            o.status,
+            common::text(&o.stderr)
+        );
+        assert!(
+            common::text(&o.stdout).ends_with("small\n"),
+            "{}",
+            common::text(&o.stdout)
+        );
     }
 }
 
 #[test]
 fn c_api_second_call_counts_what_the_first_did() {
     let o = cprog(&["threads", "3"], "remap_threads_lld");
-    let out = text(&o.stdout);
+    let out = common::text(&o.stdout);
     let v: Vec<i64> = out
         .lines()
         .filter_map(|l| l.strip_prefix("remapped=")?.parse().ok())
@@ -731,9 +687,9 @@ fn no_huge_pages_available_is_reported() {
     for linker in ["bfd", "lld"] {
         let prog = common::fixture(linker, "nopie");
         let o = wrapped("nothp", "auto", &prog);
-        assert!(o.status.success(), "{:?} {}", o.status, text(&o.stderr));
-        assert_eq!(text(&o.stdout), text(&alone(&prog).stdout));
-        let err = text(&o.stderr);
+        assert!(o.status.success(), "{:?} {}", o.status, common::text(&o.stderr));
+        assert_eq!(common::text(&o.stdout), common::text(&alone(&prog).stdout));
+        let err = common::text(&o.stderr);
         assert!(err.contains("huge pages are disabled for this process"), "{err}");
     }
 }
@@ -752,10 +708,14 @@ fn seccomp_restricted_program_runs_and_says_why() {
             o.status.success(),
             "{mode} {linker}: {:?} {}",
             o.status,
-            text(&o.stderr)
+            common::text(&o.stderr)
         );
-        assert_eq!(text(&o.stdout), text(&alone(&prog).stdout), "{mode} {linker}");
-        let err = text(&o.stderr);
+        assert_eq!(
+            common::text(&o.stdout),
+            common::text(&alone(&prog).stdout),
+            "{mode} {linker}"
+        );
+        let err = common::text(&o.stderr);
         assert!(
             err.contains(expect) && err.contains("text left in place"),
             "{mode} {linker}: {err}"
@@ -775,9 +735,9 @@ fn header_declares_the_api() {
         .output()
         .unwrap();
     assert!(
-        text(&o.stdout).contains(" T hugetext_remap_text"),
+        common::text(&o.stdout).contains(" T hugetext_remap_text"),
         "{}",
-        text(&o.stdout)
+        common::text(&o.stdout)
     );
     let _ = std::io::stdout().flush();
 }

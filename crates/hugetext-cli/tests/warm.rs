@@ -4,11 +4,11 @@
 mod common;
 
 use std::fs::File;
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::os::fd::AsFd;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 
 use hugetext::kernel::{self, Mapping};
 use hugetext::{folio, pagecache};
@@ -50,22 +50,9 @@ fn file_entry<'a>(v: &'a Value, name: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("{name} not in {v:#}"))
 }
 
-/// Fill the file's page cache the way programs load: a cold PROT_EXEC fault
-/// of every page, with no madvise (4 KiB folios on x86).
-fn read_small(p: &Path) {
-    let f = File::open(p).unwrap();
-    pagecache::evict(&f, 0..0).unwrap();
-    let len = f.metadata().unwrap().len() as usize;
-    let m = Mapping::file_congruent(f.as_fd(), 0, len, libc::PROT_READ | libc::PROT_EXEC, PMD as usize).unwrap();
-    for off in (0..len).step_by(kernel::page_size()) {
-        // SAFETY: inside the mapping.
-        unsafe { std::ptr::read_volatile(m.as_ptr().add(off)) };
-    }
-}
-
 /// `FilePmdMapped` kB of the mapping of `pid` (None = self) starting at `addr`
 /// or, with `name`, summed over mappings whose path ends with `name`.
-fn file_pmd_mapped(pid: Option<u32>, addr: Option<usize>, name: Option<&str>) -> u64 {
+fn file_pmd_mapped(pid: Option<i32>, addr: Option<usize>, name: Option<&str>) -> u64 {
     let path = match pid {
         Some(p) => format!("/proc/{p}/smaps"),
         None => "/proc/self/smaps".into(),
@@ -92,41 +79,6 @@ fn file_pmd_mapped(pid: Option<u32>, addr: Option<usize>, name: Option<&str>) ->
     kb
 }
 
-/// A fixture program started with `wait`: runs until its stdin closes.
-struct Running {
-    child: Child,
-    first: String,
-}
-
-impl Running {
-    fn start(exe: &Path) -> Running {
-        let mut child = Command::new(exe)
-            .arg("wait")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut out = BufReader::new(child.stdout.take().unwrap());
-        let mut first = String::new();
-        out.read_line(&mut first).unwrap();
-        let mut ready = String::new();
-        out.read_line(&mut ready).unwrap();
-        assert_eq!(ready.trim(), "ready", "{exe:?} did not get ready: {first}");
-        Running { child, first }
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    /// Close stdin; the program must exit 0.
-    fn finish(mut self) {
-        drop(self.child.stdin.take());
-        let st = self.child.wait().unwrap();
-        assert!(st.success(), "program died: {st:?}");
-    }
-}
-
 /// Copy a fixture into a scratch dir (a fresh inode that no other test touches).
 fn copy_fixture(dir: &Path, linker: &str, name: &str) -> PathBuf {
     let dst = dir.join(name);
@@ -140,7 +92,7 @@ fn small_folios_warmed_then_plain_mapping_is_pmd_mapped() {
     let dir = common::scratch();
     let p = dir.path().join("data");
     write_file(&p, 32);
-    read_small(&p);
+    common::read_small(&p);
     let before = folio::scan_file(&p, None).unwrap();
     assert_eq!(before.cached_kb, 32 * 1024);
     assert!(
@@ -225,7 +177,7 @@ fn running_instance_of_library_and_nopie_program_is_pmd_mapped() {
     let nopie = copy_fixture(dir.path(), "bfd", "nopie");
     std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
     for p in [&lib, &exe, &nopie] {
-        read_small(p);
+        common::read_small(p);
     }
     let v = warm_json(&[exe.to_str().unwrap(), lib.to_str().unwrap(), nopie.to_str().unwrap()]);
     let want_lib = file_entry(&v, "libbig.so")["pmd_windows"].as_u64().unwrap();
@@ -233,22 +185,22 @@ fn running_instance_of_library_and_nopie_program_is_pmd_mapped() {
     assert!(want_lib >= 8 && want_nopie >= 8, "{v:#}");
 
     // usebig has RUNPATH=$ORIGIN: it loads the warmed copy next to it.
-    let r = Running::start(&exe);
+    let r = common::Running::fixture(&exe);
     let lib_kb = file_pmd_mapped(Some(r.pid()), None, Some("/libbig.so"));
     // The library's text windows are PMD-mapped where ld.so placed the
     // library 2 MiB-aligned (ext4's thp_get_unmapped_area does for big
     // mappings); the small usebig has no whole window of text.
     assert_eq!(lib_kb, want_lib * 2048, "libbig.so in running usebig");
-    r.finish();
+    r.stop();
 
-    let r = Running::start(&nopie);
+    let r = common::Running::fixture(&nopie);
     let kb = file_pmd_mapped(Some(r.pid()), None, "/nopie".into());
     assert_eq!(
         kb,
         want_nopie * 2048,
         "nopie text (ET_EXEC, congruent) in the running program"
     );
-    r.finish();
+    r.stop();
 }
 
 #[test]
@@ -256,14 +208,14 @@ fn deps_warms_the_library_and_running_instance_shows_both_pmd_mapped() {
     let dir = common::scratch();
     let lib = copy_fixture(dir.path(), "bfd", "libbig.so");
     let exe = copy_fixture(dir.path(), "bfd", "usebig");
-    read_small(&lib);
+    common::read_small(&lib);
     let v = warm_json(&["--deps", exe.to_str().unwrap()]);
     let l = file_entry(&v, "libbig.so");
     assert_eq!(l["pmd_windows"], l["eligible_windows"]);
-    let r = Running::start(&exe);
+    let r = common::Running::fixture(&exe);
     let kb = file_pmd_mapped(Some(r.pid()), None, Some("/libbig.so"));
     assert_eq!(kb, l["pmd_windows"].as_u64().unwrap() * 2048);
-    r.finish();
+    r.stop();
 }
 
 #[test]
@@ -276,7 +228,7 @@ fn blocked_by_a_running_process_is_reported_and_the_process_is_unharmed() {
     drop(f);
     // Cold start: the kernel faults the text in 4 KiB folios, and the
     // program maps them.
-    let r = Running::start(&exe);
+    let r = common::Running::fixture(&exe);
     let v = warm_json(&[exe.to_str().unwrap()]);
     let e = file_entry(&v, "pie");
     assert!(e["blocked_kb"].as_u64().unwrap() > 0, "{e:#}");
@@ -290,8 +242,8 @@ fn blocked_by_a_running_process_is_reported_and_the_process_is_unharmed() {
     assert!(pids.contains(&(r.pid() as u64)), "{e:#}");
     assert!(e["notes"].to_string().contains("--replace"), "{e:#}");
     // Still runs, and computes what it computed before.
-    let first = r.first.clone();
-    r.finish();
+    let first = r.first_line.clone();
+    r.stop();
     let out = Command::new(&exe).output().unwrap();
     assert!(out.status.success());
     assert_eq!(
@@ -316,7 +268,7 @@ fn replace_warms_a_copy_and_keeps_metadata() {
     let old_ino = std::fs::metadata(&exe).unwrap().ino();
     let old_mtime = std::fs::metadata(&exe).unwrap().mtime();
     File::open(&exe).map(|f| pagecache::evict(&f, 0..0).unwrap()).unwrap();
-    let r = Running::start(&exe);
+    let r = common::Running::fixture(&exe);
 
     // A hard link makes --replace refuse, and nothing changes.
     let link = dir.path().join("pie-link");
@@ -342,7 +294,7 @@ fn replace_warms_a_copy_and_keeps_metadata() {
     assert_eq!(get_xattr(&exe, "user.hugetext-test"), b"kept");
     assert_eq!(get_xattr(&exe, "security.capability"), cap);
     // The old process still runs; a new one maps the warmed copy.
-    r.finish();
+    r.stop();
     let out = Command::new(&exe).output().unwrap();
     assert!(out.status.success());
     assert!(!dir
@@ -398,7 +350,7 @@ fn memory_guard_refuses_and_touches_nothing() {
     let dir = common::scratch();
     let p = dir.path().join("data");
     write_file(&p, 8);
-    read_small(&p);
+    common::read_small(&p);
     let before = folio::scan_file(&p, None).unwrap();
     let out = common::hugetext(&["warm", "--max-mem", "1M", p.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(1));
@@ -466,8 +418,7 @@ fn bad_paths_give_one_clear_line_each() {
     write_file(&secret, 1);
     std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let out = Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+    let out = common::as_nobody()
         .arg(common::bin())
         .args(["warm", secret.to_str().unwrap()])
         .output()

@@ -206,3 +206,130 @@ fn make_loop_fs(fstype: &str) -> Result<LoopFs, String> {
         _dir: dir,
     })
 }
+
+/// Lossy UTF-8 of captured output.
+pub fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Spawn `cmd`, retrying while the executable is briefly busy (`ETXTBSY`: a
+/// file just written by this test run, whose write descriptor a concurrent
+/// fork still holds).
+pub fn spawn_retry(cmd: &mut Command) -> std::process::Child {
+    for _ in 0..100 {
+        match cmd.spawn() {
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) => {
+                std::thread::sleep(std::time::Duration::from_millis(20))
+            }
+            r => return r.expect("spawn"),
+        }
+    }
+    panic!("executable stayed busy (ETXTBSY)");
+}
+
+/// A fixture (or `hugetext run … -- FIXTURE`) started with the `wait`
+/// argument: it has printed its result line and "ready", and blocks until its
+/// stdin closes. Dropping it closes stdin and reaps it.
+pub struct Running {
+    pub child: std::process::Child,
+    /// The program's first output line (`sum=… pages=…`).
+    pub first_line: String,
+}
+
+impl Running {
+    /// Start `cmd`, which must already carry the `wait` argument.
+    pub fn start(mut cmd: Command) -> Running {
+        use std::io::{BufRead, BufReader};
+        use std::process::Stdio;
+        let mut child = spawn_retry(cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()));
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let (mut first, mut ready) = (String::new(), String::new());
+        out.read_line(&mut first).unwrap();
+        out.read_line(&mut ready).unwrap();
+        if ready.trim() != "ready" {
+            let _ = child.kill();
+            let o = child.wait_with_output().unwrap();
+            panic!("program not ready: {first:?} {ready:?} stderr: {}", text(&o.stderr));
+        }
+        Running {
+            child,
+            first_line: first.trim().to_string(),
+        }
+    }
+
+    /// Start the fixture `exe` with `wait`.
+    pub fn fixture(exe: &Path) -> Running {
+        let mut cmd = Command::new(exe);
+        cmd.arg("wait");
+        Running::start(cmd)
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    /// (FilePmdMapped, AnonHugePages, Anonymous) bytes of the executable
+    /// mappings of `file` in this process.
+    pub fn huge_of(&self, file: &Path) -> (u64, u64, u64) {
+        let f = file.canonicalize().unwrap().to_string_lossy().into_owned();
+        let ms: Vec<_> = hugetext::remap::text_mappings(self.pid())
+            .unwrap()
+            .into_iter()
+            .filter(|m| m.path == f)
+            .collect();
+        (
+            ms.iter().map(|m| m.file_pmd).sum(),
+            ms.iter().map(|m| m.anon_huge).sum(),
+            ms.iter().map(|m| m.anonymous).sum(),
+        )
+    }
+
+    /// Close stdin and wait: the program must exit 0. Returns its stderr.
+    pub fn stop(mut self) -> String {
+        use std::io::Read;
+        drop(self.child.stdin.take());
+        let mut err = String::new();
+        if let Some(mut e) = self.child.stderr.take() {
+            e.read_to_string(&mut err).unwrap();
+        }
+        let st = self.child.wait().unwrap();
+        assert!(st.success(), "program failed: {st:?} {err}");
+        err
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        drop(self.child.stdin.take());
+        let _ = self.child.wait();
+    }
+}
+
+/// Fill a file's page cache the way programs load: evict it, then a cold
+/// PROT_EXEC fault of every page with no madvise (4 KiB folios on x86).
+pub fn read_small(p: &Path) {
+    use hugetext::kernel::{self, Mapping};
+    use std::os::fd::AsFd;
+    let f = std::fs::File::open(p).unwrap();
+    hugetext::pagecache::evict(&f, 0..0).unwrap();
+    let len = f.metadata().unwrap().len() as usize;
+    let m = Mapping::file_congruent(f.as_fd(), 0, len, libc::PROT_READ | libc::PROT_EXEC, kernel::pmd_size()).unwrap();
+    for off in (0..len).step_by(kernel::page_size()) {
+        // SAFETY: inside the mapping.
+        unsafe { std::ptr::read_volatile(m.as_ptr().add(off)) };
+    }
+}
+
+/// `setpriv` as user and group `nobody` with no capabilities; append the
+/// program and its arguments.
+pub fn as_nobody() -> Command {
+    let mut cmd = Command::new("setpriv");
+    cmd.args([
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+        "--inh-caps=-all",
+        "--",
+    ]);
+    cmd
+}
