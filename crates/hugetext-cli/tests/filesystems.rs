@@ -109,30 +109,6 @@ fn copy_fixture(dir: &Path, linker: &str, name: &str) -> PathBuf {
     dst
 }
 
-/// `hugetext run ARGS -- PROG wait`.
-fn run_waiting(args: &[&str], prog: &Path) -> Running {
-    run_waiting_with(None, args, prog)
-}
-
-/// The same with `HUGETEXT_COMPAT=compat` (None: unset).
-fn run_waiting_with(compat: Option<&str>, args: &[&str], prog: &Path) -> Running {
-    let lib = common::target_profile_dir().join("libhugetext.so");
-    assert!(lib.exists(), "{} missing: cargo build --release", lib.display());
-    let mut cmd = Command::new(common::bin());
-    cmd.arg("run")
-        .args(args)
-        .arg("--")
-        .arg(prog)
-        .arg("wait")
-        .env_remove("HUGETEXT_STRATEGY")
-        .env_remove("HUGETEXT_VERBOSE");
-    match compat {
-        Some(c) => cmd.env("HUGETEXT_COMPAT", c),
-        None => cmd.env_remove("HUGETEXT_COMPAT"),
-    };
-    Running::start(cmd)
-}
-
 fn warm_json(p: &Path) -> Value {
     let out = ok(common::hugetext(&["warm", "--json", p.to_str().unwrap()]), "warm");
     json(&out)["files"][0].clone()
@@ -189,7 +165,7 @@ fn run_file_strategy_is_huge_with(dir: &Path, compat: Option<&str>) {
     if keeps_tables {
         common::read_small(&prog);
     }
-    let r = run_waiting_with(compat, &["--strategy", "file", "-v"], &prog);
+    let r = common::run_waiting_with(compat, &["--strategy", "file", "-v"], &prog);
     let (file_pmd, anon, private_anon) = r.huge_of(&prog);
     let err = r.stop();
     assert!(file_pmd >= 16 * MIB, "FilePmdMapped {} KiB: {err}", file_pmd >> 10);
@@ -298,7 +274,7 @@ fn btrfs_doctor_warm_and_run_say_what_the_kernel_does() {
     r.stop();
 
     // run --strategy auto falls back to the copy and says why.
-    let r = run_waiting(&["-v"], &prog);
+    let r = common::run_waiting(&["-v"], &prog);
     let (file_pmd, anon, _) = r.huge_of(&prog);
     let err = r.stop();
     assert_eq!(file_pmd, 0, "{err}");

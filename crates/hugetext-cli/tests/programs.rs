@@ -54,10 +54,6 @@ fn program(name: &str) -> Option<PathBuf> {
     p
 }
 
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
 /// A command with no HUGETEXT_* settings inherited from the test's caller.
 fn clean(mut c: Command) -> Command {
     for (k, _) in std::env::vars_os() {
@@ -120,9 +116,22 @@ fn system_programs_print_the_same_under_run() {
             for strategy in ["auto", "file", "copy"] {
                 let case = format!("{name} --strategy {strategy} (HUGETEXT_COMPAT={compat:?})");
                 let r = output(under_run(compat, strategy, false, &prog, args));
-                assert_eq!(r.status.code(), alone.status.code(), "{case}: {}", text(&r.stderr));
-                assert_eq!(text(&r.stdout), text(&alone.stdout), "{case}: other output");
-                assert_eq!(text(&r.stderr), text(&alone.stderr), "{case}: other errors");
+                assert_eq!(
+                    r.status.code(),
+                    alone.status.code(),
+                    "{case}: {}",
+                    common::text(&r.stderr)
+                );
+                assert_eq!(
+                    common::text(&r.stdout),
+                    common::text(&alone.stdout),
+                    "{case}: other output"
+                );
+                assert_eq!(
+                    common::text(&r.stderr),
+                    common::text(&alone.stderr),
+                    "{case}: other errors"
+                );
                 ran += 1;
             }
         }

@@ -16,16 +16,6 @@ use hugetext::remap::text_mappings;
 
 const MIB: u64 = 1 << 20;
 
-fn preload() -> PathBuf {
-    let p = common::target_profile_dir().join("libhugetext.so");
-    assert!(
-        p.exists(),
-        "{} missing: build the workspace first (cargo build --release)",
-        p.display()
-    );
-    p
-}
-
 /// The kernel-compatibility fallbacks, all forced (`HUGETEXT_COMPAT`):
 /// verification with /proc/self/smaps totals instead of `PAGEMAP_SCAN`,
 /// pages touched instead of `MADV_POPULATE_READ`, and `MADV_DONTNEED`
@@ -88,14 +78,6 @@ const FALLBACK_SUMMARY: [&str; 2] = [
     "pages touched, no MADV_POPULATE_READ",
 ];
 
-/// Set `HUGETEXT_COMPAT` to `compat` (None: unset, the default paths).
-fn with_compat(cmd: &mut Command, compat: Option<&str>) {
-    match compat {
-        Some(c) => cmd.env("HUGETEXT_COMPAT", c),
-        None => cmd.env_remove("HUGETEXT_COMPAT"),
-    };
-}
-
 /// Remove the perf map a copied process left (pids are reused, and the
 /// preload appends to an existing map of the same owner).
 fn remove_perf_map(pid: u32) {
@@ -107,7 +89,7 @@ fn run(args: &[&str], prog: &Path, prog_args: &[&str]) -> Output {
 }
 
 fn run_with(compat: Option<&str>, args: &[&str], prog: &Path, prog_args: &[&str]) -> Output {
-    preload();
+    common::preload();
     let mut cmd = Command::new(common::bin());
     cmd.arg("run")
         .args(args)
@@ -116,7 +98,7 @@ fn run_with(compat: Option<&str>, args: &[&str], prog: &Path, prog_args: &[&str]
         .args(prog_args)
         .env_remove("HUGETEXT_STRATEGY")
         .env_remove("HUGETEXT_VERBOSE");
-    with_compat(&mut cmd, compat);
+    common::with_compat(&mut cmd, compat);
     let child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -139,23 +121,6 @@ fn stop(r: Running) -> String {
     let err = Running::stop(r);
     remove_perf_map(pid);
     err
-}
-
-fn run_waiting(args: &[&str], prog: &Path) -> Running {
-    run_waiting_with(None, args, prog)
-}
-
-fn run_waiting_with(compat: Option<&str>, args: &[&str], prog: &Path) -> Running {
-    preload();
-    let mut cmd = Command::new(common::bin());
-    cmd.arg("run")
-        .args(args)
-        .arg("--")
-        .arg(prog)
-        .arg("wait")
-        .env_remove("HUGETEXT_STRATEGY");
-    with_compat(&mut cmd, compat);
-    Running::start(cmd)
 }
 
 /// Is the text of `file` mapped by `pid` congruent (address − offset a
@@ -247,7 +212,7 @@ fn fixture_matrix(compat: Option<&str>, strategies: &[&str]) {
                 if drop_step {
                     small_folios(&big);
                 }
-                let running = run_waiting_with(compat, &["-v", "--strategy", strategy], &prog);
+                let running = common::run_waiting_with(compat, &["-v", "--strategy", strategy], &prog);
                 assert_eq!(running.first_line, common::text(&a.stdout).lines().next().unwrap());
                 let (file, anon, _) = running.huge_of(&big);
                 let expect = match *strategy {
@@ -310,7 +275,7 @@ fn file_strategy(compat: Option<&str>) {
     let (_d, prog) = private_copy("bfd", &["nopie"]);
     // In 4 KiB folios, as exec leaves a program: the route drops and refaults.
     small_folios(&prog);
-    let running = run_waiting_with(compat, &["--strategy", "file", "-v"], &prog);
+    let running = common::run_waiting_with(compat, &["--strategy", "file", "-v"], &prog);
     let (file, anon, private_anon) = running.huge_of(&prog);
     assert!(file >= 16 * MIB, "FilePmdMapped {} KiB", file >> 10);
     assert_eq!(anon, 0);
@@ -346,7 +311,7 @@ fn copy_strategy_with_the_old_kernel_fallbacks() {
 fn copy_strategy(compat: Option<&str>) {
     // lld PIE: not congruent, only `copy` can make it huge.
     let prog = common::fixture("lld", "pie");
-    let running = run_waiting_with(compat, &["--strategy", "copy"], &prog);
+    let running = common::run_waiting_with(compat, &["--strategy", "copy"], &prog);
     let (_, anon, _) = running.huge_of(&prog);
     assert!(anon >= 16 * MIB, "AnonHugePages {} KiB", anon >> 10);
     let map = PathBuf::from(format!("/tmp/perf-{}.map", running.pid()));
@@ -386,7 +351,7 @@ fn file_strategy_on_non_congruent_text_explains() {
 #[test]
 fn collapse_strategy_works_or_says_why() {
     let (_d, prog) = private_copy("bfd", &["nopie"]);
-    let running = run_waiting(&["--strategy", "collapse", "-v"], &prog);
+    let running = common::run_waiting(&["--strategy", "collapse", "-v"], &prog);
     let (file, _, _) = running.huge_of(&prog);
     let err = stop(running);
     assert!(file >= 12 * MIB || err.contains("CONFIG_READ_ONLY_THP_FOR_FS"), "{err}");
@@ -395,7 +360,7 @@ fn collapse_strategy_works_or_says_why() {
 #[test]
 fn gdb_mode_never_copies() {
     let prog = common::fixture("lld", "nopie");
-    let running = run_waiting(&["--gdb", "-v"], &prog);
+    let running = common::run_waiting(&["--gdb", "-v"], &prog);
     assert!(
         text_mappings(running.pid())
             .unwrap()
@@ -412,11 +377,11 @@ fn gdb_mode_never_copies() {
 fn include_and_exclude_choose_mappings() {
     let (_d, prog) = private_copy("lld", &["usebig", "libbig.so"]);
     let lib = prog.with_file_name("libbig.so");
-    let running = run_waiting(&["--exclude", "libbig\\.so$"], &prog);
+    let running = common::run_waiting(&["--exclude", "libbig\\.so$"], &prog);
     let (f, a, _) = running.huge_of(&lib);
     assert_eq!(f + a, 0, "excluded library was remapped");
     stop(running);
-    let running = run_waiting(&["--include", "/lib[a-z]+\\.so$"], &prog);
+    let running = common::run_waiting(&["--include", "/lib[a-z]+\\.so$"], &prog);
     let (f, a, _) = running.huge_of(&lib);
     assert!(f + a >= 12 * MIB);
     stop(running);
@@ -525,7 +490,7 @@ fn cprogs() -> &'static Path {
 }
 
 fn cprog(args: &[&str], name: &str) -> Output {
-    preload();
+    common::preload();
     let o = Command::new(cprogs().join(name))
         .args(args)
         .env("HUGETEXT_VERBOSE", "1")
@@ -573,7 +538,7 @@ fn c_api_with_threads(compat: Option<&str>, runs: usize) {
         for i in 0..runs {
             let mut cmd = Command::new(cprogs().join(format!("remap_threads_{linker}")));
             cmd.args(["threads", "2"]).env("HUGETEXT_VERBOSE", "1");
-            with_compat(&mut cmd, compat);
+            common::with_compat(&mut cmd, compat);
             if linker == "bfd" {
                 evict(&lib);
                 cmd.env("LD_LIBRARY_PATH", lib.parent().unwrap());
@@ -672,7 +637,7 @@ fn c_api_second_call_counts_what_the_first_did() {
 }
 
 fn wrapped(mode: &str, strategy: &str, prog: &Path) -> Output {
-    preload();
+    common::preload();
     Command::new(cprogs().join("wrap"))
         .arg(mode)
         .arg(common::bin())
@@ -731,7 +696,7 @@ fn header_declares_the_api() {
     let o = Command::new("nm")
         .arg("-D")
         .arg("--defined-only")
-        .arg(preload())
+        .arg(common::preload())
         .output()
         .unwrap();
     assert!(
@@ -752,7 +717,7 @@ fn a_perf_map_left_by_an_earlier_process_with_the_same_pid_is_replaced() {
         common::bin().display(),
         prog.display()
     );
-    preload();
+    common::preload();
     let child = Command::new("sh")
         .args(["-c", &script])
         .stdout(Stdio::null())

@@ -333,3 +333,44 @@ pub fn as_nobody() -> Command {
     ]);
     cmd
 }
+
+/// `target/<profile>/libhugetext.so`, which `hugetext run` injects.
+pub fn preload() -> PathBuf {
+    let p = target_profile_dir().join("libhugetext.so");
+    assert!(
+        p.exists(),
+        "{} missing: build the workspace first (cargo build --release)",
+        p.display()
+    );
+    p
+}
+
+/// Set `HUGETEXT_COMPAT` (the preload's old-kernel fallbacks) on `cmd`, or
+/// make sure it is unset.
+pub fn with_compat(cmd: &mut Command, compat: Option<&str>) {
+    match compat {
+        Some(c) => cmd.env("HUGETEXT_COMPAT", c),
+        None => cmd.env_remove("HUGETEXT_COMPAT"),
+    };
+}
+
+/// `hugetext run ARGS -- PROG wait`, with `HUGETEXT_COMPAT=compat` (None:
+/// unset) and no strategy or verbosity inherited from the environment.
+pub fn run_waiting_with(compat: Option<&str>, args: &[&str], prog: &Path) -> Running {
+    preload();
+    let mut cmd = Command::new(bin());
+    cmd.arg("run")
+        .args(args)
+        .arg("--")
+        .arg(prog)
+        .arg("wait")
+        .env_remove("HUGETEXT_STRATEGY")
+        .env_remove("HUGETEXT_VERBOSE");
+    with_compat(&mut cmd, compat);
+    Running::start(cmd)
+}
+
+/// `hugetext run ARGS -- PROG wait`.
+pub fn run_waiting(args: &[&str], prog: &Path) -> Running {
+    run_waiting_with(None, args, prog)
+}
