@@ -436,15 +436,19 @@ mod tests {
         // process's own map changes while other test threads run.
         let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
         let pid = child.id() as i32;
-        // Wait until the child has exec'd sleep (its maps no longer show us).
-        for _ in 0..200 {
-            if std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|p| p.ends_with("sleep")) {
+        let key = |v: &[Vma]| v.iter().map(|m| (m.start, m.end, m.path.clone())).collect::<Vec<_>>();
+        // The child maps its libraries after exec: compare once its map is
+        // the same before and after the smaps read.
+        let (mut smaps, mut maps) = (Vec::new(), Vec::new());
+        for _ in 0..400 {
+            let before = read_maps(Some(pid)).unwrap();
+            smaps = read_smaps(Some(pid)).unwrap();
+            maps = read_maps(Some(pid)).unwrap();
+            if key(&before) == key(&maps) && maps.iter().any(|m| m.path.ends_with("/sleep")) {
                 break;
             }
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
-        let smaps = read_smaps(Some(pid)).unwrap();
-        let maps = read_maps(Some(pid)).unwrap();
         child.kill().unwrap();
         child.wait().unwrap();
         assert!(!maps.is_empty());
