@@ -313,6 +313,18 @@ pub fn fs_type_name(magic: u64) -> String {
     .to_string()
 }
 
+/// The filesystem type name of the filesystem holding `path` (`statfs`).
+pub fn fs_name_at(path: &Path) -> crate::Result<String> {
+    let st = rustix::fs::statfs(path).map_err(|e| crate::Error::io(path, e.into()))?;
+    Ok(fs_type_name(st.f_type as u64))
+}
+
+/// Memory-backed filesystems (tmpfs, ramfs): files live only in the page
+/// cache, so it cannot be evicted and re-read in other folio sizes.
+pub fn is_memory_fs(name: &str) -> bool {
+    matches!(name, "tmpfs" | "ramfs")
+}
+
 /// The filesystem type name of an open file (`fstatfs`), `unknown` if it
 /// cannot be told.
 pub fn fs_name(f: &File) -> String {

@@ -704,7 +704,7 @@ fn text_files(seen: &[ExecMap], extra: &[PathBuf]) -> Result<Vec<TextFile>> {
             .flat_map(|m| m.offset.div_ceil(pmd)..(m.offset + (m.end - m.start)) / pmd)
             .collect();
         let mappable_windows = (!maps.is_empty()).then(|| text_windows.intersection(&mapped_windows).count() as u64);
-        let filesystem = super::fs_kind(&path).map(|k| k.0).unwrap_or_else(|_| "?".into());
+        let filesystem = crate::fsutil::fs_name_at(&path).unwrap_or_else(|_| "?".into());
         let plan = warm::plan(&path).ok();
         let managed_ranges = match &plan {
             Some(p) if !p.ranges.is_empty() => p.ranges.iter().map(|r| [r.offset, r.offset + r.len]).collect(),

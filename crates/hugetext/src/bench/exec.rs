@@ -186,20 +186,13 @@ pub fn run(opts: &Options, progress: &dyn Progress) -> Result<Report> {
             "bench exec calls x86 RET stubs: it runs on x86_64 only".into(),
         ));
     }
-    let pmd = kernel::pmd_size() as u64;
     let ps = kernel::page_size() as u64;
-    let size = opts.size / pmd * pmd;
-    if size == 0 {
-        return Err(Error::Invalid(format!(
-            "--size must be at least one PMD ({} KiB)",
-            pmd / 1024
-        )));
-    }
+    let size = super::pmd_multiple(opts.size)?;
     if opts.runs == 0 {
         return Err(Error::Invalid("--runs must be at least 1".into()));
     }
     let dir = super::scratch_dir(opts.dir.as_deref())?;
-    let (filesystem, _) = super::fs_kind(dir.path())?;
+    let filesystem = crate::fsutil::fs_name_at(dir.path())?;
     let path = dir.path().join("ret-stubs.bin");
     progress.start(1 + u64::from(opts.runs) * VARIANTS.len() as u64);
     super::write_filled(&path, size, RET)?;
@@ -351,7 +344,7 @@ fn measure(file: &File, path: &std::path::Path, size: u64, v: Variant, sequence:
         random_passes_ms.push(ms(t.elapsed()));
     }
     let random_ms = random_passes_ms.iter().copied().fold(f64::INFINITY, f64::min);
-    let pmd_mapped_kb = super::smaps_kb(base, "FilePmdMapped")?.unwrap_or(0);
+    let pmd_mapped_kb = crate::procfs::own_mapping_stats(base as u64)?.map_or(0, |s| s.file_pmd_kb);
     drop(map);
     let view = folio::scan_file(path, None)?;
     let pmd_kb = view.pmd_kb();

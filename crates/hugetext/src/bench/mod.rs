@@ -17,7 +17,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::{Error, Result};
+use crate::{fsutil, kernel, Error, Result};
 
 pub mod ab;
 pub mod exec;
@@ -43,28 +43,6 @@ impl Progress for () {
     fn step(&self, _msg: &str) {}
 }
 
-const TMPFS_MAGIC: i64 = 0x0102_1994;
-const RAMFS_MAGIC: i64 = 0x8584_58f6;
-
-/// Filesystem type name of `path` for messages ("ext4", "tmpfs", ... or the
-/// magic number in hex), and whether it is memory-backed (tmpfs/ramfs: no
-/// large page-cache folios with `shmem_enabled=never`, and no disk I/O).
-pub fn fs_kind(path: &Path) -> Result<(String, bool)> {
-    let st = rustix::fs::statfs(path).map_err(|e| Error::io(path, e.into()))?;
-    let magic = st.f_type as i64;
-    let name = match magic {
-        TMPFS_MAGIC => "tmpfs".to_string(),
-        RAMFS_MAGIC => "ramfs".to_string(),
-        0xEF53 => "ext4".to_string(),
-        0x5846_5342 => "xfs".to_string(),
-        0x9123_683E => "btrfs".to_string(),
-        0x0100_4D31 => "squashfs".to_string(),
-        0x794C_7630 => "overlayfs".to_string(),
-        m => format!("fs 0x{m:x}"),
-    };
-    Ok((name, matches!(magic, TMPFS_MAGIC | RAMFS_MAGIC)))
-}
-
 /// Choose the directory for a benchmark's scratch files: `dir` when given,
 /// else `$TMPDIR` (or `/tmp`) unless it is memory-backed, else the current
 /// directory. Refuses tmpfs/ramfs with a clear message: the exec and
@@ -76,14 +54,14 @@ pub fn scratch_dir(dir: Option<&Path>) -> Result<tempfile::TempDir> {
             let tmp = std::env::var_os("TMPDIR")
                 .map(PathBuf::from)
                 .unwrap_or_else(|| PathBuf::from("/tmp"));
-            match fs_kind(&tmp) {
-                Ok((_, false)) => tmp,
+            match fsutil::fs_name_at(&tmp) {
+                Ok(kind) if !fsutil::is_memory_fs(&kind) => tmp,
                 _ => std::env::current_dir().map_err(|e| Error::io(".", e))?,
             }
         }
     };
-    let (kind, mem) = fs_kind(&base)?;
-    if mem {
+    let kind = fsutil::fs_name_at(&base)?;
+    if fsutil::is_memory_fs(&kind) {
         return Err(Error::Invalid(format!(
             "{} is on {kind}, which has no large page-cache folios here and no readahead: \
              pass --dir DIR on a disk filesystem (ext4, xfs)",
@@ -112,25 +90,16 @@ pub fn write_filled(path: &Path, size: u64, byte: u8) -> Result<()> {
     Ok(())
 }
 
-/// Read one `kB` field (e.g. `FilePmdMapped`, `AnonHugePages`) of the
-/// mapping that starts at `addr` in `/proc/self/smaps`.
-pub fn smaps_kb(addr: usize, field: &str) -> Result<Option<u64>> {
-    let text = std::fs::read_to_string("/proc/self/smaps").map_err(|e| Error::io("/proc/self/smaps", e))?;
-    let head = format!("{addr:x}-");
-    let mut inside = false;
-    for line in text.lines() {
-        let first = line.split_whitespace().next().unwrap_or("");
-        if first.contains('-') && !first.ends_with(':') {
-            inside = first.starts_with(&head);
-            continue;
-        }
-        if inside {
-            if let Some(rest) = line.strip_prefix(field).and_then(|r| r.strip_prefix(':')) {
-                return Ok(rest.trim().trim_end_matches("kB").trim().parse().ok());
-            }
-        }
+/// `size` rounded down to whole PMDs, for `--size`: at least one PMD.
+pub fn pmd_multiple(size: u64) -> Result<u64> {
+    let pmd = kernel::pmd_size() as u64;
+    match size / pmd * pmd {
+        0 => Err(Error::Invalid(format!(
+            "--size must be at least one PMD ({} KiB)",
+            pmd / 1024
+        ))),
+        n => Ok(n),
     }
-    Ok(None)
 }
 
 /// Parse a size such as `512M`, `1G`, `64k`, `4096` (binary units).
@@ -181,19 +150,32 @@ mod tests {
     }
 
     #[test]
+    fn pmd_multiples() {
+        let pmd = crate::kernel::pmd_size() as u64;
+        assert_eq!(pmd_multiple(3 * pmd + 5).unwrap(), 3 * pmd);
+        assert_eq!(pmd_multiple(pmd).unwrap(), pmd);
+        assert!(pmd_multiple(pmd - 1).is_err());
+    }
+
+    #[test]
     fn smaps_field_of_own_mapping() {
+        // What exec and mprotect read back: the counters of the mapping that
+        // starts at an address (procfs::own_mapping_stats).
         let pmd = crate::kernel::pmd_size();
         let m = crate::kernel::Mapping::anon_aligned(2 * pmd, libc::PROT_READ | libc::PROT_WRITE, pmd).unwrap();
         m.madvise(0, 2 * pmd, crate::kernel::MADV_HUGEPAGE).unwrap();
         // SAFETY: writing our own fresh mapping.
         unsafe { std::ptr::write_bytes(m.as_ptr(), 1, 2 * pmd) };
-        let v = smaps_kb(m.addr(), "AnonHugePages")
+        let v = crate::procfs::own_mapping_stats(m.addr() as u64)
             .unwrap()
-            .expect("mapping is in smaps");
+            .expect("mapping is in smaps")
+            .anon_huge_kb;
         // THP may be disabled on some machines; here (madvise) both are PMDs.
         if crate::kernel::thp_enabled().as_deref() != Some("never") {
             assert_eq!(v, 2 * pmd as u64 / 1024);
         }
-        assert_eq!(smaps_kb(m.addr(), "NoSuchField").unwrap(), None);
+        assert!(crate::procfs::own_mapping_stats(m.addr() as u64 + 4096)
+            .unwrap()
+            .is_none());
     }
 }

@@ -181,14 +181,7 @@ fn mthp_64k_usable() -> std::result::Result<(), String> {
 
 /// Run the benchmark.
 pub fn run(opts: &Options, progress: &dyn Progress) -> Result<Report> {
-    let pmd = kernel::pmd_size() as u64;
-    let size = opts.size / pmd * pmd;
-    if size == 0 {
-        return Err(Error::Invalid(format!(
-            "--size must be at least one PMD ({} KiB)",
-            pmd / 1024
-        )));
-    }
+    let size = super::pmd_multiple(opts.size)?;
     if opts.runs == 0 || opts.loops == 0 {
         return Err(Error::Invalid("--runs and --loops must be at least 1".into()));
     }
@@ -318,7 +311,7 @@ fn run_case(case: Case, size: usize, loops: u32) -> Result<(f64, f64, State)> {
             bzero(&m);
         }
     }
-    let anon_huge_kb_after_touch = super::smaps_kb(m.addr(), "AnonHugePages")?.unwrap_or(0);
+    let anon_huge_kb_after_touch = crate::procfs::own_mapping_stats(m.addr() as u64)?.map_or(0, |s| s.anon_huge_kb);
     let mthp_64k_fault_alloc = fault_alloc_before
         .and_then(|b| read_counter(&mthp_path(64, "stats/anon_fault_alloc")).map(|a| a.saturating_sub(b)));
     // As the seed: no khugepaged collapse during the loop, then rewrite.
@@ -331,7 +324,7 @@ fn run_case(case: Case, size: usize, loops: u32) -> Result<(f64, f64, State)> {
             m.madvise(off, ps, libc::MADV_DOFORK)?;
         }
     }
-    let anon_huge_kb_during = super::smaps_kb(m.addr(), "AnonHugePages")?.unwrap_or(0);
+    let anon_huge_kb_during = crate::procfs::own_mapping_stats(m.addr() as u64)?.map_or(0, |s| s.anon_huge_kb);
     let folios_kb = anon_folios(&m)?;
     let expected_kb = match case {
         Case::PmdThpPteMapped => pmd as u64 / 1024,

@@ -103,7 +103,7 @@ pub fn run(opts: &Options, progress: &dyn Progress) -> Result<Report> {
     let chunk = opts.chunk.max(ps);
     let n = opts.threads as u64;
     let dir = super::scratch_dir(opts.dir.as_deref())?;
-    let (filesystem, _) = super::fs_kind(dir.path())?;
+    let filesystem = crate::fsutil::fs_name_at(dir.path())?;
     progress.start(2 + 2 * u64::from(opts.runs));
     let distinct: Vec<PathBuf> = (0..n).map(|i| dir.path().join(format!("distinct-{i}.bin"))).collect();
     for p in &distinct {

@@ -111,12 +111,6 @@ fn pid_list(v: &[ProcRef]) -> String {
 // ---------------------------------------------------------------------------
 // Warming
 
-/// True for filesystems whose page cache *is* the file (no backing store to
-/// evict to and re-read from).
-fn memory_fs(name: &str) -> bool {
-    matches!(name, "tmpfs" | "ramfs")
-}
-
 /// How a file's page cache was (or could not be) put into PMD folios.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -162,7 +156,7 @@ pub fn warm_target(t: &Target, opts: &WarmOptions, ctx: &mut WarmContext) -> Res
     let mut notes = t.notes.clone();
 
     let mut stuck = BTreeSet::new();
-    if memory_fs(&fs) {
+    if fsutil::is_memory_fs(&fs) {
         notes.push(format!(
             "{fs} keeps files in memory with no backing store to re-read them from, so warm cannot change their folios: \
              PMD folios are impossible here unless it is mounted with huge=always or huge=within_size \
@@ -188,7 +182,7 @@ pub fn warm_target(t: &Target, opts: &WarmOptions, ctx: &mut WarmContext) -> Res
 
     // Better route: collapse windows that stayed small in place.
     let small_windows = small_windows(t, &have);
-    if !small_windows.is_empty() && !opts.no_collapse && !memory_fs(&fs) {
+    if !small_windows.is_empty() && !opts.no_collapse && !fsutil::is_memory_fs(&fs) {
         let mut collapsed = 0;
         if !matches!(ctx.collapse, Some(pagecache::CollapseSupport::Unavailable(_))) {
             for w in &small_windows {
@@ -228,7 +222,7 @@ pub fn warm_target(t: &Target, opts: &WarmOptions, ctx: &mut WarmContext) -> Res
 
     // Nothing became a PMD folio: is it the filesystem? The answer decides
     // whether waiting for processes to exit (or --replace) can help.
-    if report.eligible_windows > 0 && report.pmd_windows == 0 && !memory_fs(&fs) {
+    if report.eligible_windows > 0 && report.pmd_windows == 0 && !fsutil::is_memory_fs(&fs) {
         let dev = f.metadata().map_err(|e| Error::io(&t.path, e))?.dev();
         let dir = fsutil::dir_of(&t.path);
         let verdict = *ctx

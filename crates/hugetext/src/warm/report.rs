@@ -7,7 +7,7 @@ use std::ops::Range;
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 
-use super::{memory_fs, ProcRef, Route, Runtime, Target, WarmRange, KIB};
+use super::{ProcRef, Route, Runtime, Target, WarmRange, KIB};
 use crate::kernel::{self, Mapping};
 use crate::{folio, pagecache, procfs, Error, Result};
 
@@ -182,7 +182,7 @@ pub(super) fn measure(t: &Target, fs: &str, stuck: &BTreeSet<u64>) -> Result<(Fi
     rep.blocked_kb = (blocked * pmd_kb).min(window_small_kb);
     rep.small.blocked_kb = rep.blocked_kb;
     let rest = window_small_kb - rep.blocked_kb;
-    let no_large = memory_fs(fs) || (unblocked_small > 0 && rep.pmd_windows == 0);
+    let no_large = crate::fsutil::is_memory_fs(fs) || (unblocked_small > 0 && rep.pmd_windows == 0);
     if no_large {
         rep.small.no_large_folios_kb = rest;
         rep.route = Route::None;
@@ -252,7 +252,7 @@ fn all_windows_pmd(path: &Path, w: &Range<u64>) -> Result<Option<u64>> {
 /// Add advice about the result (what to do about what stayed small).
 pub(super) fn advise(t: &Target, rep: &mut FileReport) {
     if rep.route == Route::None && rep.eligible_windows > 0 {
-        if memory_fs(&rep.filesystem) {
+        if crate::fsutil::is_memory_fs(&rep.filesystem) {
             // Already explained when warming.
         } else {
             rep.notes.push(format!(
