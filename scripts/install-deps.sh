@@ -2,7 +2,8 @@
 # Install what hugetext's build, tests and demo need on a fresh Debian machine.
 # Idempotent: packages already present are not reinstalled.
 set -euo pipefail
-pkgs=(gcc binutils lld mold xfsprogs btrfs-progs hyperfine linux-perf util-linux procps libcap2-bin mount python3 perl git bsdutils)
+pkgs=(gcc binutils lld mold xfsprogs btrfs-progs e2fsprogs hyperfine linux-perf util-linux procps libcap2-bin mount python3 perl git bsdutils
+      qemu-system-x86 busybox-static kmod cpio xz-utils zstd)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -11,12 +11,11 @@ mod common;
 use common::Running;
 
 use std::fs::File;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use hugetext::kernel::{self};
-use hugetext::{folio, pagecache};
+use hugetext::folio;
 use serde_json::Value;
 
 const MIB: u64 = 1 << 20;
@@ -37,23 +36,6 @@ fn json(out: &Output) -> Value {
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", common::text(&out.stdout)))
 }
 
-/// The independent experiment: a 4 MiB file in `dir`, evicted, filled
-/// through a `MADV_HUGEPAGE` mapping and scanned. True when both 2 MiB
-/// windows are one PMD-order folio each.
-fn fill_and_scan(dir: &Path) -> bool {
-    let p = dir.join("probe-by-test");
-    let mut f = File::create(&p).unwrap();
-    f.write_all(&vec![0xc3u8; 4 << 20]).unwrap();
-    f.sync_all().unwrap();
-    drop(f);
-    let f = File::open(&p).unwrap();
-    pagecache::evict(&f, 0..0).unwrap();
-    pagecache::fill_huge(&f, 0..4 << 20).unwrap();
-    let n = folio::scan_file(&p, None).unwrap().pmd_windows.len();
-    pagecache::evict(&f, 0..0).unwrap();
-    std::fs::remove_file(&p).unwrap();
-    n == 2
-}
 
 fn doctor_check(dir: &Path, id: &str) -> Value {
     let out = ok(
@@ -80,7 +62,7 @@ fn doctor_verdict(dir: &Path, fstype: &str) -> bool {
         "no" => false,
         s => panic!("unexpected status {s}: {c}"),
     };
-    let experiment = fill_and_scan(dir);
+    let experiment = common::large_folios(dir);
     assert_eq!(
         doctor_yes, experiment,
         "doctor says {c} but fill+scan says {experiment}"
@@ -218,14 +200,19 @@ fn xfs_run_file_strategy_without_page_table_reclaim() {
 #[test]
 fn btrfs_doctor_warm_and_run_say_what_the_kernel_does() {
     let Some(fs) = common::loop_fs("btrfs") else { return };
-    let large = doctor_verdict(fs.path(), "btrfs");
-    if large {
-        // A btrfs with large folios behaves like xfs.
-        warm_reaches_every_window(fs.path(), "btrfs");
-        run_file_strategy_is_huge(fs.path());
+    says_what_the_kernel_does(fs.path(), "btrfs");
+}
+
+/// On any filesystem: with large folios, warm reaches every window and the
+/// file route is huge; without, doctor, warm and run say it is impossible
+/// here and what to do, and `run` copies.
+fn says_what_the_kernel_does(dir: &Path, fstype: &str) {
+    if doctor_verdict(dir, fstype) {
+        warm_reaches_every_window(dir, fstype);
+        run_file_strategy_is_huge(dir);
         return;
     }
-    let prog = copy_fixture(fs.path(), "bfd", "nopie");
+    let prog = copy_fixture(dir, "bfd", "nopie");
     common::read_small(&prog);
     let p = prog.to_str().unwrap();
 
@@ -233,7 +220,7 @@ fn btrfs_doctor_warm_and_run_say_what_the_kernel_does() {
     // reported), route none, and one note saying it is impossible and what
     // to do.
     let w = warm_json(&prog);
-    assert_eq!(w["filesystem"], "btrfs", "{w:#}");
+    assert_eq!(w["filesystem"], fstype, "{w:#}");
     assert_eq!(w["route"], "none", "{w:#}");
     assert_eq!(w["pmd_windows"], 0);
     let eligible = w["eligible_windows"].as_u64().unwrap();
@@ -243,7 +230,7 @@ fn btrfs_doctor_warm_and_run_say_what_the_kernel_does() {
         eligible * 2048,
         "{w:#}"
     );
-    let impossible = |notes: &str| notes.contains("PMD folios are impossible on this filesystem (btrfs)");
+    let impossible = |notes: &str| notes.contains(&format!("PMD folios are impossible on this filesystem ({fstype})"));
     assert!(impossible(&w["notes"].to_string()), "{w:#}");
     let out = ok(common::hugetext(&["warm", p]), "warm");
     let human = common::text(&out.stdout);
@@ -260,7 +247,7 @@ fn btrfs_doctor_warm_and_run_say_what_the_kernel_does() {
     // cannot be evicted): not "wait until it exits" or --replace, which
     // would not help on this filesystem.
     let r = Running::fixture(&prog);
-    // btrfs's st_dev is not the device maps lines show; the pid is found anyway.
+    // (btrfs's st_dev is not the device maps lines show; the pid is found anyway.)
     let pids = hugetext::warm::mapping_pids(&prog).unwrap();
     assert!(pids.iter().any(|p| p.pid == r.pid()), "{pids:?}");
     let w = warm_json(&prog);
@@ -284,7 +271,7 @@ fn btrfs_doctor_warm_and_run_say_what_the_kernel_does() {
         .lines()
         .find(|l| l.contains("file route"))
         .unwrap_or_else(|| panic!("no word on the file route: {err}"));
-    assert!(why.contains("no large folios") && why.contains("btrfs"), "{why}");
+    assert!(why.contains("no large folios") && why.contains(fstype), "{why}");
 }
 
 // ---------------------------------------------------------------------------
@@ -294,12 +281,24 @@ fn btrfs_doctor_warm_and_run_say_what_the_kernel_does() {
 fn ext4_image_matches_root_ext4() {
     let Some(fs) = common::loop_fs("ext4") else { return };
     let root = common::scratch();
-    let on_root = doctor_verdict(root.path(), "ext4");
     let on_image = doctor_verdict(fs.path(), "ext4");
-    assert_eq!(on_image, on_root, "a fresh ext4 behaves like the root ext4");
-    assert!(on_image, "ext4 has large folios since Linux 6.16");
-    warm_reaches_every_window(fs.path(), "ext4");
-    run_file_strategy_is_huge(fs.path());
+    if hugetext::fsutil::fs_name_at(root.path()).unwrap() == "ext4" {
+        let on_root = doctor_verdict(root.path(), "ext4");
+        assert_eq!(on_image, on_root, "a fresh ext4 behaves like the root ext4");
+    }
+    // What the docs say: ext4 has large folios from Linux 6.16 on.
+    assert_eq!(on_image, kernel::KernelVersion::current().at_least(6, 16), "ext4 large folios");
+    says_what_the_kernel_does(fs.path(), "ext4");
+}
+
+// ---------------------------------------------------------------------------
+// The filesystem the tests run on (in the kernel matrix: the disk under test).
+
+#[test]
+fn scratch_filesystem_says_what_the_kernel_does() {
+    let dir = common::scratch();
+    let fstype = hugetext::fsutil::fs_name_at(dir.path()).unwrap();
+    says_what_the_kernel_does(dir.path(), &fstype);
 }
 
 // ---------------------------------------------------------------------------

@@ -447,44 +447,22 @@ fn children_do_not_inherit_the_preload_unless_asked() {
     assert_eq!(common::text(&o.stdout), "[libm.so.6]\n");
 }
 
-/// The C test programs, built once per test run.
+/// The C test programs, built once per test run by tests/fixtures/mkctests.sh
+/// (already built where `HUGETEXT_TEST_PREBUILT` is set, see [`common::prebuilt`]).
 fn cprogs() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
         let dir = common::target_profile_dir().join("../ctests");
-        std::fs::create_dir_all(&dir).unwrap();
-        let src = common::root().join("crates/hugetext-cli/tests/c");
-        let lib = common::target_profile_dir();
-        let inc = common::root().join("include");
-        for linker in ["bfd", "lld"] {
-            let fx = common::fixtures().join(linker);
-            let out = dir.join(format!("remap_threads_{linker}"));
-            let st = Command::new("gcc")
-                .args(["-O1", "-fPIC", "-pthread", "-w"])
-                .arg("-I")
-                .arg(&inc)
-                .arg(src.join("remap_threads.c"))
-                .arg("-L")
-                .arg(&fx)
-                .arg("-lbig")
-                .arg("-L")
-                .arg(&lib)
-                .arg("-lhugetext")
-                .arg(format!("-Wl,-rpath,{}:{}", fx.display(), lib.display()))
-                .arg("-o")
-                .arg(&out)
+        if !common::prebuilt() {
+            let st = Command::new("bash")
+                .arg(common::root().join("tests/fixtures/mkctests.sh"))
+                .arg(&dir)
+                .arg(common::target_profile_dir())
+                .arg(common::fixtures())
                 .status()
-                .unwrap();
-            assert!(st.success(), "compiling remap_threads.c failed");
+                .expect("run mkctests.sh");
+            assert!(st.success(), "mkctests.sh failed");
         }
-        let st = Command::new("gcc")
-            .args(["-O1", "-w"])
-            .arg(src.join("wrap.c"))
-            .arg("-o")
-            .arg(dir.join("wrap"))
-            .status()
-            .unwrap();
-        assert!(st.success(), "compiling wrap.c failed");
         dir.canonicalize().unwrap()
     })
 }
@@ -533,6 +511,9 @@ fn c_api_with_threads(compat: Option<&str>, runs: usize) {
     // run starts from the small folios the loader's exec faults create.
     let (_d, lib) = private_copy("bfd", &["libbig.so"]);
     let lib = lib.canonicalize().unwrap();
+    // Without large folios (ext4 before 6.16) the file route cannot win:
+    // every run must copy and say why.
+    let large = common::large_folios(lib.parent().unwrap());
     let mut file_route_runs = 0;
     for linker in ["lld", "bfd"] {
         for i in 0..runs {
@@ -572,7 +553,17 @@ fn c_api_with_threads(compat: Option<&str>, runs: usize) {
                     .lines()
                     .find(|l| l.contains(&lib.display().to_string()) && l.contains(" huge ("))
                     .unwrap_or_else(|| panic!("{err}"));
-                if !first_call.contains("file 0.0 MiB") {
+                if !large {
+                    // The threads may keep the pages mapped, so the preload
+                    // cannot always tell which of the two reasons applies;
+                    // it must give one.
+                    assert!(first_call.contains("file 0.0 MiB"), "{err}");
+                    assert!(
+                        err.contains("file route: evicted and read back through MADV_HUGEPAGE, the page cache stayed in small folios")
+                            || err.contains("file route: some windows stayed small"),
+                        "run {i}: no word on the file route: {err}"
+                    );
+                } else if !first_call.contains("file 0.0 MiB") {
                     file_route_runs += 1;
                     if keeps_tables(compat) {
                         assert!(err.contains(REPLACED), "run {i}: no window was replaced: {err}");
@@ -587,7 +578,10 @@ fn c_api_with_threads(compat: Option<&str>, runs: usize) {
         }
     }
     eprintln!("file route made the text huge in {file_route_runs} of {runs} runs under threads");
-    assert!(file_route_runs >= 1, "the file route never won against the threads");
+    assert!(
+        file_route_runs >= 1 || !large,
+        "the file route never won against the threads"
+    );
 }
 
 #[test]

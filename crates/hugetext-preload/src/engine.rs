@@ -753,12 +753,12 @@ impl Pass<'_> {
                                     .bytes(self.st.path(c))
                                     .s(": file route: evicted and read back through MADV_HUGEPAGE, the page cache stayed in small folios: ")
                                     .s(fs_name(f as i32))
-                                    .s(" has no large folios on this kernel (ext4 and xfs have)");
+                                    .s(" has no large folios on this kernel (ext4 has them from Linux 6.16, xfs from 5.18)");
                             }
                         } else if small & evicted == 0 {
                             self.note(
                                 c,
-                                "file route: some windows stayed small: another process maps their page cache, so it cannot be evicted",
+                                "file route: some windows stayed small: their page cache is mapped (by this process's running threads or another process), so it cannot be evicted",
                             );
                         } else {
                             self.note(

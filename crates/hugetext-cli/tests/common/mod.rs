@@ -38,15 +38,45 @@ pub fn fixtures() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
         let dir = target_profile_dir().join("../fixtures");
-        let script = root().join("tests/fixtures/mkfixtures.sh");
-        let st = Command::new("bash")
-            .arg(&script)
-            .arg(&dir)
-            .status()
-            .expect("run mkfixtures.sh");
-        assert!(st.success(), "mkfixtures.sh failed");
+        if !prebuilt() {
+            let script = root().join("tests/fixtures/mkfixtures.sh");
+            let st = Command::new("bash")
+                .arg(&script)
+                .arg(&dir)
+                .status()
+                .expect("run mkfixtures.sh");
+            assert!(st.success(), "mkfixtures.sh failed");
+        }
         dir.canonicalize().unwrap()
     })
+}
+
+/// Whether the filesystem of `dir` gives PMD-order page-cache folios, by
+/// experiment: a 4 MiB file evicted, filled through a MADV_HUGEPAGE mapping
+/// and scanned. (Ext4 has them from Linux 6.16, xfs from 5.18; btrfs and
+/// tmpfs with shmem_enabled=never do not.)
+pub fn large_folios(dir: &Path) -> bool {
+    use hugetext::{folio, pagecache};
+    use std::io::Write;
+    let p = dir.join("probe-by-test");
+    let mut f = std::fs::File::create(&p).unwrap();
+    f.write_all(&vec![0xc3u8; 4 << 20]).unwrap();
+    f.sync_all().unwrap();
+    drop(f);
+    let f = std::fs::File::open(&p).unwrap();
+    pagecache::evict(&f, 0..0).unwrap();
+    pagecache::fill_huge(&f, 0..4 << 20).unwrap();
+    let n = folio::scan_file(&p, None).unwrap().pmd_windows.len();
+    pagecache::evict(&f, 0..0).unwrap();
+    std::fs::remove_file(&p).unwrap();
+    n == 2
+}
+
+/// True where the fixtures and C test programs were built beforehand and no
+/// compiler is at hand: inside the kernel-matrix guests
+/// (scripts/kernel-matrix.sh sets `HUGETEXT_TEST_PREBUILT=1`).
+pub fn prebuilt() -> bool {
+    std::env::var_os("HUGETEXT_TEST_PREBUILT").is_some()
 }
 
 /// One fixture: `linker` in bfd/lld/mold, `name` in pie/nopie/libbig.so/usebig/small.

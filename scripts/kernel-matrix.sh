@@ -1,0 +1,260 @@
+#!/usr/bin/env bash
+# The kernel matrix: boot the distro kernels people run (Debian's cloud
+# kernels, fetched with apt) in qemu and run hugetext's kernel-facing tests
+# inside them, unmodified, on an ext4 and an xfs disk, under THP `always` and
+# `madvise`; then probe what each route achieves there.
+#
+#   scripts/kernel-matrix.sh [--all] [--cell KERNEL:FS]... [--thp always,madvise]
+#                            [--timeout SECONDS] [--no-build] [--plan FILE] [--write-doc]
+#
+#   KERNEL   6.1 or 6.12 (newest linux-image-*-cloud-amd64 of that series apt knows)
+#   FS       ext4 or xfs
+#   --all        every cell: 6.1:ext4 6.1:xfs 6.12:ext4 6.12:xfs
+#   (default)    the CI cell: 6.1:xfs
+#   --plan FILE  the tests to run in the guests (default tests/vm/plan.txt)
+#   --write-doc  regenerate doc/kernels.md and doc/kernels.json from the results
+#
+# Results go to target/vm/results/KERNEL-FS.json, console logs to
+# target/vm/logs/. Exit status: 0 when every cell passed, 1 when a test failed
+# or a guest did not finish, 2 for bad usage or a missing tool/package.
+# See tests/vm/README.md for how the guest is built and why.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo=$(pwd)
+
+die() { echo "kernel-matrix: $*" >&2; exit 2; }
+say() { echo "kernel-matrix: $*" >&2; }
+
+cells=()
+thp=always,madvise
+timeout_s=2400
+build=1
+write_doc=0
+plan=tests/vm/plan.txt
+while [ $# -gt 0 ]; do
+  case $1 in
+    --all) cells=(6.1:ext4 6.1:xfs 6.12:ext4 6.12:xfs) ;;
+    --cell) shift; [ $# -gt 0 ] || die "--cell needs KERNEL:FS"; cells+=("$1") ;;
+    --thp) shift; thp=${1:?--thp needs a list}; ;;
+    --timeout) shift; timeout_s=${1:?--timeout needs seconds} ;;
+    --no-build) build=0 ;;
+    --plan) shift; plan=${1:?--plan needs a file} ;;
+    --write-doc) write_doc=1 ;;
+    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) die "unknown argument '$1' (see --help)" ;;
+  esac
+  shift
+done
+[ ${#cells[@]} -gt 0 ] || cells=(6.1:xfs)
+for c in "${cells[@]}"; do
+  case $c in 6.1:ext4|6.1:xfs|6.12:ext4|6.12:xfs) ;; *) die "unknown cell '$c' (KERNEL 6.1|6.12, FS ext4|xfs)" ;; esac
+done
+for m in ${thp//,/ }; do
+  case $m in always|madvise|never) ;; *) die "unknown THP mode '$m' (always, madvise, never)" ;; esac
+done
+[ "$(uname -m)" = x86_64 ] || die "the x86-64 kernel matrix needs an x86-64 host (this is $(uname -m))"
+[ "$(id -u)" -eq 0 ] || die "needs root (apt-get download, mkfs, loop devices)"
+
+source scripts/install-deps.sh
+export PATH="$HOME/.cargo/bin:$PATH"
+for t in qemu-system-x86_64 busybox cpio modinfo xz mkfs.ext4 mkfs.xfs apt-get dpkg-deb python3 strip; do
+  command -v "$t" >/dev/null 2>&1 || die "'$t' not found: run scripts/install-deps.sh"
+done
+
+vm=$repo/target/vm
+mkdir -p "$vm/cache" "$vm/kernels" "$vm/results" "$vm/logs"
+started=$(date +%s)
+
+# --- 1. build the release binaries, the test binaries and the fixtures ------
+if [ $build = 1 ]; then
+  say "building (cargo build/test --no-run --release)"
+  cargo build --release --workspace --locked >&2
+  cargo test --release --workspace --locked --no-run --message-format=json 2>/dev/null \
+    | python3 tests/vm/testbins.py > "$vm/testbins.txt"
+  bash tests/fixtures/mkfixtures.sh target/fixtures >&2
+  bash tests/fixtures/mkctests.sh target/ctests target/release target/fixtures >&2
+fi
+[ -s "$vm/testbins.txt" ] || die "no test binaries listed in $vm/testbins.txt (run without --no-build)"
+
+# --- 2. the payload: the repository paths the test binaries use -------------
+# The test binaries have their paths compiled in (CARGO_BIN_EXE_hugetext,
+# CARGO_MANIFEST_DIR), so the guest gets the same paths, on the disk under test.
+payload=$vm/payload
+rm -rf "$payload"
+mkdir -p "$payload$repo/target/release/deps"
+while read -r key exe; do
+  grep -qE "^(needs=[^ ]+ )?$key " "$plan" || continue
+  strip --strip-debug -o "$payload$exe" "$exe"
+done < "$vm/testbins.txt"
+strip --strip-debug -o "$payload$repo/target/release/hugetext" target/release/hugetext
+cp target/release/libhugetext.so "$payload$repo/target/release/"
+cp -a target/fixtures target/ctests "$payload$repo/target/"
+mkdir -p "$payload$repo/target/vm" && cp "$vm/testbins.txt" "$payload$repo/target/vm/"
+rm -rf "$payload$repo/target/fixtures/src"
+for d in tests/fixtures tests/vm include crates/hugetext-cli/tests/c; do
+  mkdir -p "$payload$repo/$d" && cp -a "$d/." "$payload$repo/$d/"
+done
+cp "$plan" "$payload$repo/tests/vm/plan.txt"
+# Crate manifests: CARGO_MANIFEST_DIR must exist for canonicalize().
+for c in crates/*/; do mkdir -p "$payload$repo/$c"; cp "$c/Cargo.toml" "$payload$repo/$c/"; done
+payload_mib=$(( $(du -sm "$payload" | cut -f1) + 200 ))
+rm -f "$vm/payload.img"
+truncate -s "${payload_mib}M" "$vm/payload.img"
+mkfs.ext4 -q -F -L htpayload -d "$payload" "$vm/payload.img"
+
+# --- 3. the guest root: busybox, the tools the tests call, their libraries --
+root=$vm/root
+rm -rf "$root"
+# Merged /usr like Debian's: /bin/sleep must be the same program as on the host.
+mkdir -p "$root"/{usr/bin,usr/sbin,usr/lib,usr/lib64,etc,proc,sys,dev,tmp,run,payload,root}
+for d in bin sbin lib lib64; do ln -s "usr/$d" "$root/$d"; done
+cp "$(command -v busybox)" "$root/usr/bin/busybox"
+tools=(bash sh cp mount umount losetup setpriv mkfs.xfs mkfs.ext4 mke2fs xfs_info
+       sync stat cat sleep timeout dd sed grep awk env)
+copy_with_libs() { # FILE: the file and every library ldd names, at the same paths
+  local f=$1
+  mkdir -p "$root$(dirname "$f")"
+  cp -L "$f" "$root$f"
+  { ldd "$f" 2>/dev/null || true; } | { grep -o '/[^ ]*' || true; } | while read -r l; do
+    [ -e "$root$l" ] && continue
+    mkdir -p "$root$(dirname "$l")"
+    cp -L "$l" "$root$l"
+  done
+}
+for t in "${tools[@]}"; do
+  p=$(command -v "$t" 2>/dev/null) || continue
+  case $(readlink -f "$p") in */busybox) continue ;; esac
+  copy_with_libs "$(readlink -f "$p")"
+  [ "$(readlink -f "$p")" = "$p" ] || { mkdir -p "$root$(dirname "$p")"; ln -sf "$(readlink -f "$p")" "$root$p"; }
+done
+# The libraries the Rust binaries and fixtures link, and what glibc dlopens.
+for f in target/release/hugetext target/release/libhugetext.so target/fixtures/*/pie target/ctests/*; do
+  copy_with_libs "$(readlink -f "$f")"
+done
+for l in libgcc_s.so.1 libnss_files.so.2; do
+  p=$(ldconfig -p | awk -v l="$l" '$1 == l && /x86-64/ {print $NF; exit}')
+  [ -n "$p" ] && copy_with_libs "$p"
+done
+printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/sh\n' > "$root/etc/passwd"
+printf 'root:x:0:\nnogroup:x:65534:\n' > "$root/etc/group"
+cp tests/vm/guest-init.sh "$root/init"
+chmod 755 "$root/init"
+
+# --- 4. per kernel: fetch with apt, extract, add the modules -----------------
+fetch_kernel() { # SERIES -> prints the extracted directory
+  local series=$1 re pkg deb dir
+  case $series in
+    6.1) re='^linux-image-6\.1\.0-[0-9]+-cloud-amd64$' ;;
+    6.12) re='^linux-image-6\.12\.[0-9]+\+deb[0-9]+-cloud-amd64$' ;;
+  esac
+  pkg=$(apt-cache pkgnames linux-image-6 2>/dev/null | grep -E "$re" | sort -V | tail -n 1 || true)
+  if [ -z "$pkg" ]; then
+    apt-get update -qq >&2 || true
+    pkg=$(apt-cache pkgnames linux-image-6 2>/dev/null | grep -E "$re" | sort -V | tail -n 1 || true)
+  fi
+  [ -n "$pkg" ] || die "apt knows no package matching $re (is Debian's archive in sources.list?)"
+  dir=$vm/kernels/$pkg
+  if [ ! -e "$dir/.done" ]; then
+    say "fetching $pkg"
+    rm -rf "$dir" && mkdir -p "$dir"
+    ( cd "$vm/cache" && apt-get download -q "$pkg" >/dev/null 2>&1 ) || die "apt-get download $pkg failed (no network or no such package)"
+    deb=$(ls -t "$vm/cache/${pkg}"_*.deb | head -n 1)
+    dpkg-deb -x "$deb" "$dir"
+    touch "$dir/.done"
+  fi
+  echo "$dir"
+}
+
+# Modules a guest needs, in load order (each after its depends= from .modinfo).
+want_modules=(virtio_pci virtio_blk loop xfs)
+add_modules() { # KDIR -> copies decompressed modules into the root, writes /modules.order
+  local kdir=$1 mdir ver
+  mdir=$(ls -d "$kdir"/lib/modules/*/ | head -n 1)
+  ver=$(basename "$mdir")
+  rm -rf "$root/lib/modules"
+  mkdir -p "$root/lib/modules/$ver"
+  : > "$root/modules.order"
+  declare -A seen=()
+  add_one() {
+    local name=$1 f dep
+    [ -n "${seen[$name]:-}" ] && return
+    seen[$name]=1
+    f=$(find "$mdir" -name "$name.ko" -o -name "$name.ko.xz" -o -name "$name.ko.zst" | head -n 1)
+    [ -n "$f" ] || return 0   # built in
+    for dep in $(modinfo -F depends "$f" | tr ',' ' '); do add_one "$dep"; done
+    case $f in
+      *.xz) xz -dc "$f" > "$root/lib/modules/$ver/$name.ko" ;;
+      *.zst) zstd -qdc "$f" > "$root/lib/modules/$ver/$name.ko" ;;
+      *) cp "$f" "$root/lib/modules/$ver/$name.ko" ;;
+    esac
+    echo "$name" >> "$root/modules.order"
+  }
+  local m
+  for m in "${want_modules[@]}"; do add_one "$m"; done
+  # Modules the kernel loads by name (libcrc32c asks for crc32c).
+  for m in crc32c_generic crc32c-intel crc32c_intel; do add_one "$m"; done
+}
+
+# --- 5. KVM when it works, TCG otherwise --------------------------------------
+accel=(-accel tcg -cpu max)
+if [ -w /dev/kvm ]; then
+  if timeout 20 qemu-system-x86_64 -accel kvm -cpu host -m 256M -nographic -no-reboot \
+       -kernel "$(ls "$(fetch_kernel 6.12)"/boot/vmlinuz-* | head -n 1)" \
+       -append "console=ttyS0 panic=-1 rdinit=/bin/true" 2>/dev/null | grep -q 'Linux version'; then
+    accel=(-accel kvm -cpu host)
+  fi
+fi
+say "qemu accelerator: ${accel[1]}"
+
+# --- 6. boot each cell ---------------------------------------------------------
+failed=0
+for cell in "${cells[@]}"; do
+  series=${cell%%:*}
+  fs=${cell##*:}
+  kdir=$(fetch_kernel "$series")
+  add_modules "$kdir"
+  cat > "$root/ht.env" <<EOF
+HT_REPO='$repo'
+HT_FS='$fs'
+HT_THP='${thp//,/ }'
+HT_CELL='$cell'
+EOF
+  (cd "$root" && find . | cpio -o -H newc --quiet) | gzip -1 > "$vm/root-$series.cpio.gz"
+  disk=$vm/disk-$fs.img
+  rm -f "$disk"
+  truncate -s 6G "$disk"
+  log=$vm/logs/$series-$fs.log
+  res=$vm/results/$series-$fs.json
+  say "booting $cell ($(basename "$kdir")), log: ${log#"$repo"/}"
+  t0=$(date +%s)
+  set +e
+  timeout --foreground -k 10 "$timeout_s" qemu-system-x86_64 "${accel[@]}" -m 3G -smp 2 -nographic -no-reboot \
+    -kernel "$(ls "$kdir"/boot/vmlinuz-* | head -n 1)" \
+    -initrd "$vm/root-$series.cpio.gz" \
+    -append "console=ttyS0 panic=-1 quiet" \
+    -drive "file=$disk,if=virtio,format=raw,cache=unsafe" \
+    -drive "file=$vm/payload.img,if=virtio,format=raw,readonly=on" \
+    < /dev/null > "$log" 2>&1
+  rc=$?
+  set -e
+  secs=$(( $(date +%s) - t0 ))
+  thp_json=$(printf '"%s",' ${thp//,/ }); thp_json="[${thp_json%,}]"
+  meta="{\"cell\":\"$cell\",\"kernel_pkg\":\"$(basename "$kdir")\",\"seconds\":$secs,\"qemu_status\":$rc,\"accel\":\"${accel[1]}\",\"date\":\"$(date -u +%F)\",\"thp\":$thp_json}"
+  python3 tests/vm/matrix.py collect "$log" "$plan" "$meta" > "$res"
+  if [ $rc = 124 ] || [ $rc = 137 ]; then
+    say "$cell: guest did not finish in ${timeout_s}s; killed. Console tail:"
+    tail -n 40 "$log" | tr -d '\r' >&2
+  elif ! grep -q '"finished": true' "$res"; then
+    say "$cell: guest stopped without finishing (qemu status $rc). Console tail:"
+    tail -n 40 "$log" | tr -d '\r' >&2
+  fi
+  python3 tests/vm/matrix.py summary "$res" >&2 || failed=1
+  rm -f "$disk"
+done
+
+if [ $write_doc = 1 ]; then
+  python3 tests/vm/matrix.py doc "$vm"/results/*.json
+  say "wrote doc/kernels.md and doc/kernels.json"
+fi
+say "wall time $(( $(date +%s) - started )) s"
+exit $failed

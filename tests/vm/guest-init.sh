@@ -1,0 +1,77 @@
+#!/bin/busybox sh
+# /init of a kernel-matrix guest (built by scripts/kernel-matrix.sh).
+# Loads the modules, makes the disk under test (HT_FS) and mounts it at the
+# repository's path, copies the payload (test binaries, fixtures) onto it,
+# then per THP mode runs the planned tests unmodified and the route probes.
+# Everything it reports goes to the console as `@@HT {json}` (facts) and
+# `@@OUT name|thp|line` (command output) lines, which the host collects.
+/bin/busybox --install -s /bin
+export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+mkdir -p /dev/pts /dev/shm && mount -t devpts devpts /dev/pts && mount -t tmpfs tmpfs /dev/shm
+. /ht.env
+echo 1 > /proc/sys/kernel/printk
+
+emit() { echo "@@HT $*"; }
+finish() { emit "{\"kind\":\"$1\",\"reason\":\"$2\"}"; sync; poweroff -f; sleep 10; }
+
+for m in $(cat /modules.order); do
+  insmod "/lib/modules/$(uname -r)/$m.ko" 2>/dev/null || insmod /lib/modules/*/"$m.ko" || finish error "insmod $m failed"
+done
+i=0
+while [ ! -b /dev/vdb ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+[ -b /dev/vdb ] || finish error "no virtio disks"
+
+case $HT_FS in
+  ext4) mkfs.ext4 -q -F /dev/vda || finish error "mkfs.ext4 failed" ;;
+  xfs) mkfs.xfs -q -f /dev/vda || finish error "mkfs.xfs failed" ;;
+esac
+mkdir -p "$HT_REPO" /payload
+mount -t "$HT_FS" /dev/vda "$HT_REPO" || finish error "mount $HT_FS failed"
+mount -t ext4 -o ro /dev/vdb /payload || finish error "mount payload failed"
+cp -a "/payload$HT_REPO/." "$HT_REPO/" || finish error "copying the payload failed"
+umount /payload
+sync
+cd "$HT_REPO" || finish error "no repository directory"
+
+emit "{\"kind\":\"guest\",\"release\":\"$(uname -r)\",\"fs\":\"$HT_FS\",\"thp_default\":\"$(sed 's/.*\[\(.*\)\].*/\1/' /sys/kernel/mm/transparent_hugepage/enabled)\",\"mem_kb\":$(awk '/MemTotal/{print $2}' /proc/meminfo),\"cpus\":$(grep -c ^processor /proc/cpuinfo)}"
+
+export HOME=/root HUGETEXT_TEST_PREBUILT=1 RUST_BACKTRACE=0
+for mode in $HT_THP; do
+  echo "$mode" > /sys/kernel/mm/transparent_hugepage/enabled || finish error "cannot set THP $mode"
+  # Does the disk under test give PMD-order page-cache folios? (doctor's
+  # verdict; the first test of the plan checks it against an experiment.)
+  mkdir -p target/scratch
+  lf=$(target/release/hugetext doctor --json --path target/scratch |
+    awk '/"id": "fs-large-folios"/ {f = 1} f && /"status"/ {gsub(/[",]/, ""); print $2; exit}')
+  [ "$lf" = ok ] && caps=large-folios || caps=
+  emit "{\"kind\":\"caps\",\"thp\":\"$mode\",\"large_folios\":\"$lf\"}"
+  grep -v '^#' tests/vm/plan.txt | grep . | while read -r key names; do
+    need=
+    case $key in needs=*) need=${key#needs=}; key=${names%% *}; names=${names#* } ;; esac
+    if [ -n "$need" ] && [ "$need" != "$caps" ]; then
+      for n in $names; do
+        emit "{\"kind\":\"test\",\"thp\":\"$mode\",\"suite\":\"$key\",\"test\":\"$n\",\"result\":\"n/a\",\"why\":\"needs $need\"}"
+      done
+      continue
+    fi
+    exe=$(awk -v k="$key" '$1 == k {print $2}' target/vm/testbins.txt)
+    if [ -z "$exe" ] || [ ! -x "$exe" ]; then
+      emit "{\"kind\":\"suite\",\"thp\":\"$mode\",\"suite\":\"$key\",\"status\":\"missing\"}"
+      continue
+    fi
+    start=$(date +%s)
+    # shellcheck disable=SC2086 # one argument per test name
+    timeout 900 "$exe" --exact --test-threads=1 $names > /tmp/out 2>&1
+    rc=$?
+    awk -v p="@@OUT $key|$mode|" '{print p $0}' /tmp/out
+    awk -v s="$key" -v m="$mode" '/^test .* \.\.\. (ok|FAILED|ignored)$/ {
+        r = $NF; if (r == "FAILED") r = "failed";
+        printf "@@HT {\"kind\":\"test\",\"thp\":\"%s\",\"suite\":\"%s\",\"test\":\"%s\",\"result\":\"%s\"}\n", m, s, $2, r }' /tmp/out
+    emit "{\"kind\":\"suite\",\"thp\":\"$mode\",\"suite\":\"$key\",\"status\":$rc,\"seconds\":$(( $(date +%s) - start ))}"
+  done
+  sh tests/vm/probe.sh "$mode" "$caps"
+done
+finish done ""

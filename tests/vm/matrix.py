@@ -1,0 +1,272 @@
+#!/usr/bin/env python3
+"""The kernel matrix's bookkeeping (scripts/kernel-matrix.sh).
+
+  matrix.py collect LOG PLAN META_JSON   console log -> one cell's result JSON (stdout)
+  matrix.py summary CELL.json            print the cell; exit 1 if anything failed
+  matrix.py doc CELL.json...             write doc/kernels.md and doc/kernels.json
+
+A cell passes when every planned test ran and passed under every THP mode,
+and every probe finished. Probes report what the routes achieved (route,
+PMD-mapped kB); they are facts, compared against what the docs promise by
+the tests, not here.
+"""
+import json
+import re
+import sys
+from pathlib import Path
+
+RUN_LINE = re.compile(
+    r"pid \d+: ([\d.]+) MiB of ([\d.]+) MiB text in whole 2 MiB windows is huge-backed "
+    r"\(already ([\d.]+) MiB, file ([\d.]+) MiB, collapse ([\d.]+) MiB, copy ([\d.]+) MiB\)"
+)
+
+
+def parse_plan(path):
+    plan = []
+    for line in Path(path).read_text().splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        words = line.split()
+        if words[0].startswith("needs="):
+            words = words[1:]
+        key, *names = words
+        plan.extend((key, n) for n in names)
+    return plan
+
+
+def collect(log, plan_path, meta):
+    facts, outs = [], {}
+    for raw in Path(log).read_bytes().decode("utf-8", "replace").splitlines():
+        line = raw.rstrip("\r")
+        # Kernel messages can share a console line with ours: find the marker.
+        i = line.find("@@HT ")
+        if i >= 0:
+            try:
+                facts.append(json.loads(line[i + 5 :]))
+            except ValueError:
+                pass
+            continue
+        i = line.find("@@OUT ")
+        if i >= 0:
+            head, _, text = line[i + 6 :].partition("|")
+            thp, _, text = text.partition("|")
+            outs.setdefault((head, thp), []).append(text)
+    cell = dict(meta)
+    guest = next((f for f in facts if f.get("kind") == "guest"), {})
+    cell["guest"] = guest
+    cell["finished"] = any(f.get("kind") == "done" for f in facts)
+    errors = [f["reason"] for f in facts if f.get("kind") == "error"]
+    cell["error"] = errors[0] if errors else None
+    modes = meta.get("thp", [])
+    tests = {}
+    for f in facts:
+        if f.get("kind") == "test":
+            tests[(f["thp"], f["suite"], f["test"])] = f["result"]
+    cell["tests"] = []
+    for mode in modes:
+        for key, name in parse_plan(plan_path):
+            cell["tests"].append(
+                {"thp": mode, "suite": key, "test": name, "result": tests.get((mode, key, name), "missing")}
+            )
+    cell["suites"] = [f for f in facts if f.get("kind") == "suite"]
+    cell["probes"] = {}
+    for f in facts:
+        if f.get("kind") != "probe":
+            continue
+        text = outs.get((f["name"], f["thp"]), [])
+        cell["probes"].setdefault(f["thp"], {})[f["name"]] = interpret(f["name"], f["rc"], text)
+    return cell
+
+
+def interpret(name, rc, lines):
+    """What a probe's output says: route and PMD-mapped kB where it has them."""
+    out = {"rc": rc}
+    text = "\n".join(lines)
+    if name in ("doctor", "warm", "bench-exec"):
+        try:
+            doc = json.loads(text[text.index("{") :])
+        except ValueError:
+            out["unparsed"] = lines[-3:]
+            return out
+        if name == "doctor":
+            out["checks"] = {c["id"]: {"status": c["status"], "value": c["value"]} for c in doc.get("checks", [])}
+        elif name == "warm":
+            f = (doc.get("files") or [{}])[0]
+            out.update(
+                route=f.get("route"),
+                pmd_kb=f.get("pmd_kb"),
+                pmd_windows=f.get("pmd_windows"),
+                eligible_windows=f.get("eligible_windows"),
+                notes=f.get("notes", []),
+                collapse=doc.get("collapse"),
+            )
+        else:
+            states = {}
+            for v, d in (doc.get("variants") or {}).items():
+                runs = d.get("runs") or [{}]
+                states[v] = runs[0].get("state", {}).get("pmd_mapped_pct")
+            out["pmd_mapped_pct"] = states
+        return out
+    if name.endswith("-exec"):
+        m = re.search(r"file_pmd_kb=(\d+) anon_huge_kb=(\d+)", text)
+        if m:
+            out.update(file_pmd_kb=int(m.group(1)), anon_huge_kb=int(m.group(2)))
+        return out
+    if name.startswith("run-"):
+        m = RUN_LINE.search(text)
+        if m:
+            huge, total, already, file_, collapse, copy = (float(x) for x in m.groups())
+            routes = {"already": already, "file": file_, "collapse": collapse, "copy": copy}
+            out.update(
+                huge_mib=huge,
+                text_mib=total,
+                routes=routes,
+                route="+".join(k for k, v in routes.items() if v > 0) or "none",
+            )
+        else:
+            out["unparsed"] = lines[-3:]
+        return out
+    return out
+
+
+def failures(cell):
+    bad = []
+    if cell.get("error"):
+        bad.append(f"guest error: {cell['error']}")
+    if not cell.get("finished"):
+        bad.append("guest did not finish")
+    for t in cell.get("tests", []):
+        if t["result"] not in ("ok", "ignored", "n/a"):
+            bad.append(f"{t['thp']}: {t['suite']}::{t['test']} {t['result']}")
+    for mode, probes in cell.get("probes", {}).items():
+        for name, p in probes.items():
+            if p.get("rc") not in (0, 2, 3) or "unparsed" in p:
+                bad.append(f"{mode}: probe {name} rc={p.get('rc')} {p.get('unparsed', '')}")
+    return bad
+
+
+def summary(path):
+    cell = json.loads(Path(path).read_text())
+    ok = sum(1 for t in cell["tests"] if t["result"] == "ok")
+    na = sum(1 for t in cell["tests"] if t["result"] == "n/a")
+    bad = failures(cell)
+    print(
+        f"{cell['cell']} ({cell.get('guest', {}).get('release', '?')}): {ok} of {len(cell['tests']) - na} tests passed"
+        f" ({na} n/a: need large folios), {cell['seconds']} s"
+    )
+    for mode, probes in cell.get("probes", {}).items():
+        print(f"  THP {mode}: " + "; ".join(describe(n, p) for n, p in probes.items() if n != "doctor"))
+    for b in bad:
+        print(f"  FAILED {b}")
+    print(f"{ok} passed, {len(bad)} failed")
+    return 1 if bad else 0
+
+
+def describe(name, p):
+    if "route" in p and "huge_mib" in p:
+        return f"{name} {p['route']} {p['huge_mib']:.0f}/{p['text_mib']:.0f} MiB"
+    if name == "warm":
+        return f"warm {p.get('route')} {p.get('pmd_kb')} kB"
+    if "file_pmd_kb" in p:
+        return f"{name} {p['file_pmd_kb']} kB"
+    if name == "bench-exec":
+        return "bench " + ",".join(f"{k}={v}" for k, v in p.get("pmd_mapped_pct", {}).items())
+    return f"{name} rc={p.get('rc')}"
+
+
+def check_of(probes, cid):
+    return probes.get("doctor", {}).get("checks", {}).get(cid, {})
+
+
+def doc(paths):
+    cells = [json.loads(Path(p).read_text()) for p in paths]
+    order = {"6.1": 0, "6.12": 1}
+    cells.sort(key=lambda c: (order.get(c["cell"].split(":")[0], 9), c["cell"]))
+    Path("doc/kernels.json").write_text(json.dumps(cells, indent=1, sort_keys=True) + "\n")
+    rows = []
+    for c in cells:
+        k, fs = c["cell"].split(":")
+        rel = c.get("guest", {}).get("release", "?")
+        for mode, p in sorted(c.get("probes", {}).items()):
+            tests = [t for t in c["tests"] if t["thp"] == mode and t["result"] != "n/a"]
+            passed = sum(1 for t in tests if t["result"] == "ok")
+            na = sum(1 for t in c["tests"] if t["thp"] == mode and t["result"] == "n/a")
+            ran = f"{passed}/{len(tests)}" + (f" (+{na} n/a)" if na else "")
+            lf = check_of(p, "fs-large-folios").get("value", "?")
+            scan = check_of(p, "pagemap-scan").get("value", "?")
+            col = check_of(p, "madv-collapse").get("status", "?")
+            warm = p.get("warm", {})
+            we = p.get("warm-exec", {})
+            plain = p.get("plain-exec", {})
+
+            def run(n):
+                r = p.get(n, {})
+                return f"{r['route']} {r['huge_mib']:.0f}/{r['text_mib']:.0f}" if "route" in r else "?"
+
+            rows.append(
+                f"| {k} ({rel}) | {fs} | {mode} | {ran} | {lf.split(' (')[0]} | {scan} | {col} | "
+                f"{plain.get('file_pmd_kb', '?')} | {warm.get('route', '?')}: {we.get('file_pmd_kb', '?')} | "
+                f"{run('run-file-aligned')} | {run('run-auto-aligned')} | {run('run-copy-aligned')} | "
+                f"{run('run-auto-unaligned')} | {run('run-auto-dso')} |"
+            )
+    date = max((c.get("date", "") for c in cells), default="")
+    accel = sorted({c.get("accel", "?") for c in cells})
+    secs = sum(c.get("seconds", 0) for c in cells)
+    md = f"""# Kernel matrix
+
+What hugetext does on the kernels people run, measured by booting Debian's
+cloud kernels in qemu and running the kernel-facing tests
+([tests/vm/plan.txt](../tests/vm/plan.txt)) and route probes
+([tests/vm/probe.sh](../tests/vm/probe.sh)) inside them. Generated by
+`scripts/kernel-matrix.sh --all --write-doc` on {date} (qemu {', '.join(accel)},
+2 vCPUs, 3 GiB; {secs} s of guest time in all). The raw results are in
+[kernels.json](kernels.json).
+
+Each guest formats a virtio disk with the filesystem of its row, puts the
+test binaries and fixtures on it, and runs the tests once per THP mode.
+Sizes are MiB huge-backed / MiB of text in whole 2 MiB windows, or kB
+`FilePmdMapped`, of an lld-linked 20 MiB-text PIE after `hugetext align`
+(`aligned`), the same PIE unaligned (`unaligned`), and a bfd-linked program
+with a 20 MiB-text shared library (`DSO`); every file a fresh, evicted copy.
+
+| kernel | fs | THP | tests passed | large folios | PAGEMAP_SCAN | MADV_COLLAPSE | plain exec, kB PMD | warm: route, then exec kB PMD | run file, aligned | run auto, aligned | run copy, aligned | run auto, unaligned | run auto, DSO |
+|---|---|---|---|---|---|---|---|---|---|---|---|---|---|
+""" + "\n".join(rows) + """
+
+How to read it:
+
+- **large folios**: whether the filesystem gives 2 MiB page-cache folios
+  (`hugetext doctor`, by experiment). Where it says no, `warm` and the `file`
+  route cannot work (`warm` says "route: none possible" and exits 3), and
+  `run`'s `auto` takes the `copy` route: anonymous huge pages, private to the
+  process.
+- **PAGEMAP_SCAN** (6.7+): without it `inspect` and the preload read smaps
+  instead; the numbers are the same.
+- **MADV_COLLAPSE** of file text needs `CONFIG_READ_ONLY_THP_FOR_FS`, which
+  Debian's cloud kernels do not set.
+- **plain exec**: no hugetext step at all. The exec fault path of these
+  kernels reads text into small folios, so nothing is PMD-mapped.
+- Kernels before 6.14 keep an emptied page table after `MADV_DONTNEED`; the
+  preload detects that and replaces each window with one `mmap(MAP_FIXED)` of
+  the same file range (see [run.md](run.md)).
+"""
+    Path("doc/kernels.md").write_text(md)
+
+
+def main(argv):
+    if len(argv) >= 5 and argv[1] == "collect":
+        meta = json.loads(argv[4])
+        print(json.dumps(collect(argv[2], argv[3], meta), sort_keys=True))
+        return 0
+    if len(argv) == 3 and argv[1] == "summary":
+        return summary(argv[2])
+    if len(argv) >= 3 and argv[1] == "doc":
+        doc(argv[2:])
+        return 0
+    print(__doc__, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,73 @@
+#!/bin/sh
+# Route probes of a kernel-matrix guest, run from the repository root on the
+# disk under test after the tests of one THP mode (argument: the mode).
+# Each probe runs the real `hugetext` command on a fresh copy of a fixture
+# and reports its output (@@OUT lines) and status (@@HT lines); the host's
+# tests/vm/matrix.py reads the route and the PMD-mapped kB from them.
+mode=$1
+caps=$2   # "large-folios" where the disk under test gives PMD-order folios
+ht=$PWD/target/release/hugetext
+dir=$PWD/target/scratch/probe-$mode
+rm -rf "$dir" && mkdir -p "$dir"
+
+# capture NAME CMD...: run CMD, print its output tagged with NAME, then its status.
+capture() {
+  name=$1; shift
+  "$@" > /tmp/probe.out 2>&1
+  rc=$?
+  awk -v p="@@OUT $name|$mode|" '{print p $0}' /tmp/probe.out
+  echo "@@HT {\"kind\":\"probe\",\"name\":\"$name\",\"thp\":\"$mode\",\"rc\":$rc}"
+}
+
+# fresh NAME SRC: a copy of SRC, written back and evicted from the page cache
+# (GNU dd's nocache flag: POSIX_FADV_DONTNEED on the whole file).
+fresh() {
+  cp "$2" "$dir/$1" && sync && dd if="$dir/$1" iflag=nocache count=0 2> /dev/null
+}
+
+# pmd_kb_of PROG: FilePmdMapped + AnonHugePages kB of PROG's text while it waits.
+pmd_kb_of() {
+  rm -f "$dir/fifo" && mkfifo "$dir/fifo"
+  "$@" wait < "$dir/fifo" > "$dir/wait.out" 2>&1 &
+  pid=$!
+  exec 3> "$dir/fifo"
+  i=0
+  while ! grep -q ready "$dir/wait.out" 2> /dev/null && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
+  awk '/^FilePmdMapped:/ {f += $2} /^AnonHugePages:/ {a += $2} END {printf "file_pmd_kb=%d anon_huge_kb=%d\n", f, a}' "/proc/$pid/smaps"
+  exec 3>&-
+  wait $pid
+}
+
+capture doctor "$ht" doctor --json --path "$dir"
+
+# An lld PIE made PMD-mappable by `align`, on the disk under test.
+lld=target/fixtures/lld
+"$ht" align "$lld/pie" -o "$dir/pie.aligned" > /dev/null 2>&1
+
+# warm, then a plain exec of the warmed file.
+fresh warm.pie "$dir/pie.aligned"
+capture warm "$ht" warm --json "$dir/warm.pie"
+capture warm-exec pmd_kb_of "$dir/warm.pie"
+
+# run: each route on a never-read copy (aligned: file route possible; the
+# lld original: not congruent, only a copy helps).
+for s in auto file copy; do
+  fresh "run-$s.pie" "$dir/pie.aligned"
+  capture "run-$s-aligned" "$ht" run -v --strategy "$s" -- "$dir/run-$s.pie"
+done
+fresh run-auto-lld.pie "$lld/pie"
+capture run-auto-unaligned "$ht" run -v -- "$dir/run-auto-lld.pie"
+
+# A library: usebig + libbig.so (bfd), every route through the preload.
+mkdir -p "$dir/dso" && cp target/fixtures/bfd/usebig target/fixtures/bfd/libbig.so "$dir/dso/"
+sync
+capture run-auto-dso "$ht" run -v -- "$dir/dso/usebig"
+
+# No hugetext step at all: what exec gives by itself.
+fresh plain.pie "$dir/pie.aligned"
+capture plain-exec pmd_kb_of "$dir/plain.pie"
+
+# The exec benchmark, short (timings are emulated under TCG: states only).
+# It needs PMD folios for its huge and warm variants.
+[ "$caps" = large-folios ] && capture bench-exec "$ht" bench exec --size 32M --runs 1 --random-passes 1 --dir "$dir" --json
+rm -rf "$dir"
