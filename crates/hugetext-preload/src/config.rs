@@ -42,51 +42,9 @@ pub struct Config {
     pub compat: Compat,
 }
 
-/// Kernel features the pass must not use (`HUGETEXT_COMPAT`, a
-/// comma-separated list), as if the kernel did not have them.
-#[derive(Clone, Copy, Default, PartialEq, Eq, Debug)]
-pub struct Compat {
-    /// `no-pagemap-scan`: verify with `/proc/self/smaps` totals, as before
-    /// Linux 6.7.
-    pub no_pagemap_scan: bool,
-    /// `no-populate`: fault pages in by touching them, as before Linux 5.14
-    /// (no `MADV_POPULATE_READ`).
-    pub no_populate: bool,
-    /// `no-pt-reclaim`: drop each window's PTEs with two `MADV_DONTNEED`
-    /// calls of 1 MiB, which this kernel, like every kernel before 6.14
-    /// (no `CONFIG_PT_RECLAIM`) for any range, answers by leaving the
-    /// emptied page table in place: the engine must then detect that and
-    /// replace the window with `mmap(MAP_FIXED)` (engine.rs).
-    pub no_pt_reclaim: bool,
-    /// The first unknown word, reported in verbose mode.
-    pub unknown: Option<&'static [u8]>,
-}
-
-impl Compat {
-    /// Parse `no-pagemap-scan,no-populate,no-pt-reclaim` (`all` = every
-    /// one; empty = none).
-    pub fn parse(v: &'static [u8]) -> Compat {
-        let mut c = Compat::default();
-        for w in v.split(|&b| b == b',' || b == b' ').filter(|w| !w.is_empty()) {
-            match w {
-                b"no-pagemap-scan" => c.no_pagemap_scan = true,
-                b"no-populate" => c.no_populate = true,
-                b"no-pt-reclaim" => c.no_pt_reclaim = true,
-                b"all" => {
-                    c.no_pagemap_scan = true;
-                    c.no_populate = true;
-                    c.no_pt_reclaim = true;
-                }
-                other => {
-                    if c.unknown.is_none() {
-                        c.unknown = Some(other);
-                    }
-                }
-            }
-        }
-        c
-    }
-}
+/// Kernel features the pass must not use (`HUGETEXT_COMPAT`), as if the
+/// kernel did not have them.
+pub type Compat = hugetext_abi::compat::Compat<'static>;
 
 fn cstr(p: *const c_char) -> &'static [u8] {
     // SAFETY: environment strings are NUL-terminated and live for the
@@ -158,7 +116,9 @@ impl Config {
             preloaded,
             disabled: flag(b"HUGETEXT_DISABLE", false),
             bad_strategy,
-            compat: getenv(b"HUGETEXT_COMPAT").map(Compat::parse).unwrap_or_default(),
+            compat: getenv(hugetext_abi::compat::VAR.as_bytes())
+                .map(Compat::parse)
+                .unwrap_or_default(),
         }
     }
 }
@@ -215,26 +175,5 @@ pub fn strip_preload() {
             }
             p = p.add(1);
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn compat_words() {
-        let c = Compat::parse(b"no-pagemap-scan,no-populate");
-        assert!(c.no_pagemap_scan && c.no_populate && c.unknown.is_none());
-        let c = Compat::parse(b"no-populate");
-        assert!(!c.no_pagemap_scan && c.no_populate && !c.no_pt_reclaim);
-        let c = Compat::parse(b"no-pt-reclaim");
-        assert!(c.no_pt_reclaim && !c.no_populate && c.unknown.is_none());
-        assert_eq!(
-            Compat::parse(b"all"),
-            Compat::parse(b"no-populate no-pagemap-scan,no-pt-reclaim")
-        );
-        assert_eq!(Compat::parse(b""), Compat::default());
-        assert_eq!(Compat::parse(b"no-scan,no-populate").unknown, Some(&b"no-scan"[..]));
     }
 }

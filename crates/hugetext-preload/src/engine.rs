@@ -230,7 +230,7 @@ impl State {
 /// renamed over it since). Returns the fd or `-errno`.
 fn open_mapped(st: &State, c: &Cand) -> isize {
     let p = st.path(c);
-    if p.ends_with(b" (deleted)") {
+    if p.ends_with(hugetext_abi::maps::DELETED_SUFFIX) {
         return -(libc::ENOENT as isize);
     }
     // The path is stored NUL-terminated.
@@ -278,17 +278,7 @@ fn fs_name(fd: i32) -> &'static str {
     if sys::fstatfs(fd, &mut st) < 0 {
         return "this filesystem";
     }
-    match st.f_type as u64 & 0xffff_ffff {
-        0x9123_683e => "btrfs",
-        0x0102_1994 => "tmpfs",
-        0xef53 => "ext4",
-        0x5846_5342 => "xfs",
-        0x6969 => "nfs",
-        0x794c_7630 => "overlayfs",
-        0x6573_5546 => "fuse",
-        0xf2f5_2010 => "f2fs",
-        _ => "this filesystem",
-    }
+    hugetext_abi::fs::name(st.f_type as u64).unwrap_or("this filesystem")
 }
 
 struct Pass<'a> {
@@ -978,7 +968,9 @@ pub fn remap(cfg: &Config) -> isize {
             line()
                 .s("unknown word in HUGETEXT_COMPAT: ")
                 .bytes(w)
-                .s(" (expected no-pagemap-scan, no-populate, no-pt-reclaim or all); ignored");
+                .s(" (expected ")
+                .s(hugetext_abi::compat::WORDS)
+                .s("); ignored");
         }
     }
     let thp_off = sys::prctl(sys::PR_GET_THP_DISABLE, 0, 0, 0, 0) > 0;

@@ -55,11 +55,7 @@ fn call(n: libc::c_long, a: usize, b: usize, c: usize, d: usize, e: usize, f: us
     unsafe { raw6(n as usize, a, b, c, d, e, f) }
 }
 
-pub const MADV_DONTNEED: i32 = 4;
-pub const MADV_HUGEPAGE: i32 = 14;
-pub const MADV_POPULATE_READ: i32 = 22;
-pub const MADV_COLLAPSE: i32 = 25;
-pub const POSIX_FADV_DONTNEED: i32 = 4;
+pub use hugetext_abi::madv::{MADV_COLLAPSE, MADV_DONTNEED, MADV_HUGEPAGE, MADV_POPULATE_READ, POSIX_FADV_DONTNEED};
 pub const PR_GET_THP_DISABLE: i32 = 42;
 pub const PR_SET_VMA: i32 = 0x5356_4d41;
 pub const PR_SET_VMA_ANON_NAME: usize = 0;

@@ -11,16 +11,9 @@ use std::ptr::NonNull;
 
 use crate::{Error, Result};
 
-/// `MADV_HUGEPAGE`.
-pub const MADV_HUGEPAGE: i32 = libc::MADV_HUGEPAGE;
-/// `MADV_NOHUGEPAGE`.
-pub const MADV_NOHUGEPAGE: i32 = libc::MADV_NOHUGEPAGE;
-/// `MADV_DONTNEED`.
-pub const MADV_DONTNEED: i32 = libc::MADV_DONTNEED;
-/// `MADV_POPULATE_READ` (Linux 5.14).
-pub const MADV_POPULATE_READ: i32 = 22;
-/// `MADV_COLLAPSE` (Linux 6.1).
-pub const MADV_COLLAPSE: i32 = 25;
+/// `madvise` advice values (one home: `hugetext_abi::madv`, shared with
+/// the preload).
+pub use hugetext_abi::madv::{MADV_COLLAPSE, MADV_DONTNEED, MADV_HUGEPAGE, MADV_NOHUGEPAGE, MADV_POPULATE_READ};
 
 /// Base page size of the running kernel.
 pub fn page_size() -> usize {
@@ -276,43 +269,24 @@ pub fn madvise(addr: usize, len: usize, advice: i32) -> Result<()> {
     let r = unsafe { libc::madvise(addr as *mut c_void, len, advice) };
     if r != 0 {
         return Err(Error::Sys {
-            call: madvise_name(advice),
+            call: hugetext_abi::madv::madvise_call_name(advice),
             source: std::io::Error::last_os_error(),
         });
     }
     Ok(())
 }
 
-fn madvise_name(advice: i32) -> &'static str {
-    match advice {
-        MADV_HUGEPAGE => "madvise(MADV_HUGEPAGE)",
-        MADV_NOHUGEPAGE => "madvise(MADV_NOHUGEPAGE)",
-        MADV_DONTNEED => "madvise(MADV_DONTNEED)",
-        MADV_POPULATE_READ => "madvise(MADV_POPULATE_READ)",
-        MADV_COLLAPSE => "madvise(MADV_COLLAPSE)",
-        _ => "madvise",
-    }
+/// `HUGETEXT_COMPAT` (read once per process): kernel features to act as if
+/// missing, to exercise on a new kernel the fallbacks that older kernels
+/// need. A testing and diagnostic knob, parsed as libhugetext.so parses it
+/// (`hugetext_abi::compat`).
+pub fn compat() -> Compat<'static> {
+    static VALUE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let v = VALUE.get_or_init(|| std::env::var(hugetext_abi::compat::VAR).unwrap_or_default());
+    Compat::parse(v.as_bytes())
 }
 
-/// Whether `HUGETEXT_COMPAT` (a comma-separated list, read once per
-/// process) names `feature` (`no-populate`, `no-pagemap-scan`; `all` names
-/// both): act as if the kernel did not have it, to exercise on a new kernel
-/// the fallbacks that older kernels need. A testing and diagnostic knob,
-/// the same one libhugetext.so reads.
-pub fn compat(feature: &str) -> bool {
-    static WORDS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
-    WORDS
-        .get_or_init(|| {
-            std::env::var("HUGETEXT_COMPAT")
-                .unwrap_or_default()
-                .split([',', ' '])
-                .filter(|w| !w.is_empty())
-                .map(str::to_owned)
-                .collect()
-        })
-        .iter()
-        .any(|w| w == feature || w == "all")
-}
+pub use hugetext_abi::compat::Compat;
 
 /// The kernel refused `MADV_POPULATE_READ` once (EINVAL: before 5.14).
 static NO_POPULATE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
@@ -320,7 +294,7 @@ static NO_POPULATE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBoo
 /// Whether [`populate_read`] touches pages instead of using
 /// `MADV_POPULATE_READ` (kernel before 5.14, or `HUGETEXT_COMPAT=no-populate`).
 pub fn populate_by_touch() -> bool {
-    NO_POPULATE.load(std::sync::atomic::Ordering::Relaxed) || compat("no-populate")
+    NO_POPULATE.load(std::sync::atomic::Ordering::Relaxed) || compat().no_populate
 }
 
 /// Fault `[addr, addr + len)` in for reading, as the process's own reads
@@ -413,49 +387,12 @@ pub fn has_cap_sys_admin() -> bool {
 }
 
 /// `PAGEMAP_SCAN` (Linux 6.7): ask the kernel for ranges of a process's
-/// address space by page category, without reading one pagemap word per page.
-pub mod pagemap_scan {
-    /// Page is file-backed (or shared anonymous).
-    pub const PAGE_IS_FILE: u64 = 1 << 2;
-    /// Page is present.
-    pub const PAGE_IS_PRESENT: u64 = 1 << 3;
-    /// Page is swapped out.
-    pub const PAGE_IS_SWAPPED: u64 = 1 << 4;
-    /// Page is the zero page (or the huge zero page).
-    pub const PAGE_IS_PFNZERO: u64 = 1 << 5;
-    /// Page is mapped by a PMD (THP) or is hugetlb.
-    pub const PAGE_IS_HUGE: u64 = 1 << 6;
-}
-
-/// One region reported by [`pagemap_scan`](fn@pagemap_scan): `[start, end)` with the
-/// requested `PAGE_IS_*` categories.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct PageRegion {
-    pub start: u64,
-    pub end: u64,
-    pub categories: u64,
-}
-
-#[repr(C)]
-struct PmScanArg {
-    size: u64,
-    flags: u64,
-    start: u64,
-    end: u64,
-    walk_end: u64,
-    vec: u64,
-    vec_len: u64,
-    max_pages: u64,
-    category_inverted: u64,
-    category_mask: u64,
-    category_anyof_mask: u64,
-    return_mask: u64,
-}
-
-/// `_IOWR('f', 16, struct pm_scan_arg)`.
-const PAGEMAP_SCAN_IOCTL: u64 =
-    (3 << 30) | ((std::mem::size_of::<PmScanArg>() as u64) << 16) | ((b'f' as u64) << 8) | 16;
+/// address space by page category, without reading one pagemap word per
+/// page. The ABI (`PAGE_IS_*`, the argument and region structs, the ioctl
+/// number) is `hugetext_abi::pagemap_scan`, shared with the preload.
+pub use hugetext_abi::pagemap_scan;
+pub use hugetext_abi::pagemap_scan::PageRegion;
+use hugetext_abi::pagemap_scan::{PmScanArg, PAGEMAP_SCAN};
 
 /// Run `PAGEMAP_SCAN` on an open `/proc/PID/pagemap` over `[start, end)`,
 /// reporting pages that have every category in `required` and returning
@@ -475,22 +412,13 @@ pub fn pagemap_scan(
     let mut pos = start;
     while pos < end {
         let mut arg = PmScanArg {
-            size: std::mem::size_of::<PmScanArg>() as u64,
-            flags: 0,
-            start: pos,
-            end,
-            walk_end: 0,
-            vec: buf.as_mut_ptr() as u64,
-            vec_len: buf.len() as u64,
-            max_pages: 0,
-            category_inverted: 0,
             category_mask: required,
-            category_anyof_mask: 0,
             return_mask: report,
+            ..PmScanArg::new(pos, end, buf.as_mut_ptr() as u64, buf.len() as u64)
         };
         // SAFETY: arg and buf are valid for the kernel to read and write;
         // buf has vec_len elements.
-        let n = unsafe { libc::ioctl(pagemap.as_raw_fd(), PAGEMAP_SCAN_IOCTL as _, &mut arg as *mut PmScanArg) };
+        let n = unsafe { libc::ioctl(pagemap.as_raw_fd(), PAGEMAP_SCAN as _, &mut arg as *mut PmScanArg) };
         if n < 0 {
             let e = std::io::Error::last_os_error();
             return Err(match e.raw_os_error() {
