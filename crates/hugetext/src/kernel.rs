@@ -3,8 +3,31 @@
 //!
 //! Capabilities are detected at run time; nothing is assumed from the build
 //! machine.
+//!
+//! # Safety by construction
+//! Nothing safe here can change memory this process does not own through a
+//! [`Mapping`]: advice that can discard memory (`MADV_DONTNEED`) is a
+//! method of an owned mapping ([`Mapping::madvise`]), and the raw-address
+//! forms ([`madvise`], [`populate_read`], [`touch_pages`]) are `unsafe fn`s
+//! with a `# Safety` section, as in rustix.
+//!
+//! # rustix or libc
+//! Chosen per call family, deliberately:
+//! - **rustix** where its typed API covers what hugetext passes: the page
+//!   size and `uname` (here), `statfs`/`fstatfs` (fsutil), and
+//!   `posix_fadvise`, whose `Option<NonZeroU64>` length says "to the end of
+//!   the file" in the type ([`fadvise_dontneed`]).
+//! - **libc** for the memory-management family (`mmap`, `munmap`,
+//!   `madvise`, `mincore`): advice values are the plain numbers of
+//!   `hugetext_abi::madv`, shared with the preload, and rustix's `Advice`
+//!   has no `MADV_COLLAPSE`; one crate for the family, so that what libc
+//!   maps, libc advises and unmaps.
+//! - **libc** where rustix has no wrapper: `sync_file_range`
+//!   ([`write_back`]), the `PAGEMAP_SCAN` ioctl (its number and structs are
+//!   `hugetext_abi::pagemap_scan`), and glibc's `confstr`.
 
 use std::ffi::c_void;
+use std::num::NonZeroU64;
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::path::Path;
 use std::ptr::NonNull;
@@ -27,7 +50,7 @@ pub fn pmd_size() -> usize {
     std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size")
         .ok()
         .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(2 << 20)
+        .unwrap_or(hugetext_abi::PMD_SIZE)
 }
 
 /// Kernel release as (major, minor, patch), from `uname`.
@@ -225,7 +248,10 @@ impl Mapping {
     /// `madvise` over a sub-range `[off, off+len)` of this mapping.
     pub fn madvise(&self, off: usize, len: usize, advice: i32) -> Result<()> {
         assert!(off + len <= self.len);
-        madvise(self.addr() + off, len, advice)
+        // SAFETY: the range lies inside this mapping, which `self` owns;
+        // its contents are reachable only through raw pointers (`as_ptr`),
+        // whose users answer for what advice they gave.
+        unsafe { madvise(self.addr() + off, len, advice) }
     }
 
     /// [`populate_read`] over a sub-range `[off, off+len)` of a mapping made
@@ -263,9 +289,18 @@ impl Drop for Mapping {
     }
 }
 
-/// `madvise(addr, len, advice)` on raw addresses of this process.
-pub fn madvise(addr: usize, len: usize, advice: i32) -> Result<()> {
-    // SAFETY: madvise does not dereference; the kernel validates the range.
+/// `madvise(addr, len, advice)` on raw addresses of this process. The safe
+/// form is [`Mapping::madvise`], on a mapping this process owns.
+///
+/// # Safety
+/// `advice` may discard memory (`MADV_DONTNEED`: private anonymous pages
+/// read back as zeros, file pages refault from the page cache, dropping a
+/// private copy-on-write copy) or change how it is backed. The caller must
+/// own `[addr, addr + len)` or otherwise know that nothing it or other
+/// threads still use lives there in a form the advice would lose.
+pub unsafe fn madvise(addr: usize, len: usize, advice: i32) -> Result<()> {
+    // SAFETY: madvise does not dereference; the kernel validates the range,
+    // and the caller vouches for what the advice does to its contents.
     let r = unsafe { libc::madvise(addr as *mut c_void, len, advice) };
     if r != 0 {
         return Err(Error::Sys {
@@ -311,7 +346,8 @@ pub fn populate_by_touch() -> bool {
 /// where `MADV_POPULATE_READ` would return EFAULT).
 pub unsafe fn populate_read(addr: usize, len: usize) -> Result<()> {
     if !populate_by_touch() {
-        match madvise(addr, len, MADV_POPULATE_READ) {
+        // SAFETY: MADV_POPULATE_READ only faults pages in; it discards nothing.
+        match unsafe { madvise(addr, len, MADV_POPULATE_READ) } {
             Err(Error::Sys { source, .. }) if source.raw_os_error() == Some(libc::EINVAL) => {
                 NO_POPULATE.store(true, std::sync::atomic::Ordering::Relaxed);
             }
@@ -338,34 +374,24 @@ pub unsafe fn touch_pages(addr: usize, len: usize) {
 }
 
 /// `posix_fadvise(fd, offset, len, POSIX_FADV_DONTNEED)`: drop the clean,
-/// unmapped page cache of a range (`len` 0 = to the end). Folios that some
-/// process maps stay.
-pub fn fadvise_dontneed(fd: BorrowedFd<'_>, offset: u64, len: u64) -> Result<()> {
-    // SAFETY: plain syscall on a valid fd.
-    let r = unsafe {
-        libc::posix_fadvise(
-            fd.as_raw_fd(),
-            offset as libc::off_t,
-            len as libc::off_t,
-            libc::POSIX_FADV_DONTNEED,
-        )
-    };
-    if r != 0 {
-        return Err(Error::Sys {
-            call: "posix_fadvise(DONTNEED)",
-            source: std::io::Error::from_raw_os_error(r),
-        });
-    }
-    Ok(())
+/// unmapped page cache of a range (`len` `None` = to the end of the file).
+/// Folios that some process maps stay.
+pub fn fadvise_dontneed(fd: BorrowedFd<'_>, offset: u64, len: Option<NonZeroU64>) -> Result<()> {
+    rustix::fs::fadvise(fd, offset, len, rustix::fs::Advice::DontNeed).map_err(|e| Error::Sys {
+        call: "posix_fadvise(DONTNEED)",
+        source: e.into(),
+    })
 }
 
 /// Write back the dirty page cache of a range of `fd` and wait for it
-/// (`sync_file_range` with WAIT_BEFORE | WRITE | WAIT_AFTER; `len` 0 = to the
-/// end of the file). Works on a read-only descriptor.
-pub fn write_back(fd: BorrowedFd<'_>, offset: u64, len: u64) -> Result<()> {
+/// (`sync_file_range` with WAIT_BEFORE | WRITE | WAIT_AFTER; `len` `None` =
+/// to the end of the file). Works on a read-only descriptor.
+pub fn write_back(fd: BorrowedFd<'_>, offset: u64, len: Option<NonZeroU64>) -> Result<()> {
     let flags = libc::SYNC_FILE_RANGE_WAIT_BEFORE | libc::SYNC_FILE_RANGE_WRITE | libc::SYNC_FILE_RANGE_WAIT_AFTER;
+    // The kernel's "to the end of the file" is a length of 0.
+    let nbytes = len.map_or(0, NonZeroU64::get);
     // SAFETY: plain syscall on a valid fd.
-    let r = unsafe { libc::sync_file_range(fd.as_raw_fd(), offset as libc::off64_t, len as libc::off64_t, flags) };
+    let r = unsafe { libc::sync_file_range(fd.as_raw_fd(), offset as libc::off64_t, nbytes as libc::off64_t, flags) };
     if r != 0 {
         return Err(Error::last_os("sync_file_range"));
     }
@@ -382,7 +408,7 @@ pub fn has_cap_sys_admin() -> bool {
         .lines()
         .find_map(|l| l.strip_prefix("CapEff:"))
         .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-        .map(|caps| caps & (1 << 21) != 0)
+        .map(|caps| caps & rustix::thread::CapabilitySet::SYS_ADMIN.bits() != 0)
         .unwrap_or(false)
 }
 
@@ -425,10 +451,6 @@ pub fn pagemap_scan(
                 Some(libc::ENOTTY) | Some(libc::EINVAL) if pos == start => {
                     Error::Unsupported("PAGEMAP_SCAN is not supported by this kernel (needs Linux 6.7)".into())
                 }
-                Some(libc::ESRCH) => Error::Sys {
-                    call: "ioctl(PAGEMAP_SCAN)",
-                    source: e,
-                },
                 _ => Error::Sys {
                     call: "ioctl(PAGEMAP_SCAN)",
                     source: e,
@@ -478,11 +500,11 @@ pub fn pfn_access() -> bool {
     let probe = std::hint::black_box(vec![1u8; page_size()]);
     let addr = probe.as_ptr() as u64;
     let mut w = [0u8; 8];
-    if f.read_exact_at(&mut w, addr / page_size() as u64 * 8).is_err() {
+    let at = addr / page_size() as u64 * hugetext_abi::pagemap::ENTRY_SIZE;
+    if f.read_exact_at(&mut w, at).is_err() {
         return false;
     }
-    let e = u64::from_ne_bytes(w);
-    e & (1 << 63) != 0 && e & ((1 << 55) - 1) != 0
+    hugetext_abi::pagemap::pfn(u64::from_ne_bytes(w)).is_some()
 }
 
 /// The running glibc's version (`confstr(_CS_GNU_LIBC_VERSION)`), e.g.
@@ -579,6 +601,7 @@ mod tests {
         let a = Mapping::anon_aligned(8 * ps, libc::PROT_READ | libc::PROT_WRITE, ps).unwrap();
         // Touch pages 1 and 2 and 5 only.
         for i in [1usize, 2, 5] {
+            // SAFETY: page i of our own writable mapping.
             unsafe { a.as_ptr().add(i * ps).write_volatile(1) };
         }
         let f = std::fs::File::open("/proc/self/pagemap").unwrap();
