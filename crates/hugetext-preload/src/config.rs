@@ -58,6 +58,8 @@ fn env_entries() -> impl Iterator<Item = &'static [u8]> {
     // only read it here (the caller does not run concurrently with setenv in
     // a well-formed program; at start-up there is one thread).
     let mut p = unsafe { environ };
+    // SAFETY: `p` walks that array up to its NULL terminator, never past
+    // it; each entry is a NUL-terminated string (see `cstr`).
     core::iter::from_fn(move || unsafe {
         if p.is_null() || (*p).is_null() {
             return None;

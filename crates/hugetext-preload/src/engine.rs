@@ -35,6 +35,7 @@ use crate::scan::{Scanner, PMD};
 use crate::smaps::Smaps;
 use crate::sys;
 use crate::verify::Verifier;
+use crate::zeroed::{Zeroable, Zeroed};
 use core::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering::Relaxed};
 
 /// The kernel refused `MADV_POPULATE_READ` (EINVAL: before Linux 5.14);
@@ -97,18 +98,27 @@ struct Cand {
     copied: bool,
 }
 
-/// Working memory, mmapped so that neither the stack of the calling thread
-/// nor the heap is involved.
+/// Working memory, in its own [`Zeroed`] mapping so that neither the stack
+/// of the calling thread nor the heap is involved; all-zero is the empty
+/// state.
 struct State {
     buf: [u8; 16384],
     cands: [Cand; MAXC],
     n: usize,
     paths: [u8; PATHS],
     plen: usize,
-    /// (dev, ino) of this library's own file.
-    own: Option<((u32, u32), u64)>,
+    /// (dev, ino) of this library's own file, when `own_known`.
+    own: ((u32, u32), u64),
+    own_known: bool,
     truncated: bool,
 }
+
+// SAFETY: integers, a bool and a tuple of integers: all-zero is a value.
+unsafe impl Zeroable for Cand {}
+// SAFETY: byte arrays, an array of `Cand` (Zeroable), integers, a tuple of
+// integers and bools: all-zero is the empty state (no candidates, own file
+// not known).
+unsafe impl Zeroable for State {}
 
 /// What a pass did, in bytes of whole 2 MiB windows.
 #[derive(Default)]
@@ -183,11 +193,13 @@ impl State {
             paths,
             plen,
             own,
+            own_known,
             truncated,
         } = self;
         crate::maps::for_each(buf, |l| {
             if l.start <= me && me < l.end {
-                *own = Some(((l.dev_major, l.dev_minor), l.inode));
+                *own = ((l.dev_major, l.dev_minor), l.inode);
+                *own_known = true;
             }
             if &l.perms != b"r-xp" {
                 return; // writable, execute-only, shared, or not code
@@ -337,7 +349,9 @@ impl Pass<'_> {
             self.touch = true;
             NO_POPULATE.store(true, Relaxed);
         }
-        sys::touch(addr, len);
+        // SAFETY: callers pass whole windows of a text mapping (`r-x`, the
+        // file's own pages), mapped for the whole call.
+        unsafe { sys::touch(addr, len) };
         0
     }
 
@@ -562,7 +576,9 @@ impl Pass<'_> {
         let ok = sys::mmap(p, PMD, libc::PROT_READ, libc::MAP_PRIVATE | libc::MAP_FIXED, f, off) >= 0
             && sys::madvise(p, PMD, sys::MADV_HUGEPAGE) == 0
             && {
-                sys::touch(p, 4096);
+                // SAFETY: the first page of the file range just mapped
+                // PROT_READ at `p`, inside the file (`off` is a window of it).
+                unsafe { sys::touch(p, 4096) };
                 self.scan.huge_windows(p, 1) == Ok(1)
             };
         sys::munmap(m as usize, 2 * PMD);
@@ -1011,24 +1027,16 @@ pub fn remap(cfg: &Config) -> isize {
     if cfg.compat.no_pt_reclaim && cfg.verbose {
         line().s("HUGETEXT_COMPAT=no-pt-reclaim: dropping windows with two MADV_DONTNEED calls, which leave the emptied page table as kernels before 6.14 do");
     }
-    let size = core::mem::size_of::<State>();
-    let mem = sys::mmap(
-        0,
-        size,
-        libc::PROT_READ | libc::PROT_WRITE,
-        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-        -1,
-        0,
-    );
-    if mem < 0 {
-        if cfg.verbose {
-            line().s("cannot allocate working memory").err(mem);
+    let mut mem = match Zeroed::<State>::map() {
+        Ok(m) => m,
+        Err(e) => {
+            if cfg.verbose {
+                line().s("cannot allocate working memory").err(e);
+            }
+            return e;
         }
-        return mem;
-    }
-    // SAFETY: fresh zeroed anonymous memory of the right size and page
-    // alignment; all-zero is a valid `State`.
-    let st: &mut State = unsafe { &mut *(mem as *mut State) };
+    };
+    let st: &mut State = &mut mem;
     let result = match st.collect(cfg) {
         Err(e) => {
             if cfg.verbose {
@@ -1037,7 +1045,8 @@ pub fn remap(cfg: &Config) -> isize {
             e
         }
         Ok(()) => {
-            if let Some(own) = st.own {
+            if st.own_known {
+                let own = st.own;
                 // Never touch this library's own code.
                 let n = st.n;
                 let mut w = 0;
@@ -1131,7 +1140,7 @@ pub fn remap(cfg: &Config) -> isize {
             }
         }
     };
-    sys::munmap(mem as usize, size);
+    drop(mem);
     result
 }
 

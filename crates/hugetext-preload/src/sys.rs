@@ -8,6 +8,12 @@
 //! its stack and its private state. Every wrapper returns the kernel's raw
 //! result: a value `>= 0`, or `-errno`.
 
+/// System call `n` with six arguments; the kernel's raw result.
+///
+/// # Safety
+/// The arguments must be valid for system call `n`: pointers to memory of
+/// the sizes it reads or writes, and nothing the call changes (mappings,
+/// file descriptors) may be in use in a way the caller does not control.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 unsafe fn raw6(n: usize, a: usize, b: usize, c: usize, d: usize, e: usize, f: usize) -> isize {
@@ -22,6 +28,7 @@ unsafe fn raw6(n: usize, a: usize, b: usize, c: usize, d: usize, e: usize, f: us
     ret
 }
 
+/// See the x86_64 version.
 #[cfg(target_arch = "aarch64")]
 #[inline(always)]
 unsafe fn raw6(n: usize, a: usize, b: usize, c: usize, d: usize, e: usize, f: usize) -> isize {
@@ -36,6 +43,7 @@ unsafe fn raw6(n: usize, a: usize, b: usize, c: usize, d: usize, e: usize, f: us
     ret
 }
 
+/// See the x86_64 version.
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 unsafe fn raw6(n: usize, a: usize, b: usize, c: usize, d: usize, e: usize, f: usize) -> isize {
     // Other architectures: through libc (the critical section is then not
@@ -185,7 +193,11 @@ pub fn geteuid() -> u32 {
 /// the window's other loads then fault no more. The range must be readable
 /// (text mappings are `r-x`). No system call, no libc: safe in the critical
 /// section.
-pub fn touch(addr: usize, len: usize) {
+///
+/// # Safety
+/// `[addr, addr + len)` must be readable memory of this process that stays
+/// mapped during the call (past the end of a file, a load raises SIGBUS).
+pub unsafe fn touch(addr: usize, len: usize) {
     let mut p = addr;
     while p < addr + len {
         // SAFETY: the caller passes a readable range of this process.
