@@ -274,7 +274,7 @@ fn open_mapped(st: &State, c: &Cand) -> isize {
 /// instead, so it never equals the maps line's: map the file's first page
 /// and look at that line.
 fn maps_dev(fd: i32) -> Option<(u32, u32)> {
-    let a = sys::mmap(0, 4096, libc::PROT_READ, libc::MAP_PRIVATE, fd, 0);
+    let a = sys::mmap(4096, libc::PROT_READ, libc::MAP_PRIVATE, fd, 0);
     if a < 0 {
         return None;
     }
@@ -285,7 +285,8 @@ fn maps_dev(fd: i32) -> Option<(u32, u32)> {
             dev = Some((l.dev_major, l.dev_minor));
         }
     });
-    sys::munmap(a as usize, 4096);
+    // SAFETY: our own mapping made above; nothing refers to it.
+    unsafe { sys::munmap(a as usize, 4096) };
     dev
 }
 
@@ -447,7 +448,7 @@ impl Pass<'_> {
     /// and this library's code only: used in the critical section.
     fn populate(&mut self, addr: usize, len: usize) -> isize {
         if !self.touch {
-            let r = sys::madvise(addr, len, sys::MADV_POPULATE_READ);
+            let r = sys::advise(addr, len, sys::Keep::PopulateRead);
             if r != -(libc::EINVAL as isize) {
                 return r;
             }
@@ -554,17 +555,23 @@ impl Pass<'_> {
         let mask = sys::block_signals();
         // Critical section: only raw syscalls and this library's own code
         // until the window is refaulted.
-        let r = if self.cfg.compat.no_pt_reclaim {
+        // SAFETY: the window is text of a private file mapping with no
+        // copy-on-write pages (checked per mapping: `has_private_pages`), so
+        // dropping its PTEs loses nothing: it refaults the same bytes from
+        // the file.
+        let r = unsafe {
             // Two calls of 1 MiB: the kernel reclaims a page table only when
             // one call empties all of it (mm/pt_reclaim.c,
             // reclaim_pt_is_enabled: end - start >= PMD_SIZE), so the table
             // stays, as on every kernel before 6.14.
-            match sys::madvise(s, PMD / 2, sys::MADV_DONTNEED) {
-                0 => sys::madvise(s + PMD / 2, PMD / 2, sys::MADV_DONTNEED),
-                e => e,
+            if self.cfg.compat.no_pt_reclaim {
+                match sys::madvise(s, PMD / 2, sys::MADV_DONTNEED) {
+                    0 => sys::madvise(s + PMD / 2, PMD / 2, sys::MADV_DONTNEED),
+                    e => e,
+                }
+            } else {
+                sys::madvise(s, PMD, sys::MADV_DONTNEED)
             }
-        } else {
-            sys::madvise(s, PMD, sys::MADV_DONTNEED)
         };
         // MADV_DONTNEED also decides, before the mapping is replaced, that
         // the window may be dropped at all: it refuses mlocked text (EINVAL),
@@ -642,20 +649,23 @@ impl Pass<'_> {
     fn replace(&mut self, f: i32, s: usize, off: u64) -> (isize, &'static str) {
         let prot = libc::PROT_READ | libc::PROT_EXEC;
         let flags = libc::MAP_PRIVATE | libc::MAP_FIXED;
-        let r = sys::mmap(s, PMD, prot, flags, f, off);
+        // SAFETY: the same bytes as before, the window's range of the very
+        // file mapped there (`open_mapped` checked it), `r-x` like the text.
+        let r = unsafe { sys::mmap_fixed(s, PMD, prot, flags, f, off) };
         if r < 0 {
             let mut v = [0u8; 1];
             for _ in 0..8 {
                 if sys::mincore(s, 4096, &mut v) != -(libc::ENOMEM as isize) {
                     break; // still mapped
                 }
-                sys::mmap(s, PMD, prot, flags, f, off);
+                // SAFETY: as above, into the hole the failed call left.
+                unsafe { sys::mmap_fixed(s, PMD, prot, flags, f, off) };
             }
             return (r, "file route: mmap(MAP_FIXED) of the window");
         }
         self.t.replaced += PMD as u64;
         (
-            sys::madvise(s, PMD, sys::MADV_HUGEPAGE),
+            sys::advise(s, PMD, sys::Keep::Hugepage),
             "file route: madvise(MADV_HUGEPAGE) of the replaced window",
         )
     }
@@ -667,7 +677,6 @@ impl Pass<'_> {
     /// the pages are resident (just populated): nothing is read from disk.
     fn cache_is_pmd(&self, f: i32, off: u64) -> bool {
         let m = sys::mmap(
-            0,
             2 * PMD,
             libc::PROT_NONE,
             libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
@@ -678,15 +687,18 @@ impl Pass<'_> {
             return false;
         }
         let p = (m as usize + PMD - 1) & !(PMD - 1);
-        let ok = sys::mmap(p, PMD, libc::PROT_READ, libc::MAP_PRIVATE | libc::MAP_FIXED, f, off) >= 0
-            && sys::madvise(p, PMD, sys::MADV_HUGEPAGE) == 0
+        // SAFETY: [p, p + 2M) lies inside our own PROT_NONE reservation.
+        let ok = unsafe { sys::mmap_fixed(p, PMD, libc::PROT_READ, libc::MAP_PRIVATE | libc::MAP_FIXED, f, off) } >= 0
+            && sys::advise(p, PMD, sys::Keep::Hugepage) == 0
             && {
                 // SAFETY: the first page of the file range just mapped
                 // PROT_READ at `p`, inside the file (`off` is a window of it).
                 unsafe { sys::touch(p, 4096) };
                 self.scan.huge_windows(p, 1) == Ok(1)
             };
-        sys::munmap(m as usize, 2 * PMD);
+        // SAFETY: our reservation and the probe mapping in it; nothing
+        // refers to them.
+        unsafe { sys::munmap(m as usize, 2 * PMD) };
         ok
     }
 
@@ -851,7 +863,7 @@ impl Pass<'_> {
         let (a, all) = (w.a, w.all);
         if !*advised {
             *advised = true;
-            let r = sys::madvise(c.start, c.end - c.start, sys::MADV_HUGEPAGE);
+            let r = sys::advise(c.start, c.end - c.start, sys::Keep::Hugepage);
             if r < 0 {
                 self.fail(c, "file route: madvise(MADV_HUGEPAGE)", r);
             }
@@ -936,7 +948,7 @@ impl Pass<'_> {
     fn route_collapse(&mut self, c: &Cand, w: &mut Windows) {
         let mut err = 0;
         for (i, k) in runs(w.all & !w.huge) {
-            let r = sys::madvise(w.a + i * PMD, k * PMD, sys::MADV_COLLAPSE);
+            let r = sys::advise(w.a + i * PMD, k * PMD, sys::Keep::Collapse);
             if r == -(libc::EINVAL as isize) {
                 self.t.collapse_unsupported = true;
                 if self.cfg.verbose {
@@ -974,7 +986,6 @@ impl Pass<'_> {
     fn copy(&mut self, c: &Cand, dst: usize, k: usize, elf: Option<&ElfFile>) {
         let len = k * PMD;
         let m = sys::mmap(
-            0,
             len + PMD,
             libc::PROT_READ | libc::PROT_WRITE,
             libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
@@ -986,31 +997,40 @@ impl Pass<'_> {
         }
         let m = m as usize;
         let new = (m + PMD - 1) & !(PMD - 1);
-        if new > m {
-            sys::munmap(m, new - m);
+        // SAFETY (every munmap and the mprotect of this function): the
+        // ranges are parts of our own fresh mapping `m`, which nothing else
+        // refers to, until mremap moves them over the text.
+        unsafe {
+            if new > m {
+                sys::munmap(m, new - m);
+            }
+            if m + PMD > new {
+                sys::munmap(new + len, m + PMD - new);
+            }
         }
-        if m + PMD > new {
-            sys::munmap(new + len, m + PMD - new);
-        }
-        let r = sys::madvise(new, len, sys::MADV_HUGEPAGE);
+        let r = sys::advise(new, len, sys::Keep::Hugepage);
         if r < 0 {
-            sys::munmap(new, len);
+            // SAFETY: see above.
+            unsafe { sys::munmap(new, len) };
             return self.fail(c, "copy: madvise(MADV_HUGEPAGE)", r);
         }
         self.fill(dst, new, len);
         let mut hm = self.scan.huge_windows(new, k).unwrap_or(0);
         if hm != full(k) {
             // The fault could not get a huge page at once: compact and collapse.
-            sys::madvise(new, len, sys::MADV_COLLAPSE);
+            sys::advise(new, len, sys::Keep::Collapse);
             hm = self.scan.huge_windows(new, k).unwrap_or(0);
         }
         if hm == 0 {
-            sys::munmap(new, len);
+            // SAFETY: see above.
+            unsafe { sys::munmap(new, len) };
             return self.fail(c, "copy: no huge page could be allocated", -(libc::ENOMEM as isize));
         }
-        let r = sys::mprotect(new, len, libc::PROT_READ | libc::PROT_EXEC);
+        // SAFETY: see above.
+        let r = unsafe { sys::mprotect(new, len, libc::PROT_READ | libc::PROT_EXEC) };
         if r < 0 {
-            sys::munmap(new, len);
+            // SAFETY: see above.
+            unsafe { sys::munmap(new, len) };
             return self.fail(c, "copy: mprotect", r);
         }
         if self.cfg.name_vmas {
@@ -1043,13 +1063,18 @@ impl Pass<'_> {
             }
         }
         for (i, kk) in runs(full(k) & !hm) {
-            sys::munmap(new + i * PMD, kk * PMD);
+            // SAFETY: see above.
+            unsafe { sys::munmap(new + i * PMD, kk * PMD) };
         }
         for (i, kk) in runs(hm) {
             let (from, to, l) = (new + i * PMD, dst + i * PMD, kk * PMD);
-            let r = sys::mremap(from, l, l, libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED, to);
+            // SAFETY: moves our copy (the same bytes, `r-x`) over the text
+            // windows in one step: code running there keeps finding the
+            // same instructions; `from` is ours.
+            let r = unsafe { sys::mremap(from, l, l, libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED, to) };
             if r < 0 {
-                sys::munmap(from, l);
+                // SAFETY: see above.
+                unsafe { sys::munmap(from, l) };
                 self.fail(c, "copy: mremap", r);
                 continue;
             }
@@ -1072,7 +1097,7 @@ impl Pass<'_> {
     fn fill(&mut self, dst: usize, new: usize, len: usize) {
         // Map the whole source in one call (the kernel's fault-around, no
         // trap per 64 KiB). Without it the copy below faults it in.
-        if !self.touch && sys::madvise(dst, len, sys::MADV_POPULATE_READ) == -(libc::EINVAL as isize) {
+        if !self.touch && sys::advise(dst, len, sys::Keep::PopulateRead) == -(libc::EINVAL as isize) {
             self.touch = true;
             NO_POPULATE.store(true, Relaxed);
         }

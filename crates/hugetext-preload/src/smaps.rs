@@ -63,7 +63,6 @@ impl Smaps {
     /// Map the buffer and check that smaps can be read.
     pub fn open() -> Result<Smaps, isize> {
         let m = sys::mmap(
-            0,
             BUF,
             libc::PROT_READ | libc::PROT_WRITE,
             libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
@@ -157,7 +156,8 @@ impl Smaps {
 
 impl Drop for Smaps {
     fn drop(&mut self) {
-        sys::munmap(self.buf as usize, BUF);
+        // SAFETY: our own buffer; `each` borrows it only while `self` lives.
+        unsafe { sys::munmap(self.buf as usize, BUF) };
     }
 }
 
@@ -187,7 +187,6 @@ mod tests {
         let s = Smaps::open().unwrap();
         let len = 4 * PMD;
         let m = sys::mmap(
-            0,
             len + PMD,
             libc::PROT_READ | libc::PROT_WRITE,
             libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
@@ -196,12 +195,15 @@ mod tests {
         );
         assert!(m > 0);
         let a = (m as usize + PMD - 1) & !(PMD - 1);
-        if sys::madvise(a, len, sys::MADV_HUGEPAGE) < 0 {
+        if sys::advise(a, len, sys::Keep::Hugepage) < 0 {
             return; // THP not built in
         }
         // Guard pages so the VMA is exactly [a, a+len) (no merging).
-        sys::mprotect(m as usize, a - m as usize, libc::PROT_NONE);
-        sys::mprotect(a + len, m as usize + PMD - a, libc::PROT_NONE);
+        // SAFETY: the parts of our own mapping outside [a, a + len).
+        unsafe {
+            sys::mprotect(m as usize, a - m as usize, libc::PROT_NONE);
+            sys::mprotect(a + len, m as usize + PMD - a, libc::PROT_NONE);
+        }
         let (mask, bytes) = s.measure(a, 4, a, a + len).unwrap();
         assert_eq!((mask, bytes), (0, 0));
         for w in 0..4 {
@@ -213,12 +215,14 @@ mod tests {
         assert_eq!((mask, bytes), (0b1111, len as u64));
         // Split one window into 4 KiB pages: the count drops, and no window
         // can be claimed any more.
-        sys::madvise(a + PMD, 4096, sys::MADV_DONTNEED);
+        // SAFETY: our own mapping; only this test reads it.
+        unsafe { sys::madvise(a + PMD, 4096, sys::MADV_DONTNEED) };
         let (mask, bytes) = s.measure(a, 4, a, a + len).unwrap();
         assert_eq!((mask, bytes), (0, 3 * PMD as u64));
         // A range inside the VMA: its windows are not claimed either.
         assert_eq!(s.measure(a + 2 * PMD, 2, a, a + len).unwrap(), (0, 3 * PMD as u64));
         assert!(s.has_private_pages(a, a + len).unwrap());
-        sys::munmap(m as usize, len + PMD);
+        // SAFETY: our own mapping, no longer used.
+        unsafe { sys::munmap(m as usize, len + PMD) };
     }
 }

@@ -106,32 +106,90 @@ pub fn fstat(fd: i32, st: &mut libc::stat) -> isize {
     call(libc::SYS_fstat, fd as usize, st as *mut libc::stat as usize, 0, 0, 0, 0)
 }
 
-pub fn mmap(addr: usize, len: usize, prot: i32, flags: i32, fd: i32, off: u64) -> isize {
+/// `mmap` at an address the kernel chooses (`flags` without `MAP_FIXED`):
+/// it cannot touch any existing mapping.
+pub fn mmap(len: usize, prot: i32, flags: i32, fd: i32, off: u64) -> isize {
+    debug_assert!(flags & libc::MAP_FIXED == 0);
     call(
         libc::SYS_mmap,
-        addr,
+        0,
         len,
         prot as usize,
-        flags as usize,
+        (flags & !libc::MAP_FIXED) as usize,
         fd as isize as usize,
         off as usize,
     )
 }
 
-pub fn munmap(addr: usize, len: usize) -> isize {
+/// `mmap(MAP_FIXED)` at `addr`: whatever was mapped there is unmapped first.
+///
+/// # Safety
+/// Nothing this process still uses may live in `[addr, addr + len)` unless
+/// the new mapping has the same bytes (the same range of the same file).
+pub unsafe fn mmap_fixed(addr: usize, len: usize, prot: i32, flags: i32, fd: i32, off: u64) -> isize {
+    call(
+        libc::SYS_mmap,
+        addr,
+        len,
+        prot as usize,
+        (flags | libc::MAP_FIXED) as usize,
+        fd as isize as usize,
+        off as usize,
+    )
+}
+
+/// # Safety
+/// Nothing this process still uses may live in `[addr, addr + len)`.
+pub unsafe fn munmap(addr: usize, len: usize) -> isize {
     call(libc::SYS_munmap, addr, len, 0, 0, 0, 0)
 }
 
-pub fn mprotect(addr: usize, len: usize, prot: i32) -> isize {
+/// # Safety
+/// Nothing this process still uses in `[addr, addr + len)` may need an
+/// access that `prot` takes away.
+pub unsafe fn mprotect(addr: usize, len: usize, prot: i32) -> isize {
     call(libc::SYS_mprotect, addr, len, prot as usize, 0, 0, 0)
 }
 
-pub fn mremap(old: usize, old_len: usize, new_len: usize, flags: i32, new: usize) -> isize {
+/// # Safety
+/// As [`munmap`] for `[old, old + old_len)`, and, with `MREMAP_FIXED`, for
+/// `[new, new + new_len)` unless the moved bytes are the same as those there.
+pub unsafe fn mremap(old: usize, old_len: usize, new_len: usize, flags: i32, new: usize) -> isize {
     call(libc::SYS_mremap, old, old_len, new_len, flags as usize, new, 0)
 }
 
-pub fn madvise(addr: usize, len: usize, advice: i32) -> isize {
+/// `madvise` with any advice.
+///
+/// # Safety
+/// `advice` may discard memory (`MADV_DONTNEED`: private anonymous pages
+/// read back as zeros, private copy-on-write copies are lost): nothing this
+/// process still uses may live in the range in a form the advice loses.
+/// Advice that keeps the contents is [`advise`], safe.
+pub unsafe fn madvise(addr: usize, len: usize, advice: i32) -> isize {
     call(libc::SYS_madvise, addr, len, advice as usize, 0, 0, 0)
+}
+
+/// `madvise` advice that never changes what the range reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Keep {
+    /// `MADV_HUGEPAGE`.
+    Hugepage,
+    /// `MADV_POPULATE_READ` (fails with `EFAULT` past the end of a file).
+    PopulateRead,
+    /// `MADV_COLLAPSE`: copies the pages into a huge one.
+    Collapse,
+}
+
+/// `madvise(addr, len, advice)` with advice that keeps the contents: safe
+/// on any range.
+pub fn advise(addr: usize, len: usize, advice: Keep) -> isize {
+    let advice = match advice {
+        Keep::Hugepage => MADV_HUGEPAGE,
+        Keep::PopulateRead => MADV_POPULATE_READ,
+        Keep::Collapse => MADV_COLLAPSE,
+    };
+    // SAFETY: none of these advices changes what the range reads.
+    unsafe { madvise(addr, len, advice) }
 }
 
 pub fn fadvise(fd: i32, off: u64, len: u64, advice: i32) -> isize {

@@ -31,7 +31,6 @@ impl<T: Zeroable> Zeroed<T> {
         #[allow(clippy::let_unit_value)]
         let () = Self::FITS_A_PAGE_ALIGNMENT;
         let m = sys::mmap(
-            0,
             core::mem::size_of::<T>(),
             libc::PROT_READ | libc::PROT_WRITE,
             libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
@@ -68,7 +67,9 @@ impl<T: Zeroable> DerefMut for Zeroed<T> {
 
 impl<T: Zeroable> Drop for Zeroed<T> {
     fn drop(&mut self) {
-        sys::munmap(self.ptr.as_ptr() as usize, core::mem::size_of::<T>());
+        // SAFETY: our own mapping; the references `deref` gave out borrowed
+        // `self`, which is going away.
+        unsafe { sys::munmap(self.ptr.as_ptr() as usize, core::mem::size_of::<T>()) };
     }
 }
 
