@@ -1,5 +1,6 @@
 //! The kernel facts and `/proc` parsers that both the `hugetext` library and
-//! the preload library (`libhugetext.so`) need, written once.
+//! the preload library (`libhugetext.so`) need, written once, and the
+//! environment interface between them (`env`).
 //!
 //! `no_std`, no dependencies, no allocation and no `unsafe`: the preload
 //! runs code from here in its critical section (see its `sys` module), where
@@ -11,6 +12,7 @@
 #![forbid(unsafe_code)]
 
 pub mod compat;
+pub mod env;
 pub mod fs;
 pub mod kpf;
 pub mod madv;

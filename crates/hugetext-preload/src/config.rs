@@ -8,18 +8,9 @@ extern "C" {
     static mut environ: *mut *mut c_char;
 }
 
-/// Which routes may be used, in the order auto tries them.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum Strategy {
-    /// already → file → collapse → copy
-    Auto,
-    /// zero copy only
-    File,
-    /// MADV_COLLAPSE only
-    Collapse,
-    /// anonymous copy only
-    Copy,
-}
+use hugetext_abi::env;
+/// Which routes may be used (auto: already → file → collapse → copy).
+pub use hugetext_abi::env::Strategy;
 
 /// The settings of one remap pass.
 pub struct Config {
@@ -84,39 +75,30 @@ fn flag(name: &[u8], default: bool) -> bool {
     }
 }
 
-/// Is this entry of LD_PRELOAD (or a path) this library?
-fn is_us(entry: &[u8]) -> bool {
-    let base = match entry.iter().rposition(|&c| c == b'/') {
-        Some(i) => &entry[i + 1..],
-        None => entry,
-    };
-    base.starts_with(b"libhugetext")
-}
-
 impl Config {
     pub fn from_env() -> Config {
-        let (strategy, bad_strategy) = match getenv(b"HUGETEXT_STRATEGY") {
-            None | Some(b"") | Some(b"auto") => (Strategy::Auto, None),
-            Some(b"file") => (Strategy::File, None),
-            Some(b"collapse") => (Strategy::Collapse, None),
-            Some(b"copy") => (Strategy::Copy, None),
-            Some(other) => (Strategy::Auto, Some(other)),
+        let (strategy, bad_strategy) = match getenv(env::STRATEGY.as_bytes()) {
+            None => (Strategy::Auto, None),
+            Some(v) => match Strategy::parse(v) {
+                Some(s) => (s, None),
+                None => (Strategy::Auto, Some(v)),
+            },
         };
         let nonempty = |v: Option<&'static [u8]>| v.filter(|s| !s.is_empty());
-        let preloaded = getenv(b"LD_PRELOAD")
-            .map(|v| v.split(|&c| c == b':' || c == b' ').any(is_us))
+        let preloaded = getenv(env::LD_PRELOAD.as_bytes())
+            .map(|v| env::preload_entries(v).any(env::is_hugetext_preload))
             .unwrap_or(false);
         Config {
             strategy,
-            verbose: flag(b"HUGETEXT_VERBOSE", false),
-            gdb: flag(b"HUGETEXT_GDB", false),
-            perf_map: flag(b"HUGETEXT_PERF_MAP", true),
-            name_vmas: flag(b"HUGETEXT_NAME", true),
-            inherit: flag(b"HUGETEXT_INHERIT", false),
-            include: nonempty(getenv(b"HUGETEXT_INCLUDE")),
-            exclude: nonempty(getenv(b"HUGETEXT_EXCLUDE")),
+            verbose: flag(env::VERBOSE.as_bytes(), false),
+            gdb: flag(env::GDB.as_bytes(), false),
+            perf_map: flag(env::PERF_MAP.as_bytes(), true),
+            name_vmas: flag(env::NAME.as_bytes(), true),
+            inherit: flag(env::INHERIT.as_bytes(), false),
+            include: nonempty(getenv(env::INCLUDE.as_bytes())),
+            exclude: nonempty(getenv(env::EXCLUDE.as_bytes())),
             preloaded,
-            disabled: flag(b"HUGETEXT_DISABLE", false),
+            disabled: flag(env::DISABLE.as_bytes(), false),
             bad_strategy,
             compat: getenv(hugetext_abi::compat::VAR.as_bytes())
                 .map(Compat::parse)
@@ -147,10 +129,10 @@ pub fn strip_preload() {
                 let mut kept = 0;
                 while r < len {
                     let mut e = r;
-                    while e < len && bytes[e] != b':' && bytes[e] != b' ' {
+                    while e < len && !env::is_preload_separator(bytes[e]) {
                         e += 1;
                     }
-                    if e > r && !is_us(&bytes[r..e]) {
+                    if e > r && !env::is_hugetext_preload(&bytes[r..e]) {
                         if kept > 0 {
                             bytes[w] = b':';
                             w += 1;
