@@ -153,7 +153,8 @@ fn helper_entry() {
                 )
             };
             assert_eq!(p as usize, at);
-            kernel::madvise(at, len, kernel::MADV_POPULATE_READ).unwrap();
+            // SAFETY: POPULATE_READ discards nothing; [at, at + len) is the file mapped above.
+            unsafe { kernel::madvise(at, len, kernel::MADV_POPULATE_READ) }.unwrap();
             (at, Box::new(r))
         }
         // Anonymous THP.

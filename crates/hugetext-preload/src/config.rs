@@ -8,18 +8,9 @@ extern "C" {
     static mut environ: *mut *mut c_char;
 }
 
-/// Which routes may be used, in the order auto tries them.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum Strategy {
-    /// already → file → collapse → copy
-    Auto,
-    /// zero copy only
-    File,
-    /// MADV_COLLAPSE only
-    Collapse,
-    /// anonymous copy only
-    Copy,
-}
+use hugetext_abi::env;
+/// Which routes may be used (auto: already → file → collapse → copy).
+pub use hugetext_abi::env::Strategy;
 
 /// The settings of one remap pass.
 pub struct Config {
@@ -42,51 +33,9 @@ pub struct Config {
     pub compat: Compat,
 }
 
-/// Kernel features the pass must not use (`HUGETEXT_COMPAT`, a
-/// comma-separated list), as if the kernel did not have them.
-#[derive(Clone, Copy, Default, PartialEq, Eq, Debug)]
-pub struct Compat {
-    /// `no-pagemap-scan`: verify with `/proc/self/smaps` totals, as before
-    /// Linux 6.7.
-    pub no_pagemap_scan: bool,
-    /// `no-populate`: fault pages in by touching them, as before Linux 5.14
-    /// (no `MADV_POPULATE_READ`).
-    pub no_populate: bool,
-    /// `no-pt-reclaim`: drop each window's PTEs with two `MADV_DONTNEED`
-    /// calls of 1 MiB, which this kernel, like every kernel before 6.14
-    /// (no `CONFIG_PT_RECLAIM`) for any range, answers by leaving the
-    /// emptied page table in place: the engine must then detect that and
-    /// replace the window with `mmap(MAP_FIXED)` (engine.rs).
-    pub no_pt_reclaim: bool,
-    /// The first unknown word, reported in verbose mode.
-    pub unknown: Option<&'static [u8]>,
-}
-
-impl Compat {
-    /// Parse `no-pagemap-scan,no-populate,no-pt-reclaim` (`all` = every
-    /// one; empty = none).
-    pub fn parse(v: &'static [u8]) -> Compat {
-        let mut c = Compat::default();
-        for w in v.split(|&b| b == b',' || b == b' ').filter(|w| !w.is_empty()) {
-            match w {
-                b"no-pagemap-scan" => c.no_pagemap_scan = true,
-                b"no-populate" => c.no_populate = true,
-                b"no-pt-reclaim" => c.no_pt_reclaim = true,
-                b"all" => {
-                    c.no_pagemap_scan = true;
-                    c.no_populate = true;
-                    c.no_pt_reclaim = true;
-                }
-                other => {
-                    if c.unknown.is_none() {
-                        c.unknown = Some(other);
-                    }
-                }
-            }
-        }
-        c
-    }
-}
+/// Kernel features the pass must not use (`HUGETEXT_COMPAT`), as if the
+/// kernel did not have them.
+pub type Compat = hugetext_abi::compat::Compat<'static>;
 
 fn cstr(p: *const c_char) -> &'static [u8] {
     // SAFETY: environment strings are NUL-terminated and live for the
@@ -100,6 +49,8 @@ fn env_entries() -> impl Iterator<Item = &'static [u8]> {
     // only read it here (the caller does not run concurrently with setenv in
     // a well-formed program; at start-up there is one thread).
     let mut p = unsafe { environ };
+    // SAFETY: `p` walks that array up to its NULL terminator, never past
+    // it; each entry is a NUL-terminated string (see `cstr`).
     core::iter::from_fn(move || unsafe {
         if p.is_null() || (*p).is_null() {
             return None;
@@ -124,41 +75,34 @@ fn flag(name: &[u8], default: bool) -> bool {
     }
 }
 
-/// Is this entry of LD_PRELOAD (or a path) this library?
-fn is_us(entry: &[u8]) -> bool {
-    let base = match entry.iter().rposition(|&c| c == b'/') {
-        Some(i) => &entry[i + 1..],
-        None => entry,
-    };
-    base.starts_with(b"libhugetext")
-}
-
 impl Config {
     pub fn from_env() -> Config {
-        let (strategy, bad_strategy) = match getenv(b"HUGETEXT_STRATEGY") {
-            None | Some(b"") | Some(b"auto") => (Strategy::Auto, None),
-            Some(b"file") => (Strategy::File, None),
-            Some(b"collapse") => (Strategy::Collapse, None),
-            Some(b"copy") => (Strategy::Copy, None),
-            Some(other) => (Strategy::Auto, Some(other)),
+        let (strategy, bad_strategy) = match getenv(env::STRATEGY.as_bytes()) {
+            None => (Strategy::Auto, None),
+            Some(v) => match Strategy::parse(v) {
+                Some(s) => (s, None),
+                None => (Strategy::Auto, Some(v)),
+            },
         };
         let nonempty = |v: Option<&'static [u8]>| v.filter(|s| !s.is_empty());
-        let preloaded = getenv(b"LD_PRELOAD")
-            .map(|v| v.split(|&c| c == b':' || c == b' ').any(is_us))
+        let preloaded = getenv(env::LD_PRELOAD.as_bytes())
+            .map(|v| env::preload_entries(v).any(env::is_hugetext_preload))
             .unwrap_or(false);
         Config {
             strategy,
-            verbose: flag(b"HUGETEXT_VERBOSE", false),
-            gdb: flag(b"HUGETEXT_GDB", false),
-            perf_map: flag(b"HUGETEXT_PERF_MAP", true),
-            name_vmas: flag(b"HUGETEXT_NAME", true),
-            inherit: flag(b"HUGETEXT_INHERIT", false),
-            include: nonempty(getenv(b"HUGETEXT_INCLUDE")),
-            exclude: nonempty(getenv(b"HUGETEXT_EXCLUDE")),
+            verbose: flag(env::VERBOSE.as_bytes(), false),
+            gdb: flag(env::GDB.as_bytes(), false),
+            perf_map: flag(env::PERF_MAP.as_bytes(), true),
+            name_vmas: flag(env::NAME.as_bytes(), true),
+            inherit: flag(env::INHERIT.as_bytes(), false),
+            include: nonempty(getenv(env::INCLUDE.as_bytes())),
+            exclude: nonempty(getenv(env::EXCLUDE.as_bytes())),
             preloaded,
-            disabled: flag(b"HUGETEXT_DISABLE", false),
+            disabled: flag(env::DISABLE.as_bytes(), false),
             bad_strategy,
-            compat: getenv(b"HUGETEXT_COMPAT").map(Compat::parse).unwrap_or_default(),
+            compat: getenv(hugetext_abi::compat::VAR.as_bytes())
+                .map(Compat::parse)
+                .unwrap_or_default(),
         }
     }
 }
@@ -185,10 +129,10 @@ pub fn strip_preload() {
                 let mut kept = 0;
                 while r < len {
                     let mut e = r;
-                    while e < len && bytes[e] != b':' && bytes[e] != b' ' {
+                    while e < len && !env::is_preload_separator(bytes[e]) {
                         e += 1;
                     }
-                    if e > r && !is_us(&bytes[r..e]) {
+                    if e > r && !env::is_hugetext_preload(&bytes[r..e]) {
                         if kept > 0 {
                             bytes[w] = b':';
                             w += 1;
@@ -215,26 +159,5 @@ pub fn strip_preload() {
             }
             p = p.add(1);
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn compat_words() {
-        let c = Compat::parse(b"no-pagemap-scan,no-populate");
-        assert!(c.no_pagemap_scan && c.no_populate && c.unknown.is_none());
-        let c = Compat::parse(b"no-populate");
-        assert!(!c.no_pagemap_scan && c.no_populate && !c.no_pt_reclaim);
-        let c = Compat::parse(b"no-pt-reclaim");
-        assert!(c.no_pt_reclaim && !c.no_populate && c.unknown.is_none());
-        assert_eq!(
-            Compat::parse(b"all"),
-            Compat::parse(b"no-populate no-pagemap-scan,no-pt-reclaim")
-        );
-        assert_eq!(Compat::parse(b""), Compat::default());
-        assert_eq!(Compat::parse(b"no-scan,no-populate").unknown, Some(&b"no-scan"[..]));
     }
 }

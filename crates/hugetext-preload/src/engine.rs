@@ -20,6 +20,12 @@
 //!    then one `mremap(MREMAP_MAYMOVE|MREMAP_FIXED)` over the old windows, so
 //!    code running there never sees a hole.
 //!
+//! Which routes a chunk of windows takes is decided by [`plan`], a pure
+//! function of the facts gathered first (strategy, congruence, a refused
+//! collapse, `HUGETEXT_GDB`, THP `never`, already PMD-mapped); each route is
+//! one method of [`Pass`] (`route_already`, `route_file`, `route_collapse`,
+//! `route_copy`).
+//!
 //! Every window is verified after each step: with `PAGEMAP_SCAN` (Linux
 //! 6.7+), else with the per-VMA totals of `/proc/self/smaps` (smaps.rs: a
 //! window counts as huge only when that is proved, so the routes may act on
@@ -35,6 +41,7 @@ use crate::scan::{Scanner, PMD};
 use crate::smaps::Smaps;
 use crate::sys;
 use crate::verify::Verifier;
+use crate::zeroed::{Zeroable, Zeroed};
 use core::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering::Relaxed};
 
 /// The kernel refused `MADV_POPULATE_READ` (EINVAL: before Linux 5.14);
@@ -97,18 +104,27 @@ struct Cand {
     copied: bool,
 }
 
-/// Working memory, mmapped so that neither the stack of the calling thread
-/// nor the heap is involved.
+/// Working memory, in its own [`Zeroed`] mapping so that neither the stack
+/// of the calling thread nor the heap is involved; all-zero is the empty
+/// state.
 struct State {
     buf: [u8; 16384],
     cands: [Cand; MAXC],
     n: usize,
     paths: [u8; PATHS],
     plen: usize,
-    /// (dev, ino) of this library's own file.
-    own: Option<((u32, u32), u64)>,
+    /// (dev, ino) of this library's own file, when `own_known`.
+    own: ((u32, u32), u64),
+    own_known: bool,
     truncated: bool,
 }
+
+// SAFETY: integers, a bool and a tuple of integers: all-zero is a value.
+unsafe impl Zeroable for Cand {}
+// SAFETY: byte arrays, an array of `Cand` (Zeroable), integers, a tuple of
+// integers and bools: all-zero is the empty state (no candidates, own file
+// not known).
+unsafe impl Zeroable for State {}
 
 /// What a pass did, in bytes of whole 2 MiB windows.
 #[derive(Default)]
@@ -183,11 +199,13 @@ impl State {
             paths,
             plen,
             own,
+            own_known,
             truncated,
         } = self;
         crate::maps::for_each(buf, |l| {
             if l.start <= me && me < l.end {
-                *own = Some(((l.dev_major, l.dev_minor), l.inode));
+                *own = ((l.dev_major, l.dev_minor), l.inode);
+                *own_known = true;
             }
             if &l.perms != b"r-xp" {
                 return; // writable, execute-only, shared, or not code
@@ -230,7 +248,7 @@ impl State {
 /// renamed over it since). Returns the fd or `-errno`.
 fn open_mapped(st: &State, c: &Cand) -> isize {
     let p = st.path(c);
-    if p.ends_with(b" (deleted)") {
+    if p.ends_with(hugetext_abi::maps::DELETED_SUFFIX) {
         return -(libc::ENOENT as isize);
     }
     // The path is stored NUL-terminated.
@@ -256,7 +274,7 @@ fn open_mapped(st: &State, c: &Cand) -> isize {
 /// instead, so it never equals the maps line's: map the file's first page
 /// and look at that line.
 fn maps_dev(fd: i32) -> Option<(u32, u32)> {
-    let a = sys::mmap(0, 4096, libc::PROT_READ, libc::MAP_PRIVATE, fd, 0);
+    let a = sys::mmap(4096, libc::PROT_READ, libc::MAP_PRIVATE, fd, 0);
     if a < 0 {
         return None;
     }
@@ -267,7 +285,8 @@ fn maps_dev(fd: i32) -> Option<(u32, u32)> {
             dev = Some((l.dev_major, l.dev_minor));
         }
     });
-    sys::munmap(a as usize, 4096);
+    // SAFETY: our own mapping made above; nothing refers to it.
+    unsafe { sys::munmap(a as usize, 4096) };
     dev
 }
 
@@ -278,17 +297,106 @@ fn fs_name(fd: i32) -> &'static str {
     if sys::fstatfs(fd, &mut st) < 0 {
         return "this filesystem";
     }
-    match st.f_type as u64 & 0xffff_ffff {
-        0x9123_683e => "btrfs",
-        0x0102_1994 => "tmpfs",
-        0xef53 => "ext4",
-        0x5846_5342 => "xfs",
-        0x6969 => "nfs",
-        0x794c_7630 => "overlayfs",
-        0x6573_5546 => "fuse",
-        0xf2f5_2010 => "f2fs",
-        _ => "this filesystem",
+    hugetext_abi::fs::name(st.f_type as u64).unwrap_or("this filesystem")
+}
+
+/// The windows of one chunk of a text mapping and what is known of them.
+struct Windows {
+    /// First window (2 MiB-aligned).
+    a: usize,
+    /// Number of windows (`<= 64`).
+    n: usize,
+    /// `full(n)`.
+    all: u64,
+    /// Bit `i`: window `i` proved huge.
+    huge: u64,
+    /// Huge bytes of the accounting scope at the last measure
+    /// ([`Verifier::measure`]).
+    hb: u64,
+}
+
+impl Windows {
+    fn done(&self) -> bool {
+        self.huge == self.all
     }
+}
+
+/// What the route choice for a chunk depends on, gathered before any route
+/// runs.
+#[derive(Clone, Copy, Debug)]
+struct Facts {
+    strategy: Strategy,
+    /// Address − file offset is a multiple of 2 MiB.
+    congruent: bool,
+    /// Every window is PMD-mapped already.
+    all_huge: bool,
+    /// `MADV_COLLAPSE` refused file text earlier in this pass (kernels
+    /// without `CONFIG_READ_ONLY_THP_FOR_FS`, or before 6.1).
+    collapse_refused: bool,
+    /// `HUGETEXT_GDB`: never move text to anonymous memory.
+    gdb: bool,
+    /// transparent_hugepage `never`: anonymous memory cannot be huge.
+    no_anon_thp: bool,
+}
+
+/// Whether the `copy` route runs, or why not.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum CopyPlan {
+    /// The strategy does not allow it.
+    No,
+    Yes,
+    /// Allowed but impossible or unwanted here: the note to print.
+    Skip(&'static str),
+}
+
+/// The routes to try on a chunk, in this order, each only while windows
+/// are left that are not huge.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Plan {
+    file: bool,
+    collapse: bool,
+    /// Say that only `copy` could help (`file` or `collapse` asked for, text
+    /// not congruent).
+    not_congruent: bool,
+    copy: CopyPlan,
+}
+
+/// Choose the routes for a chunk: a pure function of the facts.
+fn plan(f: &Facts) -> Plan {
+    use Strategy::*;
+    if f.all_huge {
+        return Plan {
+            file: false,
+            collapse: false,
+            not_congruent: false,
+            copy: CopyPlan::No,
+        };
+    }
+    let s = f.strategy;
+    Plan {
+        file: f.congruent && matches!(s, Auto | File),
+        collapse: f.congruent && !f.collapse_refused && matches!(s, Auto | Collapse),
+        not_congruent: !f.congruent && matches!(s, File | Collapse),
+        copy: match s {
+            File | Collapse => CopyPlan::No,
+            Auto | Copy if f.gdb => {
+                CopyPlan::Skip("gdb-friendly mode (HUGETEXT_GDB=1): not copying text to anonymous memory")
+            }
+            Auto | Copy if f.no_anon_thp => {
+                CopyPlan::Skip("copy route skipped: transparent_hugepage is `never`, anonymous memory cannot be huge")
+            }
+            Auto | Copy => CopyPlan::Yes,
+        },
+    }
+}
+
+/// How the file route drops and refaults one window, from what is known of
+/// this kernel's `MADV_DONTNEED` ([`PT`]) and the pass's probe budget:
+/// (measure it to find out whether the emptied page table stays, replace
+/// the window with `mmap(MAP_FIXED)` because it does).
+fn window_mode(pt: u8, checks: u8, probes: u8) -> (bool, bool) {
+    let detect = pt == PT_UNKNOWN && checks < MAX_CHECKS && probes < MAX_PROBES;
+    (detect, pt == PT_KEPT)
 }
 
 struct Pass<'a> {
@@ -340,29 +448,31 @@ impl Pass<'_> {
     /// and this library's code only: used in the critical section.
     fn populate(&mut self, addr: usize, len: usize) -> isize {
         if !self.touch {
-            let r = sys::madvise(addr, len, sys::MADV_POPULATE_READ);
+            let r = sys::advise(addr, len, sys::Keep::PopulateRead);
             if r != -(libc::EINVAL as isize) {
                 return r;
             }
             self.touch = true;
             NO_POPULATE.store(true, Relaxed);
         }
-        sys::touch(addr, len);
+        // SAFETY: callers pass whole windows of a text mapping (`r-x`, the
+        // file's own pages), mapped for the whole call.
+        unsafe { sys::touch(addr, len) };
         0
     }
 
-    /// Measure the windows `[a, a + n·2M)` of `c` again: add the proved
-    /// windows to `huge` and return the huge-backed bytes gained since the
-    /// last measure (`hb`; with smaps, bytes of the whole mapping: only this
+    /// Measure the windows of `w` again: add the proved windows to
+    /// `w.huge` and return the huge-backed bytes gained since the last
+    /// measure (`w.hb`; with smaps, bytes of the whole mapping: only this
     /// chunk's windows are being worked on, so the gain is theirs). A loss
     /// (a huge window dropped and refaulted small) is not subtracted, so a
     /// window is never counted twice.
-    fn remeasure(&self, c: &Cand, a: usize, n: usize, huge: &mut u64, hb: &mut u64) -> u64 {
-        match self.scan.measure(a, n, c.start, c.end) {
+    fn remeasure(&self, c: &Cand, w: &mut Windows) -> u64 {
+        match self.scan.measure(w.a, w.n, c.start, c.end) {
             Ok((m, b)) => {
-                *huge |= m;
-                let gain = b.saturating_sub(*hb);
-                *hb = (*hb).max(b);
+                w.huge |= m;
+                let gain = b.saturating_sub(w.hb);
+                w.hb = w.hb.max(b);
                 gain
             }
             Err(_) => 0,
@@ -382,14 +492,14 @@ impl Pass<'_> {
     /// `-errno`, whether the page cache was evicted, what failed).
     fn window(&mut self, c: &Cand, f: i32, s: usize) -> (isize, bool, &'static str) {
         let off = Self::file_off(c, s);
-        let detect = PT.load(Relaxed) == PT_UNKNOWN && self.checks < MAX_CHECKS && self.probes < MAX_PROBES;
+        let (detect, replace) = window_mode(PT.load(Relaxed), self.checks, self.probes);
         // The window's huge bytes before (outside the critical section: smaps
         // may be the verifier).
         let before = match detect {
             true => self.scan.measure(s, 1, c.start, c.end).ok(),
             false => None,
         };
-        let (r, gone, what) = self.refault(f, s, off, PT.load(Relaxed) == PT_KEPT);
+        let (r, gone, what) = self.refault(f, s, off, replace);
         if r < 0 {
             return (r, gone, what);
         }
@@ -445,17 +555,23 @@ impl Pass<'_> {
         let mask = sys::block_signals();
         // Critical section: only raw syscalls and this library's own code
         // until the window is refaulted.
-        let r = if self.cfg.compat.no_pt_reclaim {
+        // SAFETY: the window is text of a private file mapping with no
+        // copy-on-write pages (checked per mapping: `has_private_pages`), so
+        // dropping its PTEs loses nothing: it refaults the same bytes from
+        // the file.
+        let r = unsafe {
             // Two calls of 1 MiB: the kernel reclaims a page table only when
             // one call empties all of it (mm/pt_reclaim.c,
             // reclaim_pt_is_enabled: end - start >= PMD_SIZE), so the table
             // stays, as on every kernel before 6.14.
-            match sys::madvise(s, PMD / 2, sys::MADV_DONTNEED) {
-                0 => sys::madvise(s + PMD / 2, PMD / 2, sys::MADV_DONTNEED),
-                e => e,
+            if self.cfg.compat.no_pt_reclaim {
+                match sys::madvise(s, PMD / 2, sys::MADV_DONTNEED) {
+                    0 => sys::madvise(s + PMD / 2, PMD / 2, sys::MADV_DONTNEED),
+                    e => e,
+                }
+            } else {
+                sys::madvise(s, PMD, sys::MADV_DONTNEED)
             }
-        } else {
-            sys::madvise(s, PMD, sys::MADV_DONTNEED)
         };
         // MADV_DONTNEED also decides, before the mapping is replaced, that
         // the window may be dropped at all: it refuses mlocked text (EINVAL),
@@ -533,20 +649,23 @@ impl Pass<'_> {
     fn replace(&mut self, f: i32, s: usize, off: u64) -> (isize, &'static str) {
         let prot = libc::PROT_READ | libc::PROT_EXEC;
         let flags = libc::MAP_PRIVATE | libc::MAP_FIXED;
-        let r = sys::mmap(s, PMD, prot, flags, f, off);
+        // SAFETY: the same bytes as before, the window's range of the very
+        // file mapped there (`open_mapped` checked it), `r-x` like the text.
+        let r = unsafe { sys::mmap_fixed(s, PMD, prot, flags, f, off) };
         if r < 0 {
             let mut v = [0u8; 1];
             for _ in 0..8 {
                 if sys::mincore(s, 4096, &mut v) != -(libc::ENOMEM as isize) {
                     break; // still mapped
                 }
-                sys::mmap(s, PMD, prot, flags, f, off);
+                // SAFETY: as above, into the hole the failed call left.
+                unsafe { sys::mmap_fixed(s, PMD, prot, flags, f, off) };
             }
             return (r, "file route: mmap(MAP_FIXED) of the window");
         }
         self.t.replaced += PMD as u64;
         (
-            sys::madvise(s, PMD, sys::MADV_HUGEPAGE),
+            sys::advise(s, PMD, sys::Keep::Hugepage),
             "file route: madvise(MADV_HUGEPAGE) of the replaced window",
         )
     }
@@ -558,7 +677,6 @@ impl Pass<'_> {
     /// the pages are resident (just populated): nothing is read from disk.
     fn cache_is_pmd(&self, f: i32, off: u64) -> bool {
         let m = sys::mmap(
-            0,
             2 * PMD,
             libc::PROT_NONE,
             libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
@@ -569,13 +687,18 @@ impl Pass<'_> {
             return false;
         }
         let p = (m as usize + PMD - 1) & !(PMD - 1);
-        let ok = sys::mmap(p, PMD, libc::PROT_READ, libc::MAP_PRIVATE | libc::MAP_FIXED, f, off) >= 0
-            && sys::madvise(p, PMD, sys::MADV_HUGEPAGE) == 0
+        // SAFETY: [p, p + 2M) lies inside our own PROT_NONE reservation.
+        let ok = unsafe { sys::mmap_fixed(p, PMD, libc::PROT_READ, libc::MAP_PRIVATE | libc::MAP_FIXED, f, off) } >= 0
+            && sys::advise(p, PMD, sys::Keep::Hugepage) == 0
             && {
-                sys::touch(p, 4096);
+                // SAFETY: the first page of the file range just mapped
+                // PROT_READ at `p`, inside the file (`off` is a window of it).
+                unsafe { sys::touch(p, 4096) };
                 self.scan.huge_windows(p, 1) == Ok(1)
             };
-        sys::munmap(m as usize, 2 * PMD);
+        // SAFETY: our reservation and the probe mapping in it; nothing
+        // refers to them.
+        unsafe { sys::munmap(m as usize, 2 * PMD) };
         ok
     }
 
@@ -658,6 +781,9 @@ impl Pass<'_> {
         *fd
     }
 
+    /// Up to 64 windows of one text mapping: measure them (the `already`
+    /// route), let [`plan`] choose the routes from the facts, and run them
+    /// in order until every window is huge.
     #[allow(clippy::too_many_arguments)]
     fn chunk(
         &mut self,
@@ -670,166 +796,189 @@ impl Pass<'_> {
         elf: &mut Option<ElfFile>,
         advised: &mut bool,
     ) {
-        let all = full(n);
-        // `huge`: windows proved huge; `hb`: huge bytes of the accounting
-        // scope (Verifier::measure), the base of every route's gain.
-        let (mut huge, mut hb) = match self.scan.measure(a, n, c.start, c.end) {
-            Ok(v) => v,
-            Err(e) => return self.fail(c, self.verifier_name(), e),
-        };
-        // With smaps the scope is the whole mapping: count it once.
-        if first || !self.scan.is_smaps() {
-            self.t.already += hb;
-        }
-        if huge == all {
+        let Some(mut w) = self.route_already(c, a, n, first) else {
             return;
-        }
-        let strategy = self.cfg.strategy;
-
-        // Route 2: file, zero copy.
-        if congruent && matches!(strategy, Strategy::Auto | Strategy::File) {
-            if !*advised {
-                *advised = true;
-                let r = sys::madvise(c.start, c.end - c.start, sys::MADV_HUGEPAGE);
-                if r < 0 {
-                    self.fail(c, "file route: madvise(MADV_HUGEPAGE)", r);
-                }
-            }
-            // 2a: the page cache may already hold 2 MiB folios.
-            for (i, k) in runs(all & !huge) {
-                self.populate(a + i * PMD, k * PMD);
-            }
-            self.t.file += self.remeasure(c, a, n, &mut huge, &mut hb);
-            // 2b: drop, evict, refault.
-            if huge != all {
-                let f = self.ensure_fd(c, fd);
-                if f < 0 {
-                    self.fail(c, "file route: cannot open the mapped file", f);
-                } else {
-                    // Dirty folios (a freshly written binary) cannot be
-                    // evicted: write them back first (no-op when clean).
-                    sys::fdatasync(f as i32);
-                    let mut err = 0;
-                    // Windows whose page cache was gone after the eviction
-                    // (nobody else maps it): if they refault small, the
-                    // filesystem gives no large folios.
-                    let mut evicted = 0u64;
-                    let mut what = "";
-                    // Window by window, so that other threads running this
-                    // text have as little time as possible to fault a small
-                    // page back in between drop and refault; a window they
-                    // did spoil gets two more tries.
-                    for _attempt in 0..3 {
-                        for (i, k) in runs(all & !huge) {
-                            for w in i..i + k {
-                                let (r, gone, at) = self.window(c, f as i32, a + w * PMD);
-                                if gone {
-                                    evicted |= 1u64 << w;
-                                }
-                                if r < 0 {
-                                    (err, what) = (r, at);
-                                    break;
-                                }
-                            }
-                            if err < 0 {
-                                break;
-                            }
-                        }
-                        if err < 0 {
-                            self.fail(c, what, err);
-                        }
-                        let gain = self.remeasure(c, a, n, &mut huge, &mut hb);
-                        self.t.file += gain;
-                        let progress = gain > 0;
-                        if huge == all || err < 0 || !progress {
-                            break;
-                        }
-                    }
-                    let small = all & !huge;
-                    if small != 0 && err == 0 {
-                        if small & !evicted == 0 {
-                            if self.cfg.verbose {
-                                line()
-                                    .bytes(self.st.path(c))
-                                    .s(": file route: evicted and read back through MADV_HUGEPAGE, the page cache stayed in small folios: ")
-                                    .s(fs_name(f as i32))
-                                    .s(" has no large folios on this kernel (ext4 has them from Linux 6.16, xfs from 5.18)");
-                            }
-                        } else if small & evicted == 0 {
-                            self.note(
-                                c,
-                                "file route: some windows stayed small: their page cache is mapped (by this process's running threads or another process), so it cannot be evicted",
-                            );
-                        } else {
-                            self.note(
-                                c,
-                                "file route: some windows stayed small (their page cache is mapped by another process, or the filesystem has no large folios)",
-                            );
-                        }
-                    }
-                }
-            }
-            if huge == all {
+        };
+        let plan = plan(&Facts {
+            strategy: self.cfg.strategy,
+            congruent,
+            all_huge: w.done(),
+            collapse_refused: self.t.collapse_unsupported,
+            gdb: self.cfg.gdb,
+            no_anon_thp: self.no_anon_thp,
+        });
+        if plan.file {
+            self.route_file(c, &mut w, fd, advised);
+            if w.done() {
                 return;
             }
         }
-
-        // Route 3: MADV_COLLAPSE.
-        if congruent && !self.t.collapse_unsupported && matches!(strategy, Strategy::Auto | Strategy::Collapse) {
-            let mut err = 0;
-            for (i, k) in runs(all & !huge) {
-                let r = sys::madvise(a + i * PMD, k * PMD, sys::MADV_COLLAPSE);
-                if r == -(libc::EINVAL as isize) {
-                    self.t.collapse_unsupported = true;
-                    if self.cfg.verbose {
-                        line().s("MADV_COLLAPSE cannot collapse file text on this kernel (needs CONFIG_READ_ONLY_THP_FOR_FS)");
-                    }
-                    break;
-                }
-                if r < 0 {
-                    err = r;
-                }
-            }
-            if err < 0 && strategy == Strategy::Collapse {
-                self.fail(c, "collapse: madvise(MADV_COLLAPSE)", err);
-            }
-            self.t.collapse += self.remeasure(c, a, n, &mut huge, &mut hb);
-            if huge == all {
+        if plan.collapse {
+            self.route_collapse(c, &mut w);
+            if w.done() {
                 return;
             }
         }
-        if !congruent && matches!(strategy, Strategy::File | Strategy::Collapse) {
+        if plan.not_congruent {
             self.note(
                 c,
                 "not congruent (address - file offset is not a multiple of 2 MiB): only `copy` can make it huge",
             );
         }
-
-        // Route 4: anonymous copy.
-        if matches!(strategy, Strategy::Auto | Strategy::Copy) {
-            if self.cfg.gdb {
-                self.note(
-                    c,
-                    "gdb-friendly mode (HUGETEXT_GDB=1): not copying text to anonymous memory",
-                );
-                return;
-            }
-            if self.no_anon_thp {
-                self.note(
-                    c,
-                    "copy route skipped: transparent_hugepage is `never`, anonymous memory cannot be huge",
-                );
-                return;
-            }
-            let f = self.ensure_fd(c, fd);
-            if self.cfg.perf_map && elf.is_none() && f > 0 {
-                *elf = ElfFile::map(f as i32).ok();
-            }
-            for (i, k) in runs(all & !huge) {
-                self.copy(c, a + i * PMD, k, elf.as_ref());
-            }
-            self.t.copy += self.remeasure(c, a, n, &mut huge, &mut hb);
+        match plan.copy {
+            CopyPlan::No => {}
+            CopyPlan::Skip(why) => self.note(c, why),
+            CopyPlan::Yes => self.route_copy(c, &mut w, fd, elf),
         }
+    }
+
+    /// Route 1, already huge: measure the windows `[a, a + n·2M)` and count
+    /// what is PMD-mapped before any route runs. `None` when they cannot be
+    /// measured (reported).
+    fn route_already(&mut self, c: &Cand, a: usize, n: usize, first: bool) -> Option<Windows> {
+        // `huge`: windows proved huge; `hb`: huge bytes of the accounting
+        // scope (Verifier::measure), the base of every route's gain.
+        let (huge, hb) = match self.scan.measure(a, n, c.start, c.end) {
+            Ok(v) => v,
+            Err(e) => {
+                self.fail(c, self.verifier_name(), e);
+                return None;
+            }
+        };
+        // With smaps the scope is the whole mapping: count it once.
+        if first || !self.scan.is_smaps() {
+            self.t.already += hb;
+        }
+        Some(Windows {
+            a,
+            n,
+            all: full(n),
+            huge,
+            hb,
+        })
+    }
+
+    /// Route 2, `file`, zero copy (congruent text only).
+    fn route_file(&mut self, c: &Cand, w: &mut Windows, fd: &mut isize, advised: &mut bool) {
+        let (a, all) = (w.a, w.all);
+        if !*advised {
+            *advised = true;
+            let r = sys::advise(c.start, c.end - c.start, sys::Keep::Hugepage);
+            if r < 0 {
+                self.fail(c, "file route: madvise(MADV_HUGEPAGE)", r);
+            }
+        }
+        // 2a: the page cache may already hold 2 MiB folios.
+        for (i, k) in runs(all & !w.huge) {
+            self.populate(a + i * PMD, k * PMD);
+        }
+        self.t.file += self.remeasure(c, w);
+        // 2b: drop, evict, refault.
+        if w.done() {
+            return;
+        }
+        let f = self.ensure_fd(c, fd);
+        if f < 0 {
+            return self.fail(c, "file route: cannot open the mapped file", f);
+        }
+        // Dirty folios (a freshly written binary) cannot be evicted: write
+        // them back first (no-op when clean).
+        sys::fdatasync(f as i32);
+        let mut err = 0;
+        // Windows whose page cache was gone after the eviction (nobody else
+        // maps it): if they refault small, the filesystem gives no large
+        // folios.
+        let mut evicted = 0u64;
+        let mut what = "";
+        // Window by window, so that other threads running this text have as
+        // little time as possible to fault a small page back in between drop
+        // and refault; a window they did spoil gets two more tries.
+        for _attempt in 0..3 {
+            for (i, k) in runs(all & !w.huge) {
+                for win in i..i + k {
+                    let (r, gone, at) = self.window(c, f as i32, a + win * PMD);
+                    if gone {
+                        evicted |= 1u64 << win;
+                    }
+                    if r < 0 {
+                        (err, what) = (r, at);
+                        break;
+                    }
+                }
+                if err < 0 {
+                    break;
+                }
+            }
+            if err < 0 {
+                self.fail(c, what, err);
+            }
+            let gain = self.remeasure(c, w);
+            self.t.file += gain;
+            let progress = gain > 0;
+            if w.done() || err < 0 || !progress {
+                break;
+            }
+        }
+        let small = all & !w.huge;
+        if small != 0 && err == 0 {
+            if small & !evicted == 0 {
+                if self.cfg.verbose {
+                    line()
+                        .bytes(self.st.path(c))
+                        .s(": file route: evicted and read back through MADV_HUGEPAGE, the page cache stayed in small folios: ")
+                        .s(fs_name(f as i32))
+                        .s(" has no large folios on this kernel (ext4 has them from Linux 6.16, xfs from 5.18)");
+                }
+            } else if small & evicted == 0 {
+                self.note(
+                    c,
+                    "file route: some windows stayed small: their page cache is mapped (by this process's running threads or another process), so it cannot be evicted",
+                );
+            } else {
+                self.note(
+                    c,
+                    "file route: some windows stayed small (their page cache is mapped by another process, or the filesystem has no large folios)",
+                );
+            }
+        }
+    }
+
+    /// Route 3, `collapse`: `MADV_COLLAPSE` (file text needs
+    /// `CONFIG_READ_ONLY_THP_FOR_FS`; a refusal is remembered for the pass).
+    fn route_collapse(&mut self, c: &Cand, w: &mut Windows) {
+        let mut err = 0;
+        for (i, k) in runs(w.all & !w.huge) {
+            let r = sys::advise(w.a + i * PMD, k * PMD, sys::Keep::Collapse);
+            if r == -(libc::EINVAL as isize) {
+                self.t.collapse_unsupported = true;
+                if self.cfg.verbose {
+                    line().s(
+                        "MADV_COLLAPSE cannot collapse file text on this kernel (needs CONFIG_READ_ONLY_THP_FOR_FS)",
+                    );
+                }
+                break;
+            }
+            if r < 0 {
+                err = r;
+            }
+        }
+        if err < 0 && self.cfg.strategy == Strategy::Collapse {
+            self.fail(c, "collapse: madvise(MADV_COLLAPSE)", err);
+        }
+        self.t.collapse += self.remeasure(c, w);
+    }
+
+    /// Route 4, `copy`: every window not yet huge into anonymous huge
+    /// pages ([`Pass::copy`]).
+    fn route_copy(&mut self, c: &Cand, w: &mut Windows, fd: &mut isize, elf: &mut Option<ElfFile>) {
+        let f = self.ensure_fd(c, fd);
+        if self.cfg.perf_map && elf.is_none() && f > 0 {
+            *elf = ElfFile::map(f as i32).ok();
+        }
+        for (i, k) in runs(w.all & !w.huge) {
+            self.copy(c, w.a + i * PMD, k, elf.as_ref());
+        }
+        self.t.copy += self.remeasure(c, w);
     }
 
     /// Copy `k` windows at `dst` into anonymous huge pages and move them over
@@ -837,7 +986,6 @@ impl Pass<'_> {
     fn copy(&mut self, c: &Cand, dst: usize, k: usize, elf: Option<&ElfFile>) {
         let len = k * PMD;
         let m = sys::mmap(
-            0,
             len + PMD,
             libc::PROT_READ | libc::PROT_WRITE,
             libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
@@ -849,31 +997,40 @@ impl Pass<'_> {
         }
         let m = m as usize;
         let new = (m + PMD - 1) & !(PMD - 1);
-        if new > m {
-            sys::munmap(m, new - m);
+        // SAFETY (every munmap and the mprotect of this function): the
+        // ranges are parts of our own fresh mapping `m`, which nothing else
+        // refers to, until mremap moves them over the text.
+        unsafe {
+            if new > m {
+                sys::munmap(m, new - m);
+            }
+            if m + PMD > new {
+                sys::munmap(new + len, m + PMD - new);
+            }
         }
-        if m + PMD > new {
-            sys::munmap(new + len, m + PMD - new);
-        }
-        let r = sys::madvise(new, len, sys::MADV_HUGEPAGE);
+        let r = sys::advise(new, len, sys::Keep::Hugepage);
         if r < 0 {
-            sys::munmap(new, len);
+            // SAFETY: see above.
+            unsafe { sys::munmap(new, len) };
             return self.fail(c, "copy: madvise(MADV_HUGEPAGE)", r);
         }
         self.fill(dst, new, len);
         let mut hm = self.scan.huge_windows(new, k).unwrap_or(0);
         if hm != full(k) {
             // The fault could not get a huge page at once: compact and collapse.
-            sys::madvise(new, len, sys::MADV_COLLAPSE);
+            sys::advise(new, len, sys::Keep::Collapse);
             hm = self.scan.huge_windows(new, k).unwrap_or(0);
         }
         if hm == 0 {
-            sys::munmap(new, len);
+            // SAFETY: see above.
+            unsafe { sys::munmap(new, len) };
             return self.fail(c, "copy: no huge page could be allocated", -(libc::ENOMEM as isize));
         }
-        let r = sys::mprotect(new, len, libc::PROT_READ | libc::PROT_EXEC);
+        // SAFETY: see above.
+        let r = unsafe { sys::mprotect(new, len, libc::PROT_READ | libc::PROT_EXEC) };
         if r < 0 {
-            sys::munmap(new, len);
+            // SAFETY: see above.
+            unsafe { sys::munmap(new, len) };
             return self.fail(c, "copy: mprotect", r);
         }
         if self.cfg.name_vmas {
@@ -906,13 +1063,18 @@ impl Pass<'_> {
             }
         }
         for (i, kk) in runs(full(k) & !hm) {
-            sys::munmap(new + i * PMD, kk * PMD);
+            // SAFETY: see above.
+            unsafe { sys::munmap(new + i * PMD, kk * PMD) };
         }
         for (i, kk) in runs(hm) {
             let (from, to, l) = (new + i * PMD, dst + i * PMD, kk * PMD);
-            let r = sys::mremap(from, l, l, libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED, to);
+            // SAFETY: moves our copy (the same bytes, `r-x`) over the text
+            // windows in one step: code running there keeps finding the
+            // same instructions; `from` is ours.
+            let r = unsafe { sys::mremap(from, l, l, libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED, to) };
             if r < 0 {
-                sys::munmap(from, l);
+                // SAFETY: see above.
+                unsafe { sys::munmap(from, l) };
                 self.fail(c, "copy: mremap", r);
                 continue;
             }
@@ -935,7 +1097,7 @@ impl Pass<'_> {
     fn fill(&mut self, dst: usize, new: usize, len: usize) {
         // Map the whole source in one call (the kernel's fault-around, no
         // trap per 64 KiB). Without it the copy below faults it in.
-        if !self.touch && sys::madvise(dst, len, sys::MADV_POPULATE_READ) == -(libc::EINVAL as isize) {
+        if !self.touch && sys::advise(dst, len, sys::Keep::PopulateRead) == -(libc::EINVAL as isize) {
             self.touch = true;
             NO_POPULATE.store(true, Relaxed);
         }
@@ -978,7 +1140,9 @@ pub fn remap(cfg: &Config) -> isize {
             line()
                 .s("unknown word in HUGETEXT_COMPAT: ")
                 .bytes(w)
-                .s(" (expected no-pagemap-scan, no-populate, no-pt-reclaim or all); ignored");
+                .s(" (expected ")
+                .s(hugetext_abi::compat::WORDS)
+                .s("); ignored");
         }
     }
     let thp_off = sys::prctl(sys::PR_GET_THP_DISABLE, 0, 0, 0, 0) > 0;
@@ -1019,24 +1183,16 @@ pub fn remap(cfg: &Config) -> isize {
     if cfg.compat.no_pt_reclaim && cfg.verbose {
         line().s("HUGETEXT_COMPAT=no-pt-reclaim: dropping windows with two MADV_DONTNEED calls, which leave the emptied page table as kernels before 6.14 do");
     }
-    let size = core::mem::size_of::<State>();
-    let mem = sys::mmap(
-        0,
-        size,
-        libc::PROT_READ | libc::PROT_WRITE,
-        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-        -1,
-        0,
-    );
-    if mem < 0 {
-        if cfg.verbose {
-            line().s("cannot allocate working memory").err(mem);
+    let mut mem = match Zeroed::<State>::map() {
+        Ok(m) => m,
+        Err(e) => {
+            if cfg.verbose {
+                line().s("cannot allocate working memory").err(e);
+            }
+            return e;
         }
-        return mem;
-    }
-    // SAFETY: fresh zeroed anonymous memory of the right size and page
-    // alignment; all-zero is a valid `State`.
-    let st: &mut State = unsafe { &mut *(mem as *mut State) };
+    };
+    let st: &mut State = &mut mem;
     let result = match st.collect(cfg) {
         Err(e) => {
             if cfg.verbose {
@@ -1045,7 +1201,8 @@ pub fn remap(cfg: &Config) -> isize {
             e
         }
         Ok(()) => {
-            if let Some(own) = st.own {
+            if st.own_known {
+                let own = st.own;
                 // Never touch this library's own code.
                 let n = st.n;
                 let mut w = 0;
@@ -1139,7 +1296,7 @@ pub fn remap(cfg: &Config) -> isize {
             }
         }
     };
-    sys::munmap(mem as usize, size);
+    drop(mem);
     result
 }
 
@@ -1156,5 +1313,152 @@ mod tests {
         let v: Vec<_> = runs(1 << 63).collect();
         assert_eq!(v, vec![(63, 1)]);
         assert_eq!(runs(0).count(), 0);
+    }
+
+    fn facts(strategy: Strategy) -> Facts {
+        Facts {
+            strategy,
+            congruent: true,
+            all_huge: false,
+            collapse_refused: false,
+            gdb: false,
+            no_anon_thp: false,
+        }
+    }
+
+    const NOTHING: Plan = Plan {
+        file: false,
+        collapse: false,
+        not_congruent: false,
+        copy: CopyPlan::No,
+    };
+
+    #[test]
+    fn auto_tries_file_collapse_then_copy_on_congruent_text() {
+        let p = plan(&facts(Strategy::Auto));
+        assert_eq!(
+            p,
+            Plan {
+                file: true,
+                collapse: true,
+                not_congruent: false,
+                copy: CopyPlan::Yes
+            }
+        );
+    }
+
+    #[test]
+    fn only_copy_helps_text_that_is_not_congruent() {
+        let f = Facts {
+            congruent: false,
+            ..facts(Strategy::Auto)
+        };
+        assert_eq!(
+            plan(&f),
+            Plan {
+                copy: CopyPlan::Yes,
+                ..NOTHING
+            }
+        );
+        for s in [Strategy::File, Strategy::Collapse] {
+            let f = Facts { strategy: s, ..f };
+            assert_eq!(
+                plan(&f),
+                Plan {
+                    not_congruent: true,
+                    ..NOTHING
+                },
+                "{s:?}"
+            );
+        }
+        let f = Facts {
+            strategy: Strategy::Copy,
+            ..f
+        };
+        assert_eq!(plan(&f).copy, CopyPlan::Yes);
+    }
+
+    #[test]
+    fn a_refused_collapse_is_not_tried_again() {
+        // Kernels without CONFIG_READ_ONLY_THP_FOR_FS, or before 6.1.
+        let f = Facts {
+            collapse_refused: true,
+            ..facts(Strategy::Auto)
+        };
+        assert_eq!(
+            plan(&f),
+            Plan {
+                file: true,
+                copy: CopyPlan::Yes,
+                ..NOTHING
+            }
+        );
+        let f = Facts {
+            strategy: Strategy::Collapse,
+            ..f
+        };
+        assert_eq!(plan(&f), NOTHING);
+        let f = Facts {
+            collapse_refused: false,
+            ..f
+        };
+        assert_eq!(
+            plan(&f),
+            Plan {
+                collapse: true,
+                ..NOTHING
+            }
+        );
+    }
+
+    #[test]
+    fn already_pmd_mapped_needs_no_route() {
+        for s in [Strategy::Auto, Strategy::File, Strategy::Collapse, Strategy::Copy] {
+            for congruent in [true, false] {
+                let f = Facts {
+                    all_huge: true,
+                    congruent,
+                    ..facts(s)
+                };
+                assert_eq!(plan(&f), NOTHING, "{s:?} congruent={congruent}");
+            }
+        }
+    }
+
+    #[test]
+    fn copy_is_skipped_with_a_reason() {
+        let gdb = Facts {
+            gdb: true,
+            ..facts(Strategy::Copy)
+        };
+        assert!(matches!(plan(&gdb).copy, CopyPlan::Skip(m) if m.contains("HUGETEXT_GDB")));
+        assert!(!plan(&gdb).file && !plan(&gdb).collapse);
+        let never = Facts {
+            no_anon_thp: true,
+            ..facts(Strategy::Auto)
+        };
+        let p = plan(&never);
+        assert!(p.file && p.collapse);
+        assert!(matches!(p.copy, CopyPlan::Skip(m) if m.contains("`never`")));
+        // The file and collapse strategies never copy, so say nothing.
+        let f = Facts {
+            gdb: true,
+            no_anon_thp: true,
+            ..facts(Strategy::File)
+        };
+        assert_eq!(plan(&f).copy, CopyPlan::No);
+    }
+
+    #[test]
+    fn windows_are_replaced_where_dontneed_keeps_page_tables() {
+        // Not known yet: find out (while the budget lasts), do not replace.
+        assert_eq!(window_mode(PT_UNKNOWN, 0, 0), (true, false));
+        assert_eq!(window_mode(PT_UNKNOWN, MAX_CHECKS - 1, MAX_PROBES - 1), (true, false));
+        assert_eq!(window_mode(PT_UNKNOWN, MAX_CHECKS, 0), (false, false));
+        assert_eq!(window_mode(PT_UNKNOWN, 0, MAX_PROBES), (false, false));
+        // Kernels before 6.14 (or HUGETEXT_COMPAT=no-pt-reclaim): replace.
+        assert_eq!(window_mode(PT_KEPT, 0, 0), (false, true));
+        // 6.14+ with CONFIG_PT_RECLAIM: neither.
+        assert_eq!(window_mode(PT_FREED, 0, 0), (false, false));
     }
 }

@@ -24,6 +24,7 @@ mod scan;
 mod smaps;
 mod sys;
 mod verify;
+mod zeroed;
 
 use core::ffi::{c_char, c_int, c_long};
 use core::sync::atomic::{AtomicBool, Ordering};

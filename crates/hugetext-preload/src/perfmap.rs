@@ -36,7 +36,7 @@ impl ElfFile {
         if len < 64 {
             return Err(-(libc::ENOEXEC as isize));
         }
-        let base = sys::mmap(0, len, libc::PROT_READ, libc::MAP_PRIVATE, fd, 0);
+        let base = sys::mmap(len, libc::PROT_READ, libc::MAP_PRIVATE, fd, 0);
         if base < 0 {
             return Err(base);
         }
@@ -159,7 +159,9 @@ impl ElfFile {
 
 impl Drop for ElfFile {
     fn drop(&mut self) {
-        sys::munmap(self.base, self.len);
+        // SAFETY: our own mapping of the file; what borrowed from it
+        // borrowed `self`, which is going away.
+        unsafe { sys::munmap(self.base, self.len) };
     }
 }
 

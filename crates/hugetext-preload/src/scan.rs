@@ -6,40 +6,10 @@
 
 use crate::sys;
 
-pub const PMD: usize = 2 << 20;
-
-const PAGE_IS_FILE: u64 = 1 << 2;
-const PAGE_IS_PRESENT: u64 = 1 << 3;
-const PAGE_IS_SWAPPED: u64 = 1 << 4;
-const PAGE_IS_HUGE: u64 = 1 << 6;
-
-#[repr(C)]
-#[derive(Default)]
-struct PmScanArg {
-    size: u64,
-    flags: u64,
-    start: u64,
-    end: u64,
-    walk_end: u64,
-    vec: u64,
-    vec_len: u64,
-    max_pages: u64,
-    category_inverted: u64,
-    category_mask: u64,
-    category_anyof_mask: u64,
-    return_mask: u64,
-}
-
-#[repr(C)]
-#[derive(Default, Clone, Copy)]
-struct PageRegion {
-    start: u64,
-    end: u64,
-    categories: u64,
-}
-
-/// `_IOWR('f', 16, struct pm_scan_arg)`.
-const PAGEMAP_SCAN: usize = (3 << 30) | (core::mem::size_of::<PmScanArg>() << 16) | ((b'f' as usize) << 8) | 16;
+use hugetext_abi::pagemap_scan::{
+    PageRegion, PmScanArg, PAGEMAP_SCAN, PAGE_IS_FILE, PAGE_IS_HUGE, PAGE_IS_PRESENT, PAGE_IS_SWAPPED,
+};
+pub use hugetext_abi::PMD_SIZE as PMD;
 
 /// An open `/proc/self/pagemap`.
 pub struct Scanner {
@@ -71,18 +41,13 @@ impl Scanner {
         regs: &mut [PageRegion],
     ) -> Result<usize, isize> {
         let mut arg = PmScanArg {
-            size: core::mem::size_of::<PmScanArg>() as u64,
-            start: start as u64,
-            end: end as u64,
-            vec: regs.as_mut_ptr() as u64,
-            vec_len: regs.len() as u64,
             category_inverted: inverted,
             category_mask: mask,
             category_anyof_mask: anyof,
             return_mask: PAGE_IS_HUGE | PAGE_IS_FILE | PAGE_IS_PRESENT,
-            ..Default::default()
+            ..PmScanArg::new(start as u64, end as u64, regs.as_mut_ptr() as u64, regs.len() as u64)
         };
-        let r = sys::ioctl(self.fd, PAGEMAP_SCAN, &mut arg as *mut PmScanArg as usize);
+        let r = sys::ioctl(self.fd, PAGEMAP_SCAN as usize, &mut arg as *mut PmScanArg as usize);
         if r < 0 {
             Err(r)
         } else {

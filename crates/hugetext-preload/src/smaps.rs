@@ -24,6 +24,7 @@
 use crate::maps;
 use crate::scan::PMD;
 use crate::sys;
+use hugetext_abi::smaps::kb_field;
 
 const BUF: usize = 16384;
 
@@ -62,7 +63,6 @@ impl Smaps {
     /// Map the buffer and check that smaps can be read.
     pub fn open() -> Result<Smaps, isize> {
         let m = sys::mmap(
-            0,
             BUF,
             libc::PROT_READ | libc::PROT_WRITE,
             libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
@@ -156,36 +156,14 @@ impl Smaps {
 
 impl Drop for Smaps {
     fn drop(&mut self) {
-        sys::munmap(self.buf as usize, BUF);
+        // SAFETY: our own buffer; `each` borrows it only while `self` lives.
+        unsafe { sys::munmap(self.buf as usize, BUF) };
     }
-}
-
-/// The value of a `Key:   123 kB` line, in kB.
-fn kb_field(line: &[u8], key: &[u8]) -> Option<u64> {
-    let rest = line.strip_prefix(key)?;
-    let mut v: u64 = 0;
-    let mut digits = 0;
-    for &c in rest.iter().skip_while(|&&c| c == b' ' || c == b'\t') {
-        if !c.is_ascii_digit() {
-            break;
-        }
-        v = v.checked_mul(10)?.checked_add((c - b'0') as u64)?;
-        digits += 1;
-    }
-    (digits > 0).then_some(v)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn kb_fields() {
-        assert_eq!(kb_field(b"FilePmdMapped:     4096 kB", b"FilePmdMapped:"), Some(4096));
-        assert_eq!(kb_field(b"AnonHugePages:         0 kB", b"AnonHugePages:"), Some(0));
-        assert_eq!(kb_field(b"Anonymous:  12 kB", b"AnonHugePages:"), None);
-        assert_eq!(kb_field(b"Swap: kB", b"Swap:"), None);
-    }
 
     #[test]
     fn all_huge_needs_every_whole_window() {
@@ -209,7 +187,6 @@ mod tests {
         let s = Smaps::open().unwrap();
         let len = 4 * PMD;
         let m = sys::mmap(
-            0,
             len + PMD,
             libc::PROT_READ | libc::PROT_WRITE,
             libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
@@ -218,12 +195,15 @@ mod tests {
         );
         assert!(m > 0);
         let a = (m as usize + PMD - 1) & !(PMD - 1);
-        if sys::madvise(a, len, sys::MADV_HUGEPAGE) < 0 {
+        if sys::advise(a, len, sys::Keep::Hugepage) < 0 {
             return; // THP not built in
         }
         // Guard pages so the VMA is exactly [a, a+len) (no merging).
-        sys::mprotect(m as usize, a - m as usize, libc::PROT_NONE);
-        sys::mprotect(a + len, m as usize + PMD - a, libc::PROT_NONE);
+        // SAFETY: the parts of our own mapping outside [a, a + len).
+        unsafe {
+            sys::mprotect(m as usize, a - m as usize, libc::PROT_NONE);
+            sys::mprotect(a + len, m as usize + PMD - a, libc::PROT_NONE);
+        }
         let (mask, bytes) = s.measure(a, 4, a, a + len).unwrap();
         assert_eq!((mask, bytes), (0, 0));
         for w in 0..4 {
@@ -235,12 +215,14 @@ mod tests {
         assert_eq!((mask, bytes), (0b1111, len as u64));
         // Split one window into 4 KiB pages: the count drops, and no window
         // can be claimed any more.
-        sys::madvise(a + PMD, 4096, sys::MADV_DONTNEED);
+        // SAFETY: our own mapping; only this test reads it.
+        unsafe { sys::madvise(a + PMD, 4096, sys::MADV_DONTNEED) };
         let (mask, bytes) = s.measure(a, 4, a, a + len).unwrap();
         assert_eq!((mask, bytes), (0, 3 * PMD as u64));
         // A range inside the VMA: its windows are not claimed either.
         assert_eq!(s.measure(a + 2 * PMD, 2, a, a + len).unwrap(), (0, 3 * PMD as u64));
         assert!(s.has_private_pages(a, a + len).unwrap());
-        sys::munmap(m as usize, len + PMD);
+        // SAFETY: our own mapping, no longer used.
+        unsafe { sys::munmap(m as usize, len + PMD) };
     }
 }

@@ -8,6 +8,12 @@
 //! its stack and its private state. Every wrapper returns the kernel's raw
 //! result: a value `>= 0`, or `-errno`.
 
+/// System call `n` with six arguments; the kernel's raw result.
+///
+/// # Safety
+/// The arguments must be valid for system call `n`: pointers to memory of
+/// the sizes it reads or writes, and nothing the call changes (mappings,
+/// file descriptors) may be in use in a way the caller does not control.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 unsafe fn raw6(n: usize, a: usize, b: usize, c: usize, d: usize, e: usize, f: usize) -> isize {
@@ -22,6 +28,7 @@ unsafe fn raw6(n: usize, a: usize, b: usize, c: usize, d: usize, e: usize, f: us
     ret
 }
 
+/// See the x86_64 version.
 #[cfg(target_arch = "aarch64")]
 #[inline(always)]
 unsafe fn raw6(n: usize, a: usize, b: usize, c: usize, d: usize, e: usize, f: usize) -> isize {
@@ -36,6 +43,7 @@ unsafe fn raw6(n: usize, a: usize, b: usize, c: usize, d: usize, e: usize, f: us
     ret
 }
 
+/// See the x86_64 version.
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 unsafe fn raw6(n: usize, a: usize, b: usize, c: usize, d: usize, e: usize, f: usize) -> isize {
     // Other architectures: through libc (the critical section is then not
@@ -55,11 +63,7 @@ fn call(n: libc::c_long, a: usize, b: usize, c: usize, d: usize, e: usize, f: us
     unsafe { raw6(n as usize, a, b, c, d, e, f) }
 }
 
-pub const MADV_DONTNEED: i32 = 4;
-pub const MADV_HUGEPAGE: i32 = 14;
-pub const MADV_POPULATE_READ: i32 = 22;
-pub const MADV_COLLAPSE: i32 = 25;
-pub const POSIX_FADV_DONTNEED: i32 = 4;
+pub use hugetext_abi::madv::{MADV_COLLAPSE, MADV_DONTNEED, MADV_HUGEPAGE, MADV_POPULATE_READ, POSIX_FADV_DONTNEED};
 pub const PR_GET_THP_DISABLE: i32 = 42;
 pub const PR_SET_VMA: i32 = 0x5356_4d41;
 pub const PR_SET_VMA_ANON_NAME: usize = 0;
@@ -102,32 +106,90 @@ pub fn fstat(fd: i32, st: &mut libc::stat) -> isize {
     call(libc::SYS_fstat, fd as usize, st as *mut libc::stat as usize, 0, 0, 0, 0)
 }
 
-pub fn mmap(addr: usize, len: usize, prot: i32, flags: i32, fd: i32, off: u64) -> isize {
+/// `mmap` at an address the kernel chooses (`flags` without `MAP_FIXED`):
+/// it cannot touch any existing mapping.
+pub fn mmap(len: usize, prot: i32, flags: i32, fd: i32, off: u64) -> isize {
+    debug_assert!(flags & libc::MAP_FIXED == 0);
     call(
         libc::SYS_mmap,
-        addr,
+        0,
         len,
         prot as usize,
-        flags as usize,
+        (flags & !libc::MAP_FIXED) as usize,
         fd as isize as usize,
         off as usize,
     )
 }
 
-pub fn munmap(addr: usize, len: usize) -> isize {
+/// `mmap(MAP_FIXED)` at `addr`: whatever was mapped there is unmapped first.
+///
+/// # Safety
+/// Nothing this process still uses may live in `[addr, addr + len)` unless
+/// the new mapping has the same bytes (the same range of the same file).
+pub unsafe fn mmap_fixed(addr: usize, len: usize, prot: i32, flags: i32, fd: i32, off: u64) -> isize {
+    call(
+        libc::SYS_mmap,
+        addr,
+        len,
+        prot as usize,
+        (flags | libc::MAP_FIXED) as usize,
+        fd as isize as usize,
+        off as usize,
+    )
+}
+
+/// # Safety
+/// Nothing this process still uses may live in `[addr, addr + len)`.
+pub unsafe fn munmap(addr: usize, len: usize) -> isize {
     call(libc::SYS_munmap, addr, len, 0, 0, 0, 0)
 }
 
-pub fn mprotect(addr: usize, len: usize, prot: i32) -> isize {
+/// # Safety
+/// Nothing this process still uses in `[addr, addr + len)` may need an
+/// access that `prot` takes away.
+pub unsafe fn mprotect(addr: usize, len: usize, prot: i32) -> isize {
     call(libc::SYS_mprotect, addr, len, prot as usize, 0, 0, 0)
 }
 
-pub fn mremap(old: usize, old_len: usize, new_len: usize, flags: i32, new: usize) -> isize {
+/// # Safety
+/// As [`munmap`] for `[old, old + old_len)`, and, with `MREMAP_FIXED`, for
+/// `[new, new + new_len)` unless the moved bytes are the same as those there.
+pub unsafe fn mremap(old: usize, old_len: usize, new_len: usize, flags: i32, new: usize) -> isize {
     call(libc::SYS_mremap, old, old_len, new_len, flags as usize, new, 0)
 }
 
-pub fn madvise(addr: usize, len: usize, advice: i32) -> isize {
+/// `madvise` with any advice.
+///
+/// # Safety
+/// `advice` may discard memory (`MADV_DONTNEED`: private anonymous pages
+/// read back as zeros, private copy-on-write copies are lost): nothing this
+/// process still uses may live in the range in a form the advice loses.
+/// Advice that keeps the contents is [`advise`], safe.
+pub unsafe fn madvise(addr: usize, len: usize, advice: i32) -> isize {
     call(libc::SYS_madvise, addr, len, advice as usize, 0, 0, 0)
+}
+
+/// `madvise` advice that never changes what the range reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Keep {
+    /// `MADV_HUGEPAGE`.
+    Hugepage,
+    /// `MADV_POPULATE_READ` (fails with `EFAULT` past the end of a file).
+    PopulateRead,
+    /// `MADV_COLLAPSE`: copies the pages into a huge one.
+    Collapse,
+}
+
+/// `madvise(addr, len, advice)` with advice that keeps the contents: safe
+/// on any range.
+pub fn advise(addr: usize, len: usize, advice: Keep) -> isize {
+    let advice = match advice {
+        Keep::Hugepage => MADV_HUGEPAGE,
+        Keep::PopulateRead => MADV_POPULATE_READ,
+        Keep::Collapse => MADV_COLLAPSE,
+    };
+    // SAFETY: none of these advices changes what the range reads.
+    unsafe { madvise(addr, len, advice) }
 }
 
 pub fn fadvise(fd: i32, off: u64, len: u64, advice: i32) -> isize {
@@ -189,7 +251,11 @@ pub fn geteuid() -> u32 {
 /// the window's other loads then fault no more. The range must be readable
 /// (text mappings are `r-x`). No system call, no libc: safe in the critical
 /// section.
-pub fn touch(addr: usize, len: usize) {
+///
+/// # Safety
+/// `[addr, addr + len)` must be readable memory of this process that stays
+/// mapped during the call (past the end of a file, a load raises SIGBUS).
+pub unsafe fn touch(addr: usize, len: usize) {
     let mut p = addr;
     while p < addr + len {
         // SAFETY: the caller passes a readable range of this process.

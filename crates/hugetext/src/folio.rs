@@ -17,24 +17,10 @@ use std::path::{Path, PathBuf};
 use crate::kernel::{self, Mapping};
 use crate::{Error, Result};
 
-/// pagemap: page present.
-pub const PM_PRESENT: u64 = 1 << 63;
-/// pagemap: page is file-backed or shared anonymous.
-pub const PM_FILE: u64 = 1 << 61;
-/// pagemap: PFN field mask (bits 0–54).
-pub const PM_PFN_MASK: u64 = (1 << 55) - 1;
-
-/// kpageflags bits (include/uapi/linux/kernel-page-flags.h).
-pub mod kpf {
-    pub const LRU: u64 = 1 << 5;
-    pub const MMAP: u64 = 1 << 11;
-    pub const ANON: u64 = 1 << 12;
-    pub const COMPOUND_HEAD: u64 = 1 << 15;
-    pub const COMPOUND_TAIL: u64 = 1 << 16;
-    pub const HUGE: u64 = 1 << 17;
-    pub const THP: u64 = 1 << 22;
-    pub const ZERO_PAGE: u64 = 1 << 24;
-}
+/// pagemap and kpageflags bits (one home: `hugetext_abi`, shared with the
+/// preload).
+pub use hugetext_abi::kpf;
+pub use hugetext_abi::pagemap::{PM_FILE, PM_PFN_MASK, PM_PRESENT};
 
 /// Read `n` pagemap entries of process `pid` (None = this process) starting
 /// at virtual address `addr`, in one `pread`.

@@ -285,32 +285,13 @@ impl ReplaceImpact {
     }
 }
 
-/// The filesystem type name for a `statfs` magic number, e.g. `ext4`.
+/// The filesystem type name for a `statfs` magic number, e.g. `ext4`
+/// (the table is `hugetext_abi::fs`, shared with the preload).
 pub fn fs_type_name(magic: u64) -> String {
-    let magic = magic & 0xffff_ffff;
-    match magic {
-        0xef53 => "ext4",
-        0x5846_5342 => "xfs",
-        0x9123_683e => "btrfs",
-        0x0102_1994 => "tmpfs",
-        0x8584_58f6 => "ramfs",
-        0x9584_58f6 => "hugetlbfs",
-        0x794c_7630 => "overlayfs",
-        0x6969 => "nfs",
-        0xff53_4d42 | 0xfe53_4d42 => "cifs",
-        0xf2f5_2010 => "f2fs",
-        0x7371_7368 => "squashfs",
-        0xe0f5_e1e2 => "erofs",
-        0x2fc1_2fc1 => "zfs",
-        0x6573_5546 => "fuse",
-        0xca45_1a4e => "bcachefs",
-        0x7363_6673 => "ecryptfs",
-        0x0100_2010 | 0x2011_bab0 => "exfat",
-        0x4d44 => "vfat",
-        0x9660 => "iso9660",
-        _ => return format!("unknown (magic {magic:#x})"),
+    match hugetext_abi::fs::name(magic) {
+        Some(name) => name.to_string(),
+        None => format!("unknown (magic {:#x})", magic & hugetext_abi::fs::MAGIC_MASK),
     }
-    .to_string()
 }
 
 /// The filesystem type name of the filesystem holding `path` (`statfs`).

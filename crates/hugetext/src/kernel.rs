@@ -3,24 +3,40 @@
 //!
 //! Capabilities are detected at run time; nothing is assumed from the build
 //! machine.
+//!
+//! # Safety by construction
+//! Nothing safe here can change memory this process does not own through a
+//! [`Mapping`]: advice that can discard memory (`MADV_DONTNEED`) is a
+//! method of an owned mapping ([`Mapping::madvise`]), and the raw-address
+//! forms ([`madvise`], [`populate_read`], [`touch_pages`]) are `unsafe fn`s
+//! with a `# Safety` section, as in rustix.
+//!
+//! # rustix or libc
+//! Chosen per call family, deliberately:
+//! - **rustix** where its typed API covers what hugetext passes: the page
+//!   size and `uname` (here), `statfs`/`fstatfs` (fsutil), and
+//!   `posix_fadvise`, whose `Option<NonZeroU64>` length says "to the end of
+//!   the file" in the type ([`fadvise_dontneed`]).
+//! - **libc** for the memory-management family (`mmap`, `munmap`,
+//!   `madvise`, `mincore`): advice values are the plain numbers of
+//!   `hugetext_abi::madv`, shared with the preload, and rustix's `Advice`
+//!   has no `MADV_COLLAPSE`; one crate for the family, so that what libc
+//!   maps, libc advises and unmaps.
+//! - **libc** where rustix has no wrapper: `sync_file_range`
+//!   ([`write_back`]), the `PAGEMAP_SCAN` ioctl (its number and structs are
+//!   `hugetext_abi::pagemap_scan`), and glibc's `confstr`.
 
 use std::ffi::c_void;
+use std::num::NonZeroU64;
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::path::Path;
 use std::ptr::NonNull;
 
 use crate::{Error, Result};
 
-/// `MADV_HUGEPAGE`.
-pub const MADV_HUGEPAGE: i32 = libc::MADV_HUGEPAGE;
-/// `MADV_NOHUGEPAGE`.
-pub const MADV_NOHUGEPAGE: i32 = libc::MADV_NOHUGEPAGE;
-/// `MADV_DONTNEED`.
-pub const MADV_DONTNEED: i32 = libc::MADV_DONTNEED;
-/// `MADV_POPULATE_READ` (Linux 5.14).
-pub const MADV_POPULATE_READ: i32 = 22;
-/// `MADV_COLLAPSE` (Linux 6.1).
-pub const MADV_COLLAPSE: i32 = 25;
+/// `madvise` advice values (one home: `hugetext_abi::madv`, shared with
+/// the preload).
+pub use hugetext_abi::madv::{MADV_COLLAPSE, MADV_DONTNEED, MADV_HUGEPAGE, MADV_NOHUGEPAGE, MADV_POPULATE_READ};
 
 /// Base page size of the running kernel.
 pub fn page_size() -> usize {
@@ -34,7 +50,7 @@ pub fn pmd_size() -> usize {
     std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size")
         .ok()
         .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(2 << 20)
+        .unwrap_or(hugetext_abi::PMD_SIZE)
 }
 
 /// Kernel release as (major, minor, patch), from `uname`.
@@ -232,7 +248,10 @@ impl Mapping {
     /// `madvise` over a sub-range `[off, off+len)` of this mapping.
     pub fn madvise(&self, off: usize, len: usize, advice: i32) -> Result<()> {
         assert!(off + len <= self.len);
-        madvise(self.addr() + off, len, advice)
+        // SAFETY: the range lies inside this mapping, which `self` owns;
+        // its contents are reachable only through raw pointers (`as_ptr`),
+        // whose users answer for what advice they gave.
+        unsafe { madvise(self.addr() + off, len, advice) }
     }
 
     /// [`populate_read`] over a sub-range `[off, off+len)` of a mapping made
@@ -270,49 +289,39 @@ impl Drop for Mapping {
     }
 }
 
-/// `madvise(addr, len, advice)` on raw addresses of this process.
-pub fn madvise(addr: usize, len: usize, advice: i32) -> Result<()> {
-    // SAFETY: madvise does not dereference; the kernel validates the range.
+/// `madvise(addr, len, advice)` on raw addresses of this process. The safe
+/// form is [`Mapping::madvise`], on a mapping this process owns.
+///
+/// # Safety
+/// `advice` may discard memory (`MADV_DONTNEED`: private anonymous pages
+/// read back as zeros, file pages refault from the page cache, dropping a
+/// private copy-on-write copy) or change how it is backed. The caller must
+/// own `[addr, addr + len)` or otherwise know that nothing it or other
+/// threads still use lives there in a form the advice would lose.
+pub unsafe fn madvise(addr: usize, len: usize, advice: i32) -> Result<()> {
+    // SAFETY: madvise does not dereference; the kernel validates the range,
+    // and the caller vouches for what the advice does to its contents.
     let r = unsafe { libc::madvise(addr as *mut c_void, len, advice) };
     if r != 0 {
         return Err(Error::Sys {
-            call: madvise_name(advice),
+            call: hugetext_abi::madv::madvise_call_name(advice),
             source: std::io::Error::last_os_error(),
         });
     }
     Ok(())
 }
 
-fn madvise_name(advice: i32) -> &'static str {
-    match advice {
-        MADV_HUGEPAGE => "madvise(MADV_HUGEPAGE)",
-        MADV_NOHUGEPAGE => "madvise(MADV_NOHUGEPAGE)",
-        MADV_DONTNEED => "madvise(MADV_DONTNEED)",
-        MADV_POPULATE_READ => "madvise(MADV_POPULATE_READ)",
-        MADV_COLLAPSE => "madvise(MADV_COLLAPSE)",
-        _ => "madvise",
-    }
+/// `HUGETEXT_COMPAT` (read once per process): kernel features to act as if
+/// missing, to exercise on a new kernel the fallbacks that older kernels
+/// need. A testing and diagnostic knob, parsed as libhugetext.so parses it
+/// (`hugetext_abi::compat`).
+pub fn compat() -> Compat<'static> {
+    static VALUE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let v = VALUE.get_or_init(|| std::env::var(hugetext_abi::compat::VAR).unwrap_or_default());
+    Compat::parse(v.as_bytes())
 }
 
-/// Whether `HUGETEXT_COMPAT` (a comma-separated list, read once per
-/// process) names `feature` (`no-populate`, `no-pagemap-scan`; `all` names
-/// both): act as if the kernel did not have it, to exercise on a new kernel
-/// the fallbacks that older kernels need. A testing and diagnostic knob,
-/// the same one libhugetext.so reads.
-pub fn compat(feature: &str) -> bool {
-    static WORDS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
-    WORDS
-        .get_or_init(|| {
-            std::env::var("HUGETEXT_COMPAT")
-                .unwrap_or_default()
-                .split([',', ' '])
-                .filter(|w| !w.is_empty())
-                .map(str::to_owned)
-                .collect()
-        })
-        .iter()
-        .any(|w| w == feature || w == "all")
-}
+pub use hugetext_abi::compat::Compat;
 
 /// The kernel refused `MADV_POPULATE_READ` once (EINVAL: before 5.14).
 static NO_POPULATE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
@@ -320,7 +329,7 @@ static NO_POPULATE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBoo
 /// Whether [`populate_read`] touches pages instead of using
 /// `MADV_POPULATE_READ` (kernel before 5.14, or `HUGETEXT_COMPAT=no-populate`).
 pub fn populate_by_touch() -> bool {
-    NO_POPULATE.load(std::sync::atomic::Ordering::Relaxed) || compat("no-populate")
+    NO_POPULATE.load(std::sync::atomic::Ordering::Relaxed) || compat().no_populate
 }
 
 /// Fault `[addr, addr + len)` in for reading, as the process's own reads
@@ -337,7 +346,8 @@ pub fn populate_by_touch() -> bool {
 /// where `MADV_POPULATE_READ` would return EFAULT).
 pub unsafe fn populate_read(addr: usize, len: usize) -> Result<()> {
     if !populate_by_touch() {
-        match madvise(addr, len, MADV_POPULATE_READ) {
+        // SAFETY: MADV_POPULATE_READ only faults pages in; it discards nothing.
+        match unsafe { madvise(addr, len, MADV_POPULATE_READ) } {
             Err(Error::Sys { source, .. }) if source.raw_os_error() == Some(libc::EINVAL) => {
                 NO_POPULATE.store(true, std::sync::atomic::Ordering::Relaxed);
             }
@@ -364,34 +374,24 @@ pub unsafe fn touch_pages(addr: usize, len: usize) {
 }
 
 /// `posix_fadvise(fd, offset, len, POSIX_FADV_DONTNEED)`: drop the clean,
-/// unmapped page cache of a range (`len` 0 = to the end). Folios that some
-/// process maps stay.
-pub fn fadvise_dontneed(fd: BorrowedFd<'_>, offset: u64, len: u64) -> Result<()> {
-    // SAFETY: plain syscall on a valid fd.
-    let r = unsafe {
-        libc::posix_fadvise(
-            fd.as_raw_fd(),
-            offset as libc::off_t,
-            len as libc::off_t,
-            libc::POSIX_FADV_DONTNEED,
-        )
-    };
-    if r != 0 {
-        return Err(Error::Sys {
-            call: "posix_fadvise(DONTNEED)",
-            source: std::io::Error::from_raw_os_error(r),
-        });
-    }
-    Ok(())
+/// unmapped page cache of a range (`len` `None` = to the end of the file).
+/// Folios that some process maps stay.
+pub fn fadvise_dontneed(fd: BorrowedFd<'_>, offset: u64, len: Option<NonZeroU64>) -> Result<()> {
+    rustix::fs::fadvise(fd, offset, len, rustix::fs::Advice::DontNeed).map_err(|e| Error::Sys {
+        call: "posix_fadvise(DONTNEED)",
+        source: e.into(),
+    })
 }
 
 /// Write back the dirty page cache of a range of `fd` and wait for it
-/// (`sync_file_range` with WAIT_BEFORE | WRITE | WAIT_AFTER; `len` 0 = to the
-/// end of the file). Works on a read-only descriptor.
-pub fn write_back(fd: BorrowedFd<'_>, offset: u64, len: u64) -> Result<()> {
+/// (`sync_file_range` with WAIT_BEFORE | WRITE | WAIT_AFTER; `len` `None` =
+/// to the end of the file). Works on a read-only descriptor.
+pub fn write_back(fd: BorrowedFd<'_>, offset: u64, len: Option<NonZeroU64>) -> Result<()> {
     let flags = libc::SYNC_FILE_RANGE_WAIT_BEFORE | libc::SYNC_FILE_RANGE_WRITE | libc::SYNC_FILE_RANGE_WAIT_AFTER;
+    // The kernel's "to the end of the file" is a length of 0.
+    let nbytes = len.map_or(0, NonZeroU64::get);
     // SAFETY: plain syscall on a valid fd.
-    let r = unsafe { libc::sync_file_range(fd.as_raw_fd(), offset as libc::off64_t, len as libc::off64_t, flags) };
+    let r = unsafe { libc::sync_file_range(fd.as_raw_fd(), offset as libc::off64_t, nbytes as libc::off64_t, flags) };
     if r != 0 {
         return Err(Error::last_os("sync_file_range"));
     }
@@ -408,54 +408,17 @@ pub fn has_cap_sys_admin() -> bool {
         .lines()
         .find_map(|l| l.strip_prefix("CapEff:"))
         .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-        .map(|caps| caps & (1 << 21) != 0)
+        .map(|caps| caps & rustix::thread::CapabilitySet::SYS_ADMIN.bits() != 0)
         .unwrap_or(false)
 }
 
 /// `PAGEMAP_SCAN` (Linux 6.7): ask the kernel for ranges of a process's
-/// address space by page category, without reading one pagemap word per page.
-pub mod pagemap_scan {
-    /// Page is file-backed (or shared anonymous).
-    pub const PAGE_IS_FILE: u64 = 1 << 2;
-    /// Page is present.
-    pub const PAGE_IS_PRESENT: u64 = 1 << 3;
-    /// Page is swapped out.
-    pub const PAGE_IS_SWAPPED: u64 = 1 << 4;
-    /// Page is the zero page (or the huge zero page).
-    pub const PAGE_IS_PFNZERO: u64 = 1 << 5;
-    /// Page is mapped by a PMD (THP) or is hugetlb.
-    pub const PAGE_IS_HUGE: u64 = 1 << 6;
-}
-
-/// One region reported by [`pagemap_scan`](fn@pagemap_scan): `[start, end)` with the
-/// requested `PAGE_IS_*` categories.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct PageRegion {
-    pub start: u64,
-    pub end: u64,
-    pub categories: u64,
-}
-
-#[repr(C)]
-struct PmScanArg {
-    size: u64,
-    flags: u64,
-    start: u64,
-    end: u64,
-    walk_end: u64,
-    vec: u64,
-    vec_len: u64,
-    max_pages: u64,
-    category_inverted: u64,
-    category_mask: u64,
-    category_anyof_mask: u64,
-    return_mask: u64,
-}
-
-/// `_IOWR('f', 16, struct pm_scan_arg)`.
-const PAGEMAP_SCAN_IOCTL: u64 =
-    (3 << 30) | ((std::mem::size_of::<PmScanArg>() as u64) << 16) | ((b'f' as u64) << 8) | 16;
+/// address space by page category, without reading one pagemap word per
+/// page. The ABI (`PAGE_IS_*`, the argument and region structs, the ioctl
+/// number) is `hugetext_abi::pagemap_scan`, shared with the preload.
+pub use hugetext_abi::pagemap_scan;
+pub use hugetext_abi::pagemap_scan::PageRegion;
+use hugetext_abi::pagemap_scan::{PmScanArg, PAGEMAP_SCAN};
 
 /// Run `PAGEMAP_SCAN` on an open `/proc/PID/pagemap` over `[start, end)`,
 /// reporting pages that have every category in `required` and returning
@@ -475,32 +438,19 @@ pub fn pagemap_scan(
     let mut pos = start;
     while pos < end {
         let mut arg = PmScanArg {
-            size: std::mem::size_of::<PmScanArg>() as u64,
-            flags: 0,
-            start: pos,
-            end,
-            walk_end: 0,
-            vec: buf.as_mut_ptr() as u64,
-            vec_len: buf.len() as u64,
-            max_pages: 0,
-            category_inverted: 0,
             category_mask: required,
-            category_anyof_mask: 0,
             return_mask: report,
+            ..PmScanArg::new(pos, end, buf.as_mut_ptr() as u64, buf.len() as u64)
         };
         // SAFETY: arg and buf are valid for the kernel to read and write;
         // buf has vec_len elements.
-        let n = unsafe { libc::ioctl(pagemap.as_raw_fd(), PAGEMAP_SCAN_IOCTL as _, &mut arg as *mut PmScanArg) };
+        let n = unsafe { libc::ioctl(pagemap.as_raw_fd(), PAGEMAP_SCAN as _, &mut arg as *mut PmScanArg) };
         if n < 0 {
             let e = std::io::Error::last_os_error();
             return Err(match e.raw_os_error() {
                 Some(libc::ENOTTY) | Some(libc::EINVAL) if pos == start => {
                     Error::Unsupported("PAGEMAP_SCAN is not supported by this kernel (needs Linux 6.7)".into())
                 }
-                Some(libc::ESRCH) => Error::Sys {
-                    call: "ioctl(PAGEMAP_SCAN)",
-                    source: e,
-                },
                 _ => Error::Sys {
                     call: "ioctl(PAGEMAP_SCAN)",
                     source: e,
@@ -550,11 +500,11 @@ pub fn pfn_access() -> bool {
     let probe = std::hint::black_box(vec![1u8; page_size()]);
     let addr = probe.as_ptr() as u64;
     let mut w = [0u8; 8];
-    if f.read_exact_at(&mut w, addr / page_size() as u64 * 8).is_err() {
+    let at = addr / page_size() as u64 * hugetext_abi::pagemap::ENTRY_SIZE;
+    if f.read_exact_at(&mut w, at).is_err() {
         return false;
     }
-    let e = u64::from_ne_bytes(w);
-    e & (1 << 63) != 0 && e & ((1 << 55) - 1) != 0
+    hugetext_abi::pagemap::pfn(u64::from_ne_bytes(w)).is_some()
 }
 
 /// The running glibc's version (`confstr(_CS_GNU_LIBC_VERSION)`), e.g.
@@ -651,6 +601,7 @@ mod tests {
         let a = Mapping::anon_aligned(8 * ps, libc::PROT_READ | libc::PROT_WRITE, ps).unwrap();
         // Touch pages 1 and 2 and 5 only.
         for i in [1usize, 2, 5] {
+            // SAFETY: page i of our own writable mapping.
             unsafe { a.as_ptr().add(i * ps).write_volatile(1) };
         }
         let f = std::fs::File::open("/proc/self/pagemap").unwrap();

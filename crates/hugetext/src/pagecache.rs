@@ -26,6 +26,7 @@
 
 use std::fs::File;
 use std::io::Write;
+use std::num::NonZeroU64;
 use std::ops::Range;
 use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::fs::FileExt;
@@ -40,8 +41,14 @@ use crate::{Error, Result};
 /// the range is written back first (`sync_file_range`, which works on a
 /// read-only descriptor); otherwise a freshly built program would keep the
 /// folio sizes its writer gave it.
+///
+/// `0..0` means the whole file; any other empty range, nothing.
 pub fn evict(file: &File, range: Range<u64>) -> Result<()> {
-    let len = range.end.saturating_sub(range.start);
+    let len = match range {
+        Range { start: 0, end: 0 } => None,
+        _ if range.is_empty() => return Ok(()),
+        _ => NonZeroU64::new(range.end - range.start),
+    };
     kernel::write_back(file.as_fd(), range.start, len)?;
     kernel::fadvise_dontneed(file.as_fd(), range.start, len)
 }
@@ -308,4 +315,31 @@ pub fn collapse_window(file: &File, offset: u64) -> Result<()> {
     let pmd = kernel::pmd_size();
     let map = Mapping::file_congruent(file.as_fd(), offset, pmd, libc::PROT_READ | libc::PROT_EXEC, pmd)?;
     map.madvise(0, pmd, kernel::MADV_COLLAPSE)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An empty range other than `0..0` evicts nothing (it used to reach the
+    /// kernel as length 0: "to the end of the file").
+    #[test]
+    fn evict_of_an_empty_range_keeps_the_cache() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        std::fs::write(&p, vec![7u8; 4 << 20]).unwrap();
+        let f = File::open(&p).unwrap();
+        if crate::fsutil::is_memory_fs(&crate::fsutil::fs_name(&f)) {
+            return; // tmpfs: nothing is ever evicted
+        }
+        std::fs::read(&p).unwrap();
+        let cached = || crate::folio::scan_file(&p, None).unwrap().cached_kb;
+        assert_eq!(cached(), 4096);
+        // Past any folio that straddles it: an eviction from there to the
+        // end would show.
+        evict(&f, 2 << 20..2 << 20).unwrap();
+        assert_eq!(cached(), 4096, "an empty range evicted the page cache");
+        evict(&f, 0..0).unwrap();
+        assert_eq!(cached(), 0, "0..0 is the whole file");
+    }
 }

@@ -81,35 +81,21 @@ pub fn parse_maps(text: &str) -> Vec<Vma> {
     text.lines().filter_map(parse_vma_line).collect()
 }
 
-/// Parse one VMA header line: `start-end perms offset maj:min inode   path`.
+/// Parse one VMA header line: `start-end perms offset maj:min inode   path`
+/// (the parser is `hugetext_abi::maps`, shared with the preload).
 pub fn parse_vma_line(line: &str) -> Option<Vma> {
-    let mut rest = line;
-    let mut field = || {
-        let r = rest.trim_start_matches(' ');
-        let end = r.find(' ').unwrap_or(r.len());
-        let (f, tail) = r.split_at(end);
-        rest = tail;
-        f
-    };
-    let range = field();
-    let perms = field();
-    let offset = field();
-    let dev = field();
-    let inode = field();
-    let (s, e) = range.split_once('-')?;
-    let (maj, min) = dev.split_once(':')?;
-    if perms.len() != 4 {
-        return None;
-    }
+    let l = hugetext_abi::maps::parse_line(line.as_bytes())?;
+    // The path is the line's tail: a `&str` still.
+    let path = &line[line.len() - l.path.len()..];
     Some(Vma {
-        start: u64::from_str_radix(s, 16).ok()?,
-        end: u64::from_str_radix(e, 16).ok()?,
-        perms: perms.to_string(),
-        offset: u64::from_str_radix(offset, 16).ok()?,
-        dev_major: u32::from_str_radix(maj, 16).ok()?,
-        dev_minor: u32::from_str_radix(min, 16).ok()?,
-        inode: inode.parse().ok()?,
-        path: rest.trim_start_matches(' ').to_string(),
+        start: l.start as u64,
+        end: l.end as u64,
+        perms: std::str::from_utf8(&l.perms).ok()?.to_string(),
+        offset: l.offset,
+        dev_major: l.dev_major,
+        dev_minor: l.dev_minor,
+        inode: l.inode,
+        path: path.to_string(),
     })
 }
 

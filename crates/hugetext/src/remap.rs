@@ -12,6 +12,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use crate::{procfs, Error, Result};
+use hugetext_abi::env;
 
 /// File name of the preload library.
 pub const PRELOAD_NAME: &str = "libhugetext.so";
@@ -19,31 +20,9 @@ pub const PRELOAD_NAME: &str = "libhugetext.so";
 /// Environment variable that names the preload library explicitly.
 pub const PRELOAD_ENV: &str = "HUGETEXT_PRELOAD";
 
-/// How the preload may make text huge-backed (`HUGETEXT_STRATEGY`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum Strategy {
-    /// Per 2 MiB window: already huge, else `file`, else `collapse`, else `copy`.
-    #[default]
-    Auto,
-    /// Zero copy: refault the file's text through 2 MiB page-cache folios.
-    File,
-    /// `MADV_COLLAPSE` (file text needs `CONFIG_READ_ONLY_THP_FOR_FS`).
-    Collapse,
-    /// Copy into anonymous 2 MiB pages and `mremap` them over the text.
-    Copy,
-}
-
-impl Strategy {
-    /// The value the preload reads from `HUGETEXT_STRATEGY`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Strategy::Auto => "auto",
-            Strategy::File => "file",
-            Strategy::Collapse => "collapse",
-            Strategy::Copy => "copy",
-        }
-    }
-}
+/// How the preload may make text huge-backed (`HUGETEXT_STRATEGY`; one
+/// home with the preload: `hugetext_abi::env`).
+pub use hugetext_abi::env::Strategy;
 
 /// What `hugetext run` asks of the preload.
 #[derive(Clone, Debug, Default)]
@@ -190,13 +169,8 @@ pub fn environment(
     let mut ld = OsString::from(preload.as_os_str());
     if let Some(cur) = current_preload.filter(|c| !c.is_empty()) {
         // Drop an older hugetext from the list.
-        for item in cur
-            .as_bytes()
-            .split(|&c| c == b':' || c == b' ')
-            .filter(|s| !s.is_empty())
-        {
-            let base = item.rsplit(|&c| c == b'/').next().unwrap_or(item);
-            if base.starts_with(b"libhugetext") {
+        for item in env::preload_entries(cur.as_bytes()) {
+            if env::is_hugetext_preload(item) {
                 continue;
             }
             ld.push(":");
@@ -204,27 +178,24 @@ pub fn environment(
         }
     }
     let flag = |b: bool| OsString::from(if b { "1" } else { "0" });
-    let mut env = vec![
-        (OsString::from("LD_PRELOAD"), ld),
+    let mut vars = vec![
+        (OsString::from(env::LD_PRELOAD), ld),
+        (OsString::from(env::STRATEGY), OsString::from(opts.strategy.as_str())),
         (
-            OsString::from("HUGETEXT_STRATEGY"),
-            OsString::from(opts.strategy.as_str()),
-        ),
-        (
-            OsString::from("HUGETEXT_INCLUDE"),
+            OsString::from(env::INCLUDE),
             OsString::from(opts.include.clone().unwrap_or_default()),
         ),
         (
-            OsString::from("HUGETEXT_EXCLUDE"),
+            OsString::from(env::EXCLUDE),
             OsString::from(opts.exclude.clone().unwrap_or_default()),
         ),
-        (OsString::from("HUGETEXT_INHERIT"), flag(opts.inherit)),
-        (OsString::from("HUGETEXT_GDB"), flag(opts.gdb)),
+        (OsString::from(env::INHERIT), flag(opts.inherit)),
+        (OsString::from(env::GDB), flag(opts.gdb)),
     ];
     if opts.verbose {
-        env.push((OsString::from("HUGETEXT_VERBOSE"), flag(true)));
+        vars.push((OsString::from(env::VERBOSE), flag(true)));
     }
-    Ok(env)
+    Ok(vars)
 }
 
 /// Why a program cannot be started.

@@ -1,0 +1,113 @@
+//! The environment interface between `hugetext run` (which writes it) and
+//! libhugetext.so (which reads it): variable names, strategy words and
+//! which `LD_PRELOAD` entries are this library. See doc/run.md.
+
+/// Which routes may be used.
+pub const STRATEGY: &str = "HUGETEXT_STRATEGY";
+/// Only mappings whose path matches this pattern.
+pub const INCLUDE: &str = "HUGETEXT_INCLUDE";
+/// Skip mappings whose path matches this pattern.
+pub const EXCLUDE: &str = "HUGETEXT_EXCLUDE";
+/// Keep the preload in `LD_PRELOAD` for child processes.
+pub const INHERIT: &str = "HUGETEXT_INHERIT";
+/// Never move text to anonymous memory.
+pub const GDB: &str = "HUGETEXT_GDB";
+/// One line per mapping and a summary on stderr.
+pub const VERBOSE: &str = "HUGETEXT_VERBOSE";
+/// Do nothing at load.
+pub const DISABLE: &str = "HUGETEXT_DISABLE";
+/// Write `/tmp/perf-PID.map` for copied text.
+pub const PERF_MAP: &str = "HUGETEXT_PERF_MAP";
+/// Name copied text in `/proc/PID/maps`.
+pub const NAME: &str = "HUGETEXT_NAME";
+/// The dynamic loader's list of libraries to preload.
+pub const LD_PRELOAD: &str = "LD_PRELOAD";
+
+/// How the preload may make text huge-backed (`HUGETEXT_STRATEGY`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Strategy {
+    /// Per 2 MiB window: already huge, else `file`, else `collapse`, else `copy`.
+    #[default]
+    Auto,
+    /// Zero copy: refault the file's text through 2 MiB page-cache folios.
+    File,
+    /// `MADV_COLLAPSE` (file text needs `CONFIG_READ_ONLY_THP_FOR_FS`).
+    Collapse,
+    /// Copy into anonymous 2 MiB pages and `mremap` them over the text.
+    Copy,
+}
+
+impl Strategy {
+    /// The word for [`STRATEGY`].
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Strategy::Auto => "auto",
+            Strategy::File => "file",
+            Strategy::Collapse => "collapse",
+            Strategy::Copy => "copy",
+        }
+    }
+
+    /// Parse the value of [`STRATEGY`]: empty means `auto`; `None` for an
+    /// unknown word.
+    pub fn parse(v: &[u8]) -> Option<Strategy> {
+        Some(match v {
+            b"" | b"auto" => Strategy::Auto,
+            b"file" => Strategy::File,
+            b"collapse" => Strategy::Collapse,
+            b"copy" => Strategy::Copy,
+            _ => return None,
+        })
+    }
+}
+
+/// The separators of `LD_PRELOAD` entries (ld.so accepts both).
+pub fn is_preload_separator(c: u8) -> bool {
+    c == b':' || c == b' '
+}
+
+/// The non-empty entries of an `LD_PRELOAD` value.
+pub fn preload_entries(v: &[u8]) -> impl Iterator<Item = &[u8]> {
+    v.split(|&c| is_preload_separator(c)).filter(|e| !e.is_empty())
+}
+
+/// Is this `LD_PRELOAD` entry (a path or a file name) libhugetext?
+pub fn is_hugetext_preload(entry: &[u8]) -> bool {
+    let base = match entry.iter().rposition(|&c| c == b'/') {
+        Some(i) => &entry[i + 1..],
+        None => entry,
+    };
+    base.starts_with(b"libhugetext")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strategy_words_round_trip() {
+        for s in [Strategy::Auto, Strategy::File, Strategy::Collapse, Strategy::Copy] {
+            assert_eq!(Strategy::parse(s.as_str().as_bytes()), Some(s));
+        }
+        assert_eq!(Strategy::parse(b""), Some(Strategy::Auto));
+        assert_eq!(Strategy::parse(b"Copy"), None);
+        assert_eq!(Strategy::parse(b"copy "), None);
+    }
+
+    #[test]
+    fn preload_entries_and_ours() {
+        let v = b"/a/libx.so: libhugetext.so::/usr/lib/libhugetext.so.0 /opt/libhugetextual.so";
+        let e: [&[u8]; 4] = [
+            b"/a/libx.so",
+            b"libhugetext.so",
+            b"/usr/lib/libhugetext.so.0",
+            b"/opt/libhugetextual.so",
+        ];
+        assert!(preload_entries(v).eq(e.iter().copied()));
+        assert!(!is_hugetext_preload(b"/a/libx.so"));
+        assert!(is_hugetext_preload(b"libhugetext.so"));
+        assert!(is_hugetext_preload(b"/usr/lib/libhugetext.so.0"));
+        assert!(!is_hugetext_preload(b"/libhugetext/libfoo.so"));
+        assert_eq!(preload_entries(b" : ").count(), 0);
+    }
+}
