@@ -14,8 +14,8 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use hugetext::kernel::{self};
 use hugetext::folio;
+use hugetext::kernel::{self};
 use serde_json::Value;
 
 const MIB: u64 = 1 << 20;
@@ -35,7 +35,6 @@ fn ok(out: Output, what: &str) -> Output {
 fn json(out: &Output) -> Value {
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", common::text(&out.stdout)))
 }
-
 
 fn doctor_check(dir: &Path, id: &str) -> Value {
     let out = ok(
@@ -287,7 +286,11 @@ fn ext4_image_matches_root_ext4() {
         assert_eq!(on_image, on_root, "a fresh ext4 behaves like the root ext4");
     }
     // What the docs say: ext4 has large folios from Linux 6.16 on.
-    assert_eq!(on_image, kernel::KernelVersion::current().at_least(6, 16), "ext4 large folios");
+    assert_eq!(
+        on_image,
+        kernel::KernelVersion::current().at_least(6, 16),
+        "ext4 large folios"
+    );
     says_what_the_kernel_does(fs.path(), "ext4");
 }
 
