@@ -332,7 +332,7 @@ mod tests {
         let r = PairedRatio {
             median: 0.97,
             ci95: [0.88, 1.06],
-            runs: vec![],
+            runs: vec![0.9, 0.97, 1.0],
             verdict: Verdict::of(0.88, 1.06, true),
         };
         assert_eq!(r.verdict_line("huge text"), "no difference resolved: 0.97 [0.88, 1.06]");
