@@ -99,6 +99,12 @@ pub fn ratio_ci95(a: &[f64], b: &[f64], seed: u64) -> (f64, f64) {
     })
 }
 
+/// Fewest runs whose bootstrap interval of a median is a 95% interval in
+/// earnest: with `n` runs it is about the range of the runs, which contains
+/// the true median with probability `1 - 2^(1-n)` (94% for 5 runs, 75% for
+/// 3). With fewer runs the verdict is "unresolved" whatever the interval.
+pub const MIN_RUNS_FOR_VERDICT: usize = 5;
+
 /// A ratio measured run by run: the median of the per-run ratios and its
 /// 95% bootstrap confidence interval.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -146,7 +152,7 @@ pub fn paired_ratio(a: &[f64], b: &[f64], seed: u64, lower_is_better: bool) -> P
     PairedRatio {
         median: m,
         ci95: [lo, hi],
-        verdict: if runs.len() < 2 {
+        verdict: if runs.len() < MIN_RUNS_FOR_VERDICT {
             Verdict::Unresolved
         } else {
             Verdict::of(lo, hi, lower_is_better)
@@ -179,9 +185,11 @@ impl PairedRatio {
         match self.verdict {
             Verdict::Faster => format!("{subject} was faster: {}", self.display()),
             Verdict::Slower => format!("{subject} was slower: {}", self.display()),
-            Verdict::Unresolved if self.runs.len() < 2 => {
-                format!("no difference resolved (one run gives no interval): {}", self.display())
-            }
+            Verdict::Unresolved if self.runs.len() < MIN_RUNS_FOR_VERDICT => format!(
+                "no difference resolved ({} runs are too few for a 95% interval; {MIN_RUNS_FOR_VERDICT} or more are needed): {}",
+                self.runs.len(),
+                self.display()
+            ),
             Verdict::Unresolved => format!("no difference resolved: {}", self.display()),
         }
     }
@@ -195,8 +203,8 @@ pub enum Verdict {
     Faster,
     /// The whole interval is on the slower side of 1.
     Slower,
-    /// The interval contains 1, or could not be computed (fewer than 2
-    /// runs, no finite values).
+    /// The interval contains 1, or is no 95% interval (fewer than
+    /// [`MIN_RUNS_FOR_VERDICT`] runs, no finite values).
     Unresolved,
 }
 
@@ -313,11 +321,17 @@ mod tests {
         let (a, b) = synthetic(&mut rng, 12, 0.8, 0.03);
         let r = paired_ratio(&a, &b, 9, true);
         assert_eq!(r.verdict, Verdict::Faster);
-        assert!(r.verdict_line("huge text").starts_with("huge text was faster: 0.8"), "{r:?}");
+        assert!(
+            r.verdict_line("huge text").starts_with("huge text was faster: 0.8"),
+            "{r:?}"
+        );
         let (a, b) = synthetic(&mut rng, 12, 1.25, 0.03);
         let r = paired_ratio(&a, &b, 9, true);
         assert_eq!(r.verdict, Verdict::Slower);
-        assert!(r.verdict_line("huge text").starts_with("huge text was slower: 1.2"), "{r:?}");
+        assert!(
+            r.verdict_line("huge text").starts_with("huge text was slower: 1.2"),
+            "{r:?}"
+        );
         let (a, b) = synthetic(&mut rng, 12, 1.0, 0.1);
         let r = paired_ratio(&a, &b, 9, true);
         assert_eq!(r.verdict, Verdict::Unresolved, "{r:?}");
@@ -332,18 +346,23 @@ mod tests {
         let r = PairedRatio {
             median: 0.97,
             ci95: [0.88, 1.06],
-            runs: vec![0.9, 0.97, 1.0],
+            runs: vec![0.9, 0.95, 0.97, 1.0, 1.05],
             verdict: Verdict::of(0.88, 1.06, true),
         };
         assert_eq!(r.verdict_line("huge text"), "no difference resolved: 0.97 [0.88, 1.06]");
-        // One run: no spread can be estimated, so nothing is resolved
-        // however far from 1 the ratio is.
+        // Too few runs: nothing is resolved however far from 1 the ratio
+        // is (one run has no spread; 3 runs' interval is their range, a 75%
+        // interval).
         let r = paired_ratio(&[2.0], &[1.0], 1, true);
         assert_eq!(r.ci95, [0.5, 0.5]);
         assert_eq!(r.verdict, Verdict::Unresolved);
         assert_eq!(
             r.verdict_line("huge text"),
-            "no difference resolved (one run gives no interval): 0.50 [0.50, 0.50]"
+            "no difference resolved (1 runs are too few for a 95% interval; 5 or more are needed): 0.50 [0.50, 0.50]"
         );
+        let r = paired_ratio(&[2.0, 2.1, 1.9], &[1.0, 1.1, 1.0], 1, true);
+        assert!(r.ci95[1] < 1.0 && r.verdict == Verdict::Unresolved, "{r:?}");
+        let r = paired_ratio(&[2.0, 2.1, 1.9, 2.0, 2.2], &[1.0, 1.1, 1.0, 1.0, 1.1], 1, true);
+        assert_eq!(r.verdict, Verdict::Faster, "{r:?}");
     }
 }
