@@ -101,14 +101,15 @@ impl UntilArgs {
 
 #[derive(clap::Args, Debug)]
 struct ExecArgs {
-    /// Size of the RET-stub file (K, M, G suffixes; whole 2 MiB units).
+    /// Size of each variant's RET-stub file (K, M, G suffixes; whole 2 MiB
+    /// units). A run keeps all three in the page cache.
     #[arg(long, default_value = "512M", value_parser = size_arg)]
     size: u64,
     /// Runs (the minimum with --until-ci); each run measures every variant
     /// once.
     #[arg(long, default_value_t = 5)]
     runs: u32,
-    /// Directory for the stub file, on a disk filesystem (ext4, xfs).
+    /// Directory for the stub files, on a disk filesystem (ext4, xfs).
     /// Default: $TMPDIR unless it is tmpfs, else the current directory.
     #[arg(long)]
     dir: Option<PathBuf>,
