@@ -563,3 +563,48 @@ pub(crate) fn pct(part: u64, whole: u64) -> f64 {
         part as f64 * 100.0 / whole as f64
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(cold_ms: f64, random_ms: f64, warm_ms: Option<f64>) -> Run {
+        Run {
+            run: 0,
+            position: 0,
+            warm_ms,
+            cold_ms,
+            random_ms,
+            random_passes_ms: vec![random_ms],
+            state: State {
+                cached_before_kb: 0,
+                folios_kb: BTreeMap::new(),
+                pmd_folio_pct: 0.0,
+                pmd_mapped_pct: 0.0,
+            },
+        }
+    }
+
+    #[test]
+    fn ratios_are_taken_run_by_run() {
+        // Run 2 is twice as slow for every variant (a busy co-tenant): the
+        // per-run ratios do not move.
+        let runs: [Vec<Run>; 3] = [
+            vec![run(100.0, 10.0, None), run(200.0, 20.0, None)],
+            vec![run(25.0, 7.0, None), run(50.0, 14.0, None)],
+            vec![run(5.0, 8.0, Some(20.0)), run(10.0, 16.0, Some(40.0))],
+        ];
+        let r = ratios(&runs, 1);
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-12;
+        assert!(r.cold_huge_over_baseline.runs.iter().all(|&x| close(x, 0.25)));
+        assert!(r.cold_warm_over_baseline.runs.iter().all(|&x| close(x, 0.05)));
+        assert!(r.random_huge_over_baseline.runs.iter().all(|&x| close(x, 0.7)));
+        assert!(r.random_warm_over_baseline.runs.iter().all(|&x| close(x, 0.8)));
+        assert!(r.warm_total_over_baseline_cold.runs.iter().all(|&x| close(x, 0.25)));
+        assert!(close(r.random_huge_over_baseline.median, 0.7));
+        assert!(r.widest() < 1e-12);
+        assert_eq!(r.all().len(), 5);
+        // Two runs give no verdict.
+        assert_eq!(r.random_huge_over_baseline.verdict, stats::Verdict::Unresolved);
+    }
+}
