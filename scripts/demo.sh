@@ -58,5 +58,5 @@ inspect_running "$demo/prog"
 step "hugetext run on the unaligned original: text remapped at start"
 HUGETEXT_VERBOSE=1 inspect_running "$ht" run -v -- "$demo/prog-original"
 
-step "hugetext bench exec: seed 000's benchmark, 256 MiB, medians of 3 interleaved runs"
-"$ht" bench exec --size 256M --runs 3 --dir "$demo"
+step "hugetext bench exec: the exec-readahead microbenchmark of the Linux 'large folios for exec memory' patches, 256 MiB, 5 interleaved runs, ratios with 95% CIs"
+"$ht" bench exec --size 256M --runs 5 --dir "$demo"

@@ -33,7 +33,7 @@ enum Command {
     Warm(cmd::warm::Args),
     /// Run a program with its text (and its libraries') remapped onto huge pages.
     Run(cmd::run::Args),
-    /// Benchmarks: the seeds' micro-benchmarks and A/B runs of real programs.
+    /// Benchmarks: the Linux large-folio patches' micro-benchmarks and A/B runs of real programs.
     Bench(cmd::bench::Args),
     /// Print the man page (roff) to stdout.
     #[command(hide = true)]

@@ -26,6 +26,39 @@ fn num(v: &Value) -> f64 {
     v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
 }
 
+/// The keys of a JSON object, sorted.
+fn keys(v: &Value) -> Vec<&str> {
+    let mut k: Vec<&str> = v
+        .as_object()
+        .unwrap_or_else(|| panic!("not an object: {v}"))
+        .keys()
+        .map(|k| k.as_str())
+        .collect();
+    k.sort();
+    k
+}
+
+/// Every ratio in `ratios` has a median inside its 95% interval, one ratio
+/// per run, and a verdict; returns their names.
+fn check_ratios(ratios: &Value, runs: usize) -> Vec<String> {
+    let mut names = Vec::new();
+    for (name, r) in ratios.as_object().unwrap() {
+        let m = num(&r["median"]);
+        let ci = r["ci95"].as_array().unwrap_or_else(|| panic!("{name}: {r}"));
+        assert_eq!(ci.len(), 2, "{name}: {r}");
+        let (lo, hi) = (num(&ci[0]), num(&ci[1]));
+        assert!(m > 0.0 && lo <= m && m <= hi, "{name}: the CI contains the median: {r}");
+        assert_eq!(r["runs"].as_array().unwrap().len(), runs, "{name}: {r}");
+        assert!(
+            ["faster", "slower", "unresolved"].contains(&r["verdict"].as_str().unwrap()),
+            "{name}: {r}"
+        );
+        names.push(name.clone());
+    }
+    names.sort();
+    names
+}
+
 #[test]
 fn exec_json_shape_and_verified_states() {
     let dir = common::scratch();
@@ -34,8 +67,61 @@ fn exec_json_shape_and_verified_states() {
         "bench", "exec", "--size", "32M", "--runs", "2", "--dir", d, "--json",
     ]));
     assert_eq!(v["size_bytes"], 32 << 20);
+    // The JSON keys of before, plus `ratios` and `stopped`.
+    assert_eq!(
+        keys(&v),
+        [
+            "dir",
+            "filesystem",
+            "kernel",
+            "pages",
+            "random_calls",
+            "random_passes",
+            "ratios",
+            "runs",
+            "seed",
+            "size_bytes",
+            "stopped",
+            "targets",
+            "variants"
+        ]
+    );
+    assert_eq!(keys(&v["variants"]), ["baseline", "huge", "warm"]);
+    assert_eq!(
+        keys(&v["targets"]),
+        [
+            "cold_huge_over_baseline",
+            "random_huge_over_baseline",
+            "random_warm_over_baseline",
+            "warm_total_over_baseline_cold"
+        ]
+    );
+    assert_eq!(v["runs"], 2);
+    assert_eq!(v["stopped"], "runs");
+    // Every ratio the table prints, paired run by run, with a CI that
+    // contains its median.
+    assert_eq!(
+        check_ratios(&v["ratios"], 2),
+        [
+            "cold_huge_over_baseline",
+            "cold_warm_over_baseline",
+            "random_huge_over_baseline",
+            "random_warm_over_baseline",
+            "warm_total_over_baseline_cold"
+        ]
+    );
+    // Two runs are too few for a verdict.
+    assert_eq!(v["ratios"]["random_huge_over_baseline"]["verdict"], "unresolved");
     for name in ["baseline", "huge", "warm"] {
         let var = &v["variants"][name];
+        let mut expect = vec!["cold_ms", "random_ms", "runs", "stats"];
+        let mut expect_stats = vec!["cold_ms", "random_ms"];
+        if name == "warm" {
+            expect.push("warm_ms");
+            expect_stats.extend(["warm_ms", "warm_plus_cold_ms"]);
+        }
+        assert_eq!(keys(var), expect, "{name}");
+        assert_eq!(keys(&var["stats"]), expect_stats, "{name}");
         assert!(
             num(&var["cold_ms"]) > 0.0 && num(&var["random_ms"]) > 0.0,
             "{name}: {var}"
@@ -48,6 +134,15 @@ fn exec_json_shape_and_verified_states() {
             assert_eq!(st["runs"].as_array().unwrap().len(), 2);
         }
         for r in runs {
+            let mut run_keys = vec!["cold_ms", "position", "random_ms", "random_passes_ms", "run", "state"];
+            if name == "warm" {
+                run_keys.push("warm_ms");
+            }
+            assert_eq!(keys(r), run_keys, "{name}");
+            assert_eq!(
+                keys(&r["state"]),
+                ["cached_before_kb", "folios_kb", "pmd_folio_pct", "pmd_mapped_pct"]
+            );
             let passes: Vec<f64> = r["random_passes_ms"].as_array().unwrap().iter().map(num).collect();
             assert_eq!(passes.len(), 3, "default: 3 passes of the random phase");
             assert_eq!(
@@ -82,7 +177,26 @@ fn exec_json_shape_and_verified_states() {
     assert!(v["variants"]["baseline"].get("warm_ms").is_none());
     assert!(num(&v["targets"]["random_huge_over_baseline"]) > 0.0);
     assert!(num(&v["targets"]["warm_total_over_baseline_cold"]) > 0.0);
-    // The stub file was removed.
+    // The per-run ratio is the variants' runs divided, run by run.
+    let runs_of = |name: &str, q: &str| -> Vec<f64> {
+        v["variants"][name]["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| num(&r[q]))
+            .collect()
+    };
+    let (b, h) = (runs_of("baseline", "random_ms"), runs_of("huge", "random_ms"));
+    let per_run: Vec<f64> = v["ratios"]["random_huge_over_baseline"]["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(num)
+        .collect();
+    for i in 0..2 {
+        assert!((per_run[i] - h[i] / b[i]).abs() < 1e-9, "{per_run:?} {b:?} {h:?}");
+    }
+    // The stub files were removed.
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
 }
 
@@ -95,7 +209,7 @@ fn exec_tables_and_tmpfs_refusal() {
         "--size",
         "4M",
         "--runs",
-        "1",
+        "5",
         "--dir",
         dir.path().to_str().unwrap(),
     ]);
@@ -105,7 +219,24 @@ fn exec_tables_and_tmpfs_refusal() {
         text.contains("| Phase") && text.contains("| Cold fault") && text.contains("| Random"),
         "{text}"
     );
-    assert!(text.contains("random huge/baseline ="), "{text}");
+    assert!(text.contains("| huge/base") && text.contains("| warm/base"), "{text}");
+    // One verdict line per ratio, stating only what its interval supports.
+    let verdicts: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("was faster: ") || l.contains("was slower: ") || l.contains("no difference resolved: "))
+        .collect();
+    assert_eq!(verdicts.len(), 5, "{text}");
+    assert!(
+        verdicts.iter().any(|l| l.starts_with("random calls, huge/baseline: ")),
+        "{text}"
+    );
+    // Measured ratios only, no goals (the first line holds the scratch
+    // path, which is under target/).
+    let (head, rest) = text.split_once('\n').unwrap();
+    assert!(!head.contains("seed"), "{head}");
+    for word in ["target", "aim", "seed", "met"] {
+        assert!(!rest.contains(word), "{word:?} in {text}");
+    }
 
     if std::path::Path::new("/dev/shm").is_dir() {
         let out = common::hugetext(&["bench", "exec", "--size", "4M", "--dir", "/dev/shm"]);
@@ -123,12 +254,86 @@ fn exec_tables_and_tmpfs_refusal() {
 }
 
 #[test]
+fn exec_until_ci_stops_at_the_width_or_the_time_budget() {
+    let dir = common::scratch();
+    let d = dir.path().to_str().unwrap();
+    // A width every interval meets: stops as soon as an interval counts (5 runs).
+    let v = json_of(&common::hugetext(&[
+        "bench",
+        "exec",
+        "--size",
+        "4M",
+        "--runs",
+        "2",
+        "--until-ci",
+        "100",
+        "--max-time",
+        "5m",
+        "--dir",
+        d,
+        "--json",
+    ]));
+    assert_eq!(v["stopped"], "ci", "{}", v["ratios"]);
+    assert_eq!(v["runs"], 5);
+    check_ratios(&v["ratios"], 5);
+    // A width no interval meets: the time budget ends it.
+    let out = common::hugetext(&[
+        "bench",
+        "exec",
+        "--size",
+        "4M",
+        "--runs",
+        "5",
+        "--until-ci",
+        "0.000001",
+        "--max-time",
+        "2s",
+        "--dir",
+        d,
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("budget ran out"), "{text}");
+    // --max-time only means something with --until-ci.
+    let out = common::hugetext(&["bench", "exec", "--max-time", "5s", "--dir", d]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let out = common::hugetext(&["bench", "exec", "--until-ci", "0", "--size", "4M", "--dir", d]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("positive"), "{}", stderr(&out));
+}
+
+#[test]
 fn mprotect_json_shape_and_states() {
     let v = json_of(&common::hugetext(&[
-        "bench", "mprotect", "--size", "64M", "--loops", "2", "--runs", "1", "--json",
+        "bench", "mprotect", "--size", "64M", "--loops", "2", "--runs", "2", "--json",
     ]));
-    let cases = v["cases"].as_object().unwrap();
-    assert_eq!(cases.len(), 3);
+    assert_eq!(
+        keys(&v),
+        [
+            "cases",
+            "kernel",
+            "loops",
+            "mthp_64k_enabled",
+            "ratios",
+            "runs",
+            "size_bytes",
+            "stopped",
+            "sysfs_changed",
+            "thp_enabled"
+        ]
+    );
+    assert_eq!(keys(&v["cases"]), ["mthp-64k", "pmd-thp-pte-mapped", "small-4k"]);
+    assert_eq!(
+        keys(&v["cases"]["small-4k"]),
+        ["description", "mprotect_seconds", "seconds", "state", "stats"]
+    );
+    assert_eq!(keys(&v["cases"]["small-4k"]["stats"]), ["mprotect_seconds", "seconds"]);
+    let ratios = check_ratios(&v["ratios"], 2);
+    assert!(
+        ratios.contains(&"pmd_thp_pte_mapped_over_small_4k".to_string())
+            && ratios.contains(&"pmd_thp_pte_mapped_over_small_4k_in_mprotect".to_string()),
+        "{ratios:?}"
+    );
     let pte = &v["cases"]["pmd-thp-pte-mapped"];
     assert!(num(&pte["seconds"]) > 0.0 && num(&pte["mprotect_seconds"]) > 0.0);
     // PMD THPs after touching, all PTE-mapped while looping, still 2 MiB folios.
@@ -144,6 +349,7 @@ fn mprotect_json_shape_and_states() {
         std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/hugepages-64kB/enabled").unwrap_or_default();
     if enabled.contains("[never]") {
         assert!(mthp["seconds"].is_null(), "{mthp}");
+        assert_eq!(ratios.len(), 2, "no mTHP ratio without the case: {ratios:?}");
         let why = mthp["not_available"].as_str().unwrap();
         assert!(
             why.contains("hugepages-64kB/enabled=never") && why.contains("echo madvise >"),
@@ -152,6 +358,7 @@ fn mprotect_json_shape_and_states() {
     } else {
         assert!(num(&mthp["seconds"]) > 0.0, "{mthp}");
         assert_eq!(mthp["state"]["verified"], true, "{mthp}");
+        assert!(ratios.contains(&"mthp_64k_over_small_4k".to_string()), "{ratios:?}");
     }
     assert_eq!(v["sysfs_changed"], false);
 }
@@ -167,16 +374,36 @@ fn readahead_json_shape() {
         "--size",
         "8M",
         "--runs",
-        "1",
+        "2",
         "--dir",
         dir.path().to_str().unwrap(),
         "--json",
     ]));
     assert_eq!(v["threads"], 2);
     assert!(v["kernel"].as_str().unwrap().contains('.'));
+    assert_eq!(
+        keys(&v),
+        [
+            "chunk_bytes",
+            "configs",
+            "dir",
+            "filesystem",
+            "kernel",
+            "ratios",
+            "read_ahead_kb",
+            "runs",
+            "shared_over_distinct",
+            "size_per_thread_bytes",
+            "stopped",
+            "threads"
+        ]
+    );
+    assert_eq!(keys(&v["configs"]), ["distinct-files", "shared-file"]);
+    assert_eq!(check_ratios(&v["ratios"], 2), ["shared_over_distinct"]);
     for cfg in ["distinct-files", "shared-file"] {
         let c = &v["configs"][cfg];
         assert!(num(&c["mb_per_s"]) > 0.0, "{c}");
+        assert_eq!(keys(c), ["folios_kb", "mb_per_s", "median_ms", "stats"]);
         // All data ended up in the page cache.
         let total: u64 = c["folios_kb"]
             .as_object()

@@ -18,7 +18,7 @@
 //! | [`pagecache`] | evict and refill a file's page cache with PMD-order folios           |
 //! | [`warm`]      | `warm`: verified PMD page cache for programs and their libraries      |
 //! | [`remap`]     | `run`: preload discovery, environment, verification of a process     |
-//! | [`bench`](mod@bench) | the seeds' benchmarks and paired A/B runs of real programs    |
+//! | [`bench`](mod@bench) | the kernel patches' benchmarks and paired A/B runs of real programs |
 //!
 //! Everything talks to the real kernel; nothing here mocks `/proc`.
 

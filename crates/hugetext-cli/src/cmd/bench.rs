@@ -1,7 +1,7 @@
-//! `hugetext bench`: the seeds' micro-benchmarks and paired A/B runs of real
-//! programs. Results print as markdown tables (like the seeds' tables), or
-//! as JSON with `--json`; a progress bar runs on stderr when it is a
-//! terminal.
+//! `hugetext bench`: the micro-benchmarks of the Linux large-folio patches
+//! and paired A/B runs of real programs. Results print as markdown tables
+//! (like the patches' tables), or as JSON with `--json`; a progress bar runs
+//! on stderr when it is a terminal.
 
 use std::ffi::OsString;
 use std::io::IsTerminal;
@@ -9,17 +9,19 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use comfy_table::{presets::ASCII_MARKDOWN, Table};
+use hugetext::bench::stats::PairedRatio;
 use hugetext::bench::{self, ab, exec, mprotect, readahead, Progress};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use super::exit_with;
 
-/// Benchmarks: reproduce the kernel seeds' measurements on this machine, and
-/// measure real programs with and without huge text.
+/// Benchmarks: reproduce the measurements of the Linux large-folio patches
+/// on this machine, and measure real programs with and without huge text.
 ///
 /// Every benchmark checks the memory state it measures (folio sizes from
 /// /proc/kpageflags, PMD mappings from smaps) and prints it next to the
-/// numbers. Needs root (folio sizes). See doc/bench.md.
+/// numbers, and every ratio with a 95% confidence interval over paired runs.
+/// Needs root (folio sizes). See doc/bench.md.
 #[derive(clap::Args, Debug)]
 pub struct Args {
     #[command(subcommand)]
@@ -28,23 +30,31 @@ pub struct Args {
 
 #[derive(clap::Subcommand, Debug)]
 enum What {
-    /// Seed 000: cold faults and random calls into a large executable file
-    /// of RET stubs; baseline vs MADV_HUGEPAGE vs a warmed page cache.
+    /// The exec-readahead microbenchmark of the Linux "large folios for exec
+    /// memory" patches: cold faults and random calls into a large executable
+    /// file of RET stubs; baseline vs MADV_HUGEPAGE vs a warmed page cache.
     ///
     /// "cold" evicts the file's page cache and calls one stub per page in
     /// order (fault + readahead cost); "random" then calls stubs at random
     /// pages from a fixed seed (iTLB cost). Variants: `baseline` (plain exec
     /// mapping: 4 KiB folios on x86), `huge` (MADV_HUGEPAGE on the mapping
     /// before the cold sweep), `warm` (page cache filled with PMD folios
-    /// first, timed as warm_ms, then a plain mapping). The variants are
-    /// interleaved run by run in rotating order.
+    /// first, timed as warm_ms, then a plain mapping). Each variant has its
+    /// own file: a run sweeps all three cold in rotating order, then
+    /// alternates them pass by pass in the random phase. Every ratio is the
+    /// median of per-run ratios with a 95% bootstrap confidence interval.
     Exec(ExecArgs),
-    /// Seed 004: mprotect() read-only/read-write 40 times over 1 GiB of
+    /// The test program of the Linux "Optimize mprotect() for large folios"
+    /// patches: mprotect() read-only/read-write 40 times over 1 GiB of
     /// PTE-mapped PMD THPs, of 64 KiB mTHPs, and of 4 KiB pages.
+    ///
+    /// A run prepares all cases (3 × --size of memory) and alternates them
+    /// round by round; each case is compared with 4 KiB pages run by run,
+    /// with a 95% bootstrap confidence interval.
     Mprotect(MprotectArgs),
-    /// Seed 002: readahead(2) throughput from N threads, into N distinct
-    /// files vs disjoint slices of one shared file (page-cache lock
-    /// contention).
+    /// The effect of the Linux "batch folio insertion" readahead patches:
+    /// readahead(2) throughput from N threads, into N distinct files vs
+    /// disjoint slices of one shared file (page-cache lock contention).
     Readahead(ReadaheadArgs),
     /// Run a real command alternately with its text (and its libraries',
     /// and its children's) in small and in PMD page-cache folios, paired.
@@ -64,27 +74,57 @@ fn size_arg(s: &str) -> Result<u64, String> {
     bench::parse_size(s).map_err(|e| e.to_string())
 }
 
+fn duration_arg(s: &str) -> Result<std::time::Duration, String> {
+    bench::parse_duration(s).map_err(|e| e.to_string())
+}
+
+/// When to stop: shared by exec, mprotect and readahead.
+#[derive(clap::Args, Debug)]
+struct UntilArgs {
+    /// Keep adding runs (after --runs) until every ratio's 95% confidence
+    /// interval is at most WIDTH wide (e.g. 0.05), or --max-time has passed.
+    #[arg(long, value_name = "WIDTH")]
+    until_ci: Option<f64>,
+    /// Time budget for --until-ci, from the first run (s, m, h suffixes).
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = duration_arg, requires = "until_ci")]
+    max_time: std::time::Duration,
+}
+
+impl UntilArgs {
+    fn until(&self) -> bench::Until {
+        bench::Until {
+            ci_width: self.until_ci,
+            max_time: self.max_time,
+        }
+    }
+}
+
 #[derive(clap::Args, Debug)]
 struct ExecArgs {
-    /// Size of the RET-stub file (K, M, G suffixes; whole 2 MiB units).
+    /// Size of each variant's RET-stub file (K, M, G suffixes; whole 2 MiB
+    /// units). A run keeps all three in the page cache.
     #[arg(long, default_value = "512M", value_parser = size_arg)]
     size: u64,
-    /// Runs; each run measures every variant once.
+    /// Runs (the minimum with --until-ci); each run measures every variant
+    /// once.
     #[arg(long, default_value_t = 5)]
     runs: u32,
-    /// Directory for the stub file, on a disk filesystem (ext4, xfs).
+    /// Directory for the stub files, on a disk filesystem (ext4, xfs).
     /// Default: $TMPDIR unless it is tmpfs, else the current directory.
     #[arg(long)]
     dir: Option<PathBuf>,
     /// Random calls per page of the file.
     #[arg(long, default_value_t = 4)]
     calls_per_page: u32,
-    /// Passes of the random phase per run; the fastest pass counts.
+    /// Passes of the random phase per run, variants alternating pass by
+    /// pass; the fastest pass counts.
     #[arg(long, default_value_t = 3)]
     random_passes: u32,
-    /// Seed of the random phase.
+    /// Seed of the random phase and of the bootstrap.
     #[arg(long, default_value_t = 0x5eed000)]
     seed: u64,
+    #[command(flatten)]
+    until: UntilArgs,
     /// Print JSON instead of tables.
     #[arg(long)]
     json: bool,
@@ -92,15 +132,20 @@ struct ExecArgs {
 
 #[derive(clap::Args, Debug)]
 struct MprotectArgs {
-    /// Memory per case (the seed: 1G).
+    /// Memory per case (the test program: 1G); a run holds all cases.
     #[arg(long, default_value = "1G", value_parser = size_arg)]
     size: u64,
     /// mprotect read-only/read-write rounds.
     #[arg(long, default_value_t = 40)]
     loops: u32,
-    /// Runs per case (cases interleaved).
-    #[arg(long, default_value_t = 3)]
+    /// Runs (the minimum with --until-ci); cases alternate round by round.
+    #[arg(long, default_value_t = 5)]
     runs: u32,
+    /// Seed of the bootstrap.
+    #[arg(long, default_value_t = 0x5eed004)]
+    seed: u64,
+    #[command(flatten)]
+    until: UntilArgs,
     /// Allow setting /sys/kernel/mm/transparent_hugepage/hugepages-64kB/enabled
     /// to `madvise` for the mTHP case when it is `never` (restored after).
     #[arg(long)]
@@ -121,12 +166,17 @@ struct ReadaheadArgs {
     /// Bytes per readahead(2) call.
     #[arg(long, default_value = "2M", value_parser = size_arg)]
     chunk: u64,
-    /// Runs per configuration.
-    #[arg(long, default_value_t = 3)]
+    /// Runs (the minimum with --until-ci); configurations alternate.
+    #[arg(long, default_value_t = 5)]
     runs: u32,
     /// Directory for the files, on a disk filesystem.
     #[arg(long)]
     dir: Option<PathBuf>,
+    /// Seed of the bootstrap.
+    #[arg(long, default_value_t = 0x5eed002)]
+    seed: u64,
+    #[command(flatten)]
+    until: UntilArgs,
     /// Print JSON instead of tables.
     #[arg(long)]
     json: bool,
@@ -263,16 +313,32 @@ fn size_name(kb: u64) -> String {
     }
 }
 
-fn verdict(value: f64, target: f64, aim: f64) -> &'static str {
-    if !value.is_finite() {
-        "not measured"
-    } else if value <= aim {
-        "met (and the aim)"
-    } else if value <= target {
-        "met"
+/// `0.81 [0.76, 0.86]`.
+fn ratio_cell(r: &PairedRatio) -> String {
+    r.display()
+}
+
+/// How the ratios were made and why measuring stopped.
+fn ratio_note(runs: u32, stopped: bench::Stopped, until: &UntilArgs) -> String {
+    let why = match stopped {
+        bench::Stopped::Runs => format!("{runs} runs"),
+        bench::Stopped::Ci => format!(
+            "{runs} runs: every interval at most {} wide",
+            until.until_ci.unwrap_or(f64::NAN)
+        ),
+        bench::Stopped::MaxTime => format!(
+            "{runs} runs: the {} s budget ran out before every interval was at most {} wide",
+            until.max_time.as_secs_f64(),
+            until.until_ci.unwrap_or(f64::NAN)
+        ),
+    };
+    let min = bench::stats::MIN_RUNS_FOR_VERDICT;
+    let few = if (runs as usize) < min {
+        format!(" (fewer than {min} runs give no 95% interval: no verdict; use --runs {min} or more)")
     } else {
-        "NOT met"
-    }
+        String::new()
+    };
+    format!("ratios: median of the per-run ratios [95% bootstrap confidence interval], {why}{few}")
 }
 
 fn run_exec(a: ExecArgs) -> Result<u8> {
@@ -283,15 +349,18 @@ fn run_exec(a: ExecArgs) -> Result<u8> {
         calls_per_page: a.calls_per_page,
         random_passes: a.random_passes,
         seed: a.seed,
+        until: a.until.until(),
     };
     let r = with_progress(|bar| exec::run(&opts, bar))?;
     if a.json {
         print_json(&r)?;
         return Ok(0);
     }
-    let (b, h, w) = (&r.variants["baseline"], &r.variants["huge"], &r.variants["warm"]);
+    let (b, h, w) = (&r.variants.baseline, &r.variants.huge, &r.variants.warm);
+    let q = &r.ratios;
     println!(
-        "exec benchmark (seed 000): {} MiB file of RET stubs on {} ({}), kernel {}, {} runs (median, min–max)\n",
+        "exec benchmark (the exec-readahead microbenchmark of the Linux \"large folios for exec memory\" patches): \
+         {} MiB file of RET stubs per variant on {} ({}), kernel {}, {} runs (times: median, min–max)\n",
         r.size_bytes >> 20,
         r.filesystem,
         r.dir.display(),
@@ -308,35 +377,36 @@ fn run_exec(a: ExecArgs) -> Result<u8> {
     ]);
     t.add_row(vec![
         "Cold fault".to_string(),
-        fmt_ms(&b.stats["cold_ms"]),
-        fmt_ms(&h.stats["cold_ms"]),
-        fmt_ms(&w.stats["cold_ms"]),
-        format!("{:.2}", h.cold_ms / b.cold_ms),
-        format!("{:.2}", w.cold_ms / b.cold_ms),
+        fmt_ms(&b.stats.cold_ms),
+        fmt_ms(&h.stats.cold_ms),
+        fmt_ms(&w.stats.cold_ms),
+        ratio_cell(&q.cold_huge_over_baseline),
+        ratio_cell(&q.cold_warm_over_baseline),
     ]);
     t.add_row(vec![
         "Random".to_string(),
-        fmt_ms(&b.stats["random_ms"]),
-        fmt_ms(&h.stats["random_ms"]),
-        fmt_ms(&w.stats["random_ms"]),
-        format!("{:.2}", h.random_ms / b.random_ms),
-        format!("{:.2}", w.random_ms / b.random_ms),
+        fmt_ms(&b.stats.random_ms),
+        fmt_ms(&h.stats.random_ms),
+        fmt_ms(&w.stats.random_ms),
+        ratio_cell(&q.random_huge_over_baseline),
+        ratio_cell(&q.random_warm_over_baseline),
     ]);
+    let dash = || "–".to_string();
     t.add_row(vec![
         "Warm (fill)".to_string(),
-        "–".into(),
-        "–".into(),
-        fmt_ms(&w.stats["warm_ms"]),
+        dash(),
+        dash(),
+        w.stats.warm_ms.as_ref().map_or_else(dash, fmt_ms),
         "".into(),
         "".into(),
     ]);
     t.add_row(vec![
         "Warm + cold".to_string(),
-        "–".into(),
-        "–".into(),
-        fmt_ms(&w.stats["warm_plus_cold_ms"]),
+        dash(),
+        dash(),
+        w.stats.warm_plus_cold_ms.as_ref().map_or_else(dash, fmt_ms),
         "".into(),
-        format!("{:.2}", r.targets.warm_total_over_baseline_cold),
+        format!("{} of base cold", ratio_cell(&q.warm_total_over_baseline_cold)),
     ]);
     let state = |v: &exec::VariantReport, f: fn(&exec::State) -> f64| {
         let vals: Vec<f64> = v.runs.iter().map(|r| f(&r.state)).collect();
@@ -365,17 +435,24 @@ fn run_exec(a: ExecArgs) -> Result<u8> {
         "".into(),
     ]);
     println!("{t}\n");
-    let tg = &r.targets;
-    println!(
-        "random huge/baseline = {:.2} (target ≤ 0.8, aim ≤ 0.65): {}",
-        tg.random_huge_over_baseline,
-        verdict(tg.random_huge_over_baseline, 0.8, 0.65)
-    );
-    println!(
-        "(warm_ms + cold of warm) / baseline cold = {:.2} (target ≤ 1, aim ≤ 0.5): {}",
-        tg.warm_total_over_baseline_cold,
-        verdict(tg.warm_total_over_baseline_cold, 1.0, 0.5)
-    );
+    println!("{}\n", ratio_note(r.runs, r.stopped, &a.until));
+    for (label, ratio, subject) in [
+        ("random calls, huge/baseline", &q.random_huge_over_baseline, "huge text"),
+        (
+            "random calls, warm/baseline",
+            &q.random_warm_over_baseline,
+            "warmed text",
+        ),
+        ("cold sweep, huge/baseline", &q.cold_huge_over_baseline, "huge text"),
+        ("cold sweep, warm/baseline", &q.cold_warm_over_baseline, "warmed text"),
+        (
+            "warm fill + cold sweep vs baseline cold sweep",
+            &q.warm_total_over_baseline_cold,
+            "warm + cold sweep",
+        ),
+    ] {
+        println!("{label}: {}", ratio.verdict_line(subject));
+    }
     Ok(0)
 }
 
@@ -385,6 +462,8 @@ fn run_mprotect(a: MprotectArgs) -> Result<u8> {
         loops: a.loops,
         runs: a.runs,
         allow_sysfs: a.allow_sysfs,
+        seed: a.seed,
+        until: a.until.until(),
     };
     let r = with_progress(|bar| mprotect::run(&opts, bar))?;
     if a.json {
@@ -392,7 +471,8 @@ fn run_mprotect(a: MprotectArgs) -> Result<u8> {
         return Ok(0);
     }
     println!(
-        "mprotect benchmark (seed 004): {} MiB, read-only/read-write {} times, kernel {}, THP {}, hugepages-64kB {}{}; median of {} runs\n",
+        "mprotect benchmark (the test program of the Linux \"Optimize mprotect() for large folios\" patches): \
+         {} MiB, read-only/read-write {} times, kernel {}, THP {}, hugepages-64kB {}{}; {} runs (loop: median, min–max)\n",
         r.size_bytes >> 20,
         r.loops,
         r.kernel,
@@ -401,14 +481,40 @@ fn run_mprotect(a: MprotectArgs) -> Result<u8> {
         if r.sysfs_changed { " (set to madvise for this run, restored)" } else { "" },
         r.runs
     );
-    let mut t = table(&["Test case", "Memory", "Loop (s)", "In mprotect (s)", "Verified state"]);
+    let q = &r.ratios;
+    let vs_small = |c: mprotect::Case| -> (Option<&PairedRatio>, Option<&PairedRatio>) {
+        match c {
+            mprotect::Case::PmdThpPteMapped => (
+                Some(&q.pmd_thp_pte_mapped_over_small_4k),
+                Some(&q.pmd_thp_pte_mapped_over_small_4k_in_mprotect),
+            ),
+            mprotect::Case::Mthp64k => (
+                q.mthp_64k_over_small_4k.as_ref(),
+                q.mthp_64k_over_small_4k_in_mprotect.as_ref(),
+            ),
+            mprotect::Case::Small4k => (None, None),
+        }
+    };
+    let mut t = table(&[
+        "Test case",
+        "Memory",
+        "Loop (s)",
+        "In mprotect (s)",
+        "Loop / 4 KiB",
+        "In mprotect / 4 KiB",
+        "Verified state",
+    ]);
     for (i, c) in mprotect::CASES.iter().enumerate() {
-        let rep = &r.cases[c.name()];
+        let rep = r.cases.get(*c);
+        let (loop_ratio, mp_ratio) = vs_small(*c);
+        let cell = |x: Option<&PairedRatio>| x.map_or_else(|| "–".to_string(), ratio_cell);
         let row = match &rep.stats {
             None => vec![
                 format!("T{} {}", i + 1, c.name()),
                 rep.description.to_string(),
                 "not available".into(),
+                "–".into(),
+                "–".into(),
                 "–".into(),
                 rep.not_available.clone().unwrap_or_default(),
             ],
@@ -430,19 +536,35 @@ fn run_mprotect(a: MprotectArgs) -> Result<u8> {
                         s += &format!("; {n} 64 KiB fault allocations");
                     }
                 }
-                let sm = &stats["seconds"];
+                let sm = &stats.seconds;
                 vec![
                     format!("T{} {}", i + 1, c.name()),
                     rep.description.to_string(),
                     format!("{:.2} ({:.2}–{:.2})", sm.median, sm.min, sm.max),
-                    format!("{:.3}", rep.mprotect_seconds.unwrap_or(f64::NAN)),
+                    format!("{:.3}", stats.mprotect_seconds.median),
+                    cell(loop_ratio),
+                    cell(mp_ratio),
                     s,
                 ]
             }
         };
         t.add_row(row);
     }
-    println!("{t}");
+    println!("{t}\n");
+    println!("{}\n", ratio_note(r.runs, r.stopped, &a.until));
+    for c in [mprotect::Case::PmdThpPteMapped, mprotect::Case::Mthp64k] {
+        let (loop_ratio, mp_ratio) = vs_small(c);
+        let subject = match c {
+            mprotect::Case::PmdThpPteMapped => "the PTE-mapped THP case",
+            _ => "the 64 KiB mTHP case",
+        };
+        if let Some(x) = loop_ratio {
+            println!("{} / small-4k, loop: {}", c.name(), x.verdict_line(subject));
+        }
+        if let Some(x) = mp_ratio {
+            println!("{} / small-4k, in mprotect: {}", c.name(), x.verdict_line(subject));
+        }
+    }
     Ok(0)
 }
 
@@ -452,6 +574,8 @@ fn run_readahead(a: ReadaheadArgs) -> Result<u8> {
         chunk: a.chunk,
         runs: a.runs,
         dir: a.dir,
+        seed: a.seed,
+        until: a.until.until(),
         ..Default::default()
     };
     if let Some(n) = a.threads {
@@ -463,7 +587,8 @@ fn run_readahead(a: ReadaheadArgs) -> Result<u8> {
         return Ok(0);
     }
     println!(
-        "readahead benchmark (seed 002): {} threads × {} MiB, readahead(2) in {} KiB chunks, on {} ({}, read_ahead_kb {}), kernel {}; median of {} runs\n",
+        "readahead benchmark (the Linux \"batch folio insertion\" readahead patches): {} threads × {} MiB, \
+         readahead(2) in {} KiB chunks, on {} ({}, read_ahead_kb {}), kernel {}; {} runs (median, min–max)\n",
         r.threads,
         r.size_per_thread_bytes >> 20,
         r.chunk_bytes >> 10,
@@ -475,9 +600,9 @@ fn run_readahead(a: ReadaheadArgs) -> Result<u8> {
     );
     let mut t = table(&["Config", "Throughput", "min–max", "Wall", "Page cache folios"]);
     for cfg in readahead::CONFIGS {
-        let c = &r.configs[cfg];
+        let c = r.configs.get(cfg);
         t.add_row(vec![
-            cfg.to_string(),
+            cfg.name().to_string(),
             format!("{:.0} MB/s", c.mb_per_s),
             format!("{:.0}–{:.0}", c.stats.min, c.stats.max),
             format!("{:.0} ms", c.median_ms),
@@ -485,9 +610,10 @@ fn run_readahead(a: ReadaheadArgs) -> Result<u8> {
         ]);
     }
     println!("{t}\n");
+    println!("{}\n", ratio_note(r.runs, r.stopped, &a.until));
     println!(
-        "shared-file / distinct-files = {:.2} (below 1: page-cache lock contention on the shared file)",
-        r.shared_over_distinct
+        "shared-file / distinct-files MB/s (below 1: page-cache lock contention on the shared file): {}",
+        r.ratios.shared_over_distinct.verdict_line("the shared file")
     );
     Ok(0)
 }

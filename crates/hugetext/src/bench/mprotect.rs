@@ -1,26 +1,33 @@
-//! Seed 004's benchmark: `mprotect()` a large anonymous region read-only,
-//! then read-write, and rewrite it, 40 times, over three kinds of memory:
+//! The test program of the Linux "Optimize mprotect() for large folios"
+//! patches: `mprotect()` a large anonymous region read-only, then
+//! read-write, and rewrite it, 40 times, over three kinds of memory:
 //!
 //! 1. `pmd-thp-pte-mapped`: PMD THPs (`MADV_HUGEPAGE`, touched), then each
 //!    THP PTE-mapped by splitting its VMA for a moment (`MADV_DONTFORK` +
 //!    `MADV_DOFORK` on its first page), then `MADV_NOHUGEPAGE` so khugepaged
-//!    leaves them PTE-mapped — as the seed's C program does;
+//!    leaves them PTE-mapped — as the test program does;
 //! 2. `mthp-64k`: 64 KiB mTHPs; needs
 //!    `/sys/kernel/mm/transparent_hugepage/hugepages-64kB/enabled` not
 //!    `never` (changed only with `allow_sysfs`, and restored);
 //! 3. `small-4k`: 4 KiB pages (`MADV_NOHUGEPAGE`).
 //!
-//! `seconds` is the whole loop as the seed times it (mprotects and the
-//! rewrite); `mprotect_seconds` is the time inside the `mprotect` calls
-//! alone, the part the seed's patch changes. Each case verifies the folio
-//! sizes it ran on (pagemap + kpageflags) and the PMD mappings (smaps).
+//! `seconds` is the whole loop as the test program times it (mprotects and
+//! the rewrite); `mprotect_seconds` is the time inside the `mprotect` calls
+//! alone, the part the patches change. Each case verifies the folio sizes it
+//! ran on (pagemap + kpageflags) and the PMD mappings (smaps).
+//!
+//! A run prepares every case's region first (so it holds `3 × size` of
+//! memory), then runs the loop round by round with the cases alternating
+//! within each round, in an order rotated by run and round: drift on the
+//! machine hits all cases alike, and each case's ratio to `small-4k` is
+//! taken run by run ([`stats::paired_ratio`]).
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Instant;
 
-use super::stats::Summary;
-use super::Progress;
+use super::stats::{self, PairedRatio, Summary};
+use super::{Progress, Stopped, Until};
 use crate::kernel::{self, Mapping};
 use crate::{folio, Error, Result};
 
@@ -29,15 +36,20 @@ const THP_DIR: &str = "/sys/kernel/mm/transparent_hugepage";
 /// What to run.
 #[derive(Debug, Clone)]
 pub struct Options {
-    /// Bytes per case (the seed: 1 GiB); rounded down to whole PMDs.
+    /// Bytes per case (the test program: 1 GiB); rounded down to whole PMDs.
     pub size: u64,
-    /// mprotect read-only/read-write rounds (the seed: 40).
+    /// mprotect read-only/read-write rounds (the test program: 40).
     pub loops: u32,
-    /// Runs per case (each case is run `runs` times, cases interleaved).
+    /// Runs (the minimum with `until.ci_width`); each run measures every
+    /// case, interleaved round by round.
     pub runs: u32,
     /// Allow setting `hugepages-64kB/enabled` to `madvise` for case 2 (and
     /// restoring it afterwards).
     pub allow_sysfs: bool,
+    /// Seed of the bootstrap.
+    pub seed: u64,
+    /// When to stop adding runs.
+    pub until: Until,
 }
 
 impl Default for Options {
@@ -45,13 +57,15 @@ impl Default for Options {
         Options {
             size: 1 << 30,
             loops: 40,
-            runs: 3,
+            runs: 5,
             allow_sysfs: false,
+            seed: 0x5eed004,
+            until: Until::default(),
         }
     }
 }
 
-/// The seed's three cases.
+/// The three cases of the patches' test program.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Case {
     PmdThpPteMapped,
@@ -59,7 +73,7 @@ pub enum Case {
     Small4k,
 }
 
-/// All cases in the seed's order.
+/// All cases in the test program's order.
 pub const CASES: [Case; 3] = [Case::PmdThpPteMapped, Case::Mthp64k, Case::Small4k];
 
 impl Case {
@@ -71,7 +85,7 @@ impl Case {
             Case::Small4k => "small-4k",
         }
     }
-    /// The seed's description.
+    /// The test program's description.
     pub fn description(self) -> &'static str {
         match self {
             Case::PmdThpPteMapped => "PMD THPs, then PTE-mapped",
@@ -84,7 +98,7 @@ impl Case {
 /// One case's result: numbers, or why the kernel cannot make it.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct CaseReport {
-    /// The seed's description of the case.
+    /// The test program's description of the case.
     pub description: &'static str,
     /// Median seconds of the whole loop; `null` when not available.
     pub seconds: Option<f64>,
@@ -95,10 +109,83 @@ pub struct CaseReport {
     pub not_available: Option<String>,
     /// Per-run statistics.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub stats: Option<BTreeMap<&'static str, Summary>>,
+    pub stats: Option<CaseStats>,
     /// Verified memory state of the first run.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub state: Option<State>,
+}
+
+/// Statistics of one case over the runs.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct CaseStats {
+    pub mprotect_seconds: Summary,
+    pub seconds: Summary,
+}
+
+/// The three cases' results.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Cases {
+    #[serde(rename = "mthp-64k")]
+    pub mthp_64k: CaseReport,
+    #[serde(rename = "pmd-thp-pte-mapped")]
+    pub pmd_thp_pte_mapped: CaseReport,
+    #[serde(rename = "small-4k")]
+    pub small_4k: CaseReport,
+}
+
+impl Cases {
+    /// One case's result.
+    pub fn get(&self, c: Case) -> &CaseReport {
+        match c {
+            Case::PmdThpPteMapped => &self.pmd_thp_pte_mapped,
+            Case::Mthp64k => &self.mthp_64k,
+            Case::Small4k => &self.small_4k,
+        }
+    }
+}
+
+/// Each large-folio case against 4 KiB pages, paired run by run (below 1:
+/// faster than small pages).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Ratios {
+    /// Loop seconds, pmd-thp-pte-mapped / small-4k.
+    pub pmd_thp_pte_mapped_over_small_4k: PairedRatio,
+    /// Seconds inside mprotect, pmd-thp-pte-mapped / small-4k.
+    pub pmd_thp_pte_mapped_over_small_4k_in_mprotect: PairedRatio,
+    /// Loop seconds, mthp-64k / small-4k (when the case ran).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mthp_64k_over_small_4k: Option<PairedRatio>,
+    /// Seconds inside mprotect, mthp-64k / small-4k (when the case ran).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mthp_64k_over_small_4k_in_mprotect: Option<PairedRatio>,
+}
+
+impl Ratios {
+    /// Every ratio that was measured, with its JSON name.
+    pub fn all(&self) -> Vec<(&'static str, &PairedRatio)> {
+        let mut v = vec![
+            (
+                "pmd_thp_pte_mapped_over_small_4k",
+                &self.pmd_thp_pte_mapped_over_small_4k,
+            ),
+            (
+                "pmd_thp_pte_mapped_over_small_4k_in_mprotect",
+                &self.pmd_thp_pte_mapped_over_small_4k_in_mprotect,
+            ),
+        ];
+        if let Some(r) = &self.mthp_64k_over_small_4k {
+            v.push(("mthp_64k_over_small_4k", r));
+        }
+        if let Some(r) = &self.mthp_64k_over_small_4k_in_mprotect {
+            v.push(("mthp_64k_over_small_4k_in_mprotect", r));
+        }
+        v
+    }
+
+    /// Width of the widest interval.
+    pub fn widest(&self) -> f64 {
+        self.all().iter().map(|(_, r)| r.width()).fold(0.0, f64::max)
+    }
 }
 
 /// The memory a case ran on.
@@ -128,14 +215,19 @@ pub struct Report {
     pub kernel: String,
     pub size_bytes: u64,
     pub loops: u32,
+    /// Runs made.
     pub runs: u32,
+    /// Why measuring stopped.
+    pub stopped: Stopped,
     /// `/sys/kernel/mm/transparent_hugepage/enabled`.
     pub thp_enabled: Option<String>,
     /// `hugepages-64kB/enabled` as found (before any `--allow-sysfs` change).
     pub mthp_64k_enabled: Option<String>,
     /// Whether `hugepages-64kB/enabled` was changed for the run and restored.
     pub sysfs_changed: bool,
-    pub cases: BTreeMap<&'static str, CaseReport>,
+    pub cases: Cases,
+    /// Each case against 4 KiB pages, paired run by run, with 95% CIs.
+    pub ratios: Ratios,
 }
 
 /// Restores a sysfs file on drop.
@@ -185,6 +277,7 @@ pub fn run(opts: &Options, progress: &dyn Progress) -> Result<Report> {
     if opts.runs == 0 || opts.loops == 0 {
         return Err(Error::Invalid("--runs and --loops must be at least 1".into()));
     }
+    opts.until.validate()?;
     let thp = kernel::thp_enabled();
     let mthp_before = kernel::sysfs_choice(mthp_path(64, "enabled"));
     let mut guard = None;
@@ -199,64 +292,146 @@ pub fn run(opts: &Options, progress: &dyn Progress) -> Result<Report> {
     }
     let sysfs_changed = guard.is_some();
 
-    let mut results: BTreeMap<Case, Vec<(f64, f64, State)>> = BTreeMap::new();
     let runnable: Vec<Case> = CASES
         .iter()
         .copied()
         .filter(|c| *c != Case::Mthp64k || mthp_ok.is_ok())
         .collect();
-    progress.start(u64::from(opts.runs) * runnable.len() as u64);
+    let mut total_steps = u64::from(opts.runs) * runnable.len() as u64;
+    progress.start(total_steps);
     if let Err(why) = &mthp_ok {
         progress.note(&format!("mthp-64k not available: {why}"));
     }
-    for r in 0..opts.runs {
-        for &c in &runnable {
-            let out = run_case(c, size as usize, opts.loops)?;
-            progress.step(&format!("run {}/{}: {} {:.2} s", r + 1, opts.runs, c.name(), out.0));
-            results.entry(c).or_default().push(out);
+    // Per case (CASES order): every run's (seconds, mprotect seconds, state).
+    let mut results: [Vec<Measured>; 3] = Default::default();
+    let started = std::time::Instant::now();
+    let mut r = 0u32;
+    let stopped = loop {
+        if r >= opts.runs {
+            let widest = ratios(&results, opts.seed).widest();
+            if let Some(why) = opts.until.stop(r, opts.runs, widest, started.elapsed()) {
+                break why;
+            }
+            total_steps += runnable.len() as u64;
+            progress.start(total_steps);
         }
-    }
+        for (c, m) in run_cases(&runnable, r as usize, size as usize, opts.loops)? {
+            progress.step(&format!("run {}: {} {:.2} s", r + 1, c.name(), m.seconds));
+            results[case_index(c)].push(m);
+        }
+        r += 1;
+    };
     drop(guard);
 
-    let mut cases = BTreeMap::new();
-    for c in CASES {
-        let rep = match results.remove(&c) {
-            Some(rs) => {
-                let secs: Vec<f64> = rs.iter().map(|r| r.0).collect();
-                let mp: Vec<f64> = rs.iter().map(|r| r.1).collect();
-                let mut stats = BTreeMap::new();
-                stats.insert("seconds", Summary::of(&secs));
-                stats.insert("mprotect_seconds", Summary::of(&mp));
-                CaseReport {
-                    description: c.description(),
-                    seconds: Some(stats["seconds"].median),
-                    mprotect_seconds: Some(stats["mprotect_seconds"].median),
-                    not_available: None,
-                    stats: Some(stats),
-                    state: rs.into_iter().next().map(|r| r.2),
-                }
-            }
-            None => CaseReport {
+    let ratios = ratios(&results, opts.seed);
+    let [pmd, mthp, small] = results;
+    let report = |c: Case, rs: Vec<Measured>| -> CaseReport {
+        if rs.is_empty() {
+            return CaseReport {
                 description: c.description(),
                 seconds: None,
                 mprotect_seconds: None,
                 not_available: Some(mthp_ok.clone().err().unwrap_or_default()),
                 stats: None,
                 state: None,
-            },
+            };
+        }
+        let secs: Vec<f64> = rs.iter().map(|m| m.seconds).collect();
+        let mp: Vec<f64> = rs.iter().map(|m| m.mprotect_seconds).collect();
+        let stats = CaseStats {
+            seconds: Summary::of(&secs),
+            mprotect_seconds: Summary::of(&mp),
         };
-        cases.insert(c.name(), rep);
-    }
+        CaseReport {
+            description: c.description(),
+            seconds: Some(stats.seconds.median),
+            mprotect_seconds: Some(stats.mprotect_seconds.median),
+            not_available: None,
+            stats: Some(stats),
+            state: rs.into_iter().next().map(|m| m.state),
+        }
+    };
     Ok(Report {
         kernel: kernel::KernelVersion::current().to_string(),
         size_bytes: size,
         loops: opts.loops,
-        runs: opts.runs,
+        runs: r,
+        stopped,
         thp_enabled: thp,
         mthp_64k_enabled: mthp_before,
         sysfs_changed,
-        cases,
+        cases: Cases {
+            pmd_thp_pte_mapped: report(Case::PmdThpPteMapped, pmd),
+            mthp_64k: report(Case::Mthp64k, mthp),
+            small_4k: report(Case::Small4k, small),
+        },
+        ratios,
     })
+}
+
+fn case_index(c: Case) -> usize {
+    c as usize
+}
+
+/// One case in one run.
+struct Measured {
+    /// The whole loop (mprotects and rewrites).
+    seconds: f64,
+    /// Inside the mprotect calls alone.
+    mprotect_seconds: f64,
+    state: State,
+}
+
+/// Each case against small-4k, run by run (`results` in [`CASES`] order).
+fn ratios(results: &[Vec<Measured>; 3], seed: u64) -> Ratios {
+    let col = |c: Case, f: fn(&Measured) -> f64| -> Vec<f64> { results[case_index(c)].iter().map(f).collect() };
+    let secs = |m: &Measured| m.seconds;
+    let inside = |m: &Measured| m.mprotect_seconds;
+    let pr = |c: Case, f: fn(&Measured) -> f64| stats::paired_ratio(&col(Case::Small4k, f), &col(c, f), seed, true);
+    let mthp = !results[case_index(Case::Mthp64k)].is_empty();
+    Ratios {
+        pmd_thp_pte_mapped_over_small_4k: pr(Case::PmdThpPteMapped, secs),
+        pmd_thp_pte_mapped_over_small_4k_in_mprotect: pr(Case::PmdThpPteMapped, inside),
+        mthp_64k_over_small_4k: mthp.then(|| pr(Case::Mthp64k, secs)),
+        mthp_64k_over_small_4k_in_mprotect: mthp.then(|| pr(Case::Mthp64k, inside)),
+    }
+}
+
+/// One run: prepare every case's region, then run the loop round by round,
+/// the cases alternating within each round (order rotated by run and
+/// round), so that drift on the machine hits every case alike.
+fn run_cases(cases: &[Case], run: usize, size: usize, loops: u32) -> Result<Vec<(Case, Measured)>> {
+    let rw = libc::PROT_READ | libc::PROT_WRITE;
+    let mut prepared = Vec::new();
+    for &c in cases {
+        let (m, state) = prepare_case(c, size)?;
+        prepared.push((c, m, state, 0.0f64, 0.0f64));
+    }
+    let n = prepared.len();
+    for round in 0..loops as usize {
+        for k in 0..n {
+            let (_, m, _, secs, inside) = &mut prepared[(run + round + k) % n];
+            let t = Instant::now();
+            mprotect(m, libc::PROT_READ)?;
+            mprotect(m, rw)?;
+            *inside += t.elapsed().as_secs_f64();
+            bzero(m);
+            *secs += t.elapsed().as_secs_f64();
+        }
+    }
+    Ok(prepared
+        .into_iter()
+        .map(|(c, _, state, seconds, mprotect_seconds)| {
+            (
+                c,
+                Measured {
+                    seconds,
+                    mprotect_seconds,
+                    state,
+                },
+            )
+        })
+        .collect())
 }
 
 /// Write zeros over the region in a way the compiler keeps.
@@ -275,8 +450,9 @@ fn mprotect(m: &Mapping, prot: i32) -> Result<()> {
     Ok(())
 }
 
-/// Prepare the region for `case`, run the loop; (seconds, mprotect seconds, state).
-fn run_case(case: Case, size: usize, loops: u32) -> Result<(f64, f64, State)> {
+/// Prepare the region for `case` as the test program does, ready for the
+/// loop; the region and its verified state.
+fn prepare_case(case: Case, size: usize) -> Result<(Mapping, State)> {
     let pmd = kernel::pmd_size();
     let ps = kernel::page_size();
     let rw = libc::PROT_READ | libc::PROT_WRITE;
@@ -314,7 +490,7 @@ fn run_case(case: Case, size: usize, loops: u32) -> Result<(f64, f64, State)> {
     let anon_huge_kb_after_touch = crate::procfs::own_mapping_stats(m.addr() as u64)?.map_or(0, |s| s.anon_huge_kb);
     let mthp_64k_fault_alloc = fault_alloc_before
         .and_then(|b| read_counter(&mthp_path(64, "stats/anon_fault_alloc")).map(|a| a.saturating_sub(b)));
-    // As the seed: no khugepaged collapse during the loop, then rewrite.
+    // As the test program: no khugepaged collapse during the loop, then rewrite.
     m.madvise(0, size, kernel::MADV_NOHUGEPAGE)?;
     bzero(&m);
     if case == Case::PmdThpPteMapped {
@@ -334,19 +510,8 @@ fn run_case(case: Case, size: usize, loops: u32) -> Result<(f64, f64, State)> {
     let total: u64 = folios_kb.values().sum();
     let expected_folio_pct = super::exec::pct(folios_kb.get(&expected_kb).copied().unwrap_or(0), total);
 
-    let mut in_mprotect = 0.0;
-    let t = Instant::now();
-    for _ in 0..loops {
-        let a = Instant::now();
-        mprotect(&m, libc::PROT_READ)?;
-        mprotect(&m, rw)?;
-        in_mprotect += a.elapsed().as_secs_f64();
-        bzero(&m);
-    }
-    let secs = t.elapsed().as_secs_f64();
     Ok((
-        secs,
-        in_mprotect,
+        m,
         State {
             folios_kb,
             expected_folio_pct,

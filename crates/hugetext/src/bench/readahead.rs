@@ -1,18 +1,22 @@
-//! Seed 002's effect in small: readahead throughput with N threads.
+//! The effect of the Linux "batch folio insertion" readahead patches, in
+//! small: readahead throughput with N threads.
 //!
 //! Two configurations move the same number of bytes:
 //! - `distinct-files`: each thread `readahead(2)`s its own evicted file;
 //! - `shared-file`: all threads `readahead(2)` disjoint slices of one evicted
 //!   file, so every insertion contends on that file's page-cache xarray lock
-//!   — the lock seed 002's batched insertion takes once per batch instead of
-//!   once per folio.
+//!   — the lock the patches' batched insertion takes once per batch instead
+//!   of once per folio.
 //!
 //! Each thread issues `readahead(2)` in chunks, then waits for its data by
 //! reading it back with `pread` (a copy from the page cache, the same for
 //! both configurations); throughput is bytes over the wall time from the
 //! threads' common start to the last one's end. Comparing the two
 //! configurations (and the same configuration across kernels) shows the lock
-//! cost; on a slow disk the I/O dominates and both come out alike.
+//! cost; on a slow disk the I/O dominates and both come out alike. The two
+//! alternate run by run in rotating order (each run needs evicted files, so
+//! a run is the finest grain), and their ratio is taken run by run
+//! ([`stats::paired_ratio`]).
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -22,8 +26,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Barrier;
 use std::time::Instant;
 
-use super::stats::Summary;
-use super::Progress;
+use super::stats::{self, PairedRatio, Summary};
+use super::{Progress, Stopped, Until};
 use crate::{folio, kernel, pagecache, Error, Result};
 
 /// What to run.
@@ -35,10 +39,15 @@ pub struct Options {
     pub size_per_thread: u64,
     /// Bytes per `readahead(2)` call.
     pub chunk: u64,
-    /// Runs per configuration (interleaved).
+    /// Runs (the minimum with `until.ci_width`); each run measures both
+    /// configurations.
     pub runs: u32,
     /// Directory for the files (None: see [`super::scratch_dir`]).
     pub dir: Option<PathBuf>,
+    /// Seed of the bootstrap.
+    pub seed: u64,
+    /// When to stop adding runs.
+    pub until: Until,
 }
 
 impl Default for Options {
@@ -49,14 +58,35 @@ impl Default for Options {
                 .unwrap_or(2),
             size_per_thread: 256 << 20,
             chunk: 2 << 20,
-            runs: 3,
+            runs: 5,
             dir: None,
+            seed: 0x5eed002,
+            until: Until::default(),
         }
     }
 }
 
 /// The two configurations.
-pub const CONFIGS: [&str; 2] = ["distinct-files", "shared-file"];
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Config {
+    /// One evicted file per thread.
+    DistinctFiles,
+    /// Disjoint slices of one evicted file.
+    SharedFile,
+}
+
+/// Both configurations.
+pub const CONFIGS: [Config; 2] = [Config::DistinctFiles, Config::SharedFile];
+
+impl Config {
+    /// Name used in JSON and tables.
+    pub fn name(self) -> &'static str {
+        match self {
+            Config::DistinctFiles => "distinct-files",
+            Config::SharedFile => "shared-file",
+        }
+    }
+}
 
 /// One configuration's results.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -72,6 +102,33 @@ pub struct ConfigReport {
     pub folios_kb: BTreeMap<u64, u64>,
 }
 
+/// Both configurations' results.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Configs {
+    #[serde(rename = "distinct-files")]
+    pub distinct_files: ConfigReport,
+    #[serde(rename = "shared-file")]
+    pub shared_file: ConfigReport,
+}
+
+impl Configs {
+    /// One configuration's results.
+    pub fn get(&self, c: Config) -> &ConfigReport {
+        match c {
+            Config::DistinctFiles => &self.distinct_files,
+            Config::SharedFile => &self.shared_file,
+        }
+    }
+}
+
+/// The benchmark's ratio, paired run by run.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Ratios {
+    /// MB/s of `shared-file` over `distinct-files` in the same run (below
+    /// 1: the shared file was slower, e.g. by page-cache lock contention).
+    pub shared_over_distinct: PairedRatio,
+}
+
 /// Everything the benchmark measured.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Report {
@@ -79,15 +136,20 @@ pub struct Report {
     pub threads: u32,
     pub size_per_thread_bytes: u64,
     pub chunk_bytes: u64,
+    /// Runs made.
     pub runs: u32,
+    /// Why measuring stopped.
+    pub stopped: Stopped,
     pub dir: PathBuf,
     pub filesystem: String,
     /// `read_ahead_kb` of the device holding the files, when found.
     pub read_ahead_kb: Option<u64>,
-    pub configs: BTreeMap<&'static str, ConfigReport>,
-    /// MB/s of `shared-file` over `distinct-files` (lock contention shows
-    /// as < 1).
+    pub configs: Configs,
+    /// Median MB/s of `shared-file` over median MB/s of `distinct-files`
+    /// (lock contention shows as < 1).
     pub shared_over_distinct: f64,
+    /// The same, paired run by run, with its 95% confidence interval.
+    pub ratios: Ratios,
 }
 
 /// Run the benchmark.
@@ -95,6 +157,7 @@ pub fn run(opts: &Options, progress: &dyn Progress) -> Result<Report> {
     if opts.threads == 0 || opts.runs == 0 {
         return Err(Error::Invalid("--threads and --runs must be at least 1".into()));
     }
+    opts.until.validate()?;
     let ps = kernel::page_size() as u64;
     let per = opts.size_per_thread / ps * ps;
     if per == 0 {
@@ -104,7 +167,8 @@ pub fn run(opts: &Options, progress: &dyn Progress) -> Result<Report> {
     let n = opts.threads as u64;
     let dir = super::scratch_dir(opts.dir.as_deref())?;
     let filesystem = crate::fsutil::fs_name_at(dir.path())?;
-    progress.start(2 + 2 * u64::from(opts.runs));
+    let mut total_steps = 2 + 2 * u64::from(opts.runs);
+    progress.start(total_steps);
     let distinct: Vec<PathBuf> = (0..n).map(|i| dir.path().join(format!("distinct-{i}.bin"))).collect();
     for p in &distinct {
         super::write_filled(p, per, 0x5a)?;
@@ -114,30 +178,40 @@ pub fn run(opts: &Options, progress: &dyn Progress) -> Result<Report> {
     super::write_filled(&shared, per * n, 0xa5)?;
     progress.step("shared file written");
 
-    let mut mbps: BTreeMap<&'static str, Vec<f64>> = BTreeMap::new();
-    let mut wall: BTreeMap<&'static str, Vec<f64>> = BTreeMap::new();
-    for r in 0..opts.runs {
+    // Per configuration (CONFIGS order): MB/s and wall ms of every run.
+    let mut mbps: [Vec<f64>; 2] = Default::default();
+    let mut wall: [Vec<f64>; 2] = Default::default();
+    let ratio = |mbps: &[Vec<f64>; 2]| stats::paired_ratio(&mbps[0], &mbps[1], opts.seed, false);
+    let started = Instant::now();
+    let mut r = 0u32;
+    let stopped = loop {
+        if r >= opts.runs {
+            if let Some(why) = opts.until.stop(r, opts.runs, ratio(&mbps).width(), started.elapsed()) {
+                break why;
+            }
+            total_steps += 2;
+            progress.start(total_steps);
+        }
         for k in 0..2 {
-            let cfg = CONFIGS[(r as usize + k) % 2];
+            let ci = (r as usize + k) % 2;
+            let cfg = CONFIGS[ci];
             // (file, offset) per thread.
-            let jobs: Vec<(PathBuf, u64)> = if cfg == "distinct-files" {
-                distinct.iter().map(|p| (p.clone(), 0)).collect()
-            } else {
-                (0..n).map(|i| (shared.clone(), i * per)).collect()
+            let jobs: Vec<(PathBuf, u64)> = match cfg {
+                Config::DistinctFiles => distinct.iter().map(|p| (p.clone(), 0)).collect(),
+                Config::SharedFile => (0..n).map(|i| (shared.clone(), i * per)).collect(),
             };
             let secs = one_run(&jobs, per, chunk)?;
             let rate = (per * n) as f64 / secs / 1e6;
-            progress.step(&format!("run {}/{}: {cfg} {rate:.0} MB/s", r + 1, opts.runs));
-            mbps.entry(cfg).or_default().push(rate);
-            wall.entry(cfg).or_default().push(secs * 1e3);
+            progress.step(&format!("run {}: {} {rate:.0} MB/s", r + 1, cfg.name()));
+            mbps[ci].push(rate);
+            wall[ci].push(secs * 1e3);
         }
-    }
-    let mut configs = BTreeMap::new();
-    for cfg in CONFIGS {
-        let files: Vec<&Path> = if cfg == "distinct-files" {
-            distinct.iter().map(|p| p.as_path()).collect()
-        } else {
-            vec![shared.as_path()]
+        r += 1;
+    };
+    let report = |cfg: Config| -> Result<ConfigReport> {
+        let files: Vec<&Path> = match cfg {
+            Config::DistinctFiles => distinct.iter().map(|p| p.as_path()).collect(),
+            Config::SharedFile => vec![shared.as_path()],
         };
         let mut folios_kb = BTreeMap::new();
         for f in files {
@@ -145,29 +219,35 @@ pub fn run(opts: &Options, progress: &dyn Progress) -> Result<Report> {
                 *folios_kb.entry(k).or_default() += v;
             }
         }
-        let stats = Summary::of(&mbps[cfg]);
-        configs.insert(
-            cfg,
-            ConfigReport {
-                mb_per_s: stats.median,
-                stats,
-                median_ms: super::stats::median(&wall[cfg]),
-                folios_kb,
-            },
-        );
-    }
-    let shared_over_distinct = configs["shared-file"].mb_per_s / configs["distinct-files"].mb_per_s;
+        let i = cfg as usize;
+        let stats = Summary::of(&mbps[i]);
+        Ok(ConfigReport {
+            mb_per_s: stats.median,
+            stats,
+            median_ms: stats::median(&wall[i]),
+            folios_kb,
+        })
+    };
+    let configs = Configs {
+        distinct_files: report(Config::DistinctFiles)?,
+        shared_file: report(Config::SharedFile)?,
+    };
+    let shared_over_distinct = configs.shared_file.mb_per_s / configs.distinct_files.mb_per_s;
     Ok(Report {
         kernel: kernel::KernelVersion::current().to_string(),
         threads: opts.threads,
         size_per_thread_bytes: per,
         chunk_bytes: chunk,
-        runs: opts.runs,
+        runs: r,
+        stopped,
         read_ahead_kb: read_ahead_kb(dir.path()),
         dir: dir.path().parent().unwrap_or(dir.path()).to_path_buf(),
         filesystem,
         configs,
         shared_over_distinct,
+        ratios: Ratios {
+            shared_over_distinct: ratio(&mbps),
+        },
     })
 }
 
