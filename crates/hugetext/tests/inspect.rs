@@ -124,8 +124,19 @@ fn methods_agree_on_this_whole_process() {
             .collect::<Vec<_>>()
     };
     if kernel::pagemap_scan_supported() {
-        let a = get(Method::PagemapScan);
-        assert!(!a.is_empty());
-        assert_eq!(a, get(Method::PagemapSmaps));
+        // Running the two methods (and other test threads) faults in more
+        // of the executable's text between the two reads: a real
+        // disagreement persists, a page faulted in between does not.
+        let mut tries = 0;
+        loop {
+            let a = get(Method::PagemapScan);
+            assert!(!a.is_empty());
+            let b = get(Method::PagemapSmaps);
+            tries += 1;
+            if a == b || tries == 5 {
+                assert_eq!(a, b, "after {tries} tries");
+                break;
+            }
+        }
     }
 }
