@@ -2,7 +2,7 @@
 //! the real kernel: the aligned programs print exactly what the originals
 //! print, and once the page cache holds PMD folios their text is PMD-mapped.
 
-mod common;
+use hugetext_testkit as common;
 
 use std::ffi::CString;
 use std::fs;
@@ -107,12 +107,6 @@ fn align(args: &[&str]) -> (i32, String, String) {
     )
 }
 
-fn copy_fixture(dir: &Path, linker: &str, name: &str) -> PathBuf {
-    let dst = dir.join(name);
-    fs::copy(common::fixture(linker, name), &dst).unwrap();
-    dst
-}
-
 fn s(p: &Path) -> &str {
     p.to_str().unwrap()
 }
@@ -137,7 +131,7 @@ fn prove(linker: &str) {
     let skewed = linker != "bfd";
 
     // --- PIE, aligned in place -------------------------------------------
-    let pie = copy_fixture(d, linker, "pie");
+    let pie = common::copy_fixture(d, linker, "pie");
     let expected = run_output(&pie);
     fill_pmd_page_cache(&pie);
     let r = common::Running::fixture(&pie);
@@ -176,7 +170,7 @@ fn prove(linker: &str) {
     assert_eq!(align(&[s(&pie)]).0, 2);
 
     // --- non-PIE, -o ------------------------------------------------------
-    let nopie = copy_fixture(d, linker, "nopie");
+    let nopie = common::copy_fixture(d, linker, "nopie");
     let expected = run_output(&nopie);
     let out_path = d.join("nopie.aligned");
     let (code, out, err) = align(&[s(&nopie), "-o", s(&out_path)]);
@@ -197,8 +191,8 @@ fn prove(linker: &str) {
     r.stop();
 
     // --- shared library + the program using it (RUNPATH=$ORIGIN) -----------
-    let lib = copy_fixture(d, linker, "libbig.so");
-    let usebig = copy_fixture(d, linker, "usebig");
+    let lib = common::copy_fixture(d, linker, "libbig.so");
+    let usebig = common::copy_fixture(d, linker, "usebig");
     let expected = run_output(&usebig);
     fill_pmd_page_cache(&lib);
     let r = common::Running::fixture(&usebig);
@@ -275,7 +269,7 @@ fn xattr_set(path: &Path, name: &str, value: &[u8]) {
 #[test]
 fn in_place_keeps_mode_owner_xattrs_and_capabilities() {
     let dir = common::scratch();
-    let f = copy_fixture(dir.path(), "lld", "pie");
+    let f = common::copy_fixture(dir.path(), "lld", "pie");
     let expected = run_output(&f);
     std::os::unix::fs::chown(&f, Some(1234), Some(5678)).unwrap();
     fs::set_permissions(&f, fs::Permissions::from_mode(0o750)).unwrap();
@@ -317,7 +311,7 @@ fn in_place_keeps_mode_owner_xattrs_and_capabilities() {
 #[test]
 fn output_option_leaves_input_untouched_and_dry_run_writes_nothing() {
     let dir = common::scratch();
-    let f = copy_fixture(dir.path(), "mold", "libbig.so");
+    let f = common::copy_fixture(dir.path(), "mold", "libbig.so");
     let orig = fs::read(&f).unwrap();
     let mtime = fs::metadata(&f).unwrap().mtime_nsec();
 
@@ -342,7 +336,7 @@ fn output_option_leaves_input_untouched_and_dry_run_writes_nothing() {
 #[test]
 fn aligning_a_running_program_in_place_does_not_disturb_it() {
     let dir = common::scratch();
-    let f = copy_fixture(dir.path(), "lld", "pie");
+    let f = common::copy_fixture(dir.path(), "lld", "pie");
     let expected = run_output(&f);
     let r = common::Running::fixture(&f);
     let (code, out, err) = align(&[s(&f)]);
@@ -358,7 +352,7 @@ fn aligning_a_running_program_in_place_does_not_disturb_it() {
 #[test]
 fn signed_files_are_refused_unless_forced() {
     let dir = common::scratch();
-    let f = copy_fixture(dir.path(), "lld", "pie");
+    let f = common::copy_fixture(dir.path(), "lld", "pie");
     let sig = dir.path().join("sig.bin");
     fs::write(&sig, [0x5a; 64]).unwrap();
     let signed = dir.path().join("signed");
@@ -380,7 +374,7 @@ fn signed_files_are_refused_unless_forced() {
     assert_eq!(run_output(&signed), run_output(&f));
 
     // An IMA xattr also counts as a signature of the old content.
-    let g = copy_fixture(dir.path(), "mold", "pie");
+    let g = common::copy_fixture(dir.path(), "mold", "pie");
     xattr_set(&g, "security.ima", &[0x04, 0x01, 0x02]);
     let (code, out, _) = align(&[s(&g)]);
     assert_eq!(code, 3, "{out}");
@@ -397,7 +391,7 @@ fn signed_files_are_refused_unless_forced() {
 #[test]
 fn appended_data_is_warned_about_and_kept() {
     let dir = common::scratch();
-    let f = copy_fixture(dir.path(), "lld", "pie");
+    let f = common::copy_fixture(dir.path(), "lld", "pie");
     let expected = run_output(&f);
     fs::OpenOptions::new()
         .append(true)
@@ -504,7 +498,7 @@ fn bad_inputs_fail_cleanly_and_leave_the_file_intact() {
     assert!(m.contains("32-bit"), "{m}");
 
     // Wrong machine: e_machine = AArch64.
-    let arm = copy_fixture(d, "lld", "pie");
+    let arm = common::copy_fixture(d, "lld", "pie");
     let arm2 = d.join("arm");
     fs::rename(&arm, &arm2).unwrap();
     patch(&arm2, 18, &183u16.to_le_bytes());
@@ -512,7 +506,7 @@ fn bad_inputs_fail_cleanly_and_leave_the_file_intact() {
     assert!(m.contains("AArch64"), "{m}");
 
     // Absurd header: a PT_LOAD claiming 2^62 bytes.
-    let absurd = copy_fixture(d, "mold", "pie");
+    let absurd = common::copy_fixture(d, "mold", "pie");
     let load = first_load(&absurd);
     patch(&absurd, load + 32, &(1u64 << 62).to_le_bytes());
     let m = assert_clean_failure(&[s(&absurd)], &absurd, 1);

@@ -6,17 +6,16 @@
 //! independent fill (`pagecache::fill_huge`) and scan (`folio::scan_file`)
 //! on the same filesystem.
 
-mod common;
+use hugetext_testkit as common;
 
 use common::Running;
 
 use std::fs::File;
-use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
+use std::process::Output;
 
+use hugetext::folio;
 use hugetext::kernel::{self};
-use hugetext::{folio, pagecache};
 use serde_json::Value;
 
 const MIB: u64 = 1 << 20;
@@ -37,24 +36,6 @@ fn json(out: &Output) -> Value {
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", common::text(&out.stdout)))
 }
 
-/// The independent experiment: a 4 MiB file in `dir`, evicted, filled
-/// through a `MADV_HUGEPAGE` mapping and scanned. True when both 2 MiB
-/// windows are one PMD-order folio each.
-fn fill_and_scan(dir: &Path) -> bool {
-    let p = dir.join("probe-by-test");
-    let mut f = File::create(&p).unwrap();
-    f.write_all(&vec![0xc3u8; 4 << 20]).unwrap();
-    f.sync_all().unwrap();
-    drop(f);
-    let f = File::open(&p).unwrap();
-    pagecache::evict(&f, 0..0).unwrap();
-    pagecache::fill_huge(&f, 0..4 << 20).unwrap();
-    let n = folio::scan_file(&p, None).unwrap().pmd_windows.len();
-    pagecache::evict(&f, 0..0).unwrap();
-    std::fs::remove_file(&p).unwrap();
-    n == 2
-}
-
 fn doctor_check(dir: &Path, id: &str) -> Value {
     let out = ok(
         common::hugetext(&["doctor", "--json", "--path", dir.to_str().unwrap()]),
@@ -69,7 +50,7 @@ fn doctor_check(dir: &Path, id: &str) -> Value {
         .clone()
 }
 
-/// doctor's PMD-folio verdict for `dir`, checked against [`fill_and_scan`]
+/// doctor's PMD-folio verdict for `dir`, checked against [`common::fs_gives_pmd_folios`]
 /// there and against the filesystem type; returns it.
 fn doctor_verdict(dir: &Path, fstype: &str) -> bool {
     let c = doctor_check(dir, "fs-large-folios");
@@ -80,7 +61,7 @@ fn doctor_verdict(dir: &Path, fstype: &str) -> bool {
         "no" => false,
         s => panic!("unexpected status {s}: {c}"),
     };
-    let experiment = fill_and_scan(dir);
+    let experiment = common::fs_gives_pmd_folios(dir);
     assert_eq!(
         doctor_yes, experiment,
         "doctor says {c} but fill+scan says {experiment}"
@@ -94,21 +75,6 @@ fn doctor_verdict(dir: &Path, fstype: &str) -> bool {
     doctor_yes
 }
 
-/// Copy a fixture onto `dir` in a child process (a write descriptor of ours
-/// could leak into a concurrently forked child and make its exec fail with
-/// ETXTBSY), written back so its page cache is clean and evictable.
-fn copy_fixture(dir: &Path, linker: &str, name: &str) -> PathBuf {
-    let dst = dir.join(name);
-    let st = Command::new("cp")
-        .arg(common::fixture(linker, name))
-        .arg(&dst)
-        .status()
-        .unwrap();
-    assert!(st.success());
-    File::open(&dst).unwrap().sync_all().unwrap();
-    dst
-}
-
 fn warm_json(p: &Path) -> Value {
     let out = ok(common::hugetext(&["warm", "--json", p.to_str().unwrap()]), "warm");
     json(&out)["files"][0].clone()
@@ -118,7 +84,7 @@ fn warm_json(p: &Path) -> Value {
 /// eligible window becomes one PMD folio, a running instance has its text
 /// PMD-mapped, and `inspect --file` counts the same folios.
 fn warm_reaches_every_window(dir: &Path, fstype: &str) {
-    let prog = copy_fixture(dir, "bfd", "nopie");
+    let prog = common::copy_fixture(dir, "bfd", "nopie");
     common::read_small(&prog);
     let before = folio::scan_file(&prog, None).unwrap();
     assert!(before.pmd_windows.is_empty(), "not small before warm: {before:?}");
@@ -160,7 +126,7 @@ fn run_file_strategy_is_huge(dir: &Path) {
 /// cache is put in 4 KiB folios first (so the route drops and refaults) and
 /// the windows must have been replaced with `mmap(MAP_FIXED)`.
 fn run_file_strategy_is_huge_with(dir: &Path, compat: Option<&str>) {
-    let prog = copy_fixture(dir, "bfd", "nopie");
+    let prog = common::copy_fixture(dir, "bfd", "nopie");
     let keeps_tables = compat.is_some_and(|c| c.contains("no-pt-reclaim"));
     if keeps_tables {
         common::read_small(&prog);
@@ -225,7 +191,7 @@ fn btrfs_doctor_warm_and_run_say_what_the_kernel_does() {
         run_file_strategy_is_huge(fs.path());
         return;
     }
-    let prog = copy_fixture(fs.path(), "bfd", "nopie");
+    let prog = common::copy_fixture(fs.path(), "bfd", "nopie");
     common::read_small(&prog);
     let p = prog.to_str().unwrap();
 

@@ -6,12 +6,12 @@
 //! or anonymous memory in a known way, prints "ready ADDR", and waits until
 //! its stdin closes.
 
-mod common;
+use hugetext_testkit as common;
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
 use std::os::fd::AsFd;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
 use hugetext::{kernel, pagecache, procfs};
@@ -100,20 +100,6 @@ fn kb(v: &Value, label: &str) -> u64 {
     v[label].as_u64().unwrap_or_else(|| panic!("no {label} in {v}"))
 }
 
-/// Write a scratch file of `mib` MiB on the real disk and drop its page cache.
-fn scratch_file(dir: &Path, name: &str, mib: usize) -> PathBuf {
-    let p = dir.join(name);
-    let mut f = File::create(&p).unwrap();
-    let block: Vec<u8> = (0..MIB).map(|i| (i * 13 + 5) as u8).collect();
-    for _ in 0..mib {
-        f.write_all(&block).unwrap();
-    }
-    f.sync_all().unwrap();
-    drop(f);
-    pagecache::evict(&File::open(&p).unwrap(), 0..0).unwrap();
-    p
-}
-
 /// The helper side: set up the mapping the mode asks for, then wait.
 #[test]
 fn helper_entry() {
@@ -177,7 +163,7 @@ fn helper_entry() {
 #[test]
 fn pmd_mapped_file_equals_file_pmd_mapped() {
     let dir = common::scratch();
-    let p = scratch_file(dir.path(), "pmd", 8);
+    let p = common::scratch_file(dir.path(), "pmd", 8);
     let h = Helper::start("file-pmd", &p);
     let m = h.inspect_mapping(&[]);
     let smaps = h.smaps();
@@ -203,7 +189,7 @@ fn pmd_mapped_file_equals_file_pmd_mapped() {
 #[test]
 fn same_pmd_folios_one_page_off_are_unaligned() {
     let dir = common::scratch();
-    let p = scratch_file(dir.path(), "off", 8);
+    let p = common::scratch_file(dir.path(), "off", 8);
     pagecache::fill_huge(&File::open(&p).unwrap(), 0..8 << 20).unwrap();
     let h = Helper::start("file-off", &p);
     let m = h.inspect_mapping(&["--cont", "64K"]);
@@ -230,7 +216,7 @@ fn pmd_folios_mapped_aligned_by_ptes_and_shared_text_counted_once() {
     // Two processes map the same PMD folios: one by PMDs, one one page off.
     // Unique counts each file page once, under its best mapping.
     let dir = common::scratch();
-    let p = scratch_file(dir.path(), "shared", 4);
+    let p = common::scratch_file(dir.path(), "shared", 4);
     let a = Helper::start("file-pmd", &p);
     let b = Helper::start("file-off", &p);
     let (pa, pb) = (a.pid().to_string(), b.pid().to_string());
@@ -281,7 +267,7 @@ fn exec_faulted_file_is_in_base_pages() {
     // A cold fault through a PROT_EXEC mapping reads order-0 folios on x86
     // (exec readahead); KERNEL-NOTES §1.
     let dir = common::scratch();
-    let p = scratch_file(dir.path(), "small", 4);
+    let p = common::scratch_file(dir.path(), "small", 4);
     let h = Helper::start("file-plain", &p);
     let m = h.inspect_mapping(&[]);
     let smaps = h.smaps();
@@ -301,7 +287,7 @@ fn exec_faulted_file_is_in_base_pages() {
 #[test]
 fn file_view_of_unmapped_file() {
     let dir = common::scratch();
-    let p = scratch_file(dir.path(), "nomap", 6);
+    let p = common::scratch_file(dir.path(), "nomap", 6);
     let cold = run_json(&["inspect", "--json", "--file", p.to_str().unwrap()]);
     assert_eq!(cold["files"][0]["cached_kb"], 0, "{cold}");
     pagecache::fill_huge(&File::open(&p).unwrap(), 0..6 << 20).unwrap();
@@ -322,7 +308,7 @@ fn file_view_of_unmapped_file() {
 #[test]
 fn without_cap_sys_admin_falls_back_to_smaps() {
     let dir = common::scratch();
-    let p = scratch_file(dir.path(), "nocap", 4);
+    let p = common::scratch_file(dir.path(), "nocap", 4);
     let h = Helper::start("file-pmd", &p);
     let pid = h.pid().to_string();
     let out = Command::new("setpriv")

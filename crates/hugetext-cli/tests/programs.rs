@@ -7,7 +7,7 @@
 //! A program that is not installed is skipped with a note on stderr
 //! (scripts/install-deps.sh installs python3, perl, gcc and git).
 
-mod common;
+use hugetext_testkit as common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;

@@ -3,7 +3,7 @@
 //! Needs target/<profile>/libhugetext.so next to the hugetext binary
 //! (`cargo build --release` builds the whole workspace; scripts/test.sh does).
 
-mod common;
+use hugetext_testkit as common;
 
 use common::Running;
 

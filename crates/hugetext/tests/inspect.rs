@@ -3,7 +3,6 @@
 //! layouts must land in the right classes.
 
 use std::fs::File;
-use std::io::Write;
 use std::os::fd::AsFd;
 
 use hugetext::folio::{Class, Counts, Kind};
@@ -12,17 +11,6 @@ use hugetext::kernel::{self, Mapping};
 use hugetext::pagecache;
 
 const MIB: usize = 1 << 20;
-
-fn scratch_file(name: &str, mib: usize) -> std::path::PathBuf {
-    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("inspect");
-    std::fs::create_dir_all(&dir).unwrap();
-    let p = dir.join(name);
-    let mut f = File::create(&p).unwrap();
-    f.write_all(&vec![0xc3u8; mib * MIB]).unwrap();
-    f.sync_all().unwrap();
-    pagecache::evict(&File::open(&p).unwrap(), 0..0).unwrap();
-    p
-}
 
 /// Counts of the mapping of this process that starts at `addr`, by method.
 fn counts_at(addr: usize, method: Method, cont: &[u32]) -> Counts {
@@ -52,7 +40,8 @@ fn methods() -> Vec<Method> {
 
 #[test]
 fn pmd_partial_and_unaligned_layouts() {
-    let p = scratch_file("layouts", 4);
+    let dir = hugetext_testkit::scratch();
+    let p = hugetext_testkit::scratch_file(dir.path(), "layouts", 4);
     let f = File::open(&p).unwrap();
     pagecache::fill_huge(&f, 0..4 << 20).unwrap();
     let pmd = kernel::pmd_size();
