@@ -493,19 +493,11 @@ fn run_readahead(a: ReadaheadArgs) -> Result<u8> {
 }
 
 fn run_ab(a: AbArgs) -> Result<u8> {
-    let Some(argv0) = a.command.first() else {
+    if a.command.is_empty() {
         return Err(exit_with(
             2,
             "no command given: use `hugetext bench ab [OPTIONS] -- COMMAND [ARGS...]`",
         ));
-    };
-    if let Err(e) = ab::resolve_command(argv0) {
-        let code = if matches!(e, hugetext::Error::Permission(_)) {
-            126
-        } else {
-            127
-        };
-        return Err(exit_with(code, e.to_string()));
     }
     let opts = ab::Options {
         command: a.command.clone(),

@@ -32,9 +32,18 @@ pub fn exit_with(code: u8, msg: impl Into<String>) -> anyhow::Error {
     Exit { code, msg: msg.into() }.into()
 }
 
-/// Exit code for an error: the one it carries, else 1.
+/// Exit code for an error: the one it carries; 127/126 when a program to
+/// run cannot be found or executed (`run`, `bench ab`); else 1.
 pub fn exit_code_of(e: &anyhow::Error) -> u8 {
-    e.downcast_ref::<Exit>().map(|x| x.code).unwrap_or(1)
+    if let Some(x) = e.downcast_ref::<Exit>() {
+        return x.code;
+    }
+    match e.downcast_ref::<hugetext::Error>() {
+        Some(hugetext::Error::Launch(l)) => l.exit_code(),
+        _ => e
+            .downcast_ref::<hugetext::remap::LaunchError>()
+            .map_or(1, |l| l.exit_code()),
+    }
 }
 
 /// Render an error chain on one line: "outer: inner: root".

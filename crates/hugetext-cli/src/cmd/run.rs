@@ -145,8 +145,7 @@ pub fn run(args: Args) -> Result<u8> {
     let preload = remap::find_preload(args.preload.as_deref()).map_err(|e| exit_with(125, e.to_string()))?;
     let (program, rest) = args.command.split_first().expect("clap requires PROGRAM");
     let path_var = std::env::var_os("PATH");
-    let resolved =
-        remap::resolve_program(program, path_var.as_deref()).map_err(|e| exit_with(e.exit_code(), e.to_string()))?;
+    let resolved = remap::resolve_program(program, path_var.as_deref())?;
     match remap::injectable(&resolved) {
         Injectable::Yes => {}
         Injectable::Static => eprintln!(
