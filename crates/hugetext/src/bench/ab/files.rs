@@ -146,4 +146,48 @@ mod tests {
         assert!(ranges.iter().all(|r| r.start < r.end));
         assert!(exec_ranges(Path::new("/etc/passwd")).is_empty());
     }
+
+    /// A minimal little-endian ELF32 i386 executable: one read-only PT_LOAD
+    /// at 0x1000 (4 KiB) and one executable PT_LOAD at 0x2000 (8 KiB).
+    fn elf32(path: &Path) {
+        let mut d = vec![0u8; 0x4000];
+        d[..16].copy_from_slice(b"\x7fELF\x01\x01\x01\0\0\0\0\0\0\0\0\0");
+        let put16 = |d: &mut Vec<u8>, at: usize, v: u16| d[at..at + 2].copy_from_slice(&v.to_le_bytes());
+        let put32 = |d: &mut Vec<u8>, at: usize, v: u32| d[at..at + 4].copy_from_slice(&v.to_le_bytes());
+        put16(&mut d, 16, 2); // ET_EXEC
+        put16(&mut d, 18, 3); // EM_386
+        put32(&mut d, 20, 1);
+        put32(&mut d, 24, 0x0804_a000); // e_entry
+        put32(&mut d, 28, 52); // e_phoff
+        put16(&mut d, 40, 52); // e_ehsize
+        put16(&mut d, 42, 32); // e_phentsize
+        put16(&mut d, 44, 2); // e_phnum
+        put16(&mut d, 46, 40); // e_shentsize
+        for (i, (off, len, flags)) in [(0x1000u32, 0x1000u32, 4u32), (0x2000, 0x2000, 5)]
+            .into_iter()
+            .enumerate()
+        {
+            let ph = 52 + 32 * i;
+            put32(&mut d, ph, 1); // PT_LOAD
+            put32(&mut d, ph + 4, off);
+            put32(&mut d, ph + 8, 0x0804_8000 + off);
+            put32(&mut d, ph + 12, 0x0804_8000 + off);
+            put32(&mut d, ph + 16, len);
+            put32(&mut d, ph + 20, len);
+            put32(&mut d, ph + 24, flags);
+            put32(&mut d, ph + 28, 0x1000);
+        }
+        std::fs::write(path, d).unwrap();
+    }
+
+    /// Bug fixed by reading through elf::text_segments: ab's own reader took
+    /// only ELF64 headers, so a 32-bit program's text fell back to whatever
+    /// the warm-up run happened to map.
+    #[test]
+    fn exec_ranges_of_a_32_bit_program() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("prog32");
+        elf32(&p);
+        assert_eq!(exec_ranges(&p), vec![0x2000..0x4000]);
+    }
 }
