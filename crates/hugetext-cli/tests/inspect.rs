@@ -470,3 +470,133 @@ fn watch_repeats_one_json_document_per_line() {
     child.wait().unwrap();
     assert_eq!(n, 3);
 }
+
+/// The keys of a JSON object, sorted.
+fn keys(v: &Value) -> Vec<&str> {
+    let mut k: Vec<&str> = v
+        .as_object()
+        .unwrap_or_else(|| panic!("not an object: {v}"))
+        .keys()
+        .map(String::as_str)
+        .collect();
+    k.sort_unstable();
+    k
+}
+
+/// A thpmaps-style class label of `kind` (`file-base-page`,
+/// `anon-thp-pte-aligned-64kB`, `file-cont-pmd-aligned-64kB`, ...).
+fn is_label(kind: &str, k: &str) -> bool {
+    let Some(rest) = k.strip_prefix(kind).and_then(|r| r.strip_prefix('-')) else {
+        return false;
+    };
+    let sized = |p: &str| {
+        rest.strip_prefix(p)
+            .and_then(|n| n.strip_suffix("kB"))
+            .is_some_and(|n| n.parse::<u64>().is_ok())
+    };
+    ["base-page", "pte-mapped", "thp-pte-partial", "hugetlb"].contains(&rest)
+        || [
+            "thp-pte-unaligned-",
+            "thp-pte-aligned-",
+            "thp-pmd-aligned-",
+            "cont-pte-aligned-",
+            "cont-pmd-aligned-",
+        ]
+        .iter()
+        .any(|p| sized(p))
+}
+
+/// Counts of `kinds`: `<kind>_kb` and class labels, all numbers, nothing else.
+fn assert_counts(v: &Value, fixed: &[&str], kinds: &[&str]) {
+    let o = v.as_object().unwrap();
+    for kind in kinds {
+        assert!(o[&format!("{kind}_kb")].is_u64(), "{kind}_kb in {v}");
+    }
+    for (k, val) in o {
+        if fixed.contains(&k.as_str()) {
+            continue;
+        }
+        assert!(
+            kinds.iter().any(|kind| *k == format!("{kind}_kb") || is_label(kind, k)),
+            "unexpected key {k} in {v}"
+        );
+        assert!(val.is_u64(), "{k} is not a number of kB: {v}");
+    }
+}
+
+/// Pins the JSON of `inspect --json` (mappings, --rollup, --cont) and of
+/// `inspect --file --json`: the keys and the types of their values.
+#[test]
+fn json_shape_is_stable() {
+    let mut child = Command::new("sleep").arg("60").spawn().unwrap();
+    let pid = child.id().to_string();
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let top = [
+        "elapsed_ms",
+        "method",
+        "page_size_kb",
+        "pfn_access",
+        "pmd_size_kb",
+        "processes",
+        "scope",
+        "skipped",
+        "total",
+    ];
+    for rollup in [false, true] {
+        let mut args = vec!["inspect", "--pid", &pid, "--json", "--cont", "64K"];
+        if rollup {
+            args.push("--rollup");
+        }
+        let v = run_json(&args);
+        assert_eq!(keys(&v), top, "{v}");
+        assert!(v["method"].is_string() && v["pfn_access"].is_boolean() && v["elapsed_ms"].is_f64());
+        assert_eq!(v["scope"], "exec");
+        assert_eq!(v["page_size_kb"], kernel::page_size() as u64 / 1024);
+        assert_eq!(v["pmd_size_kb"], kernel::pmd_size() as u64 / 1024);
+        assert_eq!(
+            keys(&v["skipped"]),
+            ["kernel_threads", "unreadable", "vanished", "zombies"]
+        );
+        assert_counts(&v["total"], &["unique"], &["file", "anon"]);
+        assert_counts(&v["total"]["unique"], &[], &["file"]);
+        let p = &v["processes"][0];
+        assert_eq!(p["pid"], child.id());
+        assert_eq!(p["comm"], "sleep");
+        if rollup {
+            assert_counts(p, &["pid", "comm"], &["file", "anon"]);
+        } else {
+            assert_eq!(keys(p), ["comm", "mappings", "pid"]);
+            let maps = p["mappings"].as_array().unwrap();
+            assert!(!maps.is_empty());
+            let fixed = ["start", "end", "perms", "offset", "dev", "inode", "path"];
+            for m in maps {
+                assert_counts(m, &fixed, &["file", "anon"]);
+                assert!(m["start"].as_str().unwrap().starts_with("0x"), "{m}");
+                assert!(m["end"].as_str().unwrap().starts_with("0x"), "{m}");
+                assert!(m["perms"].is_string() && m["dev"].is_string() && m["path"].is_string());
+                assert!(m["offset"].is_u64() && m["inode"].is_u64());
+            }
+            assert!(maps
+                .iter()
+                .any(|m| m.as_object().unwrap().contains_key("file-cont-pte-aligned-64kB")));
+        }
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    let v = run_json(&["inspect", "--json", "--file", "/bin/sleep"]);
+    assert_eq!(keys(&v), ["files", "pfn_access"]);
+    let f = &v["files"][0];
+    assert_eq!(
+        keys(f),
+        ["cached_kb", "folios", "path", "pmd_windows", "pmd_windows_huge", "size"]
+    );
+    assert!(f["path"].as_str().unwrap().ends_with("sleep"));
+    assert!(f["size"].is_u64() && f["cached_kb"].is_u64() && f["pmd_windows"].is_u64());
+    for (k, n) in f["folios"].as_object().unwrap() {
+        assert!(
+            k.strip_suffix("kB").unwrap().parse::<u64>().is_ok() && n.is_u64(),
+            "{f}"
+        );
+    }
+}
