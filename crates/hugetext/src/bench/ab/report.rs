@@ -166,7 +166,7 @@ pub fn notes(files: &[TextFile], pairs: &[Pair]) -> Vec<String> {
                 f.pmd_windows
             ));
         }
-        if f.filesystem == "tmpfs" || f.filesystem == "ramfs" {
+        if crate::fsutil::is_memory_fs(&f.filesystem) {
             notes.push(format!(
                 "{}: on {}, which has no large page-cache folios here",
                 f.path.display(),
