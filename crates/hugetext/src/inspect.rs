@@ -28,6 +28,7 @@ use std::path::{Path, PathBuf};
 use crate::folio::{self, Class, Classifier, Counts, FileFolios, Kind, Segment, PM_PRESENT};
 use crate::kernel::{self, pagemap_scan as ps};
 use crate::procfs::{self, Vma};
+use crate::progress::Progress;
 use crate::{Error, Result};
 
 /// Which processes to inspect.
@@ -344,8 +345,8 @@ impl FilesJson {
     }
 }
 
-/// Inspect processes. `progress(done, total)` is called after each process.
-pub fn inspect(opts: &Options, progress: &mut dyn FnMut(usize, usize)) -> Result<Report> {
+/// Inspect processes; `progress` counts them.
+pub fn inspect(opts: &Options, progress: &dyn Progress) -> Result<Report> {
     let method = opts.method.unwrap_or_else(Method::detect);
     let (pids, strict) = match &opts.target {
         Target::System => (procfs::all_pids()?, false),
@@ -377,8 +378,8 @@ pub fn inspect(opts: &Options, progress: &mut dyn FnMut(usize, usize)) -> Result
         total: Counts::default(),
         unique: None,
     };
-    let n = pids.len();
-    for (i, &pid) in pids.iter().enumerate() {
+    progress.start(pids.len() as u64);
+    for &pid in &pids {
         match scanner.process(pid) {
             Ok(Some(p)) => {
                 report.total.merge(&p.counts);
@@ -400,7 +401,7 @@ pub fn inspect(opts: &Options, progress: &mut dyn FnMut(usize, usize)) -> Result
                 report.skipped.vanished += 1
             }
         }
-        progress(i + 1, n);
+        progress.step("");
     }
     if method != Method::SmapsOnly {
         report.unique = Some(scanner.unique.finish());

@@ -17,6 +17,7 @@
 //! | [`fsutil`]    | safe file replacement: temp file, owner/mode/xattrs, rename; signatures |
 //! | [`pagecache`] | evict and refill a file's page cache with PMD-order folios           |
 //! | [`warm`]      | `warm`: verified PMD page cache for programs and their libraries      |
+//! | [`progress`]  | the one progress interface of `bench`, `warm` and `inspect`          |
 //! | [`remap`]     | `run`: preload discovery, environment, verification of a process     |
 //! | [`bench`](mod@bench) | the seeds' benchmarks and paired A/B runs of real programs    |
 //!
@@ -32,6 +33,7 @@ pub mod inspect;
 pub mod kernel;
 pub mod pagecache;
 pub mod procfs;
+pub mod progress;
 pub mod remap;
 pub mod warm;
 

@@ -21,7 +21,7 @@ fn counts_at(addr: usize, method: Method, cont: &[u32]) -> Counts {
         mappings: true,
         method: Some(method),
     };
-    let r = inspect::inspect(&opts, &mut |_, _| {}).unwrap();
+    let r = inspect::inspect(&opts, &()).unwrap();
     r.processes[0]
         .mappings
         .iter()
@@ -104,7 +104,7 @@ fn methods_agree_on_this_whole_process() {
             mappings: true,
             method: Some(m),
         };
-        let r = inspect::inspect(&opts, &mut |_, _| {}).unwrap();
+        let r = inspect::inspect(&opts, &()).unwrap();
         r.processes[0]
             .mappings
             .iter()

@@ -1,6 +1,5 @@
 //! `hugetext inspect`.
 
-use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -9,6 +8,8 @@ use comfy_table::{presets::UTF8_FULL_CONDENSED, CellAlignment, ContentArrangemen
 use hugetext::folio::{Class, Counts, Kind};
 use hugetext::inspect::{self, FileView, FilesJson, Method, Options, Report, Target};
 use hugetext::kernel;
+
+use super::Bar;
 
 /// The long help of `hugetext inspect`.
 const LONG_ABOUT: &str = "\
@@ -185,24 +186,14 @@ fn run_processes(args: &Args, cont_orders: &[u32]) -> Result<()> {
         mappings: !args.rollup,
         method: None,
     };
-    let show_bar = !matches!(target, Target::Pids(_)) && std::io::stderr().is_terminal();
-    let bar = if show_bar {
-        let b = indicatif::ProgressBar::new(0);
-        b.set_style(
-            indicatif::ProgressStyle::with_template("{spinner} scanning processes {pos}/{len} {wide_bar} {elapsed}")
-                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-        );
-        b
+    let bar = if !matches!(target, Target::Pids(_)) {
+        Bar::new("{spinner} scanning processes {pos}/{len} {wide_bar} {elapsed}")
     } else {
-        indicatif::ProgressBar::hidden()
+        Bar::hidden()
     };
     let t0 = Instant::now();
-    let report = inspect::inspect(&opts, &mut |done, total| {
-        bar.set_length(total as u64);
-        bar.set_position(done as u64);
-    })
-    .context("inspect")?;
-    bar.finish_and_clear();
+    let report = inspect::inspect(&opts, &bar).context("inspect")?;
+    bar.finish();
     let elapsed = t0.elapsed();
     if report.method == Method::SmapsOnly {
         eprintln!(
