@@ -663,3 +663,22 @@ fn fuzz_regressions_and_seeds() {
     }
     assert!(rewritten > 0, "no seed exercised the rewriter");
 }
+
+/// Warnings describe what this run does: rewriting a system file in place
+/// changes it for the package manager, `-o` leaves it untouched.
+#[test]
+fn package_manager_warning_only_when_the_system_file_is_rewritten() {
+    let sys = std::path::Path::new("/opt").join(format!("hugetext-test-{}", std::process::id()));
+    fs::create_dir_all(&sys).unwrap();
+    let dir = common::scratch();
+    let f = common::copy_fixture(&sys, "bfd", "pie");
+    let out = dir.path().join("pie.aligned");
+    let (code, o, err) = align(&[s(&f), "-o", s(&out)]);
+    let warned_o = err.contains("package manager");
+    let (code_in_place, _, err_in_place) = align(&[s(&f)]);
+    let _ = fs::remove_dir_all(&sys);
+    assert_eq!(code, 0, "{o}{err}");
+    assert!(!warned_o, "-o leaves the system file untouched: {err}");
+    assert_eq!(code_in_place, 0, "{err_in_place}");
+    assert!(err_in_place.contains("package manager"), "{err_in_place}");
+}
