@@ -22,8 +22,13 @@ const MIB: u64 = 1 << 20;
 const PMD: u64 = 2 << 20;
 
 fn ok(out: Output, what: &str) -> Output {
+    exits(out, 0, what)
+}
+
+/// `out` exited with `code`.
+fn exits(out: Output, code: i32, what: &str) -> Output {
     assert!(
-        out.status.success(),
+        out.status.code() == Some(code),
         "{what}: {:?}\nstdout: {}\nstderr: {}",
         out.status,
         common::text(&out.stdout),
@@ -75,8 +80,9 @@ fn doctor_verdict(dir: &Path, fstype: &str) -> bool {
     doctor_yes
 }
 
-fn warm_json(p: &Path) -> Value {
-    let out = ok(common::hugetext(&["warm", "--json", p.to_str().unwrap()]), "warm");
+/// `warm --json P`, expecting exit status `code`: the file's entry.
+fn warm_json(p: &Path, code: i32) -> Value {
+    let out = exits(common::hugetext(&["warm", "--json", p.to_str().unwrap()]), code, "warm");
     json(&out)["files"][0].clone()
 }
 
@@ -88,7 +94,7 @@ fn warm_reaches_every_window(dir: &Path, fstype: &str) {
     common::read_small(&prog);
     let before = folio::scan_file(&prog, None).unwrap();
     assert!(before.pmd_windows.is_empty(), "not small before warm: {before:?}");
-    let w = warm_json(&prog);
+    let w = warm_json(&prog, 0);
     assert_eq!(w["filesystem"], fstype, "{w:#}");
     assert_eq!(w["route"], "pmd-readahead", "{w:#}");
     let eligible = w["eligible_windows"].as_u64().unwrap();
@@ -195,10 +201,9 @@ fn btrfs_doctor_warm_and_run_say_what_the_kernel_does() {
     common::read_small(&prog);
     let p = prog.to_str().unwrap();
 
-    // warm: exit 0 (doc/warm.md: the file was warmed, what stayed small is
-    // reported), route none, and one note saying it is impossible and what
-    // to do.
-    let w = warm_json(&prog);
+    // warm: exit 3, impossible here (the exit-status convention), route
+    // none, and one note saying it is impossible and what to do.
+    let w = warm_json(&prog, 3);
     assert_eq!(w["filesystem"], "btrfs", "{w:#}");
     assert_eq!(w["route"], "none", "{w:#}");
     assert_eq!(w["pmd_windows"], 0);
@@ -211,7 +216,7 @@ fn btrfs_doctor_warm_and_run_say_what_the_kernel_does() {
     );
     let impossible = |notes: &str| notes.contains("PMD folios are impossible on this filesystem (btrfs)");
     assert!(impossible(&w["notes"].to_string()), "{w:#}");
-    let out = ok(common::hugetext(&["warm", p]), "warm");
+    let out = exits(common::hugetext(&["warm", p]), 3, "warm");
     let human = common::text(&out.stdout);
     let note = human
         .lines()
@@ -229,11 +234,15 @@ fn btrfs_doctor_warm_and_run_say_what_the_kernel_does() {
     // btrfs's st_dev is not the device maps lines show; the pid is found anyway.
     let pids = hugetext::warm::mapping_pids(&prog).unwrap();
     assert!(pids.iter().any(|p| p.pid == r.pid()), "{pids:?}");
-    let w = warm_json(&prog);
+    let w = warm_json(&prog, 3);
     assert_eq!(w["route"], "none", "{w:#}");
     assert!(impossible(&w["notes"].to_string()), "{w:#}");
     assert!(!w["notes"].to_string().contains("--replace"), "{w:#}");
-    let out = ok(common::hugetext(&["warm", "--json", "--replace", p]), "warm --replace");
+    let out = exits(
+        common::hugetext(&["warm", "--json", "--replace", p]),
+        3,
+        "warm --replace",
+    );
     let w = &json(&out)["files"][0];
     assert_eq!(w["replaced"], false, "a copy would be just as small: {w:#}");
     assert!(impossible(&w["notes"].to_string()), "{w:#}");

@@ -314,7 +314,8 @@ fn tmpfs_says_pmd_folios_are_impossible() {
     let p = common::scratch_file(shm, &format!("hugetext-warm-test-{}", std::process::id()), 4);
     let out = common::hugetext(&["warm", "--json", p.to_str().unwrap()]);
     let _ = std::fs::remove_file(&p);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // Impossible here: exit 3 (the exit-status convention of README.md).
+    assert_eq!(out.status.code(), Some(3), "{}", String::from_utf8_lossy(&out.stderr));
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     let e = &v["files"][0];
     assert_eq!(e["filesystem"], "tmpfs");
@@ -426,4 +427,23 @@ fn freshly_written_file_is_warmed_on_the_first_run() {
     assert!(f["eligible_windows"].as_u64().unwrap() >= 8, "{f:#}");
     assert_eq!(f["pmd_windows"], f["eligible_windows"], "{f:#}");
     assert_eq!(f["blocked_kb"], 0, "{f:#}");
+}
+
+/// The exit-status convention: 0 done, 2 nothing to do (no whole 2 MiB
+/// window), 1 error, an error winning over done and done over nothing.
+#[test]
+fn exit_status_says_done_nothing_to_do_or_error() {
+    let dir = common::scratch();
+    let small = common::scratch_file(dir.path(), "small", 1);
+    let big = common::scratch_file(dir.path(), "big", 4);
+    let missing = dir.path().join("missing");
+    let code = |args: &[&Path]| {
+        let mut a = vec!["warm".to_string()];
+        a.extend(args.iter().map(|p| p.to_str().unwrap().to_string()));
+        let a: Vec<&str> = a.iter().map(String::as_str).collect();
+        common::hugetext(&a).status.code()
+    };
+    assert_eq!(code(&[&small]), Some(2), "no whole 2 MiB window: nothing to do");
+    assert_eq!(code(&[&small, &big]), Some(0), "one file warmed: done");
+    assert_eq!(code(&[&big, &missing]), Some(1), "an error wins");
 }

@@ -27,8 +27,11 @@ Needs root (folio sizes come from /proc/kpageflags) and a filesystem with large 
 (ext4 since Linux 6.16, xfs since 5.18); on others (tmpfs, btrfs) it says PMD folios \
 are impossible. See doc/warm.md.
 
-Exit status: 0 when every file was warmed (whatever stayed small is reported), 1 when \
-any file could not be (the others are still warmed), 2 for bad arguments.";
+Exit status (as for every command that changes state, see `hugetext --help`): 0 done: \
+a file was warmed (whatever stayed small is reported); 1 error: a file could not be \
+warmed (the others still are); 2 nothing to do: no file has a whole 2 MiB window of \
+text; 3 impossible here: this filesystem gives no PMD folios (route: none). An error \
+wins over done, done over impossible. Bad arguments: 2 (before anything is done).";
 
 /// Arguments of `hugetext warm` (the long description is in [`ABOUT`]).
 #[derive(clap::Args, Debug)]
@@ -151,8 +154,7 @@ pub fn run(args: Args) -> Result<u8> {
             }
         }
     }
-    let failed = report.files.iter().any(|f| matches!(f, FileOutcome::Failed { .. }));
-    Ok(if failed { 1 } else { 0 })
+    Ok(report.outcome().exit_code())
 }
 
 fn mib(kb: u64) -> String {

@@ -37,6 +37,16 @@ pub struct WarmReport {
     pub collapse: CollapseState,
 }
 
+impl WarmReport {
+    /// Of all files: any failure is an error, any file warmed is done.
+    pub fn outcome(&self) -> crate::Outcome {
+        crate::Outcome::of_all(self.files.iter().map(|f| match f {
+            FileOutcome::Warmed(r) => r.outcome(),
+            FileOutcome::Failed { .. } => crate::Outcome::Error,
+        }))
+    }
+}
+
 /// Warm every planned file in order. A file that cannot be planned or
 /// warmed is reported (and given to `progress` as a note: "PATH: why") and
 /// the others go on. `progress` counts the bytes of the plans.
@@ -120,5 +130,6 @@ mod tests {
         assert_eq!(n.len(), 1);
         assert!(n[0].starts_with("/nonexistent/hugetext-warm"), "{n:?}");
         assert_eq!(r.collapse, CollapseState::NotNeeded);
+        assert_eq!(r.outcome(), crate::Outcome::Error);
     }
 }
