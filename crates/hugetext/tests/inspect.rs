@@ -113,8 +113,17 @@ fn methods_agree_on_this_whole_process() {
             .collect::<Vec<_>>()
     };
     if kernel::pagemap_scan_supported() {
-        let a = get(Method::PagemapScan);
-        assert!(!a.is_empty());
-        assert_eq!(a, get(Method::PagemapSmaps));
+        // Threads of other tests still fault in pages of the executable's
+        // text: compare once a read before and after the other method agree.
+        for _ in 0..20 {
+            let a = get(Method::PagemapScan);
+            assert!(!a.is_empty());
+            let b = get(Method::PagemapSmaps);
+            if get(Method::PagemapScan) == a {
+                assert_eq!(a, b);
+                return;
+            }
+        }
+        panic!("the executable's text kept changing");
     }
 }
