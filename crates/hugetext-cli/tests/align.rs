@@ -107,6 +107,29 @@ fn align(args: &[&str]) -> (i32, String, String) {
     )
 }
 
+/// After align, in the running `r`: every text mapping of `file` is at a
+/// 2 MiB-congruent address and at least 16 MiB of it is PMD-mapped (`before`:
+/// FilePmdMapped before align, for the message and the log line).
+fn assert_aligned_and_huge(r: &common::Running, file: &Path, what: &str, before: u64) {
+    let (after, maps) = smaps_file_pmd(r.child.id(), file);
+    for (start, off) in &maps {
+        assert_eq!(
+            (start - off) % PMD as u64,
+            0,
+            "{what}: aligned text mapped at {start:#x} for offset {off:#x}"
+        );
+    }
+    assert!(
+        after >= 16 * MIB,
+        "{what}: FilePmdMapped {after} after align (before {before})"
+    );
+    eprintln!(
+        "{what}: text FilePmdMapped {} KiB before align, {} KiB after",
+        before / 1024,
+        after / 1024
+    );
+}
+
 fn s(p: &Path) -> &str {
     p.to_str().unwrap()
 }
@@ -148,24 +171,8 @@ fn prove(linker: &str) {
     fill_pmd_page_cache(&pie);
     let r = common::Running::fixture(&pie);
     assert_eq!(format!("{}\n", r.first_line), expected);
-    let (after, maps) = smaps_file_pmd(r.child.id(), &pie);
-    for (start, off) in &maps {
-        assert_eq!(
-            (start - off) % PMD as u64,
-            0,
-            "aligned PIE text mapped at {start:#x} for offset {off:#x}"
-        );
-    }
-    assert!(
-        after >= 16 * MIB,
-        "{linker}/pie: FilePmdMapped {after} after align (before {before})"
-    );
+    assert_aligned_and_huge(&r, &pie, &format!("{linker}/pie"), before);
     r.stop();
-    eprintln!(
-        "{linker}/pie: text FilePmdMapped {} KiB before align, {} KiB after",
-        before / 1024,
-        after / 1024
-    );
     // Aligning again has nothing to do.
     assert_eq!(align(&[s(&pie)]).0, 2);
 
@@ -203,7 +210,7 @@ fn prove(linker: &str) {
     r.stop();
     let (code, out, err) = align(&[s(&lib)]);
     assert_eq!(code, 0, "{out}{err}");
-    // The program itself has < 4 MiB of text: nothing to do for it.
+    // The program itself has < 4 MiB of text: it cannot be improved (3).
     assert_eq!(align(&[s(&usebig)]).0, 3);
     assert_eq!(
         run_output(&usebig),
@@ -212,24 +219,8 @@ fn prove(linker: &str) {
     );
     fill_pmd_page_cache(&lib);
     let r = common::Running::fixture(&usebig);
-    let (after, maps) = smaps_file_pmd(r.child.id(), &lib);
-    for (start, off) in &maps {
-        assert_eq!(
-            (start - off) % PMD as u64,
-            0,
-            "aligned library text mapped at {start:#x} for offset {off:#x}"
-        );
-    }
-    assert!(
-        after >= 16 * MIB,
-        "{linker}/libbig.so: FilePmdMapped {after} (before {before})"
-    );
+    assert_aligned_and_huge(&r, &lib, &format!("{linker}/libbig.so"), before);
     r.stop();
-    eprintln!(
-        "{linker}/libbig.so: text FilePmdMapped {} KiB before align, {} KiB after",
-        before / 1024,
-        after / 1024
-    );
 }
 
 #[test]
