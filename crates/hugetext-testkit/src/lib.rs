@@ -375,6 +375,28 @@ pub fn read_small(p: &Path) {
     }
 }
 
+/// Remove the perf map a process whose text was copied left (pids are
+/// reused, and the preload appends to an existing map of the same owner).
+pub fn remove_perf_map(pid: u32) {
+    let _ = std::fs::remove_file(format!("/tmp/perf-{pid}.map"));
+}
+
+/// Run `cmd` (stdin from /dev/null, output captured) and remove the perf map
+/// it may leave.
+pub fn output_without_perf_map(cmd: &mut Command) -> Output {
+    use std::process::Stdio;
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
+    let pid = child.id();
+    let o = child.wait_with_output().expect("wait");
+    remove_perf_map(pid);
+    o
+}
+
 /// `setpriv` as user and group `nobody` with no capabilities; append the
 /// program and its arguments.
 pub fn as_nobody() -> Command {
