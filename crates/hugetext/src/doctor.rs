@@ -71,6 +71,15 @@ fn finding(
     }
 }
 
+/// `hugetext doctor --json`: the path probed and every finding.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Report {
+    /// The path the user named (`--path`).
+    pub path: PathBuf,
+    /// The findings, in report order.
+    pub checks: Vec<Finding>,
+}
+
 /// Result of the filesystem experiment.
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct FsProbe {
