@@ -6,6 +6,21 @@ use clap::{CommandFactory, Parser, Subcommand};
 
 mod cmd;
 
+/// The exit-status convention (README.md, "Exit status"), shown by
+/// `hugetext --help` and in the man page.
+const EXIT_STATUS: &str = "\
+Exit status of the commands that change state (align, warm):
+  0  done: it did what was asked
+  1  error: it failed; what could be left unchanged was
+  2  nothing to do: already as asked, or nothing it applies to
+  3  impossible here: the kernel, the filesystem or the file rules it out (the reason
+     is printed)
+Over several files, an error wins, then done, then impossible. Bad arguments exit 2
+before anything is done. `run` exits with PROGRAM's status (127/126 when it cannot be
+found or executed, 125 when hugetext fails before it starts). The reading commands
+(inspect, doctor, check, bench) exit 0 or 1 (bench ab: the command's own status when
+it fails).";
+
 /// Put program text on 2 MiB pages, from user space, and measure it.
 ///
 /// hugetext shows how code is backed (inspect, doctor), makes ELF files
@@ -13,7 +28,7 @@ mod cmd;
 /// every later process maps its text with PMDs (warm), remaps a program's
 /// text at start (run), and measures the effect (bench).
 #[derive(Parser, Debug)]
-#[command(name = "hugetext", version, propagate_version = true)]
+#[command(name = "hugetext", version, propagate_version = true, after_help = EXIT_STATUS)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

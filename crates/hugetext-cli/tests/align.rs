@@ -2,7 +2,7 @@
 //! the real kernel: the aligned programs print exactly what the originals
 //! print, and once the page cache holds PMD folios their text is PMD-mapped.
 
-mod common;
+use hugetext_testkit as common;
 
 use std::ffi::CString;
 use std::fs;
@@ -107,10 +107,27 @@ fn align(args: &[&str]) -> (i32, String, String) {
     )
 }
 
-fn copy_fixture(dir: &Path, linker: &str, name: &str) -> PathBuf {
-    let dst = dir.join(name);
-    fs::copy(common::fixture(linker, name), &dst).unwrap();
-    dst
+/// After align, in the running `r`: every text mapping of `file` is at a
+/// 2 MiB-congruent address and at least 16 MiB of it is PMD-mapped (`before`:
+/// FilePmdMapped before align, for the message and the log line).
+fn assert_aligned_and_huge(r: &common::Running, file: &Path, what: &str, before: u64) {
+    let (after, maps) = smaps_file_pmd(r.child.id(), file);
+    for (start, off) in &maps {
+        assert_eq!(
+            (start - off) % PMD as u64,
+            0,
+            "{what}: aligned text mapped at {start:#x} for offset {off:#x}"
+        );
+    }
+    assert!(
+        after >= 16 * MIB,
+        "{what}: FilePmdMapped {after} after align (before {before})"
+    );
+    eprintln!(
+        "{what}: text FilePmdMapped {} KiB before align, {} KiB after",
+        before / 1024,
+        after / 1024
+    );
 }
 
 fn s(p: &Path) -> &str {
@@ -137,7 +154,7 @@ fn prove(linker: &str) {
     let skewed = linker != "bfd";
 
     // --- PIE, aligned in place -------------------------------------------
-    let pie = copy_fixture(d, linker, "pie");
+    let pie = common::copy_fixture(d, linker, "pie");
     let expected = run_output(&pie);
     fill_pmd_page_cache(&pie);
     let r = common::Running::fixture(&pie);
@@ -154,29 +171,13 @@ fn prove(linker: &str) {
     fill_pmd_page_cache(&pie);
     let r = common::Running::fixture(&pie);
     assert_eq!(format!("{}\n", r.first_line), expected);
-    let (after, maps) = smaps_file_pmd(r.child.id(), &pie);
-    for (start, off) in &maps {
-        assert_eq!(
-            (start - off) % PMD as u64,
-            0,
-            "aligned PIE text mapped at {start:#x} for offset {off:#x}"
-        );
-    }
-    assert!(
-        after >= 16 * MIB,
-        "{linker}/pie: FilePmdMapped {after} after align (before {before})"
-    );
+    assert_aligned_and_huge(&r, &pie, &format!("{linker}/pie"), before);
     r.stop();
-    eprintln!(
-        "{linker}/pie: text FilePmdMapped {} KiB before align, {} KiB after",
-        before / 1024,
-        after / 1024
-    );
     // Aligning again has nothing to do.
     assert_eq!(align(&[s(&pie)]).0, 2);
 
     // --- non-PIE, -o ------------------------------------------------------
-    let nopie = copy_fixture(d, linker, "nopie");
+    let nopie = common::copy_fixture(d, linker, "nopie");
     let expected = run_output(&nopie);
     let out_path = d.join("nopie.aligned");
     let (code, out, err) = align(&[s(&nopie), "-o", s(&out_path)]);
@@ -197,8 +198,8 @@ fn prove(linker: &str) {
     r.stop();
 
     // --- shared library + the program using it (RUNPATH=$ORIGIN) -----------
-    let lib = copy_fixture(d, linker, "libbig.so");
-    let usebig = copy_fixture(d, linker, "usebig");
+    let lib = common::copy_fixture(d, linker, "libbig.so");
+    let usebig = common::copy_fixture(d, linker, "usebig");
     let expected = run_output(&usebig);
     fill_pmd_page_cache(&lib);
     let r = common::Running::fixture(&usebig);
@@ -209,7 +210,7 @@ fn prove(linker: &str) {
     r.stop();
     let (code, out, err) = align(&[s(&lib)]);
     assert_eq!(code, 0, "{out}{err}");
-    // The program itself has < 4 MiB of text: nothing to do for it.
+    // The program itself has < 4 MiB of text: it cannot be improved (3).
     assert_eq!(align(&[s(&usebig)]).0, 3);
     assert_eq!(
         run_output(&usebig),
@@ -218,24 +219,8 @@ fn prove(linker: &str) {
     );
     fill_pmd_page_cache(&lib);
     let r = common::Running::fixture(&usebig);
-    let (after, maps) = smaps_file_pmd(r.child.id(), &lib);
-    for (start, off) in &maps {
-        assert_eq!(
-            (start - off) % PMD as u64,
-            0,
-            "aligned library text mapped at {start:#x} for offset {off:#x}"
-        );
-    }
-    assert!(
-        after >= 16 * MIB,
-        "{linker}/libbig.so: FilePmdMapped {after} (before {before})"
-    );
+    assert_aligned_and_huge(&r, &lib, &format!("{linker}/libbig.so"), before);
     r.stop();
-    eprintln!(
-        "{linker}/libbig.so: text FilePmdMapped {} KiB before align, {} KiB after",
-        before / 1024,
-        after / 1024
-    );
 }
 
 #[test]
@@ -275,7 +260,7 @@ fn xattr_set(path: &Path, name: &str, value: &[u8]) {
 #[test]
 fn in_place_keeps_mode_owner_xattrs_and_capabilities() {
     let dir = common::scratch();
-    let f = copy_fixture(dir.path(), "lld", "pie");
+    let f = common::copy_fixture(dir.path(), "lld", "pie");
     let expected = run_output(&f);
     std::os::unix::fs::chown(&f, Some(1234), Some(5678)).unwrap();
     fs::set_permissions(&f, fs::Permissions::from_mode(0o750)).unwrap();
@@ -317,7 +302,7 @@ fn in_place_keeps_mode_owner_xattrs_and_capabilities() {
 #[test]
 fn output_option_leaves_input_untouched_and_dry_run_writes_nothing() {
     let dir = common::scratch();
-    let f = copy_fixture(dir.path(), "mold", "libbig.so");
+    let f = common::copy_fixture(dir.path(), "mold", "libbig.so");
     let orig = fs::read(&f).unwrap();
     let mtime = fs::metadata(&f).unwrap().mtime_nsec();
 
@@ -342,7 +327,7 @@ fn output_option_leaves_input_untouched_and_dry_run_writes_nothing() {
 #[test]
 fn aligning_a_running_program_in_place_does_not_disturb_it() {
     let dir = common::scratch();
-    let f = copy_fixture(dir.path(), "lld", "pie");
+    let f = common::copy_fixture(dir.path(), "lld", "pie");
     let expected = run_output(&f);
     let r = common::Running::fixture(&f);
     let (code, out, err) = align(&[s(&f)]);
@@ -358,7 +343,7 @@ fn aligning_a_running_program_in_place_does_not_disturb_it() {
 #[test]
 fn signed_files_are_refused_unless_forced() {
     let dir = common::scratch();
-    let f = copy_fixture(dir.path(), "lld", "pie");
+    let f = common::copy_fixture(dir.path(), "lld", "pie");
     let sig = dir.path().join("sig.bin");
     fs::write(&sig, [0x5a; 64]).unwrap();
     let signed = dir.path().join("signed");
@@ -380,7 +365,7 @@ fn signed_files_are_refused_unless_forced() {
     assert_eq!(run_output(&signed), run_output(&f));
 
     // An IMA xattr also counts as a signature of the old content.
-    let g = copy_fixture(dir.path(), "mold", "pie");
+    let g = common::copy_fixture(dir.path(), "mold", "pie");
     xattr_set(&g, "security.ima", &[0x04, 0x01, 0x02]);
     let (code, out, _) = align(&[s(&g)]);
     assert_eq!(code, 3, "{out}");
@@ -397,7 +382,7 @@ fn signed_files_are_refused_unless_forced() {
 #[test]
 fn appended_data_is_warned_about_and_kept() {
     let dir = common::scratch();
-    let f = copy_fixture(dir.path(), "lld", "pie");
+    let f = common::copy_fixture(dir.path(), "lld", "pie");
     let expected = run_output(&f);
     fs::OpenOptions::new()
         .append(true)
@@ -504,7 +489,7 @@ fn bad_inputs_fail_cleanly_and_leave_the_file_intact() {
     assert!(m.contains("32-bit"), "{m}");
 
     // Wrong machine: e_machine = AArch64.
-    let arm = copy_fixture(d, "lld", "pie");
+    let arm = common::copy_fixture(d, "lld", "pie");
     let arm2 = d.join("arm");
     fs::rename(&arm, &arm2).unwrap();
     patch(&arm2, 18, &183u16.to_le_bytes());
@@ -512,7 +497,7 @@ fn bad_inputs_fail_cleanly_and_leave_the_file_intact() {
     assert!(m.contains("AArch64"), "{m}");
 
     // Absurd header: a PT_LOAD claiming 2^62 bytes.
-    let absurd = copy_fixture(d, "mold", "pie");
+    let absurd = common::copy_fixture(d, "mold", "pie");
     let load = first_load(&absurd);
     patch(&absurd, load + 32, &(1u64 << 62).to_le_bytes());
     let m = assert_clean_failure(&[s(&absurd)], &absurd, 1);
@@ -668,4 +653,23 @@ fn fuzz_regressions_and_seeds() {
         }
     }
     assert!(rewritten > 0, "no seed exercised the rewriter");
+}
+
+/// Warnings describe what this run does: rewriting a system file in place
+/// changes it for the package manager, `-o` leaves it untouched.
+#[test]
+fn package_manager_warning_only_when_the_system_file_is_rewritten() {
+    let sys = std::path::Path::new("/opt").join(format!("hugetext-test-{}", std::process::id()));
+    fs::create_dir_all(&sys).unwrap();
+    let dir = common::scratch();
+    let f = common::copy_fixture(&sys, "bfd", "pie");
+    let out = dir.path().join("pie.aligned");
+    let (code, o, err) = align(&[s(&f), "-o", s(&out)]);
+    let warned_o = err.contains("package manager");
+    let (code_in_place, _, err_in_place) = align(&[s(&f)]);
+    let _ = fs::remove_dir_all(&sys);
+    assert_eq!(code, 0, "{o}{err}");
+    assert!(!warned_o, "-o leaves the system file untouched: {err}");
+    assert_eq!(code_in_place, 0, "{err_in_place}");
+    assert!(err_in_place.contains("package manager"), "{err_in_place}");
 }

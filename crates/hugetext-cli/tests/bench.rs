@@ -3,7 +3,7 @@
 //! small so the whole file runs in well under a minute; the real
 //! measurements live in doc/bench.md.
 
-mod common;
+use hugetext_testkit as common;
 
 use serde_json::Value;
 

@@ -1,7 +1,7 @@
 //! `hugetext check` on the real fixtures and on every ELF file of the
 //! machine's /usr/bin and /usr/lib.
 
-mod common;
+use hugetext_testkit as common;
 
 use std::fs;
 use std::io::Read;

@@ -1,6 +1,6 @@
 //! `hugetext::elf::resolve_deps` against `ldd` on real programs.
 
-mod common;
+use hugetext_testkit as common;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};

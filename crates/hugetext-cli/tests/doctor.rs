@@ -1,13 +1,11 @@
 //! `hugetext doctor` against the real kernel: every finding is checked
 //! against an independent look at the same fact.
 
-mod common;
+use hugetext_testkit as common;
 
-use std::fs::File;
-use std::io::Write;
 use std::process::Command;
 
-use hugetext::{folio, kernel, pagecache};
+use hugetext::kernel;
 use serde_json::Value;
 
 fn doctor_json(path: &str) -> Value {
@@ -42,15 +40,15 @@ fn findings_match_the_kernel() {
         .contains(&format!("{} kB PMD", kernel::pmd_size() / 1024)));
     assert_eq!(check(&v, "thp")["value"], kernel::thp_enabled().unwrap().as_str());
 
+    // doctor's scratch file is gone (checked before our own experiment,
+    // which removes its file too).
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left, Vec::<std::ffi::OsString>::new());
     // The same experiment, done here: does this filesystem give PMD folios?
-    let p = dir.path().join("mine");
-    let mut f = File::create(&p).unwrap();
-    f.write_all(&vec![0xc3u8; 4 << 20]).unwrap();
-    f.sync_all().unwrap();
-    let f = File::open(&p).unwrap();
-    pagecache::evict(&f, 0..0).unwrap();
-    pagecache::fill_huge(&f, 0..4 << 20).unwrap();
-    let huge = folio::scan_file(&p, None).unwrap().pmd_windows.len() == 2;
+    let huge = common::fs_gives_pmd_folios(dir.path());
     let fs = check(&v, "fs-large-folios");
     assert_eq!(fs["status"], if huge { "ok" } else { "no" }, "{fs}");
     if huge {
@@ -72,12 +70,6 @@ fn findings_match_the_kernel() {
     );
     let (a, b) = kernel::glibc_version().unwrap();
     assert_eq!(check(&v, "glibc")["value"], format!("{a}.{b}").as_str());
-    // The scratch file is gone; ours is the only file left.
-    let left: Vec<_> = std::fs::read_dir(dir.path())
-        .unwrap()
-        .map(|e| e.unwrap().file_name())
-        .collect();
-    assert_eq!(left, vec![std::ffi::OsString::from("mine")]);
     // The table names every check.
     let out = common::hugetext(&["doctor", "--path", d]);
     let text = String::from_utf8_lossy(&out.stdout);

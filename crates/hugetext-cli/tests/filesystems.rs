@@ -6,13 +6,13 @@
 //! independent fill (`pagecache::fill_huge`) and scan (`folio::scan_file`)
 //! on the same filesystem.
 
-mod common;
+use hugetext_testkit as common;
 
 use common::Running;
 
 use std::fs::File;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
+use std::process::Output;
 
 use hugetext::folio;
 use hugetext::kernel::{self};
@@ -22,8 +22,13 @@ const MIB: u64 = 1 << 20;
 const PMD: u64 = 2 << 20;
 
 fn ok(out: Output, what: &str) -> Output {
+    exits(out, 0, what)
+}
+
+/// `out` exited with `code`.
+fn exits(out: Output, code: i32, what: &str) -> Output {
     assert!(
-        out.status.success(),
+        out.status.code() == Some(code),
         "{what}: {:?}\nstdout: {}\nstderr: {}",
         out.status,
         common::text(&out.stdout),
@@ -50,7 +55,7 @@ fn doctor_check(dir: &Path, id: &str) -> Value {
         .clone()
 }
 
-/// doctor's PMD-folio verdict for `dir`, checked against [`fill_and_scan`]
+/// doctor's PMD-folio verdict for `dir`, checked against [`common::fs_gives_pmd_folios`]
 /// there and against the filesystem type; returns it.
 fn doctor_verdict(dir: &Path, fstype: &str) -> bool {
     let c = doctor_check(dir, "fs-large-folios");
@@ -61,7 +66,7 @@ fn doctor_verdict(dir: &Path, fstype: &str) -> bool {
         "no" => false,
         s => panic!("unexpected status {s}: {c}"),
     };
-    let experiment = common::large_folios(dir);
+    let experiment = common::fs_gives_pmd_folios(dir);
     assert_eq!(
         doctor_yes, experiment,
         "doctor says {c} but fill+scan says {experiment}"
@@ -75,23 +80,9 @@ fn doctor_verdict(dir: &Path, fstype: &str) -> bool {
     doctor_yes
 }
 
-/// Copy a fixture onto `dir` in a child process (a write descriptor of ours
-/// could leak into a concurrently forked child and make its exec fail with
-/// ETXTBSY), written back so its page cache is clean and evictable.
-fn copy_fixture(dir: &Path, linker: &str, name: &str) -> PathBuf {
-    let dst = dir.join(name);
-    let st = Command::new("cp")
-        .arg(common::fixture(linker, name))
-        .arg(&dst)
-        .status()
-        .unwrap();
-    assert!(st.success());
-    File::open(&dst).unwrap().sync_all().unwrap();
-    dst
-}
-
-fn warm_json(p: &Path) -> Value {
-    let out = ok(common::hugetext(&["warm", "--json", p.to_str().unwrap()]), "warm");
+/// `warm --json P`, expecting exit status `code`: the file's entry.
+fn warm_json(p: &Path, code: i32) -> Value {
+    let out = exits(common::hugetext(&["warm", "--json", p.to_str().unwrap()]), code, "warm");
     json(&out)["files"][0].clone()
 }
 
@@ -99,11 +90,11 @@ fn warm_json(p: &Path) -> Value {
 /// eligible window becomes one PMD folio, a running instance has its text
 /// PMD-mapped, and `inspect --file` counts the same folios.
 fn warm_reaches_every_window(dir: &Path, fstype: &str) {
-    let prog = copy_fixture(dir, "bfd", "nopie");
+    let prog = common::copy_fixture(dir, "bfd", "nopie");
     common::read_small(&prog);
     let before = folio::scan_file(&prog, None).unwrap();
     assert!(before.pmd_windows.is_empty(), "not small before warm: {before:?}");
-    let w = warm_json(&prog);
+    let w = warm_json(&prog, 0);
     assert_eq!(w["filesystem"], fstype, "{w:#}");
     assert_eq!(w["route"], "pmd-readahead", "{w:#}");
     let eligible = w["eligible_windows"].as_u64().unwrap();
@@ -141,7 +132,7 @@ fn run_file_strategy_is_huge(dir: &Path) {
 /// cache is put in 4 KiB folios first (so the route drops and refaults) and
 /// the windows must have been replaced with `mmap(MAP_FIXED)`.
 fn run_file_strategy_is_huge_with(dir: &Path, compat: Option<&str>) {
-    let prog = copy_fixture(dir, "bfd", "nopie");
+    let prog = common::copy_fixture(dir, "bfd", "nopie");
     let keeps_tables = compat.is_some_and(|c| c.contains("no-pt-reclaim"));
     if keeps_tables {
         common::read_small(&prog);
@@ -211,14 +202,13 @@ fn says_what_the_kernel_does(dir: &Path, fstype: &str) {
         run_file_strategy_is_huge(dir);
         return;
     }
-    let prog = copy_fixture(dir, "bfd", "nopie");
+    let prog = common::copy_fixture(dir, "bfd", "nopie");
     common::read_small(&prog);
     let p = prog.to_str().unwrap();
 
-    // warm: exit 0 (doc/warm.md: the file was warmed, what stayed small is
-    // reported), route none, and one note saying it is impossible and what
-    // to do.
-    let w = warm_json(&prog);
+    // warm: exit 3, impossible here (the exit-status convention), route
+    // none, and one note saying it is impossible and what to do.
+    let w = warm_json(&prog, 3);
     assert_eq!(w["filesystem"], fstype, "{w:#}");
     assert_eq!(w["route"], "none", "{w:#}");
     assert_eq!(w["pmd_windows"], 0);
@@ -231,7 +221,7 @@ fn says_what_the_kernel_does(dir: &Path, fstype: &str) {
     );
     let impossible = |notes: &str| notes.contains(&format!("PMD folios are impossible on this filesystem ({fstype})"));
     assert!(impossible(&w["notes"].to_string()), "{w:#}");
-    let out = ok(common::hugetext(&["warm", p]), "warm");
+    let out = exits(common::hugetext(&["warm", p]), 3, "warm");
     let human = common::text(&out.stdout);
     let note = human
         .lines()
@@ -249,11 +239,15 @@ fn says_what_the_kernel_does(dir: &Path, fstype: &str) {
     // (btrfs's st_dev is not the device maps lines show; the pid is found anyway.)
     let pids = hugetext::warm::mapping_pids(&prog).unwrap();
     assert!(pids.iter().any(|p| p.pid == r.pid()), "{pids:?}");
-    let w = warm_json(&prog);
+    let w = warm_json(&prog, 3);
     assert_eq!(w["route"], "none", "{w:#}");
     assert!(impossible(&w["notes"].to_string()), "{w:#}");
     assert!(!w["notes"].to_string().contains("--replace"), "{w:#}");
-    let out = ok(common::hugetext(&["warm", "--json", "--replace", p]), "warm --replace");
+    let out = exits(
+        common::hugetext(&["warm", "--json", "--replace", p]),
+        3,
+        "warm --replace",
+    );
     let w = &json(&out)["files"][0];
     assert_eq!(w["replaced"], false, "a copy would be just as small: {w:#}");
     assert!(impossible(&w["notes"].to_string()), "{w:#}");

@@ -6,12 +6,12 @@
 //! or anonymous memory in a known way, prints "ready ADDR", and waits until
 //! its stdin closes.
 
-mod common;
+use hugetext_testkit as common;
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
 use std::os::fd::AsFd;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
 use hugetext::{kernel, pagecache, procfs};
@@ -100,20 +100,6 @@ fn kb(v: &Value, label: &str) -> u64 {
     v[label].as_u64().unwrap_or_else(|| panic!("no {label} in {v}"))
 }
 
-/// Write a scratch file of `mib` MiB on the real disk and drop its page cache.
-fn scratch_file(dir: &Path, name: &str, mib: usize) -> PathBuf {
-    let p = dir.join(name);
-    let mut f = File::create(&p).unwrap();
-    let block: Vec<u8> = (0..MIB).map(|i| (i * 13 + 5) as u8).collect();
-    for _ in 0..mib {
-        f.write_all(&block).unwrap();
-    }
-    f.sync_all().unwrap();
-    drop(f);
-    pagecache::evict(&File::open(&p).unwrap(), 0..0).unwrap();
-    p
-}
-
 /// The helper side: set up the mapping the mode asks for, then wait.
 #[test]
 fn helper_entry() {
@@ -178,7 +164,7 @@ fn helper_entry() {
 #[test]
 fn pmd_mapped_file_equals_file_pmd_mapped() {
     let dir = common::scratch();
-    let p = scratch_file(dir.path(), "pmd", 8);
+    let p = common::scratch_file(dir.path(), "pmd", 8);
     let h = Helper::start("file-pmd", &p);
     let m = h.inspect_mapping(&[]);
     let smaps = h.smaps();
@@ -204,7 +190,7 @@ fn pmd_mapped_file_equals_file_pmd_mapped() {
 #[test]
 fn same_pmd_folios_one_page_off_are_unaligned() {
     let dir = common::scratch();
-    let p = scratch_file(dir.path(), "off", 8);
+    let p = common::scratch_file(dir.path(), "off", 8);
     pagecache::fill_huge(&File::open(&p).unwrap(), 0..8 << 20).unwrap();
     let h = Helper::start("file-off", &p);
     let m = h.inspect_mapping(&["--cont", "64K"]);
@@ -231,7 +217,7 @@ fn pmd_folios_mapped_aligned_by_ptes_and_shared_text_counted_once() {
     // Two processes map the same PMD folios: one by PMDs, one one page off.
     // Unique counts each file page once, under its best mapping.
     let dir = common::scratch();
-    let p = scratch_file(dir.path(), "shared", 4);
+    let p = common::scratch_file(dir.path(), "shared", 4);
     let a = Helper::start("file-pmd", &p);
     let b = Helper::start("file-off", &p);
     let (pa, pb) = (a.pid().to_string(), b.pid().to_string());
@@ -286,7 +272,7 @@ fn exec_faulted_file_is_in_base_pages() {
     // (Debian 6.12 on xfs: 16-128 KiB folios; the kernel matrix shows it) —
     // but no fault-around maps them with PMDs.
     let dir = common::scratch();
-    let p = scratch_file(dir.path(), "small", 4);
+    let p = common::scratch_file(dir.path(), "small", 4);
     let h = Helper::start("file-plain", &p);
     let m = h.inspect_mapping(&[]);
     let smaps = h.smaps();
@@ -306,7 +292,7 @@ fn exec_faulted_file_is_in_base_pages() {
 #[test]
 fn file_view_of_unmapped_file() {
     let dir = common::scratch();
-    let p = scratch_file(dir.path(), "nomap", 6);
+    let p = common::scratch_file(dir.path(), "nomap", 6);
     let cold = run_json(&["inspect", "--json", "--file", p.to_str().unwrap()]);
     assert_eq!(cold["files"][0]["cached_kb"], 0, "{cold}");
     pagecache::fill_huge(&File::open(&p).unwrap(), 0..6 << 20).unwrap();
@@ -327,7 +313,7 @@ fn file_view_of_unmapped_file() {
 #[test]
 fn without_cap_sys_admin_falls_back_to_smaps() {
     let dir = common::scratch();
-    let p = scratch_file(dir.path(), "nocap", 4);
+    let p = common::scratch_file(dir.path(), "nocap", 4);
     let h = Helper::start("file-pmd", &p);
     let pid = h.pid().to_string();
     let out = Command::new("setpriv")
@@ -488,4 +474,134 @@ fn watch_repeats_one_json_document_per_line() {
     child.kill().unwrap();
     child.wait().unwrap();
     assert_eq!(n, 3);
+}
+
+/// The keys of a JSON object, sorted.
+fn keys(v: &Value) -> Vec<&str> {
+    let mut k: Vec<&str> = v
+        .as_object()
+        .unwrap_or_else(|| panic!("not an object: {v}"))
+        .keys()
+        .map(String::as_str)
+        .collect();
+    k.sort_unstable();
+    k
+}
+
+/// A thpmaps-style class label of `kind` (`file-base-page`,
+/// `anon-thp-pte-aligned-64kB`, `file-cont-pmd-aligned-64kB`, ...).
+fn is_label(kind: &str, k: &str) -> bool {
+    let Some(rest) = k.strip_prefix(kind).and_then(|r| r.strip_prefix('-')) else {
+        return false;
+    };
+    let sized = |p: &str| {
+        rest.strip_prefix(p)
+            .and_then(|n| n.strip_suffix("kB"))
+            .is_some_and(|n| n.parse::<u64>().is_ok())
+    };
+    ["base-page", "pte-mapped", "thp-pte-partial", "hugetlb"].contains(&rest)
+        || [
+            "thp-pte-unaligned-",
+            "thp-pte-aligned-",
+            "thp-pmd-aligned-",
+            "cont-pte-aligned-",
+            "cont-pmd-aligned-",
+        ]
+        .iter()
+        .any(|p| sized(p))
+}
+
+/// Counts of `kinds`: `<kind>_kb` and class labels, all numbers, nothing else.
+fn assert_counts(v: &Value, fixed: &[&str], kinds: &[&str]) {
+    let o = v.as_object().unwrap();
+    for kind in kinds {
+        assert!(o[&format!("{kind}_kb")].is_u64(), "{kind}_kb in {v}");
+    }
+    for (k, val) in o {
+        if fixed.contains(&k.as_str()) {
+            continue;
+        }
+        assert!(
+            kinds.iter().any(|kind| *k == format!("{kind}_kb") || is_label(kind, k)),
+            "unexpected key {k} in {v}"
+        );
+        assert!(val.is_u64(), "{k} is not a number of kB: {v}");
+    }
+}
+
+/// Pins the JSON of `inspect --json` (mappings, --rollup, --cont) and of
+/// `inspect --file --json`: the keys and the types of their values.
+#[test]
+fn json_shape_is_stable() {
+    let mut child = Command::new("sleep").arg("60").spawn().unwrap();
+    let pid = child.id().to_string();
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let top = [
+        "elapsed_ms",
+        "method",
+        "page_size_kb",
+        "pfn_access",
+        "pmd_size_kb",
+        "processes",
+        "scope",
+        "skipped",
+        "total",
+    ];
+    for rollup in [false, true] {
+        let mut args = vec!["inspect", "--pid", &pid, "--json", "--cont", "64K"];
+        if rollup {
+            args.push("--rollup");
+        }
+        let v = run_json(&args);
+        assert_eq!(keys(&v), top, "{v}");
+        assert!(v["method"].is_string() && v["pfn_access"].is_boolean() && v["elapsed_ms"].is_f64());
+        assert_eq!(v["scope"], "exec");
+        assert_eq!(v["page_size_kb"], kernel::page_size() as u64 / 1024);
+        assert_eq!(v["pmd_size_kb"], kernel::pmd_size() as u64 / 1024);
+        assert_eq!(
+            keys(&v["skipped"]),
+            ["kernel_threads", "unreadable", "vanished", "zombies"]
+        );
+        assert_counts(&v["total"], &["unique"], &["file", "anon"]);
+        assert_counts(&v["total"]["unique"], &[], &["file"]);
+        let p = &v["processes"][0];
+        assert_eq!(p["pid"], child.id());
+        assert_eq!(p["comm"], "sleep");
+        if rollup {
+            assert_counts(p, &["pid", "comm"], &["file", "anon"]);
+        } else {
+            assert_eq!(keys(p), ["comm", "mappings", "pid"]);
+            let maps = p["mappings"].as_array().unwrap();
+            assert!(!maps.is_empty());
+            let fixed = ["start", "end", "perms", "offset", "dev", "inode", "path"];
+            for m in maps {
+                assert_counts(m, &fixed, &["file", "anon"]);
+                assert!(m["start"].as_str().unwrap().starts_with("0x"), "{m}");
+                assert!(m["end"].as_str().unwrap().starts_with("0x"), "{m}");
+                assert!(m["perms"].is_string() && m["dev"].is_string() && m["path"].is_string());
+                assert!(m["offset"].is_u64() && m["inode"].is_u64());
+            }
+            assert!(maps
+                .iter()
+                .any(|m| m.as_object().unwrap().contains_key("file-cont-pte-aligned-64kB")));
+        }
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    let v = run_json(&["inspect", "--json", "--file", "/bin/sleep"]);
+    assert_eq!(keys(&v), ["files", "pfn_access"]);
+    let f = &v["files"][0];
+    assert_eq!(
+        keys(f),
+        ["cached_kb", "folios", "path", "pmd_windows", "pmd_windows_huge", "size"]
+    );
+    assert!(f["path"].as_str().unwrap().ends_with("sleep"));
+    assert!(f["size"].is_u64() && f["cached_kb"].is_u64() && f["pmd_windows"].is_u64());
+    for (k, n) in f["folios"].as_object().unwrap() {
+        assert!(
+            k.strip_suffix("kB").unwrap().parse::<u64>().is_ok() && n.is_u64(),
+            "{f}"
+        );
+    }
 }

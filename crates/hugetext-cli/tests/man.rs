@@ -1,7 +1,7 @@
 //! The shipped man page is generated from the CLI definition; it must not
 //! drift from `--help`.
 
-mod common;
+use hugetext_testkit as common;
 
 #[test]
 fn shipped_man_page_matches_the_cli() {

@@ -7,7 +7,7 @@
 //! A program that is not installed is skipped with a note on stderr
 //! (scripts/install-deps.sh installs python3, perl, gcc and git).
 
-mod common;
+use hugetext_testkit as common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
@@ -66,16 +66,7 @@ fn clean(mut c: Command) -> Command {
 
 /// Run and remove the perf map a copied process may leave.
 fn output(mut c: Command) -> Output {
-    let child = c
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    let pid = child.id();
-    let o = child.wait_with_output().unwrap();
-    let _ = std::fs::remove_file(format!("/tmp/perf-{pid}.map"));
-    o
+    common::output_without_perf_map(&mut c)
 }
 
 fn under_run(compat: Option<&str>, strategy: &str, verbose: bool, prog: &Path, args: &[&str]) -> Command {
@@ -217,7 +208,7 @@ fn rustc_driver_is_huge_backed_as_reported() {
             stdin.write_all(b"pub fn f() -> u32 { 6 * 7 }\n").unwrap();
             drop(stdin);
             let st = child.wait().unwrap();
-            let _ = std::fs::remove_file(format!("/tmp/perf-{pid}.map"));
+            common::remove_perf_map(pid);
             assert!(st.success() && out.exists(), "{case}: rustc failed: {st:?} {err}");
             let (huge, windows, lines) = claimed(&err, "librustc_driver");
             let seen = seen as f64 / MIB;

@@ -2,9 +2,8 @@
 //! `script` from bsdutils), never when stderr is a pipe or file, and never on
 //! stdout (so `--json` and tables stay clean).
 
-mod common;
+use hugetext_testkit as common;
 
-use std::io::Write;
 use std::process::Command;
 
 /// indicatif redraws its line with carriage return + "erase line".
@@ -35,16 +34,11 @@ fn on_a_pipe(args: &[&str]) -> (String, String) {
 }
 
 fn files(dir: &std::path::Path, n: usize, mib: usize) -> Vec<String> {
-    let block = vec![0x5au8; 1 << 20];
     (0..n)
         .map(|i| {
-            let p = dir.join(format!("f{i}"));
-            let mut f = std::fs::File::create(&p).unwrap();
-            for _ in 0..mib {
-                f.write_all(&block).unwrap();
-            }
-            f.sync_all().unwrap();
-            p.to_string_lossy().into_owned()
+            common::scratch_file(dir, &format!("f{i}"), mib)
+                .to_string_lossy()
+                .into_owned()
         })
         .collect()
 }

@@ -3,7 +3,7 @@
 //! Needs target/<profile>/libhugetext.so next to the hugetext binary
 //! (`cargo build --release` builds the whole workspace; scripts/test.sh does).
 
-mod common;
+use hugetext_testkit as common;
 
 use common::Running;
 
@@ -78,12 +78,6 @@ const FALLBACK_SUMMARY: [&str; 2] = [
     "pages touched, no MADV_POPULATE_READ",
 ];
 
-/// Remove the perf map a copied process left (pids are reused, and the
-/// preload appends to an existing map of the same owner).
-fn remove_perf_map(pid: u32) {
-    let _ = std::fs::remove_file(format!("/tmp/perf-{pid}.map"));
-}
-
 fn run(args: &[&str], prog: &Path, prog_args: &[&str]) -> Output {
     run_with(None, args, prog, prog_args)
 }
@@ -99,16 +93,7 @@ fn run_with(compat: Option<&str>, args: &[&str], prog: &Path, prog_args: &[&str]
         .env_remove("HUGETEXT_STRATEGY")
         .env_remove("HUGETEXT_VERBOSE");
     common::with_compat(&mut cmd, compat);
-    let child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn hugetext run");
-    let pid = child.id();
-    let o = child.wait_with_output().expect("wait for hugetext run");
-    remove_perf_map(pid);
-    o
+    common::output_without_perf_map(&mut cmd)
 }
 
 fn alone(prog: &Path) -> Output {
@@ -119,7 +104,7 @@ fn alone(prog: &Path) -> Output {
 fn stop(r: Running) -> String {
     let pid = r.child.id();
     let err = Running::stop(r);
-    remove_perf_map(pid);
+    common::remove_perf_map(pid);
     err
 }
 
@@ -513,7 +498,7 @@ fn c_api_with_threads(compat: Option<&str>, runs: usize) {
     let lib = lib.canonicalize().unwrap();
     // Without large folios (ext4 before 6.16) the file route cannot win:
     // every run must copy and say why.
-    let large = common::large_folios(lib.parent().unwrap());
+    let large = common::fs_gives_pmd_folios(lib.parent().unwrap());
     let mut file_route_runs = 0;
     for linker in ["lld", "bfd"] {
         for i in 0..runs {
@@ -527,7 +512,7 @@ fn c_api_with_threads(compat: Option<&str>, runs: usize) {
             let child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
             let pid = child.id();
             let o = child.wait_with_output().unwrap();
-            remove_perf_map(pid);
+            common::remove_perf_map(pid);
             let (out, err) = (common::text(&o.stdout), common::text(&o.stderr));
             assert!(
                 o.status.success() && out.ends_with("clean\n"),
@@ -721,7 +706,7 @@ fn a_perf_map_left_by_an_earlier_process_with_the_same_pid_is_replaced() {
     let o = child.wait_with_output().unwrap();
     assert!(o.status.success());
     let map = std::fs::read_to_string(format!("/tmp/perf-{pid}.map")).unwrap();
-    remove_perf_map(pid);
+    common::remove_perf_map(pid);
     assert!(!map.contains("stale_symbol"), "{map}");
     assert!(map.lines().any(|l| l.ends_with(" f10")), "{map}");
 }

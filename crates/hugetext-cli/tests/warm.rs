@@ -1,13 +1,12 @@
 //! `hugetext warm` against the real kernel: small folios in, PMD folios out,
 //! PMD mappings in later processes, blocked pages, --replace, errors.
 
-mod common;
+use hugetext_testkit as common;
 
 use std::fs::File;
-use std::io::Write;
 use std::os::fd::AsFd;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use hugetext::kernel::{self, Mapping};
@@ -15,17 +14,6 @@ use hugetext::{folio, pagecache};
 use serde_json::Value;
 
 const PMD: u64 = 2 << 20;
-
-fn write_file(p: &Path, mib: u64) {
-    let mut f = File::create(p).unwrap();
-    let block: Vec<u8> = (0..1u32 << 20)
-        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
-        .collect();
-    for _ in 0..mib {
-        f.write_all(&block).unwrap();
-    }
-    f.sync_all().unwrap();
-}
 
 /// Run `hugetext warm --json ARGS`, expect success, return the parsed output.
 fn warm_json(args: &[&str]) -> Value {
@@ -79,19 +67,10 @@ fn file_pmd_mapped(pid: Option<i32>, addr: Option<usize>, name: Option<&str>) ->
     kb
 }
 
-/// Copy a fixture into a scratch dir (a fresh inode that no other test touches).
-fn copy_fixture(dir: &Path, linker: &str, name: &str) -> PathBuf {
-    let dst = dir.join(name);
-    std::fs::copy(common::fixture(linker, name), &dst).unwrap();
-    File::open(&dst).unwrap().sync_all().unwrap();
-    dst
-}
-
 #[test]
 fn small_folios_warmed_then_plain_mapping_is_pmd_mapped() {
     let dir = common::scratch();
-    let p = dir.path().join("data");
-    write_file(&p, 32);
+    let p = common::scratch_file(dir.path(), "data", 32);
     common::read_small(&p);
     let before = folio::scan_file(&p, None).unwrap();
     assert_eq!(before.cached_kb, 32 * 1024);
@@ -127,7 +106,7 @@ fn small_folios_warmed_then_plain_mapping_is_pmd_mapped() {
 #[test]
 fn elf_warm_is_bounded_to_read_only_segments() {
     let dir = common::scratch();
-    let lib = copy_fixture(dir.path(), "bfd", "libbig.so");
+    let lib = common::copy_fixture(dir.path(), "bfd", "libbig.so");
     let size = std::fs::metadata(&lib).unwrap().len();
     pagecache::evict(&File::open(&lib).unwrap(), 0..0).unwrap();
     let v = warm_json(&[lib.to_str().unwrap()]);
@@ -172,9 +151,9 @@ fn elf_warm_is_bounded_to_read_only_segments() {
 #[test]
 fn running_instance_of_library_and_nopie_program_is_pmd_mapped() {
     let dir = common::scratch();
-    let lib = copy_fixture(dir.path(), "bfd", "libbig.so");
-    let exe = copy_fixture(dir.path(), "bfd", "usebig");
-    let nopie = copy_fixture(dir.path(), "bfd", "nopie");
+    let lib = common::copy_fixture(dir.path(), "bfd", "libbig.so");
+    let exe = common::copy_fixture(dir.path(), "bfd", "usebig");
+    let nopie = common::copy_fixture(dir.path(), "bfd", "nopie");
     std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
     for p in [&lib, &exe, &nopie] {
         common::read_small(p);
@@ -206,8 +185,8 @@ fn running_instance_of_library_and_nopie_program_is_pmd_mapped() {
 #[test]
 fn deps_warms_the_library_and_running_instance_shows_both_pmd_mapped() {
     let dir = common::scratch();
-    let lib = copy_fixture(dir.path(), "bfd", "libbig.so");
-    let exe = copy_fixture(dir.path(), "bfd", "usebig");
+    let lib = common::copy_fixture(dir.path(), "bfd", "libbig.so");
+    let exe = common::copy_fixture(dir.path(), "bfd", "usebig");
     common::read_small(&lib);
     let v = warm_json(&["--deps", exe.to_str().unwrap()]);
     let l = file_entry(&v, "libbig.so");
@@ -221,7 +200,7 @@ fn deps_warms_the_library_and_running_instance_shows_both_pmd_mapped() {
 #[test]
 fn blocked_by_a_running_process_is_reported_and_the_process_is_unharmed() {
     let dir = common::scratch();
-    let exe = copy_fixture(dir.path(), "bfd", "pie");
+    let exe = common::copy_fixture(dir.path(), "bfd", "pie");
     std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
     let f = File::open(&exe).unwrap();
     pagecache::evict(&f, 0..0).unwrap();
@@ -255,7 +234,7 @@ fn blocked_by_a_running_process_is_reported_and_the_process_is_unharmed() {
 #[test]
 fn replace_warms_a_copy_and_keeps_metadata() {
     let dir = common::scratch();
-    let exe = copy_fixture(dir.path(), "bfd", "pie");
+    let exe = common::copy_fixture(dir.path(), "bfd", "pie");
     std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o4751)).unwrap();
     set_xattr(&exe, "user.hugetext-test", b"kept");
     // A valid file capability (v2, cap_net_bind_service permitted+effective).
@@ -332,11 +311,11 @@ fn tmpfs_says_pmd_folios_are_impossible() {
         // The claim under test only holds for shmem_enabled=never.
         return;
     }
-    let p = shm.join(format!("hugetext-warm-test-{}", std::process::id()));
-    write_file(&p, 4);
+    let p = common::scratch_file(shm, &format!("hugetext-warm-test-{}", std::process::id()), 4);
     let out = common::hugetext(&["warm", "--json", p.to_str().unwrap()]);
     let _ = std::fs::remove_file(&p);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // Impossible here: exit 3 (the exit-status convention of README.md).
+    assert_eq!(out.status.code(), Some(3), "{}", String::from_utf8_lossy(&out.stderr));
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     let e = &v["files"][0];
     assert_eq!(e["filesystem"], "tmpfs");
@@ -348,8 +327,7 @@ fn tmpfs_says_pmd_folios_are_impossible() {
 #[test]
 fn memory_guard_refuses_and_touches_nothing() {
     let dir = common::scratch();
-    let p = dir.path().join("data");
-    write_file(&p, 8);
+    let p = common::scratch_file(dir.path(), "data", 8);
     common::read_small(&p);
     let before = folio::scan_file(&p, None).unwrap();
     let out = common::hugetext(&["warm", "--max-mem", "1M", p.to_str().unwrap()]);
@@ -368,10 +346,8 @@ fn memory_guard_refuses_and_touches_nothing() {
 #[test]
 fn config_file_lists_what_to_warm() {
     let dir = common::scratch();
-    let a = dir.path().join("a");
-    let b = dir.path().join("b");
-    write_file(&a, 4);
-    write_file(&b, 4);
+    let a = common::scratch_file(dir.path(), "a", 4);
+    let b = common::scratch_file(dir.path(), "b", 4);
     let conf = dir.path().join("warm.conf");
     std::fs::write(&conf, format!("paths = [{:?}, {:?}]\nmax_mem = \"90%\"\n", a, b)).unwrap();
     let v = warm_json(&["--config", conf.to_str().unwrap()]);
@@ -414,8 +390,7 @@ fn bad_paths_give_one_clear_line_each() {
         );
     }
     // No permission: as nobody, a root-only file.
-    let secret = dir.path().join("secret");
-    write_file(&secret, 1);
+    let secret = common::scratch_file(dir.path(), "secret", 1);
     std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let out = common::as_nobody()
@@ -427,8 +402,7 @@ fn bad_paths_give_one_clear_line_each() {
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("permission denied") && err.lines().count() == 1, "{err}");
     // Errors in one file do not stop the others.
-    let good = dir.path().join("good");
-    write_file(&good, 2);
+    let good = common::scratch_file(dir.path(), "good", 2);
     let out = common::hugetext(&["warm", "--json", missing.to_str().unwrap(), good.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(1));
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -453,4 +427,23 @@ fn freshly_written_file_is_warmed_on_the_first_run() {
     assert!(f["eligible_windows"].as_u64().unwrap() >= 8, "{f:#}");
     assert_eq!(f["pmd_windows"], f["eligible_windows"], "{f:#}");
     assert_eq!(f["blocked_kb"], 0, "{f:#}");
+}
+
+/// The exit-status convention: 0 done, 2 nothing to do (no whole 2 MiB
+/// window), 1 error, an error winning over done and done over nothing.
+#[test]
+fn exit_status_says_done_nothing_to_do_or_error() {
+    let dir = common::scratch();
+    let small = common::scratch_file(dir.path(), "small", 1);
+    let big = common::scratch_file(dir.path(), "big", 4);
+    let missing = dir.path().join("missing");
+    let code = |args: &[&Path]| {
+        let mut a = vec!["warm".to_string()];
+        a.extend(args.iter().map(|p| p.to_str().unwrap().to_string()));
+        let a: Vec<&str> = a.iter().map(String::as_str).collect();
+        common::hugetext(&a).status.code()
+    };
+    assert_eq!(code(&[&small]), Some(2), "no whole 2 MiB window: nothing to do");
+    assert_eq!(code(&[&small, &big]), Some(0), "one file warmed: done");
+    assert_eq!(code(&[&big, &missing]), Some(1), "an error wins");
 }

@@ -106,7 +106,7 @@ fn inspect_once(pid: i32, method: Method) -> (Duration, u64) {
         method: Some(method),
     };
     let t = Instant::now();
-    let r = inspect::inspect(&opts, &mut |_, _| {}).unwrap();
+    let r = inspect::inspect(&opts, &()).unwrap();
     let d = t.elapsed();
     let kb = (r.total.total(Kind::File) + r.total.total(Kind::Anon)) * kernel::page_size() as u64 / 1024;
     (d, kb)

@@ -71,6 +71,15 @@ fn finding(
     }
 }
 
+/// `hugetext doctor --json`: the path probed and every finding.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Report {
+    /// The path the user named (`--path`).
+    pub path: PathBuf,
+    /// The findings, in report order.
+    pub checks: Vec<Finding>,
+}
+
 /// Result of the filesystem experiment.
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct FsProbe {
@@ -173,12 +182,82 @@ pub fn probe_fs(path: &Path) -> Result<FsProbe> {
     Ok(probe)
 }
 
+/// Everything `doctor` looks at, gathered once (all the I/O and the
+/// filesystem experiment); [`findings`] decides what it means.
+#[derive(Debug, Clone)]
+pub struct Facts {
+    /// The path the user named (the filesystem to probe).
+    pub path: PathBuf,
+    /// `uname -r`.
+    pub release: String,
+    pub version: KernelVersion,
+    pub page_size: usize,
+    pub pmd_size: usize,
+    /// THP `enabled` mode; `None` without THP.
+    pub thp_enabled: Option<String>,
+    /// mTHP sizes (kB) and their modes.
+    pub thp_sizes: Vec<(u64, String)>,
+    /// THP `shmem_enabled` mode.
+    pub shmem_enabled: Option<String>,
+    /// The filesystem experiment, or why it could not be done.
+    pub probe: std::result::Result<FsProbe, String>,
+    /// `CONFIG_READ_ONLY_THP_FOR_FS` (`y`, `n`), when the config is readable.
+    pub read_only_thp_for_fs: Option<String>,
+    pub cap_sys_admin: bool,
+    pub pfn_access: bool,
+    pub pagemap_scan: bool,
+    /// glibc (major, minor); `None` for another C library.
+    pub glibc: Option<(u32, u32)>,
+}
+
+impl Facts {
+    /// Read the kernel's interfaces and probe the filesystem holding `path`.
+    pub fn gather(path: &Path) -> Facts {
+        Facts {
+            path: path.to_path_buf(),
+            release: rustix::system::uname().release().to_string_lossy().into_owned(),
+            version: KernelVersion::current(),
+            page_size: kernel::page_size(),
+            pmd_size: kernel::pmd_size(),
+            thp_enabled: kernel::thp_enabled(),
+            thp_sizes: kernel::thp_sizes(),
+            shmem_enabled: kernel::sysfs_choice("/sys/kernel/mm/transparent_hugepage/shmem_enabled"),
+            probe: probe_fs(path).map_err(|e| e.to_string()),
+            read_only_thp_for_fs: kernel::kernel_config("CONFIG_READ_ONLY_THP_FOR_FS"),
+            cap_sys_admin: kernel::has_cap_sys_admin(),
+            pfn_access: kernel::pfn_access(),
+            pagemap_scan: kernel::pagemap_scan_supported(),
+            glibc: kernel::glibc_version(),
+        }
+    }
+}
+
 /// Run every check; `path` names the filesystem to probe.
 pub fn diagnose(path: &Path) -> Vec<Finding> {
-    let mut out = Vec::new();
-    let v = KernelVersion::current();
-    let release = rustix::system::uname().release().to_string_lossy().into_owned();
-    out.push(finding(
+    findings(&Facts::gather(path))
+}
+
+/// What the facts mean, check by check, in report order.
+pub fn findings(f: &Facts) -> Vec<Finding> {
+    let mut out = vec![
+        kernel_finding(&f.release, f.version),
+        page_size(f.page_size, f.pmd_size),
+    ];
+    out.push(thp(f.thp_enabled.as_deref()));
+    out.extend(thp_sizes(&f.thp_sizes));
+    out.extend(f.shmem_enabled.as_deref().map(shmem));
+    match &f.probe {
+        Ok(p) => out.extend(filesystem(p, f.pmd_size, f.read_only_thp_for_fs.as_deref())),
+        Err(e) => out.push(not_probed(e, &f.path)),
+    }
+    out.push(pfn_access(f.pfn_access, f.cap_sys_admin));
+    out.push(pagemap_scan(f.pagemap_scan));
+    out.push(glibc(f.glibc));
+    out
+}
+
+fn kernel_finding(release: &str, v: KernelVersion) -> Finding {
+    finding(
         "kernel",
         "kernel",
         release,
@@ -190,12 +269,17 @@ pub fn diagnose(path: &Path) -> Vec<Finding> {
             } else {
                 "older than 5.18: no large page-cache folios on common filesystems; `hugetext run` (anonymous copy) is the route"
             },
-            if v.at_least(6, 7) { "; PAGEMAP_SCAN makes `inspect` fast" } else { "" }
+            if v.at_least(6, 7) {
+                "; PAGEMAP_SCAN makes `inspect` fast"
+            } else {
+                ""
+            }
         ),
-    ));
-    let ps = kernel::page_size();
-    let pmd = kernel::pmd_size();
-    out.push(finding(
+    )
+}
+
+fn page_size(ps: usize, pmd: usize) -> Finding {
+    finding(
         "page-size",
         "page and PMD size",
         format!("{} kB pages, {} kB PMD", ps / 1024, pmd / 1024),
@@ -204,17 +288,20 @@ pub fn diagnose(path: &Path) -> Vec<Finding> {
             "one PMD-mapped folio replaces {} base-page TLB entries with one",
             pmd / ps
         ),
-    ));
-    match kernel::thp_enabled() {
-        None => out.push(finding(
+    )
+}
+
+fn thp(mode: Option<&str>) -> Finding {
+    match mode {
+        None => finding(
             "thp",
             "transparent huge pages",
             "absent",
             Status::No,
             "kernel built without THP: no 2 MiB pages for text from user space (only hugetlbfs)",
-        )),
+        ),
         Some(mode) => {
-            let (st, m) = match mode.as_str() {
+            let (st, m) = match mode {
                 "always" | "madvise" => (
                     Status::Ok,
                     "MADV_HUGEPAGE is honoured: `warm` fills the page cache with 2 MiB folios and `run` can back text copies with THP",
@@ -224,145 +311,168 @@ pub fn diagnose(path: &Path) -> Vec<Finding> {
                     "anonymous THP is off: `run` (anonymous copy) gets no huge pages; page-cache text can still be PMD-mapped where the filesystem probe says so",
                 ),
             };
-            out.push(finding("thp", "THP (enabled)", mode, st, m));
+            finding("thp", "THP (enabled)", mode, st, m)
         }
     }
-    let sizes = kernel::thp_sizes();
-    if !sizes.is_empty() {
-        let on: Vec<String> = sizes
-            .iter()
-            .filter(|(_, m)| m != "never")
-            .map(|(kb, m)| format!("{kb}kB={m}"))
-            .collect();
-        out.push(finding(
-            "thp-sizes",
-            "THP per size (mTHP)",
-            if on.is_empty() { "all never".to_string() } else { on.join(" ") },
-            Status::Info,
-            "anonymous memory only; page-cache folio sizes come from the filesystem and readahead, not from these settings",
-        ));
-    }
-    if let Some(shm) = kernel::sysfs_choice("/sys/kernel/mm/transparent_hugepage/shmem_enabled") {
-        out.push(finding(
-            "shmem",
-            "THP for shmem/tmpfs",
-            shm.clone(),
-            Status::Info,
-            if shm == "never" || shm == "deny" {
-                "programs run from tmpfs keep their text in 4 KiB pages"
-            } else {
-                "programs on tmpfs can have huge page-cache folios"
-            },
-        ));
-    }
+}
 
-    // The filesystem experiment.
-    match probe_fs(path) {
-        Ok(p) => {
-            let windows = p.windows;
-            let (st, val, m) = match p.pmd_folio_windows {
-                Some(n) if n == windows => (
-                    Status::Ok,
-                    format!("{}: yes ({n}/{windows} windows in 2 MiB folios)", p.fs_type),
-                    format!(
-                        "`hugetext warm` can put text stored on {} into 2 MiB page-cache folios",
-                        p.dir.display()
-                    ),
-                ),
-                Some(n) => (
-                    Status::No,
-                    format!("{}: no ({n}/{windows} windows in 2 MiB folios)", p.fs_type),
-                    if matches!(p.fs_type.as_str(), "tmpfs" | "ramfs") {
-                        format!(
-                            "{} holds files in memory: no PMD folios unless mounted with huge=within_size (tmpfs); `warm` cannot help; use `hugetext run` (anonymous copy) or put the programs on ext4/xfs",
-                            p.fs_type
-                        )
-                    } else {
-                        format!(
-                            "{} gives only small page-cache folios on this kernel: `warm` and `run --strategy file` cannot help; use `hugetext run` (anonymous copy) or put the programs on ext4 (Linux ≥ 6.16) or xfs",
-                            p.fs_type
-                        )
-                    },
-                ),
-                None if p.pmd_mapped_kb > 0 => (
-                    Status::Ok,
-                    format!(
-                        "{}: yes (PMD-mapped; folio sizes hidden without CAP_SYS_ADMIN)",
-                        p.fs_type
-                    ),
-                    "`hugetext warm` works on this filesystem".to_string(),
-                ),
-                None => (
-                    Status::Warn,
-                    format!("{}: unknown (no PFN access)", p.fs_type),
-                    "run as root to see folio sizes".to_string(),
-                ),
-            };
-            out.push(finding("fs-large-folios", "PMD-order page-cache folios", val, st, m));
-            let want = (windows as usize * pmd / 1024) as u64;
-            out.push(finding(
-                "pmd-map",
-                "PMD mapping of page-cache text",
-                format!("{} of {} kB PMD-mapped in a fresh unadvised mapping", p.pmd_mapped_kb, want),
-                if p.pmd_mapped_kb == want { Status::Ok } else { Status::No },
-                if p.pmd_mapped_kb == want {
-                    "every process that maps warmed text at a 2 MiB-congruent address gets it on 2 MiB pages, shared, with no copy"
-                } else {
-                    "warmed folios are not PMD-mapped here: only `hugetext run` (anonymous copy) puts text on huge pages"
-                },
-            ));
-            let cfg = kernel::kernel_config("CONFIG_READ_ONLY_THP_FOR_FS");
-            let cfg_note = match cfg.as_deref() {
-                Some("y") => " (CONFIG_READ_ONLY_THP_FOR_FS=y)",
-                Some("n") => " (CONFIG_READ_ONLY_THP_FOR_FS is not set)",
-                _ => "",
-            };
-            let (st, val, m) = match (p.collapse_kb, &p.collapse_error) {
-                (Some(kb), _) if kb > 0 => (
-                    Status::Ok,
-                    format!("works ({kb} kB collapsed){cfg_note}"),
-                    "file text already in small folios can be collapsed in place (khugepaged or MADV_COLLAPSE)",
-                ),
-                (Some(_), _) => (
-                    Status::Warn,
-                    format!("accepted but nothing PMD-mapped{cfg_note}"),
-                    "MADV_COLLAPSE did not give PMD mappings here; use `warm` (evict + refill)",
-                ),
-                (None, e) => (
-                    Status::No,
-                    format!("{}{cfg_note}", e.as_deref().unwrap_or("failed")),
-                    "text already cached in small folios cannot be collapsed in place; `warm` evicts and refills it instead",
-                ),
-            };
-            out.push(finding("madv-collapse", "MADV_COLLAPSE on file text", val, st, m));
-        }
-        Err(e) => out.push(finding(
-            "fs-large-folios",
-            "PMD-order page-cache folios",
-            format!("not probed: {e}"),
-            Status::Warn,
+fn thp_sizes(sizes: &[(u64, String)]) -> Option<Finding> {
+    if sizes.is_empty() {
+        return None;
+    }
+    let on: Vec<String> = sizes
+        .iter()
+        .filter(|(_, m)| m != "never")
+        .map(|(kb, m)| format!("{kb}kB={m}"))
+        .collect();
+    Some(finding(
+        "thp-sizes",
+        "THP per size (mTHP)",
+        if on.is_empty() {
+            "all never".to_string()
+        } else {
+            on.join(" ")
+        },
+        Status::Info,
+        "anonymous memory only; page-cache folio sizes come from the filesystem and readahead, not from these settings",
+    ))
+}
+
+fn shmem(shm: &str) -> Finding {
+    finding(
+        "shmem",
+        "THP for shmem/tmpfs",
+        shm,
+        Status::Info,
+        if shm == "never" || shm == "deny" {
+            "programs run from tmpfs keep their text in 4 KiB pages"
+        } else {
+            "programs on tmpfs can have huge page-cache folios"
+        },
+    )
+}
+
+/// The three findings of the filesystem experiment: PMD-order folios, PMD
+/// mapping, MADV_COLLAPSE (`ro_thp`: CONFIG_READ_ONLY_THP_FOR_FS).
+fn filesystem(p: &FsProbe, pmd: usize, ro_thp: Option<&str>) -> [Finding; 3] {
+    let windows = p.windows;
+    let (st, val, m) = match p.pmd_folio_windows {
+        Some(n) if n == windows => (
+            Status::Ok,
+            format!("{}: yes ({n}/{windows} windows in 2 MiB folios)", p.fs_type),
             format!(
-                "give `--path DIR` on the filesystem that holds your programs (default: {})",
-                path.display()
+                "`hugetext warm` can put text stored on {} into 2 MiB page-cache folios",
+                p.dir.display()
             ),
-        )),
-    }
+        ),
+        Some(n) => (
+            Status::No,
+            format!("{}: no ({n}/{windows} windows in 2 MiB folios)", p.fs_type),
+            if fsutil::is_memory_fs(&p.fs_type) {
+                format!(
+                    "{} holds files in memory: no PMD folios unless mounted with huge=within_size (tmpfs); `warm` cannot help; use `hugetext run` (anonymous copy) or put the programs on ext4/xfs",
+                    p.fs_type
+                )
+            } else {
+                format!(
+                    "{} gives only small page-cache folios on this kernel: `warm` and `run --strategy file` cannot help; use `hugetext run` (anonymous copy) or put the programs on ext4 (Linux ≥ 6.16) or xfs",
+                    p.fs_type
+                )
+            },
+        ),
+        None if p.pmd_mapped_kb > 0 => (
+            Status::Ok,
+            format!(
+                "{}: yes (PMD-mapped; folio sizes hidden without CAP_SYS_ADMIN)",
+                p.fs_type
+            ),
+            "`hugetext warm` works on this filesystem".to_string(),
+        ),
+        None => (
+            Status::Warn,
+            format!("{}: unknown (no PFN access)", p.fs_type),
+            "run as root to see folio sizes".to_string(),
+        ),
+    };
+    let folios = finding("fs-large-folios", "PMD-order page-cache folios", val, st, m);
+    let want = (windows as usize * pmd / 1024) as u64;
+    let mapped = finding(
+        "pmd-map",
+        "PMD mapping of page-cache text",
+        format!(
+            "{} of {} kB PMD-mapped in a fresh unadvised mapping",
+            p.pmd_mapped_kb, want
+        ),
+        if p.pmd_mapped_kb == want {
+            Status::Ok
+        } else {
+            Status::No
+        },
+        if p.pmd_mapped_kb == want {
+            "every process that maps warmed text at a 2 MiB-congruent address gets it on 2 MiB pages, shared, with no copy"
+        } else {
+            "warmed folios are not PMD-mapped here: only `hugetext run` (anonymous copy) puts text on huge pages"
+        },
+    );
+    let cfg_note = match ro_thp {
+        Some("y") => " (CONFIG_READ_ONLY_THP_FOR_FS=y)",
+        Some("n") => " (CONFIG_READ_ONLY_THP_FOR_FS is not set)",
+        _ => "",
+    };
+    let (st, val, m) = match (p.collapse_kb, &p.collapse_error) {
+        (Some(kb), _) if kb > 0 => (
+            Status::Ok,
+            format!("works ({kb} kB collapsed){cfg_note}"),
+            "file text already in small folios can be collapsed in place (khugepaged or MADV_COLLAPSE)",
+        ),
+        (Some(_), _) => (
+            Status::Warn,
+            format!("accepted but nothing PMD-mapped{cfg_note}"),
+            "MADV_COLLAPSE did not give PMD mappings here; use `warm` (evict + refill)",
+        ),
+        (None, e) => (
+            Status::No,
+            format!("{}{cfg_note}", e.as_deref().unwrap_or("failed")),
+            "text already cached in small folios cannot be collapsed in place; `warm` evicts and refills it instead",
+        ),
+    };
+    let collapse = finding("madv-collapse", "MADV_COLLAPSE on file text", val, st, m);
+    [folios, mapped, collapse]
+}
 
-    let cap = kernel::has_cap_sys_admin();
-    let pfn = kernel::pfn_access();
-    out.push(finding(
+fn not_probed(why: &str, path: &Path) -> Finding {
+    finding(
+        "fs-large-folios",
+        "PMD-order page-cache folios",
+        format!("not probed: {why}"),
+        Status::Warn,
+        format!(
+            "give `--path DIR` on the filesystem that holds your programs (default: {})",
+            path.display()
+        ),
+    )
+}
+
+fn pfn_access(pfn: bool, cap: bool) -> Finding {
+    finding(
         "pfn-access",
         "pagemap PFN access",
-        format!("{} (CAP_SYS_ADMIN: {})", if pfn { "yes" } else { "no" }, if cap { "yes" } else { "no" }),
+        format!(
+            "{} (CAP_SYS_ADMIN: {})",
+            if pfn { "yes" } else { "no" },
+            if cap { "yes" } else { "no" }
+        ),
         if pfn { Status::Ok } else { Status::Warn },
         if pfn {
             "`inspect` sees every folio's size and alignment"
         } else {
             "the kernel hides PFNs: `inspect` shows smaps-only numbers (PMD- vs PTE-mapped); run as root for folio sizes"
         },
-    ));
-    let scan = kernel::pagemap_scan_supported();
-    out.push(finding(
+    )
+}
+
+fn pagemap_scan(scan: bool) -> Finding {
+    finding(
         "pagemap-scan",
         "PAGEMAP_SCAN ioctl",
         if scan { "yes" } else { "no" },
@@ -372,9 +482,12 @@ pub fn diagnose(path: &Path) -> Vec<Finding> {
         } else {
             "`inspect` reads every page's flags and takes PMD-mapped amounts from smaps (slower, same numbers)"
         },
-    ));
-    match kernel::glibc_version() {
-        Some((a, b)) => out.push(finding(
+    )
+}
+
+fn glibc(version: Option<(u32, u32)>) -> Finding {
+    match version {
+        Some((a, b)) => finding(
             "glibc",
             "glibc (p_align support)",
             format!("{a}.{b}"),
@@ -384,14 +497,191 @@ pub fn diagnose(path: &Path) -> Vec<Finding> {
             } else {
                 "ld.so ignores p_align > page size for libraries: aligned libraries land congruent only by luck (kernel placement of large mappings helps)"
             },
-        )),
-        None => out.push(finding(
+        ),
+        None => finding(
             "glibc",
             "glibc (p_align support)",
             "not glibc",
             Status::Info,
             "check your C library's loader for p_align support",
-        )),
+        ),
     }
-    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// This machine kind: 6.18, ext4 with large folios, THP madvise, root,
+    /// no CONFIG_READ_ONLY_THP_FOR_FS.
+    fn facts() -> Facts {
+        Facts {
+            path: PathBuf::from("/srv"),
+            release: "6.18.0-test".into(),
+            version: KernelVersion::parse("6.18.0"),
+            page_size: 4096,
+            pmd_size: 2 << 20,
+            thp_enabled: Some("madvise".into()),
+            thp_sizes: vec![(64, "never".into()), (2048, "inherit".into())],
+            shmem_enabled: Some("never".into()),
+            probe: Ok(FsProbe {
+                dir: PathBuf::from("/srv"),
+                fs_type: "ext4".into(),
+                pmd_folio_windows: Some(2),
+                windows: 2,
+                pmd_mapped_kb: 4096,
+                collapse_kb: None,
+                collapse_error: Some("EINVAL (not supported for file text on this kernel)".into()),
+            }),
+            read_only_thp_for_fs: Some("n".into()),
+            cap_sys_admin: true,
+            pfn_access: true,
+            pagemap_scan: true,
+            glibc: Some((2, 36)),
+        }
+    }
+
+    fn probe(f: &mut Facts) -> &mut FsProbe {
+        f.probe.as_mut().unwrap()
+    }
+
+    fn get<'a>(v: &'a [Finding], id: &str) -> &'a Finding {
+        v.iter()
+            .find(|f| f.id == id)
+            .unwrap_or_else(|| panic!("no {id} in {v:?}"))
+    }
+
+    #[test]
+    fn every_check_in_order() {
+        let ids: Vec<_> = findings(&facts()).iter().map(|f| f.id).collect();
+        assert_eq!(
+            ids,
+            [
+                "kernel",
+                "page-size",
+                "thp",
+                "thp-sizes",
+                "shmem",
+                "fs-large-folios",
+                "pmd-map",
+                "madv-collapse",
+                "pfn-access",
+                "pagemap-scan",
+                "glibc"
+            ]
+        );
+        let v = findings(&facts());
+        assert_eq!(get(&v, "fs-large-folios").status, Status::Ok);
+        assert_eq!(
+            get(&v, "pmd-map").value,
+            "4096 of 4096 kB PMD-mapped in a fresh unadvised mapping"
+        );
+        assert_eq!(get(&v, "thp-sizes").value, "2048kB=inherit");
+        assert_eq!(get(&v, "page-size").value, "4 kB pages, 2048 kB PMD");
+    }
+
+    #[test]
+    fn tmpfs_has_no_pmd_folios() {
+        let mut f = facts();
+        let p = probe(&mut f);
+        (p.fs_type, p.pmd_folio_windows, p.pmd_mapped_kb) = ("tmpfs".into(), Some(0), 0);
+        let v = findings(&f);
+        let fs = get(&v, "fs-large-folios");
+        assert_eq!(
+            (fs.status, fs.value.as_str()),
+            (Status::No, "tmpfs: no (0/2 windows in 2 MiB folios)")
+        );
+        assert!(fs.meaning.contains("holds files in memory"), "{fs:?}");
+        assert_eq!(get(&v, "pmd-map").status, Status::No);
+        // A disk filesystem without large folios gets the other advice.
+        probe(&mut f).fs_type = "btrfs".into();
+        assert!(get(&findings(&f), "fs-large-folios")
+            .meaning
+            .contains("ext4 (Linux ≥ 6.16) or xfs"));
+    }
+
+    #[test]
+    fn hidden_pfns() {
+        let mut f = facts();
+        (f.pfn_access, f.cap_sys_admin) = (false, false);
+        probe(&mut f).pmd_folio_windows = None;
+        let v = findings(&f);
+        let fs = get(&v, "fs-large-folios");
+        assert_eq!(fs.status, Status::Ok, "PMD-mapped proves the folios: {fs:?}");
+        assert!(fs.value.contains("folio sizes hidden"), "{fs:?}");
+        let pfn = get(&v, "pfn-access");
+        assert_eq!(
+            (pfn.status, pfn.value.as_str()),
+            (Status::Warn, "no (CAP_SYS_ADMIN: no)")
+        );
+        // Nothing PMD-mapped either: cannot tell.
+        probe(&mut f).pmd_mapped_kb = 0;
+        assert_eq!(get(&findings(&f), "fs-large-folios").status, Status::Warn);
+    }
+
+    #[test]
+    fn collapse_refused_works_or_does_nothing() {
+        let v = findings(&facts());
+        let c = get(&v, "madv-collapse");
+        assert_eq!(c.status, Status::No);
+        assert_eq!(
+            c.value,
+            "EINVAL (not supported for file text on this kernel) (CONFIG_READ_ONLY_THP_FOR_FS is not set)"
+        );
+        let mut f = facts();
+        f.read_only_thp_for_fs = Some("y".into());
+        (probe(&mut f).collapse_kb, probe(&mut f).collapse_error) = (Some(4096), None);
+        let c = get(&findings(&f), "madv-collapse").clone();
+        assert_eq!(
+            (c.status, c.value.as_str()),
+            (Status::Ok, "works (4096 kB collapsed) (CONFIG_READ_ONLY_THP_FOR_FS=y)")
+        );
+        probe(&mut f).collapse_kb = Some(0);
+        f.read_only_thp_for_fs = None;
+        let c = get(&findings(&f), "madv-collapse").clone();
+        assert_eq!(
+            (c.status, c.value.as_str()),
+            (Status::Warn, "accepted but nothing PMD-mapped")
+        );
+    }
+
+    #[test]
+    fn old_kernel_and_old_glibc() {
+        let mut f = facts();
+        (f.release, f.version, f.glibc, f.pagemap_scan) =
+            ("5.15.0".into(), KernelVersion::parse("5.15.0"), Some((2, 31)), false);
+        let v = findings(&f);
+        let k = get(&v, "kernel");
+        assert_eq!(k.status, Status::Warn);
+        assert!(
+            k.meaning.contains("older than 5.18") && !k.meaning.contains("PAGEMAP_SCAN"),
+            "{k:?}"
+        );
+        assert_eq!(get(&v, "glibc").status, Status::Warn);
+        assert_eq!(get(&v, "pagemap-scan").status, Status::Info);
+        f.glibc = None;
+        assert_eq!(get(&findings(&f), "glibc").value, "not glibc");
+    }
+
+    #[test]
+    fn thp_never_or_absent() {
+        let mut f = facts();
+        f.thp_enabled = Some("never".into());
+        assert_eq!(get(&findings(&f), "thp").status, Status::Warn);
+        (f.thp_enabled, f.thp_sizes, f.shmem_enabled) = (None, vec![], None);
+        let v = findings(&f);
+        assert_eq!(get(&v, "thp").status, Status::No);
+        assert!(!v.iter().any(|x| x.id == "thp-sizes" || x.id == "shmem"));
+    }
+
+    #[test]
+    fn probe_not_possible() {
+        let mut f = facts();
+        f.probe = Err("cannot create a scratch file in /srv: Read-only file system".into());
+        let v = findings(&f);
+        let fs = get(&v, "fs-large-folios");
+        assert_eq!(fs.status, Status::Warn);
+        assert!(fs.value.starts_with("not probed: cannot create") && fs.meaning.contains("(default: /srv)"));
+        assert!(!v.iter().any(|x| x.id == "pmd-map" || x.id == "madv-collapse"));
+    }
 }

@@ -38,6 +38,10 @@ pub enum Error {
     /// Bad input from the user (arguments, config).
     #[error("{0}")]
     Invalid(String),
+    /// A program to run cannot be found or executed (exit status 127 or
+    /// 126, [`crate::remap::LaunchError::exit_code`]).
+    #[error(transparent)]
+    Launch(#[from] crate::remap::LaunchError),
     /// Anything else, already phrased for the user.
     #[error("{0}")]
     Other(String),

@@ -28,6 +28,7 @@ use std::path::{Path, PathBuf};
 use crate::folio::{self, Class, Classifier, Counts, FileFolios, Kind, Segment, PM_PRESENT};
 use crate::kernel::{self, pagemap_scan as ps};
 use crate::procfs::{self, Vma};
+use crate::progress::Progress;
 use crate::{Error, Result};
 
 /// Which processes to inspect.
@@ -146,8 +147,206 @@ pub struct Report {
     pub unique: Option<Counts>,
 }
 
-/// Inspect processes. `progress(done, total)` is called after each process.
-pub fn inspect(opts: &Options, progress: &mut dyn FnMut(usize, usize)) -> Result<Report> {
+/// kB of `pages` base pages.
+fn pages_kb(pages: u64) -> u64 {
+    pages * (kernel::page_size() as u64 / 1024)
+}
+
+/// kB per class label (thpmaps' names, e.g. `file-thp-pmd-aligned-2048kB`),
+/// and `file_kb`/`anon_kb` totals: the open-ended part of the JSON, whose
+/// keys depend on the folio sizes found.
+pub type ClassKb = std::collections::BTreeMap<String, u64>;
+
+impl Report {
+    /// The labels and kB of one set of counts of `kind`, in display order:
+    /// with [`Method::SmapsOnly`] PTE-/PMD-mapped/hugetlb only, else every
+    /// class found (`all_classes`: also the empty ones) and the contiguous
+    /// blocks of [`Report::cont_orders`].
+    pub fn labelled(&self, c: &Counts, kind: Kind, all_classes: bool) -> Vec<(String, u64)> {
+        let mut out = Vec::new();
+        if self.method == Method::SmapsOnly {
+            for class in [Class::PteUnknown, Class::PmdAligned, Class::Hugetlb] {
+                let v = c.get(kind, class);
+                if v > 0 || (all_classes && class != Class::Hugetlb) {
+                    out.push((class.label(kind), pages_kb(v)));
+                }
+            }
+            return out;
+        }
+        for class in c.classes(kind, all_classes) {
+            out.push((class.label(kind), pages_kb(c.get(kind, class))));
+        }
+        for &o in &self.cont_orders {
+            let size = pages_kb(1 << o);
+            let (pte, pmd) = c.cont(kind, o);
+            if pte > 0 || all_classes {
+                out.push((format!("{}-cont-pte-aligned-{size}kB", kind.name()), pages_kb(pte)));
+            }
+            if pmd > 0 || all_classes {
+                out.push((format!("{}-cont-pmd-aligned-{size}kB", kind.name()), pages_kb(pmd)));
+            }
+        }
+        out
+    }
+
+    /// `<kind>_kb` and every class label of `kinds` (empty ones included).
+    fn class_kb(&self, c: &Counts, kinds: &[Kind]) -> ClassKb {
+        let mut m = ClassKb::new();
+        for &kind in kinds {
+            m.insert(format!("{}_kb", kind.name()), pages_kb(c.total(kind)));
+            m.extend(self.labelled(c, kind, true));
+        }
+        m
+    }
+
+    /// The JSON report of `hugetext inspect --json`: every mapping, or with
+    /// `rollup` a sum per process; `elapsed` is how long the inspection took.
+    pub fn to_json(&self, rollup: bool, elapsed: std::time::Duration) -> ReportJson {
+        let kinds = [Kind::File, Kind::Anon];
+        let processes = self
+            .processes
+            .iter()
+            .map(|p| ProcessJson {
+                pid: p.pid,
+                comm: p.comm.clone(),
+                mappings: (!rollup).then(|| {
+                    p.mappings
+                        .iter()
+                        .map(|m| MappingJson {
+                            start: format!("{:#x}", m.vma.start),
+                            end: format!("{:#x}", m.vma.end),
+                            perms: m.vma.perms.clone(),
+                            offset: m.vma.offset,
+                            dev: m.vma.dev(),
+                            inode: m.vma.inode,
+                            path: m.vma.path.clone(),
+                            counts: self.class_kb(&m.counts, &kinds),
+                        })
+                        .collect()
+                }),
+                counts: if rollup {
+                    self.class_kb(&p.counts, &kinds)
+                } else {
+                    ClassKb::new()
+                },
+            })
+            .collect();
+        ReportJson {
+            method: self.method,
+            pfn_access: self.pfn_access,
+            scope: if self.all { "all" } else { "exec" },
+            page_size_kb: kernel::page_size() as u64 / 1024,
+            pmd_size_kb: kernel::pmd_size() as u64 / 1024,
+            elapsed_ms: elapsed.as_secs_f64() * 1e3,
+            skipped: self.skipped.clone(),
+            processes,
+            total: TotalJson {
+                counts: self.class_kb(&self.total, &kinds),
+                unique: self.unique.as_ref().map(|u| self.class_kb(u, &[Kind::File])),
+            },
+        }
+    }
+}
+
+/// `hugetext inspect --json`.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ReportJson {
+    pub method: Method,
+    pub pfn_access: bool,
+    /// `exec` (executable mappings) or `all`.
+    pub scope: &'static str,
+    pub page_size_kb: u64,
+    pub pmd_size_kb: u64,
+    pub elapsed_ms: f64,
+    pub skipped: Skipped,
+    pub processes: Vec<ProcessJson>,
+    pub total: TotalJson,
+}
+
+/// One process in [`ReportJson`].
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ProcessJson {
+    pub pid: i32,
+    pub comm: String,
+    /// Every mapping in scope; absent with `--rollup`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mappings: Option<Vec<MappingJson>>,
+    /// With `--rollup`: the process's sums (empty otherwise).
+    #[serde(flatten)]
+    pub counts: ClassKb,
+}
+
+/// One mapping in [`ProcessJson`]: its maps line and its counts.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct MappingJson {
+    /// Hex, `0x…`.
+    pub start: String,
+    /// Hex, `0x…`.
+    pub end: String,
+    pub perms: String,
+    pub offset: u64,
+    /// `MAJ:MIN` in hex.
+    pub dev: String,
+    pub inode: u64,
+    pub path: String,
+    #[serde(flatten)]
+    pub counts: ClassKb,
+}
+
+/// The totals in [`ReportJson`]: mapped (per mapping), and `unique` (file
+/// pages once; `null` with smaps only).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct TotalJson {
+    #[serde(flatten)]
+    pub counts: ClassKb,
+    pub unique: Option<ClassKb>,
+}
+
+/// `hugetext inspect --file … --json`.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct FilesJson {
+    /// Whether folio sizes were visible for every file.
+    pub pfn_access: bool,
+    pub files: Vec<FileJson>,
+}
+
+/// One file in [`FilesJson`].
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct FileJson {
+    pub path: PathBuf,
+    pub size: u64,
+    pub cached_kb: u64,
+    /// kB per folio size (`"2048kB"`); `null` without PFN access.
+    pub folios: Option<ClassKb>,
+    pub pmd_windows: u64,
+    pub pmd_windows_huge: u64,
+}
+
+impl FilesJson {
+    /// The JSON report of these file views.
+    pub fn of(views: &[FileView]) -> FilesJson {
+        FilesJson {
+            pfn_access: views.iter().all(|v| v.folios_kb.is_some()),
+            files: views
+                .iter()
+                .map(|v| FileJson {
+                    path: v.path.clone(),
+                    size: v.size,
+                    cached_kb: v.cached_kb,
+                    folios: v
+                        .folios_kb
+                        .as_ref()
+                        .map(|f| f.iter().map(|(k, n)| (format!("{k}kB"), *n)).collect()),
+                    pmd_windows: v.pmd_windows,
+                    pmd_windows_huge: v.pmd_windows_huge,
+                })
+                .collect(),
+        }
+    }
+}
+
+/// Inspect processes; `progress` counts them.
+pub fn inspect(opts: &Options, progress: &dyn Progress) -> Result<Report> {
     let method = opts.method.unwrap_or_else(Method::detect);
     let (pids, strict) = match &opts.target {
         Target::System => (procfs::all_pids()?, false),
@@ -179,8 +378,8 @@ pub fn inspect(opts: &Options, progress: &mut dyn FnMut(usize, usize)) -> Result
         total: Counts::default(),
         unique: None,
     };
-    let n = pids.len();
-    for (i, &pid) in pids.iter().enumerate() {
+    progress.start(pids.len() as u64);
+    for &pid in &pids {
         match scanner.process(pid) {
             Ok(Some(p)) => {
                 report.total.merge(&p.counts);
@@ -202,7 +401,7 @@ pub fn inspect(opts: &Options, progress: &mut dyn FnMut(usize, usize)) -> Result
                 report.skipped.vanished += 1
             }
         }
-        progress(i + 1, n);
+        progress.step("");
     }
     if method != Method::SmapsOnly {
         report.unique = Some(scanner.unique.finish());
@@ -604,4 +803,35 @@ pub fn inspect_file(path: &Path) -> Result<FileView> {
         pmd_windows: size / pmd,
         pmd_windows_huge: 0,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_views_as_json() {
+        let view = |folios_kb| FileView {
+            path: PathBuf::from("/usr/bin/x"),
+            size: 8 << 20,
+            cached_kb: 6144,
+            folios_kb,
+            pmd_windows: 4,
+            pmd_windows_huge: 2,
+        };
+        let with = view(Some([(4, 2048), (2048, 4096)].into_iter().collect()));
+        let v = serde_json::to_value(FilesJson::of(std::slice::from_ref(&with))).unwrap();
+        assert_eq!(v["pfn_access"], true);
+        let f = &v["files"][0];
+        assert_eq!(f["folios"], serde_json::json!({"4kB": 2048, "2048kB": 4096}));
+        assert_eq!(
+            (&f["path"], &f["size"], &f["cached_kb"]),
+            (&"/usr/bin/x".into(), &(8u64 << 20).into(), &6144.into())
+        );
+        assert_eq!((&f["pmd_windows"], &f["pmd_windows_huge"]), (&4.into(), &2.into()));
+        // One file without folio sizes makes the whole report "no PFN access".
+        let v = serde_json::to_value(FilesJson::of(&[with, view(None)])).unwrap();
+        assert_eq!(v["pfn_access"], false);
+        assert!(v["files"][1]["folios"].is_null());
+    }
 }

@@ -15,8 +15,10 @@
 //! | [`doctor`]    | kernel capability report with what each finding means                |
 //! | [`elf`]       | ELF eligibility (`check`), rewriter (`align`), DT_NEEDED deps         |
 //! | [`fsutil`]    | safe file replacement: temp file, owner/mode/xattrs, rename; signatures |
+//! | [`outcome`]   | the exit-status convention of commands that change state             |
 //! | [`pagecache`] | evict and refill a file's page cache with PMD-order folios           |
 //! | [`warm`]      | `warm`: verified PMD page cache for programs and their libraries      |
+//! | [`progress`]  | the one progress interface of `bench`, `warm` and `inspect`          |
 //! | [`remap`]     | `run`: preload discovery, environment, verification of a process     |
 //! | [`bench`](mod@bench) | the kernel patches' benchmarks and paired A/B runs of real programs |
 //!
@@ -30,9 +32,12 @@ pub mod folio;
 pub mod fsutil;
 pub mod inspect;
 pub mod kernel;
+pub mod outcome;
 pub mod pagecache;
 pub mod procfs;
+pub mod progress;
 pub mod remap;
 pub mod warm;
 
 pub use error::{Error, Result};
+pub use outcome::Outcome;

@@ -215,6 +215,8 @@ pub struct ProcStat {
     pub comm: String,
     /// State letter (`R`, `S`, `Z`, …).
     pub state: char,
+    /// Parent process id.
+    pub ppid: i32,
     /// Kernel `task->flags`.
     pub flags: u64,
 }
@@ -247,11 +249,13 @@ pub fn read_stat(pid: i32) -> Result<ProcStat> {
     let fields: Vec<&str> = text[close + 1..].split_whitespace().collect();
     // After comm: state(3) ppid(4) pgrp(5) session(6) tty_nr(7) tpgid(8) flags(9).
     let state = fields.first().and_then(|s| s.chars().next()).unwrap_or('?');
+    let ppid = fields.get(1).and_then(|s| s.parse().ok()).unwrap_or(0);
     let flags = fields.get(6).and_then(|s| s.parse().ok()).unwrap_or(0);
     Ok(ProcStat {
         pid,
         comm,
         state,
+        ppid,
         flags,
     })
 }
@@ -265,6 +269,28 @@ pub fn all_pids() -> Result<Vec<i32>> {
         .collect();
     pids.sort_unstable();
     Ok(pids)
+}
+
+/// `root` and all its live descendants, parents before children
+/// (processes that vanish while being read are left out).
+pub fn descendants(root: i32) -> Vec<i32> {
+    let mut children: std::collections::HashMap<i32, Vec<i32>> = std::collections::HashMap::new();
+    for st in all_pids()
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|p| read_stat(p).ok())
+    {
+        children.entry(st.ppid).or_default().push(st.pid);
+    }
+    let mut out = vec![root];
+    let mut i = 0;
+    while i < out.len() {
+        if let Some(c) = children.get(&out[i]) {
+            out.extend(c);
+        }
+        i += 1;
+    }
+    out
 }
 
 /// The command name of a process (`/proc/PID/comm`, at most 15 bytes).

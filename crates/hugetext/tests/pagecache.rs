@@ -2,26 +2,16 @@
 //! MADV_HUGEPAGE mapping, and read the folio sizes back.
 
 use std::fs::File;
-use std::io::{Read, Write};
+use std::io::Read;
 
 use hugetext::{folio, kernel, pagecache};
 
-fn scratch_file(name: &str, mib: usize) -> std::path::PathBuf {
-    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("pagecache");
-    std::fs::create_dir_all(&dir).unwrap();
-    let p = dir.join(name);
-    let mut f = File::create(&p).unwrap();
-    let block: Vec<u8> = (0..1 << 20).map(|i| (i * 7 + 3) as u8).collect();
-    for _ in 0..mib {
-        f.write_all(&block).unwrap();
-    }
-    f.sync_all().unwrap();
-    p
-}
+use hugetext_testkit::{scratch, scratch_file};
 
 #[test]
 fn evict_then_fill_gives_pmd_folios() {
-    let p = scratch_file("fill", 32);
+    let dir = scratch();
+    let p = scratch_file(dir.path(), "fill", 32);
     let f = File::open(&p).unwrap();
     pagecache::evict(&f, 0..0).unwrap();
     let cold = folio::scan_file(&p, None).unwrap();
@@ -42,7 +32,8 @@ fn evict_then_fill_gives_pmd_folios() {
 
 #[test]
 fn small_reads_give_small_folios_and_scan_reads_nothing() {
-    let p = scratch_file("small", 8);
+    let dir = scratch();
+    let p = scratch_file(dir.path(), "small", 8);
     let mut f = File::open(&p).unwrap();
     pagecache::evict(&f, 0..0).unwrap();
     // Read only the first 64 KiB with a plain read(): readahead brings in
@@ -62,7 +53,8 @@ fn small_reads_give_small_folios_and_scan_reads_nothing() {
 #[test]
 fn touching_pages_fills_pmd_folios_like_populate() {
     use std::os::fd::AsFd;
-    let p = scratch_file("touch", 8);
+    let dir = scratch();
+    let p = scratch_file(dir.path(), "touch", 8);
     let f = File::open(&p).unwrap();
     pagecache::evict(&f, 0..0).unwrap();
     let pmd = kernel::pmd_size();
@@ -93,13 +85,15 @@ fn compat_knob_makes_fills_touch_pages() {
             "HUGETEXT_COMPAT=no-populate is not honoured"
         );
         let pmd_kb = kernel::pmd_size() as u64 / 1024;
-        let p = scratch_file("compat-windows", 8);
+        let dir = scratch();
+        let p = scratch_file(dir.path(), "compat-windows", 8);
         let f = File::open(&p).unwrap();
         pagecache::evict(&f, 0..0).unwrap();
         pagecache::fill_windows(&f, 0..8 << 20, 4).unwrap();
         let v = folio::scan_file(&p, None).unwrap();
         assert_eq!(v.folios_kb.get(&pmd_kb).copied().unwrap_or(0), 8 * 1024, "{v:?}");
-        let p = scratch_file("compat-huge", 8);
+        let dir = scratch();
+        let p = scratch_file(dir.path(), "compat-huge", 8);
         let f = File::open(&p).unwrap();
         pagecache::evict(&f, 0..0).unwrap();
         pagecache::fill_huge(&f, 0..8 << 20).unwrap();

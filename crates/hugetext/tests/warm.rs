@@ -2,33 +2,15 @@
 //! MADV_COLLAPSE probe, who maps a file, planning.
 
 use std::fs::File;
-use std::io::Write;
-use std::path::{Path, PathBuf};
 
 use hugetext::{folio, kernel, pagecache, warm};
 
-fn scratch_dir(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("warm").join(name);
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-fn scratch_file(dir: &Path, name: &str, mib: usize) -> PathBuf {
-    let p = dir.join(name);
-    let mut f = File::create(&p).unwrap();
-    let block: Vec<u8> = (0..1 << 20).map(|i| (i * 13 + 5) as u8).collect();
-    for _ in 0..mib {
-        f.write_all(&block).unwrap();
-    }
-    f.sync_all().unwrap();
-    p
-}
+use hugetext_testkit::{scratch, scratch_file};
 
 #[test]
 fn bounded_fill_reads_nothing_outside_the_range() {
-    let dir = scratch_dir("bounded");
-    let p = scratch_file(&dir, "f", 8);
+    let dir = scratch();
+    let p = scratch_file(dir.path(), "f", 8);
     let f = File::open(&p).unwrap();
     pagecache::evict(&f, 0..0).unwrap();
     let pmd = kernel::pmd_size() as u64;
@@ -49,8 +31,8 @@ fn bounded_fill_reads_nothing_outside_the_range() {
 
 #[test]
 fn parallel_window_fill_gives_pmd_folios_and_stays_in_range() {
-    let dir = scratch_dir("windows");
-    let p = scratch_file(&dir, "f", 20);
+    let dir = scratch();
+    let p = scratch_file(dir.path(), "f", 20);
     let f = File::open(&p).unwrap();
     pagecache::evict(&f, 0..0).unwrap();
     pagecache::fill_windows(&f, (2 << 20)..(18 << 20), 4).unwrap();
@@ -82,10 +64,10 @@ fn config_ro_thp() -> Option<bool> {
 
 #[test]
 fn collapse_probe_matches_the_kernel_config() {
-    let dir = scratch_dir("collapse");
-    let got = pagecache::collapse_supported(&dir).unwrap();
+    let dir = scratch();
+    let got = pagecache::collapse_supported(dir.path()).unwrap();
     assert!(
-        std::fs::read_dir(&dir).unwrap().next().is_none(),
+        std::fs::read_dir(dir.path()).unwrap().next().is_none(),
         "the probe file is removed"
     );
     match config_ro_thp() {
@@ -130,13 +112,13 @@ fn plan_of_an_elf_file_is_its_read_only_segments() {
     );
     assert!(t.bytes() < t.size + 2 * kernel::page_size() as u64 * t.ranges.len() as u64);
 
-    let dir = scratch_dir("plan");
-    let data = scratch_file(&dir, "data", 1);
+    let dir = scratch();
+    let data = scratch_file(dir.path(), "data", 1);
     let t = warm::plan(&data).unwrap();
     assert!(!t.elf);
     assert_eq!((t.ranges.len(), t.ranges[0].offset, t.ranges[0].len), (1, 0, 1 << 20));
     // ELF magic but garbage: whole file, with a note.
-    let bad = dir.join("bad");
+    let bad = dir.path().join("bad");
     std::fs::write(&bad, b"\x7fELF\x02\x01\x01garbage").unwrap();
     let t = warm::plan(&bad).unwrap();
     assert_eq!(t.ranges.len(), 1);

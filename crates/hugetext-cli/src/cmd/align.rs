@@ -26,11 +26,11 @@ use super::check::mib;
 /// (signature sections, appended signatures, IMA/EVM xattrs) are refused
 /// unless --force.
 ///
-/// Exit status:
-///   0  rewritten (with --dry-run: would be rewritten)
+/// Exit status (as for every command that changes state, see `hugetext --help`):
+///   0  done: rewritten (with --dry-run: would be rewritten)
 ///   1  error (not ELF, truncated, I/O, no permission, disk full); nothing changed
-///   2  nothing to improve: already PMD-mappable
-///   3  cannot be improved, or refused (the reason is printed)
+///   2  nothing to do: already PMD-mappable
+///   3  impossible here: cannot be improved, or refused (the reason is printed)
 #[derive(clap::Args, Debug)]
 #[command(after_help = AFTER_HELP)]
 pub struct Args {
@@ -66,11 +66,11 @@ renamed over it: a running program keeps working, and any failure (disk full, no
 permission) leaves the original as it was. Signed files (signature sections, appended
 signatures, IMA/EVM xattrs) are refused unless --force. See doc/elf.md.
 
-Exit status:
-  0  rewritten (with --dry-run: would be rewritten)
+Exit status (as for every command that changes state, see `hugetext --help`):
+  0  done: rewritten (with --dry-run: would be rewritten)
   1  error (not ELF, truncated, I/O, no permission, disk full); nothing changed
-  2  nothing to improve: already PMD-mappable
-  3  cannot be improved, or refused (the reason is printed)";
+  2  nothing to do: already PMD-mappable
+  3  impossible here: cannot be improved, or refused (the reason is printed)";
 
 pub fn run(args: Args) -> Result<u8> {
     let opts = AlignOptions {

@@ -4,16 +4,14 @@
 //! on stderr when it is a terminal.
 
 use std::ffi::OsString;
-use std::io::IsTerminal;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use comfy_table::{presets::ASCII_MARKDOWN, Table};
 use hugetext::bench::stats::PairedRatio;
-use hugetext::bench::{self, ab, exec, mprotect, readahead, Progress};
-use indicatif::{ProgressBar, ProgressStyle};
+use hugetext::bench::{self, ab, exec, mprotect, readahead};
 
-use super::exit_with;
+use super::{exit_with, Bar};
 
 /// Benchmarks: reproduce the measurements of the Linux large-folio patches
 /// on this machine, and measure real programs with and without huge text.
@@ -213,49 +211,6 @@ struct AbArgs {
     command: Vec<OsString>,
 }
 
-/// Progress bar on stderr when it is a terminal; silent otherwise.
-struct Bar(Option<ProgressBar>);
-
-impl Bar {
-    fn new() -> Self {
-        if !std::io::stderr().is_terminal() {
-            return Bar(None);
-        }
-        let pb = ProgressBar::new(0);
-        pb.set_style(
-            ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} {wide_msg}")
-                .unwrap_or_else(|_| ProgressStyle::default_bar()),
-        );
-        pb.enable_steady_tick(std::time::Duration::from_millis(200));
-        Bar(Some(pb))
-    }
-    fn finish(&self) {
-        if let Some(pb) = &self.0 {
-            pb.finish_and_clear();
-        }
-    }
-}
-
-impl Progress for Bar {
-    fn start(&self, total: u64) {
-        if let Some(pb) = &self.0 {
-            pb.set_length(total);
-        }
-    }
-    fn step(&self, msg: &str) {
-        if let Some(pb) = &self.0 {
-            pb.inc(1);
-            pb.set_message(msg.to_string());
-        }
-    }
-    fn note(&self, msg: &str) {
-        match &self.0 {
-            Some(pb) => pb.println(format!("note: {msg}")),
-            None => eprintln!("note: {msg}"),
-        }
-    }
-}
-
 pub fn run(args: Args) -> Result<u8> {
     match args.what {
         What::Exec(a) => run_exec(a),
@@ -268,7 +223,7 @@ pub fn run(args: Args) -> Result<u8> {
 /// Run a benchmark with a progress bar on stderr (when it is a terminal),
 /// clearing the bar before any result or error is printed.
 fn with_progress<R>(f: impl FnOnce(&Bar) -> hugetext::Result<R>) -> hugetext::Result<R> {
-    let bar = Bar::new();
+    let bar = Bar::new("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} {wide_msg}");
     let r = f(&bar);
     bar.finish();
     r
@@ -619,19 +574,11 @@ fn run_readahead(a: ReadaheadArgs) -> Result<u8> {
 }
 
 fn run_ab(a: AbArgs) -> Result<u8> {
-    let Some(argv0) = a.command.first() else {
+    if a.command.is_empty() {
         return Err(exit_with(
             2,
             "no command given: use `hugetext bench ab [OPTIONS] -- COMMAND [ARGS...]`",
         ));
-    };
-    if let Err(e) = ab::resolve_command(argv0) {
-        let code = if matches!(e, hugetext::Error::Permission(_)) {
-            126
-        } else {
-            127
-        };
-        return Err(exit_with(code, e.to_string()));
     }
     let opts = ab::Options {
         command: a.command.clone(),

@@ -6,7 +6,6 @@ use std::path::PathBuf;
 use anyhow::Result;
 use comfy_table::{presets::UTF8_FULL_CONDENSED, ContentArrangement, Table};
 use hugetext::doctor;
-use serde_json::json;
 
 /// The long help of `hugetext doctor`.
 const LONG_HELP: &str = "\
@@ -41,11 +40,12 @@ pub fn run(args: Args) -> Result<u8> {
     }
     let findings = doctor::diagnose(&args.path);
     if args.json {
-        let v = json!({
-            "path": args.path,
-            "checks": findings,
-        });
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        let report = doctor::Report {
+            path: args.path.clone(),
+            checks: findings,
+        };
+        // Keys sorted, as they always were.
+        println!("{}", serde_json::to_string_pretty(&serde_json::to_value(&report)?)?);
         return Ok(0);
     }
     let mut t = Table::new();

@@ -1,15 +1,15 @@
 //! `hugetext inspect`.
 
-use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use comfy_table::{presets::UTF8_FULL_CONDENSED, CellAlignment, ContentArrangement, Table};
 use hugetext::folio::{Class, Counts, Kind};
-use hugetext::inspect::{self, FileView, Method, Options, Report, Target};
+use hugetext::inspect::{self, FileView, FilesJson, Method, Options, Report, Target};
 use hugetext::kernel;
-use serde_json::{json, Map, Value};
+
+use super::Bar;
 
 /// The long help of `hugetext inspect`.
 const LONG_ABOUT: &str = "\
@@ -186,24 +186,14 @@ fn run_processes(args: &Args, cont_orders: &[u32]) -> Result<()> {
         mappings: !args.rollup,
         method: None,
     };
-    let show_bar = !matches!(target, Target::Pids(_)) && std::io::stderr().is_terminal();
-    let bar = if show_bar {
-        let b = indicatif::ProgressBar::new(0);
-        b.set_style(
-            indicatif::ProgressStyle::with_template("{spinner} scanning processes {pos}/{len} {wide_bar} {elapsed}")
-                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-        );
-        b
+    let bar = if !matches!(target, Target::Pids(_)) {
+        Bar::new("{spinner} scanning processes {pos}/{len} {wide_bar} {elapsed}")
     } else {
-        indicatif::ProgressBar::hidden()
+        Bar::hidden()
     };
     let t0 = Instant::now();
-    let report = inspect::inspect(&opts, &mut |done, total| {
-        bar.set_length(total as u64);
-        bar.set_position(done as u64);
-    })
-    .context("inspect")?;
-    bar.finish_and_clear();
+    let report = inspect::inspect(&opts, &bar).context("inspect")?;
+    bar.finish();
     let elapsed = t0.elapsed();
     if report.method == Method::SmapsOnly {
         eprintln!(
@@ -223,110 +213,23 @@ fn run_processes(args: &Args, cont_orders: &[u32]) -> Result<()> {
         );
     }
     if args.json {
-        let v = report_json(&report, args.rollup, elapsed);
-        if args.watch.is_some() {
-            println!("{}", serde_json::to_string(&v)?);
-        } else {
-            println!("{}", serde_json::to_string_pretty(&v)?);
-        }
+        print_json(&report.to_json(args.rollup, elapsed), args.watch.is_some())?;
     } else {
         print_tables(&report, args, elapsed);
     }
     Ok(())
 }
 
-/// The labels and kB of one set of counts, in display order.
-fn labelled(report: &Report, c: &Counts, kind: Kind, all_classes: bool) -> Vec<(String, u64)> {
-    let mut out = Vec::new();
-    if report.method == Method::SmapsOnly {
-        for class in [Class::PteUnknown, Class::PmdAligned, Class::Hugetlb] {
-            let v = c.get(kind, class);
-            if v > 0 || (all_classes && class != Class::Hugetlb) {
-                out.push((class.label(kind), kb(v)));
-            }
-        }
-        return out;
+/// Print a JSON report: one line per report with --watch, else pretty.
+/// Keys come out sorted, as they always have.
+fn print_json(report: &impl serde::Serialize, one_line: bool) -> Result<()> {
+    let v = serde_json::to_value(report)?;
+    if one_line {
+        println!("{}", serde_json::to_string(&v)?);
+    } else {
+        println!("{}", serde_json::to_string_pretty(&v)?);
     }
-    for class in c.classes(kind, all_classes) {
-        out.push((class.label(kind), kb(c.get(kind, class))));
-    }
-    for &o in &report.cont_orders {
-        let size = kb(1 << o);
-        let (pte, pmd) = c.cont(kind, o);
-        if pte > 0 || all_classes {
-            out.push((format!("{}-cont-pte-aligned-{size}kB", kind.name()), kb(pte)));
-        }
-        if pmd > 0 || all_classes {
-            out.push((format!("{}-cont-pmd-aligned-{size}kB", kind.name()), kb(pmd)));
-        }
-    }
-    out
-}
-
-fn counts_json(report: &Report, c: &Counts, kinds: &[Kind]) -> Map<String, Value> {
-    let mut m = Map::new();
-    for &kind in kinds {
-        m.insert(format!("{}_kb", kind.name()), json!(kb(c.total(kind))));
-        for (label, v) in labelled(report, c, kind, true) {
-            m.insert(label, json!(v));
-        }
-    }
-    m
-}
-
-fn report_json(report: &Report, rollup: bool, elapsed: Duration) -> Value {
-    let kinds = [Kind::File, Kind::Anon];
-    let processes: Vec<Value> = report
-        .processes
-        .iter()
-        .map(|p| {
-            let mut o = Map::new();
-            o.insert("pid".into(), json!(p.pid));
-            o.insert("comm".into(), json!(p.comm));
-            if rollup {
-                o.extend(counts_json(report, &p.counts, &kinds));
-            } else {
-                let maps: Vec<Value> = p
-                    .mappings
-                    .iter()
-                    .map(|m| {
-                        let v = &m.vma;
-                        let mut o = Map::new();
-                        o.insert("start".into(), json!(format!("{:#x}", v.start)));
-                        o.insert("end".into(), json!(format!("{:#x}", v.end)));
-                        o.insert("perms".into(), json!(v.perms));
-                        o.insert("offset".into(), json!(v.offset));
-                        o.insert("dev".into(), json!(v.dev()));
-                        o.insert("inode".into(), json!(v.inode));
-                        o.insert("path".into(), json!(v.path));
-                        o.extend(counts_json(report, &m.counts, &kinds));
-                        Value::Object(o)
-                    })
-                    .collect();
-                o.insert("mappings".into(), Value::Array(maps));
-            }
-            Value::Object(o)
-        })
-        .collect();
-    let mut total = counts_json(report, &report.total, &kinds);
-    total.insert(
-        "unique".into(),
-        match &report.unique {
-            Some(u) => Value::Object(counts_json(report, u, &[Kind::File])),
-            None => Value::Null,
-        },
-    );
-    json!({
-        "method": report.method,
-        "pfn_access": report.pfn_access,
-        "scope": if report.all { "all" } else { "exec" },
-        "page_size_kb": kernel::page_size() / 1024,
-        "pmd_size_kb": kernel::pmd_size() / 1024,
-        "elapsed_ms": elapsed.as_secs_f64() * 1e3,
-        "skipped": report.skipped,
-        "processes": processes,
-        "total": total,
-    })
+    Ok(())
 }
 
 fn new_table(header: &[&str]) -> Table {
@@ -379,7 +282,7 @@ fn print_tables(report: &Report, args: &Args, elapsed: Duration) {
                     if tot == 0 {
                         continue;
                     }
-                    for (label, val) in labelled(report, &m.counts, kind, args.inc_empty) {
+                    for (label, val) in report.labelled(&m.counts, kind, args.inc_empty) {
                         let name = if first {
                             format!(
                                 "{:x}-{:x} {} {:#x}\n{}\n{} kB {}",
@@ -457,16 +360,16 @@ fn print_tables(report: &Report, args: &Args, elapsed: Duration) {
         let all = tot.total(kind);
         let uniq = report.unique.as_ref().filter(|_| kind == Kind::File);
         let uall = uniq.map(|u| u.total(Kind::File)).unwrap_or(0);
-        let mut labels = labelled(report, tot, kind, args.inc_empty);
+        let mut labels = report.labelled(tot, kind, args.inc_empty);
         // Classes that appear only in the unique view (cannot happen, but be exact).
         if let Some(u) = uniq {
-            for (l, _) in labelled(report, u, kind, args.inc_empty) {
+            for (l, _) in report.labelled(u, kind, args.inc_empty) {
                 if !labels.iter().any(|(x, _)| *x == l) {
                     labels.push((l, 0));
                 }
             }
         }
-        let ulabels: Vec<(String, u64)> = uniq.map(|u| labelled(report, u, kind, true)).unwrap_or_default();
+        let ulabels: Vec<(String, u64)> = uniq.map(|u| report.labelled(u, kind, true)).unwrap_or_default();
         for (label, v) in labels {
             let u = ulabels.iter().find(|(l, _)| *l == label).map(|(_, x)| *x);
             t.add_row(vec![
@@ -507,29 +410,7 @@ fn run_files(args: &Args) -> Result<()> {
         );
     }
     if args.json {
-        let files: Vec<Value> = views
-            .iter()
-            .map(|v| {
-                let folios = v
-                    .folios_kb
-                    .as_ref()
-                    .map(|f| Value::Object(f.iter().map(|(k, n)| (size_label(*k), json!(n))).collect::<Map<_, _>>()));
-                json!({
-                    "path": v.path,
-                    "size": v.size,
-                    "cached_kb": v.cached_kb,
-                    "folios": folios,
-                    "pmd_windows": v.pmd_windows,
-                    "pmd_windows_huge": v.pmd_windows_huge,
-                })
-            })
-            .collect();
-        let v = json!({ "pfn_access": pfn, "files": files });
-        if args.watch.is_some() {
-            println!("{}", serde_json::to_string(&v)?);
-        } else {
-            println!("{}", serde_json::to_string_pretty(&v)?);
-        }
+        print_json(&FilesJson::of(&views), args.watch.is_some())?;
         return Ok(());
     }
     let mut sizes: Vec<u64> = views

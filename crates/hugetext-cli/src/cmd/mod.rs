@@ -11,6 +11,78 @@ pub mod inspect;
 pub mod run;
 pub mod warm;
 
+/// The library's [`Progress`](hugetext::progress::Progress) drawn as a bar
+/// on stderr when it is a terminal; silent otherwise (notes still print).
+pub struct Bar {
+    bar: Option<indicatif::ProgressBar>,
+    note_prefix: &'static str,
+}
+
+impl Bar {
+    /// A bar with this indicatif template, drawn only on a terminal.
+    pub fn new(template: &str) -> Bar {
+        use std::io::IsTerminal;
+        if !std::io::stderr().is_terminal() {
+            return Bar::hidden();
+        }
+        let pb = indicatif::ProgressBar::new(0);
+        pb.set_style(
+            indicatif::ProgressStyle::with_template(template)
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        pb.enable_steady_tick(std::time::Duration::from_millis(200));
+        Bar {
+            bar: Some(pb),
+            note_prefix: "note: ",
+        }
+    }
+
+    /// No bar.
+    pub fn hidden() -> Bar {
+        Bar {
+            bar: None,
+            note_prefix: "note: ",
+        }
+    }
+
+    /// Print notes with this prefix (default `note: `).
+    pub fn notes_as(mut self, prefix: &'static str) -> Bar {
+        self.note_prefix = prefix;
+        self
+    }
+
+    /// Clear the bar (before results or errors are printed).
+    pub fn finish(&self) {
+        if let Some(pb) = &self.bar {
+            pb.finish_and_clear();
+        }
+    }
+}
+
+impl hugetext::progress::Progress for Bar {
+    fn start(&self, total: u64) {
+        if let Some(pb) = &self.bar {
+            pb.set_length(total);
+        }
+    }
+    fn step(&self, msg: &str) {
+        self.advance(1, msg);
+    }
+    fn advance(&self, amount: u64, msg: &str) {
+        if let Some(pb) = &self.bar {
+            pb.inc(amount);
+            pb.set_message(msg.to_string());
+        }
+    }
+    fn note(&self, msg: &str) {
+        let line = format!("{}{msg}", self.note_prefix);
+        match &self.bar {
+            Some(pb) => pb.suspend(|| eprintln!("{line}")),
+            None => eprintln!("{line}"),
+        }
+    }
+}
+
 /// An error that carries a specific exit code (e.g. 126/127 for `run`,
 /// the verdict codes of `align`).
 #[derive(Debug)]
@@ -32,9 +104,18 @@ pub fn exit_with(code: u8, msg: impl Into<String>) -> anyhow::Error {
     Exit { code, msg: msg.into() }.into()
 }
 
-/// Exit code for an error: the one it carries, else 1.
+/// Exit code for an error: the one it carries; 127/126 when a program to
+/// run cannot be found or executed (`run`, `bench ab`); else 1.
 pub fn exit_code_of(e: &anyhow::Error) -> u8 {
-    e.downcast_ref::<Exit>().map(|x| x.code).unwrap_or(1)
+    if let Some(x) = e.downcast_ref::<Exit>() {
+        return x.code;
+    }
+    match e.downcast_ref::<hugetext::Error>() {
+        Some(hugetext::Error::Launch(l)) => l.exit_code(),
+        _ => e
+            .downcast_ref::<hugetext::remap::LaunchError>()
+            .map_or(1, |l| l.exit_code()),
+    }
 }
 
 /// Render an error chain on one line: "outer: inner: root".

@@ -18,9 +18,12 @@ processes run plain (unless --inherit). Any failure leaves the original text
 in place; -v says why. A running program can do the same on demand with the
 C API: hugetext_remap_text() in <hugetext.h>, linked with -lhugetext.
 
-Exit status: PROGRAM's own; 127 if it cannot be found, 126 if it cannot be
-executed, 125 if hugetext itself fails (e.g. libhugetext.so not found), 2 for
-bad arguments.
+Exit status: PROGRAM's own (run replaces itself with it, so the convention of
+`hugetext --help` applies to what happens before: its codes would be mistaken
+for PROGRAM's); 127 if it cannot be found, 126 if it cannot be executed, 125
+if hugetext itself fails (e.g. libhugetext.so not found), 2 for bad
+arguments. What the preload could not remap is not a failure: PROGRAM runs
+with its text as it was (-v says why).
 
 Environment (read by libhugetext.so inside the program; `run` sets the first
 five from its options):
@@ -145,8 +148,7 @@ pub fn run(args: Args) -> Result<u8> {
     let preload = remap::find_preload(args.preload.as_deref()).map_err(|e| exit_with(125, e.to_string()))?;
     let (program, rest) = args.command.split_first().expect("clap requires PROGRAM");
     let path_var = std::env::var_os("PATH");
-    let resolved =
-        remap::resolve_program(program, path_var.as_deref()).map_err(|e| exit_with(e.exit_code(), e.to_string()))?;
+    let resolved = remap::resolve_program(program, path_var.as_deref())?;
     match remap::injectable(&resolved) {
         Injectable::Yes => {}
         Injectable::Static => eprintln!(

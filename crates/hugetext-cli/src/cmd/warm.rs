@@ -1,11 +1,12 @@
 //! `hugetext warm`: fill the page cache with PMD-sized folios for programs'
 //! text, and verify it.
 
-use std::io::IsTerminal;
 use std::path::PathBuf;
 
 use anyhow::{bail, Result};
-use hugetext::warm::{self, Config, FileReport, MemLimit, ReplaceAllow, WarmContext, WarmOptions};
+use hugetext::warm::{self, Config, FileOutcome, FileReport, MemLimit, ReplaceAllow, WarmOptions};
+
+use super::Bar;
 
 /// What `hugetext warm --help` prints after the options (the subcommand's
 /// one-line summary is in main.rs).
@@ -26,8 +27,11 @@ Needs root (folio sizes come from /proc/kpageflags) and a filesystem with large 
 (ext4 since Linux 6.16, xfs since 5.18); on others (tmpfs, btrfs) it says PMD folios \
 are impossible. See doc/warm.md.
 
-Exit status: 0 when every file was warmed (whatever stayed small is reported), 1 when \
-any file could not be (the others are still warmed), 2 for bad arguments.";
+Exit status (as for every command that changes state, see `hugetext --help`): 0 done: \
+a file was warmed (whatever stayed small is reported); 1 error: a file could not be \
+warmed (the others still are); 2 nothing to do: no file has a whole 2 MiB window of \
+text; 3 impossible here: this filesystem gives no PMD folios (route: none). An error \
+wins over done, done over impossible. Bad arguments: 2 (before anything is done).";
 
 /// Arguments of `hugetext warm` (the long description is in [`ABOUT`]).
 #[derive(clap::Args, Debug)]
@@ -131,76 +135,26 @@ pub fn run(args: Args) -> Result<u8> {
         .sum();
     warm::check_memory(total, max_mem)?;
 
-    let bar = progress_bar(plans.len(), total);
-    let mut ctx = WarmContext::default();
-    let mut results: Vec<(PathBuf, Result<FileReport, String>)> = Vec::new();
-    for (path, plan) in plans {
-        if let Some(b) = &bar {
-            b.set_message(path.display().to_string());
-        }
-        let r = match plan {
-            Ok(t) => {
-                let bytes = t.bytes();
-                let r = warm::warm_target(&t, &opts, &mut ctx).map_err(|e| e.to_string());
-                if let Some(b) = &bar {
-                    b.inc(bytes);
-                }
-                r
-            }
-            Err(e) => Err(e.to_string()),
-        };
-        if let Err(e) = &r {
-            let msg = if e.starts_with(&path.display().to_string()) {
-                e.clone()
-            } else {
-                format!("{}: {e}", path.display())
-            };
-            match &bar {
-                Some(b) => b.suspend(|| eprintln!("hugetext: error: {msg}")),
-                None => eprintln!("hugetext: error: {msg}"),
-            }
-        }
-        results.push((path, r));
+    let bar = if plans.len() >= 4 || total >= 256 << 20 {
+        Bar::new("warm {bar:30} {bytes}/{total_bytes} {bytes_per_sec} {wide_msg}")
+    } else {
+        Bar::hidden()
     }
-    if let Some(b) = bar {
-        b.finish_and_clear();
-    }
+    .notes_as("hugetext: error: ");
+    let report = warm::warm_all(plans, &opts, &bar);
+    bar.finish();
 
     if args.json {
-        let files: Vec<serde_json::Value> = results
-            .iter()
-            .map(|(p, r)| match r {
-                Ok(rep) => serde_json::to_value(rep).expect("report serializes"),
-                Err(e) => serde_json::json!({ "path": p, "error": e }),
-            })
-            .collect();
-        let collapse = match &ctx.collapse {
-            None => serde_json::json!("not-needed"),
-            Some(hugetext::pagecache::CollapseSupport::Available) => serde_json::json!("available"),
-            Some(hugetext::pagecache::CollapseSupport::Unavailable(why)) => serde_json::json!({ "unavailable": why }),
-        };
-        let out = serde_json::json!({ "files": files, "collapse": collapse });
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        // Keys sorted, as they always were.
+        println!("{}", serde_json::to_string_pretty(&serde_json::to_value(&report)?)?);
     } else {
-        for (_, r) in &results {
-            if let Ok(rep) = r {
+        for f in &report.files {
+            if let FileOutcome::Warmed(rep) = f {
                 print_human(rep);
             }
         }
     }
-    Ok(if results.iter().any(|(_, r)| r.is_err()) { 1 } else { 0 })
-}
-
-fn progress_bar(files: usize, bytes: u64) -> Option<indicatif::ProgressBar> {
-    if !std::io::stderr().is_terminal() || (files < 4 && bytes < 256 << 20) {
-        return None;
-    }
-    let b = indicatif::ProgressBar::new(bytes);
-    b.set_style(
-        indicatif::ProgressStyle::with_template("warm {bar:30} {bytes}/{total_bytes} {bytes_per_sec} {wide_msg}")
-            .expect("valid template"),
-    );
-    Some(b)
+    Ok(report.outcome().exit_code())
 }
 
 fn mib(kb: u64) -> String {

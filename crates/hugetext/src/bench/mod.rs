@@ -35,21 +35,7 @@ pub mod plot;
 pub mod readahead;
 pub mod stats;
 
-/// Receives progress while a benchmark runs (the CLI draws a progress bar).
-pub trait Progress: Sync {
-    /// The benchmark will take `total` steps.
-    fn start(&self, total: u64);
-    /// One step is done; `msg` says what comes next or what was done.
-    fn step(&self, msg: &str);
-    /// A note for the user (e.g. a skipped case), printed above the bar.
-    fn note(&self, _msg: &str) {}
-}
-
-/// No progress reporting.
-impl Progress for () {
-    fn start(&self, _total: u64) {}
-    fn step(&self, _msg: &str) {}
-}
+pub use crate::progress::Progress;
 
 /// Choose the directory for a benchmark's scratch files: `dir` when given,
 /// else `$TMPDIR` (or `/tmp`) unless it is memory-backed, else the current

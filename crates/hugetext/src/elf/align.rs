@@ -61,10 +61,15 @@ pub enum AlignStatus {
 impl AlignStatus {
     /// The `hugetext align` exit code for this status.
     pub fn exit_code(self) -> u8 {
+        self.outcome().exit_code()
+    }
+
+    /// In the convention of every state-changing command.
+    pub fn outcome(self) -> crate::Outcome {
         match self {
-            AlignStatus::Rewritten | AlignStatus::WouldRewrite => 0,
-            AlignStatus::NothingToDo => 2,
-            AlignStatus::Cannot => 3,
+            AlignStatus::Rewritten | AlignStatus::WouldRewrite => crate::Outcome::Done,
+            AlignStatus::NothingToDo => crate::Outcome::NothingToDo,
+            AlignStatus::Cannot => crate::Outcome::Impossible,
         }
     }
 }
@@ -233,9 +238,10 @@ pub fn align_file(path: &Path, opts: &AlignOptions) -> Result<AlignOutcome> {
             .warnings
             .extend(inv.signed.iter().map(|s| format!("--force: invalidated {s}")));
     }
-    outcome.warnings.extend(inv.warnings.iter().cloned());
-    if !in_place && inv.warnings.iter().any(|w| w.contains("hard link")) {
-        outcome.warnings.retain(|w| !w.contains("hard link"));
+    if in_place {
+        // What rewriting this very file changes for others (its package's
+        // checksums, its other hard links); with -o it stays as it is.
+        outcome.warnings.extend(inv.warnings.iter().cloned());
     }
     if plan.growth > 0 {
         outcome.warnings.push(format!(

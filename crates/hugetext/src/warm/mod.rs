@@ -20,18 +20,20 @@
 //!   btrfs here) never hold PMD folios for regular files.
 //!
 //! The module is split by stage: [`plan`](fn@plan) (what to warm),
-//! [`warm_target`] (here), the report and its measurement (`report`),
+//! [`warm_target`] (here), [`warm_all`] over all files (`run`), the report and its measurement (`report`),
 //! `--replace` (`replace`), and the config file and memory guard (`config`).
 
 mod config;
 mod plan;
 mod replace;
 mod report;
+mod run;
 
 pub use config::{check_memory, path_unit, Config, MemLimit};
 pub use plan::{open_regular, plan, plan_all, resolve_deps, Runtime, Target, WarmRange};
 pub use replace::{replace_and_warm, replace_refusals, ReplaceAllow};
 pub use report::{human, FileReport, RangeReport, SmallReasons};
+pub use run::{warm_all, CollapseState, FileOutcome, WarmReport};
 
 use std::collections::BTreeSet;
 use std::fs::File;

@@ -82,6 +82,22 @@ pub struct FileReport {
     pub notes: Vec<String>,
 }
 
+impl FileReport {
+    /// In the convention of every state-changing command: no whole 2 MiB
+    /// window to warm is nothing to do, `route: none` (no PMD folios on
+    /// this filesystem) is impossible here, anything else is done (what
+    /// stayed small is reported).
+    pub fn outcome(&self) -> crate::Outcome {
+        if self.eligible_windows == 0 {
+            crate::Outcome::NothingToDo
+        } else if self.route == Route::None {
+            crate::Outcome::Impossible
+        } else {
+            crate::Outcome::Done
+        }
+    }
+}
+
 /// Read back the folio sizes of `t`'s ranges and classify what is small.
 /// Also returns the offsets of the windows held in PMD folios.
 pub(super) fn measure(t: &Target, fs: &str, stuck: &BTreeSet<u64>) -> Result<(FileReport, BTreeSet<u64>)> {

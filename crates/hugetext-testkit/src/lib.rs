@@ -1,15 +1,32 @@
-//! Shared helpers for the integration tests: the `hugetext` binary, the real
-//! ELF fixtures (built once per test run by tests/fixtures/mkfixtures.sh), and
-//! scratch directories on the real filesystem (never tmpfs).
-#![allow(dead_code)]
+//! Helpers shared by the integration tests of the `hugetext` library and
+//! the `hugetext` binary: the binary under test, the real ELF fixtures (built
+//! once per test run by tests/fixtures/mkfixtures.sh), scratch directories
+//! and files on the real filesystem (never tmpfs), loop-mounted filesystems,
+//! and fixtures started and stopped.
+//!
+//! A dev-dependency only: it panics on failure, as a test would.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 
-/// Path of the `hugetext` binary under test.
+/// The cargo target directory that holds the test binaries and the binary
+/// under test (`target/release` or `target/debug`): test executables live in
+/// its `deps/`.
+pub fn target_profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("path of the test executable");
+    let deps = exe.parent().expect("test executable in a directory");
+    match deps.file_name() {
+        Some(n) if n == "deps" => deps.parent().unwrap().to_path_buf(),
+        _ => deps.to_path_buf(),
+    }
+}
+
+/// Path of the `hugetext` binary under test (cargo builds it before the
+/// integration tests of hugetext-cli).
 pub fn bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_hugetext"))
+    target_profile_dir().join("hugetext")
 }
 
 /// The workspace root.
@@ -18,12 +35,6 @@ pub fn root() -> PathBuf {
         .join("../..")
         .canonicalize()
         .unwrap()
-}
-
-/// The cargo target directory that holds the binary under test
-/// (`target/release` or `target/debug`).
-pub fn target_profile_dir() -> PathBuf {
-    bin().parent().unwrap().to_path_buf()
 }
 
 /// Run `hugetext ARGS...` and capture its output.
@@ -51,27 +62,6 @@ pub fn fixtures() -> &'static Path {
     })
 }
 
-/// Whether the filesystem of `dir` gives PMD-order page-cache folios, by
-/// experiment: a 4 MiB file evicted, filled through a MADV_HUGEPAGE mapping
-/// and scanned. (Ext4 has them from Linux 6.16, xfs from 5.18; btrfs and
-/// tmpfs with shmem_enabled=never do not.)
-pub fn large_folios(dir: &Path) -> bool {
-    use hugetext::{folio, pagecache};
-    use std::io::Write;
-    let p = dir.join("probe-by-test");
-    let mut f = std::fs::File::create(&p).unwrap();
-    f.write_all(&vec![0xc3u8; 4 << 20]).unwrap();
-    f.sync_all().unwrap();
-    drop(f);
-    let f = std::fs::File::open(&p).unwrap();
-    pagecache::evict(&f, 0..0).unwrap();
-    pagecache::fill_huge(&f, 0..4 << 20).unwrap();
-    let n = folio::scan_file(&p, None).unwrap().pmd_windows.len();
-    pagecache::evict(&f, 0..0).unwrap();
-    std::fs::remove_file(&p).unwrap();
-    n == 2
-}
-
 /// True where the fixtures and C test programs were built beforehand and no
 /// compiler is at hand: inside the kernel-matrix guests
 /// (scripts/kernel-matrix.sh sets `HUGETEXT_TEST_PREBUILT=1`).
@@ -96,6 +86,51 @@ pub fn scratch() -> tempfile::TempDir {
     let base = target_profile_dir().join("../scratch");
     std::fs::create_dir_all(&base).unwrap();
     tempfile::Builder::new().prefix("t").tempdir_in(base).unwrap()
+}
+
+/// Write `dir/name`: `mib` MiB of 0xc3 (x86 `ret`, so it may be mapped and
+/// run as text), synced to disk and evicted from the page cache.
+pub fn scratch_file(dir: &Path, name: &str, mib: usize) -> PathBuf {
+    let p = dir.join(name);
+    let mut f = std::fs::File::create(&p).unwrap();
+    let block = vec![0xc3u8; 1 << 20];
+    for _ in 0..mib {
+        f.write_all(&block).unwrap();
+    }
+    f.sync_all().unwrap();
+    drop(f);
+    hugetext::pagecache::evict(&std::fs::File::open(&p).unwrap(), 0..0).unwrap();
+    p
+}
+
+/// Copy the fixture `linker`/`name` to `dir` in a child process (a write
+/// descriptor of ours could leak into a concurrently forked child and make
+/// its exec fail with ETXTBSY), written back so its page cache is clean and
+/// evictable.
+pub fn copy_fixture(dir: &Path, linker: &str, name: &str) -> PathBuf {
+    let dst = dir.join(name);
+    let st = Command::new("cp")
+        .arg(fixture(linker, name))
+        .arg(&dst)
+        .status()
+        .unwrap();
+    assert!(st.success(), "cp {linker}/{name} {}", dst.display());
+    std::fs::File::open(&dst).unwrap().sync_all().unwrap();
+    dst
+}
+
+/// The experiment `doctor` does, done independently: a 4 MiB file in `dir`,
+/// evicted, filled through a `MADV_HUGEPAGE` mapping and scanned. True when
+/// both 2 MiB windows are one PMD-order folio each. The file is removed.
+pub fn fs_gives_pmd_folios(dir: &Path) -> bool {
+    use hugetext::{folio, pagecache};
+    let p = scratch_file(dir, "probe-by-test", 4);
+    let f = std::fs::File::open(&p).unwrap();
+    pagecache::fill_huge(&f, 0..4 << 20).unwrap();
+    let n = folio::scan_file(&p, None).unwrap().pmd_windows.len();
+    pagecache::evict(&f, 0..0).unwrap();
+    std::fs::remove_file(&p).unwrap();
+    n == 2
 }
 
 /// A filesystem image loop-mounted in the scratch area (see [`loop_fs`]).
@@ -203,7 +238,6 @@ pub fn loop_fs(fstype: &str) -> Option<LoopFs> {
 /// Print a line that shows in a normal `cargo test` run: libtest captures
 /// what `println!`/`eprintln!` print, not direct writes to stderr.
 pub fn skip_line(msg: &str) {
-    use std::io::Write;
     let _ = writeln!(std::io::stderr(), "{msg}");
 }
 
@@ -348,6 +382,28 @@ pub fn read_small(p: &Path) {
         // SAFETY: inside the mapping.
         unsafe { std::ptr::read_volatile(m.as_ptr().add(off)) };
     }
+}
+
+/// Remove the perf map a process whose text was copied left (pids are
+/// reused, and the preload appends to an existing map of the same owner).
+pub fn remove_perf_map(pid: u32) {
+    let _ = std::fs::remove_file(format!("/tmp/perf-{pid}.map"));
+}
+
+/// Run `cmd` (stdin from /dev/null, output captured) and remove the perf map
+/// it may leave.
+pub fn output_without_perf_map(cmd: &mut Command) -> Output {
+    use std::process::Stdio;
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
+    let pid = child.id();
+    let o = child.wait_with_output().expect("wait");
+    remove_perf_map(pid);
+    o
 }
 
 /// `setpriv` as user and group `nobody` with no capabilities; append the

@@ -1,0 +1,116 @@
+//! Preparing a side (the text in small or in PMD folios) and verifying
+//! the page-cache state before each run.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::ops::Range;
+use std::os::fd::AsFd;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+use super::files::{range_kb, TextFile};
+use super::Side;
+use crate::kernel::{self, Mapping};
+use crate::{folio, pagecache, warm, Error, Result};
+
+/// Verified page-cache state of the managed text right before a run.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct TextState {
+    /// kB of text in all managed files.
+    pub text_kb: u64,
+    /// kB of it in the page cache.
+    pub cached_kb: u64,
+    /// kB of it in PMD-size folios.
+    pub pmd_kb: u64,
+    /// `pmd_kb / text_kb`, percent.
+    pub text_pmd_pct: f64,
+    /// Whole 2 MiB text windows held in one PMD folio, out of `windows`.
+    pub pmd_windows: u64,
+    pub windows: u64,
+    /// kB of text, in files with whole 2 MiB windows, that other processes
+    /// map (could not be evicted).
+    pub mapped_by_others_kb: u64,
+    /// kB of text per folio size (key in kB).
+    pub folios_kb: BTreeMap<u64, u64>,
+}
+
+/// Fill `range` of `file` through a `PROT_EXEC`, `MADV_NOHUGEPAGE` mapping:
+/// the exec fault path, which reads small folios on x86.
+fn fill_small(file: &File, range: Range<u64>) -> Result<()> {
+    let ps = kernel::page_size() as u64;
+    let start = range.start / ps * ps;
+    let len = ((range.end - start).div_ceil(ps) * ps) as usize;
+    if len == 0 {
+        return Ok(());
+    }
+    let map = Mapping::file_congruent(file.as_fd(), start, len, libc::PROT_READ | libc::PROT_EXEC, ps as usize)?;
+    map.madvise(0, len, kernel::MADV_NOHUGEPAGE)?;
+    map.madvise(0, len, kernel::MADV_POPULATE_READ)?;
+    Ok(())
+}
+
+/// Read the whole file with `pread` so that everything that is not text is
+/// cached too (the same way on both sides).
+fn read_all(file: &File, path: &Path) -> Result<()> {
+    let mut buf = vec![0u8; 1 << 20];
+    let mut off = 0u64;
+    loop {
+        let n = file.read_at(&mut buf, off).map_err(|e| Error::io(path, e))?;
+        if n == 0 {
+            return Ok(());
+        }
+        off += n as u64;
+    }
+}
+
+/// Put every managed file's text in `side`'s folios and verify the result.
+pub fn prepare(files: &[TextFile], side: Side) -> Result<TextState> {
+    let mut ctx = warm::WarmContext::default();
+    for tf in files {
+        let f = File::open(&tf.path).map_err(|e| Error::io(&tf.path, e))?;
+        // Dirty folios (a freshly built program) cannot be evicted and keep
+        // whatever size the writer gave them: write them back first.
+        f.sync_data().map_err(|e| Error::io(&tf.path, e))?;
+        pagecache::evict(&f, 0..tf.size)?;
+        match (side, &tf.plan) {
+            (Side::Huge, Some(plan)) => {
+                warm::warm_target(plan, &warm::WarmOptions::default(), &mut ctx)?;
+            }
+            _ => {
+                for r in &tf.managed_ranges {
+                    match side {
+                        Side::Small => fill_small(&f, r[0]..r[1])?,
+                        Side::Huge => pagecache::fill_huge(&f, r[0]..r[1])?,
+                    }
+                }
+            }
+        }
+        read_all(&f, &tf.path)?;
+    }
+    verify(files)
+}
+
+/// The page-cache state of the managed text.
+pub fn verify(files: &[TextFile]) -> Result<TextState> {
+    let mut st = TextState::default();
+    for tf in files {
+        for r in &tf.text_ranges {
+            let v = folio::scan_file(&tf.path, Some(r[0]..r[1]))?;
+            st.text_kb += range_kb(r[0]..r[1]);
+            st.cached_kb += v.cached_kb;
+            st.pmd_kb += v.pmd_kb();
+            st.pmd_windows += v.pmd_windows.len() as u64;
+            st.windows += v.total_windows;
+            if tf.pmd_windows > 0 {
+                // Only where it matters: files with whole windows (libc
+                // and friends are always mapped by everyone, hugetext too).
+                st.mapped_by_others_kb += v.mapped_kb;
+            }
+            for (k, n) in v.folios_kb {
+                *st.folios_kb.entry(k).or_default() += n;
+            }
+        }
+    }
+    st.text_pmd_pct = crate::bench::exec::pct(st.pmd_kb, st.text_kb);
+    Ok(st)
+}
