@@ -8,3 +8,6 @@ export PATH="$HOME/.cargo/bin:$PATH"
 cargo build --release --workspace --locked
 bash tests/fixtures/mkfixtures.sh target/fixtures
 cargo test --release --workspace --locked -- --test-threads=2
+# The kernel matrix's CI cell: Debian 6.1 on xfs, THP always and madvise,
+# in qemu (scripts/kernel-matrix.sh --all runs every cell; doc/kernels.md).
+bash scripts/kernel-matrix.sh
