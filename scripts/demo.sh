@@ -3,7 +3,7 @@
 # with 20 MiB of text linked by lld (whose layout can never be PMD-mapped as
 # linked), and show its text backing at each step:
 #   as the kernel loads it  ->  check  ->  align  ->  warm  ->  PMD-mapped
-# then `hugetext run` on the unaligned original, and a short seed-000 benchmark.
+# then `hugetext run` on the unaligned original, and a short run of the exec-readahead microbenchmark.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/install-deps.sh

@@ -350,7 +350,7 @@ fn print_tables(report: &Report, args: &Args, elapsed: Duration) {
         println!("processes: {what} ({} inspected)", report.processes.len());
         println!("{t}");
     }
-    // Totals: the seed's "folios by size as percentage of all mapped text".
+    // Totals: folios by size as a percentage of all mapped text.
     let tot = &report.total;
     let mut t = new_table(&["class", "mapped kB", "% mapped", "unique kB", "% unique"]);
     if let Some(c) = t.column_mut(0) {
