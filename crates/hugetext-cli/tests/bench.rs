@@ -26,6 +26,11 @@ fn num(v: &Value) -> f64 {
     v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
 }
 
+/// kB in folios of every size (a `folios_kb` object: size -> kB).
+fn folios_total_kb(folios: &Value) -> u64 {
+    folios.as_object().unwrap().values().map(|x| x.as_u64().unwrap()).sum()
+}
+
 /// The keys of a JSON object, sorted.
 fn keys(v: &Value) -> Vec<&str> {
     let mut k: Vec<&str> = v
@@ -151,12 +156,7 @@ fn exec_json_shape_and_verified_states() {
             );
             let state = &r["state"];
             // Everything was cached after the sweep.
-            let total: u64 = state["folios_kb"]
-                .as_object()
-                .unwrap()
-                .values()
-                .map(|x| x.as_u64().unwrap())
-                .sum();
+            let total = folios_total_kb(&state["folios_kb"]);
             assert_eq!(total, 32 * 1024, "{name}: {state}");
             let (pmd_folios, pmd_mapped) = (num(&state["pmd_folio_pct"]), num(&state["pmd_mapped_pct"]));
             if name == "baseline" {
@@ -405,12 +405,7 @@ fn readahead_json_shape() {
         assert!(num(&c["mb_per_s"]) > 0.0, "{c}");
         assert_eq!(keys(c), ["folios_kb", "mb_per_s", "median_ms", "stats"]);
         // All data ended up in the page cache.
-        let total: u64 = c["folios_kb"]
-            .as_object()
-            .unwrap()
-            .values()
-            .map(|x| x.as_u64().unwrap())
-            .sum();
+        let total = folios_total_kb(&c["folios_kb"]);
         assert_eq!(total, 16 * 1024, "{cfg}: {c}");
     }
     assert!(num(&v["shared_over_distinct"]) > 0.0);
