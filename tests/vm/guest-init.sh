@@ -18,8 +18,9 @@ emit() { echo "@@HT $*"; }
 finish() { emit "{\"kind\":\"$1\",\"reason\":\"$2\"}"; sync; poweroff -f; sleep 10; }
 
 for m in $(cat /modules.order); do
-  insmod "/lib/modules/$(uname -r)/$m.ko" 2>/dev/null || insmod /lib/modules/*/"$m.ko" || finish error "insmod $m failed"
+  insmod "/lib/modules/$(uname -r)/$m.ko" || finish unsupported "this kernel cannot load module $m"
 done
+grep -qw "$HT_FS" /proc/filesystems || finish unsupported "this kernel has no $HT_FS"
 i=0
 while [ ! -b /dev/vdb ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
 [ -b /dev/vdb ] || finish error "no virtio disks"
