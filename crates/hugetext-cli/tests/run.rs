@@ -434,6 +434,98 @@ fn perf_map_names_every_copied_byte() {
         );
     }
     stop(running);
+    perf_names_the_copy(&exe, dir.path());
+}
+
+/// perf itself, where it can sample here (`perf record -e cpu-clock`, no
+/// PMU needed): attached to a running copy, every sample in the three
+/// functions gets its name, those in the copy from the perf map.
+fn perf_names_the_copy(exe: &Path, dir: &Path) {
+    use std::io::{BufRead, BufReader};
+    if Command::new("perf").arg("--version").output().is_err() {
+        eprintln!("perf not installed: resolved as perf does only");
+        return;
+    }
+    let mut child = Command::new(common::bin())
+        .args(["run", "--strategy", "copy", "--"])
+        .arg(exe)
+        .arg("spin")
+        .env_remove("HUGETEXT_STRATEGY")
+        .env_remove("HUGETEXT_VERBOSE")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    let addr = |k: &str| {
+        let v = first
+            .split(' ')
+            .find_map(|f| f.strip_prefix(k).and_then(|v| v.strip_prefix("=0x")))
+            .unwrap_or_else(|| panic!("{k} in {first}"));
+        u64::from_str_radix(v, 16).unwrap()
+    };
+    let (straddle, bigasm, label, end) = (addr("straddle"), addr("bigasm"), addr("asm_label"), addr("asm_end"));
+    let data = dir.join("perf.data");
+    let rec = Command::new("perf")
+        .args(["record", "-q", "-e", "cpu-clock", "-p", &pid.to_string(), "-o"])
+        .arg(&data)
+        .args(["--", "sleep", "1"])
+        .output()
+        .unwrap();
+    let script = Command::new("perf")
+        .args(["script", "-F", "ip,sym,dso", "-i"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    let map = format!("/tmp/perf-{pid}.map");
+    let _ = std::fs::remove_file(&map);
+    if !rec.status.success() || !script.status.success() {
+        eprintln!("perf cannot record here: {}", common::text(&rec.stderr));
+        return;
+    }
+    let out = common::text(&script.stdout);
+    let funcs = [
+        ("straddle", straddle, straddle + 3 * MIB),
+        ("bigasm", bigasm, label),
+        ("asm_label", label, end),
+    ];
+    let (mut inside, mut from_map) = (0, 0);
+    for l in out.lines() {
+        let v: Vec<&str> = l.split_whitespace().collect();
+        let Ok(ip) = u64::from_str_radix(v[0], 16) else {
+            continue;
+        };
+        let Some((name, _, _)) = funcs.iter().find(|(_, lo, hi)| *lo <= ip && ip < *hi) else {
+            continue;
+        };
+        inside += 1;
+        assert!(v.len() >= 3 && v[1] == *name, "perf names {ip:#x} ({name}) {l:?}");
+        if l.contains(&map) {
+            from_map += 1;
+        }
+    }
+    assert!(inside > 0 && from_map > 0, "no sample in the copy: {out}");
+}
+
+#[test]
+fn copy_reads_text_that_is_not_congruent_from_the_file_and_says_how_long_it_took() {
+    // lld PIE: not congruent, so its page cache can only be mapped in
+    // 4 KiB pages: the copy reads the file instead.
+    let prog = common::fixture("lld", "pie");
+    let r = run(&["--strategy", "copy", "-v"], &prog, &[]);
+    assert!(r.status.success());
+    assert_eq!(common::text(&r.stdout), common::text(&alone(&prog).stdout));
+    let err = common::text(&r.stderr);
+    let summary = err.lines().find(|l| l.contains("huge-backed")).expect(&err);
+    let times = summary.split("; time per route: ").nth(1).expect(summary);
+    assert!(times.contains("copy ") && times.contains(" µs/MiB"), "{summary}");
+    assert!(times.contains("read from the file)"), "{summary}");
 }
 
 #[test]

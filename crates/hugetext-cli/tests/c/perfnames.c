@@ -5,13 +5,14 @@
  *   bigasm     an assembly function (STT_FUNC) without .size, 5 MiB;
  *   asm_label  a plain label (STT_NOTYPE), 3 MiB, up to asm_end.
  * With the argument `wait` it prints the addresses, "ready", and waits for
- * stdin to close. */
+ * stdin to close; with `spin`, it runs the three a thousand times first (seconds)
+ * (for a profiler attached meanwhile). */
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
 __attribute__((noinline)) int straddle(int x) {
-  __asm__ volatile("jmp 1f\n\t.fill 3 << 20, 1, 0x90\n1:");
+  __asm__ volatile(".fill 3 << 20, 1, 0x90");
   return x + 1;
 }
 
@@ -19,12 +20,12 @@ __asm__(".text\n"
         ".globl bigasm\n"
         ".type bigasm, @function\n"
         "bigasm:\n"
-        "  ret\n"
         "  .fill 5 << 20, 1, 0x90\n"
+        "  ret\n"
         ".globl asm_label\n"
         "asm_label:\n"
-        "  ret\n"
         "  .fill 3 << 20, 1, 0x90\n"
+        "  ret\n"
         ".globl asm_end\n"
         "asm_end:\n"
         "  ret\n");
@@ -37,6 +38,15 @@ int main(int argc, char **argv) {
   int r = straddle(argc);
   printf("straddle=%p bigasm=%p asm_label=%p asm_end=%p r=%d\n", (void *)straddle, (void *)bigasm,
          (void *)asm_label, (void *)asm_end, r);
+  if (argc > 1 && strcmp(argv[1], "spin") == 0) {
+    fflush(stdout);
+    for (int i = 0; i < 1000; i++) {
+      bigasm();
+      asm_label();
+      r += straddle(i);
+    }
+    printf("r=%d\n", r);
+  }
   if (argc > 1 && strcmp(argv[1], "wait") == 0) {
     printf("ready\n");
     fflush(stdout);
