@@ -31,6 +31,8 @@
 //!
 //! ```sh
 //! cargo run --release -p hugetext-cli --example run_startup -- target/fixtures80 20 copy
+//! # the page cache in 4 KiB folios before each run, as plain runs leave it:
+//! cargo run --release -p hugetext-cli --example run_startup -- target/fixtures80 20 copy small
 //! # compare libhugetext.so builds (each directory holds hugetext and libhugetext.so):
 //! HUGETEXT_BINS=/tmp/old:target/release cargo run --release -p hugetext-cli --example run_startup -- target/fixtures80 20 copy
 //! ```
@@ -79,8 +81,9 @@ fn hugetext_bin() -> PathBuf {
 }
 
 /// The `copy` mode: `copy` of bfd/nopie, lld/pie and mold/pie with each
-/// build in `HUGETEXT_BINS` (directories, `:`-separated), interleaved.
-fn copy_mode(dir: &Path, n: usize) {
+/// build in `HUGETEXT_BINS` (directories, `:`-separated), interleaved; the
+/// page cache as the previous run left it, or (`small`) in 4 KiB folios.
+fn copy_mode(dir: &Path, n: usize, cache: Cache) {
     let bins: Vec<PathBuf> = match std::env::var("HUGETEXT_BINS") {
         Ok(v) => v.split(':').map(|d| Path::new(d).join("hugetext")).collect(),
         Err(_) => vec![hugetext_bin()],
@@ -89,7 +92,7 @@ fn copy_mode(dir: &Path, n: usize) {
     let case = Case {
         strategy: Some("copy"),
         compat: None,
-        cache: Cache::Warm,
+        cache,
     };
     // (preload ms, huge MiB) per (fixture, build).
     let mut got: Vec<Vec<Vec<(f64, f64)>>> = vec![vec![Vec::new(); bins.len()]; fixtures.len()];
@@ -206,7 +209,11 @@ fn main() {
     let dir = PathBuf::from(args.next().unwrap_or_else(|| "target/fixtures80".into()));
     let n: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(20);
     if args.next().as_deref() == Some("copy") {
-        return copy_mode(&dir, n);
+        let cache = match args.next().as_deref() {
+            Some("small") => Cache::Small,
+            _ => Cache::Warm,
+        };
+        return copy_mode(&dir, n, cache);
     }
     let case = |strategy, compat, cache| Case {
         strategy,
