@@ -24,6 +24,18 @@
 //! drop/evict/refault step). When the Rust toolchain's own `rustc` is found,
 //! it is measured too (`rustc --version`: start-up only; its huge MiB is
 //! what the preload reports).
+//!
+//! The copy route alone, from each linker's layout, interleaved (one run of
+//! each fixture with each preload per round), medians of the preload's own
+//! time, in ms per 100 MiB:
+//!
+//! ```sh
+//! cargo run --release -p hugetext-cli --example run_startup -- target/fixtures80 20 copy
+//! # the page cache in 4 KiB folios before each run, as plain runs leave it:
+//! cargo run --release -p hugetext-cli --example run_startup -- target/fixtures80 20 copy small
+//! # compare libhugetext.so builds (each directory holds hugetext and libhugetext.so):
+//! HUGETEXT_BINS=/tmp/old:target/release cargo run --release -p hugetext-cli --example run_startup -- target/fixtures80 20 copy
+//! ```
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -61,8 +73,60 @@ fn prepare(path: &Path, cache: Cache) {
 }
 
 fn hugetext_bin() -> PathBuf {
+    if let Some(b) = std::env::var_os("RUN_STARTUP_HUGETEXT") {
+        return b.into();
+    }
     let exe = std::env::current_exe().unwrap();
     exe.parent().unwrap().join("../hugetext")
+}
+
+/// The `copy` mode: `copy` of bfd/nopie, lld/pie and mold/pie with each
+/// build in `HUGETEXT_BINS` (directories, `:`-separated), interleaved; the
+/// page cache as the previous run left it, or (`small`) in 4 KiB folios.
+fn copy_mode(dir: &Path, n: usize, cache: Cache) {
+    let bins: Vec<PathBuf> = match std::env::var("HUGETEXT_BINS") {
+        Ok(v) => v.split(':').map(|d| Path::new(d).join("hugetext")).collect(),
+        Err(_) => vec![hugetext_bin()],
+    };
+    let fixtures = ["bfd/nopie", "lld/pie", "mold/pie"];
+    let case = Case {
+        strategy: Some("copy"),
+        compat: None,
+        cache,
+    };
+    // (preload ms, huge MiB) per (fixture, build).
+    let mut got: Vec<Vec<Vec<(f64, f64)>>> = vec![vec![Vec::new(); bins.len()]; fixtures.len()];
+    for round in 0..=n {
+        for (fi, f) in fixtures.iter().enumerate() {
+            for (bi, b) in bins.iter().enumerate() {
+                std::env::set_var("RUN_STARTUP_HUGETEXT", b);
+                let (_, ms, huge) = once(case, &dir.join(f), &[]);
+                if round > 0 {
+                    // Round 0 warms up.
+                    got[fi][bi].push((ms.unwrap_or(f64::NAN), huge.unwrap_or(f64::NAN)));
+                }
+            }
+        }
+    }
+    println!(
+        "{:<10} {:<40} {:>10} {:>9} {:>14}",
+        "fixture", "build", "preload ms", "huge MiB", "ms per 100 MiB"
+    );
+    for (fi, f) in fixtures.iter().enumerate() {
+        for (bi, b) in bins.iter().enumerate() {
+            let v = &got[fi][bi];
+            let ms = median(v.iter().map(|r| r.0).collect());
+            let huge = median(v.iter().map(|r| r.1).collect());
+            println!(
+                "{:<10} {:<40} {:>10.2} {:>9.1} {:>14.2}",
+                f,
+                b.parent().unwrap().display(),
+                ms,
+                huge,
+                ms * 100.0 / huge
+            );
+        }
+    }
 }
 
 /// One measured configuration.
@@ -144,6 +208,13 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let dir = PathBuf::from(args.next().unwrap_or_else(|| "target/fixtures80".into()));
     let n: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(20);
+    if args.next().as_deref() == Some("copy") {
+        let cache = match args.next().as_deref() {
+            Some("small") => Cache::Small,
+            _ => Cache::Warm,
+        };
+        return copy_mode(&dir, n, cache);
+    }
     let case = |strategy, compat, cache| Case {
         strategy,
         compat,

@@ -323,6 +323,211 @@ fn copy_strategy(compat: Option<&str>) {
     stop(running);
 }
 
+/// The lines of a perf map: (start, size, name), parsed as perf does
+/// (`START SIZE NAME`, hex without prefix).
+fn perf_map_entries(text: &str) -> Vec<(u64, u64, String)> {
+    text.lines()
+        .map(|l| {
+            let mut f = l.splitn(3, ' ');
+            let (a, n, name) = (f.next().unwrap(), f.next().unwrap(), f.next().unwrap());
+            (
+                u64::from_str_radix(a, 16).unwrap(),
+                u64::from_str_radix(n, 16).unwrap(),
+                name.to_string(),
+            )
+        })
+        .collect()
+}
+
+/// The names perf gives `addr`: those of the entries containing it.
+fn perf_names(entries: &[(u64, u64, String)], addr: u64) -> Vec<&str> {
+    entries
+        .iter()
+        .filter(|(a, n, _)| *a <= addr && addr < a + n)
+        .map(|(_, _, name)| name.as_str())
+        .collect()
+}
+
+#[test]
+fn perf_map_names_every_copied_byte() {
+    // tests/c/perfnames.c: a C function straddling the start of the first
+    // copied window, an assembly function without .size over several
+    // windows, and a plain label (STT_NOTYPE) after it.
+    let dir = common::scratch();
+    let exe = dir.path().join("perfnames");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/perfnames.c");
+    let st = Command::new("gcc")
+        .args(["-O1", "-fno-toplevel-reorder", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .status()
+        .expect("gcc");
+    assert!(st.success());
+    let running = common::run_waiting(&["--strategy", "copy"], &exe);
+    let addr = |k: &str| {
+        let v = running
+            .first_line
+            .split(' ')
+            .find_map(|f| f.strip_prefix(k).and_then(|v| v.strip_prefix("=0x")))
+            .unwrap_or_else(|| panic!("{k} in {}", running.first_line));
+        u64::from_str_radix(v, 16).unwrap()
+    };
+    let (straddle, bigasm, label, end) = (addr("straddle"), addr("bigasm"), addr("asm_label"), addr("asm_end"));
+    let map = PathBuf::from(format!("/tmp/perf-{}.map", running.pid()));
+    let text = std::fs::read_to_string(&map).unwrap_or_default();
+    assert!(text.ends_with('\n'), "a line is cut: {text:?}");
+    let entries = perf_map_entries(&text);
+    let copied: Vec<(u64, u64)> = text_mappings(running.pid())
+        .unwrap()
+        .into_iter()
+        .filter(|m| m.copied)
+        .map(|m| (m.start, m.end))
+        .collect();
+    assert!(!copied.is_empty(), "nothing copied");
+    // The C function's body is 3 MiB of nops after its first instruction.
+    let funcs = [
+        ("straddle", straddle, straddle + 3 * MIB),
+        ("bigasm", bigasm, label),
+        ("asm_label", label, end),
+    ];
+    for (name, lo, hi) in funcs {
+        let mut seen = 0;
+        for &(cs, ce) in &copied {
+            let (a, z) = (lo.max(cs), hi.min(ce));
+            if a >= z {
+                continue;
+            }
+            seen += z - a;
+            // Samples: every 4 KiB, and the first and last byte.
+            for p in (a..z).step_by(4096).chain([z - 1]) {
+                let names = perf_names(&entries, p);
+                assert!(
+                    !names.is_empty() && names.iter().all(|n| *n == name),
+                    "{p:#x} ({name}) resolves to {names:?}; map:\n{text}"
+                );
+            }
+            // Every byte: the entries named `name` cover [a, z) without a gap.
+            let mut mine: Vec<_> = entries
+                .iter()
+                .filter(|e| e.2 == name)
+                .map(|e| (e.0, e.0 + e.1))
+                .collect();
+            mine.sort();
+            let mut at = a;
+            for (s, e) in mine {
+                if s <= at && at < e {
+                    at = e;
+                }
+            }
+            assert!(
+                at >= z,
+                "{name}: {at:#x}..{z:#x} of the copy is not named; map:\n{text}"
+            );
+        }
+        assert!(seen > 0, "{name} ({lo:#x}..{hi:#x}) not in the copies {copied:x?}");
+    }
+    // Nothing outside the copies.
+    for (a, n, name) in &entries {
+        assert!(
+            copied.iter().any(|&(cs, ce)| cs <= *a && a + n <= ce),
+            "{a:x} {n:x} {name} outside the copies {copied:x?}"
+        );
+    }
+    stop(running);
+    perf_names_the_copy(&exe, dir.path());
+}
+
+/// perf itself, where it can sample here (`perf record -e cpu-clock`, no
+/// PMU needed): attached to a running copy, every sample in the three
+/// functions gets its name, those in the copy from the perf map.
+fn perf_names_the_copy(exe: &Path, dir: &Path) {
+    use std::io::{BufRead, BufReader};
+    if Command::new("perf").arg("--version").output().is_err() {
+        eprintln!("perf not installed: resolved as perf does only");
+        return;
+    }
+    let mut child = Command::new(common::bin())
+        .args(["run", "--strategy", "copy", "--"])
+        .arg(exe)
+        .arg("spin")
+        .env_remove("HUGETEXT_STRATEGY")
+        .env_remove("HUGETEXT_VERBOSE")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    let addr = |k: &str| {
+        let v = first
+            .split(' ')
+            .find_map(|f| f.strip_prefix(k).and_then(|v| v.strip_prefix("=0x")))
+            .unwrap_or_else(|| panic!("{k} in {first}"));
+        u64::from_str_radix(v, 16).unwrap()
+    };
+    let (straddle, bigasm, label, end) = (addr("straddle"), addr("bigasm"), addr("asm_label"), addr("asm_end"));
+    let data = dir.join("perf.data");
+    let rec = Command::new("perf")
+        .args(["record", "-q", "-e", "cpu-clock", "-p", &pid.to_string(), "-o"])
+        .arg(&data)
+        .args(["--", "sleep", "1"])
+        .output()
+        .unwrap();
+    let script = Command::new("perf")
+        .args(["script", "-F", "ip,sym,dso", "-i"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    let map = format!("/tmp/perf-{pid}.map");
+    let _ = std::fs::remove_file(&map);
+    if !rec.status.success() || !script.status.success() {
+        eprintln!("perf cannot record here: {}", common::text(&rec.stderr));
+        return;
+    }
+    let out = common::text(&script.stdout);
+    let funcs = [
+        ("straddle", straddle, straddle + 3 * MIB),
+        ("bigasm", bigasm, label),
+        ("asm_label", label, end),
+    ];
+    let (mut inside, mut from_map) = (0, 0);
+    for l in out.lines() {
+        let v: Vec<&str> = l.split_whitespace().collect();
+        let Ok(ip) = u64::from_str_radix(v[0], 16) else {
+            continue;
+        };
+        let Some((name, _, _)) = funcs.iter().find(|(_, lo, hi)| *lo <= ip && ip < *hi) else {
+            continue;
+        };
+        inside += 1;
+        assert!(v.len() >= 3 && v[1] == *name, "perf names {ip:#x} ({name}) {l:?}");
+        if l.contains(&map) {
+            from_map += 1;
+        }
+    }
+    assert!(inside > 0 && from_map > 0, "no sample in the copy: {out}");
+}
+
+#[test]
+fn copy_reads_text_that_is_not_congruent_from_the_file_and_says_how_long_it_took() {
+    // lld PIE: not congruent, so its page cache can only be mapped in
+    // 4 KiB pages: the copy reads the file instead.
+    let prog = common::fixture("lld", "pie");
+    let r = run(&["--strategy", "copy", "-v"], &prog, &[]);
+    assert!(r.status.success());
+    assert_eq!(common::text(&r.stdout), common::text(&alone(&prog).stdout));
+    let err = common::text(&r.stderr);
+    let summary = err.lines().find(|l| l.contains("huge-backed")).expect(&err);
+    let times = summary.split("; time per route: ").nth(1).expect(summary);
+    assert!(times.contains("copy ") && times.contains(" µs/MiB"), "{summary}");
+    assert!(times.contains("read from the file)"), "{summary}");
+}
+
 #[test]
 fn file_strategy_on_non_congruent_text_explains() {
     let prog = common::fixture("mold", "pie");

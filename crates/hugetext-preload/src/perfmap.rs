@@ -81,80 +81,237 @@ impl ElfFile {
         None
     }
 
-    /// Write "START SIZE NAME" lines for the function symbols whose runtime
-    /// address (value + `bias`) lies in `[lo, hi)`. Returns how many.
+    /// Write "START SIZE NAME" lines naming the bytes of `[lo, hi)` (runtime
+    /// addresses; symbol value + `bias`), as perf would name them from the
+    /// file: `STT_FUNC`/`STT_GNU_IFUNC` symbols, and `STT_NOTYPE` symbols of
+    /// executable sections where no function covers them; a symbol of size
+    /// 0 extends to the next symbol or the end of its section; a symbol that
+    /// starts before `lo` and reaches into the range is written clipped to
+    /// it. Each `write()` holds whole lines. Returns how many lines.
     pub fn write_symbols(&self, bias: u64, lo: u64, hi: u64, out: &mut Out<8192>) -> usize {
-        let b = self.bytes();
-        let Some(shoff) = u64_at(b, 0x28) else { return 0 };
-        let (Some(shentsize), Some(shnum)) = (u16_at(b, 0x3a), u16_at(b, 0x3c)) else {
+        let Some(t) = self.table() else { return 0 };
+        let count = t.count();
+        // Pass 1: how many candidates (no allocation for files without any).
+        let n = (0..count).filter(|&k| t.candidate(k).is_some()).count();
+        if n == 0 {
             return 0;
-        };
-        let (shoff, shentsize, shnum) = (shoff as usize, shentsize as usize, shnum as usize);
-        // Prefer the full symbol table; fall back to the dynamic one.
+        }
+        let bytes = n * core::mem::size_of::<Sym>();
+        let mem = sys::mmap(
+            bytes,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        );
+        if mem < 0 {
+            return 0;
+        }
+        // SAFETY: a fresh private anonymous mapping of `n` `Sym`s (page
+        // aligned, zero-filled: all-zero is a valid `Sym`), ours until the
+        // munmap below; nothing else refers to it.
+        let syms = unsafe { core::slice::from_raw_parts_mut(mem as *mut Sym, n) };
+        let mut m = 0;
+        for k in 0..count {
+            if m == n {
+                break;
+            }
+            if let Some(sym) = t.candidate(k) {
+                syms[m] = sym;
+                m += 1;
+            }
+        }
+        let syms = &mut syms[..m];
+        let written = name_range(syms, bias, lo, hi, |s, len, k| {
+            let Some(nm) = t.name(k) else { return false };
+            if out.room() < nm.len() + 40 {
+                out.flush();
+            }
+            out.x(s).s(" ").x(len).s(" ").bytes(nm).s("\n");
+            true
+        });
+        out.flush();
+        // SAFETY: our own mapping from above; `syms` is not used after this.
+        unsafe { sys::munmap(mem as usize, bytes) };
+        written
+    }
+
+    /// The symbol table perf would read: `.symtab`, else `.dynsym`.
+    fn table(&self) -> Option<Table<'_>> {
+        let b = self.bytes();
+        let shoff = u64_at(b, 0x28)? as usize;
+        let shentsize = u16_at(b, 0x3a)? as usize;
+        let shnum = u16_at(b, 0x3c)? as usize;
+        if shoff == 0 || shentsize < 64 {
+            return None;
+        }
         let mut chosen = None;
         for want in [2u64 /* SHT_SYMTAB */, 11 /* SHT_DYNSYM */] {
-            for i in 0..shnum {
-                let s = shoff + i * shentsize;
-                if u32_at(b, s + 4) == Some(want) {
-                    chosen = Some(s);
-                    break;
-                }
-            }
+            chosen = (0..shnum)
+                .map(|i| shoff + i * shentsize)
+                .find(|&s| u32_at(b, s + 4) == Some(want));
             if chosen.is_some() {
                 break;
             }
         }
-        let Some(s) = chosen else { return 0 };
-        let (Some(off), Some(size), Some(link), Some(ent)) = (
-            u64_at(b, s + 24),
-            u64_at(b, s + 32),
-            u32_at(b, s + 40),
-            u64_at(b, s + 56),
-        ) else {
-            return 0;
-        };
+        let s = chosen?;
+        let (off, size, link, ent) = (
+            u64_at(b, s + 24)?,
+            u64_at(b, s + 32)?,
+            u32_at(b, s + 40)?,
+            u64_at(b, s + 56)?,
+        );
         let strs = shoff + link as usize * shentsize;
-        let (Some(str_off), Some(str_size)) = (u64_at(b, strs + 24), u64_at(b, strs + 32)) else {
-            return 0;
-        };
-        let Some(strtab) = b.get(str_off as usize..(str_off + str_size) as usize) else {
-            return 0;
-        };
+        let (str_off, str_size) = (u64_at(b, strs + 24)?, u64_at(b, strs + 32)?);
+        let strtab = b.get(str_off as usize..str_off.checked_add(str_size)? as usize)?;
         if ent < 24 {
-            return 0;
+            return None;
         }
-        let mut n = 0;
-        let count = size / ent;
-        for k in 0..count {
-            let e = (off + k * ent) as usize;
-            let (Some(name), Some(info), Some(value), Some(sz)) =
-                (u32_at(b, e), b.get(e + 4), u64_at(b, e + 8), u64_at(b, e + 16))
-            else {
-                break;
-            };
-            let typ = info & 0xf;
-            if !(typ == 2 || typ == 10) || sz == 0 || value == 0 {
-                continue; // STT_FUNC / STT_GNU_IFUNC with a size
-            }
-            let start = value.wrapping_add(bias);
-            if start < lo || start >= hi {
-                continue;
-            }
-            let Some(tail) = strtab.get(name as usize..) else {
-                continue;
-            };
-            let nm = &tail[..tail.iter().position(|&c| c == 0).unwrap_or(tail.len()).min(4000)];
-            if nm.is_empty() {
-                continue;
-            }
-            if out.room() < nm.len() + 40 {
-                out.flush();
-            }
-            out.x(start).s(" ").x(sz).s(" ").bytes(nm).s("\n");
-            n += 1;
-        }
-        n
+        let syms = b.get(off as usize..off.checked_add(size)? as usize)?;
+        Some(Table {
+            b,
+            shoff,
+            shentsize,
+            shnum,
+            syms,
+            ent: ent as usize,
+            strtab,
+        })
     }
+}
+
+/// One candidate symbol: `[start, start + size)` in file addresses (size 0:
+/// not known), the end of its section, its index in the table and its rank
+/// among symbols at the same address (lower wins).
+#[derive(Clone, Copy, Default)]
+struct Sym {
+    start: u64,
+    size: u64,
+    sec_end: u64,
+    index: u32,
+    rank: u8,
+}
+
+/// Rank of a `STT_NOTYPE` label: named only where no function is.
+const RANK_LABEL: u8 = 3;
+
+struct Table<'a> {
+    b: &'a [u8],
+    shoff: usize,
+    shentsize: usize,
+    shnum: usize,
+    syms: &'a [u8],
+    ent: usize,
+    strtab: &'a [u8],
+}
+
+impl Table<'_> {
+    fn count(&self) -> usize {
+        self.syms.len() / self.ent
+    }
+
+    /// (sh_addr + sh_size, executable) of section `i`.
+    fn section(&self, i: usize) -> Option<(u64, bool)> {
+        if i == 0 || i >= self.shnum {
+            return None;
+        }
+        let s = self.shoff + i * self.shentsize;
+        let flags = u64_at(self.b, s + 8)?;
+        let addr = u64_at(self.b, s + 16)?;
+        let size = u64_at(self.b, s + 32)?;
+        Some((addr.checked_add(size)?, flags & 4 /* SHF_EXECINSTR */ != 0))
+    }
+
+    fn name(&self, k: usize) -> Option<&[u8]> {
+        let e = k * self.ent;
+        let name = u32_at(self.syms, e)? as usize;
+        let tail = self.strtab.get(name..)?;
+        let nm = &tail[..tail.iter().position(|&c| c == 0).unwrap_or(tail.len()).min(4000)];
+        (!nm.is_empty()).then_some(nm)
+    }
+
+    /// Symbol `k` when perf would name code with it.
+    fn candidate(&self, k: usize) -> Option<Sym> {
+        let e = k * self.ent;
+        let info = *self.syms.get(e + 4)?;
+        let shndx = u16_at(self.syms, e + 6)? as usize;
+        let value = u64_at(self.syms, e + 8)?;
+        let size = u64_at(self.syms, e + 16)?;
+        if value == 0 || shndx == 0 {
+            return None; // undefined
+        }
+        let (typ, bind) = (info & 0xf, info >> 4);
+        let sec = self.section(shndx); // None for SHN_ABS and friends
+        let rank = match typ {
+            2 | 10 => match bind {
+                1 => 0, // STB_GLOBAL
+                2 => 1, // STB_WEAK
+                _ => 2,
+            },
+            0 if sec.is_some_and(|(_, x)| x) => RANK_LABEL,
+            _ => return None,
+        };
+        let nm = self.name(k)?;
+        if rank == RANK_LABEL && (nm.starts_with(b".L") || nm.starts_with(b"$")) {
+            return None; // assembler-local and mapping symbols
+        }
+        Some(Sym {
+            start: value,
+            size,
+            sec_end: sec.map_or(0, |(end, _)| end),
+            index: k as u32,
+            rank,
+        })
+    }
+}
+
+/// The naming rules, on the candidates of one file (sorted here): calls
+/// `emit(start, size, index)` for each line, runtime addresses clipped to
+/// `[lo, hi)`; `emit` returns whether it wrote one. Returns how many.
+fn name_range(syms: &mut [Sym], bias: u64, lo: u64, hi: u64, mut emit: impl FnMut(u64, u64, usize) -> bool) -> usize {
+    syms.sort_unstable_by_key(|s| (s.start, s.rank));
+    let mut written = 0;
+    // End of the code the functions seen so far cover (labels inside it
+    // are not named).
+    let mut covered = 0u64;
+    let mut i = 0;
+    while i < syms.len() {
+        let s = syms[i];
+        // The others at this address are aliases: one name is enough.
+        let mut j = i + 1;
+        while j < syms.len() && syms[j].start == s.start {
+            j += 1;
+        }
+        let next = syms.get(j).map(|n| n.start);
+        i = j;
+        let end = if s.size > 0 {
+            s.start.saturating_add(s.size)
+        } else {
+            // Extend to the next symbol, within the section.
+            match (next, s.sec_end > s.start) {
+                (Some(n), true) => n.min(s.sec_end),
+                (Some(n), false) => n,
+                (None, true) => s.sec_end,
+                (None, false) => continue,
+            }
+        };
+        if s.rank == RANK_LABEL {
+            if s.start < covered {
+                continue;
+            }
+        } else {
+            covered = covered.max(end);
+        }
+        let (a, z) = (s.start.wrapping_add(bias), end.wrapping_add(bias));
+        if z <= lo || a >= hi || z <= a {
+            continue;
+        }
+        let (a, z) = (a.max(lo), z.min(hi));
+        if emit(a, z - a, s.index as usize) {
+            written += 1;
+        }
+    }
+    written
 }
 
 impl Drop for ElfFile {
@@ -236,6 +393,67 @@ fn dec(s: &[u8]) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
+    use super::{name_range, Sym, RANK_LABEL};
+
+    fn sym(start: u64, size: u64, sec_end: u64, index: u32, rank: u8) -> Sym {
+        Sym {
+            start,
+            size,
+            sec_end,
+            index,
+            rank,
+        }
+    }
+
+    fn named(syms: &mut [Sym], bias: u64, lo: u64, hi: u64) -> Vec<(u64, u64, usize)> {
+        let mut v = Vec::new();
+        name_range(syms, bias, lo, hi, |a, n, k| {
+            v.push((a, n, k));
+            true
+        });
+        v
+    }
+
+    #[test]
+    fn size_zero_extends_to_the_next_symbol_or_the_section_end() {
+        let mut s = [
+            sym(0x3000, 0, 0x9000, 1, 0),
+            sym(0x1000, 0, 0x9000, 0, 0),
+            sym(0x5000, 0x10, 0x9000, 2, 0),
+        ];
+        assert_eq!(
+            named(&mut s, 0, 0, u64::MAX),
+            vec![(0x1000, 0x2000, 0), (0x3000, 0x2000, 1), (0x5000, 0x10, 2)]
+        );
+        let mut s = [sym(0x5000, 0, 0x9000, 7, 0)];
+        assert_eq!(named(&mut s, 0, 0, u64::MAX), vec![(0x5000, 0x4000, 7)]);
+    }
+
+    #[test]
+    fn symbols_reaching_into_the_range_are_clipped_to_it() {
+        let mut s = [sym(0x1000, 0x3000, 0x9000, 0, 0), sym(0x4000, 0x100, 0x9000, 1, 0)];
+        // bias 0x10000: runtime 0x11000..0x14000, range from 0x12000.
+        assert_eq!(
+            named(&mut s, 0x10000, 0x12000, 0x14080),
+            vec![(0x12000, 0x2000, 0), (0x14000, 0x80, 1)]
+        );
+        assert_eq!(named(&mut s, 0, 0x8000, 0x9000), vec![]);
+    }
+
+    #[test]
+    fn labels_only_where_no_function_is_and_one_name_per_address() {
+        let mut s = [
+            sym(0x1000, 0x100, 0x9000, 0, 2),
+            sym(0x1000, 0x100, 0x9000, 1, 0),      // global alias wins
+            sym(0x1080, 0, 0x9000, 2, RANK_LABEL), // inside the function
+            sym(0x2000, 0, 0x9000, 3, RANK_LABEL),
+        ];
+        assert_eq!(
+            named(&mut s, 0, 0, u64::MAX),
+            vec![(0x1000, 0x100, 1), (0x2000, 0x7000, 3)]
+        );
+    }
+
     #[test]
     fn this_process_started_recently() {
         let now = std::time::SystemTime::now()

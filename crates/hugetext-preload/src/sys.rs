@@ -84,6 +84,15 @@ pub fn write(fd: i32, buf: &[u8]) -> isize {
     call(libc::SYS_write, fd as usize, buf.as_ptr() as usize, buf.len(), 0, 0, 0)
 }
 
+/// `pread(fd, addr, len, off)`: read file bytes straight into memory.
+///
+/// # Safety
+/// `[addr, addr + len)` must be writable memory of this process that
+/// nothing else uses while the kernel writes it.
+pub unsafe fn pread(fd: i32, addr: usize, len: usize, off: u64) -> isize {
+    call(libc::SYS_pread64, fd as usize, addr, len, off as usize, 0, 0)
+}
+
 /// `openat(AT_FDCWD, path, flags, mode)`; `path` must be NUL-terminated.
 pub fn open(path: &[u8], flags: i32, mode: u32) -> isize {
     debug_assert!(path.last() == Some(&0));
