@@ -26,6 +26,14 @@ fn num(v: &Value) -> f64 {
     v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
 }
 
+/// `bench ab` evicts and refills the page cache of every file its command
+/// maps, libc included: two `ab` runs at once would evict each other's
+/// sides between preparing and verifying them. The `ab` tests take turns.
+fn ab_turn() -> std::sync::MutexGuard<'static, ()> {
+    static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    TURN.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// kB in folios of every size (a `folios_kb` object: size -> kB).
 fn folios_total_kb(folios: &Value) -> u64 {
     folios.as_object().unwrap().values().map(|x| x.as_u64().unwrap()).sum()
@@ -413,6 +421,7 @@ fn readahead_json_shape() {
 
 #[test]
 fn ab_json_shape_verified_sides_and_plot() {
+    let _turn = ab_turn();
     // A non-PIE GNU ld program with ~20 MiB of text: congruent, 9 windows.
     let exe = common::fixture("bfd", "nopie");
     let dir = common::scratch();
@@ -489,6 +498,7 @@ fn ab_json_shape_verified_sides_and_plot() {
 
 #[test]
 fn ab_tables_for_a_tiny_command() {
+    let _turn = ab_turn();
     let out = common::hugetext(&["bench", "ab", "--runs", "1", "--", "true"]);
     assert!(out.status.success(), "{}", stderr(&out));
     let text = String::from_utf8_lossy(&out.stdout);
@@ -516,6 +526,7 @@ fn ab_bad_input() {
 
 #[test]
 fn ab_failing_command_reports_its_status() {
+    let _turn = ab_turn();
     // Fails in the warm-up run: its exit status and stderr are passed on.
     let out = common::hugetext(&[
         "bench",
@@ -557,6 +568,7 @@ fn ab_failing_command_reports_its_status() {
 
 #[test]
 fn ab_says_when_another_process_keeps_text_mapped() {
+    let _turn = ab_turn();
     use std::io::{BufRead, BufReader};
     use std::process::{Command, Stdio};
     // (Not the fixture the other ab test uses: tests run in parallel.)
