@@ -83,7 +83,7 @@ mod tests {
         // Other test threads map and unmap memory meanwhile, also between
         // the small read's many read() calls: a maps file that changes can
         // show a line twice. Judge a try only when the maps were the same
-        // before and after it; a wrong count in a quiet try fails.
+        // before and after it; a wrong count in every quiet try fails.
         let mut last = (0, 0);
         for _ in 0..50 {
             let n1 = count(&mut big);
