@@ -659,10 +659,20 @@ fn gather_one(pid: i32, fs_cache: &mut FsCache) -> Result<ProcessFacts> {
 }
 
 /// Gather the facts of several processes (the filesystem experiment runs
-/// once per filesystem).
-pub fn gather(pids: &[i32]) -> Result<Vec<ProcessFacts>> {
+/// once per filesystem). With `strict`, the first process that cannot be
+/// explained is an error; otherwise it is skipped and counted (a cgroup's
+/// kernel threads, zombies, processes that exited meanwhile).
+pub fn gather(pids: &[i32], strict: bool) -> Result<(Vec<ProcessFacts>, u64)> {
     let mut fs_cache = FsCache::default();
-    pids.iter().map(|&pid| gather_one(pid, &mut fs_cache)).collect()
+    let (mut out, mut skipped) = (Vec::new(), 0);
+    for &pid in pids {
+        match gather_one(pid, &mut fs_cache) {
+            Ok(p) => out.push(p),
+            Err(e) if strict => return Err(e),
+            Err(_) => skipped += 1,
+        }
+    }
+    Ok((out, skipped))
 }
 
 /// Wait until process `pid` has mapped every file in `libs` (its
