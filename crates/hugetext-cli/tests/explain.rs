@@ -69,7 +69,10 @@ fn mapping(pid: i32, file: &Path) -> Value {
     let want = file.canonicalize().unwrap().to_string_lossy().into_owned();
     let p = &v["processes"][0];
     assert_eq!(p["pid"], pid);
-    assert!(p["summary"].as_str().unwrap().starts_with(&format!("pid {pid} (")), "{p:#}");
+    assert!(
+        p["summary"].as_str().unwrap().starts_with(&format!("pid {pid} (")),
+        "{p:#}"
+    );
     p["mappings"]
         .as_array()
         .unwrap()
@@ -203,7 +206,9 @@ fn text_on_tmpfs_names_the_filesystem() {
     let shm = tempfile::tempdir_in("/dev/shm").unwrap();
     let shmem = hugetext::kernel::sysfs_choice("/sys/kernel/mm/transparent_hugepage/shmem_enabled");
     if !matches!(shmem.as_deref(), Some("never") | Some("deny")) {
-        common::skip_line(&format!("skipped: shmem_enabled is {shmem:?}, tmpfs may give huge pages"));
+        common::skip_line(&format!(
+            "skipped: shmem_enabled is {shmem:?}, tmpfs may give huge pages"
+        ));
         return;
     }
     let file = common::scratch_file(shm.path(), "text.bin", 4);
@@ -260,7 +265,11 @@ fn program_mode_explains_then_stops_or_waits() {
 
     let out = common::hugetext(&["explain", "--", "sh", "-c", "sleep 0.5; exit 7"]);
     assert_eq!(out.status.code(), Some(7), "{}", common::text(&out.stderr));
-    assert!(common::text(&out.stdout).contains("% of "), "{}", common::text(&out.stdout));
+    assert!(
+        common::text(&out.stdout).contains("% of "),
+        "{}",
+        common::text(&out.stdout)
+    );
 }
 
 /// One line on stderr, no panic, the expected exit status.
@@ -328,6 +337,9 @@ fn text_output_has_the_summary_the_reason_and_the_fix() {
             && first.contains(&format!("more with: hugetext align {}", s(&p))),
         "{t}"
     );
-    assert!(t.contains("    layout-skewed: ") && t.contains(&format!("    fix: hugetext align {}", s(&p))), "{t}");
+    assert!(
+        t.contains("    layout-skewed: ") && t.contains(&format!("    fix: hugetext align {}", s(&p))),
+        "{t}"
+    );
     r.stop();
 }

@@ -174,7 +174,11 @@ fn verdict(reason: Reason, evidence: impl Into<String>, fix: Option<String>, gai
 
 /// `pid 12 (x), pid 13 (y)`.
 fn pids(v: &[ProcRef]) -> String {
-    let mut s: Vec<String> = v.iter().take(6).map(|p| format!("pid {} ({})", p.pid, p.comm)).collect();
+    let mut s: Vec<String> = v
+        .iter()
+        .take(6)
+        .map(|p| format!("pid {} ({})", p.pid, p.comm))
+        .collect();
     if v.len() > 6 {
         s.push(format!("{} more", v.len() - 6));
     }
@@ -228,7 +232,10 @@ pub fn decide(sys: &SystemFacts, p: &ProcessFacts, m: &MappingFacts) -> Verdict 
     if m.nohugepage {
         return verdict(
             Reason::MadvNohugepage,
-            format!("nh in VmFlags of the mapping at {:#x} in /proc/{}/smaps", m.start, p.pid),
+            format!(
+                "nh in VmFlags of the mapping at {:#x} in /proc/{}/smaps",
+                m.start, p.pid
+            ),
             Some("the program calls madvise(MADV_NOHUGEPAGE) on its text: remove that call, then restart it".into()),
             gain,
         );
@@ -573,7 +580,12 @@ fn mapping_facts(pid: i32, t: &remap::TextMapping, offset: u64, fs_cache: &mut F
         PathBuf::from(&t.path)
     };
     let segments: std::result::Result<Vec<_>, String> = elf::check_file(&file_path)
-        .map(|r| r.segments.iter().map(|s| (s.offset, s.filesz, s.vaddr, s.p_align)).collect())
+        .map(|r| {
+            r.segments
+                .iter()
+                .map(|s| (s.offset, s.filesz, s.vaddr, s.p_align))
+                .collect()
+        })
         .map_err(|e| e.to_string());
     m.layout = Some(match segments {
         Ok(segs) => layout_of(t.start, offset, &segs),
@@ -611,7 +623,10 @@ pub fn gather_process(pid: i32) -> Result<ProcessFacts> {
 fn gather_one(pid: i32, fs_cache: &mut FsCache) -> Result<ProcessFacts> {
     let st = procfs::read_stat(pid)?;
     if st.is_kernel_thread() {
-        return Err(Error::Invalid(format!("pid {pid} ({}) is a kernel thread: it has no program text", st.comm)));
+        return Err(Error::Invalid(format!(
+            "pid {pid} ({}) is a kernel thread: it has no program text",
+            st.comm
+        )));
     }
     if st.is_zombie() {
         return Err(Error::Invalid(format!(
@@ -645,9 +660,7 @@ fn gather_one(pid: i32, fs_cache: &mut FsCache) -> Result<ProcessFacts> {
         if let Some(c) = counts.get(&t.start) {
             (m.pmd_kb, m.pte_large_kb, m.base_kb, m.pte_unknown_kb) = kb_of(c);
         }
-        m.nohugepage = flags
-            .iter()
-            .any(|(s, f)| *s == t.start && f.iter().any(|x| x == "nh"));
+        m.nohugepage = flags.iter().any(|(s, f)| *s == t.start && f.iter().any(|x| x == "nh"));
         mappings.push(m);
     }
     Ok(ProcessFacts {
@@ -693,9 +706,7 @@ pub fn wait_loaded(pid: i32, libs: &[PathBuf], timeout: std::time::Duration) -> 
             return Err(Error::NoProcess(pid));
         }
         let smaps = procfs::read_smaps(Some(pid))?;
-        let loaded = want
-            .iter()
-            .all(|w| smaps.iter().any(|(v, _)| &v.path == w));
+        let loaded = want.iter().all(|w| smaps.iter().any(|(v, _)| &v.path == w));
         let rss: u64 = smaps.iter().filter(|(v, _)| v.is_exec()).map(|(_, s)| s.rss_kb).sum();
         if loaded {
             stable = if rss == last_rss { stable + 1 } else { 0 };
@@ -787,7 +798,10 @@ mod tests {
         assert_eq!(v.gain_kb, 8192);
         p.mappings[0].nohugepage = false;
         let v = why(&madvise(), &p);
-        assert_eq!((v.reason, v.fix.as_deref()), (Reason::LayoutSkewed, Some("hugetext align /usr/bin/x")));
+        assert_eq!(
+            (v.reason, v.fix.as_deref()),
+            (Reason::LayoutSkewed, Some("hugetext align /usr/bin/x"))
+        );
     }
 
     #[test]

@@ -28,8 +28,8 @@
 pub mod bench;
 pub mod doctor;
 pub mod elf;
-pub mod explain;
 pub mod error;
+pub mod explain;
 pub mod folio;
 pub mod fsutil;
 pub mod inspect;

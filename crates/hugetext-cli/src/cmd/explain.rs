@@ -158,7 +158,10 @@ fn print(r: &Report, json: bool) -> Result<()> {
                 now.push_str(&format!(", {} kB in 4 kB pages", m.base_kb));
             }
             if m.pte_unknown_kb > 0 {
-                now.push_str(&format!(", {} kB mapped by PTEs (folio sizes need root)", m.pte_unknown_kb));
+                now.push_str(&format!(
+                    ", {} kB mapped by PTEs (folio sizes need root)",
+                    m.pte_unknown_kb
+                ));
             }
             println!("{now}; {} whole 2 MiB windows", m.whole_windows);
             let code = serde_json::to_value(m.verdict.reason)?;
