@@ -343,3 +343,97 @@ fn text_output_has_the_summary_the_reason_and_the_fix() {
     );
     r.stop();
 }
+
+/// An overlayfs mount of `lower` (upper and work directories in `scratch`),
+/// unmounted when dropped.
+struct Overlay(PathBuf);
+
+impl Overlay {
+    fn mount(lower: &Path, scratch: &Path) -> Option<Overlay> {
+        let (upper, work, merged) = (scratch.join("upper"), scratch.join("work"), scratch.join("merged"));
+        for d in [&upper, &work, &merged] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        let opts = format!(
+            "lowerdir={},upperdir={},workdir={}",
+            lower.display(),
+            upper.display(),
+            work.display()
+        );
+        let st = Command::new("mount")
+            .args(["-t", "overlay", "overlay", "-o", &opts])
+            .arg(&merged)
+            .status()
+            .ok()?;
+        if !st.success() {
+            common::skip_line("skipped: cannot mount overlayfs here");
+            return None;
+        }
+        Some(Overlay(merged))
+    }
+}
+
+impl Drop for Overlay {
+    fn drop(&mut self) {
+        for _ in 0..50 {
+            if Command::new("umount").arg(&self.0).status().is_ok_and(|s| s.success()) {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        let _ = Command::new("umount").arg("--lazy").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn overlayfs_over_ext4_small_folios_then_warm_then_ok() {
+    let dir = common::scratch();
+    let lower = dir.path().join("lower");
+    std::fs::create_dir(&lower).unwrap();
+    if !common::fs_gives_pmd_folios(&lower) {
+        common::skip_line("skipped: the scratch filesystem gives no PMD folios");
+        return;
+    }
+    common::scratch_file(&lower, "text.bin", 4);
+    let Some(ov) = Overlay::mount(&lower, dir.path()) else {
+        return;
+    };
+    let file = ov.0.join("text.bin");
+    // The helper's exec faults read the file into small folios.
+    let h = helper(dir.path(), &file, &[]);
+    let m = mapping(h.pid(), &file);
+    assert_eq!(reason(&m), "cache-small-folios", "{m:#}");
+    assert!(fix(&m).starts_with(&format!("hugetext warm {}", s(&file))), "{m:#}");
+    h.stop();
+
+    hugetext_ok(&["warm", file.to_str().unwrap()]);
+    let h = helper(dir.path(), &file, &[]);
+    assert_ok(&mapping(h.pid(), &file));
+    h.stop();
+}
+
+#[test]
+fn overlayfs_over_tmpfs_names_the_layer_below() {
+    let shmem = hugetext::kernel::sysfs_choice("/sys/kernel/mm/transparent_hugepage/shmem_enabled");
+    if !matches!(shmem.as_deref(), Some("never") | Some("deny")) {
+        common::skip_line(&format!(
+            "skipped: shmem_enabled is {shmem:?}, tmpfs may give huge pages"
+        ));
+        return;
+    }
+    let dir = common::scratch();
+    let shm = tempfile::tempdir_in("/dev/shm").unwrap();
+    common::scratch_file(shm.path(), "text.bin", 4);
+    let Some(ov) = Overlay::mount(shm.path(), dir.path()) else {
+        return;
+    };
+    let file = ov.0.join("text.bin");
+    let h = helper(dir.path(), &file, &[]);
+    let m = mapping(h.pid(), &file);
+    assert_eq!(reason(&m), "fs-no-large-folios", "{m:#}");
+    assert!(
+        m["evidence"].as_str().unwrap().contains("overlayfs over tmpfs"),
+        "{m:#}"
+    );
+    h.stop();
+}

@@ -289,7 +289,7 @@ pub fn decide(sys: &SystemFacts, p: &ProcessFacts, m: &MappingFacts) -> Verdict 
     }
     if let Some(fs) = &m.fs {
         if fs.pmd_folios == Some(false) {
-            let what = if fsutil::is_memory_fs(&fs.name) {
+            let what = if fsutil::is_memory_fs(&fs.name) || fs.name.starts_with("overlayfs over tmpfs") {
                 format!("{} (shmem huge pages off) keeps regular files in small folios", fs.name)
             } else {
                 format!("{} gives no PMD-size page-cache folios here", fs.name)
@@ -596,7 +596,20 @@ fn mapping_facts(pid: i32, t: &remap::TextMapping, offset: u64, fs_cache: &mut F
     });
     if let Ok(file) = std::fs::File::open(&file_path) {
         let dir = Path::new(&t.path).parent().unwrap_or(Path::new("/")).to_path_buf();
-        m.fs = Some(fs_cache.get(&file, &dir));
+        let mut fs = fs_cache.get(&file, &dir);
+        // An overlay maps the file of the layer it comes from: that filesystem decides.
+        if fs.name == "overlayfs" {
+            if let Some(layer) = fsutil::overlay_layer_of(Path::new(&t.path)) {
+                if let Ok(real) = std::fs::File::open(&layer) {
+                    let under = fs_cache.get(&real, layer.parent().unwrap_or(Path::new("/")));
+                    fs = FsFacts {
+                        name: format!("overlayfs over {} ({})", under.name, layer.display()),
+                        pmd_folios: under.pmd_folios,
+                    };
+                }
+            }
+        }
+        m.fs = Some(fs);
     }
     let len = t.end - t.start;
     m.cache = Some(
