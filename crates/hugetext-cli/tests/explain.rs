@@ -294,6 +294,19 @@ fn bad_input_gives_one_line_and_a_non_zero_status() {
     one_line_error(&["explain", "--", "/etc/passwd"], 126, "cannot execute");
     one_line_error(&["explain", "--", "true"], 1, "before it could be explained");
     one_line_error(&["explain"], 2, "--pid");
+
+    // Another user's process, without privileges.
+    let r = common::Running::fixture(&common::fixture("bfd", "pie"));
+    let out = common::as_nobody()
+        .arg(common::bin())
+        .args(["explain", "--pid", &r.pid().to_string()])
+        .output()
+        .unwrap();
+    let err = common::text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(err.contains("permission denied"), "{err}");
+    r.stop();
 }
 
 #[test]
