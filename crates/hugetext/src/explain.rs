@@ -129,7 +129,7 @@ pub enum Reason {
     Ok,
     /// The mapping holds no whole 2 MiB window: nothing of it can be.
     NoWholeWindow,
-    /// THP `enabled=never`.
+    /// THP `enabled=never` (for an anonymous copy: file text is PMD-mapped regardless).
     ThpNever,
     /// PR_SET_THP_DISABLE on the process.
     ThpDisabledProcess,
@@ -210,10 +210,13 @@ pub fn decide(sys: &SystemFacts, p: &ProcessFacts, m: &MappingFacts) -> Verdict 
             0,
         );
     }
-    if sys.thp_enabled.as_deref() == Some("never") {
+    // THP `enabled=never` stops anonymous huge pages (run's copies), not
+    // the PMD mapping of file folios: do_set_pmd() checks only the process
+    // and the VMA (verified on 6.18: a warmed file is PMD-mapped under never).
+    if m.copied && sys.thp_enabled.as_deref() == Some("never") {
         return verdict(
             Reason::ThpNever,
-            "/sys/kernel/mm/transparent_hugepage/enabled is [never]",
+            "/sys/kernel/mm/transparent_hugepage/enabled is [never]: no anonymous huge pages for the copy",
             Some("echo madvise > /sys/kernel/mm/transparent_hugepage/enabled".into()),
             gain,
         );
@@ -823,7 +826,8 @@ mod tests {
 
     #[test]
     fn reasons_come_in_the_kernels_order() {
-        // Everything wrong at once: THP off globally wins, then the process, then the VMA.
+        // Everything wrong at once: the process wins, then the VMA, then the layout;
+        // THP never does not stop file text from being PMD-mapped, only copies.
         let mut m = map(0x40_0000, 4 * M);
         m.nohugepage = true;
         m.layout = Some(Layout::Skewed { skew: 0x1000 });
@@ -833,7 +837,10 @@ mod tests {
             thp_enabled: Some("never".into()),
             ..Default::default()
         };
-        assert_eq!(why(&never, &p).reason, Reason::ThpNever);
+        assert_eq!(why(&never, &p).reason, Reason::ThpDisabledProcess);
+        let mut copy = p.clone();
+        copy.mappings[0].copied = true;
+        assert_eq!(why(&never, &copy).reason, Reason::ThpNever);
         let v = why(&madvise(), &p);
         assert_eq!(v.reason, Reason::ThpDisabledProcess);
         assert!(v.evidence.contains("THP_enabled: 0"), "{}", v.evidence);

@@ -19,7 +19,8 @@ file or anonymous copy from `hugetext run`) and, for what is not PMD-mapped,
 the first reason that applies in the order the kernel decides, with the
 evidence and the one command that fixes it:
 
-  thp-never              THP enabled=never
+  thp-never              THP enabled=never (stops run's anonymous copies; file text is
+                         PMD-mapped regardless)
   thp-disabled-process   prctl(PR_SET_THP_DISABLE): THP_enabled: 0 in /proc/PID/status
   madv-nohugepage        MADV_NOHUGEPAGE on the mapping (nh in smaps VmFlags)
   no-whole-window        the mapping holds no whole 2 MiB window
