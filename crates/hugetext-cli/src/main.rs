@@ -18,7 +18,7 @@ Exit status of the commands that change state (align, warm):
 Over several files, an error wins, then done, then impossible. Bad arguments exit 2
 before anything is done. `run` exits with PROGRAM's status (127/126 when it cannot be
 found or executed, 125 when hugetext fails before it starts). The reading commands
-(inspect, doctor, check, bench) exit 0 or 1 (bench ab: the command's own status when
+(inspect, doctor, explain, check, bench) exit 0 or 1 (bench ab: the command's own status when
 it fails).";
 
 /// Put program text on 2 MiB pages, from user space, and measure it.
@@ -40,6 +40,8 @@ enum Command {
     Inspect(cmd::inspect::Args),
     /// Report what this kernel can do for huge text, and what it means for you.
     Doctor(cmd::doctor::Args),
+    /// Say why each text mapping of a process is or is not on huge pages, and the command that fixes it.
+    Explain(cmd::explain::Args),
     /// Tell whether ELF files' text can be PMD-mapped, and what `align` would gain.
     Check(cmd::check::Args),
     /// Rewrite an ELF file so its read-only segments can be PMD-mapped.
@@ -61,6 +63,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Inspect(a) => cmd::inspect::run(a),
         Command::Doctor(a) => cmd::doctor::run(a),
+        Command::Explain(a) => cmd::explain::run(a),
         Command::Check(a) => cmd::check::run(a),
         Command::Align(a) => cmd::align::run(a),
         Command::Warm(a) => cmd::warm::run(a),

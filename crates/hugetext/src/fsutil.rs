@@ -315,6 +315,46 @@ pub fn fs_name(f: &File) -> String {
     }
 }
 
+/// For a file under an overlayfs mount, the file in the layer it comes
+/// from (the upper directory first, then the lower ones, as overlayfs looks
+/// them up), found from `/proc/self/mountinfo`; `None` when `path` is not on
+/// an overlay or no layer has it. Mapping an overlay file maps that file, so
+/// its filesystem decides the page-cache folio sizes.
+pub fn overlay_layer_of(path: &Path) -> Option<PathBuf> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    overlay_layer_in(&info, path, |p| p.exists())
+}
+
+/// [`overlay_layer_of`] over the text of a mountinfo file; `exists` says
+/// whether a candidate file exists. Pure but for `exists`.
+pub fn overlay_layer_in(mountinfo: &str, path: &Path, exists: impl Fn(&Path) -> bool) -> Option<PathBuf> {
+    let unescape = |s: &str| s.replace("\\040", " ");
+    // The overlay mount with the longest mount point that holds `path`.
+    let (mnt, opts) = mountinfo
+        .lines()
+        .filter_map(|l| {
+            let (pre, post) = l.split_once(" - ")?;
+            let mnt = PathBuf::from(unescape(pre.split_whitespace().nth(4)?));
+            let mut post = post.split_whitespace();
+            (post.next()? == "overlay" && path.starts_with(&mnt)).then(|| (mnt, post.nth(1).unwrap_or("").to_string()))
+        })
+        .max_by_key(|(m, _)| m.as_os_str().len())?;
+    let rel = path.strip_prefix(&mnt).ok()?;
+    let mut layers: Vec<PathBuf> = Vec::new();
+    for o in opts.split(',') {
+        if let Some(u) = o.strip_prefix("upperdir=") {
+            layers.insert(0, PathBuf::from(unescape(u)));
+        } else if let Some(l) = o.strip_prefix("lowerdir=").or_else(|| o.strip_prefix("lowerdir+=")) {
+            layers.extend(
+                l.split(':')
+                    .filter(|d| !d.is_empty())
+                    .map(|d| PathBuf::from(unescape(d))),
+            );
+        }
+    }
+    layers.into_iter().map(|d| d.join(rel)).find(|p| exists(p))
+}
+
 /// The device number `/proc/PID/maps` shows for `f`: the superblock's.
 /// On most filesystems it is `st_dev`; on btrfs `stat` reports the
 /// subvolume's anonymous device instead, so a file's `st_dev` never matches
@@ -472,6 +512,20 @@ mod tests {
         let i = ReplaceImpact::of(&f).unwrap();
         assert_eq!((i.links, i.signatures.as_slice()), (2, &[Signature::Ima][..]));
         assert_eq!(i.stale_xattrs(), vec!["security.ima".to_string()]);
+    }
+
+    #[test]
+    fn finds_the_overlay_layer_a_file_comes_from() {
+        let info = "22 1 8:1 / / rw - ext4 /dev/sda1 rw\n\
+                    90 22 0:39 / /srv/merged rw - overlay overlay rw,lowerdir=/l1:/l2,upperdir=/up,workdir=/w\n";
+        let only = |want: &'static str| move |p: &Path| p == Path::new(want);
+        let f = Path::new("/srv/merged/bin/x");
+        assert_eq!(
+            overlay_layer_in(info, f, only("/l2/bin/x")),
+            Some(PathBuf::from("/l2/bin/x"))
+        );
+        assert_eq!(overlay_layer_in(info, f, |_| true), Some(PathBuf::from("/up/bin/x")));
+        assert_eq!(overlay_layer_in(info, Path::new("/usr/bin/x"), |_| true), None);
     }
 
     #[test]

@@ -528,6 +528,27 @@ pub fn glibc_version() -> Option<(u32, u32)> {
     Some((it.next()??, it.next()??))
 }
 
+/// Whether this machine is a virtual machine, as the guest can see it: the
+/// `hypervisor` CPU flag in `/proc/cpuinfo` (x86).
+pub fn hypervisor() -> bool {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .map(|s| {
+            s.lines()
+                .filter(|l| l.starts_with("flags"))
+                .any(|l| l.split_whitespace().any(|f| f == "hypervisor"))
+        })
+        .unwrap_or(false)
+}
+
+/// The kernel's report on a CPU vulnerability
+/// (`/sys/devices/system/cpu/vulnerabilities/NAME`, e.g. `itlb_multihit`);
+/// `None` when the kernel does not report it.
+pub fn cpu_vulnerability(name: &str) -> Option<String> {
+    std::fs::read_to_string(format!("/sys/devices/system/cpu/vulnerabilities/{name}"))
+        .ok()
+        .map(|s| s.trim().to_string())
+}
+
 /// The per-size THP settings (`hugepages-<size>kB/enabled`), as
 /// (size in kB, mode), sorted by size. Empty on kernels before 6.8 (no mTHP).
 pub fn thp_sizes() -> Vec<(u64, String)> {

@@ -13,6 +13,7 @@
 //! | [`folio`]     | folio scanning: pagemap + kpageflags, thpmaps-style classes          |
 //! | [`inspect`]   | how processes', cgroups', files' and the system's text is backed     |
 //! | [`doctor`]    | kernel capability report with what each finding means                |
+//! | [`explain`]   | why each text mapping of a process is or is not PMD-mapped, and the fix |
 //! | [`elf`]       | ELF eligibility (`check`), rewriter (`align`), DT_NEEDED deps         |
 //! | [`fsutil`]    | safe file replacement: temp file, owner/mode/xattrs, rename; signatures |
 //! | [`outcome`]   | the exit-status convention of commands that change state             |
@@ -28,6 +29,7 @@ pub mod bench;
 pub mod doctor;
 pub mod elf;
 pub mod error;
+pub mod explain;
 pub mod folio;
 pub mod fsutil;
 pub mod inspect;

@@ -191,6 +191,32 @@ pub fn read_smaps(pid: Option<i32>) -> Result<Vec<(Vma, SmapsStats)>> {
     Ok(parse_smaps(&read_proc(pid, "smaps")?))
 }
 
+/// The `VmFlags` of each VMA of a process (`/proc/PID/smaps`): (start
+/// address, the two-letter flags, e.g. `rd ex mr mw me nh`).
+pub fn read_vm_flags(pid: Option<i32>) -> Result<Vec<(u64, Vec<String>)>> {
+    let mut out: Vec<(u64, Vec<String>)> = Vec::new();
+    for line in read_proc(pid, "smaps")?.lines() {
+        if let Some(flags) = line.strip_prefix("VmFlags:") {
+            if let Some(last) = out.last_mut() {
+                last.1 = flags.split_whitespace().map(String::from).collect();
+            }
+        } else if let Some(vma) = parse_vma_line(line) {
+            out.push((vma.start, Vec::new()));
+        }
+    }
+    Ok(out)
+}
+
+/// A field of `/proc/PID/status` (e.g. `THP_enabled`), trimmed; `None`
+/// when this kernel does not show it.
+pub fn status_field(pid: i32, name: &str) -> Result<Option<String>> {
+    Ok(read_proc(Some(pid), "status")?.lines().find_map(|l| {
+        l.split_once(':')
+            .filter(|(k, _)| *k == name)
+            .map(|(_, v)| v.trim().to_string())
+    }))
+}
+
 /// The smaps counters of this process's mapping that starts at `addr`
 /// (`None` when no mapping starts there).
 pub fn own_mapping_stats(addr: u64) -> Result<Option<SmapsStats>> {

@@ -7,6 +7,7 @@ pub mod align;
 pub mod bench;
 pub mod check;
 pub mod doctor;
+pub mod explain;
 pub mod inspect;
 pub mod run;
 pub mod warm;
