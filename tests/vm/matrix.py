@@ -141,8 +141,12 @@ def failures(cell):
         bad.append(f"guest error: {cell['error']}")
     if not cell.get("finished"):
         bad.append("guest did not finish")
+    missing = [t for t in cell.get("tests", []) if t["result"] == "missing"]
+    if not cell.get("finished") and missing:
+        # Cut short: one line, not one per test that never ran.
+        bad.append(f"{len(missing)} planned tests never ran (from {missing[0]['thp']}: {missing[0]['suite']})")
     for t in cell.get("tests", []):
-        if t["result"] not in ("ok", "ignored", "n/a"):
+        if t["result"] not in ("ok", "ignored", "n/a") and (cell.get("finished") or t["result"] != "missing"):
             bad.append(f"{t['thp']}: {t['suite']}::{t['test']} {t['result']}")
     for mode, probes in cell.get("probes", {}).items():
         for name, p in probes.items():
