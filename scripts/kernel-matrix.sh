@@ -199,7 +199,7 @@ add_modules() { # KDIR -> copies decompressed modules into the root, writes /mod
 accel=(-accel tcg -cpu max)
 if [ -w /dev/kvm ]; then
   if timeout 20 qemu-system-x86_64 -accel kvm -cpu host -m 256M -nographic -no-reboot \
-       -kernel "$(ls "$(fetch_kernel 6.12)"/boot/vmlinuz-* | head -n 1)" \
+       -kernel "$(ls "$(fetch_kernel "${cells[0]%%:*}")"/boot/vmlinuz-* | head -n 1)" \
        -append "console=ttyS0 panic=-1 rdinit=/bin/true" 2>/dev/null | grep -q 'Linux version'; then
     accel=(-accel kvm -cpu host)
   fi
