@@ -43,9 +43,14 @@ pub struct AgentMetrics {
     pub policy_files: Gauge,
 }
 
+/// Results of the warm action, and reasons of scrape errors: created at 0 so
+/// that `rate()` sees a series before the first event.
+pub const ACTION_RESULTS: &[&str] = &["done", "blocked", "failed", "rate_limited", "memory_guard", "impossible"];
+pub const ERROR_REASONS: &[&str] = &["vanished", "unreadable", "failed", "policy_file", "vmstat"];
+
 impl Default for AgentMetrics {
     fn default() -> Self {
-        AgentMetrics {
+        let m = AgentMetrics {
             scrapes: Counter::default(),
             scrape_errors: Family::default(),
             scrape_duration: Histogram::new(exponential_buckets(0.001, 2.0, 14)),
@@ -55,7 +60,20 @@ impl Default for AgentMetrics {
             events: Family::default(),
             policy_missing: Gauge::default(),
             policy_files: Gauge::default(),
+        };
+        for r in ACTION_RESULTS {
+            m.actions.get_or_create(&labels([("action", "warm"), ("result", r)]));
         }
+        for r in ERROR_REASONS {
+            m.scrape_errors.get_or_create(&labels([("reason", r)]));
+        }
+        for r in ["ok", "error"] {
+            m.reloads.get_or_create(&labels([("result", r)]));
+        }
+        for s in ["proc_connector", "poll", "inotify"] {
+            m.events.get_or_create(&labels([("source", s)]));
+        }
+        m
     }
 }
 
