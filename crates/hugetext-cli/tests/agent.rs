@@ -143,7 +143,11 @@ fn sample(page: &str, series: &str) -> Option<f64> {
 fn bad_config_is_one_line_with_file_line_and_column() {
     let dir = common::scratch();
     let p = dir.path().join("agent.conf");
-    std::fs::write(&p, "paths = [\"/bin/true\"]\n[agent]\nrate_limit = 6\npoll_interval = \"often\"\n").unwrap();
+    std::fs::write(
+        &p,
+        "paths = [\"/bin/true\"]\n[agent]\nrate_limit = 6\npoll_interval = \"often\"\n",
+    )
+    .unwrap();
     let out = common::hugetext(&["agent", "--config", p.to_str().unwrap(), "--listen", &free_addr()]);
     assert_eq!(out.status.code(), Some(1));
     let err = common::text(&out.stderr);
@@ -188,7 +192,10 @@ fn sighup_keeps_the_old_config_on_error_and_missing_paths_are_counted() {
     std::fs::write(&p, "paths = [\"/nonexistent/prog\"]\nbogus = \n").unwrap();
     a.signal(libc::SIGHUP);
     let l = a.wait_log("reload failed", Duration::from_secs(10));
-    assert!(l.contains(&format!("{}:2:", p.display())) && l.contains("old config stays"), "{l}");
+    assert!(
+        l.contains(&format!("{}:2:", p.display())) && l.contains("old config stays"),
+        "{l}"
+    );
     let page = a.metrics();
     assert_eq!(
         sample(&page, "hugetext_config_reloads_total{result=\"error\"}"),
@@ -303,7 +310,13 @@ impl Prometheus {
             .expect("prometheus (scripts/install-deps.sh installs the Debian package)");
         let p = Prometheus { child, addr };
         let t = Instant::now();
-        while http().get(format!("http://{}/-/ready", p.addr)).call().map(|r| r.status().as_u16()).ok() != Some(200) {
+        while http()
+            .get(format!("http://{}/-/ready", p.addr))
+            .call()
+            .map(|r| r.status().as_u16())
+            .ok()
+            != Some(200)
+        {
             assert!(
                 t.elapsed() < Duration::from_secs(60),
                 "prometheus not ready: {}",
@@ -354,7 +367,10 @@ fn prometheus_scrapes_pmd_mapped_text_equal_to_smaps() {
     let prom = Prometheus::start(dir.path(), &a.addr);
     let t = Instant::now();
     while prom.query("hugetext_scrapes_total").unwrap_or(0.0) < 2.0 {
-        assert!(t.elapsed() < Duration::from_secs(60), "prometheus did not scrape the agent twice");
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "prometheus did not scrape the agent twice"
+        );
         std::thread::sleep(Duration::from_millis(250));
     }
     let path = prog.canonicalize().unwrap();
@@ -395,8 +411,11 @@ fn policy_warms_a_program_after_it_exits() {
     a.wait_log("waiting: running processes map it", Duration::from_secs(20));
     let page = a.metrics();
     let pmd_series = format!("hugetext_policy_pmd_windows{{path=\"{}\"}}", prog.display());
-    let eligible = sample(&page, &format!("hugetext_policy_eligible_windows{{path=\"{}\"}}", prog.display()))
-        .unwrap_or_else(|| panic!("no eligible windows for the fixture: {page}"));
+    let eligible = sample(
+        &page,
+        &format!("hugetext_policy_eligible_windows{{path=\"{}\"}}", prog.display()),
+    )
+    .unwrap_or_else(|| panic!("no eligible windows for the fixture: {page}"));
     assert!(eligible >= 8.0, "{page}");
     assert_eq!(sample(&page, &pmd_series), Some(0.0), "{page}");
 

@@ -51,7 +51,10 @@ fn tool(name: &str) -> bool {
     if !found {
         let msg = format!("skipped: {name} not installed (scripts/install-deps.sh)");
         common::skip_line(&msg);
-        assert!(std::env::var_os("CI").is_none(), "{msg} (CI is set: this test must run)");
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "{msg} (CI is set: this test must run)"
+        );
     }
     found
 }
@@ -105,7 +108,12 @@ fn daemonset_has_what_the_agent_needs_and_no_more() {
     // Every mount read-only; the config mount holds the file the args name.
     let mounts = c["volumeMounts"].as_sequence().unwrap();
     assert!(mounts.iter().all(|m| m["readOnly"] == true), "{mounts:?}");
-    let args: Vec<&str> = c["args"].as_sequence().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
+    let args: Vec<&str> = c["args"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
     assert_eq!(args[0], "agent");
     let conf = args[args.iter().position(|a| *a == "--config").unwrap() + 1];
     let cfg_mount = mounts.iter().find(|m| m["name"] == "config").unwrap();
@@ -209,14 +217,23 @@ fn grafana_dashboard_queries_metrics_the_agent_serves() {
         assert!(ids.insert(p["id"].as_u64().unwrap()), "duplicate panel id");
         for t in p["targets"].as_array().unwrap() {
             for name in metric_names(t["expr"].as_str().unwrap()) {
-                assert!(served(&name), "panel {:?} queries {name}, which the agent does not serve", p["title"]);
+                assert!(
+                    served(&name),
+                    "panel {:?} queries {name}, which the agent does not serve",
+                    p["title"]
+                );
                 n += 1;
             }
         }
     }
     assert!(n >= 8, "{n}");
     // The vmstat panel's regex names counters the agent serves.
-    for f in ["thp_file_alloc", "thp_file_fallback", "thp_file_mapped", "thp_collapse_alloc"] {
+    for f in [
+        "thp_file_alloc",
+        "thp_file_fallback",
+        "thp_file_mapped",
+        "thp_collapse_alloc",
+    ] {
         assert!(served(&format!("hugetext_vmstat_{f}_total")), "{f}");
     }
 }
@@ -231,7 +248,9 @@ fn systemd_unit_is_hardened_with_the_capabilities_the_agent_names() {
             .to_string()
     };
     let set = |v: String| -> BTreeSet<String> {
-        v.split_whitespace().map(|c| c.trim_start_matches("CAP_").to_string()).collect()
+        v.split_whitespace()
+            .map(|c| c.trim_start_matches("CAP_").to_string())
+            .collect()
     };
     assert_eq!(set(val("CapabilityBoundingSet")), agent_caps());
     assert_eq!(set(val("AmbientCapabilities")), agent_caps());
@@ -345,7 +364,10 @@ fn deb_installs_works_from_usr_bin_and_removes_cleanly() {
     cmd.arg("-i").arg(&deb).env("DEBIAN_FRONTEND", "noninteractive");
     ok(&mut cmd);
     let o = ok(Command::new("/usr/bin/hugetext").arg("--version"));
-    assert_eq!(common::text(&o.stdout).trim(), format!("hugetext {}", env!("CARGO_PKG_VERSION")));
+    assert_eq!(
+        common::text(&o.stdout).trim(),
+        format!("hugetext {}", env!("CARGO_PKG_VERSION"))
+    );
     for f in [
         "/usr/lib/hugetext/libhugetext.so",
         "/usr/include/hugetext.h",
@@ -357,15 +379,16 @@ fn deb_installs_works_from_usr_bin_and_removes_cleanly() {
         assert!(Path::new(f).exists(), "{f} not installed");
     }
     // `run` finds the packaged preload next to the packaged command.
-    let o = ok(Command::new("/usr/bin/hugetext")
-        .args(["run", "--", "/bin/true"])
-        );
+    let o = ok(Command::new("/usr/bin/hugetext").args(["run", "--", "/bin/true"]));
     assert!(o.status.success());
     // The packaged agent with the packaged example config checks, serves,
     // and stops on SIGTERM.
-    ok(Command::new("/usr/bin/hugetext")
-        .args(["agent", "--check-config", "--config", "/usr/share/doc/hugetext/examples/agent.conf"])
-        );
+    ok(Command::new("/usr/bin/hugetext").args([
+        "agent",
+        "--check-config",
+        "--config",
+        "/usr/share/doc/hugetext/examples/agent.conf",
+    ]));
     let addr = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap().to_string()
@@ -403,7 +426,11 @@ fn deb_installs_works_from_usr_bin_and_removes_cleanly() {
         .args(["-W", "-f=${Status}", "hugetext"])
         .output()
         .unwrap();
-    assert!(!common::text(&o.stdout).contains(" installed"), "{}", common::text(&o.stdout));
+    assert!(
+        !common::text(&o.stdout).contains(" installed"),
+        "{}",
+        common::text(&o.stdout)
+    );
 }
 
 /// GET /metrics over a plain connection.

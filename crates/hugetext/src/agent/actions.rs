@@ -58,8 +58,13 @@ impl Keeper {
         let now = Instant::now();
         for pid in procfs::all_pids().unwrap_or_default() {
             // Vanished or unreadable processes are simply not seen.
-            let Ok(vmas) = procfs::read_maps(Some(pid)) else { continue };
-            for v in vmas.iter().filter(|v| v.is_exec() && v.is_file() && v.path.starts_with('/')) {
+            let Ok(vmas) = procfs::read_maps(Some(pid)) else {
+                continue;
+            };
+            for v in vmas
+                .iter()
+                .filter(|v| v.is_exec() && v.is_file() && v.path.starts_with('/'))
+            {
                 self.recently.saw(std::path::Path::new(&v.path), now);
             }
         }
@@ -117,7 +122,10 @@ impl Keeper {
     fn consider(&mut self, path: &PathBuf, limit: MemLimit, m: &AgentMetrics) -> Result<()> {
         let id = FileId::of(path).map_err(|e| crate::Error::io(path, e))?;
         let now = Instant::now();
-        let attempted = self.attempts.get(path).is_some_and(|(i, until)| *i == id && now < *until);
+        let attempted = self
+            .attempts
+            .get(path)
+            .is_some_and(|(i, until)| *i == id && now < *until);
         let (eligible, pmd) = super::collect::file_state(path)?;
         let mut c = Candidate {
             eligible_windows: eligible,
@@ -168,7 +176,11 @@ impl Keeper {
         m.action("warm", result);
         // Pages of a process that has just exited can stay pinned for a
         // moment: a blocked result is retried soon, the others much later.
-        let retry = if result == "blocked" { Duration::from_secs(2) } else { RETRY_AFTER };
+        let retry = if result == "blocked" {
+            Duration::from_secs(2)
+        } else {
+            RETRY_AFTER
+        };
         self.attempts.insert(path.clone(), (id, now + retry));
         log(&format!(
             "warmed {}: {}/{} eligible windows in PMD folios ({:.0} ms){}",

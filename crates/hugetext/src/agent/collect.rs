@@ -45,7 +45,14 @@ pub struct AgentMetrics {
 
 /// Results of the warm action, and reasons of scrape errors: created at 0 so
 /// that `rate()` sees a series before the first event.
-pub const ACTION_RESULTS: &[&str] = &["done", "blocked", "failed", "rate_limited", "memory_guard", "impossible"];
+pub const ACTION_RESULTS: &[&str] = &[
+    "done",
+    "blocked",
+    "failed",
+    "rate_limited",
+    "memory_guard",
+    "impossible",
+];
 pub const ERROR_REASONS: &[&str] = &["vanished", "unreadable", "failed", "policy_file", "vmstat"];
 
 impl Default for AgentMetrics {
@@ -62,16 +69,18 @@ impl Default for AgentMetrics {
             policy_files: Gauge::default(),
         };
         for r in ACTION_RESULTS {
-            m.actions.get_or_create(&labels([("action", "warm"), ("result", r)]));
+            let _ = m
+                .actions
+                .get_or_create_owned(&labels([("action", "warm"), ("result", r)]));
         }
         for r in ERROR_REASONS {
-            m.scrape_errors.get_or_create(&labels([("reason", r)]));
+            let _ = m.scrape_errors.get_or_create_owned(&labels([("reason", r)]));
         }
         for r in ["ok", "error"] {
-            m.reloads.get_or_create(&labels([("result", r)]));
+            let _ = m.reloads.get_or_create_owned(&labels([("result", r)]));
         }
         for s in ["proc_connector", "poll", "inotify"] {
-            m.events.get_or_create(&labels([("source", s)]));
+            let _ = m.events.get_or_create_owned(&labels([("source", s)]));
         }
         m
     }
@@ -88,7 +97,9 @@ impl AgentMetrics {
     /// Count a scrape error (or a skipped process) by reason.
     pub fn error(&self, reason: &str, n: u64) {
         if n > 0 {
-            self.scrape_errors.get_or_create(&labels([("reason", reason)])).inc_by(n);
+            self.scrape_errors
+                .get_or_create(&labels([("reason", reason)]))
+                .inc_by(n);
         }
     }
 
@@ -126,7 +137,11 @@ impl AgentMetrics {
             "Policy paths and globs that match no regular file",
             self.policy_missing.clone(),
         );
-        r.register("policy_files", "Files the policy keeps warm now", self.policy_files.clone());
+        r.register(
+            "policy_files",
+            "Files the policy keeps warm now",
+            self.policy_files.clone(),
+        );
     }
 }
 
@@ -272,7 +287,8 @@ fn register_groups(
                 .get_or_create(&labels([(label, &key), ("kind", kind.name()), ("class", &class)]))
                 .set((kb * 1024) as i64);
         }
-        frac.get_or_create(&labels([(label, &key)])).set(pmd_fraction(&g.counts));
+        frac.get_or_create(&labels([(label, &key)]))
+            .set(pmd_fraction(&g.counts));
         procs.get_or_create(&labels([(label, &key)])).set(g.processes as i64);
     }
     r.register_with_unit(
@@ -421,7 +437,11 @@ pub fn scrape(m: &AgentMetrics, input: &ScrapeInput) -> Result<String> {
                         ConstGauge::new(v as i64),
                     );
                 } else {
-                    r.register(format!("vmstat_{name}"), format!("/proc/vmstat {name}"), ConstCounter::new(v));
+                    r.register(
+                        format!("vmstat_{name}"),
+                        format!("/proc/vmstat {name}"),
+                        ConstCounter::new(v),
+                    );
                 }
             }
         }
@@ -505,7 +525,10 @@ mod tests {
         assert!(page.contains("hugetext_scrapes_total 1\n"), "{page}");
         assert!(page.contains("hugetext_vmstat_thp_file_mapped_total "), "{page}");
         // The cap holds: at most 100 series per exe family.
-        let n = page.lines().filter(|l| l.starts_with("hugetext_exe_text_bytes{")).count();
+        let n = page
+            .lines()
+            .filter(|l| l.starts_with("hugetext_exe_text_bytes{"))
+            .count();
         assert!(n <= 100, "{n}");
         assert!(!page.lines().any(|l| l.contains("pid=")));
     }

@@ -45,7 +45,9 @@ pub struct Capability {
 
 /// The capabilities the agent's features need (doc/agent.md lists the same).
 pub fn capabilities() -> Vec<Capability> {
-    let eff = rustix::thread::capabilities(None).map(|c| c.effective).unwrap_or(CapabilitySet::empty());
+    let eff = rustix::thread::capabilities(None)
+        .map(|c| c.effective)
+        .unwrap_or(CapabilitySet::empty());
     vec![
         Capability {
             name: "CAP_SYS_ADMIN",
@@ -168,15 +170,26 @@ impl Agent {
             .clone()
             .or_else(|| cfg.agent.listen.clone())
             .unwrap_or_else(|| DEFAULT_LISTEN.to_string());
-        let sa: std::net::SocketAddr = listen
-            .parse()
-            .map_err(|e| Error::Invalid(format!("--listen {listen:?}: {e} (give ADDR:PORT, e.g. 127.0.0.1:9437)")))?;
-        let server = tiny_http::Server::http(sa).map_err(|e| Error::Invalid(format!("cannot listen on {listen}: {e}")))?;
+        let sa: std::net::SocketAddr = listen.parse().map_err(|e| {
+            Error::Invalid(format!(
+                "--listen {listen:?}: {e} (give ADDR:PORT, e.g. 127.0.0.1:9437)"
+            ))
+        })?;
+        let server =
+            tiny_http::Server::http(sa).map_err(|e| Error::Invalid(format!("cannot listen on {listen}: {e}")))?;
         let addr = server
             .server_addr()
             .to_ip()
             .ok_or_else(|| Error::Invalid(format!("cannot listen on {listen}: not an IP address")))?;
         let server = Arc::new(server);
+        // One malloc arena per serving thread would let a long-running
+        // process's heap grow with the number of threads that ever built or
+        // sent a page; two are plenty here.
+        #[cfg(target_env = "gnu")]
+        // SAFETY: mallopt only tunes the allocator.
+        unsafe {
+            libc::mallopt(libc::M_ARENA_MAX, 2);
+        }
         let shared = Arc::new(Shared {
             cfg: RwLock::new(Arc::new(cfg)),
             generation: AtomicU64::new(0),
@@ -209,7 +222,10 @@ impl Agent {
         let mut v = vec![format!(
             "listening on http://{}/metrics and /healthz; policy: {}",
             self.addr,
-            match (&self.config_path, cfg.paths.is_empty() && cfg.agent.globs.is_empty() && cfg.agent.auto.is_none()) {
+            match (
+                &self.config_path,
+                cfg.paths.is_empty() && cfg.agent.globs.is_empty() && cfg.agent.auto.is_none()
+            ) {
                 (None, _) => "none (metrics only; give --config to keep programs warm)".to_string(),
                 (Some(p), true) => format!("{} lists nothing to keep warm (metrics only)", p.display()),
                 (Some(p), false) => p.display().to_string(),
@@ -236,11 +252,19 @@ impl Agent {
             Ok(c) => {
                 *self.shared.cfg.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(c);
                 self.shared.generation.fetch_add(1, Ordering::SeqCst);
-                self.shared.metrics.reloads.get_or_create(&vec![("result".into(), "ok".into())]).inc();
+                self.shared
+                    .metrics
+                    .reloads
+                    .get_or_create(&vec![("result".into(), "ok".into())])
+                    .inc();
                 Ok(())
             }
             Err(e) => {
-                self.shared.metrics.reloads.get_or_create(&vec![("result".into(), "error".into())]).inc();
+                self.shared
+                    .metrics
+                    .reloads
+                    .get_or_create(&vec![("result".into(), "error".into())])
+                    .inc();
                 Err(e)
             }
         }
@@ -278,13 +302,28 @@ impl Agent {
     }
 }
 
-fn respond(req: tiny_http::Request, code: u16, content_type: &str, body: String) {
+/// A page shared by the requests that waited for it, sent without a copy.
+struct PageBytes(Arc<std::result::Result<String, String>>);
+
+impl AsRef<[u8]> for PageBytes {
+    fn as_ref(&self) -> &[u8] {
+        match &*self.0 {
+            Ok(p) => p.as_bytes(),
+            Err(e) => e.as_bytes(),
+        }
+    }
+}
+
+fn respond_with<R: std::io::Read>(req: tiny_http::Request, code: u16, content_type: &str, body: R, len: usize) {
     let header = tiny_http::Header::from_bytes(&b"Content-Type"[..], content_type.as_bytes()).expect("a valid header");
-    let resp = tiny_http::Response::from_string(body)
-        .with_status_code(code)
-        .with_header(header);
+    let resp = tiny_http::Response::new(code.into(), vec![header], body, Some(len), None);
     // A client that went away: nothing to do.
     let _ = req.respond(resp);
+}
+
+fn respond(req: tiny_http::Request, code: u16, content_type: &str, body: String) {
+    let len = body.len();
+    respond_with(req, code, content_type, std::io::Cursor::new(body), len);
 }
 
 /// Serve requests until stopped.
@@ -300,9 +339,15 @@ fn serve(server: &tiny_http::Server, sh: &Shared) {
         }
         let path = req.url().split('?').next().unwrap_or("").to_string();
         match (req.method(), path.as_str()) {
-            (tiny_http::Method::Get, "/metrics") => match &*page(sh) {
-                Ok(p) => respond(req, 200, "application/openmetrics-text; version=1.0.0; charset=utf-8", p.clone()),
-                Err(e) => {
+            (tiny_http::Method::Get, "/metrics") => match page(sh) {
+                p if p.is_ok() => {
+                    let body = PageBytes(p);
+                    let len = body.as_ref().len();
+                    let ct = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+                    respond_with(req, 200, ct, std::io::Cursor::new(body), len);
+                }
+                p => {
+                    let e = p.as_ref().as_ref().err().cloned().unwrap_or_default();
                     sh.metrics.error("failed", 1);
                     log(&format!("scrape failed: {e}"));
                     respond(req, 500, "text/plain", format!("scrape failed: {e}\n"));
@@ -313,7 +358,8 @@ fn serve(server: &tiny_http::Server, sh: &Shared) {
                 req,
                 200,
                 "text/html",
-                "<html><body><a href=\"/metrics\">/metrics</a> <a href=\"/healthz\">/healthz</a></body></html>\n".into(),
+                "<html><body><a href=\"/metrics\">/metrics</a> <a href=\"/healthz\">/healthz</a></body></html>\n"
+                    .into(),
             ),
             _ => respond(req, 404, "text/plain", "not found: try /metrics or /healthz\n".into()),
         }
@@ -399,7 +445,9 @@ fn keep(sh: &Shared) {
         sh.metrics.policy_missing.set(missing.len() as i64);
         if missing != logged_missing {
             for m in missing.iter().filter(|m| !logged_missing.contains(m)) {
-                log(&format!("{m}: no such file (the policy keeps it in mind and reports it)"));
+                log(&format!(
+                    "{m}: no such file (the policy keeps it in mind and reports it)"
+                ));
             }
             logged_missing = missing;
         }

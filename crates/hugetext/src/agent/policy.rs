@@ -94,7 +94,9 @@ fn duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Duration, D::Error
     let v = humantime::parse_duration(&s)
         .map_err(|e| serde::de::Error::custom(format!("duration {s:?}: {e} (e.g. \"2s\", \"1h\")")))?;
     if v.is_zero() {
-        return Err(serde::de::Error::custom(format!("duration {s:?} must be more than zero")));
+        return Err(serde::de::Error::custom(format!(
+            "duration {s:?} must be more than zero"
+        )));
     }
     Ok(v)
 }
@@ -282,12 +284,27 @@ mod tests {
             })
         );
         for (text, want) in [
-            ("[agent]\nlisten = \"nowhere\"\n", "line 2, column 10: listen \"nowhere\""),
-            ("[agent]\nglobs = [\"rel/*\"]\n", "line 2, column 9: glob \"rel/*\" is not an absolute path"),
-            ("[agent]\npoll_interval = \"soon\"\n", "line 2, column 17: duration \"soon\""),
-            ("[agent]\npoll_interval = \"0s\"\n", "line 2, column 17: duration \"0s\" must be"),
+            (
+                "[agent]\nlisten = \"nowhere\"\n",
+                "line 2, column 10: listen \"nowhere\"",
+            ),
+            (
+                "[agent]\nglobs = [\"rel/*\"]\n",
+                "line 2, column 9: glob \"rel/*\" is not an absolute path",
+            ),
+            (
+                "[agent]\npoll_interval = \"soon\"\n",
+                "line 2, column 17: duration \"soon\"",
+            ),
+            (
+                "[agent]\npoll_interval = \"0s\"\n",
+                "line 2, column 17: duration \"0s\" must be",
+            ),
             ("[agent]\nfrob = 1\n", "line 2, column 1: unknown field `frob`"),
-            ("[agent.auto]\nran_within = \"1h\"\n", "missing field `min_eligible_mib`"),
+            (
+                "[agent.auto]\nran_within = \"1h\"\n",
+                "missing field `min_eligible_mib`",
+            ),
         ] {
             let e = Config::parse(text).unwrap_err().to_string();
             assert!(e.contains(want) && !e.contains('\n'), "{text:?}: {e}");

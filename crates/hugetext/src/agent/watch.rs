@@ -44,7 +44,9 @@ pub fn parse_proc_events(buf: &[u8]) -> Vec<ProcEvent> {
     let mut out = Vec::new();
     let mut off = 0;
     while off + NLMSG_HDR <= buf.len() {
-        let Some(len) = u32_at(buf, off).map(|l| l as usize) else { break };
+        let Some(len) = u32_at(buf, off).map(|l| l as usize) else {
+            break;
+        };
         if len < NLMSG_HDR || off + len > buf.len() {
             break;
         }
@@ -78,7 +80,13 @@ impl ProcConnector {
     /// user and pid namespaces. `timeout` bounds each [`recv`](Self::recv).
     pub fn open(timeout: Duration) -> io::Result<ProcConnector> {
         // SAFETY: plain socket(2); the result is checked and owned.
-        let raw = unsafe { libc::socket(libc::AF_NETLINK, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, NETLINK_CONNECTOR) };
+        let raw = unsafe {
+            libc::socket(
+                libc::AF_NETLINK,
+                libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
+                NETLINK_CONNECTOR,
+            )
+        };
         if raw < 0 {
             return Err(io::Error::last_os_error());
         }
@@ -285,7 +293,12 @@ mod tests {
         child.wait().unwrap();
         let mut seen = Vec::new();
         for _ in 0..50 {
-            seen.extend(c.recv().unwrap().into_iter().filter(|e| matches!(e, ProcEvent::Exec(p) | ProcEvent::Exit(p) if *p == pid)));
+            seen.extend(
+                c.recv()
+                    .unwrap()
+                    .into_iter()
+                    .filter(|e| matches!(e, ProcEvent::Exec(p) | ProcEvent::Exit(p) if *p == pid)),
+            );
             if seen.len() == 2 {
                 break;
             }

@@ -224,7 +224,9 @@ mod tests {
             .to_string();
         assert!(e.contains("line 2, column 1") && e.contains("frobnicate"), "{e}");
         assert!(Config::parse("paths = [\"relative\"]").is_err());
-        let e = Config::parse("deps = true\nmax_mem = \"lots\"").unwrap_err().to_string();
+        let e = Config::parse("deps = true\nmax_mem = \"lots\"")
+            .unwrap_err()
+            .to_string();
         assert!(e.starts_with("line 2, column 11: bad memory limit"), "{e}");
     }
 
