@@ -193,6 +193,7 @@ fn grafana_dashboard_queries_metrics_the_agent_serves() {
             // A policy file with whole windows, so the policy families have series.
             policy_files: vec![common::bin()],
             max_series: 100_000,
+            folio_sizes: true,
         },
     )
     .unwrap();

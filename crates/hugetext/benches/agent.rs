@@ -28,11 +28,12 @@ fn thread_cpu() -> Duration {
 }
 
 /// Median CPU time of `reps` scrapes, and the number of processes in the last page.
-fn measure(reps: usize) -> (Duration, u64) {
+fn measure(reps: usize, folio_sizes: bool) -> (Duration, u64) {
     let m = AgentMetrics::default();
     let input = ScrapeInput {
         policy_files: Vec::new(),
         max_series: 100_000,
+        folio_sizes,
     };
     let mut v = Vec::new();
     let mut procs = 0;
@@ -54,7 +55,8 @@ fn main() {
     let n = env("HUGETEXT_BENCH_PROCS", 200);
     let reps = env("HUGETEXT_BENCH_REPS", 20);
     let method = hugetext::inspect::Method::detect();
-    let (base, base_procs) = measure(reps);
+    let (base, base_procs) = measure(reps, true);
+    let (sbase, _) = measure(reps, false);
     let mut kids: Vec<Child> = (0..n)
         .map(|_| {
             Command::new("/bin/sleep")
@@ -65,7 +67,8 @@ fn main() {
         })
         .collect();
     std::thread::sleep(Duration::from_millis(500));
-    let (with, with_procs) = measure(reps);
+    let (with, with_procs) = measure(reps, true);
+    let (swith, _) = measure(reps, false);
     for k in &mut kids {
         let _ = k.kill();
         let _ = k.wait();
@@ -78,4 +81,10 @@ fn main() {
     println!("  {with_procs} processes: {:.2} ms", with.as_secs_f64() * 1e3);
     println!("  per 100 added processes: {per100:.2} ms (goal <= 10 ms)");
     println!("  per 100 processes overall: {per100_all:.2} ms");
+    let sper100 = (swith.saturating_sub(sbase)).as_secs_f64() * 1e3 * 100.0 / extra as f64;
+    println!(
+        "  folio_sizes = false (smaps only): {:.2} ms, {:.2} ms; per 100 added processes: {sper100:.2} ms",
+        sbase.as_secs_f64() * 1e3,
+        swith.as_secs_f64() * 1e3
+    );
 }

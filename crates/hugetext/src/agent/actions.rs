@@ -95,7 +95,7 @@ impl Keeper {
     }
 
     /// Eligible windows of `path`, cached per file identity.
-    fn eligible_windows(&mut self, path: &PathBuf) -> Option<u64> {
+    fn eligible_windows(&mut self, path: &std::path::Path) -> Option<u64> {
         let id = FileId::of(path).ok()?;
         if let Some(&e) = self.eligible.get(&id) {
             return Some(e);

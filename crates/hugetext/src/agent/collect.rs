@@ -146,12 +146,16 @@ impl AgentMetrics {
 }
 
 /// What a scrape needs besides the kernel: the policy's files and the cap.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct ScrapeInput {
     /// Files whose page-cache state to report.
     pub policy_files: Vec<PathBuf>,
     /// At most this many series per family.
     pub max_series: usize,
+    /// Read folio sizes (pagemap + kpageflags) where this process may
+    /// (the agent always does); `false`: smaps only, as without
+    /// CAP_SYS_ADMIN (the benchmark compares the two).
+    pub folio_sizes: bool,
 }
 
 /// The `/proc/vmstat` counters that concern file text on huge pages
@@ -318,7 +322,7 @@ pub fn scrape(m: &AgentMetrics, input: &ScrapeInput) -> Result<String> {
         all: false,
         cont_orders: Vec::new(),
         mappings: true,
-        method: None,
+        method: (!input.folio_sizes).then_some(Method::SmapsOnly),
     };
     let report = inspect::inspect(&opts, &())?;
     let mut r = Registry::with_prefix("hugetext");
@@ -517,6 +521,7 @@ mod tests {
             &ScrapeInput {
                 policy_files: vec![],
                 max_series: 100,
+                folio_sizes: true,
             },
         )
         .unwrap();

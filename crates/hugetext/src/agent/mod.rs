@@ -142,9 +142,11 @@ fn page(sh: &Shared) -> Arc<std::result::Result<String, String>> {
     }
     f.running = true;
     drop(f);
+    let cfg = sh.cfg.read().unwrap_or_else(|e| e.into_inner()).clone();
     let input = ScrapeInput {
         policy_files: sh.policy_files.lock().unwrap_or_else(|e| e.into_inner()).clone(),
-        max_series: sh.cfg.read().unwrap_or_else(|e| e.into_inner()).agent.max_series,
+        max_series: cfg.agent.max_series,
+        folio_sizes: true,
     };
     let r = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| collect::scrape(&sh.metrics, &input))) {
         Ok(Ok(page)) => Ok(page),
@@ -423,7 +425,7 @@ fn keep(sh: &Shared) {
             }
         }
         let now = Instant::now();
-        let due = last_eval.is_none_or(|t| now.duration_since(t) >= cfg.agent.poll_interval);
+        let due = last_eval.map_or(true, |t| now.duration_since(t) >= cfg.agent.poll_interval);
         if due && conn.is_none() {
             sh.metrics
                 .events
@@ -431,7 +433,7 @@ fn keep(sh: &Shared) {
                 .inc();
         }
         // Events come in bursts: evaluate at most every 100 ms.
-        let settled = last_eval.is_none_or(|t| now.duration_since(t) >= Duration::from_millis(100));
+        let settled = last_eval.map_or(true, |t| now.duration_since(t) >= Duration::from_millis(100));
         if !(due || (dirty && settled)) {
             continue;
         }

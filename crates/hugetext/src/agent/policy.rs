@@ -355,8 +355,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let a = dir.path().join("a.so");
         std::fs::write(&a, b"x").unwrap();
-        let mut cfg = Config::default();
-        cfg.paths = vec![a.clone(), dir.path().join("gone")];
+        let mut cfg = Config {
+            paths: vec![a.clone(), dir.path().join("gone")],
+            ..Default::default()
+        };
         cfg.agent.globs = vec![format!("{}/*.so", dir.path().display()), "/nonexistent/*".into()];
         let (files, missing) = explicit_files(&cfg);
         assert_eq!(files.into_iter().collect::<Vec<_>>(), vec![a]);
