@@ -24,3 +24,17 @@ if ! command -v cargo >/dev/null 2>&1; then
   done
 fi
 command -v cargo >/dev/null 2>&1 || { echo "install-deps: cargo not found; install Rust (rustup) first" >&2; exit 1; }
+# hugetext agent's tests: a real Prometheus server (run by the test on
+# 127.0.0.1 with its own config, never as a service), cargo-deb to build the
+# .deb (about 4 minutes to compile when missing), and kubernetes-validate
+# (the Kubernetes JSON schemas, offline) for the manifests.
+if ! dpkg -s prometheus >/dev/null 2>&1; then
+  [ "$(id -u)" -eq 0 ] || { echo "install-deps: need root to install prometheus" >&2; exit 1; }
+  echo "install-deps: installing prometheus" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get install -y -qq --no-install-recommends prometheus >/dev/null || { apt-get update -qq && apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
+  # The package starts a system service where systemd runs; the tests start their own.
+  if [ -d /run/systemd/system ]; then systemctl disable --now prometheus >/dev/null 2>&1 || true; fi
+fi
+command -v cargo-deb >/dev/null 2>&1 || { echo "install-deps: cargo install --locked cargo-deb" >&2; cargo install --locked --quiet cargo-deb; }
+command -v kubernetes-validate >/dev/null 2>&1 || { echo "install-deps: pip install kubernetes-validate" >&2; python3 -m pip install --quiet kubernetes-validate 2>/dev/null || python3 -m pip install --quiet --break-system-packages kubernetes-validate; }

@@ -19,14 +19,16 @@ Over several files, an error wins, then done, then impossible. Bad arguments exi
 before anything is done. `run` exits with PROGRAM's status (127/126 when it cannot be
 found or executed, 125 when hugetext fails before it starts). The reading commands
 (inspect, doctor, explain, check, bench) exit 0 or 1 (bench ab: the command's own status when
-it fails).";
+it fails). `agent` exits 0 when a signal stops it, 1 when it cannot start (bad config, address
+in use).";
 
 /// Put program text on 2 MiB pages, from user space, and measure it.
 ///
 /// hugetext shows how code is backed (inspect, doctor), makes ELF files
 /// PMD-mappable (check, align), fills the page cache with 2 MiB folios so
 /// every later process maps its text with PMDs (warm), remaps a program's
-/// text at start (run), and measures the effect (bench).
+/// text at start (run), measures the effect (bench), and exports it all to
+/// Prometheus while keeping programs warm (agent).
 #[derive(Parser, Debug)]
 #[command(name = "hugetext", version, propagate_version = true, after_help = EXIT_STATUS)]
 struct Cli {
@@ -50,8 +52,12 @@ enum Command {
     Warm(cmd::warm::Args),
     /// Run a program with its text (and its libraries') remapped onto huge pages.
     Run(cmd::run::Args),
+    /// Serve Prometheus metrics about huge-page text, and keep a policy's programs warm.
+    Agent(cmd::agent::Args),
     /// Benchmarks: the Linux large-folio patches' micro-benchmarks and A/B runs of real programs.
     Bench(cmd::bench::Args),
+    /// Print shell completions (bash, zsh, fish, elvish, powershell) to stdout.
+    Completions(cmd::completions::Args),
     /// Print the man page (roff) to stdout.
     #[command(hide = true)]
     Man,
@@ -68,7 +74,9 @@ fn main() -> ExitCode {
         Command::Align(a) => cmd::align::run(a),
         Command::Warm(a) => cmd::warm::run(a),
         Command::Run(a) => cmd::run::run(a),
+        Command::Agent(a) => cmd::agent::run(a),
         Command::Bench(a) => cmd::bench::run(a),
+        Command::Completions(a) => cmd::completions::run(a, Cli::command()),
         Command::Man => cmd::man(Cli::command()),
     };
     match result {

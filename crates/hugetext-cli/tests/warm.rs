@@ -366,7 +366,7 @@ fn config_file_lists_what_to_warm() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1));
     assert!(
-        err.contains("line 2") && err.contains("max_memory") && err.lines().count() == 1,
+        err.contains(&format!("{}:2:1: ", conf.display())) && err.contains("max_memory") && err.lines().count() == 1,
         "{err}"
     );
 }

@@ -8,6 +8,7 @@
 //!
 //! | module        | capability                                                          |
 //! |---------------|---------------------------------------------------------------------|
+//! | [`agent`]     | `agent`: Prometheus metrics at scrape time, and a policy kept warm   |
 //! | [`kernel`]    | kernel interfaces: version, page/PMD size, THP modes, syscalls       |
 //! | [`procfs`]    | `/proc/PID/{maps,smaps,fd}`, meminfo, processes, who maps a file     |
 //! | [`folio`]     | folio scanning: pagemap + kpageflags, thpmaps-style classes          |
@@ -25,6 +26,7 @@
 //!
 //! Everything talks to the real kernel; nothing here mocks `/proc`.
 
+pub mod agent;
 pub mod bench;
 pub mod doctor;
 pub mod elf;

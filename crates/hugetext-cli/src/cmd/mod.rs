@@ -3,9 +3,11 @@
 
 use anyhow::Result;
 
+pub mod agent;
 pub mod align;
 pub mod bench;
 pub mod check;
+pub mod completions;
 pub mod doctor;
 pub mod explain;
 pub mod inspect;

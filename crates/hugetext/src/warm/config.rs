@@ -82,7 +82,9 @@ pub fn check_memory(bytes: u64, limit: MemLimit) -> Result<()> {
     Ok(())
 }
 
-/// `hugetext warm --config FILE`: the programs to keep warm, in TOML.
+/// `hugetext warm --config FILE` and `hugetext agent --config FILE`: the
+/// programs to keep warm, in TOML. The `[agent]` table is the agent's policy
+/// and settings ([`crate::agent::AgentConfig`]); `warm` ignores it.
 ///
 /// ```toml
 /// # /etc/hugetext/warm.conf
@@ -94,49 +96,78 @@ pub fn check_memory(bytes: u64, limit: MemLimit) -> Result<()> {
 #[derive(Debug, Clone, Default, PartialEq, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
-    /// Files to warm.
-    #[serde(default)]
+    /// Files to warm (absolute paths).
+    #[serde(default, deserialize_with = "absolute_paths")]
     pub paths: Vec<PathBuf>,
     /// Also warm the shared libraries of ELF programs.
     #[serde(default)]
     pub deps: bool,
     /// Memory guard (`50%`, `4G`).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "mem_limit")]
     pub max_mem: Option<String>,
     /// Replace blocked files with warmed copies.
     #[serde(default)]
     pub replace: bool,
+    /// `hugetext agent`: what to keep warm besides `paths`, and its settings.
+    #[serde(default)]
+    pub agent: crate::agent::AgentConfig,
+}
+
+/// Validated while parsing, so that an error points at the value.
+fn absolute_paths<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Vec<PathBuf>, D::Error> {
+    let v: Vec<PathBuf> = serde::Deserialize::deserialize(d)?;
+    if let Some(p) = v.iter().find(|p| !p.is_absolute()) {
+        return Err(serde::de::Error::custom(format!(
+            "{:?} is not an absolute path",
+            p.display().to_string()
+        )));
+    }
+    Ok(v)
+}
+
+fn mem_limit<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Option<String>, D::Error> {
+    let s: String = serde::Deserialize::deserialize(d)?;
+    s.parse::<MemLimit>().map_err(serde::de::Error::custom)?;
+    Ok(Some(s))
+}
+
+/// 1-based line and column of byte `offset` in `s`.
+fn line_col(s: &str, offset: usize) -> (usize, usize) {
+    let before = &s[..offset.min(s.len())];
+    let line = before.matches('\n').count() + 1;
+    let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, col)
+}
+
+/// A config parse error: where (line, column) and what, on one line.
+fn parse_error(s: &str, e: toml::de::Error) -> (Option<(usize, usize)>, String) {
+    let at = e.span().map(|sp| line_col(s, sp.start));
+    (at, e.message().trim().replace('\n', " "))
 }
 
 impl Config {
-    /// Read and parse a config file.
+    /// Read and parse a config file; errors are one line,
+    /// `FILE:LINE:COLUMN: what`.
     pub fn load(path: &Path) -> Result<Config> {
         let s = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
-        Self::parse(&s).map_err(|e| Error::Invalid(format!("{}: {e}", path.display())))
+        toml::from_str(&s).map_err(|e| {
+            let (at, msg) = parse_error(&s, e);
+            Error::Invalid(match at {
+                Some((l, c)) => format!("{}:{l}:{c}: {msg}", path.display()),
+                None => format!("{}: {msg}", path.display()),
+            })
+        })
     }
 
-    /// Parse config text; errors are one line.
+    /// Parse config text; errors are one line, `line L, column C: what`.
     pub fn parse(s: &str) -> Result<Config> {
-        let c: Config = toml::from_str(s).map_err(|e| {
-            let msg = e.message().to_string();
-            let at = e.span().map(|sp| {
-                let line = s[..sp.start.min(s.len())].matches('\n').count() + 1;
-                format!("line {line}: ")
-            });
-            Error::Invalid(format!("{}{}", at.unwrap_or_default(), msg.replace('\n', " ")))
-        })?;
-        if let Some(m) = &c.max_mem {
-            m.parse::<MemLimit>()?;
-        }
-        for p in &c.paths {
-            if !p.is_absolute() {
-                return Err(Error::Invalid(format!(
-                    "paths: {:?} is not an absolute path",
-                    p.display().to_string()
-                )));
-            }
-        }
-        Ok(c)
+        toml::from_str(s).map_err(|e| {
+            let (at, msg) = parse_error(s, e);
+            Error::Invalid(match at {
+                Some((l, c)) => format!("line {l}, column {c}: {msg}"),
+                None => msg,
+            })
+        })
     }
 }
 
@@ -191,9 +222,22 @@ mod tests {
         let e = Config::parse("paths = [\"/bin/true\"]\nfrobnicate = 1\n")
             .unwrap_err()
             .to_string();
-        assert!(e.contains("line 2") && e.contains("frobnicate"), "{e}");
+        assert!(e.contains("line 2, column 1") && e.contains("frobnicate"), "{e}");
         assert!(Config::parse("paths = [\"relative\"]").is_err());
-        assert!(Config::parse("max_mem = \"lots\"").is_err());
+        let e = Config::parse("deps = true\nmax_mem = \"lots\"")
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("line 2, column 11: bad memory limit"), "{e}");
+    }
+
+    #[test]
+    fn load_names_file_line_and_column() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("warm.conf");
+        std::fs::write(&p, "deps = true\npaths = [\"/bin/true\", \"rel\"]\n").unwrap();
+        let e = Config::load(&p).unwrap_err().to_string();
+        assert!(e.starts_with(&format!("{}:2:9: ", p.display())), "{e}");
+        assert!(e.contains("not an absolute path") && !e.contains('\n'), "{e}");
     }
 
     #[test]

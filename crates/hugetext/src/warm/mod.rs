@@ -264,6 +264,12 @@ pub fn warm_target(t: &Target, opts: &WarmOptions, ctx: &mut WarmContext) -> Res
     Ok(report)
 }
 
+/// How many of `t`'s eligible windows are held in one PMD-size folio now,
+/// measured as [`warm_target`] measures its result (needs PFN access).
+pub fn pmd_windows_now(t: &Target) -> Result<u64> {
+    Ok(report::measure(t, "", &BTreeSet::new())?.0.pmd_windows)
+}
+
 fn notes_with(notes: &[String], extra: String) -> Vec<String> {
     let mut v = notes.to_vec();
     v.push(extra);

@@ -78,6 +78,18 @@ impl Target {
             .map(|r| (r.offset + r.len).div_ceil(ps) * ps - r.offset / ps * ps)
             .sum()
     }
+
+    /// Whole PMD-size windows in the ranges: what warm can put in PMD folios.
+    pub fn eligible_windows(&self) -> u64 {
+        let pmd = kernel::pmd_size() as u64;
+        self.ranges
+            .iter()
+            .map(|r| {
+                let w = pagecache::pmd_windows_in(&r.range());
+                (w.end - w.start) / pmd
+            })
+            .sum()
+    }
 }
 
 /// Check that `path` is something `warm` can work on, with one clear error

@@ -1,0 +1,437 @@
+//! `hugetext agent` against the real kernel and a real Prometheus: metrics
+//! that equal smaps, a policy that warms a program when it exits, and bad
+//! input (config, port, permissions, vanishing processes, missing paths).
+
+use hugetext_testkit as common;
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::Running;
+
+const PMD: u64 = 2 << 20;
+
+/// An HTTP client that ignores proxies from the environment (loopback only).
+fn http() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .proxy(None)
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(30)))
+        .build()
+        .into()
+}
+
+/// GET `url`: (status, body).
+fn get(url: &str) -> (u16, String) {
+    let mut r = http().get(url).call().unwrap_or_else(|e| panic!("GET {url}: {e}"));
+    let status = r.status().as_u16();
+    (status, r.body_mut().read_to_string().unwrap())
+}
+
+/// A free port on 127.0.0.1 (bound, then released for the agent).
+fn free_addr() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().to_string()
+}
+
+/// `hugetext agent` running in the background, its stderr collected.
+struct AgentProc {
+    child: Child,
+    addr: String,
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl AgentProc {
+    /// Start `cmd` (the agent) listening on `addr`; wait for /healthz.
+    fn start(mut cmd: Command, addr: &str) -> AgentProc {
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let err = child.stderr.take().unwrap();
+        let l = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(err).lines().map_while(|l| l.ok()) {
+                l.lock().unwrap().push(line);
+            }
+        });
+        let mut a = AgentProc {
+            child,
+            addr: addr.to_string(),
+            log,
+        };
+        let t = Instant::now();
+        while http().get(format!("http://{addr}/healthz")).call().is_err() {
+            assert!(t.elapsed() < Duration::from_secs(20), "agent not up: {:?}", a.lines());
+            if let Ok(Some(st)) = a.child.try_wait() {
+                panic!("agent exited {st}: {:?}", a.lines());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        a
+    }
+
+    fn with_config(config: Option<&Path>) -> AgentProc {
+        let addr = free_addr();
+        let mut cmd = Command::new(common::bin());
+        cmd.args(["agent", "--listen", &addr]);
+        if let Some(c) = config {
+            cmd.arg("--config").arg(c);
+        }
+        AgentProc::start(cmd, &addr)
+    }
+
+    fn metrics(&self) -> String {
+        let (status, body) = get(&format!("http://{}/metrics", self.addr));
+        assert_eq!(status, 200, "{body}");
+        assert!(body.ends_with("# EOF\n"), "not a whole page: {body}");
+        body
+    }
+
+    fn lines(&self) -> Vec<String> {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// Wait until a log line contains `what`.
+    fn wait_log(&self, what: &str, within: Duration) -> String {
+        let t = Instant::now();
+        loop {
+            if let Some(l) = self.lines().into_iter().find(|l| l.contains(what)) {
+                return l;
+            }
+            assert!(t.elapsed() < within, "no log line with {what:?}: {:?}", self.lines());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn signal(&self, sig: i32) {
+        // SAFETY: kill(2) on our own child.
+        assert_eq!(unsafe { libc::kill(self.child.id() as i32, sig) }, 0);
+    }
+
+    /// SIGTERM: it must exit 0. Returns its log.
+    fn stop(mut self) -> Vec<String> {
+        self.signal(libc::SIGTERM);
+        let st = self.child.wait().unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        let lines = self.lines();
+        assert!(st.success(), "agent exited {st}: {lines:?}");
+        lines
+    }
+}
+
+impl Drop for AgentProc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The value of the sample `name{labels}` (labels as written in the page).
+fn sample(page: &str, series: &str) -> Option<f64> {
+    page.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+#[test]
+fn bad_config_is_one_line_with_file_line_and_column() {
+    let dir = common::scratch();
+    let p = dir.path().join("agent.conf");
+    std::fs::write(
+        &p,
+        "paths = [\"/bin/true\"]\n[agent]\nrate_limit = 6\npoll_interval = \"often\"\n",
+    )
+    .unwrap();
+    let out = common::hugetext(&["agent", "--config", p.to_str().unwrap(), "--listen", &free_addr()]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = common::text(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with(&format!("hugetext: error: {}:4:17: duration \"often\"", p.display())),
+        "{err}"
+    );
+    let out = common::hugetext(&["agent", "--config", "/nonexistent/agent.conf"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(common::text(&out.stderr).contains("/nonexistent/agent.conf"));
+}
+
+#[test]
+fn port_in_use_is_one_line() {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    let out = common::hugetext(&["agent", "--listen", &addr]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = common::text(&out.stderr);
+    assert_eq!(
+        err.trim(),
+        format!("hugetext: error: cannot listen on {addr}: Address already in use (os error 98)")
+    );
+    let out = common::hugetext(&["agent", "--listen", "nowhere"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(common::text(&out.stderr).contains("give ADDR:PORT"));
+}
+
+/// SIGHUP with a broken config: reported, counted, the old one stays; a
+/// good one is then taken; missing policy paths are counted; SIGTERM exits 0.
+#[test]
+fn sighup_keeps_the_old_config_on_error_and_missing_paths_are_counted() {
+    let dir = common::scratch();
+    let p = dir.path().join("agent.conf");
+    std::fs::write(&p, "paths = [\"/nonexistent/prog\"]\n").unwrap();
+    let a = AgentProc::with_config(Some(&p));
+    a.wait_log("/nonexistent/prog: no such file", Duration::from_secs(10));
+    let page = a.metrics();
+    assert_eq!(sample(&page, "hugetext_policy_paths_missing"), Some(1.0), "{page}");
+
+    std::fs::write(&p, "paths = [\"/nonexistent/prog\"]\nbogus = \n").unwrap();
+    a.signal(libc::SIGHUP);
+    let l = a.wait_log("reload failed", Duration::from_secs(10));
+    assert!(
+        l.contains(&format!("{}:2:", p.display())) && l.contains("old config stays"),
+        "{l}"
+    );
+    let page = a.metrics();
+    assert_eq!(
+        sample(&page, "hugetext_config_reloads_total{result=\"error\"}"),
+        Some(1.0),
+        "{page}"
+    );
+    assert_eq!(sample(&page, "hugetext_policy_paths_missing"), Some(1.0));
+
+    std::fs::write(&p, "paths = []\n").unwrap();
+    a.signal(libc::SIGHUP);
+    a.wait_log("config reloaded", Duration::from_secs(10));
+    let t = Instant::now();
+    while sample(&a.metrics(), "hugetext_policy_paths_missing") != Some(0.0) {
+        assert!(t.elapsed() < Duration::from_secs(10), "reloaded config not in force");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (status, _) = get(&format!("http://{}/nope", a.addr));
+    assert_eq!(status, 404);
+    let log = a.stop();
+    assert!(log.iter().any(|l| l.contains("stopping")), "{log:?}");
+}
+
+/// Unprivileged: every scrape still works, says how it reads memory, and
+/// counts the processes it may not read; startup names what is missing.
+#[test]
+fn without_privileges_metrics_still_work_and_say_what_is_missing() {
+    let addr = free_addr();
+    let mut cmd = common::as_nobody();
+    cmd.arg(common::bin()).args(["agent", "--listen", &addr]);
+    let a = AgentProc::start(cmd, &addr);
+    let page = a.metrics();
+    assert!(page.contains("hugetext_agent_info{method=\"smaps-only\""), "{page}");
+    let unreadable = sample(&page, "hugetext_scrape_processes_skipped{reason=\"unreadable\"}").unwrap();
+    assert!(unreadable >= 1.0, "root's processes are unreadable to nobody: {page}");
+    let log = a.stop();
+    assert!(
+        log.iter().any(|l| l.contains("without CAP_SYS_ADMIN: folio sizes")),
+        "{log:?}"
+    );
+    assert!(log.iter().any(|l| l.contains("without CAP_NET_ADMIN")), "{log:?}");
+}
+
+/// Processes exiting while pages are built: every page is whole, the
+/// vanished are counted, and the agent survives.
+#[test]
+fn processes_vanishing_mid_scrape_are_counted() {
+    let a = AgentProc::with_config(None);
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let s = stop.clone();
+    let churn = std::thread::spawn(move || {
+        while !s.load(std::sync::atomic::Ordering::Relaxed) {
+            let kids: Vec<Child> = (0..20)
+                .map(|_| Command::new("/bin/true").stdout(Stdio::null()).spawn().unwrap())
+                .collect();
+            for mut k in kids {
+                k.wait().unwrap();
+            }
+        }
+    });
+    let t = Instant::now();
+    let mut pages = 0;
+    while t.elapsed() < Duration::from_secs(4) {
+        let page = a.metrics();
+        assert!(page.contains("hugetext_scrape_processes_skipped{reason=\"vanished\"}"));
+        pages += 1;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    churn.join().unwrap();
+    assert!(pages >= 4, "{pages}");
+    let page = a.metrics();
+    assert!(sample(&page, "hugetext_scrapes_total").unwrap() >= pages as f64);
+    a.stop();
+}
+
+/// A loop-mounted xfs that gives PMD folios, or `None` (skipped) here.
+fn xfs() -> Option<common::LoopFs> {
+    let fs = common::loop_fs("xfs")?;
+    if !common::fs_gives_pmd_folios(fs.path()) {
+        common::skip_line("skipped: this kernel's xfs gives no PMD-order page-cache folios");
+        return None;
+    }
+    Some(fs)
+}
+
+/// A Prometheus server scraping `target` every second, on 127.0.0.1 only,
+/// with its own config and data in `dir`.
+struct Prometheus {
+    child: Child,
+    addr: String,
+}
+
+impl Prometheus {
+    fn start(dir: &Path, target: &str) -> Prometheus {
+        let addr = free_addr();
+        let cfg = dir.join("prometheus.yml");
+        std::fs::write(
+            &cfg,
+            format!(
+                "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n  - job_name: hugetext\n    \
+                 static_configs:\n      - targets: ['{target}']\n"
+            ),
+        )
+        .unwrap();
+        let child = Command::new("prometheus")
+            .arg(format!("--config.file={}", cfg.display()))
+            .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
+            .arg(format!("--web.listen-address={addr}"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("prometheus.log")).unwrap())
+            .spawn()
+            .expect("prometheus (scripts/install-deps.sh installs the Debian package)");
+        let p = Prometheus { child, addr };
+        let t = Instant::now();
+        while http()
+            .get(format!("http://{}/-/ready", p.addr))
+            .call()
+            .map(|r| r.status().as_u16())
+            .ok()
+            != Some(200)
+        {
+            assert!(
+                t.elapsed() < Duration::from_secs(60),
+                "prometheus not ready: {}",
+                std::fs::read_to_string(dir.join("prometheus.log")).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        p
+    }
+
+    /// The value of an instant query with one result (None: no result).
+    fn query(&self, q: &str) -> Option<f64> {
+        let mut r = http()
+            .get(format!("http://{}/api/v1/query", self.addr))
+            .query("query", q)
+            .call()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_str(&r.body_mut().read_to_string().unwrap()).unwrap();
+        assert_eq!(v["status"], "success", "{q}: {v}");
+        let res = v["data"]["result"].as_array()?;
+        assert!(res.len() <= 1, "{q}: {v}");
+        res.first()?["value"][1].as_str()?.parse().ok()
+    }
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A real Prometheus scrapes the agent; after two scrapes, its API gives a
+/// warmed fixture's PMD-mapped text, equal to smaps' FilePmdMapped.
+#[test]
+fn prometheus_scrapes_pmd_mapped_text_equal_to_smaps() {
+    let Some(fs) = xfs() else { return };
+    let prog = common::copy_fixture(fs.path(), "bfd", "nopie");
+    common::read_small(&prog);
+    let w = common::hugetext(&["warm", prog.to_str().unwrap()]);
+    assert!(w.status.success(), "{}", common::text(&w.stderr));
+    let r = Running::fixture(&prog);
+    let (file_pmd, _, _) = r.huge_of(&prog);
+    assert!(file_pmd >= 8 * PMD, "warmed fixture not PMD-mapped: {file_pmd}");
+
+    let a = AgentProc::with_config(None);
+    let dir = common::scratch();
+    let prom = Prometheus::start(dir.path(), &a.addr);
+    let t = Instant::now();
+    while prom.query("hugetext_scrapes_total").unwrap_or(0.0) < 2.0 {
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "prometheus did not scrape the agent twice"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let path = prog.canonicalize().unwrap();
+    let q = format!(
+        "hugetext_exe_text_bytes{{path=\"{}\",kind=\"file\",class=\"thp-pmd-aligned-2048kB\"}}",
+        path.display()
+    );
+    let got = prom.query(&q).unwrap_or_else(|| panic!("no result for {q}"));
+    assert_eq!(got as u64, file_pmd, "Prometheus {q} vs smaps FilePmdMapped");
+    let ratio = prom
+        .query(&format!("hugetext_exe_pmd_mapped_ratio{{path=\"{}\"}}", path.display()))
+        .unwrap();
+    assert!(ratio > 0.5, "{ratio}");
+    assert_eq!(prom.query("up{job=\"hugetext\"}"), Some(1.0));
+    drop(prom);
+    r.stop();
+    a.stop();
+}
+
+/// The policy: a fixture runs on 4 KiB text and exits; nobody asks, the
+/// agent warms it; the next run is PMD-mapped.
+#[test]
+fn policy_warms_a_program_after_it_exits() {
+    let Some(fs) = xfs() else { return };
+    let prog = common::copy_fixture(fs.path(), "bfd", "nopie");
+    common::read_small(&prog);
+    let first = Running::fixture(&prog);
+    assert_eq!(first.huge_of(&prog).0, 0, "first run should be on 4 KiB text");
+
+    let dir = common::scratch();
+    let conf = dir.path().join("agent.conf");
+    std::fs::write(
+        &conf,
+        format!("paths = [\"{}\"]\n[agent]\npoll_interval = \"500ms\"\n", prog.display()),
+    )
+    .unwrap();
+    let a = AgentProc::with_config(Some(&conf));
+    a.wait_log("waiting: running processes map it", Duration::from_secs(20));
+    let page = a.metrics();
+    let pmd_series = format!("hugetext_policy_pmd_windows{{path=\"{}\"}}", prog.display());
+    let eligible = sample(
+        &page,
+        &format!("hugetext_policy_eligible_windows{{path=\"{}\"}}", prog.display()),
+    )
+    .unwrap_or_else(|| panic!("no eligible windows for the fixture: {page}"));
+    assert!(eligible >= 8.0, "{page}");
+    assert_eq!(sample(&page, &pmd_series), Some(0.0), "{page}");
+
+    first.stop();
+    let l = a.wait_log(&format!("warmed {}", prog.display()), Duration::from_secs(30));
+    assert!(l.contains(&format!("{0}/{0} eligible windows", eligible as u64)), "{l}");
+    let page = a.metrics();
+    assert_eq!(sample(&page, &pmd_series), Some(eligible), "{page}");
+    assert_eq!(
+        sample(&page, "hugetext_actions_total{action=\"warm\",result=\"done\"}"),
+        Some(1.0),
+        "{page}"
+    );
+
+    let next = Running::fixture(&prog);
+    assert_eq!(next.huge_of(&prog).0, eligible as u64 * PMD, "next run not PMD-mapped");
+    next.stop();
+    a.stop();
+}

@@ -1,0 +1,447 @@
+//! How the agent ships: the .deb (built with cargo-deb, installed with
+//! dpkg, used from /usr/bin, removed), the hardened systemd unit, the
+//! Kubernetes manifests (schema-validated by kubernetes-validate, and
+//! checked against what the agent needs), the Containerfile, the Grafana
+//! dashboard (every metric it queries exists), the example config and the
+//! shell completions.
+
+use hugetext_testkit as common;
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_yaml::Value as Yaml;
+
+fn read(rel: &str) -> String {
+    let p = common::root().join(rel);
+    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+/// The capabilities the agent asks for, without the `CAP_` prefix.
+fn agent_caps() -> BTreeSet<String> {
+    hugetext::agent::capabilities()
+        .iter()
+        .map(|c| c.name.trim_start_matches("CAP_").to_string())
+        .collect()
+}
+
+fn docs(rel: &str) -> Vec<Yaml> {
+    let text = read(rel);
+    serde_yaml::Deserializer::from_str(&text)
+        .map(|d| serde::Deserialize::deserialize(d).unwrap())
+        .collect()
+}
+
+fn of_kind<'a>(docs: &'a [Yaml], kind: &str) -> &'a Yaml {
+    docs.iter()
+        .find(|d| d["kind"] == kind)
+        .unwrap_or_else(|| panic!("no {kind}"))
+}
+
+/// A tool a test needs: present, or skipped here (a failure in CI, which
+/// installs it with scripts/install-deps.sh).
+fn tool(name: &str) -> bool {
+    let found = Command::new("sh")
+        .args(["-c", &format!("command -v {name}")])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !found {
+        let msg = format!("skipped: {name} not installed (scripts/install-deps.sh)");
+        common::skip_line(&msg);
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "{msg} (CI is set: this test must run)"
+        );
+    }
+    found
+}
+
+#[test]
+fn kubernetes_manifests_pass_the_schema() {
+    if !tool("kubernetes-validate") {
+        return;
+    }
+    let root = common::root();
+    let out = Command::new("kubernetes-validate")
+        .args(["--strict", "--quiet", "--no-warn"])
+        .arg(root.join("packaging/k8s/daemonset.yaml"))
+        .arg(root.join("packaging/k8s/servicemonitor.yaml"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}{}",
+        common::text(&out.stdout),
+        common::text(&out.stderr)
+    );
+}
+
+#[test]
+fn daemonset_has_what_the_agent_needs_and_no_more() {
+    let d = docs("packaging/k8s/daemonset.yaml");
+    let ds = of_kind(&d, "DaemonSet");
+    let pod = &ds["spec"]["template"]["spec"];
+    assert_eq!(pod["hostPID"], true, "host processes are the point");
+    assert!(pod["hostNetwork"].is_null() && pod["hostIPC"].is_null());
+    let labels = &ds["spec"]["template"]["metadata"]["labels"];
+    assert_eq!(&ds["spec"]["selector"]["matchLabels"], labels);
+    let c = &pod["containers"][0];
+    let sc = &c["securityContext"];
+    assert_eq!(sc["privileged"], false);
+    assert_eq!(sc["allowPrivilegeEscalation"], false);
+    assert_eq!(sc["readOnlyRootFilesystem"], true);
+    assert_eq!(sc["capabilities"]["drop"][0], "ALL");
+    let added: BTreeSet<String> = sc["capabilities"]["add"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(added, agent_caps(), "exactly the capabilities the agent names");
+    for r in ["cpu", "memory"] {
+        assert!(c["resources"]["limits"][r].is_string(), "limit {r}");
+        assert!(c["resources"]["requests"][r].is_string(), "request {r}");
+    }
+    // Every mount read-only; the config mount holds the file the args name.
+    let mounts = c["volumeMounts"].as_sequence().unwrap();
+    assert!(mounts.iter().all(|m| m["readOnly"] == true), "{mounts:?}");
+    let args: Vec<&str> = c["args"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert_eq!(args[0], "agent");
+    let conf = args[args.iter().position(|a| *a == "--config").unwrap() + 1];
+    let cfg_mount = mounts.iter().find(|m| m["name"] == "config").unwrap();
+    assert_eq!(
+        Path::new(conf).parent().unwrap(),
+        Path::new(cfg_mount["mountPath"].as_str().unwrap())
+    );
+    // The ConfigMap's config is one the agent accepts, listening where the
+    // port and the probes point.
+    let cm = of_kind(&d, "ConfigMap");
+    let key = Path::new(conf).file_name().unwrap().to_str().unwrap();
+    let cfg = hugetext::warm::Config::parse(cm["data"][key].as_str().unwrap()).unwrap();
+    let port: u16 = cfg.agent.listen.unwrap().rsplit(':').next().unwrap().parse().unwrap();
+    assert_eq!(c["ports"][0]["containerPort"].as_u64(), Some(port as u64));
+    let pname = c["ports"][0]["name"].as_str().unwrap();
+    for probe in ["readinessProbe", "livenessProbe"] {
+        assert_eq!(c[probe]["httpGet"]["path"], "/healthz");
+        assert_eq!(c[probe]["httpGet"]["port"], pname);
+    }
+    // Every host path is mounted read-only (checked above) and is a directory.
+    for v in pod["volumes"].as_sequence().unwrap() {
+        if !v["hostPath"].is_null() {
+            assert_eq!(v["hostPath"]["type"], "Directory", "{v:?}");
+        }
+    }
+}
+
+#[test]
+fn pod_and_service_monitors_select_the_agent() {
+    let ds_docs = docs("packaging/k8s/daemonset.yaml");
+    let ds = of_kind(&ds_docs, "DaemonSet");
+    let labels = &ds["spec"]["template"]["metadata"]["labels"];
+    let port = ds["spec"]["template"]["spec"]["containers"][0]["ports"][0]["name"].clone();
+    let pm = docs("packaging/k8s/podmonitor.yaml");
+    let pm = of_kind(&pm, "PodMonitor");
+    assert_eq!(pm["apiVersion"], "monitoring.coreos.com/v1");
+    assert_eq!(&pm["spec"]["selector"]["matchLabels"], labels);
+    assert_eq!(pm["spec"]["podMetricsEndpoints"][0]["port"], port);
+    assert_eq!(pm["spec"]["podMetricsEndpoints"][0]["path"], "/metrics");
+    let sm = docs("packaging/k8s/servicemonitor.yaml");
+    let svc = of_kind(&sm, "Service");
+    assert_eq!(&svc["spec"]["selector"], labels);
+    assert_eq!(svc["spec"]["ports"][0]["targetPort"], port);
+    let mon = of_kind(&sm, "ServiceMonitor");
+    assert_eq!(&mon["spec"]["selector"]["matchLabels"], &svc["metadata"]["labels"]);
+    assert_eq!(mon["spec"]["endpoints"][0]["port"], svc["spec"]["ports"][0]["name"]);
+}
+
+/// Metric names in a PromQL expression (`hugetext_…`; a `__name__` regex
+/// prefix ending in `_` is skipped).
+fn metric_names(expr: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let b = expr.as_bytes();
+    let mut i = 0;
+    while let Some(p) = expr[i..].find("hugetext_") {
+        let s = i + p;
+        let mut e = s;
+        while e < b.len() && (b[e].is_ascii_alphanumeric() || b[e] == b'_') {
+            e += 1;
+        }
+        let name = &expr[s..e];
+        if !name.ends_with('_') {
+            out.push(name.to_string());
+        }
+        i = e;
+    }
+    out
+}
+
+#[test]
+fn grafana_dashboard_queries_metrics_the_agent_serves() {
+    let d: serde_json::Value = serde_json::from_str(&read("packaging/k8s/grafana-dashboard.json")).unwrap();
+    assert!(d["uid"].is_string() && d["title"].is_string());
+    let page = hugetext::agent::scrape(
+        &hugetext::agent::AgentMetrics::default(),
+        &hugetext::agent::ScrapeInput {
+            // A policy file with whole windows, so the policy families have series.
+            policy_files: vec![common::bin()],
+            max_series: 100_000,
+            folio_sizes: true,
+        },
+    )
+    .unwrap();
+    // Families present in a page (labelled families may be empty here: the
+    // TYPE line names them).
+    let families: BTreeSet<&str> = page
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split(' ').next())
+        .collect();
+    let pfn = hugetext::kernel::pfn_access();
+    let served = |name: &str| {
+        (!pfn && name == "hugetext_policy_pmd_windows")
+            || families.contains(name)
+            || ["_total", "_bucket", "_sum", "_count", "_info"]
+                .iter()
+                .any(|suf| name.strip_suffix(suf).is_some_and(|f| families.contains(f)))
+    };
+    let mut ids = BTreeSet::new();
+    let mut n = 0;
+    for p in d["panels"].as_array().unwrap() {
+        assert!(ids.insert(p["id"].as_u64().unwrap()), "duplicate panel id");
+        for t in p["targets"].as_array().unwrap() {
+            for name in metric_names(t["expr"].as_str().unwrap()) {
+                assert!(
+                    served(&name),
+                    "panel {:?} queries {name}, which the agent does not serve",
+                    p["title"]
+                );
+                n += 1;
+            }
+        }
+    }
+    assert!(n >= 8, "{n}");
+    // The vmstat panel's regex names counters the agent serves.
+    for f in [
+        "thp_file_alloc",
+        "thp_file_fallback",
+        "thp_file_mapped",
+        "thp_collapse_alloc",
+    ] {
+        assert!(served(&format!("hugetext_vmstat_{f}_total")), "{f}");
+    }
+}
+
+#[test]
+fn systemd_unit_is_hardened_with_the_capabilities_the_agent_names() {
+    let u = read("packaging/systemd/hugetext-agent.service");
+    let val = |k: &str| {
+        u.lines()
+            .find_map(|l| l.strip_prefix(&format!("{k}=")))
+            .unwrap_or_else(|| panic!("no {k}="))
+            .to_string()
+    };
+    let set = |v: String| -> BTreeSet<String> {
+        v.split_whitespace()
+            .map(|c| c.trim_start_matches("CAP_").to_string())
+            .collect()
+    };
+    assert_eq!(set(val("CapabilityBoundingSet")), agent_caps());
+    assert_eq!(set(val("AmbientCapabilities")), agent_caps());
+    for (k, v) in [
+        ("NoNewPrivileges", "yes"),
+        ("ProtectSystem", "strict"),
+        ("PrivateTmp", "yes"),
+        ("ProtectKernelModules", "yes"),
+        ("RestrictSUIDSGID", "yes"),
+    ] {
+        assert_eq!(val(k), v, "{k}");
+    }
+    assert!(val("ExecStart").contains("/usr/bin/hugetext agent"));
+    assert_eq!(val("ExecReload"), "/bin/kill -HUP $MAINPID");
+    assert!(val("RestrictAddressFamilies").contains("AF_NETLINK"));
+}
+
+#[test]
+fn containerfile_and_example_config() {
+    let c = read("packaging/k8s/Containerfile");
+    assert!(c.contains("ENTRYPOINT [\"/usr/bin/hugetext\"]"), "{c}");
+    let port = hugetext::agent::DEFAULT_LISTEN.rsplit(':').next().unwrap();
+    assert!(c.contains(&format!("EXPOSE {port}")), "{c}");
+    for l in c.lines().filter_map(|l| l.strip_prefix("COPY ")) {
+        let src = l.split_whitespace().next().unwrap();
+        if !src.starts_with("--") && src != "." {
+            assert!(common::root().join(src).exists(), "COPY {src}: missing");
+        }
+    }
+    let cfg = hugetext::warm::Config::parse(&read("packaging/agent.conf.example")).unwrap();
+    assert!(cfg.agent.auto.is_some() && !cfg.agent.globs.is_empty(), "{cfg:?}");
+    assert_eq!(cfg.agent.listen.as_deref(), Some(hugetext::agent::DEFAULT_LISTEN));
+}
+
+#[test]
+fn shipped_completions_match_the_cli() {
+    for (shell, file) in [
+        ("bash", "hugetext.bash"),
+        ("zsh", "_hugetext"),
+        ("fish", "hugetext.fish"),
+    ] {
+        let out = common::hugetext(&["completions", shell]);
+        assert!(out.status.success());
+        assert!(
+            common::text(&out.stdout) == read(&format!("packaging/completions/{file}")),
+            "packaging/completions/{file} is out of date: run `target/release/hugetext completions {shell} > packaging/completions/{file}`"
+        );
+        assert!(common::text(&out.stdout).contains("agent"));
+    }
+    let out = common::hugetext(&["completions", "tcsh"]);
+    assert_eq!(out.status.code(), Some(2));
+}
+
+fn ok(cmd: &mut Command) -> Output {
+    let what = format!("{cmd:?}");
+    let o = cmd.output().unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert!(
+        o.status.success(),
+        "{what}: {}\n{}{}",
+        o.status,
+        common::text(&o.stdout),
+        common::text(&o.stderr)
+    );
+    o
+}
+
+/// Purges the package when dropped (also when the test fails midway).
+struct Installed;
+
+impl Drop for Installed {
+    fn drop(&mut self) {
+        let _ = Command::new("dpkg").args(["--purge", "hugetext"]).output();
+    }
+}
+
+/// The .deb: built with cargo-deb from the release build, installed with
+/// dpkg, its /usr/bin/hugetext run (a command, the preload, the agent),
+/// then removed, leaving nothing behind.
+#[test]
+fn deb_installs_works_from_usr_bin_and_removes_cleanly() {
+    if !tool("cargo-deb") || !tool("dpkg") {
+        return;
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        common::skip_line("skipped: dpkg -i needs root");
+        return;
+    }
+    let installed = Command::new("dpkg-query")
+        .args(["-W", "-f=${Status}", "hugetext"])
+        .output()
+        .map(|o| common::text(&o.stdout).contains("installed"))
+        .unwrap_or(false);
+    if installed || Path::new("/usr/bin/hugetext").exists() {
+        common::skip_line("skipped: hugetext is already installed on this machine; not touching it");
+        return;
+    }
+    let out_dir = common::scratch();
+    let t = Instant::now();
+    let mut cmd = Command::new("cargo");
+    cmd.current_dir(common::root())
+        .args(["deb", "-p", "hugetext-cli", "--no-build", "--fast", "--output"])
+        .arg(out_dir.path());
+    let o = ok(&mut cmd);
+    let deb = PathBuf::from(common::text(&o.stdout).trim().lines().last().unwrap());
+    assert!(deb.exists(), "{}", deb.display());
+    eprintln!("cargo deb: {:.1} s", t.elapsed().as_secs_f64());
+
+    let guard = Installed;
+    let mut cmd = Command::new("dpkg");
+    cmd.arg("-i").arg(&deb).env("DEBIAN_FRONTEND", "noninteractive");
+    ok(&mut cmd);
+    let o = ok(Command::new("/usr/bin/hugetext").arg("--version"));
+    assert_eq!(
+        common::text(&o.stdout).trim(),
+        format!("hugetext {}", env!("CARGO_PKG_VERSION"))
+    );
+    for f in [
+        "/usr/lib/hugetext/libhugetext.so",
+        "/usr/include/hugetext.h",
+        "/usr/share/man/man1/hugetext.1.gz",
+        "/usr/share/bash-completion/completions/hugetext",
+        "/usr/lib/systemd/system/hugetext-agent.service",
+        "/usr/share/doc/hugetext/examples/agent.conf",
+    ] {
+        assert!(Path::new(f).exists(), "{f} not installed");
+    }
+    // `run` finds the packaged preload next to the packaged command.
+    let o = ok(Command::new("/usr/bin/hugetext").args(["run", "--", "/bin/true"]));
+    assert!(o.status.success());
+    // The packaged agent with the packaged example config checks, serves,
+    // and stops on SIGTERM.
+    ok(Command::new("/usr/bin/hugetext").args([
+        "agent",
+        "--check-config",
+        "--config",
+        "/usr/share/doc/hugetext/examples/agent.conf",
+    ]));
+    let addr = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().to_string()
+    };
+    let mut agent = Command::new("/usr/bin/hugetext")
+        .args(["agent", "--listen", &addr])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    let page = loop {
+        if let Ok(s) = std::net::TcpStream::connect(&addr) {
+            drop(s);
+            let o = Command::new("/usr/bin/hugetext").arg("--version").output().unwrap();
+            assert!(o.status.success());
+            break scrape_once(&addr);
+        }
+        assert!(t.elapsed() < Duration::from_secs(20), "packaged agent not listening");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(page.contains("hugetext_agent_info{"), "{page}");
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(agent.id() as i32, libc::SIGTERM) };
+    assert!(agent.wait().unwrap().success());
+
+    let mut cmd = Command::new("dpkg");
+    cmd.args(["-r", "hugetext"]);
+    ok(&mut cmd);
+    drop(guard);
+    assert!(!Path::new("/usr/bin/hugetext").exists());
+    assert!(!Path::new("/usr/lib/hugetext").exists());
+    let o = Command::new("dpkg-query")
+        .args(["-W", "-f=${Status}", "hugetext"])
+        .output()
+        .unwrap();
+    assert!(
+        !common::text(&o.stdout).contains(" installed"),
+        "{}",
+        common::text(&o.stdout)
+    );
+}
+
+/// GET /metrics over a plain connection.
+fn scrape_once(addr: &str) -> String {
+    let agent: ureq::Agent = ureq::Agent::config_builder().proxy(None).build().into();
+    agent
+        .get(format!("http://{addr}/metrics"))
+        .call()
+        .unwrap()
+        .body_mut()
+        .read_to_string()
+        .unwrap()
+}

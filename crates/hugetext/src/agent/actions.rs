@@ -1,0 +1,195 @@
+//! Keeping the policy's files warm: which files are candidates now, whether
+//! each may be warmed ([`policy::decide`]), and the warm itself through
+//! [`crate::warm::warm_target`] — never `--replace`, never a file a running
+//! process maps, within the memory guard and the rate limit.
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use super::collect::AgentMetrics;
+use super::policy::{self, Candidate, Decision, FileId, RateLimit, RecentlyRan};
+use crate::warm::{self, Config, MemLimit, WarmContext, WarmOptions};
+use crate::{procfs, Result};
+
+/// A file identity warmed (or tried) is not tried again for this long.
+pub const RETRY_AFTER: Duration = Duration::from_secs(600);
+
+/// One line of the agent's log (stderr; journald or `kubectl logs`).
+pub fn log(msg: &str) {
+    eprintln!("hugetext agent: {msg}");
+}
+
+/// The policy's state across evaluations.
+pub struct Keeper {
+    rate: RateLimit,
+    recently: RecentlyRan,
+    /// Per file: the identity tried, and when it may be tried again.
+    attempts: HashMap<PathBuf, (FileId, Instant)>,
+    eligible: HashMap<FileId, u64>,
+    ctx: WarmContext,
+    blocked_logged: BTreeSet<PathBuf>,
+}
+
+impl Keeper {
+    pub fn new(cfg: &Config) -> Keeper {
+        Keeper {
+            rate: RateLimit::new(cfg.agent.rate_limit, Instant::now()),
+            recently: RecentlyRan::default(),
+            attempts: HashMap::new(),
+            eligible: HashMap::new(),
+            ctx: WarmContext::default(),
+            blocked_logged: BTreeSet::new(),
+        }
+    }
+
+    /// A new config: a new rate.
+    pub fn reconfigure(&mut self, cfg: &Config) {
+        self.rate = RateLimit::new(cfg.agent.rate_limit, Instant::now());
+    }
+
+    /// A file changed (package upgrade): forget that it was warmed.
+    pub fn forget(&mut self, path: &PathBuf) {
+        self.attempts.remove(path);
+    }
+
+    /// Record the files every process maps as text now (the auto rule).
+    pub fn note_running(&mut self) {
+        let now = Instant::now();
+        for pid in procfs::all_pids().unwrap_or_default() {
+            // Vanished or unreadable processes are simply not seen.
+            let Ok(vmas) = procfs::read_maps(Some(pid)) else {
+                continue;
+            };
+            for v in vmas
+                .iter()
+                .filter(|v| v.is_exec() && v.is_file() && v.path.starts_with('/'))
+            {
+                self.recently.saw(std::path::Path::new(&v.path), now);
+            }
+        }
+    }
+
+    /// The files the policy keeps warm now, and the paths or globs that
+    /// match nothing.
+    pub fn candidates(&mut self, cfg: &Config) -> (Vec<PathBuf>, Vec<String>) {
+        let (mut files, missing) = policy::explicit_files(cfg);
+        if cfg.deps {
+            let roots: Vec<PathBuf> = files.iter().cloned().collect();
+            for r in roots {
+                files.extend(warm::resolve_deps(&r).unwrap_or_default());
+            }
+        }
+        if let Some(auto) = &cfg.agent.auto {
+            let min = auto.min_eligible_mib * (1 << 20) / crate::kernel::pmd_size() as u64;
+            for p in self.recently.within(auto.ran_within, Instant::now()) {
+                if p.to_str().is_some_and(|s| s.ends_with(" (deleted)")) {
+                    continue;
+                }
+                if self.eligible_windows(&p).is_some_and(|e| e >= min.max(1)) {
+                    files.insert(p);
+                }
+            }
+        }
+        (files.into_iter().collect(), missing)
+    }
+
+    /// Eligible windows of `path`, cached per file identity.
+    fn eligible_windows(&mut self, path: &std::path::Path) -> Option<u64> {
+        let id = FileId::of(path).ok()?;
+        if let Some(&e) = self.eligible.get(&id) {
+            return Some(e);
+        }
+        let e = warm::plan(path).ok()?.eligible_windows();
+        if self.eligible.len() > 10_000 {
+            self.eligible.clear();
+        }
+        self.eligible.insert(id, e);
+        Some(e)
+    }
+
+    /// Evaluate the policy once: warm what may be warmed now.
+    pub fn evaluate(&mut self, cfg: &Config, files: &[PathBuf], m: &AgentMetrics) {
+        let limit: MemLimit = cfg.max_mem.as_deref().and_then(|s| s.parse().ok()).unwrap_or_default();
+        for path in files {
+            if let Err(e) = self.consider(path, limit, m) {
+                m.action("warm", "failed");
+                log(&format!("{}: {e}", path.display()));
+            }
+        }
+    }
+
+    fn consider(&mut self, path: &PathBuf, limit: MemLimit, m: &AgentMetrics) -> Result<()> {
+        let id = FileId::of(path).map_err(|e| crate::Error::io(path, e))?;
+        let now = Instant::now();
+        let attempted = self
+            .attempts
+            .get(path)
+            .is_some_and(|(i, until)| *i == id && now < *until);
+        let (eligible, pmd) = super::collect::file_state(path)?;
+        let mut c = Candidate {
+            eligible_windows: eligible,
+            pmd_windows: pmd,
+            mapped: false,
+            attempted,
+        };
+        if policy::decide(&c) == Decision::Warm {
+            // The question warm itself asks about blocked windows.
+            let by = warm::mapping_pids(path)?;
+            c.mapped = !by.is_empty();
+            if c.mapped && self.blocked_logged.insert(path.clone()) {
+                log(&format!(
+                    "{}: waiting: running processes map it ({} process(es), e.g. pid {})",
+                    path.display(),
+                    by.len(),
+                    by[0].pid
+                ));
+                m.action("warm", "blocked");
+            }
+        }
+        if policy::decide(&c) != Decision::Warm {
+            return Ok(());
+        }
+        self.blocked_logged.remove(path);
+        let t = warm::plan(path)?;
+        if let Err(e) = warm::check_memory(t.bytes(), limit) {
+            m.action("warm", "memory_guard");
+            self.attempts.insert(path.clone(), (id, now + Duration::from_secs(60)));
+            log(&format!("{}: {e}", path.display()));
+            return Ok(());
+        }
+        if !self.rate.allow(now) {
+            m.action("warm", "rate_limited");
+            return Ok(());
+        }
+        let opts = WarmOptions::default();
+        let r = warm::warm_target(&t, &opts, &mut self.ctx)?;
+        let result = if r.route == warm::Route::None {
+            "impossible"
+        } else if r.pmd_windows > 0 {
+            "done"
+        } else if r.blocked_windows > 0 {
+            "blocked"
+        } else {
+            "impossible"
+        };
+        m.action("warm", result);
+        // Pages of a process that has just exited can stay pinned for a
+        // moment: a blocked result is retried soon, the others much later.
+        let retry = if result == "blocked" {
+            Duration::from_secs(2)
+        } else {
+            RETRY_AFTER
+        };
+        self.attempts.insert(path.clone(), (id, now + retry));
+        log(&format!(
+            "warmed {}: {}/{} eligible windows in PMD folios ({:.0} ms){}",
+            path.display(),
+            r.pmd_windows,
+            r.eligible_windows,
+            r.millis,
+            r.notes.first().map(|n| format!("; {n}")).unwrap_or_default()
+        ));
+        Ok(())
+    }
+}

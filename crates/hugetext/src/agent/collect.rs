@@ -1,0 +1,540 @@
+//! `/metrics`: built at scrape time from [`crate::inspect`] (the code behind
+//! `hugetext inspect`), summed per file mapped as text and per cgroup —
+//! never per pid — plus the policy's page-cache state, the kernel's file-THP
+//! counters from `/proc/vmstat`, and the agent's own counters.
+//!
+//! A page is rendered whole into memory before anything is sent: a scrape
+//! that fails gets an error status, never half a page.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::metrics::info::Info;
+use prometheus_client::registry::{Registry, Unit};
+
+use crate::folio::{Class, Counts, Kind};
+use crate::inspect::{self, Method, Report, Target};
+use crate::{kernel, warm, Result};
+
+/// A label set.
+pub type Labels = Vec<(String, String)>;
+
+fn labels<const N: usize>(kv: [(&str, &str); N]) -> Labels {
+    kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+}
+
+/// The agent's own metrics, which live across scrapes.
+#[derive(Debug, Clone)]
+pub struct AgentMetrics {
+    pub scrapes: Counter,
+    pub scrape_errors: Family<Labels, Counter>,
+    pub scrape_duration: Histogram,
+    pub series_dropped: Counter,
+    pub actions: Family<Labels, Counter>,
+    pub reloads: Family<Labels, Counter>,
+    pub events: Family<Labels, Counter>,
+    pub policy_missing: Gauge,
+    pub policy_files: Gauge,
+}
+
+/// Results of the warm action, and reasons of scrape errors: created at 0 so
+/// that `rate()` sees a series before the first event.
+pub const ACTION_RESULTS: &[&str] = &[
+    "done",
+    "blocked",
+    "failed",
+    "rate_limited",
+    "memory_guard",
+    "impossible",
+];
+pub const ERROR_REASONS: &[&str] = &["vanished", "unreadable", "failed", "policy_file", "vmstat"];
+
+impl Default for AgentMetrics {
+    fn default() -> Self {
+        let m = AgentMetrics {
+            scrapes: Counter::default(),
+            scrape_errors: Family::default(),
+            scrape_duration: Histogram::new(exponential_buckets(0.001, 2.0, 14)),
+            series_dropped: Counter::default(),
+            actions: Family::default(),
+            reloads: Family::default(),
+            events: Family::default(),
+            policy_missing: Gauge::default(),
+            policy_files: Gauge::default(),
+        };
+        for r in ACTION_RESULTS {
+            let _ = m
+                .actions
+                .get_or_create_owned(&labels([("action", "warm"), ("result", r)]));
+        }
+        for r in ERROR_REASONS {
+            let _ = m.scrape_errors.get_or_create_owned(&labels([("reason", r)]));
+        }
+        for r in ["ok", "error"] {
+            let _ = m.reloads.get_or_create_owned(&labels([("result", r)]));
+        }
+        for s in ["proc_connector", "poll", "inotify"] {
+            let _ = m.events.get_or_create_owned(&labels([("source", s)]));
+        }
+        m
+    }
+}
+
+impl AgentMetrics {
+    /// Count one action (`warm`) with its result.
+    pub fn action(&self, action: &str, result: &str) {
+        self.actions
+            .get_or_create(&labels([("action", action), ("result", result)]))
+            .inc();
+    }
+
+    /// Count a scrape error (or a skipped process) by reason.
+    pub fn error(&self, reason: &str, n: u64) {
+        if n > 0 {
+            self.scrape_errors
+                .get_or_create(&labels([("reason", reason)]))
+                .inc_by(n);
+        }
+    }
+
+    fn register(&self, r: &mut Registry) {
+        r.register("scrapes", "Scrapes of /metrics served", self.scrapes.clone());
+        r.register(
+            "scrape_errors",
+            "Scrape problems by reason: processes that vanished or could not be read mid-scrape, failed scrapes",
+            self.scrape_errors.clone(),
+        );
+        r.register_with_unit(
+            "scrape_duration",
+            "Time to build one /metrics page",
+            Unit::Seconds,
+            self.scrape_duration.clone(),
+        );
+        r.register(
+            "series_dropped",
+            "Labelled series left out of pages because a family reached max_series",
+            self.series_dropped.clone(),
+        );
+        r.register(
+            "actions",
+            "Policy actions by action and result (done, blocked, failed, rate_limited, memory_guard, impossible)",
+            self.actions.clone(),
+        );
+        r.register("config_reloads", "Config reloads by result", self.reloads.clone());
+        r.register(
+            "events",
+            "Process and file events seen, by source (proc_connector, poll, inotify)",
+            self.events.clone(),
+        );
+        r.register(
+            "policy_paths_missing",
+            "Policy paths and globs that match no regular file",
+            self.policy_missing.clone(),
+        );
+        r.register(
+            "policy_files",
+            "Files the policy keeps warm now",
+            self.policy_files.clone(),
+        );
+    }
+}
+
+/// What a scrape needs besides the kernel: the policy's files and the cap.
+#[derive(Debug, Clone)]
+pub struct ScrapeInput {
+    /// Files whose page-cache state to report.
+    pub policy_files: Vec<PathBuf>,
+    /// At most this many series per family.
+    pub max_series: usize,
+    /// Read folio sizes (pagemap + kpageflags) where this process may
+    /// (the agent always does); `false`: smaps only, as without
+    /// CAP_SYS_ADMIN (the benchmark compares the two).
+    pub folio_sizes: bool,
+}
+
+/// The `/proc/vmstat` counters that concern file text on huge pages
+/// (counters; `nr_*` are gauges in pages).
+pub const VMSTAT_FIELDS: &[&str] = &[
+    "thp_file_alloc",
+    "thp_file_fallback",
+    "thp_file_fallback_charge",
+    "thp_file_mapped",
+    "thp_collapse_alloc",
+    "thp_collapse_alloc_failed",
+    "thp_split_page",
+    "nr_file_hugepages",
+    "nr_shmem_hugepages",
+];
+
+/// The [`VMSTAT_FIELDS`] present in `/proc/vmstat` text.
+pub fn parse_vmstat(text: &str) -> Vec<(&'static str, u64)> {
+    let mut out = Vec::new();
+    for l in text.lines() {
+        let mut it = l.split_whitespace();
+        if let (Some(k), Some(v)) = (it.next(), it.next()) {
+            if let (Some(&name), Ok(v)) = (VMSTAT_FIELDS.iter().find(|&&f| f == k), v.parse()) {
+                out.push((name, v));
+            }
+        }
+    }
+    out
+}
+
+/// The cgroup of a process as `/proc/PID/cgroup` names it (the v2 path, or
+/// v1's `name=systemd` hierarchy); `None` when it vanished.
+pub fn cgroup_of(pid: i32) -> Option<String> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    let mut first = None;
+    for l in text.lines() {
+        let mut f = l.splitn(3, ':');
+        let (id, ctrl, path) = (f.next()?, f.next()?, f.next()?);
+        if id == "0" && ctrl.is_empty() {
+            return Some(path.to_string());
+        }
+        if ctrl == "name=systemd" || first.is_none() {
+            first = Some(path.to_string());
+        }
+    }
+    first
+}
+
+/// Per-key sums of an inspection.
+#[derive(Debug, Default)]
+struct Group {
+    counts: Counts,
+    processes: u64,
+}
+
+/// Keep series until `cap`; count the rest as dropped. Groups come largest
+/// first so what is dropped is the small text.
+struct Capped {
+    cap: usize,
+    used: usize,
+    dropped: u64,
+}
+
+impl Capped {
+    fn take(&mut self, n: usize) -> bool {
+        if self.used + n > self.cap {
+            self.dropped += n as u64;
+            false
+        } else {
+            self.used += n;
+            true
+        }
+    }
+}
+
+/// The labelled kB of one group, class names without the kind prefix
+/// (`thp-pmd-aligned-2048kB`, `base-page`, `pte-mapped` ...).
+fn class_series(report: &Report, c: &Counts) -> Vec<(Kind, String, u64)> {
+    let mut v = Vec::new();
+    for kind in [Kind::File, Kind::Anon] {
+        for (label, kb) in report.labelled(c, kind, false) {
+            let class = label
+                .strip_prefix(kind.name())
+                .map(|s| s.trim_start_matches('-'))
+                .unwrap_or(&label)
+                .to_string();
+            v.push((kind, class, kb));
+        }
+    }
+    v
+}
+
+/// PMD-mapped share of the file-backed text (0 when there is none).
+fn pmd_fraction(c: &Counts) -> f64 {
+    let total = c.total(Kind::File);
+    if total == 0 {
+        0.0
+    } else {
+        c.get(Kind::File, Class::PmdAligned) as f64 / total as f64
+    }
+}
+
+/// Register one family of per-key text series (bytes by kind and class, PMD
+/// fraction, process count), largest first, within the cap.
+fn register_groups(
+    r: &mut Registry,
+    report: &Report,
+    groups: HashMap<String, Group>,
+    what: (&str, &str),
+    cap: usize,
+) -> u64 {
+    let (name, label) = what;
+    let bytes: Family<Labels, Gauge> = Family::default();
+    let frac: Family<Labels, Gauge<f64, std::sync::atomic::AtomicU64>> = Family::default();
+    let procs: Family<Labels, Gauge> = Family::default();
+    let mut sorted: Vec<(String, Group)> = groups.into_iter().collect();
+    sorted.sort_by(|a, b| {
+        let t = |g: &Group| g.counts.total(Kind::File) + g.counts.total(Kind::Anon);
+        t(&b.1).cmp(&t(&a.1)).then_with(|| a.0.cmp(&b.0))
+    });
+    let mut capped = Capped {
+        cap,
+        used: 0,
+        dropped: 0,
+    };
+    for (key, g) in sorted {
+        let series = class_series(report, &g.counts);
+        if !capped.take(series.len() + 2) {
+            continue;
+        }
+        for (kind, class, kb) in series {
+            bytes
+                .get_or_create(&labels([(label, &key), ("kind", kind.name()), ("class", &class)]))
+                .set((kb * 1024) as i64);
+        }
+        frac.get_or_create(&labels([(label, &key)]))
+            .set(pmd_fraction(&g.counts));
+        procs.get_or_create(&labels([(label, &key)])).set(g.processes as i64);
+    }
+    r.register_with_unit(
+        format!("{name}_text"),
+        format!("Text mapped by processes, per {label}, kind (file, anon) and class (base-page, thp-pte-aligned-<size>, thp-pmd-aligned-<size>, ...); shared text once per mapping"),
+        Unit::Bytes,
+        bytes,
+    );
+    r.register(
+        format!("{name}_pmd_mapped_ratio"),
+        format!("Share of the file-backed text mapped by PMDs, per {label}"),
+        frac,
+    );
+    r.register(
+        format!("{name}_processes"),
+        format!("Processes mapping text, per {label}"),
+        procs,
+    );
+    capped.dropped
+}
+
+/// Build one `/metrics` page: inspect every process now, then render.
+pub fn scrape(m: &AgentMetrics, input: &ScrapeInput) -> Result<String> {
+    let start = Instant::now();
+    let opts = inspect::Options {
+        target: Target::System,
+        all: false,
+        cont_orders: Vec::new(),
+        mappings: true,
+        method: (!input.folio_sizes).then_some(Method::SmapsOnly),
+    };
+    let report = inspect::inspect(&opts, &())?;
+    let mut r = Registry::with_prefix("hugetext");
+
+    // Per file mapped as text, and per cgroup.
+    let mut by_path: HashMap<String, Group> = HashMap::new();
+    let mut by_cgroup: HashMap<String, Group> = HashMap::new();
+    let mut vanished = 0;
+    for p in &report.processes {
+        let mut paths: BTreeMap<&str, Counts> = BTreeMap::new();
+        for mr in &p.mappings {
+            if mr.vma.is_file() {
+                paths.entry(mr.vma.path.as_str()).or_default().merge(&mr.counts);
+            }
+        }
+        for (path, c) in paths {
+            let g = by_path.entry(path.to_string()).or_default();
+            g.counts.merge(&c);
+            g.processes += 1;
+        }
+        match cgroup_of(p.pid) {
+            Some(cg) => {
+                let g = by_cgroup.entry(cg).or_default();
+                g.counts.merge(&p.counts);
+                g.processes += 1;
+            }
+            None => vanished += 1,
+        }
+    }
+    let cap = input.max_series.max(1);
+    let mut dropped = register_groups(&mut r, &report, by_path, ("exe", "path"), cap);
+    dropped += register_groups(&mut r, &report, by_cgroup, ("cgroup", "cgroup"), cap);
+
+    let system: Family<Labels, Gauge> = Family::default();
+    for (kind, class, kb) in class_series(&report, &report.total) {
+        system
+            .get_or_create(&labels([("kind", kind.name()), ("class", &class)]))
+            .set((kb * 1024) as i64);
+    }
+    r.register_with_unit(
+        "system_text",
+        "Text mapped by all processes, by kind and class; shared text once per mapping",
+        Unit::Bytes,
+        system,
+    );
+    r.register(
+        "system_pmd_mapped_ratio",
+        "Share of all file-backed text mapped by PMDs",
+        ConstGauge::new(pmd_fraction(&report.total)),
+    );
+
+    // Processes that could not be read.
+    let sk = &report.skipped;
+    let skipped: Family<Labels, Gauge> = Family::default();
+    for (reason, n) in [("vanished", sk.vanished + vanished), ("unreadable", sk.unreadable)] {
+        skipped.get_or_create(&labels([("reason", reason)])).set(n as i64);
+        m.error(reason, n);
+    }
+    r.register(
+        "scrape_processes_skipped",
+        "Processes left out of this page: vanished mid-scrape, or unreadable (no permission)",
+        skipped,
+    );
+    r.register(
+        "agent",
+        "How the agent reads memory: pagemap-scan or pagemap-smaps (folio sizes), smaps-only (no CAP_SYS_ADMIN)",
+        Info::new(labels([
+            ("method", method_name(report.method)),
+            ("version", env!("CARGO_PKG_VERSION")),
+        ])),
+    );
+
+    // The policy's files: eligible windows, and those in PMD folios.
+    let eligible: Family<Labels, Gauge> = Family::default();
+    let pmd: Family<Labels, Gauge> = Family::default();
+    let mut capped = Capped {
+        cap,
+        used: 0,
+        dropped: 0,
+    };
+    for f in &input.policy_files {
+        match file_state(f) {
+            Ok((e, p)) => {
+                if !capped.take(1) {
+                    continue;
+                }
+                let l = labels([("path", &f.display().to_string())]);
+                eligible.get_or_create(&l).set(e as i64);
+                if let Some(p) = p {
+                    pmd.get_or_create(&l).set(p as i64);
+                }
+            }
+            Err(_) => m.error("policy_file", 1),
+        }
+    }
+    dropped += capped.dropped;
+    r.register(
+        "policy_eligible_windows",
+        "Whole 2 MiB windows of the read-only segments of each file the policy keeps warm",
+        eligible,
+    );
+    r.register(
+        "policy_pmd_windows",
+        "Of those, windows held in one PMD-size page-cache folio now (needs CAP_SYS_ADMIN)",
+        pmd,
+    );
+
+    // The kernel's counters.
+    match std::fs::read_to_string("/proc/vmstat") {
+        Ok(text) => {
+            for (name, v) in parse_vmstat(&text) {
+                if name.starts_with("nr_") {
+                    r.register(
+                        format!("vmstat_{name}"),
+                        format!("/proc/vmstat {name} (pages)"),
+                        ConstGauge::new(v as i64),
+                    );
+                } else {
+                    r.register(
+                        format!("vmstat_{name}"),
+                        format!("/proc/vmstat {name}"),
+                        ConstCounter::new(v),
+                    );
+                }
+            }
+        }
+        Err(_) => m.error("vmstat", 1),
+    }
+
+    m.series_dropped.inc_by(dropped);
+    m.scrapes.inc();
+    m.scrape_duration.observe(start.elapsed().as_secs_f64());
+    m.register(&mut r);
+    let mut page = String::with_capacity(64 << 10);
+    encode(&mut page, &r).map_err(|_| crate::Error::Invalid("cannot encode the metrics page".into()))?;
+    Ok(page)
+}
+
+fn method_name(m: Method) -> &'static str {
+    match m {
+        Method::PagemapScan => "pagemap-scan",
+        Method::PagemapSmaps => "pagemap-smaps",
+        Method::SmapsOnly => "smaps-only",
+    }
+}
+
+/// Eligible windows of `path` and (with PFN access) how many are PMD folios
+/// now, measured the way `warm` measures its result.
+pub fn file_state(path: &Path) -> Result<(u64, Option<u64>)> {
+    let t = warm::plan(path)?;
+    let eligible = t.eligible_windows();
+    if !kernel::pfn_access() || eligible == 0 {
+        return Ok((eligible, None));
+    }
+    Ok((eligible, Some(warm::pmd_windows_now(&t)?)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vmstat_fields_of_this_kernel() {
+        let v = parse_vmstat("thp_file_alloc 5\nnr_file_hugepages 2\npgfault 9\nbad\n");
+        assert_eq!(v, vec![("thp_file_alloc", 5), ("nr_file_hugepages", 2)]);
+        let real = parse_vmstat(&std::fs::read_to_string("/proc/vmstat").unwrap());
+        assert!(real.iter().any(|(k, _)| *k == "thp_file_mapped"), "{real:?}");
+    }
+
+    #[test]
+    fn cgroup_of_self_and_of_nobody() {
+        let cg = cgroup_of(std::process::id() as i32).unwrap();
+        assert!(cg.starts_with('/'), "{cg}");
+        assert_eq!(cgroup_of(i32::MAX), None);
+    }
+
+    #[test]
+    fn series_cap_counts_what_it_drops() {
+        let mut c = Capped {
+            cap: 5,
+            used: 0,
+            dropped: 0,
+        };
+        assert!(c.take(3));
+        assert!(!c.take(3));
+        assert!(c.take(2));
+        assert!(!c.take(1));
+        assert_eq!((c.used, c.dropped), (5, 4));
+    }
+
+    #[test]
+    fn a_page_of_this_system() {
+        let m = AgentMetrics::default();
+        let page = scrape(
+            &m,
+            &ScrapeInput {
+                policy_files: vec![],
+                max_series: 100,
+                folio_sizes: true,
+            },
+        )
+        .unwrap();
+        assert!(page.ends_with("# EOF\n"), "{page}");
+        assert!(page.contains("hugetext_exe_text_bytes{path=\""), "{page}");
+        assert!(page.contains("hugetext_scrapes_total 1\n"), "{page}");
+        assert!(page.contains("hugetext_vmstat_thp_file_mapped_total "), "{page}");
+        // The cap holds: at most 100 series per exe family.
+        let n = page
+            .lines()
+            .filter(|l| l.starts_with("hugetext_exe_text_bytes{"))
+            .count();
+        assert!(n <= 100, "{n}");
+        assert!(!page.lines().any(|l| l.contains("pid=")));
+    }
+}

@@ -1,0 +1,172 @@
+# Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
+function __fish_hugetext_global_optspecs
+    string join \n h/help V/version
+end
+
+function __fish_hugetext_needs_command
+    # Figure out if the current invocation already has a command.
+    set -l cmd (commandline -opc)
+    set -e cmd[1]
+    argparse -s (__fish_hugetext_global_optspecs) -- $cmd 2>/dev/null
+    or return
+    if set -q argv[1]
+        # Also print the command, so this can be used to figure out what it is.
+        echo $argv[1]
+        return 1
+    end
+    return 0
+end
+
+function __fish_hugetext_using_subcommand
+    set -l cmd (__fish_hugetext_needs_command)
+    test -z "$cmd"
+    and return 1
+    contains -- $cmd[1] $argv
+end
+
+complete -c hugetext -n "__fish_hugetext_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c hugetext -n "__fish_hugetext_needs_command" -s V -l version -d 'Print version'
+complete -c hugetext -n "__fish_hugetext_needs_command" -f -a "inspect" -d 'Show how text (or all memory) of processes, cgroups, files or the system is backed'
+complete -c hugetext -n "__fish_hugetext_needs_command" -f -a "doctor" -d 'Report what this kernel can do for huge text, and what it means for you'
+complete -c hugetext -n "__fish_hugetext_needs_command" -f -a "explain" -d 'Say why each text mapping of a process is or is not on huge pages, and the command that fixes it'
+complete -c hugetext -n "__fish_hugetext_needs_command" -f -a "check" -d 'Tell whether ELF files\' text can be PMD-mapped, and what `align` would gain'
+complete -c hugetext -n "__fish_hugetext_needs_command" -f -a "align" -d 'Rewrite an ELF file so its read-only segments can be PMD-mapped'
+complete -c hugetext -n "__fish_hugetext_needs_command" -f -a "warm" -d 'Fill the page cache with PMD-sized folios for programs\' text'
+complete -c hugetext -n "__fish_hugetext_needs_command" -f -a "run" -d 'Run a program with its text (and its libraries\') remapped onto huge pages'
+complete -c hugetext -n "__fish_hugetext_needs_command" -f -a "agent" -d 'Serve Prometheus metrics about huge-page text, and keep a policy\'s programs warm'
+complete -c hugetext -n "__fish_hugetext_needs_command" -f -a "bench" -d 'Benchmarks: the Linux large-folio patches\' micro-benchmarks and A/B runs of real programs'
+complete -c hugetext -n "__fish_hugetext_needs_command" -f -a "completions" -d 'Print shell completions (bash, zsh, fish, elvish, powershell) to stdout'
+complete -c hugetext -n "__fish_hugetext_needs_command" -f -a "man" -d 'Print the man page (roff) to stdout'
+complete -c hugetext -n "__fish_hugetext_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c hugetext -n "__fish_hugetext_using_subcommand inspect" -l pid -d 'Inspect this process (repeatable). A process that does not exist is an error' -r
+complete -c hugetext -n "__fish_hugetext_using_subcommand inspect" -l cgroup -d 'Inspect every process in this cgroup and its descendants (v1 or v2), e.g. /sys/fs/cgroup/system.slice/nginx.service' -r -F
+complete -c hugetext -n "__fish_hugetext_using_subcommand inspect" -l file -d 'Page-cache view of these files, whether or not anyone maps them: cached kB held in folios of each size. Reads nothing that is not cached' -r -F
+complete -c hugetext -n "__fish_hugetext_using_subcommand inspect" -l cont -d 'Also count naturally aligned, physically contiguous blocks of SIZE inside one folio (arm64 contpte: 64K; AMD PTE coalescing: 16K/32K). SIZE is a power-of-two number of pages, at least 2 pages, at most the PMD size, with an optional K/M suffix (repeatable)' -r
+complete -c hugetext -n "__fish_hugetext_using_subcommand inspect" -l watch -d 'Repeat every SECS seconds until interrupted' -r
+complete -c hugetext -n "__fish_hugetext_using_subcommand inspect" -l all -d 'Every mapping (anonymous and file-backed apart), not only executable ones'
+complete -c hugetext -n "__fish_hugetext_using_subcommand inspect" -l rollup -d 'Sum per process and in total instead of listing every mapping'
+complete -c hugetext -n "__fish_hugetext_using_subcommand inspect" -l json -d 'Print JSON (thpmaps\' labels, values in kB) instead of tables'
+complete -c hugetext -n "__fish_hugetext_using_subcommand inspect" -l inc-empty -d 'Also show classes whose value is 0 in tables (JSON always has them)'
+complete -c hugetext -n "__fish_hugetext_using_subcommand inspect" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c hugetext -n "__fish_hugetext_using_subcommand inspect" -s V -l version -d 'Print version'
+complete -c hugetext -n "__fish_hugetext_using_subcommand doctor" -l path -d 'A directory (or a file, whose directory is used) on the filesystem to probe: where your programs and libraries live. Must be writable for the experiment' -r -F
+complete -c hugetext -n "__fish_hugetext_using_subcommand doctor" -l json -d 'Print JSON instead of a table'
+complete -c hugetext -n "__fish_hugetext_using_subcommand doctor" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c hugetext -n "__fish_hugetext_using_subcommand doctor" -s V -l version -d 'Print version'
+complete -c hugetext -n "__fish_hugetext_using_subcommand explain" -l pid -d 'Explain this process (repeatable)' -r
+complete -c hugetext -n "__fish_hugetext_using_subcommand explain" -l cgroup -d 'Explain every process in this cgroup and its descendants (v1 or v2)' -r -F
+complete -c hugetext -n "__fish_hugetext_using_subcommand explain" -l stop -d 'With PROGRAM: end it after explaining instead of waiting for it'
+complete -c hugetext -n "__fish_hugetext_using_subcommand explain" -l json -d 'Print JSON (a stable reason code per mapping) instead of text'
+complete -c hugetext -n "__fish_hugetext_using_subcommand explain" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c hugetext -n "__fish_hugetext_using_subcommand explain" -s V -l version -d 'Print version'
+complete -c hugetext -n "__fish_hugetext_using_subcommand check" -l json -d 'Print a JSON array with one object per file (fields include pmd_mappable_bytes and pmd_mappable_bytes_after_align)'
+complete -c hugetext -n "__fish_hugetext_using_subcommand check" -s h -l help -d 'Print help'
+complete -c hugetext -n "__fish_hugetext_using_subcommand check" -s V -l version -d 'Print version'
+complete -c hugetext -n "__fish_hugetext_using_subcommand align" -s o -l output -d 'Write the aligned file here and leave FILE untouched' -r -F
+complete -c hugetext -n "__fish_hugetext_using_subcommand align" -l dry-run -d 'Only say what would be done'
+complete -c hugetext -n "__fish_hugetext_using_subcommand align" -l force -d 'Rewrite signed files too (their signature becomes invalid)'
+complete -c hugetext -n "__fish_hugetext_using_subcommand align" -l json -d 'Print the outcome as JSON'
+complete -c hugetext -n "__fish_hugetext_using_subcommand align" -s h -l help -d 'Print help'
+complete -c hugetext -n "__fish_hugetext_using_subcommand align" -s V -l version -d 'Print version'
+complete -c hugetext -n "__fish_hugetext_using_subcommand warm" -l config -d 'Read the files to warm (and options) from a TOML file, e.g. /etc/hugetext/warm.conf; see doc/warm.md. PATH arguments are added' -r -F
+complete -c hugetext -n "__fish_hugetext_using_subcommand warm" -l max-mem -d 'Memory guard: refuse to warm more than this, as a share of MemAvailable (50%) or a size (4G, 512M). Default 50%' -r
+complete -c hugetext -n "__fish_hugetext_using_subcommand warm" -l replace-allow -d 'Let --replace proceed where it refuses by default' -r -f -a "hardlinked\t'Files with more than one hard link (the other names keep the old file)'
+open-for-write\t'Files a process has open for writing (its writes go to the old file)'
+signed\t'Signed files (IMA/EVM xattrs, fs-verity)'"
+complete -c hugetext -n "__fish_hugetext_using_subcommand warm" -l deps -d 'Also warm every shared library the programs load (DT_NEEDED, resolved like ld.so: RPATH/RUNPATH, LD_LIBRARY_PATH, ld.so.cache, default dirs)'
+complete -c hugetext -n "__fish_hugetext_using_subcommand warm" -l json -d 'Print the result as JSON: {"files":[{"path", "pmd_kb", "blocked_kb", ...}]}'
+complete -c hugetext -n "__fish_hugetext_using_subcommand warm" -l replace -d 'Files whose windows running processes block: write an identical copy (mode, owner, xattrs, capabilities, times kept), warm it and rename it over the original. Running processes keep the old file; new ones get huge folios'
+complete -c hugetext -n "__fish_hugetext_using_subcommand warm" -l no-collapse -d 'Do not try MADV_COLLAPSE on windows that stayed small'
+complete -c hugetext -n "__fish_hugetext_using_subcommand warm" -l path-unit -d 'Print a systemd .path unit that re-warms when any of the files (and the --config file) changes, and exit'
+complete -c hugetext -n "__fish_hugetext_using_subcommand warm" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c hugetext -n "__fish_hugetext_using_subcommand warm" -s V -l version -d 'Print version'
+complete -c hugetext -n "__fish_hugetext_using_subcommand run" -l strategy -d 'Routes the preload may use' -r -f -a "auto\t'already huge, else file, else collapse, else copy (per 2 MiB window)'
+file\t'zero copy through 2 MiB page-cache folios (shared, no extra memory)'
+collapse\t'MADV_COLLAPSE of file text (needs CONFIG_READ_ONLY_THP_FOR_FS)'
+copy\t'copy into anonymous huge pages, mremap over the text (private memory)'"
+complete -c hugetext -n "__fish_hugetext_using_subcommand run" -l include -d 'Only remap mappings whose file path matches RE (literals . [..] \\d \\w \\s * + ? ^ $ |)' -r
+complete -c hugetext -n "__fish_hugetext_using_subcommand run" -l exclude -d 'Leave mappings whose file path matches RE alone' -r
+complete -c hugetext -n "__fish_hugetext_using_subcommand run" -l preload -d 'The libhugetext.so to inject' -r -F
+complete -c hugetext -n "__fish_hugetext_using_subcommand run" -s v -l verbose -d 'Report on stderr, per text mapping, what was done and why not'
+complete -c hugetext -n "__fish_hugetext_using_subcommand run" -l inherit -d 'Let child processes inherit the preload (default: they do not)'
+complete -c hugetext -n "__fish_hugetext_using_subcommand run" -l gdb -d 'gdb/perf-friendly: never copy text to anonymous memory (zero-copy routes only)'
+complete -c hugetext -n "__fish_hugetext_using_subcommand run" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c hugetext -n "__fish_hugetext_using_subcommand run" -s V -l version -d 'Print version'
+complete -c hugetext -n "__fish_hugetext_using_subcommand agent" -l config -d 'The config file: the programs to keep warm and the [agent] settings (TOML, the format of `warm --config`); e.g. /etc/hugetext/warm.conf' -r -F
+complete -c hugetext -n "__fish_hugetext_using_subcommand agent" -l listen -d 'Where to serve /metrics and /healthz [default: the config\'s listen, else 127.0.0.1:9437]' -r
+complete -c hugetext -n "__fish_hugetext_using_subcommand agent" -l check-config -d 'Check the config and print the policy\'s files, then exit'
+complete -c hugetext -n "__fish_hugetext_using_subcommand agent" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c hugetext -n "__fish_hugetext_using_subcommand agent" -s V -l version -d 'Print version'
+complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and not __fish_seen_subcommand_from exec mprotect readahead ab help" -s h -l help -d 'Print help'
+complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and not __fish_seen_subcommand_from exec mprotect readahead ab help" -s V -l version -d 'Print version'
+complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and not __fish_seen_subcommand_from exec mprotect readahead ab help" -f -a "exec" -d 'The exec-readahead microbenchmark of the Linux "large folios for exec memory" patches: cold faults and random calls into a large executable file of RET stubs; baseline vs MADV_HUGEPAGE vs a warmed page cache'
+complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and not __fish_seen_subcommand_from exec mprotect readahead ab help" -f -a "mprotect" -d 'The test program of the Linux "Optimize mprotect() for large folios" patches: mprotect() read-only/read-write 40 times over 1 GiB of PTE-mapped PMD THPs, of 64 KiB mTHPs, and of 4 KiB pages'
+complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and not __fish_seen_subcommand_from exec mprotect readahead ab help" -f -a "readahead" -d 'The effect of the Linux "batch folio insertion" readahead patches: readahead(2) throughput from N threads, into N distinct files vs disjoint slices of one shared file (page-cache lock contention)'
+complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and not __fish_seen_subcommand_from exec mprotect readahead ab help" -f -a "ab" -d 'Run a real command alternately with its text (and its libraries\', and its children\'s) in small and in PMD page-cache folios, paired'
+complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and not __fish_seen_subcommand_from exec mprotect readahead ab help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from exec" -l size -d 'Size of each variant\'s RET-stub file (K, M, G suffixes; whole 2 MiB units). A run keeps all three in the page cache' -r
+complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from exec" -l runs -d 'Runs (the minimum with --until-ci); each run measures every variant once' -r
+complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from exec" -l dir -d 'Directory for the stub files, on a disk filesystem (ext4, xfs). Default: $TMPDIR unless it is tmpfs, else the current directory' -r -F
+complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from exec" -l calls-per-page -d 'Random calls per page of the file' -r
+complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from exec" -l random-passes -d 'Passes of the random phase per run, variants alternating pass by pass; the fastest pass counts' -r
+complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from exec" -l seed -d 'Seed of the random phase and of the bootstrap' -r
+complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from exec" -l until-ci -d 'Keep adding runs (after --runs) until every ratio\'s 95% confidence interval is at most WIDTH wide (e.g. 0.05), or --max-time has passed' -r
+complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from exec" -l max-time -d 'Time budget for --until-ci, from the first run (s, m, h suffixes)' -r
+complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from exec" -l json -d 'Print JSON instead of tables'
+complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from exec" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from exec" -s V -l version -d 'Print version'
+complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from mprotect" -l size -d 'Memory per case (the test program: 1G); a run holds all cases' -r
+complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from mprotect" -l loops -d 'mprotect read-only/read-write rounds' -r
+complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from mprotect" -l runs -d 'Runs (the minimum with --until-ci); cases alternate round by round' -r
+complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from mprotect" -l seed -d 'Seed of the bootstrap' -r
+complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from mprotect" -l until-ci -d 'Keep adding runs (after --runs) until every ratio\'s 95% confidence interval is at most WIDTH wide (e.g. 0.05), or --max-time has passed' -r
+complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from mprotect" -l max-time -d 'Time budget for --until-ci, from the first run (s, m, h suffixes)' -r
+complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from mprotect" -l allow-sysfs -d 'Allow setting /sys/kernel/mm/transparent_hugepage/hugepages-64kB/enabled to `madvise` for the mTHP case when it is `never` (restored after)'
+complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from mprotect" -l json -d 'Print JSON instead of tables'
+complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from mprotect" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from mprotect" -s V -l version -d 'Print version'
+complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from readahead" -l threads -d 'Threads (default: number of CPUs)' -r
+complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from readahead" -l size -d 'Bytes read per thread' -r
+complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from readahead" -l chunk -d 'Bytes per readahead(2) call' -r
+complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from readahead" -l runs -d 'Runs (the minimum with --until-ci); configurations alternate' -r
+complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from readahead" -l dir -d 'Directory for the files, on a disk filesystem' -r -F
+complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from readahead" -l seed -d 'Seed of the bootstrap' -r
+complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from readahead" -l until-ci -d 'Keep adding runs (after --runs) until every ratio\'s 95% confidence interval is at most WIDTH wide (e.g. 0.05), or --max-time has passed' -r
+complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from readahead" -l max-time -d 'Time budget for --until-ci, from the first run (s, m, h suffixes)' -r
+complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from readahead" -l json -d 'Print JSON instead of tables'
+complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from readahead" -s h -l help -d 'Print help'
+complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from readahead" -s V -l version -d 'Print version'
+complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from ab" -l runs -d 'Pairs of runs (one small + one huge run each)' -r
+complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from ab" -l plot -d 'Write an SVG plot of every run\'s time to FILE' -r -F
+complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from ab" -l files -d 'More files whose text to manage (e.g. code the warm-up run did not reach, or when ptrace is not permitted and discovery falls back to polling)' -r -F
+complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from ab" -l seed -d 'Seed of the side order and the bootstrap' -r
+complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from ab" -l json -d 'Print JSON instead of tables'
+complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from ab" -l no-discover -d 'Do not discover files from the warm-up run; manage only the executable and --files'
+complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from ab" -l show-output -d 'Show the command\'s standard output (default: discarded)'
+complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from ab" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from ab" -s V -l version -d 'Print version'
+complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from help" -f -a "exec" -d 'The exec-readahead microbenchmark of the Linux "large folios for exec memory" patches: cold faults and random calls into a large executable file of RET stubs; baseline vs MADV_HUGEPAGE vs a warmed page cache'
+complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from help" -f -a "mprotect" -d 'The test program of the Linux "Optimize mprotect() for large folios" patches: mprotect() read-only/read-write 40 times over 1 GiB of PTE-mapped PMD THPs, of 64 KiB mTHPs, and of 4 KiB pages'
+complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from help" -f -a "readahead" -d 'The effect of the Linux "batch folio insertion" readahead patches: readahead(2) throughput from N threads, into N distinct files vs disjoint slices of one shared file (page-cache lock contention)'
+complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from help" -f -a "ab" -d 'Run a real command alternately with its text (and its libraries\', and its children\'s) in small and in PMD page-cache folios, paired'
+complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c hugetext -n "__fish_hugetext_using_subcommand completions" -s h -l help -d 'Print help'
+complete -c hugetext -n "__fish_hugetext_using_subcommand completions" -s V -l version -d 'Print version'
+complete -c hugetext -n "__fish_hugetext_using_subcommand man" -s h -l help -d 'Print help'
+complete -c hugetext -n "__fish_hugetext_using_subcommand man" -s V -l version -d 'Print version'
+complete -c hugetext -n "__fish_hugetext_using_subcommand help; and not __fish_seen_subcommand_from inspect doctor explain check align warm run agent bench completions man help" -f -a "inspect" -d 'Show how text (or all memory) of processes, cgroups, files or the system is backed'
+complete -c hugetext -n "__fish_hugetext_using_subcommand help; and not __fish_seen_subcommand_from inspect doctor explain check align warm run agent bench completions man help" -f -a "doctor" -d 'Report what this kernel can do for huge text, and what it means for you'
+complete -c hugetext -n "__fish_hugetext_using_subcommand help; and not __fish_seen_subcommand_from inspect doctor explain check align warm run agent bench completions man help" -f -a "explain" -d 'Say why each text mapping of a process is or is not on huge pages, and the command that fixes it'
+complete -c hugetext -n "__fish_hugetext_using_subcommand help; and not __fish_seen_subcommand_from inspect doctor explain check align warm run agent bench completions man help" -f -a "check" -d 'Tell whether ELF files\' text can be PMD-mapped, and what `align` would gain'
+complete -c hugetext -n "__fish_hugetext_using_subcommand help; and not __fish_seen_subcommand_from inspect doctor explain check align warm run agent bench completions man help" -f -a "align" -d 'Rewrite an ELF file so its read-only segments can be PMD-mapped'
+complete -c hugetext -n "__fish_hugetext_using_subcommand help; and not __fish_seen_subcommand_from inspect doctor explain check align warm run agent bench completions man help" -f -a "warm" -d 'Fill the page cache with PMD-sized folios for programs\' text'
+complete -c hugetext -n "__fish_hugetext_using_subcommand help; and not __fish_seen_subcommand_from inspect doctor explain check align warm run agent bench completions man help" -f -a "run" -d 'Run a program with its text (and its libraries\') remapped onto huge pages'
+complete -c hugetext -n "__fish_hugetext_using_subcommand help; and not __fish_seen_subcommand_from inspect doctor explain check align warm run agent bench completions man help" -f -a "agent" -d 'Serve Prometheus metrics about huge-page text, and keep a policy\'s programs warm'
+complete -c hugetext -n "__fish_hugetext_using_subcommand help; and not __fish_seen_subcommand_from inspect doctor explain check align warm run agent bench completions man help" -f -a "bench" -d 'Benchmarks: the Linux large-folio patches\' micro-benchmarks and A/B runs of real programs'
+complete -c hugetext -n "__fish_hugetext_using_subcommand help; and not __fish_seen_subcommand_from inspect doctor explain check align warm run agent bench completions man help" -f -a "completions" -d 'Print shell completions (bash, zsh, fish, elvish, powershell) to stdout'
+complete -c hugetext -n "__fish_hugetext_using_subcommand help; and not __fish_seen_subcommand_from inspect doctor explain check align warm run agent bench completions man help" -f -a "man" -d 'Print the man page (roff) to stdout'
+complete -c hugetext -n "__fish_hugetext_using_subcommand help; and not __fish_seen_subcommand_from inspect doctor explain check align warm run agent bench completions man help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c hugetext -n "__fish_hugetext_using_subcommand help; and __fish_seen_subcommand_from bench" -f -a "exec" -d 'The exec-readahead microbenchmark of the Linux "large folios for exec memory" patches: cold faults and random calls into a large executable file of RET stubs; baseline vs MADV_HUGEPAGE vs a warmed page cache'
+complete -c hugetext -n "__fish_hugetext_using_subcommand help; and __fish_seen_subcommand_from bench" -f -a "mprotect" -d 'The test program of the Linux "Optimize mprotect() for large folios" patches: mprotect() read-only/read-write 40 times over 1 GiB of PTE-mapped PMD THPs, of 64 KiB mTHPs, and of 4 KiB pages'
+complete -c hugetext -n "__fish_hugetext_using_subcommand help; and __fish_seen_subcommand_from bench" -f -a "readahead" -d 'The effect of the Linux "batch folio insertion" readahead patches: readahead(2) throughput from N threads, into N distinct files vs disjoint slices of one shared file (page-cache lock contention)'
+complete -c hugetext -n "__fish_hugetext_using_subcommand help; and __fish_seen_subcommand_from bench" -f -a "ab" -d 'Run a real command alternately with its text (and its libraries\', and its children\'s) in small and in PMD page-cache folios, paired'
