@@ -198,6 +198,27 @@ pub fn environment(
     Ok(vars)
 }
 
+/// The environment that makes the preload follow objects loaded after start:
+/// the library named in `LD_AUDIT` too (after entries that were there, less
+/// an older hugetext), or `HUGETEXT_LATE=0` with `--no-dlopen`.
+pub fn late_environment(preload: &Path, off: bool, current: Option<&OsStr>) -> Vec<(OsString, OsString)> {
+    if off {
+        return vec![(OsString::from(env::LATE), OsString::from("0"))];
+    }
+    let mut v = OsString::new();
+    for item in current.map(|c| c.as_bytes()).into_iter().flat_map(env::preload_entries) {
+        if !env::is_hugetext_preload(item) {
+            v.push(OsStr::from_bytes(item));
+            v.push(":");
+        }
+    }
+    v.push(preload.as_os_str());
+    vec![
+        (OsString::from(env::LD_AUDIT), v),
+        (OsString::from(env::LATE), OsString::from("1")),
+    ]
+}
+
 /// Why a program cannot be started.
 #[derive(Debug, thiserror::Error)]
 pub enum LaunchError {
@@ -430,6 +451,22 @@ mod tests {
         }
         let e = check_pattern("(a").unwrap_err().to_string();
         assert!(!e.contains('\n'), "{e}");
+    }
+
+    #[test]
+    fn audit_list_names_the_library_once() {
+        let lib = Path::new("/opt/h/libhugetext.so");
+        let get = |v: &[(OsString, OsString)], k: &str| {
+            v.iter().find(|(n, _)| n == k).map(|(_, x)| x.clone())
+        };
+        let v = late_environment(lib, false, None);
+        assert_eq!(get(&v, "LD_AUDIT").unwrap(), "/opt/h/libhugetext.so");
+        assert_eq!(get(&v, "HUGETEXT_LATE").unwrap(), "1");
+        let v = late_environment(lib, false, Some(OsStr::new("/a/libaudit.so:/old/libhugetext.so")));
+        assert_eq!(get(&v, "LD_AUDIT").unwrap(), "/a/libaudit.so:/opt/h/libhugetext.so");
+        let v = late_environment(lib, true, Some(OsStr::new("/a/libaudit.so")));
+        assert_eq!(get(&v, "LD_AUDIT"), None);
+        assert_eq!(get(&v, "HUGETEXT_LATE").unwrap(), "0");
     }
 
     #[test]

@@ -119,6 +119,10 @@ pub struct Args {
     #[arg(long)]
     pub gdb: bool,
 
+    /// Do not follow libraries loaded after start (dlopen): no LD_AUDIT
+    #[arg(long)]
+    pub no_dlopen: bool,
+
     /// The libhugetext.so to inject
     #[arg(long, value_name = "PATH", env = "HUGETEXT_PRELOAD")]
     pub preload: Option<PathBuf>,
@@ -156,12 +160,13 @@ pub fn run(args: Args) -> Result<u8> {
             program.to_string_lossy()
         ),
         Injectable::SetId => eprintln!(
-            "hugetext: warning: {} is set-user-ID or set-group-ID: the dynamic loader ignores the preload, it runs unchanged",
+            "hugetext: warning: {} is set-user-ID or set-group-ID: the dynamic loader ignores the preload and LD_AUDIT, it runs unchanged",
             program.to_string_lossy()
         ),
     }
-    let env = remap::environment(&opts, &preload, std::env::var_os("LD_PRELOAD").as_deref())
+    let mut env = remap::environment(&opts, &preload, std::env::var_os("LD_PRELOAD").as_deref())
         .map_err(|e| exit_with(125, e.to_string()))?;
+    env.extend(remap::late_environment(&preload, args.no_dlopen, std::env::var_os("LD_AUDIT").as_deref()));
     let err = std::process::Command::new(&resolved)
         .arg0(program)
         .args(rest)
@@ -173,3 +178,4 @@ pub fn run(args: Args) -> Result<u8> {
         _ => exit_with(126, format!("{shown}: cannot execute: {err}")),
     })
 }
+
