@@ -315,6 +315,8 @@ struct Late {
     ld: [usize; MAXP],
     keys: [FileKey; MAXP],
     span: [(usize, usize); MAXP],
+    /// The object has a text mapping with a whole 2 MiB window.
+    big: [bool; MAXP],
     only: [FileKey; MAXP],
 }
 
@@ -369,12 +371,13 @@ fn late(n: usize) {
         *s = (usize::MAX, 0);
     }
     {
-        let Late { buf, keys, span, .. } = st;
+        let Late { buf, keys, span, big, .. } = st;
         let _ = maps::for_each(buf, |l| {
             let k = ((l.dev_major, l.dev_minor), l.inode);
             for i in 0..n {
                 if keys[i] == k && k != NONE {
                     span[i] = (span[i].0.min(l.start), span[i].1.max(l.end));
+                    big[i] |= &l.perms == b"r-xp" && engine::window_bytes(l.start, l.end) > 0;
                 }
             }
         });
@@ -386,6 +389,9 @@ fn late(n: usize) {
             continue;
         }
         remember_span(lms[i], st.span[i].0, st.span[i].1);
+        if !st.big[i] {
+            continue; // no whole 2 MiB window of text: nothing to do
+        }
         // SAFETY: `ld` is the object's dynamic section, mapped (it lies in
         // the mapping that gave `k`).
         if unsafe { has_textrel(st.ld[i] as *const Dyn) } {
