@@ -75,8 +75,14 @@ static HELD: AtomicUsize = AtomicUsize::new(0);
 /// Address ranges of late objects: (link map, first, end, closing).
 const MAXS: usize = 1024;
 #[allow(clippy::type_complexity)]
-static SPANS: [(AtomicUsize, AtomicUsize, AtomicUsize, AtomicBool); MAXS] =
-    [const { (AtomicUsize::new(0), AtomicUsize::new(0), AtomicUsize::new(0), AtomicBool::new(false)) }; MAXS];
+static SPANS: [(AtomicUsize, AtomicUsize, AtomicUsize, AtomicBool); MAXS] = [const {
+    (
+        AtomicUsize::new(0),
+        AtomicUsize::new(0),
+        AtomicUsize::new(0),
+        AtomicBool::new(false),
+    )
+}; MAXS];
 
 extern "C" {
     /// The ELF header of this library: its load address (linker-defined).
@@ -135,7 +141,12 @@ fn release() {
 /// loader has not even loaded the program's libraries yet.
 pub fn in_audit_namespace() -> bool {
     extern "C" {
-        fn dladdr1(addr: *const libc::c_void, info: *mut libc::Dl_info, extra: *mut *mut libc::c_void, flags: i32) -> i32;
+        fn dladdr1(
+            addr: *const libc::c_void,
+            info: *mut libc::Dl_info,
+            extra: *mut *mut libc::c_void,
+            flags: i32,
+        ) -> i32;
         fn dlinfo(handle: *mut libc::c_void, request: i32, arg: *mut libc::c_void) -> i32;
     }
     const RTLD_DL_LINKMAP: i32 = 2;
@@ -299,9 +310,10 @@ fn forget_closing() {
 }
 
 fn remember_span(lm: usize, lo: usize, hi: usize) {
-    let free = SPANS.iter().find(|(m, ..)| m.load(Relaxed) == lm).or_else(|| {
-        SPANS.iter().find(|(m, ..)| m.load(Relaxed) == 0)
-    });
+    let free = SPANS
+        .iter()
+        .find(|(m, ..)| m.load(Relaxed) == lm)
+        .or_else(|| SPANS.iter().find(|(m, ..)| m.load(Relaxed) == 0));
     if let Some((m, l, h, c)) = free {
         l.store(lo, Relaxed);
         h.store(hi, Relaxed);
@@ -371,7 +383,9 @@ fn late(n: usize) {
         *s = (usize::MAX, 0);
     }
     {
-        let Late { buf, keys, span, big, .. } = st;
+        let Late {
+            buf, keys, span, big, ..
+        } = st;
         let _ = maps::for_each(buf, |l| {
             let k = ((l.dev_major, l.dev_minor), l.inode);
             for i in 0..n {
@@ -383,6 +397,7 @@ fn late(n: usize) {
         });
     }
     let mut m = 0;
+    #[allow(clippy::needless_range_loop)] // five arrays indexed alike
     for i in 0..n {
         let k = st.keys[i];
         if k == NONE {

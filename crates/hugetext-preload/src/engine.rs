@@ -258,7 +258,11 @@ impl State {
             if scope.only.is_some() && copied {
                 return; // a late pass handles new objects only
             }
-            match in_scope(scope, ((l.dev_major, l.dev_minor), l.inode), window_bytes(l.start, l.end)) {
+            match in_scope(
+                scope,
+                ((l.dev_major, l.dev_minor), l.inode),
+                window_bytes(l.start, l.end),
+            ) {
                 None => return,
                 Some(true) => {}
                 Some(false) => {
@@ -1386,16 +1390,14 @@ pub fn remap_in(cfg: &Config, scope: &Scope) -> isize {
             }
             let t = &pass.t;
             let huge = t.already + t.file + t.collapse + t.copy;
-            if cfg.verbose {
+            // A late pass whose objects were all filtered out says nothing.
+            if cfg.verbose && (scope.only.is_none() || t.windows > 0) {
                 let mut o = line();
                 o.s("pid ").u(sys::getpid() as u64);
                 if scope.only.is_some() {
                     o.s(", loaded after start (dlopen)");
                 }
-                o.s(": ")
-                    .mib(huge)
-                    .s(" of ")
-                    .mib(t.windows);
+                o.s(": ").mib(huge).s(" of ").mib(t.windows);
                 o.s(" text in whole 2 MiB windows is huge-backed (already ")
                     .mib(t.already);
                 o.s(", file ")

@@ -430,7 +430,10 @@ fn rewrite_without(fd: i32, lo: u64, hi: u64) -> isize {
 fn keep_lines(buf: &mut [u8], lo: u64, hi: u64) -> (usize, usize) {
     let (mut r, mut w, mut dropped) = (0, 0, 0);
     while r < buf.len() {
-        let end = buf[r..].iter().position(|&c| c == b'\n').map_or(buf.len(), |i| r + i + 1);
+        let end = buf[r..]
+            .iter()
+            .position(|&c| c == b'\n')
+            .map_or(buf.len(), |i| r + i + 1);
         let line = &buf[r..end];
         let start = line
             .split(|&c| c == b' ')

@@ -112,7 +112,15 @@ pub fn sleep_ns(ns: u64) {
         tv_sec: 0,
         tv_nsec: ns as libc::c_long,
     };
-    call(libc::SYS_nanosleep, &ts as *const libc::timespec as usize, 0, 0, 0, 0, 0);
+    call(
+        libc::SYS_nanosleep,
+        &ts as *const libc::timespec as usize,
+        0,
+        0,
+        0,
+        0,
+        0,
+    );
 }
 
 /// `openat(AT_FDCWD, path, flags, mode)`; `path` must be NUL-terminated.

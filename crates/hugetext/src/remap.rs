@@ -456,9 +456,7 @@ mod tests {
     #[test]
     fn audit_list_names_the_library_once() {
         let lib = Path::new("/opt/h/libhugetext.so");
-        let get = |v: &[(OsString, OsString)], k: &str| {
-            v.iter().find(|(n, _)| n == k).map(|(_, x)| x.clone())
-        };
+        let get = |v: &[(OsString, OsString)], k: &str| v.iter().find(|(n, _)| n == k).map(|(_, x)| x.clone());
         let v = late_environment(lib, false, None);
         assert_eq!(get(&v, "LD_AUDIT").unwrap(), "/opt/h/libhugetext.so");
         assert_eq!(get(&v, "HUGETEXT_LATE").unwrap(), "1");

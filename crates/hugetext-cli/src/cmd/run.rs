@@ -166,7 +166,11 @@ pub fn run(args: Args) -> Result<u8> {
     }
     let mut env = remap::environment(&opts, &preload, std::env::var_os("LD_PRELOAD").as_deref())
         .map_err(|e| exit_with(125, e.to_string()))?;
-    env.extend(remap::late_environment(&preload, args.no_dlopen, std::env::var_os("LD_AUDIT").as_deref()));
+    env.extend(remap::late_environment(
+        &preload,
+        args.no_dlopen,
+        std::env::var_os("LD_AUDIT").as_deref(),
+    ));
     let err = std::process::Command::new(&resolved)
         .arg0(program)
         .args(rest)
@@ -178,4 +182,3 @@ pub fn run(args: Args) -> Result<u8> {
         _ => exit_with(126, format!("{shown}: cannot execute: {err}")),
     })
 }
-
