@@ -14,8 +14,11 @@ How it works: `hugetext run` replaces itself with PROGRAM (exec: same pid,
 like `env` or `taskset`), with libhugetext.so injected through LD_PRELOAD.
 Before main, the library remaps the text of the program and of every shared
 library loaded at start, then removes itself from LD_PRELOAD so child
-processes run plain (unless --inherit). Any failure leaves the original text
-in place; -v says why. A running program can do the same on demand with the
+processes run plain (unless --inherit). The library is named in LD_AUDIT too,
+so objects loaded later with dlopen (libjvm.so, Python extension modules,
+plugins) are remapped after the loader maps them and before they are
+relocated or run (--no-dlopen: not followed). Any failure leaves the
+original text in place; -v says why. A running program can do the same on demand with the
 C API: hugetext_remap_text() in <hugetext.h>, linked with -lhugetext.
 
 Exit status: PROGRAM's own (run replaces itself with it, so the convention of
@@ -37,6 +40,11 @@ five from its options):
   HUGETEXT_PERF_MAP=0      do not write /tmp/perf-PID.map for copied text
   HUGETEXT_NAME=0          do not name copied text [anon:hugetext:PATH]
   HUGETEXT_DISABLE=1       the preload does nothing
+  HUGETEXT_LATE=0          do not follow objects loaded after start (dlopen);
+                           what --no-dlopen sets (run then sets no LD_AUDIT)
+  HUGETEXT_LATE_MIN=SIZE   leave objects loaded after start alone when their
+                           text has fewer bytes in whole 2 MiB windows
+                           (K, M, G suffixes; default 2M: one window)
   HUGETEXT_COMPAT=no-pagemap-scan,no-populate,no-pt-reclaim   (or `all`)
                            testing/diagnosis: act as if the kernel had no
                            PAGEMAP_SCAN (before 6.7: verify with smaps totals),
