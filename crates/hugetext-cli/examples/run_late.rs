@@ -78,10 +78,10 @@ fn main() {
             "python3 -c pass (start-up)",
             vec![py.clone(), "-c".into(), "pass".into()],
         ),
-        ("python3 + numpy, BLAS loop", vec![py.clone(), s(&blas), "300".into()]),
+        ("python3 + numpy, BLAS loop", vec![py.clone(), s(&blas), "40".into()]),
         (
-            "java Work 2000000",
-            vec!["java".into(), "-cp".into(), s(&jdir), "Work".into(), "2000000".into()],
+            "java Work 400000",
+            vec!["java".into(), "-cp".into(), s(&jdir), "Work".into(), "400000".into()],
         ),
     ];
     println!("{n} rounds per workload, sides in rotating order; ratios: median of per-round ratios [95% CI]");

@@ -415,3 +415,18 @@ fn java_libjvm_text_is_huge_and_the_output_unchanged() {
         "libjvm.so: {huge} of {windows} kB of whole windows huge-backed"
     );
 }
+
+/// Children run plain: the constructor removes the library from `LD_AUDIT`
+/// as from `LD_PRELOAD` (an auditor the user had stays), unless --inherit.
+#[test]
+fn children_do_not_inherit_the_auditor_unless_asked() {
+    let sh = Path::new("/bin/sh");
+    let echo = ["-c", "echo \"[$LD_AUDIT]\""];
+    let o = run(&[], &[], None, sh, &echo);
+    assert_eq!(common::text(&o.stdout), "[]\n");
+    let o = run(&["--inherit"], &[], None, sh, &echo);
+    let lib = common::preload();
+    assert_eq!(common::text(&o.stdout), format!("[{}]\n", lib.display()));
+    let o = run(&["--no-dlopen"], &[], None, sh, &echo);
+    assert_eq!(common::text(&o.stdout), "[]\n");
+}
