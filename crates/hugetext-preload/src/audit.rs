@@ -259,6 +259,14 @@ pub unsafe extern "C" fn la_objclose(cookie: *mut usize) -> c_uint {
         return 0;
     }
     let lm = *cookie;
+    // An object removed before the consistent state that would have
+    // handled it (a dlopen that failed after mapping it): forget it, its
+    // link map is about to be freed.
+    let n = NPENDING.load(Relaxed).min(MAXP);
+    if let Some(i) = (0..n).find(|&i| PENDING[i].load(Relaxed) == lm) {
+        PENDING[i].store(PENDING[n - 1].load(Relaxed), Relaxed);
+        NPENDING.store(n - 1, Relaxed);
+    }
     for (m, _, _, closing) in SPANS.iter() {
         if m.load(Relaxed) == lm {
             closing.store(true, Relaxed);
