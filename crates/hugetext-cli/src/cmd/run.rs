@@ -179,6 +179,14 @@ pub fn run(args: Args) -> Result<u8> {
         args.no_dlopen,
         std::env::var_os("LD_AUDIT").as_deref(),
     ));
+    if !args.no_dlopen {
+        // Room in the static TLS block for the libraries loaded at start
+        // (glibc sets it up before loading them when an auditor is named).
+        let need = remap::initial_static_tls(&resolved, &preload);
+        if let Some(t) = remap::tunables_with_static_tls(std::env::var_os("GLIBC_TUNABLES").as_deref(), need) {
+            env.push(("GLIBC_TUNABLES".into(), t));
+        }
+    }
     let err = std::process::Command::new(&resolved)
         .arg0(program)
         .args(rest)
