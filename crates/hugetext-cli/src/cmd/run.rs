@@ -17,7 +17,9 @@ library loaded at start, then removes itself from LD_PRELOAD so child
 processes run plain (unless --inherit). The library is named in LD_AUDIT too,
 so objects loaded later with dlopen (libjvm.so, Python extension modules,
 plugins) are remapped after the loader maps them and before they are
-relocated or run (--no-dlopen: not followed). Any failure leaves the
+relocated or run (--no-dlopen: not followed); GLIBC_TUNABLES then gets room
+for the libraries' static TLS (glibc.rtld.optional_static_tls, which the
+loader needs when an auditor is named). Any failure leaves the
 original text in place; -v says why. A running program can do the same on demand with the
 C API: hugetext_remap_text() in <hugetext.h>, linked with -lhugetext.
 
