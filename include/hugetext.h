@@ -17,6 +17,11 @@ extern "C" {
  * anonymous huge pages moved over the text with one mremap (code running
  * there never sees a hole).
  *
+ * Every call handles the text mapped at that moment, so it also remaps
+ * objects loaded with dlopen() since the last call. (Under `hugetext run`
+ * objects loaded after start are remapped by the library itself, through
+ * the rtld audit interface, before they first run.)
+ *
  * Safe to call from a multi-threaded program, any number of times; a call
  * made while another thread is inside it returns -EBUSY. Any failure leaves
  * the original text in place. Settings come from the HUGETEXT_* environment

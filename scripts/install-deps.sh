@@ -38,3 +38,19 @@ if ! dpkg -s prometheus >/dev/null 2>&1; then
 fi
 command -v cargo-deb >/dev/null 2>&1 || { echo "install-deps: cargo install --locked cargo-deb" >&2; cargo install --locked --quiet cargo-deb; }
 command -v kubernetes-validate >/dev/null 2>&1 || { echo "install-deps: pip install kubernetes-validate" >&2; python3 -m pip install --quiet kubernetes-validate 2>/dev/null || python3 -m pip install --quiet --break-system-packages kubernetes-validate; }
+# Objects loaded after start (crates/hugetext-cli/tests/late_load.rs): a JDK
+# (java, javac) and python3's numpy from PyPI (its wheel bundles OpenBLAS in
+# numpy.libs/, dlopen'ed by `import numpy`).
+late=()
+for p in openjdk-17-jdk-headless python3-pip; do
+  dpkg -s "$p" >/dev/null 2>&1 || late+=("$p")
+done
+if [ ${#late[@]} -gt 0 ] && [ "$(id -u)" -eq 0 ]; then
+  echo "install-deps: installing ${late[*]}" >&2
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${late[@]}" >/dev/null ||
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${late[@]}" >/dev/null; }
+fi
+if ! python3 -c 'import numpy' >/dev/null 2>&1; then
+  echo "install-deps: pip install numpy" >&2
+  python3 -m pip install -q numpy 2>/dev/null || python3 -m pip install -q --break-system-packages numpy
+fi

@@ -135,6 +135,12 @@ for l in libgcc_s.so.1 libnss_files.so.2; do
   p=$(ldconfig -p | awk -v l="$l" '$1 == l && /x86-64/ {print $NF; exit}')
   [ -n "$p" ] && copy_with_libs "$p"
 done
+# The dynamic loader at its real path too (ldd names /lib64/..., a symlink on
+# Debian): an rtld audit module's namespace (`hugetext run` names
+# libhugetext.so in LD_AUDIT) loads libc, which needs ld-linux-x86-64.so.2
+# found by the library search path.
+ldso=$(readlink -f /lib64/ld-linux-x86-64.so.2)
+[ -e "$root$ldso" ] || { mkdir -p "$root$(dirname "$ldso")"; cp -L "$ldso" "$root$ldso"; }
 printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/sh\n' > "$root/etc/passwd"
 printf 'root:x:0:\nnogroup:x:65534:\n' > "$root/etc/group"
 cp tests/vm/guest-init.sh "$root/init"

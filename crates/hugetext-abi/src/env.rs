@@ -22,6 +22,35 @@ pub const PERF_MAP: &str = "HUGETEXT_PERF_MAP";
 pub const NAME: &str = "HUGETEXT_NAME";
 /// The dynamic loader's list of libraries to preload.
 pub const LD_PRELOAD: &str = "LD_PRELOAD";
+/// The dynamic loader's list of audit libraries (rtld-audit(7)): `run` names
+/// libhugetext.so there too, so that it sees objects loaded after start.
+pub const LD_AUDIT: &str = "LD_AUDIT";
+/// `0`: do not follow objects loaded after start (dlopen).
+pub const LATE: &str = "HUGETEXT_LATE";
+/// Objects loaded after start whose text mapping has fewer bytes in whole
+/// 2 MiB windows than this are left alone (bytes; suffix K, M or G).
+pub const LATE_MIN: &str = "HUGETEXT_LATE_MIN";
+/// Default of [`LATE_MIN`]: one whole 2 MiB window.
+pub const LATE_MIN_DEFAULT: u64 = 2 << 20;
+
+/// Parse a size: decimal bytes with an optional `K`, `M` or `G` suffix
+/// (binary units, either case). `None` for anything else.
+pub fn parse_size(v: &[u8]) -> Option<u64> {
+    let (digits, shift) = match v.last()? {
+        b'k' | b'K' => (&v[..v.len() - 1], 10),
+        b'm' | b'M' => (&v[..v.len() - 1], 20),
+        b'g' | b'G' => (&v[..v.len() - 1], 30),
+        _ => (v, 0),
+    };
+    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let mut n: u64 = 0;
+    for &d in digits {
+        n = n.checked_mul(10)?.checked_add((d - b'0') as u64)?;
+    }
+    n.checked_mul(1 << shift)
+}
 
 /// How the preload may make text huge-backed (`HUGETEXT_STRATEGY`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -92,6 +121,20 @@ mod tests {
         assert_eq!(Strategy::parse(b""), Some(Strategy::Auto));
         assert_eq!(Strategy::parse(b"Copy"), None);
         assert_eq!(Strategy::parse(b"copy "), None);
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size(b"0"), Some(0));
+        assert_eq!(parse_size(b"4096"), Some(4096));
+        assert_eq!(parse_size(b"2M"), Some(2 << 20));
+        assert_eq!(parse_size(b"6m"), Some(6 << 20));
+        assert_eq!(parse_size(b"1G"), Some(1 << 30));
+        assert_eq!(parse_size(b"512k"), Some(512 << 10));
+        for bad in [&b""[..], b"M", b"-1", b"2 M", b"2MiB", b"0x10", b"99999999999999999999"] {
+            assert_eq!(parse_size(bad), None, "{:?}", core::str::from_utf8(bad));
+        }
+        assert_eq!(parse_size(b"17179869184G"), None);
     }
 
     #[test]

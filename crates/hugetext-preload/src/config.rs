@@ -31,6 +31,12 @@ pub struct Config {
     /// `HUGETEXT_COMPAT`: kernel features to act as if missing, to exercise
     /// the fallbacks older kernels need (testing and diagnosis).
     pub compat: Compat,
+    /// Follow objects loaded after start (`HUGETEXT_LATE`, default on).
+    pub late: bool,
+    /// Minimum bytes in whole 2 MiB windows of a late object's text mapping.
+    pub late_min: u64,
+    /// `HUGETEXT_LATE_MIN` that could not be parsed (reported in verbose mode).
+    pub bad_late_min: Option<&'static [u8]>,
 }
 
 /// Kernel features the pass must not use (`HUGETEXT_COMPAT`), as if the
@@ -88,6 +94,13 @@ impl Config {
         let preloaded = getenv(env::LD_PRELOAD.as_bytes())
             .map(|v| env::preload_entries(v).any(env::is_hugetext_preload))
             .unwrap_or(false);
+        let (late_min, bad_late_min) = match getenv(env::LATE_MIN.as_bytes()) {
+            None => (env::LATE_MIN_DEFAULT, None),
+            Some(v) => match env::parse_size(v) {
+                Some(n) => (n, None),
+                None => (env::LATE_MIN_DEFAULT, Some(v)),
+            },
+        };
         Config {
             strategy,
             verbose: flag(env::VERBOSE.as_bytes(), false),
@@ -103,14 +116,23 @@ impl Config {
             compat: getenv(hugetext_abi::compat::VAR.as_bytes())
                 .map(Compat::parse)
                 .unwrap_or_default(),
+            late: flag(env::LATE.as_bytes(), true),
+            late_min,
+            bad_late_min,
         }
     }
 }
 
-/// Remove every `libhugetext*` entry from `LD_PRELOAD`, editing the
-/// environment string in place (it only gets shorter; nothing allocated).
-/// An emptied `LD_PRELOAD` is removed from the environment.
+/// Remove every `libhugetext*` entry from `LD_PRELOAD` and `LD_AUDIT`,
+/// editing the environment strings in place (they only get shorter;
+/// nothing allocated). An emptied variable is removed from the environment.
+/// (The dynamic loader has read both before any constructor runs.)
 pub fn strip_preload() {
+    strip(b"LD_PRELOAD=");
+    strip(b"LD_AUDIT=");
+}
+
+fn strip(var: &[u8]) {
     // SAFETY: single-threaded start-up (called from the constructor only);
     // the environment array and its strings are writable process memory.
     unsafe {
@@ -122,8 +144,8 @@ pub fn strip_preload() {
             let s = *p as *mut u8;
             let len = cstr(*p).len();
             let bytes = core::slice::from_raw_parts_mut(s, len + 1);
-            if bytes.starts_with(b"LD_PRELOAD=") {
-                let start = b"LD_PRELOAD=".len();
+            if bytes.starts_with(var) {
+                let start = var.len();
                 let mut w = start;
                 let mut r = start;
                 let mut kept = 0;

@@ -91,6 +91,42 @@ fn was_copied(start: usize, end: usize) -> bool {
 }
 const PATHS: usize = 192 * 1024;
 
+/// A mapped file: (device as /proc/PID/maps shows it, inode).
+pub type FileKey = ((u32, u32), u64);
+
+/// Which text mappings a pass handles.
+pub struct Scope<'a> {
+    /// `None`: every text mapping (the pass at start, and the C API);
+    /// `Some`: only mappings of these files (objects loaded after start,
+    /// [`crate::audit`]).
+    pub only: Option<&'a [FileKey]>,
+    /// Leave mappings with fewer bytes in whole 2 MiB windows alone
+    /// (`HUGETEXT_LATE_MIN`, for objects loaded after start).
+    pub min: u64,
+}
+
+impl Scope<'_> {
+    pub const ALL: Scope<'static> = Scope { only: None, min: 0 };
+}
+
+/// Bytes of `[start, end)` in whole 2 MiB windows.
+pub fn window_bytes(start: usize, end: usize) -> u64 {
+    let ws = (start + PMD - 1) & !(PMD - 1);
+    let we = end & !(PMD - 1);
+    we.saturating_sub(ws) as u64
+}
+
+/// Does a late pass with `scope` handle a text mapping of `key` with
+/// `windows` bytes in whole windows? (`Some(false)`: it is one of the new
+/// objects but below the minimum.) A pure function of the facts.
+fn in_scope(scope: &Scope, key: FileKey, windows: u64) -> Option<bool> {
+    match scope.only {
+        None => Some(true),
+        Some(keys) if !keys.contains(&key) => None,
+        Some(_) => Some(windows >= scope.min.max(1)),
+    }
+}
+
 #[derive(Clone, Copy, Default)]
 struct Cand {
     start: usize,
@@ -195,7 +231,7 @@ impl State {
     }
 
     /// Read /proc/self/maps: text candidates and our own identity.
-    fn collect(&mut self, cfg: &Config) -> Result<(), isize> {
+    fn collect(&mut self, cfg: &Config, scope: &Scope) -> Result<(), isize> {
         let me = remap as *const () as usize;
         let State {
             buf,
@@ -218,6 +254,29 @@ impl State {
             let copied = l.path.starts_with(b"[anon:hugetext:") || (l.path.is_empty() && was_copied(l.start, l.end));
             if !copied && !l.path.starts_with(b"/") {
                 return; // [vdso], anonymous (JIT) code
+            }
+            if scope.only.is_some() && copied {
+                return; // a late pass handles new objects only
+            }
+            match in_scope(
+                scope,
+                ((l.dev_major, l.dev_minor), l.inode),
+                window_bytes(l.start, l.end),
+            ) {
+                None => return,
+                Some(true) => {}
+                Some(false) => {
+                    if cfg.verbose && window_bytes(l.start, l.end) > 0 {
+                        line()
+                            .bytes(l.path)
+                            .s(": ")
+                            .mib(window_bytes(l.start, l.end))
+                            .s(" of text in whole 2 MiB windows, below HUGETEXT_LATE_MIN=")
+                            .mib(scope.min)
+                            .s(": left alone");
+                    }
+                    return;
+                }
             }
             if !copied {
                 if cfg.include.is_some_and(|re| !pattern::is_match(re, l.path)) {
@@ -1198,6 +1257,11 @@ fn route_times<const N: usize>(o: &mut Out<N>, t: &Totals) {
 /// executable mappings) huge-backed after the pass, or `-errno` when nothing
 /// is huge-backed and something failed.
 pub fn remap(cfg: &Config) -> isize {
+    remap_in(cfg, &Scope::ALL)
+}
+
+/// [`remap`] limited to the mappings `scope` names.
+pub fn remap_in(cfg: &Config, scope: &Scope) -> isize {
     let t0 = sys::now_ns();
     if let Some(s) = cfg.bad_strategy {
         if cfg.verbose {
@@ -1265,7 +1329,7 @@ pub fn remap(cfg: &Config) -> isize {
         }
     };
     let st: &mut State = &mut mem;
-    let result = match st.collect(cfg) {
+    let result = match st.collect(cfg, scope) {
         Err(e) => {
             if cfg.verbose {
                 line().s("cannot read /proc/self/maps").err(e).s("; text left as it is");
@@ -1326,14 +1390,14 @@ pub fn remap(cfg: &Config) -> isize {
             }
             let t = &pass.t;
             let huge = t.already + t.file + t.collapse + t.copy;
-            if cfg.verbose {
+            // A late pass whose objects were all filtered out says nothing.
+            if cfg.verbose && (scope.only.is_none() || t.windows > 0) {
                 let mut o = line();
-                o.s("pid ")
-                    .u(sys::getpid() as u64)
-                    .s(": ")
-                    .mib(huge)
-                    .s(" of ")
-                    .mib(t.windows);
+                o.s("pid ").u(sys::getpid() as u64);
+                if scope.only.is_some() {
+                    o.s(", loaded after start (dlopen)");
+                }
+                o.s(": ").mib(huge).s(" of ").mib(t.windows);
                 o.s(" text in whole 2 MiB windows is huge-backed (already ")
                     .mib(t.already);
                 o.s(", file ")
@@ -1376,6 +1440,30 @@ pub fn remap(cfg: &Config) -> isize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn late_scope_takes_new_objects_above_the_minimum() {
+        let a: FileKey = ((8, 1), 42);
+        let b: FileKey = ((8, 1), 43);
+        let keys = [a];
+        let late = Scope {
+            only: Some(&keys),
+            min: 2 << 20,
+        };
+        assert_eq!(in_scope(&late, a, 4 << 20), Some(true));
+        assert_eq!(in_scope(&late, a, 2 << 20), Some(true));
+        assert_eq!(in_scope(&late, a, 0), Some(false));
+        assert_eq!(in_scope(&late, b, 64 << 20), None);
+        let big = Scope {
+            only: Some(&keys),
+            min: 8 << 20,
+        };
+        assert_eq!(in_scope(&big, a, 6 << 20), Some(false));
+        assert_eq!(in_scope(&Scope::ALL, b, 0), Some(true));
+        assert_eq!(window_bytes(0x1000, 0x5ff000), 2 << 20);
+        assert_eq!(window_bytes(0x200000, 0x600000), 4 << 20);
+        assert_eq!(window_bytes(0x1000, 0x3ff000), 0);
+    }
 
     #[test]
     fn runs_of_bits() {

@@ -9,11 +9,16 @@
 //!   demand, from any thread of a running program. The constructor then does
 //!   nothing unless the library is also named in `LD_PRELOAD`.
 //!
+//! * Named in `LD_AUDIT` as well (what `hugetext run` does), a second copy
+//!   loaded by the dynamic loader as an auditor remaps the text of objects
+//!   loaded after start (`dlopen`) before they are relocated (see `audit`).
+//!
 //! The library depends on libc for types and constants only: the work is
 //! done with raw system calls, in fixed buffers, without allocating (see
 //! `sys` for why). Settings come from `HUGETEXT_*` environment variables
 //! (doc/run.md).
 
+mod audit;
 mod config;
 mod engine;
 mod maps;
@@ -29,15 +34,22 @@ mod zeroed;
 use core::ffi::{c_char, c_int, c_long};
 use core::sync::atomic::{AtomicBool, Ordering};
 
-/// One pass at a time per process.
+/// One pass at a time per process. The auditor's copy of the library
+/// uses the preload copy's flag ([`audit::lock_word`]).
 static BUSY: AtomicBool = AtomicBool::new(false);
+/// Set (by the auditor's copy) when a copy of this library audits the
+/// process's later `dlopen`s.
+static AUDITED: AtomicBool = AtomicBool::new(false);
+/// Recognises this very build of the library from the auditor's copy.
+static MARK: [u8; 24] = *b"hugetext pass lock v1\0\0\0";
 
 fn pass(cfg: &config::Config) -> isize {
-    if BUSY.swap(true, Ordering::Acquire) {
+    let busy = audit::lock_word();
+    if busy.swap(true, Ordering::Acquire) {
         return -(libc::EBUSY as isize);
     }
     let r = engine::remap(cfg);
-    BUSY.store(false, Ordering::Release);
+    busy.store(false, Ordering::Release);
     r
 }
 
@@ -53,14 +65,31 @@ pub extern "C" fn hugetext_remap_text() -> c_long {
 /// The ELF constructor: runs when the dynamic loader initialises this
 /// library, after every library the program needs at start is mapped.
 extern "C" fn at_load(_argc: c_int, _argv: *const *const c_char, _envp: *const *const c_char) {
+    if audit::in_audit_namespace() {
+        return; // the auditor's copy: see `audit`
+    }
     let cfg = config::Config::from_env();
     if !cfg.preloaded || cfg.disabled {
         return;
     }
+    let named_in_audit = config::getenv(hugetext_abi::env::LD_AUDIT.as_bytes())
+        .is_some_and(|v| hugetext_abi::env::preload_entries(v).any(hugetext_abi::env::is_hugetext_preload));
     if !cfg.inherit {
         config::strip_preload();
     }
     pass(&cfg);
+    if cfg.verbose {
+        let mut o = out::line();
+        if AUDITED.load(Ordering::Relaxed) {
+            o.s("objects loaded after start (dlopen) are followed (LD_AUDIT)");
+        } else if !cfg.late {
+            o.s("objects loaded after start (dlopen) are not followed: HUGETEXT_LATE=0");
+        } else if !named_in_audit {
+            o.s("objects loaded after start (dlopen) are not followed: LD_AUDIT does not name libhugetext.so");
+        } else {
+            o.s("objects loaded after start (dlopen) are not followed: the dynamic loader did not load libhugetext.so from LD_AUDIT (secure-execution mode, or a C library without the rtld audit interface)");
+        }
+    }
 }
 
 #[used]

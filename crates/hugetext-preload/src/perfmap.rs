@@ -352,6 +352,111 @@ pub fn open_map() -> isize {
     fd
 }
 
+/// Remove from this process's `/tmp/perf-PID.map` the lines whose start
+/// address lies in `[lo, hi)` (an object being unloaded: its addresses may
+/// be reused by the next one). The file is rewritten in place; lines that
+/// do not parse are kept. Returns the lines removed, or `-errno`. Callers
+/// hold the pass lock, so this library's own appends cannot interleave.
+pub fn drop_range(lo: u64, hi: u64) -> isize {
+    let mut path = Out::<64>::new(-1);
+    path.s("/tmp/perf-").u(sys::getpid() as u64).s(".map\0");
+    let fd = sys::open(path.contents(), libc::O_RDWR | libc::O_NOFOLLOW | libc::O_CLOEXEC, 0);
+    if fd == -(libc::ENOENT as isize) {
+        return 0;
+    }
+    if fd < 0 {
+        return fd;
+    }
+    let fd = fd as i32;
+    let r = rewrite_without(fd, lo, hi);
+    sys::close(fd);
+    r
+}
+
+fn rewrite_without(fd: i32, lo: u64, hi: u64) -> isize {
+    // SAFETY: zero is a valid `stat`.
+    let mut st: libc::stat = unsafe { core::mem::zeroed() };
+    if sys::fstat(fd, &mut st) < 0 || st.st_uid != sys::geteuid() || (st.st_mode & libc::S_IFMT) != libc::S_IFREG {
+        return -(libc::EPERM as isize);
+    }
+    let size = st.st_size as usize;
+    if size == 0 {
+        return 0;
+    }
+    let mem = sys::mmap(
+        size,
+        libc::PROT_READ | libc::PROT_WRITE,
+        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+        -1,
+        0,
+    );
+    if mem < 0 {
+        return mem;
+    }
+    let mem = mem as usize;
+    let mut got = 0;
+    while got < size {
+        // SAFETY: `mem + got..mem + size` is our fresh writable mapping.
+        let r = unsafe { sys::pread(fd, mem + got, size - got, got as u64) };
+        if r == -(libc::EINTR as isize) {
+            continue;
+        }
+        if r <= 0 {
+            break;
+        }
+        got += r as usize;
+    }
+    // SAFETY: our own mapping of `size` bytes, `got` of them read; nothing
+    // else refers to it until the munmap below.
+    let buf = unsafe { core::slice::from_raw_parts_mut(mem as *mut u8, got) };
+    let (kept, dropped) = keep_lines(buf, lo, hi);
+    let mut r = dropped as isize;
+    if dropped > 0 {
+        let w = sys::pwrite(fd, &buf[..kept], 0);
+        if w < 0 {
+            r = w;
+        } else if (w as usize) == kept {
+            sys::ftruncate(fd, kept as u64);
+        }
+    }
+    // SAFETY: our own mapping from above; `buf` is not used after this.
+    unsafe { sys::munmap(mem, size) };
+    r
+}
+
+/// Compact `buf` (perf map lines "START SIZE NAME", hex) in place, leaving
+/// out whole lines whose START lies in `[lo, hi)`. Returns (bytes kept,
+/// lines left out). A last line without its newline is kept as it is.
+fn keep_lines(buf: &mut [u8], lo: u64, hi: u64) -> (usize, usize) {
+    let (mut r, mut w, mut dropped) = (0, 0, 0);
+    while r < buf.len() {
+        let end = buf[r..]
+            .iter()
+            .position(|&c| c == b'\n')
+            .map_or(buf.len(), |i| r + i + 1);
+        let line = &buf[r..end];
+        let start = line
+            .split(|&c| c == b' ')
+            .next()
+            .filter(|h| !h.is_empty() && h.len() <= 16)
+            .and_then(|h| {
+                h.iter().try_fold(0u64, |v, &c| {
+                    let d = (c as char).to_digit(16)?;
+                    Some(v << 4 | d as u64)
+                })
+            });
+        let gone = line.last() == Some(&b'\n') && start.is_some_and(|s| lo <= s && s < hi);
+        if gone {
+            dropped += 1;
+        } else {
+            buf.copy_within(r..end, w);
+            w += end - r;
+        }
+        r = end;
+    }
+    (w, dropped)
+}
+
 /// When this process started, in seconds since the epoch: `btime` of
 /// /proc/stat plus field 22 of /proc/self/stat (clock ticks; USER_HZ is 100
 /// on the architectures this library builds for).

@@ -93,6 +93,36 @@ pub unsafe fn pread(fd: i32, addr: usize, len: usize, off: u64) -> isize {
     call(libc::SYS_pread64, fd as usize, addr, len, off as usize, 0, 0)
 }
 
+/// `pwrite(fd, buf, off)`.
+pub fn pwrite(fd: i32, buf: &[u8], off: u64) -> isize {
+    call(
+        libc::SYS_pwrite64,
+        fd as usize,
+        buf.as_ptr() as usize,
+        buf.len(),
+        off as usize,
+        0,
+        0,
+    )
+}
+
+/// `nanosleep` for `ns` nanoseconds (less than a second).
+pub fn sleep_ns(ns: u64) {
+    let ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: ns as libc::c_long,
+    };
+    call(
+        libc::SYS_nanosleep,
+        &ts as *const libc::timespec as usize,
+        0,
+        0,
+        0,
+        0,
+        0,
+    );
+}
+
 /// `openat(AT_FDCWD, path, flags, mode)`; `path` must be NUL-terminated.
 pub fn open(path: &[u8], flags: i32, mode: u32) -> isize {
     debug_assert!(path.last() == Some(&0));

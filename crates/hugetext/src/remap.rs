@@ -198,6 +198,82 @@ pub fn environment(
     Ok(vars)
 }
 
+/// The environment that makes the preload follow objects loaded after start:
+/// the library named in `LD_AUDIT` too (after entries that were there, less
+/// an older hugetext), or `HUGETEXT_LATE=0` with `--no-dlopen`.
+pub fn late_environment(preload: &Path, off: bool, current: Option<&OsStr>) -> Vec<(OsString, OsString)> {
+    if off {
+        return vec![(OsString::from(env::LATE), OsString::from("0"))];
+    }
+    let mut v = OsString::new();
+    for item in current.map(|c| c.as_bytes()).into_iter().flat_map(env::preload_entries) {
+        if !env::is_hugetext_preload(item) {
+            v.push(OsStr::from_bytes(item));
+            v.push(":");
+        }
+    }
+    v.push(preload.as_os_str());
+    vec![
+        (OsString::from(env::LD_AUDIT), v),
+        (OsString::from(env::LATE), OsString::from("1")),
+    ]
+}
+
+/// Bytes of static TLS (each `PT_TLS` segment's size rounded up to its
+/// alignment) of a 64-bit ELF file; 0 for anything else.
+fn tls_bytes(path: &Path) -> u64 {
+    use object::elf;
+    use object::read::elf::{FileHeader, ProgramHeader};
+    let Ok(data) = std::fs::read(path) else { return 0 };
+    let Ok(h) = elf::FileHeader64::<object::Endianness>::parse(&*data) else {
+        return 0;
+    };
+    let Ok(endian) = h.endian() else { return 0 };
+    let Ok(phdrs) = h.program_headers(endian, &*data) else {
+        return 0;
+    };
+    phdrs
+        .iter()
+        .filter(|p| p.p_type(endian) == elf::PT_TLS)
+        .map(|p| p.p_memsz(endian).next_multiple_of(p.p_align(endian).max(1)))
+        .sum()
+}
+
+/// Static TLS that the program's libraries loaded at start (and the
+/// preload) need, in bytes. With an auditor, glibc sets up the static TLS
+/// block before it loads them (it needs TLS for the auditor's own libc), so
+/// their initial-exec TLS must fit in the block's optional surplus
+/// (`glibc.rtld.optional_static_tls`, 512 bytes by default): rustc's
+/// librustc_driver needs 23 KiB and would fail to start ("cannot allocate
+/// memory in static TLS block"). 0 when the libraries cannot be resolved.
+pub fn initial_static_tls(program: &Path, preload: &Path) -> u64 {
+    let Ok(deps) = crate::elf::deps::resolve_deps(program) else {
+        return 0;
+    };
+    deps.iter().map(|d| tls_bytes(d)).sum::<u64>() + tls_bytes(preload)
+}
+
+/// glibc's default `glibc.rtld.optional_static_tls`.
+const OPTIONAL_STATIC_TLS: u64 = 512;
+
+/// The `GLIBC_TUNABLES` value that makes room for `need` bytes of the
+/// libraries' static TLS ([`initial_static_tls`]) on top of the default
+/// surplus, keeping what `current` sets (a value the user chose for the
+/// same tunable wins). `None`: nothing to change.
+pub fn tunables_with_static_tls(current: Option<&OsStr>, need: u64) -> Option<OsString> {
+    const NAME: &str = "glibc.rtld.optional_static_tls";
+    let cur = current.map(|c| c.to_string_lossy().into_owned()).unwrap_or_default();
+    if need == 0 || cur.split(':').any(|t| t.split('=').next() == Some(NAME)) {
+        return None;
+    }
+    let add = format!("{NAME}={}", OPTIONAL_STATIC_TLS + need);
+    Some(OsString::from(if cur.is_empty() {
+        add
+    } else {
+        format!("{cur}:{add}")
+    }))
+}
+
 /// Why a program cannot be started.
 #[derive(Debug, thiserror::Error)]
 pub enum LaunchError {
@@ -430,6 +506,36 @@ mod tests {
         }
         let e = check_pattern("(a").unwrap_err().to_string();
         assert!(!e.contains('\n'), "{e}");
+    }
+
+    #[test]
+    fn audit_list_names_the_library_once() {
+        let lib = Path::new("/opt/h/libhugetext.so");
+        let get = |v: &[(OsString, OsString)], k: &str| v.iter().find(|(n, _)| n == k).map(|(_, x)| x.clone());
+        let v = late_environment(lib, false, None);
+        assert_eq!(get(&v, "LD_AUDIT").unwrap(), "/opt/h/libhugetext.so");
+        assert_eq!(get(&v, "HUGETEXT_LATE").unwrap(), "1");
+        let v = late_environment(lib, false, Some(OsStr::new("/a/libaudit.so:/old/libhugetext.so")));
+        assert_eq!(get(&v, "LD_AUDIT").unwrap(), "/a/libaudit.so:/opt/h/libhugetext.so");
+        let v = late_environment(lib, true, Some(OsStr::new("/a/libaudit.so")));
+        assert_eq!(get(&v, "LD_AUDIT"), None);
+        assert_eq!(get(&v, "HUGETEXT_LATE").unwrap(), "0");
+    }
+
+    #[test]
+    fn static_tls_room_is_added_unless_the_user_chose() {
+        let t = |c: Option<&str>, n| tunables_with_static_tls(c.map(OsStr::new), n);
+        assert_eq!(t(None, 0), None);
+        assert_eq!(t(None, 24000).unwrap(), "glibc.rtld.optional_static_tls=24512");
+        assert_eq!(
+            t(Some("glibc.malloc.arena_max=2"), 100).unwrap(),
+            "glibc.malloc.arena_max=2:glibc.rtld.optional_static_tls=612"
+        );
+        assert_eq!(t(Some("glibc.rtld.optional_static_tls=4096"), 100), None);
+        // This test binary: libc's TLS at least.
+        let me = std::env::current_exe().unwrap();
+        assert!(initial_static_tls(&me, Path::new("/nonexistent")) > 0);
+        assert_eq!(tls_bytes(Path::new("/nonexistent")), 0);
     }
 
     #[test]

@@ -14,8 +14,13 @@ How it works: `hugetext run` replaces itself with PROGRAM (exec: same pid,
 like `env` or `taskset`), with libhugetext.so injected through LD_PRELOAD.
 Before main, the library remaps the text of the program and of every shared
 library loaded at start, then removes itself from LD_PRELOAD so child
-processes run plain (unless --inherit). Any failure leaves the original text
-in place; -v says why. A running program can do the same on demand with the
+processes run plain (unless --inherit). The library is named in LD_AUDIT too,
+so objects loaded later with dlopen (libjvm.so, Python extension modules,
+plugins) are remapped after the loader maps them and before they are
+relocated or run (--no-dlopen: not followed); GLIBC_TUNABLES then gets room
+for the libraries' static TLS (glibc.rtld.optional_static_tls, which the
+loader needs when an auditor is named). Any failure leaves the
+original text in place; -v says why. A running program can do the same on demand with the
 C API: hugetext_remap_text() in <hugetext.h>, linked with -lhugetext.
 
 Exit status: PROGRAM's own (run replaces itself with it, so the convention of
@@ -37,6 +42,11 @@ five from its options):
   HUGETEXT_PERF_MAP=0      do not write /tmp/perf-PID.map for copied text
   HUGETEXT_NAME=0          do not name copied text [anon:hugetext:PATH]
   HUGETEXT_DISABLE=1       the preload does nothing
+  HUGETEXT_LATE=0          do not follow objects loaded after start (dlopen);
+                           what --no-dlopen sets (run then sets no LD_AUDIT)
+  HUGETEXT_LATE_MIN=SIZE   leave objects loaded after start alone when their
+                           text has fewer bytes in whole 2 MiB windows
+                           (K, M, G suffixes; default 2M: one window)
   HUGETEXT_COMPAT=no-pagemap-scan,no-populate,no-pt-reclaim   (or `all`)
                            testing/diagnosis: act as if the kernel had no
                            PAGEMAP_SCAN (before 6.7: verify with smaps totals),
@@ -119,6 +129,10 @@ pub struct Args {
     #[arg(long)]
     pub gdb: bool,
 
+    /// Do not follow libraries loaded after start (dlopen): no LD_AUDIT
+    #[arg(long)]
+    pub no_dlopen: bool,
+
     /// The libhugetext.so to inject
     #[arg(long, value_name = "PATH", env = "HUGETEXT_PRELOAD")]
     pub preload: Option<PathBuf>,
@@ -156,12 +170,25 @@ pub fn run(args: Args) -> Result<u8> {
             program.to_string_lossy()
         ),
         Injectable::SetId => eprintln!(
-            "hugetext: warning: {} is set-user-ID or set-group-ID: the dynamic loader ignores the preload, it runs unchanged",
+            "hugetext: warning: {} is set-user-ID or set-group-ID: the dynamic loader ignores the preload and LD_AUDIT, it runs unchanged",
             program.to_string_lossy()
         ),
     }
-    let env = remap::environment(&opts, &preload, std::env::var_os("LD_PRELOAD").as_deref())
+    let mut env = remap::environment(&opts, &preload, std::env::var_os("LD_PRELOAD").as_deref())
         .map_err(|e| exit_with(125, e.to_string()))?;
+    env.extend(remap::late_environment(
+        &preload,
+        args.no_dlopen,
+        std::env::var_os("LD_AUDIT").as_deref(),
+    ));
+    if !args.no_dlopen {
+        // Room in the static TLS block for the libraries loaded at start
+        // (glibc sets it up before loading them when an auditor is named).
+        let need = remap::initial_static_tls(&resolved, &preload);
+        if let Some(t) = remap::tunables_with_static_tls(std::env::var_os("GLIBC_TUNABLES").as_deref(), need) {
+            env.push(("GLIBC_TUNABLES".into(), t));
+        }
+    }
     let err = std::process::Command::new(&resolved)
         .arg0(program)
         .args(rest)

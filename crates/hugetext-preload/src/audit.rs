@@ -1,0 +1,446 @@
+//! Objects loaded after start (`dlopen`): the rtld audit interface
+//! (rtld-audit(7)). `hugetext run` names libhugetext.so in `LD_AUDIT` as well
+//! as in `LD_PRELOAD`; the dynamic loader then loads a second copy of it, in
+//! a link namespace of its own (its own statics, its own libc), and calls:
+//!
+//! * [`la_objopen`] for every object it maps: the object is remembered;
+//! * [`la_activity`]`(LA_ACT_CONSISTENT)` once a `dlopen` has mapped the new
+//!   objects and their dependencies, **before** it relocates them and runs
+//!   their constructors, holding the loader lock (glibc elf/dl-open.c,
+//!   `dl_open_worker_begin`): no thread can run the new text yet (dlsym and
+//!   lazy binding see the objects only after relocation, `update_scopes`),
+//!   and a second thread `dlopen`ing the same library waits for the lock and
+//!   then finds it loaded. This is where the new objects' text is remapped;
+//! * [`la_objclose`] before an object is unloaded, then
+//!   `la_activity(LA_ACT_DELETE)` before its mappings are unmapped (also the
+//!   anonymous copies moved over its text: ld.so unmaps the object's whole
+//!   address range), then `LA_ACT_CONSISTENT` again. The perf map lines of
+//!   the closed objects are dropped at `LA_ACT_DELETE` (at exit `_dl_fini`
+//!   calls `la_objclose` without it, and the lines stay for `perf report`).
+//!
+//! The two copies share one pass lock: this copy finds the preload copy in
+//! `la_objopen` (same file), and uses its `BUSY` flag at the same offset.
+//! From `LA_ACT_ADD`/`LA_ACT_DELETE` to `LA_ACT_CONSISTENT` the lock is held,
+//! so a `hugetext_remap_text()` call in another thread never works on
+//! mappings the loader is creating or removing.
+//!
+//! No `la_symbind*`/`la_pltenter` hooks: defining them would make the loader
+//! route every PLT call through the auditor.
+
+use core::ffi::{c_char, c_long, c_uint};
+use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
+
+use crate::config::Config;
+use crate::engine::{self, FileKey, Scope};
+use crate::out::line;
+use crate::zeroed::{Zeroable, Zeroed};
+use crate::{maps, perfmap, sys};
+
+/// The public head of glibc's `struct link_map` (<link.h>).
+#[repr(C)]
+pub struct LinkMap {
+    l_addr: usize,
+    l_name: *const c_char,
+    l_ld: *const Dyn,
+    l_next: *const LinkMap,
+    l_prev: *const LinkMap,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct Dyn {
+    tag: i64,
+    val: u64,
+}
+
+const LA_ACT_CONSISTENT: c_uint = 0;
+const LA_ACT_ADD: c_uint = 1;
+const LA_ACT_DELETE: c_uint = 2;
+const DT_TEXTREL: i64 = 22;
+const DT_FLAGS: i64 = 30;
+const DF_TEXTREL: u64 = 4;
+
+/// The first `LA_ACT_CONSISTENT` (start-up, handled by the preload's
+/// constructor) has passed.
+static STARTED: AtomicBool = AtomicBool::new(false);
+/// Link maps opened since the last `LA_ACT_CONSISTENT`.
+const MAXP: usize = 512;
+static PENDING: [AtomicUsize; MAXP] = [const { AtomicUsize::new(0) }; MAXP];
+static NPENDING: AtomicUsize = AtomicUsize::new(0);
+/// The address of the preload copy's pass lock, once found.
+static SHARED: AtomicUsize = AtomicUsize::new(0);
+/// The lock this copy holds from `LA_ACT_ADD`/`DELETE` to `CONSISTENT`
+/// (address of the flag; 0: none).
+static HELD: AtomicUsize = AtomicUsize::new(0);
+/// Address ranges of late objects: (link map, first, end, closing).
+const MAXS: usize = 1024;
+#[allow(clippy::type_complexity)]
+static SPANS: [(AtomicUsize, AtomicUsize, AtomicUsize, AtomicBool); MAXS] = [const {
+    (
+        AtomicUsize::new(0),
+        AtomicUsize::new(0),
+        AtomicUsize::new(0),
+        AtomicBool::new(false),
+    )
+}; MAXS];
+
+extern "C" {
+    /// The ELF header of this library: its load address (linker-defined).
+    static __ehdr_start: u8;
+}
+
+fn own_base() -> usize {
+    // SAFETY: only the address of the linker-defined symbol is taken.
+    core::ptr::addr_of!(__ehdr_start) as usize
+}
+
+/// The pass lock of this process: the preload copy's when this copy is the
+/// auditor and found it, else this copy's own.
+pub fn lock_word() -> &'static AtomicBool {
+    match SHARED.load(Relaxed) {
+        0 => &crate::BUSY,
+        // SAFETY: the preload copy's `BUSY`, at the same offset in the same
+        // file mapped by the loader (checked in `find_preload`); the
+        // library is never unloaded (preloaded objects are not dlclosed).
+        p => unsafe { &*(p as *const AtomicBool) },
+    }
+}
+
+/// Take the pass lock, waiting for a pass of another thread (which uses
+/// raw system calls only and never waits for the loader lock) to end; give
+/// up after ~10 s. Returns the flag taken.
+fn lock_wait() -> Option<&'static AtomicBool> {
+    let b = lock_word();
+    for _ in 0..10_000 {
+        if !b.swap(true, core::sync::atomic::Ordering::Acquire) {
+            return Some(b);
+        }
+        sys::sleep_ns(1_000_000);
+    }
+    None
+}
+
+fn hold() {
+    if HELD.load(Relaxed) == 0 {
+        if let Some(b) = lock_wait() {
+            HELD.store(b as *const AtomicBool as usize, Relaxed);
+        }
+    }
+}
+
+fn release() {
+    let p = HELD.swap(0, Relaxed);
+    if p != 0 {
+        // SAFETY: the flag taken in `hold` (static, lives for the process).
+        unsafe { &*(p as *const AtomicBool) }.store(false, core::sync::atomic::Ordering::Release);
+    }
+}
+
+/// Is this copy of the library the auditor's (a link namespace other than
+/// the program's)? Used by the constructor, which must not act there: the
+/// loader has not even loaded the program's libraries yet.
+pub fn in_audit_namespace() -> bool {
+    extern "C" {
+        fn dladdr1(
+            addr: *const libc::c_void,
+            info: *mut libc::Dl_info,
+            extra: *mut *mut libc::c_void,
+            flags: i32,
+        ) -> i32;
+        fn dlinfo(handle: *mut libc::c_void, request: i32, arg: *mut libc::c_void) -> i32;
+    }
+    const RTLD_DL_LINKMAP: i32 = 2;
+    const RTLD_DI_LMID: i32 = 1;
+    // SAFETY: plain calls into the C library with valid out-pointers; a
+    // link map is a valid handle for dlinfo.
+    unsafe {
+        let mut info: libc::Dl_info = core::mem::zeroed();
+        let mut lm: *mut libc::c_void = core::ptr::null_mut();
+        if dladdr1(own_base as *const libc::c_void, &mut info, &mut lm, RTLD_DL_LINKMAP) == 0 || lm.is_null() {
+            return false;
+        }
+        let mut lmid: c_long = 0;
+        dlinfo(lm, RTLD_DI_LMID, &mut lmid as *mut c_long as *mut libc::c_void) == 0 && lmid != 0
+    }
+}
+
+/// No file (inode 0: never a mapped file's).
+const NONE: FileKey = ((0, 0), 0);
+
+/// The files mapped at `addrs` in /proc/self/maps ([`NONE`] where none).
+fn key_at(buf: &mut [u8], addrs: &[usize], keys: &mut [FileKey]) {
+    for k in keys.iter_mut() {
+        *k = NONE;
+    }
+    let _ = maps::for_each(buf, |l| {
+        for (a, k) in addrs.iter().zip(keys.iter_mut()) {
+            if l.start <= *a && *a < l.end && l.inode != 0 {
+                *k = ((l.dev_major, l.dev_minor), l.inode);
+            }
+        }
+    });
+}
+
+/// Remember the preload copy (the same file as this one, in the program's
+/// namespace): share its pass lock.
+fn find_preload(map: &LinkMap) {
+    let own = own_base();
+    let other = map.l_addr;
+    if other == own || other == 0 || map.l_ld.is_null() {
+        return;
+    }
+    let mut buf = [0u8; 4096];
+    let mut keys = [NONE; 2];
+    key_at(&mut buf, &[own, map.l_ld as usize], &mut keys);
+    if keys[0] == NONE || keys[0] != keys[1] {
+        return; // another build of the library: offsets differ
+    }
+    let mark = core::ptr::addr_of!(crate::MARK) as usize - own + other;
+    // SAFETY: the same file is mapped at `other` (checked above), so its
+    // read-only data is at the same offset.
+    let same = unsafe { core::slice::from_raw_parts(mark as *const u8, crate::MARK.len()) } == crate::MARK;
+    if !same {
+        return;
+    }
+    SHARED.store(core::ptr::addr_of!(crate::BUSY) as usize - own + other, Relaxed);
+    let audited = core::ptr::addr_of!(crate::AUDITED) as usize - own + other;
+    // SAFETY: the preload copy's `AUDITED` flag (its .bss, mapped and
+    // writable; nothing else writes it).
+    unsafe { &*(audited as *const AtomicBool) }.store(true, Relaxed);
+}
+
+fn is_hugetext(name: *const c_char) -> bool {
+    if name.is_null() {
+        return false;
+    }
+    // SAFETY: the loader's NUL-terminated object name.
+    let n = unsafe { core::ffi::CStr::from_ptr(name) }.to_bytes();
+    hugetext_abi::env::is_hugetext_preload(n)
+}
+
+/// rtld-audit: the interface version. 0 (do not audit) under the kill
+/// switch or `HUGETEXT_LATE=0`.
+#[no_mangle]
+pub extern "C" fn la_version(version: c_uint) -> c_uint {
+    let cfg = Config::from_env();
+    if version == 0 || cfg.disabled || !cfg.late {
+        return 0;
+    }
+    1
+}
+
+/// rtld-audit: an object was mapped.
+///
+/// # Safety
+/// Called by the dynamic loader with its link map.
+#[no_mangle]
+pub unsafe extern "C" fn la_objopen(map: *const LinkMap, lmid: c_long, _cookie: *mut usize) -> c_uint {
+    if map.is_null() {
+        return 0;
+    }
+    if lmid == 0 && SHARED.load(Relaxed) == 0 && is_hugetext((*map).l_name) {
+        find_preload(&*map);
+    }
+    let n = NPENDING.load(Relaxed);
+    if n < MAXP {
+        PENDING[n].store(map as usize, Relaxed);
+        NPENDING.store(n + 1, Relaxed);
+    }
+    0 // no symbol binding callbacks
+}
+
+/// rtld-audit: an object is about to be unloaded (`dlclose`, or exit).
+///
+/// # Safety
+/// Called by the dynamic loader; `cookie` points at the link map address.
+#[no_mangle]
+pub unsafe extern "C" fn la_objclose(cookie: *mut usize) -> c_uint {
+    if cookie.is_null() {
+        return 0;
+    }
+    let lm = *cookie;
+    // An object removed before the consistent state that would have
+    // handled it (a dlopen that failed after mapping it): forget it, its
+    // link map is about to be freed.
+    let n = NPENDING.load(Relaxed).min(MAXP);
+    if let Some(i) = (0..n).find(|&i| PENDING[i].load(Relaxed) == lm) {
+        PENDING[i].store(PENDING[n - 1].load(Relaxed), Relaxed);
+        NPENDING.store(n - 1, Relaxed);
+    }
+    for (m, _, _, closing) in SPANS.iter() {
+        if m.load(Relaxed) == lm {
+            closing.store(true, Relaxed);
+        }
+    }
+    0
+}
+
+/// rtld-audit: the loader's list of objects is changing (`ADD`, `DELETE`)
+/// or consistent again.
+#[no_mangle]
+pub extern "C" fn la_activity(_cookie: *mut usize, flag: c_uint) {
+    if !STARTED.load(Relaxed) {
+        if flag == LA_ACT_CONSISTENT {
+            // Start-up: the preload's constructor handles these objects.
+            STARTED.store(true, Relaxed);
+            NPENDING.store(0, Relaxed);
+        }
+        return;
+    }
+    match flag {
+        LA_ACT_ADD => hold(),
+        LA_ACT_DELETE => {
+            hold();
+            forget_closing();
+        }
+        LA_ACT_CONSISTENT => {
+            let n = NPENDING.swap(0, Relaxed).min(MAXP);
+            if n > 0 {
+                if HELD.load(Relaxed) == 0 {
+                    hold();
+                }
+                late(n);
+            }
+            release();
+        }
+        _ => {}
+    }
+}
+
+/// Drop the perf map lines of the objects being unloaded.
+fn forget_closing() {
+    for (m, lo, hi, closing) in SPANS.iter() {
+        if closing.swap(false, Relaxed) {
+            perfmap::drop_range(lo.load(Relaxed) as u64, hi.load(Relaxed) as u64);
+            m.store(0, Relaxed);
+        }
+    }
+}
+
+fn remember_span(lm: usize, lo: usize, hi: usize) {
+    let free = SPANS
+        .iter()
+        .find(|(m, ..)| m.load(Relaxed) == lm)
+        .or_else(|| SPANS.iter().find(|(m, ..)| m.load(Relaxed) == 0));
+    if let Some((m, l, h, c)) = free {
+        l.store(lo, Relaxed);
+        h.store(hi, Relaxed);
+        c.store(false, Relaxed);
+        m.store(lm, Relaxed);
+    }
+}
+
+struct Late {
+    buf: [u8; 16384],
+    ld: [usize; MAXP],
+    keys: [FileKey; MAXP],
+    span: [(usize, usize); MAXP],
+    /// The object has a text mapping with a whole 2 MiB window.
+    big: [bool; MAXP],
+    only: [FileKey; MAXP],
+}
+
+// SAFETY: a byte array and arrays of integers and tuples of integers:
+// all-zero is a value.
+unsafe impl Zeroable for Late {}
+
+/// Does the object's dynamic section ask for text relocations?
+///
+/// # Safety
+/// `ld` is the object's mapped dynamic section (DT_NULL-terminated).
+unsafe fn has_textrel(ld: *const Dyn) -> bool {
+    for i in 0..4096 {
+        let d = *ld.add(i);
+        match d.tag {
+            0 => return false,
+            DT_TEXTREL => return true,
+            DT_FLAGS if d.val & DF_TEXTREL != 0 => return true,
+            _ => {}
+        }
+    }
+    false
+}
+
+/// The pass over the `n` objects opened since the last consistent state.
+fn late(n: usize) {
+    let cfg = Config::from_env();
+    if cfg.disabled || !cfg.late {
+        return;
+    }
+    if let Some(v) = cfg.bad_late_min {
+        if cfg.verbose {
+            line()
+                .s("cannot parse HUGETEXT_LATE_MIN=")
+                .bytes(v)
+                .s(" (bytes, or with a K, M or G suffix); using 2 MiB");
+        }
+    }
+    let Ok(mut mem) = Zeroed::<Late>::map() else { return };
+    let st: &mut Late = &mut mem;
+    let mut lms = [0usize; MAXP];
+    for i in 0..n {
+        lms[i] = PENDING[i].load(Relaxed);
+        // SAFETY: a link map the loader passed to `la_objopen`; objects are
+        // not freed before the consistent state that follows.
+        st.ld[i] = unsafe { (*(lms[i] as *const LinkMap)).l_ld } as usize;
+    }
+    key_at(&mut st.buf, &st.ld[..n], &mut st.keys[..n]);
+    // The address range of each object: every line of its file (the text,
+    // and the data around it).
+    for s in st.span[..n].iter_mut() {
+        *s = (usize::MAX, 0);
+    }
+    {
+        let Late {
+            buf, keys, span, big, ..
+        } = st;
+        let _ = maps::for_each(buf, |l| {
+            let k = ((l.dev_major, l.dev_minor), l.inode);
+            for i in 0..n {
+                if keys[i] == k && k != NONE {
+                    span[i] = (span[i].0.min(l.start), span[i].1.max(l.end));
+                    big[i] |= &l.perms == b"r-xp" && engine::window_bytes(l.start, l.end) > 0;
+                }
+            }
+        });
+    }
+    let mut m = 0;
+    #[allow(clippy::needless_range_loop)] // five arrays indexed alike
+    for i in 0..n {
+        let k = st.keys[i];
+        if k == NONE {
+            continue;
+        }
+        remember_span(lms[i], st.span[i].0, st.span[i].1);
+        if !st.big[i] {
+            continue; // no whole 2 MiB window of text: nothing to do
+        }
+        // SAFETY: `ld` is the object's dynamic section, mapped (it lies in
+        // the mapping that gave `k`).
+        if unsafe { has_textrel(st.ld[i] as *const Dyn) } {
+            if cfg.verbose {
+                // SAFETY: as above, the loader's link map.
+                let name = unsafe { (*(lms[i] as *const LinkMap)).l_name };
+                let mut o = line();
+                if !name.is_null() {
+                    // SAFETY: the loader's NUL-terminated object name.
+                    o.bytes(unsafe { core::ffi::CStr::from_ptr(name) }.to_bytes());
+                }
+                o.s(": has text relocations (DT_TEXTREL): the loader writes into its text, left alone");
+            }
+            continue;
+        }
+        if !st.only[..m].contains(&k) {
+            st.only[m] = k;
+            m += 1;
+        }
+    }
+    if m == 0 {
+        return;
+    }
+    let scope = Scope {
+        only: Some(&st.only[..m]),
+        min: cfg.late_min,
+    };
+    engine::remap_in(&cfg, &scope);
+}
