@@ -114,11 +114,35 @@ fn text_on_tmpfs_names_the_filesystem() {
     assert_eq!(reason(&m), "fs-no-large-folios", "{m:#}");
     assert!(m["evidence"].as_str().unwrap().contains("tmpfs"), "{m:#}");
     assert!(fix(&m).contains("hugetext run --strategy copy"), "{m:#}");
+    assert!(
+        fix(&m).starts_with(&format!("move {} to a filesystem with large folios", s(&file))),
+        "{m:#}"
+    );
+    h.stop();
+
+    // The fix: move it to a filesystem with large folios. There it is first
+    // read by exec faults (small folios), then warmed.
+    let dir = common::scratch();
+    if !common::fs_gives_pmd_folios(dir.path()) {
+        common::skip_line("skipped (the fix): the scratch filesystem gives no PMD folios");
+        return;
+    }
+    let moved = dir.path().join("text.bin");
+    std::fs::copy(&file, &moved).unwrap();
+    std::fs::remove_file(&file).unwrap();
+    common::read_small(&moved);
+    let h = helper(&moved, &[]);
+    let m = mapping(h.pid(), &moved);
+    assert_eq!(reason(&m), "cache-small-folios", "{m:#}");
+    h.stop();
+    hugetext_ok(&["warm", moved.to_str().unwrap()]);
+    let h = helper(&moved, &[]);
+    assert_ok(&mapping(h.pid(), &moved));
     h.stop();
 }
 
 #[test]
-fn text_on_btrfs_names_the_filesystem() {
+fn text_on_btrfs_names_the_filesystem_then_run_copies_it() {
     let Some(fs) = common::loop_fs("btrfs") else { return };
     if common::fs_gives_pmd_folios(fs.path()) {
         common::skip_line("skipped: this kernel's btrfs gives PMD folios");
@@ -130,6 +154,27 @@ fn text_on_btrfs_names_the_filesystem() {
     assert_eq!(reason(&m), "fs-no-large-folios", "{m:#}");
     assert!(m["evidence"].as_str().unwrap().contains("btrfs"), "{m:#}");
     h.stop();
+
+    // A program there (bfd, not PIE: congruent at its fixed address).
+    let p = common::copy_fixture(fs.path(), "bfd", "nopie");
+    let r = common::Running::fixture(&p);
+    let m = mapping(r.pid(), &p);
+    assert_eq!(reason(&m), "fs-no-large-folios", "{m:#}");
+    assert!(
+        fix(&m).ends_with("or start it with `hugetext run --strategy copy`"),
+        "{m:#}"
+    );
+    r.stop();
+    // The fix: start it with `hugetext run --strategy copy`.
+    let r = common::run_waiting(&["--strategy", "copy"], &p);
+    let copy = mappings(r.pid(), &p)
+        .into_iter()
+        .filter(|m| m["backing"] == "anon-copy")
+        .max_by_key(|m| m["whole_windows"].as_u64().unwrap())
+        .expect("run made no copy");
+    assert_ok(&copy);
+    common::remove_perf_map(r.child.id());
+    r.stop();
 }
 
 #[test]
