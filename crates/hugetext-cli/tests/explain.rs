@@ -523,3 +523,25 @@ fn library_at_an_unaligned_base_with_the_loader_and_its_tunables() {
     assert_ok(&mapping(r.pid(), &lib));
     r.stop();
 }
+
+#[test]
+fn thp_disabled_except_advised_does_not_stop_pmd_mapped_file_text() {
+    // What systemd's MemoryTHP=madvise sets (Linux 6.18 and later):
+    // prctl(PR_SET_THP_DISABLE, 1, PR_THP_DISABLE_EXCEPT_ADVISED).
+    let dir = common::scratch();
+    let probe = Command::new(cprogs().join("maptext"))
+        .args(["/nonexistent", "advised"])
+        .output()
+        .unwrap();
+    if common::text(&probe.stderr).contains("prctl advised") {
+        common::skip_line("skipped: this kernel has no PR_THP_DISABLE_EXCEPT_ADVISED");
+        return;
+    }
+    let file = warmed_file(dir.path(), 4);
+    let h = helper(&file, &["advised"]);
+    // /proc/PID/status does not show it, and the kernel still PMD-maps
+    // 2 MiB file folios (do_set_pmd() treats them as a forced collapse).
+    assert_eq!(explain_json(h.pid())["processes"][0]["thp_disabled"], false);
+    assert_ok(&mapping(h.pid(), &file));
+    h.stop();
+}
