@@ -128,9 +128,8 @@ pub struct ProcessFacts {
     /// The ELF interpreter (glibc's `ld.so`) and what it supports.
     pub loader: Option<LoaderFacts>,
     /// `GLIBC_TUNABLES` in `/proc/PID/environ`: `None` when unset or
-    /// unreadable (see `environ_readable`).
+    /// unreadable.
     pub glibc_tunables: Option<String>,
-    pub environ_readable: bool,
     /// The systemd unit the process runs in (from `/proc/PID/cgroup`) and
     /// its `MemoryTHP=` setting (`systemctl show`; newer systemd), when
     /// systemd manages the machine.
@@ -797,13 +796,13 @@ fn loader_knows_elf_thp(path: &Path) -> Option<bool> {
     (out.status.success() && text.contains("glibc.")).then(|| text.lines().any(|l| l.starts_with("glibc.elf.thp:")))
 }
 
-/// `GLIBC_TUNABLES` of a process; `Err` when its environment is unreadable.
-fn glibc_tunables_of(pid: i32) -> std::result::Result<Option<String>, ()> {
-    let env = std::fs::read(format!("/proc/{pid}/environ")).map_err(|_| ())?;
-    Ok(env
-        .split(|b| *b == 0)
+/// `GLIBC_TUNABLES` of a process; `None` when unset or its environment is
+/// unreadable.
+fn glibc_tunables_of(pid: i32) -> Option<String> {
+    let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    env.split(|b| *b == 0)
         .find_map(|v| v.strip_prefix(b"GLIBC_TUNABLES="))
-        .map(|v| String::from_utf8_lossy(v).into_owned()))
+        .map(|v| String::from_utf8_lossy(v).into_owned())
 }
 
 /// The unit of process `pid` and its `MemoryTHP=`, where systemd runs the
@@ -891,7 +890,6 @@ fn gather_one(pid: i32, fs_cache: &mut FsCache) -> Result<ProcessFacts> {
                 elf_thp,
             }
         });
-    let tunables = glibc_tunables_of(pid);
     Ok(ProcessFacts {
         pid,
         comm: st.comm,
@@ -900,8 +898,7 @@ fn gather_one(pid: i32, fs_cache: &mut FsCache) -> Result<ProcessFacts> {
             .ok()
             .map(|p| p.to_string_lossy().into_owned()),
         loader,
-        environ_readable: tunables.is_ok(),
-        glibc_tunables: tunables.unwrap_or(None),
+        glibc_tunables: glibc_tunables_of(pid),
         unit: unit_of(pid),
         mappings,
     })
