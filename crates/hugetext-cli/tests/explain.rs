@@ -40,7 +40,10 @@ fn skewed_lld_pie_align_then_warm_then_pmd_mapped() {
         Some("y") => format!("hugetext warm {} (CONFIG_READ_ONLY_THP_FOR_FS", s(&p)),
         _ => format!("hugetext warm {} after pid {} (", s(&p), r.pid()),
     };
-    assert!(f.starts_with(&blocked) && f.contains(&format!("pid {} (", r.pid())), "{f}");
+    assert!(
+        f.starts_with(&blocked) && f.contains(&format!("pid {} (", r.pid())),
+        "{f}"
+    );
     // Exec faults read it into small folios: 4 KiB ones, or larger ones that
     // are still not 2 MiB (xfs on 6.12: 16-128 kB), mapped by PTEs.
     assert_eq!(m["pmd_kb"], 0, "{m:#}");
