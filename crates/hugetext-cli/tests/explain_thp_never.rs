@@ -51,6 +51,7 @@ fn thp_never_file_text_and_run_copies() {
 
     // File text: `never` does not stop the kernel from PMD-mapping 2 MiB
     // page-cache folios (do_set_pmd() looks at the process and the mapping).
+    ensure_warm(&warm);
     let h = helper(&warm, &[]);
     assert_ok(&mapping(h.pid(), &warm));
     h.stop();
@@ -60,7 +61,7 @@ fn thp_never_file_text_and_run_copies() {
     assert_eq!(reason(&m), "cache-small-folios", "{m:#}");
     assert!(fix(&m).starts_with(&format!("hugetext warm {}", s(&cold))), "{m:#}");
     h.stop();
-    hugetext_ok(&["warm", cold.to_str().unwrap()]);
+    ensure_warm(&cold);
     let h = helper(&cold, &[]);
     assert_ok(&mapping(h.pid(), &cold));
     h.stop();

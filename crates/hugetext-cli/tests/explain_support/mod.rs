@@ -133,8 +133,23 @@ pub fn hugetext_ok(args: &[&str]) {
 /// A scratch file of `mib` MiB of RET instructions in 2 MiB page-cache folios.
 pub fn warmed_file(dir: &Path, mib: usize) -> PathBuf {
     let p = common::scratch_file(dir, "text.bin", mib);
-    hugetext_ok(&["warm", p.to_str().unwrap()]);
+    ensure_warm(&p);
     p
+}
+
+/// `hugetext warm FILE` until every window of it is one 2 MiB page-cache
+/// folio (3 tries): the precondition of a test about mapping warmed text.
+/// On a busy machine a 2 MiB allocation can fail, or memory pressure can
+/// evict a folio between `warm` and the mapping.
+pub fn ensure_warm(p: &Path) {
+    for _ in 0..3 {
+        hugetext_ok(&["warm", p.to_str().unwrap()]);
+        let f = hugetext::folio::scan_file(p, None).unwrap();
+        if f.pmd_windows.len() as u64 == f.total_windows {
+            return;
+        }
+    }
+    panic!("{}: warm left windows in small folios three times", p.display());
 }
 
 /// Split the huge pages of process `pid` in `start..end` into base pages,
