@@ -31,6 +31,11 @@ pub struct SystemFacts {
     pub hypervisor: bool,
     /// `/sys/devices/system/cpu/vulnerabilities/itlb_multihit`.
     pub itlb_multihit: Option<String>,
+    /// `CONFIG_READ_ONLY_THP_FOR_FS` (the kernel config doctor reads): with
+    /// it, khugepaged and MADV_COLLAPSE collapse read-only file text in
+    /// place; without it only large-folio filesystems give 2 MiB file folios,
+    /// filled when the file is read. `None`: the config is not readable.
+    pub read_only_thp_for_fs: Option<bool>,
 }
 
 /// Where a file-backed text mapping sits against its file (from the ELF
@@ -117,7 +122,51 @@ pub struct ProcessFacts {
     /// `THP_enabled: 0` in /proc/PID/status (PR_SET_THP_DISABLE); `None`:
     /// the kernel does not say.
     pub thp_disabled: Option<bool>,
+    /// The executable (`/proc/PID/exe`): the kernel maps it, the ELF
+    /// interpreter maps the libraries.
+    pub exe: Option<String>,
+    /// The ELF interpreter (glibc's `ld.so`) and what it supports.
+    pub loader: Option<LoaderFacts>,
+    /// `GLIBC_TUNABLES` in `/proc/PID/environ`: `None` when unset or
+    /// unreadable.
+    pub glibc_tunables: Option<String>,
+    /// The systemd unit the process runs in (from `/proc/PID/cgroup`) and
+    /// its `MemoryTHP=` setting (`systemctl show`; newer systemd), when
+    /// systemd manages the machine.
+    pub unit: Option<UnitFacts>,
     pub mappings: Vec<MappingFacts>,
+}
+
+/// The process's ELF interpreter.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct LoaderFacts {
+    /// As mapped by the process.
+    pub path: String,
+    /// Whether it knows the `glibc.elf.thp` tunable (newer glibc: with
+    /// `glibc.elf.thp=1` it maps large read-only segments 2 MiB-aligned),
+    /// from `ld.so --list-tunables`; `None`: it could not be asked (not
+    /// glibc, or not reachable from here).
+    pub elf_thp: Option<bool>,
+}
+
+/// The systemd unit of a process.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct UnitFacts {
+    pub name: String,
+    /// `MemoryTHP=` (`inherit`, `disable`, `madvise`, `system`); `None`
+    /// where systemd does not know the setting.
+    pub memory_thp: Option<String>,
+}
+
+/// The value of tunable `name` in a `GLIBC_TUNABLES` string
+/// (`a.b.c=1:d.e.f=2`). Pure.
+pub fn tunable<'a>(tunables: &'a str, name: &str) -> Option<&'a str> {
+    // The last setting wins, as in glibc.
+    tunables
+        .rsplit(':')
+        .filter_map(|t| t.split_once('='))
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v)
 }
 
 /// Why (part of) a mapping is not PMD-mapped: the stable codes of
@@ -221,17 +270,33 @@ pub fn decide(sys: &SystemFacts, p: &ProcessFacts, m: &MappingFacts) -> Verdict 
             gain,
         );
     }
+    let unit_thp = p
+        .unit
+        .as_ref()
+        .and_then(|u| u.memory_thp.as_deref().map(|t| (u.name.as_str(), t)));
+    let unit_fix =
+        |name: &str| format!("set MemoryTHP=inherit for {name} (systemctl edit {name}), then systemctl restart {name}");
     if p.thp_disabled == Some(true) {
-        return verdict(
-            Reason::ThpDisabledProcess,
-            format!(
-                "THP_enabled: 0 in /proc/{}/status: the process (or a parent it inherited it from) called prctl(PR_SET_THP_DISABLE)",
-                p.pid
+        let status = format!("THP_enabled: 0 in /proc/{}/status", p.pid);
+        return match unit_thp {
+            Some((name, "disable")) => verdict(
+                Reason::ThpDisabledProcess,
+                format!("{status}: systemd unit {name} has MemoryTHP=disable (systemd calls prctl(PR_SET_THP_DISABLE) when it starts it)"),
+                Some(unit_fix(name)),
+                gain,
             ),
-            Some("restart it without PR_SET_THP_DISABLE (check its launcher, e.g. a systemd unit's MemoryTHP= or a wrapper calling prctl)".into()),
-            gain,
-        );
+            _ => verdict(
+                Reason::ThpDisabledProcess,
+                format!("{status}: the process (or a parent it inherited it from) called prctl(PR_SET_THP_DISABLE)"),
+                Some("restart it without PR_SET_THP_DISABLE (check its launcher, e.g. a systemd unit's MemoryTHP= or a wrapper calling prctl)".into()),
+                gain,
+            ),
+        };
     }
+    // MemoryTHP=madvise (PR_THP_DISABLE_EXCEPT_ADVISED, Linux 6.18) is no
+    // reason for text: the kernel PMD-maps 2 MiB file folios regardless
+    // (do_set_pmd() treats them as a forced collapse; measured on 6.18), and
+    // `run` makes no copies in such a process.
     if m.nohugepage {
         return verdict(
             Reason::MadvNohugepage,
@@ -267,15 +332,16 @@ pub fn decide(sys: &SystemFacts, p: &ProcessFacts, m: &MappingFacts) -> Verdict 
             )
         }
         Some(Layout::BaseBreaks { base, p_align }) => {
+            let (note, fix) = loader_advice(sys, p, m);
             return verdict(
                 Reason::BaseUnaligned,
                 format!(
-                    "loaded at base {base:#x}, not 2 MiB-aligned (p_align {p_align:#x}): address - offset = {:#x} is not a multiple of 2 MiB",
+                    "loaded at base {base:#x}, not 2 MiB-aligned (p_align {p_align:#x}): address - offset = {:#x} is not a multiple of 2 MiB{note}",
                     m.start.wrapping_sub(m.offset)
                 ),
-                Some(format!("hugetext align {}", m.path)),
+                Some(fix),
                 gain,
-            )
+            );
         }
         Some(Layout::NotCongruent { why }) => {
             return verdict(
@@ -312,16 +378,31 @@ pub fn decide(sys: &SystemFacts, p: &ProcessFacts, m: &MappingFacts) -> Verdict 
         Some(Ok(c)) if c.pmd_windows < c.windows => {
             let sizes: Vec<String> = c.folios_kb.iter().map(|(sz, kb)| format!("{kb} kB in {sz} kB folios")).collect();
             let mut fix = format!("hugetext warm {}", m.path);
+            let mut note = String::new();
             if !c.blockers.is_empty() {
-                fix.push_str(&format!(
-                    " after {} exit (they map it, so its small folios cannot be evicted), then restart it",
-                    pids(&c.blockers)
-                ));
+                match sys.read_only_thp_for_fs {
+                    // khugepaged/MADV_COLLAPSE collapse read-only file text in
+                    // place, and the kernel drops the PTE tables of processes
+                    // mapping it, so they fault it back with PMDs.
+                    Some(true) => fix.push_str(&format!(
+                        " (CONFIG_READ_ONLY_THP_FOR_FS: it collapses the small folios in place while {} run)",
+                        pids(&c.blockers)
+                    )),
+                    ro => {
+                        fix.push_str(&format!(
+                            " after {} exit (they map it, so its small folios cannot be evicted), then restart it",
+                            pids(&c.blockers)
+                        ));
+                        if ro == Some(false) {
+                            note = "; this kernel has no CONFIG_READ_ONLY_THP_FOR_FS, so they cannot be collapsed in place".into();
+                        }
+                    }
+                }
             }
             verdict(
                 Reason::CacheSmallFolios,
                 format!(
-                    "{} of {} whole windows are 2 MiB folios in the page cache; cached: {}",
+                    "{} of {} whole windows are 2 MiB folios in the page cache; cached: {}{note}",
                     c.pmd_windows,
                     c.windows,
                     if sizes.is_empty() { "nothing".into() } else { sizes.join(", ") }
@@ -336,7 +417,10 @@ pub fn decide(sys: &SystemFacts, p: &ProcessFacts, m: &MappingFacts) -> Verdict 
                 "all {} whole windows are 2 MiB folios in the page cache, but this process maps them with 4 KiB page-table entries (it mapped them before they were 2 MiB folios, or while huge pages were off for it)",
                 c.windows
             ),
-            Some("restart the program (or start it with `hugetext run`)".into()),
+            Some(match sys.read_only_thp_for_fs {
+                Some(true) => "restart the program (or start it with `hugetext run`); with CONFIG_READ_ONLY_THP_FOR_FS, khugepaged also maps them with PMDs in place where THP is `always` or the mapping is MADV_HUGEPAGE".into(),
+                _ => "restart the program (or start it with `hugetext run`)".into(),
+            }),
             gain,
         ),
         Some(Err(why)) => verdict(
@@ -346,6 +430,42 @@ pub fn decide(sys: &SystemFacts, p: &ProcessFacts, m: &MappingFacts) -> Verdict 
             gain,
         ),
         None => verdict(Reason::Unknown, "no page-cache facts", None, gain),
+    }
+}
+
+/// For a segment the loader placed at a base that breaks congruence: what
+/// glibc's `glibc.elf.thp` tunable can do (a note for the evidence) and the
+/// fix. The tunable applies to what `ld.so` maps (libraries), not to the
+/// executable, which the kernel maps; glibc aligns only when THP `enabled`
+/// is `always`. Pure.
+pub fn loader_advice(sys: &SystemFacts, p: &ProcessFacts, m: &MappingFacts) -> (String, String) {
+    let align = format!("hugetext align {}", m.path);
+    let by_loader = p.exe.as_deref() != Some(m.path.as_str());
+    let Some(loader) = p.loader.as_ref().filter(|l| by_loader && l.elf_thp == Some(true)) else {
+        return (String::new(), align);
+    };
+    let set = p.glibc_tunables.as_deref().and_then(|t| tunable(t, "glibc.elf.thp")) == Some("1");
+    let mode = sys.thp_enabled.as_deref().unwrap_or("unknown");
+    if set {
+        let note = format!(
+            "; GLIBC_TUNABLES has glibc.elf.thp=1, but {} did not align it (glibc aligns only when THP enabled is `always`; here `{mode}`)",
+            loader.path
+        );
+        (note, align)
+    } else if mode == "always" {
+        let note = format!("; {} knows glibc.elf.thp", loader.path);
+        (
+            note,
+            format!(
+                "restart it with GLIBC_TUNABLES=glibc.elf.thp=1 (the loader then maps it 2 MiB-aligned), or {align}"
+            ),
+        )
+    } else {
+        let note = format!(
+            "; {} knows glibc.elf.thp, but it aligns only when THP enabled is `always` (here `{mode}`)",
+            loader.path
+        );
+        (note, align)
     }
 }
 
@@ -427,6 +547,10 @@ pub struct ProcessReport {
     pub pid: i32,
     pub comm: String,
     pub thp_disabled: Option<bool>,
+    pub exe: Option<String>,
+    pub loader: Option<LoaderFacts>,
+    pub glibc_tunables: Option<String>,
+    pub unit: Option<UnitFacts>,
     pub text_kb: u64,
     pub pmd_kb: u64,
     pub summary: String,
@@ -451,6 +575,10 @@ pub fn report(sys: &SystemFacts, procs: &[ProcessFacts]) -> Report {
                 pid: p.pid,
                 comm: p.comm.clone(),
                 thp_disabled: p.thp_disabled,
+                exe: p.exe.clone(),
+                loader: p.loader.clone(),
+                glibc_tunables: p.glibc_tunables.clone(),
+                unit: p.unit.clone(),
                 text_kb: p.mappings.iter().map(|m| (m.end - m.start) / 1024).sum(),
                 pmd_kb: p.mappings.iter().map(|m| m.pmd_kb).sum(),
                 summary: summary(p, &verdicts),
@@ -493,6 +621,7 @@ impl SystemFacts {
             thp_enabled: kernel::thp_enabled(),
             hypervisor: kernel::hypervisor(),
             itlb_multihit: kernel::cpu_vulnerability("itlb_multihit"),
+            read_only_thp_for_fs: kernel::kernel_config("CONFIG_READ_ONLY_THP_FOR_FS").map(|v| v == "y"),
         }
     }
 }
@@ -526,16 +655,20 @@ pub fn layout_of(start: u64, offset: u64, segments: &[(u64, u64, u64, u64)]) -> 
     }
 }
 
-/// Per-filesystem facts, probed once per directory's filesystem.
+/// Per-filesystem facts, probed once per directory's filesystem; what each
+/// ELF interpreter supports, asked once.
 #[derive(Default)]
-struct FsCache(HashMap<(u64, String), FsFacts>);
+struct FsCache {
+    fs: HashMap<(u64, String), FsFacts>,
+    loaders: HashMap<String, Option<bool>>,
+}
 
 impl FsCache {
     fn get(&mut self, file: &std::fs::File, dir: &Path) -> FsFacts {
         use std::os::unix::fs::MetadataExt;
         let name = fsutil::fs_name(file);
         let dev = file.metadata().map(|m| m.dev()).unwrap_or(0);
-        self.0
+        self.fs
             .entry((dev, name.clone()))
             .or_insert_with(|| FsFacts {
                 pmd_folios: fsutil::probe_pmd_folios(dir),
@@ -636,6 +769,60 @@ pub fn gather_process(pid: i32) -> Result<ProcessFacts> {
     gather_one(pid, &mut fs_cache)
 }
 
+/// The systemd unit in a `/proc/PID/cgroup` text: the last `.service` or
+/// `.scope` component of the unified (`0::`) or `name=systemd` hierarchy. Pure.
+pub fn unit_of_cgroup(text: &str) -> Option<String> {
+    text.lines()
+        .filter_map(|l| {
+            let mut f = l.splitn(3, ':');
+            let (_, ctl, path) = (f.next()?, f.next()?, f.next()?);
+            (ctl.is_empty() || ctl == "name=systemd").then_some(path)
+        })
+        .flat_map(|path| path.rsplit('/'))
+        .find(|c| c.ends_with(".service") || c.ends_with(".scope"))
+        .map(str::to_string)
+}
+
+/// Whether the ELF interpreter `path` knows `glibc.elf.thp`: `ld.so
+/// --list-tunables` (glibc 2.33 and later) lists every tunable it has.
+fn loader_knows_elf_thp(path: &Path) -> Option<bool> {
+    let out = std::process::Command::new(path)
+        .arg("--list-tunables")
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    (out.status.success() && text.contains("glibc.")).then(|| text.lines().any(|l| l.starts_with("glibc.elf.thp:")))
+}
+
+/// `GLIBC_TUNABLES` of a process; `None` when unset or its environment is
+/// unreadable.
+fn glibc_tunables_of(pid: i32) -> Option<String> {
+    let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    env.split(|b| *b == 0)
+        .find_map(|v| v.strip_prefix(b"GLIBC_TUNABLES="))
+        .map(|v| String::from_utf8_lossy(v).into_owned())
+}
+
+/// The unit of process `pid` and its `MemoryTHP=`, where systemd runs the
+/// machine (`/run/systemd/system`, as sd_booted() checks).
+fn unit_of(pid: i32) -> Option<UnitFacts> {
+    if !Path::new("/run/systemd/system").is_dir() {
+        return None;
+    }
+    let name = unit_of_cgroup(&std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?)?;
+    let memory_thp = std::process::Command::new("systemctl")
+        .args(["show", "--property=MemoryTHP", "--value", &name])
+        .stderr(std::process::Stdio::null())
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .filter(|v| !v.is_empty());
+    Some(UnitFacts { name, memory_thp })
+}
+
 fn gather_one(pid: i32, fs_cache: &mut FsCache) -> Result<ProcessFacts> {
     let st = procfs::read_stat(pid)?;
     if st.is_kernel_thread() {
@@ -681,10 +868,38 @@ fn gather_one(pid: i32, fs_cache: &mut FsCache) -> Result<ProcessFacts> {
         m.nohugepage = flags.iter().any(|(s, f)| *s == t.start && f.iter().any(|x| x == "nh"));
         mappings.push(m);
     }
+    let loader = vmas
+        .iter()
+        .find(|v| {
+            v.is_exec()
+                && Path::new(&v.path)
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with("ld-") && n.contains(".so"))
+        })
+        .map(|v| {
+            let elf_thp = fs_cache
+                .loaders
+                .entry(v.path.clone())
+                .or_insert_with(|| {
+                    loader_knows_elf_thp(&Path::new(&format!("/proc/{pid}/root")).join(v.path.trim_start_matches('/')))
+                })
+                .to_owned();
+            LoaderFacts {
+                path: v.path.clone(),
+                elf_thp,
+            }
+        });
     Ok(ProcessFacts {
         pid,
         comm: st.comm,
         thp_disabled,
+        exe: std::fs::read_link(format!("/proc/{pid}/exe"))
+            .ok()
+            .map(|p| p.to_string_lossy().into_owned()),
+        loader,
+        glibc_tunables: glibc_tunables_of(pid),
+        unit: unit_of(pid),
         mappings,
     })
 }
@@ -800,6 +1015,7 @@ mod tests {
             comm: "x".into(),
             thp_disabled: Some(false),
             mappings: vec![m],
+            ..Default::default()
         }
     }
 
@@ -965,6 +1181,147 @@ mod tests {
             (0x55d000200000, "/x/pie", true)
         );
         assert!(unnamed_copies(&maps, &c).is_empty());
+    }
+
+    #[test]
+    fn systemd_memory_thp_is_named_with_its_fix() {
+        let unit = |t: &str| UnitFacts {
+            name: "db.service".into(),
+            memory_thp: Some(t.into()),
+        };
+        // MemoryTHP=disable: THP_enabled: 0, and the unit is the evidence.
+        let mut p = proc1(map(0x40_0000, 4 * M));
+        p.thp_disabled = Some(true);
+        p.unit = Some(unit("disable"));
+        let v = why(&madvise(), &p);
+        assert_eq!(v.reason, Reason::ThpDisabledProcess);
+        assert!(v.evidence.contains("THP_enabled: 0") && v.evidence.contains("db.service has MemoryTHP=disable"));
+        assert_eq!(
+            v.fix.as_deref(),
+            Some("set MemoryTHP=inherit for db.service (systemctl edit db.service), then systemctl restart db.service")
+        );
+        // MemoryTHP=madvise: no reason for file text (the kernel PMD-maps its folios).
+        p.thp_disabled = Some(false);
+        p.unit = Some(unit("madvise"));
+        assert_eq!(why(&madvise(), &p).reason, Reason::MappedBeforeWarm);
+        // Other settings, or no systemd: the process-level facts decide.
+        p.unit = Some(unit("inherit"));
+        assert_eq!(why(&madvise(), &p).reason, Reason::MappedBeforeWarm);
+        p.thp_disabled = Some(true);
+        let v = why(&madvise(), &p);
+        assert!(v.fix.unwrap().starts_with("restart it without PR_SET_THP_DISABLE"));
+    }
+
+    #[test]
+    fn unit_from_cgroup_v1_and_v2() {
+        assert_eq!(
+            unit_of_cgroup("0::/system.slice/nginx.service\n").as_deref(),
+            Some("nginx.service")
+        );
+        assert_eq!(
+            unit_of_cgroup("4:memory:/x\n1:name=systemd:/user.slice/user-0.slice/session-3.scope\n0::/\n").as_deref(),
+            Some("session-3.scope")
+        );
+        assert_eq!(unit_of_cgroup("4:memory:/a.service\n0::/\n"), None);
+    }
+
+    #[test]
+    fn glibc_elf_thp_tunable_in_base_unaligned_advice() {
+        assert_eq!(
+            tunable("glibc.malloc.hugetlb=1:glibc.elf.thp=1", "glibc.elf.thp"),
+            Some("1")
+        );
+        assert_eq!(tunable("glibc.elf.thpx=1", "glibc.elf.thp"), None);
+        let lib = "/usr/lib/libbig.so";
+        let mut m = map(0x7f00_0001_1000, 8 * M);
+        m.path = lib.into();
+        m.offset = 0x1000;
+        m.layout = Some(Layout::BaseBreaks {
+            base: 0x7f00_0001_0000,
+            p_align: 0x1000,
+        });
+        let mut p = proc1(m);
+        p.exe = Some("/usr/bin/x".into());
+        let always = SystemFacts {
+            thp_enabled: Some("always".into()),
+            ..Default::default()
+        };
+        // A loader without the tunable (or unknown): align.
+        let fix = |sys: &SystemFacts, p: &ProcessFacts| why(sys, p).fix.unwrap();
+        assert_eq!(fix(&always, &p), format!("hugetext align {lib}"));
+        p.loader = Some(LoaderFacts {
+            path: "/lib64/ld-linux-x86-64.so.2".into(),
+            elf_thp: Some(true),
+        });
+        // It knows it, THP always, not set: the tunable is the first fix.
+        let v = why(&always, &p);
+        assert_eq!(v.reason, Reason::BaseUnaligned);
+        assert_eq!(
+            v.fix.as_deref(),
+            Some("restart it with GLIBC_TUNABLES=glibc.elf.thp=1 (the loader then maps it 2 MiB-aligned), or hugetext align /usr/lib/libbig.so")
+        );
+        // THP madvise: glibc would not align; say so, fix with align.
+        let v = why(&madvise(), &p);
+        assert!(
+            v.evidence
+                .contains("aligns only when THP enabled is `always` (here `madvise`)"),
+            "{}",
+            v.evidence
+        );
+        assert_eq!(v.fix.unwrap(), format!("hugetext align {lib}"));
+        // Set, yet not aligned.
+        p.glibc_tunables = Some("glibc.elf.thp=1".into());
+        let v = why(&madvise(), &p);
+        assert!(
+            v.evidence.contains("GLIBC_TUNABLES has glibc.elf.thp=1, but"),
+            "{}",
+            v.evidence
+        );
+        // The executable is mapped by the kernel: the tunable does not apply.
+        p.glibc_tunables = None;
+        p.exe = Some(lib.into());
+        assert_eq!(fix(&always, &p), format!("hugetext align {lib}"));
+    }
+
+    #[test]
+    fn read_only_thp_for_fs_changes_the_advice() {
+        let mut m = map(0x40_0000, 4 * M);
+        m.cache = Some(Ok(CacheFacts {
+            windows: 2,
+            pmd_windows: 0,
+            folios_kb: [(4, 8192)].into_iter().collect(),
+            blockers: vec![ProcRef {
+                pid: 42,
+                comm: "x".into(),
+            }],
+        }));
+        let p = proc1(m);
+        let ro = |v: Option<bool>| SystemFacts {
+            read_only_thp_for_fs: v,
+            ..madvise()
+        };
+        // With it: warm collapses in place while the process runs.
+        let v = why(&ro(Some(true)), &p);
+        assert_eq!(v.reason, Reason::CacheSmallFolios);
+        assert_eq!(
+            v.fix.as_deref(),
+            Some("hugetext warm /usr/bin/x (CONFIG_READ_ONLY_THP_FOR_FS: it collapses the small folios in place while pid 42 (x) run)")
+        );
+        // Without: wait for the process to exit, and the evidence says why.
+        let v = why(&ro(Some(false)), &p);
+        assert!(v.fix.unwrap().contains("after pid 42 (x) exit"));
+        assert!(v.evidence.contains("no CONFIG_READ_ONLY_THP_FOR_FS"), "{}", v.evidence);
+        let v = why(&ro(None), &p);
+        assert!(!v.evidence.contains("CONFIG_READ_ONLY_THP_FOR_FS"), "{}", v.evidence);
+        // PMD folios mapped by PTEs: khugepaged can fix that in place only with it.
+        let mut p = p;
+        p.mappings[0].cache = Some(Ok(CacheFacts {
+            windows: 2,
+            pmd_windows: 2,
+            ..Default::default()
+        }));
+        assert!(why(&ro(Some(true)), &p).fix.unwrap().contains("khugepaged"));
+        assert!(!why(&ro(Some(false)), &p).fix.unwrap().contains("khugepaged"));
     }
 
     #[test]

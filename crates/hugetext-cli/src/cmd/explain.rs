@@ -22,10 +22,13 @@ evidence and the one command that fixes it:
   thp-never              THP enabled=never (stops run's anonymous copies; file text is
                          PMD-mapped regardless)
   thp-disabled-process   prctl(PR_SET_THP_DISABLE): THP_enabled: 0 in /proc/PID/status
+                         (names the systemd unit when it has MemoryTHP=disable)
   madv-nohugepage        MADV_NOHUGEPAGE on the mapping (nh in smaps VmFlags)
   no-whole-window        the mapping holds no whole 2 MiB window
   layout-skewed          p_vaddr - p_offset not a multiple of 2 MiB (lld, mold) -> align
   base-unaligned         small p_align, loaded at a base that breaks congruence -> align
+                         (or, for a library, GLIBC_TUNABLES=glibc.elf.thp=1 where the
+                         program's ld.so knows it and THP is always)
   fs-no-large-folios     the filesystem gives no 2 MiB page-cache folios -> move it, or run
   cache-small-folios     the page cache holds the text in small folios -> warm
   mapped-before-warm     2 MiB folios in the cache, mapped by PTEs -> restart, or run

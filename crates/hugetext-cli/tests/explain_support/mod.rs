@@ -1,0 +1,186 @@
+//! What the `explain` test binaries share: the C helper that maps a file as
+//! text, `explain --json` and the mapping of one file in it.
+#![allow(dead_code)]
+
+use hugetext_testkit as common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use serde_json::Value;
+
+/// The C test programs, built once per test binary by tests/fixtures/mkctests.sh
+/// (already built where `HUGETEXT_TEST_PREBUILT` is set, as in the kernel matrix).
+pub fn cprogs() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = common::target_profile_dir().join("../ctests");
+        if !common::prebuilt() {
+            let st = Command::new("bash")
+                .arg(common::root().join("tests/fixtures/mkctests.sh"))
+                .arg(&dir)
+                .arg(common::target_profile_dir())
+                .arg(common::fixtures())
+                .status()
+                .expect("run mkctests.sh");
+            assert!(st.success(), "mkctests.sh failed");
+        }
+        dir.canonicalize().unwrap()
+    })
+}
+
+/// Start `maptext FILE OPTS` (crates/hugetext-cli/tests/c/maptext.c): maps
+/// `file` read+exec at a 2 MiB-aligned address congruent with offset 0,
+/// touches every page and waits; a `hugepage` line on its stdin switches the
+/// mapping to MADV_HUGEPAGE. Options: `prctl` (PR_SET_THP_DISABLE), `advised`
+/// (PR_THP_DISABLE_EXCEPT_ADVISED), `nohuge` (MADV_NOHUGEPAGE).
+pub fn helper(file: &Path, opts: &[&str]) -> common::Running {
+    let mut cmd = Command::new(cprogs().join("maptext"));
+    cmd.arg(file).args(opts);
+    common::Running::start(cmd)
+}
+
+/// `hugetext explain --json --pid PID`, which must succeed.
+pub fn explain_json(pid: i32) -> Value {
+    let out = common::hugetext(&["explain", "--json", "--pid", &pid.to_string()]);
+    assert!(
+        out.status.success(),
+        "explain failed: {}\n{}",
+        common::text(&out.stderr),
+        common::text(&out.stdout)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// The mappings of `file` in process `pid`'s explanation.
+pub fn mappings(pid: i32, file: &Path) -> Vec<Value> {
+    let v = explain_json(pid);
+    let want = s(file);
+    let p = &v["processes"][0];
+    assert_eq!(p["pid"], pid);
+    assert!(
+        p["summary"].as_str().unwrap().starts_with(&format!("pid {pid} (")),
+        "{p:#}"
+    );
+    let ms: Vec<Value> = p["mappings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["path"] == want.as_str())
+        .cloned()
+        .collect();
+    assert!(!ms.is_empty(), "{want} not in {v:#}");
+    ms
+}
+
+/// The mapping of `file` with the most whole windows in process `pid`'s explanation.
+pub fn mapping(pid: i32, file: &Path) -> Value {
+    mappings(pid, file)
+        .into_iter()
+        .max_by_key(|m| m["whole_windows"].as_u64().unwrap())
+        .unwrap()
+}
+
+/// True when the loader happened to place the mapping 2 MiB-congruent with
+/// its file offset (a page-aligned base does so 1 time in 512): a skewed
+/// layout then does not show.
+pub fn landed_congruent(m: &Value) -> bool {
+    let yes = (start(m) - m["offset"].as_u64().unwrap()) % (2 << 20) == 0;
+    if yes {
+        common::skip_line("skipped: the loader placed the text 2 MiB-congruent by chance");
+    }
+    yes
+}
+
+pub fn start(m: &Value) -> u64 {
+    u64::from_str_radix(m["start"].as_str().unwrap(), 16).unwrap()
+}
+
+pub fn reason(m: &Value) -> &str {
+    m["reason"].as_str().unwrap()
+}
+
+pub fn fix(m: &Value) -> &str {
+    m["fix"].as_str().unwrap_or("")
+}
+
+pub fn evidence(m: &Value) -> &str {
+    m["evidence"].as_str().unwrap()
+}
+
+pub fn s(p: &Path) -> String {
+    p.canonicalize().unwrap().to_string_lossy().into_owned()
+}
+
+/// `ok`, and every whole window PMD-mapped.
+pub fn assert_ok(m: &Value) {
+    assert_eq!(reason(m), "ok", "{m:#}");
+    let windows = m["whole_windows"].as_u64().unwrap();
+    assert!(windows > 0 && m["pmd_kb"].as_u64().unwrap() >= windows * 2048, "{m:#}");
+}
+
+pub fn hugetext_ok(args: &[&str]) {
+    let out = common::hugetext(args);
+    assert!(
+        out.status.success(),
+        "hugetext {args:?}: {}\n{}",
+        common::text(&out.stderr),
+        common::text(&out.stdout)
+    );
+}
+
+/// A scratch file of `mib` MiB of RET instructions in 2 MiB page-cache folios.
+pub fn warmed_file(dir: &Path, mib: usize) -> PathBuf {
+    let p = common::scratch_file(dir, "text.bin", mib);
+    ensure_warm(&p);
+    p
+}
+
+/// `hugetext warm FILE` until every window of it is one 2 MiB page-cache
+/// folio (3 tries): the precondition of a test about mapping warmed text.
+/// On a busy machine a 2 MiB allocation can fail, or memory pressure can
+/// evict a folio between `warm` and the mapping.
+pub fn ensure_warm(p: &Path) {
+    for _ in 0..3 {
+        hugetext_ok(&["warm", p.to_str().unwrap()]);
+        let f = hugetext::folio::scan_file(p, None).unwrap();
+        if f.pmd_windows.len() as u64 == f.total_windows {
+            return;
+        }
+    }
+    panic!("{}: warm left windows in small folios three times", p.display());
+}
+
+/// Split the huge pages of process `pid` in `start..end` into base pages,
+/// for real and from outside: `process_madvise(MADV_COLD)` on one 4 KiB page
+/// of each 2 MiB window. The kernel splits a PMD-mapped anonymous THP that
+/// the advice covers only in part (`madvise_cold_or_pageout_pte_range()`),
+/// and MADV_COLD itself only ages the pages.
+pub fn split(pid: i32, start: u64, end: u64) {
+    const PMD: u64 = 2 << 20;
+    // SAFETY: plain syscalls; the iovec points into the target process, which
+    // the kernel reads, not this one.
+    unsafe {
+        let fd = libc::syscall(libc::SYS_pidfd_open, pid, 0) as i32;
+        assert!(fd >= 0, "pidfd_open: {}", std::io::Error::last_os_error());
+        let mut w = start.next_multiple_of(PMD);
+        while w + PMD <= end {
+            let iov = libc::iovec {
+                iov_base: (w + 4096) as *mut libc::c_void,
+                iov_len: 4096,
+            };
+            let r = libc::syscall(
+                libc::SYS_process_madvise,
+                fd,
+                &iov as *const libc::iovec,
+                1,
+                libc::MADV_COLD,
+                0,
+            );
+            assert_eq!(r, 4096, "process_madvise: {}", std::io::Error::last_os_error());
+            w += PMD;
+        }
+        libc::close(fd);
+    }
+}
