@@ -811,7 +811,7 @@ fn unit_of(pid: i32) -> Option<UnitFacts> {
     if !Path::new("/run/systemd/system").is_dir() {
         return None;
     }
-    let name = unit_of_cgroup(&std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?)?;
+    let name = unit_of_cgroup(&crate::procfs::read_proc(Some(pid), "cgroup").ok()?)?;
     let memory_thp = std::process::Command::new("systemctl")
         .args(["show", "--property=MemoryTHP", "--value", &name])
         .stderr(std::process::Stdio::null())

@@ -125,6 +125,24 @@ pub fn read_proc(pid: Option<i32>, what: &str) -> Result<String> {
     std::fs::read_to_string(&path).map_err(|e| proc_error(pid, &path, e))
 }
 
+/// The cgroup of a process as `/proc/PID/cgroup` names it (the v2 path, or
+/// v1's `name=systemd` hierarchy); `None` when it vanished.
+pub fn cgroup_of(pid: i32) -> Option<String> {
+    let text = read_proc(Some(pid), "cgroup").ok()?;
+    let mut first = None;
+    for l in text.lines() {
+        let mut f = l.splitn(3, ':');
+        let (id, ctrl, path) = (f.next()?, f.next()?, f.next()?);
+        if id == "0" && ctrl.is_empty() {
+            return Some(path.to_string());
+        }
+        if ctrl == "name=systemd" || first.is_none() {
+            first = Some(path.to_string());
+        }
+    }
+    first
+}
+
 /// The VMAs of a process (None = this process).
 pub fn read_maps(pid: Option<i32>) -> Result<Vec<Vma>> {
     Ok(parse_maps(&read_proc(pid, "maps")?))
@@ -440,6 +458,13 @@ pub fn cgroup_pids(path: &Path) -> Result<Vec<i32>> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn cgroup_of_self_and_of_nobody() {
+        let cg = cgroup_of(std::process::id() as i32).unwrap();
+        assert!(cg.starts_with('/'), "{cg}");
+        assert_eq!(cgroup_of(i32::MAX), None);
+    }
+
     use super::*;
 
     #[test]

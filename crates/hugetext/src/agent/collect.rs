@@ -20,7 +20,7 @@ use prometheus_client::registry::{Registry, Unit};
 
 use crate::folio::{Class, Counts, Kind};
 use crate::inspect::{self, Method, Report, Target};
-use crate::{kernel, warm, Result};
+use crate::{kernel, procfs, warm, Result};
 
 /// A label set.
 pub type Labels = Vec<(String, String)>;
@@ -186,24 +186,6 @@ pub fn parse_vmstat(text: &str) -> Vec<(&'static str, u64)> {
     out
 }
 
-/// The cgroup of a process as `/proc/PID/cgroup` names it (the v2 path, or
-/// v1's `name=systemd` hierarchy); `None` when it vanished.
-pub fn cgroup_of(pid: i32) -> Option<String> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
-    let mut first = None;
-    for l in text.lines() {
-        let mut f = l.splitn(3, ':');
-        let (id, ctrl, path) = (f.next()?, f.next()?, f.next()?);
-        if id == "0" && ctrl.is_empty() {
-            return Some(path.to_string());
-        }
-        if ctrl == "name=systemd" || first.is_none() {
-            first = Some(path.to_string());
-        }
-    }
-    first
-}
-
 /// Per-key sums of an inspection.
 #[derive(Debug, Default)]
 struct Group {
@@ -343,7 +325,7 @@ pub fn scrape(m: &AgentMetrics, input: &ScrapeInput) -> Result<String> {
             g.counts.merge(&c);
             g.processes += 1;
         }
-        match cgroup_of(p.pid) {
+        match procfs::cgroup_of(p.pid) {
             Some(cg) => {
                 let g = by_cgroup.entry(cg).or_default();
                 g.counts.merge(&p.counts);
@@ -490,13 +472,6 @@ mod tests {
         assert_eq!(v, vec![("thp_file_alloc", 5), ("nr_file_hugepages", 2)]);
         let real = parse_vmstat(&std::fs::read_to_string("/proc/vmstat").unwrap());
         assert!(real.iter().any(|(k, _)| *k == "thp_file_mapped"), "{real:?}");
-    }
-
-    #[test]
-    fn cgroup_of_self_and_of_nobody() {
-        let cg = cgroup_of(std::process::id() as i32).unwrap();
-        assert!(cg.starts_with('/'), "{cg}");
-        assert_eq!(cgroup_of(i32::MAX), None);
     }
 
     #[test]
