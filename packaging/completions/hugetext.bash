@@ -807,7 +807,7 @@ _hugetext() {
             return 0
             ;;
         hugetext__subcmd__run)
-            opts="-v -h -V --strategy --include --exclude --verbose --inherit --gdb --preload --help --version"
+            opts="-v -h -V --strategy --include --exclude --verbose --inherit --gdb --no-dlopen --preload --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

@@ -90,6 +90,7 @@ complete -c hugetext -n "__fish_hugetext_using_subcommand run" -l preload -d 'Th
 complete -c hugetext -n "__fish_hugetext_using_subcommand run" -s v -l verbose -d 'Report on stderr, per text mapping, what was done and why not'
 complete -c hugetext -n "__fish_hugetext_using_subcommand run" -l inherit -d 'Let child processes inherit the preload (default: they do not)'
 complete -c hugetext -n "__fish_hugetext_using_subcommand run" -l gdb -d 'gdb/perf-friendly: never copy text to anonymous memory (zero-copy routes only)'
+complete -c hugetext -n "__fish_hugetext_using_subcommand run" -l no-dlopen -d 'Do not follow libraries loaded after start (dlopen): no LD_AUDIT'
 complete -c hugetext -n "__fish_hugetext_using_subcommand run" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c hugetext -n "__fish_hugetext_using_subcommand run" -s V -l version -d 'Print version'
 complete -c hugetext -n "__fish_hugetext_using_subcommand agent" -l config -d 'The config file: the programs to keep warm and the [agent] settings (TOML, the format of `warm --config`); e.g. /etc/hugetext/warm.conf' -r -F
