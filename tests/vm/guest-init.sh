@@ -73,6 +73,6 @@ for mode in $HT_THP; do
         printf "@@HT {\"kind\":\"test\",\"thp\":\"%s\",\"suite\":\"%s\",\"test\":\"%s\",\"result\":\"%s\"}\n", m, s, $2, r }' /tmp/out
     emit "{\"kind\":\"suite\",\"thp\":\"$mode\",\"suite\":\"$key\",\"status\":$rc,\"seconds\":$(( $(date +%s) - start ))}"
   done
-  sh tests/vm/probe.sh "$mode" "$caps"
+  sh "${HT_PROBE:-tests/vm/probe.sh}" "$mode" "$caps"
 done
 finish done ""
