@@ -13,7 +13,7 @@
 #
 #   --build-only  build (or find up to date) both kernels, boot nothing
 #   --rebuild     run make even when the cached kernel is up to date
-#   --cell        stock:ext4 stock:xfs patched:ext4 patched:xfs (default: all four)
+#   --cell        patched:xfs stock:xfs patched:ext4 stock:ext4 (default: all four)
 #   --thp MODE    THP mode(s) in the guests (default always, Debian's default)
 #   --write-doc   regenerate doc/kernel.md and doc/kernel.json from the results
 #   --check       the CI check: the series applies to a fresh tree of the
@@ -57,7 +57,7 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
-[ ${#cells[@]} -gt 0 ] || cells=(stock:ext4 stock:xfs patched:ext4 patched:xfs)
+[ ${#cells[@]} -gt 0 ] || cells=(patched:xfs stock:xfs patched:ext4 stock:ext4)
 [ "$(uname -m)" = x86_64 ] || die "the lab builds x86-64 kernels on an x86-64 host (this is $(uname -m))"
 
 for t in make gcc ld flex bison bc perl git tar xz dpkg-deb apt-get python3 nice; do
@@ -92,6 +92,10 @@ source_tarball() { # -> the path of the cached linux-source-6.12 tarball
     mv "$tb.tmp" "$tb"
   fi
   echo "$tb"
+}
+
+first_error() { # LOG: the first compiler or make error in LOG
+  grep -m 1 -E 'error:|Error [0-9]+|No rule to make target' "$1" | sed 's/^ *//' || tail -n 1 "$1"
 }
 
 unpack() { # TARBALL DIR: a fresh tree in DIR
@@ -142,8 +146,9 @@ if [ $check = 1 ]; then
   objs=$(cat "${series[@]}" | sed -n 's#^+++ b/\(.*\)\.c$#\1.o#p' | sort -u | tr '\n' ' ')
   grep -q 'fs/binfmt_elf.o' <<< "$objs" && grep -q '^CONFIG_COMPAT_BINFMT_ELF=y' "$tree/.config" && objs="$objs fs/compat_binfmt_elf.o"
   say "compiling $objs"
+  # shellcheck disable=SC2086 # one argument per object
   (cd "$tree" && nice -n 5 make -j"$jobs" KCFLAGS=-Werror $objs > "$lab/check-build.log" 2>&1) ||
-    { tail -n 30 "$lab/check-build.log" >&2; die "the patched files do not compile (see ${lab#"$repo"/}/check-build.log)"; }
+    die "the patched files do not compile: $(first_error "$lab/check-build.log") (see ${lab#"$repo"/}/check-build.log)"
   rm -rf "$tree"
   say "check passed in $(( $(date +%s) - t0 )) s"
   exit 0
@@ -184,7 +189,7 @@ build() { # VARIANT -> builds target/kernel-lab/src-VARIANT/arch/x86/boot/bzImag
   say "building the $v kernel (nice make -j$jobs bzImage), log: ${log#"$repo"/}"
   t0=$(date +%s)
   (cd "$tree" && nice -n 5 make -j"$jobs" bzImage > "$log" 2>&1) ||
-    { tail -n 30 "$log" >&2; die "building the $v kernel failed (see ${log#"$repo"/})"; }
+    die "building the $v kernel failed: $(first_error "$log") (see ${log#"$repo"/})"
   secs=$(( $(date +%s) - t0 ))
   echo "$key" > "$tree/.lab-built"
   echo "{\"variant\":\"$v\",\"seconds\":$secs,\"date\":\"$(date -u +%FT%TZ)\",\"jobs\":$jobs}" >> "$lab/build-times.jsonl"

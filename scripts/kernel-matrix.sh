@@ -62,7 +62,7 @@ while [ $# -gt 0 ]; do
     --extra) shift; extra=${1:?--extra needs a directory} ;;
     --results) shift; results=${1:?--results needs a directory} ;;
     --append) shift; append=${1?--append needs arguments} ;;
-    -h|--help) sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;
   esac
   shift
