@@ -74,9 +74,11 @@ def text_stats(inspect, maps, path):
     of anonymous executable mappings inside its span (`run`'s copy route)."""
     if not inspect or not inspect.get("processes"):
         return None
-    own = [m for m in maps if m["path"] == path and "x" in m["perms"]]
+    own = [m for m in maps if m["path"] == path]
     if not own:
         return None
+    # The file's whole span: `run`'s copy route replaces text windows (and
+    # the head of the segment with them) by anonymous mappings inside it.
     lo, hi = min(m["start"] for m in own), max(m["end"] for m in own)
     pmd = res = size = 0
     classes = {}
@@ -154,7 +156,7 @@ def collect(log, cell_json):
         "measurements": {},
         "commands": {},
     }
-    idents = sorted({k.rsplit("/", 1)[0] for k in outs if k.endswith("/exec")})
+    idents = sorted({k.rsplit("/", 1)[0] for k in outs if k.endswith("/exec") and "/bench/" not in k})
     for ident in idents:
         res["measurements"][ident] = measurement(outs, ident)
     for k, lines in outs.items():

@@ -8,6 +8,9 @@
  *   labmap norand PROG ARG... run PROG with address randomisation off, so
  *                             that load addresses can be compared between
  *                             kernels and settings
+ *   labmap evict FILE         write FILE back and drop its page cache
+ *                             (POSIX_FADV_DONTNEED); print the kB still cached
+ *                             (mincore), exit 1 if any
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -21,7 +24,7 @@
 
 static int usage(void)
 {
-	fprintf(stderr, "usage: labmap map FILE r|rw|rx | labmap norand PROG [ARG...]\n");
+	fprintf(stderr, "usage: labmap map FILE r|rw|rx | labmap norand PROG [ARG...] | labmap evict FILE\n");
 	return 2;
 }
 
@@ -59,8 +62,40 @@ static int map(const char *path, const char *mode)
 	return 0;
 }
 
+static int evict(const char *path)
+{
+	int fd = open(path, O_RDONLY);
+	struct stat st;
+	if (fd < 0 || fstat(fd, &st) < 0) {
+		fprintf(stderr, "labmap: cannot open %s\n", path);
+		return 1;
+	}
+	if (fsync(fd) < 0 || posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED) != 0) {
+		fprintf(stderr, "labmap: cannot evict %s\n", path);
+		return 1;
+	}
+	if (st.st_size == 0)
+		return 0;
+	long page = sysconf(_SC_PAGESIZE);
+	size_t pages = (st.st_size + page - 1) / page;
+	void *p = mmap(NULL, st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+	unsigned char *vec = malloc(pages);
+	if (p == MAP_FAILED || !vec || mincore(p, st.st_size, vec) < 0) {
+		fprintf(stderr, "labmap: mincore %s failed\n", path);
+		return 1;
+	}
+	size_t cached = 0;
+	for (size_t i = 0; i < pages; i++)
+		cached += vec[i] & 1;
+	if (cached)
+		printf("labmap: %zu kB of %s still cached\n", cached * page / 1024, path);
+	return cached ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
+	if (argc == 3 && !strcmp(argv[1], "evict"))
+		return evict(argv[2]);
 	if (argc >= 4 && !strcmp(argv[1], "map"))
 		return map(argv[2], argv[3]);
 	if (argc >= 3 && !strcmp(argv[1], "norand")) {
