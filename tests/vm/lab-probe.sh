@@ -211,7 +211,7 @@ for s in $guard_settings; do
   done
   for m in r rw; do
     fresh "$g/data-$m" "$fx/bfd/libbig.so"
-    measure "$s/guard/map-$m" "$g/data-$m" "$labmap" map "$g/data-$m" "$m"
+    measure "$s/guard/map-$m" "$g/data-$m" "$labmap" norand "$labmap" map "$g/data-$m" "$m"
   done
 done
 
