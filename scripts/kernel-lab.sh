@@ -156,7 +156,8 @@ fi
 
 # --- build: stock, then patched from a copy of the built stock tree ---------
 build() { # VARIANT -> builds target/kernel-lab/src-VARIANT/arch/x86/boot/bzImage
-  local v=$1 tree=$lab/src-$v key log t0 secs
+  local v=$1 tree=$lab/src-$v key log t0 secs kind="make after a change"
+  t0=$(date +%s)
   key=$( { basename "$tb"; cat "$repo/kernel/lab.config"; [ "$v" = patched ] && cat "${series[@]}"; } | sha256sum | cut -c1-16)
   if [ "$v" = stock ] && [ "$(cat "$tree/.lab-source" 2> /dev/null)" != "$(basename "$tb")" ]; then
     say "unpacking $(basename "$tb") into ${tree#"$repo"/}"
@@ -165,6 +166,7 @@ build() { # VARIANT -> builds target/kernel-lab/src-VARIANT/arch/x86/boot/bzImag
       git -c user.name=kernel-lab -c user.email=kernel-lab@localhost commit -q -m "$(basename "$tb" .tar.xz), pristine" &&
       git tag -f pristine > /dev/null) || die "git init of ${tree#"$repo"/} failed"
     basename "$tb" > "$tree/.lab-source"
+    kind="clean build"
   fi
   if [ "$v" = patched ]; then
     local stock=$lab/src-stock
@@ -172,6 +174,7 @@ build() { # VARIANT -> builds target/kernel-lab/src-VARIANT/arch/x86/boot/bzImag
       say "copying the built stock tree to ${tree#"$repo"/} (its objects are reused)"
       rm -rf "$tree" && cp -a "$stock" "$tree.tmp" && mv "$tree.tmp" "$tree"
       rm -f "$tree/.lab-series"
+      kind="from the stock objects: only what the series changes"
     fi
     if [ "$(cat "$tree/.lab-series" 2> /dev/null)" != "$(cat "${series[@]}" | sha256sum)" ]; then
       (cd "$tree" && git am --abort > /dev/null 2>&1; git checkout -q -B patched pristine &&
@@ -182,17 +185,18 @@ build() { # VARIANT -> builds target/kernel-lab/src-VARIANT/arch/x86/boot/bzImag
   fi
   configure "$tree"
   if [ $rebuild = 0 ] && [ "$(cat "$tree/.lab-built" 2> /dev/null)" = "$key" ] && [ -s "$tree/arch/x86/boot/bzImage" ]; then
-    say "$v kernel up to date (${tree#"$repo"/}/arch/x86/boot/bzImage)"
+    secs=$(( $(date +%s) - t0 ))
+    echo "{\"variant\":\"$v\",\"kind\":\"no change: make skipped\",\"seconds\":$secs,\"date\":\"$(date -u +%FT%TZ)\",\"jobs\":$jobs}" >> "$lab/build-times.jsonl"
+    say "$v kernel up to date (${tree#"$repo"/}/arch/x86/boot/bzImage, $secs s)"
     return
   fi
   log=$lab/build-$v.log
-  say "building the $v kernel (nice make -j$jobs bzImage), log: ${log#"$repo"/}"
-  t0=$(date +%s)
+  say "building the $v kernel (nice make -j$jobs bzImage; $kind), log: ${log#"$repo"/}"
   (cd "$tree" && nice -n 5 make -j"$jobs" bzImage > "$log" 2>&1) ||
     die "building the $v kernel failed: $(first_error "$log") (see ${log#"$repo"/})"
   secs=$(( $(date +%s) - t0 ))
   echo "$key" > "$tree/.lab-built"
-  echo "{\"variant\":\"$v\",\"seconds\":$secs,\"date\":\"$(date -u +%FT%TZ)\",\"jobs\":$jobs}" >> "$lab/build-times.jsonl"
+  echo "{\"variant\":\"$v\",\"kind\":\"$kind\",\"seconds\":$secs,\"date\":\"$(date -u +%FT%TZ)\",\"jobs\":$jobs}" >> "$lab/build-times.jsonl"
   say "$v kernel built in $secs s"
 }
 

@@ -129,6 +129,7 @@ for d in tests/fixtures tests/vm include crates/hugetext-cli/tests/c; do
   mkdir -p "$payload$repo/$d" && cp -a "$d/." "$payload$repo/$d/"
 done
 cp "$plan" "$payload$repo/tests/vm/plan.txt"
+cp "$probe" "$payload$repo/tests/vm/probe-run.sh"
 if [ -n "$extra" ]; then
   extra=$(readlink -f "$extra")
   mkdir -p "$payload$extra" && cp -a "$extra/." "$payload$extra/"
@@ -273,7 +274,7 @@ HT_REPO='$repo'
 HT_FS='$fs'
 HT_THP='${thp//,/ }'
 HT_CELL='$cell'
-HT_PROBE='$probe'
+HT_PROBE='tests/vm/probe-run.sh'
 EOF
   (cd "$root" && find . | cpio -o -H newc --quiet) | gzip -1 > "$vm/root-$series.cpio.gz"
   disk=$vm/disk-$fs.img
