@@ -15,6 +15,7 @@ mkdir -p /dev/pts /dev/shm && mount -t devpts devpts /dev/pts && mount -t tmpfs 
 echo 1 > /proc/sys/kernel/printk
 
 emit() { echo "@@HT $*"; }
+emit "{\"kind\":\"boot\",\"uptime_s\":$(cut -d' ' -f1 /proc/uptime)}"
 finish() { emit "{\"kind\":\"$1\",\"reason\":\"$2\"}"; sync; poweroff -f; sleep 10; }
 
 for m in $(cat /modules.order); do
