@@ -202,9 +202,24 @@ build() { # VARIANT -> builds target/kernel-lab/src-VARIANT/arch/x86/boot/bzImag
 
 tb=$(source_tarball)
 t_all=$(date +%s)
-build stock
-build patched
-say "kernels: stock $(stat -c %s "$lab/src-stock/arch/x86/boot/bzImage") bytes, patched $(stat -c %s "$lab/src-patched/arch/x86/boot/bzImage") bytes ($(( $(date +%s) - t_all )) s)"
+# Build what the cells boot; the stock tree also when the patched tree is
+# to be made from it.
+want=" ${cells[*]} "
+[ $build_only = 1 ] && want=" stock: patched: "
+variants=()
+if [[ $want == *" stock:"* ]] ||
+   { [[ $want == *" patched:"* ]] && [ "$(cat "$lab/src-patched/.lab-source" 2> /dev/null)" != "$(basename "$tb")" ]; }; then
+  build stock
+  variants+=(stock)
+fi
+if [[ $want == *" patched:"* ]]; then
+  build patched
+  variants+=(patched)
+fi
+for v in "${variants[@]}"; do
+  say "$v kernel: $(stat -c %s "$lab/src-$v/arch/x86/boot/bzImage") bytes"
+done
+say "builds took $(( $(date +%s) - t_all )) s"
 [ $build_only = 1 ] && exit 0
 
 # --- the guest payload: hugetext, the fixtures, the lab helper, a real program
@@ -230,9 +245,9 @@ mcells=()
 for c in "${cells[@]}"; do mcells+=(--cell "lab-$c"); done
 mkdir -p "$lab/results"
 set +e
-bash scripts/kernel-matrix.sh --no-build --thp "$thp" --timeout "$timeout_s" \
-  --kernel "lab-stock=$lab/src-stock/arch/x86/boot/bzImage" \
-  --kernel "lab-patched=$lab/src-patched/arch/x86/boot/bzImage" \
+kernels=()
+for v in "${variants[@]}"; do kernels+=(--kernel "lab-$v=$lab/src-$v/arch/x86/boot/bzImage"); done
+bash scripts/kernel-matrix.sh --no-build --thp "$thp" --timeout "$timeout_s" "${kernels[@]}" \
   "${mcells[@]}" --plan tests/vm/lab/plan.txt --probe tests/vm/lab-probe.sh \
   --extra "${extra#"$repo"/}" --results "$lab/results"
 rc=$?

@@ -194,29 +194,32 @@ def guard(labs):
     for (fs, fixture, step), runs in sorted(by.items()):
         if fixture != "guard":
             continue
-        ref = runs.get(("stock", "stock"))
+        # The reference: stock where a stock kernel was booted, else the
+        # patched kernel with every switch off (the same kernel, A vs B).
+        ref_key = ("stock", "stock") if ("stock", "stock") in runs else ("patched", "off")
+        ref = runs.get(ref_key)
         if ref is None:
             continue
         for (variant, setting), m in sorted(runs.items()):
-            if variant == "stock":
+            if (variant, setting) == ref_key:
                 continue
-            what = f"{fs} {step} ({variant}, {setting})"
+            what = f"{fs} {step} ({variant}, {setting}; compared with {' '.join(dict.fromkeys(ref_key))})"
             eligible_move = step == "bfd-pie" and setting == "congruent"
             if addresses(m) != addresses(ref):
                 if eligible_move:
                     notes.append(f"{what}: load address moved to a 2 MiB boundary (eligible under vm.elf_pmd_align=2), as designed")
                 else:
-                    bad.append(f"{what}: load addresses differ from stock")
+                    bad.append(f"{what}: load addresses differ")
             if step.startswith("map-"):
                 if m.get("folios") != ref.get("folios"):
-                    bad.append(f"{what}: page-cache folio sizes differ from stock: {m.get('folios')} vs {ref.get('folios')}")
+                    bad.append(f"{what}: page-cache folio sizes differ: {m.get('folios')} vs {ref.get('folios')}")
             elif setting == "off" or step in ("lld-pie", "mold-pie"):
                 if m.get("folios") != ref.get("folios"):
-                    bad.append(f"{what}: page-cache folio sizes differ from stock: {m.get('folios')} vs {ref.get('folios')}")
+                    bad.append(f"{what}: page-cache folio sizes differ: {m.get('folios')} vs {ref.get('folios')}")
             elif m.get("folios") != ref.get("folios"):
-                notes.append(f"{what}: exec folios read the congruent text into {m.get('folios')} (stock {ref.get('folios')}), as designed")
+                notes.append(f"{what}: exec folios read the congruent text into {m.get('folios')} (was {ref.get('folios')}), as designed")
             if nonexec_classes(m) != nonexec_classes(ref):
-                bad.append(f"{what}: folio classes of non-exec mappings differ from stock")
+                bad.append(f"{what}: folio classes of non-exec mappings differ")
     # patched with every switch off == stock, for every fixture's plain exec
     for (fs, fixture, step), runs in sorted(by.items()):
         if fixture == "guard" or step != "plain":
@@ -414,7 +417,8 @@ randomisation off, and mapped a 20 MiB file read-only and writable
 happen at all), on stock and on the patched kernel with every switch off and
 with every switch on (`vm.elf_pmd_align=2`, the broadest alignment), and
 compared load addresses, the folio sizes of every non-executable mapping and
-the file's page cache with stock.
+the file's page cache with stock where a stock kernel was booted, else with
+the same patched kernel with every switch off.
 
 Failures:
 
@@ -435,7 +439,7 @@ so its build compiles only what the series changes; an unchanged
 configuration and series skip `make` entirely. Builds ran niced on 2 shared
 cores.
 
-| cell | kernel | boot: kernel start to /init | /init to the probe (disk formatted, payload copied) included: uptime at probe start | whole qemu run |
+| cell | kernel | uptime at /init (boot) | uptime when the probe started (disk formatted, payload copied) | whole qemu run |
 |---|---|---|---|---|
 {boots}
 
