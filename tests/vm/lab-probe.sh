@@ -151,6 +151,11 @@ for name in $fixtures; do
       measure "$s/$name/plain" "$text" $(run_prog "$prog")
     fi
   done
+done
+
+# Then the hugetext steps (the plain execs of every fixture come first: they
+# are what the lab is for).
+for name in $fixtures; do
   # the hugetext steps, under the kernel's default setting; on a patched
   # kernel without large folios (only `run` is measured there) also with
   # every switch off, which is stock's behaviour
