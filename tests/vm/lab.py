@@ -510,8 +510,10 @@ def conclusions(idx):
             if p >= 50:
                 verdict = f"the patches alone PMD-map {p:.0f}% (stock {s_txt})"
             else:
-                need = max((st for st in ("align", "warm", "run") if (pct(fs, fx, "patched", "on", st) or 0) > p + 0.5),
-                           key=lambda st: -(pct(fs, fx, "patched", "on", st) or 0), default=None)
+                got = {st: pct(fs, fx, "patched", "on", st) or 0 for st in ("align", "warm", "run")}
+                top = max(got.values())
+                # the cheapest step that gets (within 0.5%) the most
+                need = next((st for st in ("align", "warm", "run") if top > p + 0.5 and got[st] >= top - 0.5), None)
                 verdict = f"the patches alone PMD-map {p:.0f}% (stock {s_txt})" + (
                     f"; it needs {STEP_CMD[need]} ({pct(fs, fx, 'patched', 'on', need):.0f}% patched)" if need else "")
             if h is not None:
