@@ -275,7 +275,10 @@ def doc(build_times, paths):
     builds = []
     if Path(build_times).exists():
         builds = [json.loads(x) for x in Path(build_times).read_text().splitlines() if x.strip()]
-    Path("doc/kernel.json").write_text(json.dumps({"builds": builds, "cells": labs}, indent=1, sort_keys=True) + "\n")
+    # The raw maps and per-mapping classes stay in target/kernel-lab/results/.
+    slim = [{**lab, "measurements": {k: {x: y for x, y in (m or {}).items() if x not in ("maps", "mappings")}
+                                     for k, m in lab["measurements"].items()}} for lab in labs]
+    Path("doc/kernel.json").write_text(json.dumps({"builds": builds, "cells": slim}, indent=1, sort_keys=True) + "\n")
     idx = {}
     for lab in labs:
         for ident, m in lab["measurements"].items():
