@@ -156,7 +156,8 @@ fi
 
 # --- build: stock, then patched from a copy of the built stock tree ---------
 build() { # VARIANT -> builds target/kernel-lab/src-VARIANT/arch/x86/boot/bzImage
-  local v=$1 tree=$lab/src-$v key log t0 secs kind="make after a change"
+  local v=$1
+  local tree=$lab/src-$v key log t0 secs kind="make after a change"
   t0=$(date +%s)
   key=$( { basename "$tb"; cat "$repo/kernel/lab.config"; [ "$v" = patched ] && cat "${series[@]}"; } | sha256sum | cut -c1-16)
   if [ "$v" = stock ] && [ "$(cat "$tree/.lab-source" 2> /dev/null)" != "$(basename "$tb")" ]; then
