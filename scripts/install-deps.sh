@@ -3,7 +3,8 @@
 # Idempotent: packages already present are not reinstalled.
 set -euo pipefail
 pkgs=(gcc binutils lld mold xfsprogs btrfs-progs e2fsprogs hyperfine linux-perf util-linux procps libcap2-bin mount python3 perl git bsdutils
-      qemu-system-x86 busybox-static kmod cpio xz-utils zstd)
+      qemu-system-x86 busybox-static kmod cpio xz-utils zstd
+      make flex bison bc libelf-dev libssl-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -6,13 +6,23 @@
 #
 #   scripts/kernel-matrix.sh [--all] [--cell KERNEL:FS]... [--thp always,madvise]
 #                            [--timeout SECONDS] [--no-build] [--plan FILE] [--write-doc]
+#                            [--kernel NAME=BZIMAGE]... [--probe FILE] [--extra DIR]
+#                            [--results DIR] [--append ARGS]
 #
-#   KERNEL   6.1 or 6.12 (newest linux-image-*-cloud-amd64 of that series apt knows)
+#   KERNEL   6.1 or 6.12 (newest linux-image-*-cloud-amd64 of that series apt knows),
+#            or a NAME given with --kernel
 #   FS       ext4 or xfs
 #   --all        every cell: 6.1:ext4 6.1:xfs 6.12:ext4 6.12:xfs
 #   (default)    the CI cell: 6.1:xfs
 #   --plan FILE  the tests to run in the guests (default tests/vm/plan.txt)
 #   --write-doc  regenerate doc/kernels.md and doc/kernels.json from the results
+#   --kernel NAME=BZIMAGE  boot this kernel (everything the guest needs built
+#                in, no modules) in the cells NAME:FS (scripts/kernel-lab.sh)
+#   --probe FILE the guest's probe script (default tests/vm/probe.sh)
+#   --extra DIR  a directory of the repository to put on the guest disk too;
+#                the libraries of its programs go into the guest root
+#   --results DIR  where the cells' JSON go (default target/vm/results)
+#   --append ARGS  more kernel command line
 #
 # Results go to target/vm/results/KERNEL-FS.json, console logs to
 # target/vm/logs/. Exit status: 0 when every cell passed, 1 when a test failed
@@ -31,6 +41,11 @@ timeout_s=2400
 build=1
 write_doc=0
 plan=tests/vm/plan.txt
+probe=tests/vm/probe.sh
+extra=
+results=
+append=
+declare -A custom=()
 while [ $# -gt 0 ]; do
   case $1 in
     --all) cells=(6.1:ext4 6.1:xfs 6.12:ext4 6.12:xfs) ;;
@@ -40,15 +55,29 @@ while [ $# -gt 0 ]; do
     --no-build) build=0 ;;
     --plan) shift; plan=${1:?--plan needs a file} ;;
     --write-doc) write_doc=1 ;;
-    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --kernel) shift; k=${1:-}; [[ $k == ?*=?* ]] || die "--kernel needs NAME=BZIMAGE"
+      [ -f "${k#*=}" ] || die "no kernel image '${k#*=}'"
+      custom[${k%%=*}]=$(readlink -f "${k#*=}") ;;
+    --probe) shift; probe=${1:?--probe needs a file} ;;
+    --extra) shift; extra=${1:?--extra needs a directory} ;;
+    --results) shift; results=${1:?--results needs a directory} ;;
+    --append) shift; append=${1?--append needs arguments} ;;
+    -h|--help) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;
   esac
   shift
 done
 [ ${#cells[@]} -gt 0 ] || cells=(6.1:xfs)
 for c in "${cells[@]}"; do
-  case $c in 6.1:ext4|6.1:xfs|6.12:ext4|6.12:xfs) ;; *) die "unknown cell '$c' (KERNEL 6.1|6.12, FS ext4|xfs)" ;; esac
+  case $c in
+    6.1:ext4|6.1:xfs|6.12:ext4|6.12:xfs) ;;
+    *:ext4|*:xfs) [ -n "${custom[${c%%:*}]:-}" ] || die "unknown cell '$c' (KERNEL 6.1|6.12 or a --kernel NAME, FS ext4|xfs)" ;;
+    *) die "unknown cell '$c' (KERNEL 6.1|6.12 or a --kernel NAME, FS ext4|xfs)" ;;
+  esac
 done
+[ -f "$probe" ] || die "no probe script '$probe'"
+[ -z "$extra" ] || [ -d "$extra" ] || die "no directory '$extra'"
+case $(readlink -f "${extra:-.}") in "$(pwd)"|"$(pwd)"/*) ;; *) die "--extra must be inside the repository" ;; esac
 for m in ${thp//,/ }; do
   case $m in always|madvise|never) ;; *) die "unknown THP mode '$m' (always, madvise, never)" ;; esac
 done
@@ -62,7 +91,8 @@ for t in qemu-system-x86_64 busybox cpio modinfo xz mkfs.ext4 mkfs.xfs apt-get d
 done
 
 vm=$repo/target/vm
-mkdir -p "$vm/cache" "$vm/kernels" "$vm/results" "$vm/logs"
+results=${results:-$vm/results}
+mkdir -p "$vm/cache" "$vm/kernels" "$results" "$vm/logs"
 started=$(date +%s)
 
 # --- 1. build the release binaries, the test binaries and the fixtures ------
@@ -74,7 +104,11 @@ if [ $build = 1 ]; then
   bash tests/fixtures/mkfixtures.sh target/fixtures >&2
   bash tests/fixtures/mkctests.sh target/ctests target/release target/fixtures >&2
 fi
-[ -s "$vm/testbins.txt" ] || die "no test binaries listed in $vm/testbins.txt (run without --no-build)"
+if grep -v '^#' "$plan" | grep -q .; then
+  [ -s "$vm/testbins.txt" ] || die "no test binaries listed in $vm/testbins.txt (run without --no-build)"
+else
+  touch "$vm/testbins.txt"
+fi
 
 # --- 2. the payload: the repository paths the test binaries use -------------
 # The test binaries have their paths compiled in (CARGO_BIN_EXE_hugetext,
@@ -95,6 +129,11 @@ for d in tests/fixtures tests/vm include crates/hugetext-cli/tests/c; do
   mkdir -p "$payload$repo/$d" && cp -a "$d/." "$payload$repo/$d/"
 done
 cp "$plan" "$payload$repo/tests/vm/plan.txt"
+cp "$probe" "$payload$repo/tests/vm/probe-run.sh"
+if [ -n "$extra" ]; then
+  extra=$(readlink -f "$extra")
+  mkdir -p "$payload$extra" && cp -a "$extra/." "$payload$extra/"
+fi
 # Crate manifests: CARGO_MANIFEST_DIR must exist for canonicalize().
 for c in crates/*/; do mkdir -p "$payload$repo/$c"; cp "$c/Cargo.toml" "$payload$repo/$c/"; done
 payload_mib=$(( $(du -sm "$payload" | cut -f1) + 200 ))
@@ -131,6 +170,11 @@ done
 for f in target/release/hugetext target/release/libhugetext.so target/fixtures/*/pie target/ctests/*; do
   copy_with_libs "$(readlink -f "$f")"
 done
+if [ -n "$extra" ]; then
+  for f in "$extra"/*; do
+    [ -f "$f" ] && [ -x "$f" ] && ldd "$f" > /dev/null 2>&1 && copy_with_libs "$f"
+  done
+fi
 for l in libgcc_s.so.1 libnss_files.so.2; do
   p=$(ldconfig -p | awk -v l="$l" '$1 == l && /x86-64/ {print $NF; exit}')
   [ -n "$p" ] && copy_with_libs "$p"
@@ -144,6 +188,7 @@ ldso=$(readlink -f /lib64/ld-linux-x86-64.so.2)
 printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/sh\n' > "$root/etc/passwd"
 printf 'root:x:0:\nnogroup:x:65534:\n' > "$root/etc/group"
 cp tests/vm/guest-init.sh "$root/init"
+: > "$root/modules.order"
 chmod 755 "$root/init"
 
 # --- 4. per kernel: fetch with apt, extract, add the modules -----------------
@@ -202,10 +247,13 @@ add_modules() { # KDIR -> copies decompressed modules into the root, writes /mod
 }
 
 # --- 5. KVM when it works, TCG otherwise --------------------------------------
+kernel_image() { # SERIES-or-NAME -> the kernel to boot
+  if [ -n "${custom[$1]:-}" ]; then echo "${custom[$1]}"; else ls "$(fetch_kernel "$1")"/boot/vmlinuz-* | head -n 1; fi
+}
 accel=(-accel tcg -cpu max)
 if [ -w /dev/kvm ]; then
   if timeout 20 qemu-system-x86_64 -accel kvm -cpu host -m 256M -nographic -no-reboot \
-       -kernel "$(ls "$(fetch_kernel "${cells[0]%%:*}")"/boot/vmlinuz-* | head -n 1)" \
+       -kernel "$(kernel_image "${cells[0]%%:*}")" \
        -append "console=ttyS0 panic=-1 rdinit=/bin/true" 2>/dev/null | grep -q 'Linux version'; then
     accel=(-accel kvm -cpu host)
   fi
@@ -217,27 +265,36 @@ failed=0
 for cell in "${cells[@]}"; do
   series=${cell%%:*}
   fs=${cell##*:}
-  kdir=$(fetch_kernel "$series")
-  add_modules "$kdir"
+  if [ -n "${custom[$series]:-}" ]; then
+    kimg=${custom[$series]}
+    kname=$series
+    rm -rf "$root/lib/modules" && : > "$root/modules.order"
+  else
+    kdir=$(fetch_kernel "$series")
+    add_modules "$kdir"
+    kimg=$(ls "$kdir"/boot/vmlinuz-* | head -n 1)
+    kname=$(basename "$kdir")
+  fi
   cat > "$root/ht.env" <<EOF
 HT_REPO='$repo'
 HT_FS='$fs'
 HT_THP='${thp//,/ }'
 HT_CELL='$cell'
+HT_PROBE='tests/vm/probe-run.sh'
 EOF
   (cd "$root" && find . | cpio -o -H newc --quiet) | gzip -1 > "$vm/root-$series.cpio.gz"
   disk=$vm/disk-$fs.img
   rm -f "$disk"
   truncate -s 6G "$disk"
   log=$vm/logs/$series-$fs.log
-  res=$vm/results/$series-$fs.json
-  say "booting $cell ($(basename "$kdir")), log: ${log#"$repo"/}"
+  res=$results/$series-$fs.json
+  say "booting $cell ($kname), log: ${log#"$repo"/}"
   t0=$(date +%s)
   set +e
   timeout --foreground -k 10 "$timeout_s" qemu-system-x86_64 "${accel[@]}" -m 3G -smp 2 -nographic -no-reboot \
-    -kernel "$(ls "$kdir"/boot/vmlinuz-* | head -n 1)" \
+    -kernel "$kimg" \
     -initrd "$vm/root-$series.cpio.gz" \
-    -append "console=ttyS0 panic=-1 quiet" \
+    -append "console=ttyS0 panic=-1 quiet${append:+ $append}" \
     -drive "file=$disk,if=virtio,format=raw,cache=unsafe" \
     -drive "file=$vm/payload.img,if=virtio,format=raw,readonly=on" \
     < /dev/null > "$log" 2>&1
@@ -245,7 +302,7 @@ EOF
   set -e
   secs=$(( $(date +%s) - t0 ))
   thp_json=$(printf '"%s",' ${thp//,/ }); thp_json="[${thp_json%,}]"
-  meta="{\"cell\":\"$cell\",\"kernel_pkg\":\"$(basename "$kdir")\",\"seconds\":$secs,\"qemu_status\":$rc,\"accel\":\"${accel[1]}\",\"date\":\"$(date -u +%F)\",\"thp\":$thp_json}"
+  meta="{\"cell\":\"$cell\",\"kernel_pkg\":\"$kname\",\"seconds\":$secs,\"qemu_status\":$rc,\"accel\":\"${accel[1]}\",\"date\":\"$(date -u +%F)\",\"thp\":$thp_json}"
   python3 tests/vm/matrix.py collect "$log" "$plan" "$meta" > "$res"
   if [ $rc = 124 ] || [ $rc = 137 ]; then
     say "$cell: guest did not finish in ${timeout_s}s; killed. Console tail:"
@@ -259,7 +316,7 @@ EOF
 done
 
 if [ $write_doc = 1 ]; then
-  python3 tests/vm/matrix.py doc "$vm"/results/*.json
+  python3 tests/vm/matrix.py doc "$results"/*.json
   say "wrote doc/kernels.md and doc/kernels.json"
 fi
 say "wall time $(( $(date +%s) - started )) s"

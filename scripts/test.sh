@@ -8,6 +8,10 @@ export PATH="$HOME/.cargo/bin:$PATH"
 cargo build --release --workspace --locked
 bash tests/fixtures/mkfixtures.sh target/fixtures
 cargo test --release --workspace --locked -- --test-threads=2
+# The kernel patch series (kernel/6.12/): it applies to Debian's packaged
+# linux-source-6.12 and the files it changes compile (doc/kernel.md; the
+# full build, boot and measurement is scripts/kernel-lab.sh).
+bash scripts/kernel-lab.sh --check
 # The kernel matrix's CI cell: Debian 6.1 on xfs, THP always and madvise,
 # in qemu (scripts/kernel-matrix.sh --all runs every cell; doc/kernels.md).
 bash scripts/kernel-matrix.sh

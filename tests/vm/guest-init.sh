@@ -15,6 +15,7 @@ mkdir -p /dev/pts /dev/shm && mount -t devpts devpts /dev/pts && mount -t tmpfs 
 echo 1 > /proc/sys/kernel/printk
 
 emit() { echo "@@HT $*"; }
+emit "{\"kind\":\"boot\",\"uptime_s\":$(cut -d' ' -f1 /proc/uptime)}"
 finish() { emit "{\"kind\":\"$1\",\"reason\":\"$2\"}"; sync; poweroff -f; sleep 10; }
 
 for m in $(cat /modules.order); do
@@ -73,6 +74,6 @@ for mode in $HT_THP; do
         printf "@@HT {\"kind\":\"test\",\"thp\":\"%s\",\"suite\":\"%s\",\"test\":\"%s\",\"result\":\"%s\"}\n", m, s, $2, r }' /tmp/out
     emit "{\"kind\":\"suite\",\"thp\":\"$mode\",\"suite\":\"$key\",\"status\":$rc,\"seconds\":$(( $(date +%s) - start ))}"
   done
-  sh tests/vm/probe.sh "$mode" "$caps"
+  sh "${HT_PROBE:-tests/vm/probe.sh}" "$mode" "$caps"
 done
 finish done ""

@@ -1,0 +1,266 @@
+#!/usr/bin/env bash
+# The kernel lab: Debian's Linux 6.12 source (apt's linux-source-6.12), built
+# unpatched ("stock") and with the patch series kernel/6.12/*.patch
+# ("patched") from the same configuration (x86_64_defconfig +
+# kvm_guest.config + kernel/lab.config), booted in qemu with the
+# kernel-matrix harness (scripts/kernel-matrix.sh), and measured there on an
+# ext4 and an xfs disk by tests/vm/lab-probe.sh; doc/kernel.md is generated
+# from the results (tests/vm/lab.py).
+#
+#   scripts/kernel-lab.sh [--build-only] [--rebuild] [--cell VARIANT:FS]...
+#                         [--thp MODE] [--timeout SECONDS] [--write-doc]
+#   scripts/kernel-lab.sh --check
+#
+#   --build-only  build (or find up to date) both kernels, boot nothing
+#   --rebuild     run make even when the cached kernel is up to date
+#   --cell        patched:xfs stock:xfs patched:ext4 stock:ext4 (default: all four)
+#   --thp MODE    THP mode(s) in the guests (default always, Debian's default)
+#   --write-doc   regenerate doc/kernel.md and doc/kernel.json from the results
+#   --check       the CI check: the series applies to a fresh tree of the
+#                 packaged source (git apply --check) and the files it
+#                 changes compile (make fs/binfmt_elf.o mm/filemap.o ...);
+#                 no full build, no boot
+#
+# Caches (target/kernel-lab/): the source package (cache/), one source tree
+# per variant (src-stock/, src-patched/) built in place. The patched tree is
+# a copy of the built stock tree with the series applied, so its first build
+# only compiles what the series changes; a build whose inputs (source
+# version, configuration, series) did not change is skipped.
+# Exit status: 0 when everything passed, 1 when a guest check failed, 2 for
+# bad usage, a missing tool, or a failed build.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo=$(pwd)
+
+die() { echo "kernel-lab: $*" >&2; exit 2; }
+say() { echo "kernel-lab: $*" >&2; }
+
+build_only=0
+rebuild=0
+check=0
+write_doc=0
+cells=()
+thp=always
+timeout_s=5400
+while [ $# -gt 0 ]; do
+  case $1 in
+    --build-only) build_only=1 ;;
+    --rebuild) rebuild=1 ;;
+    --check) check=1 ;;
+    --write-doc) write_doc=1 ;;
+    --cell) shift; case ${1:-} in stock:ext4|stock:xfs|patched:ext4|patched:xfs) cells+=("$1") ;;
+              *) die "unknown cell '${1:-}' (stock|patched:ext4|xfs)" ;; esac ;;
+    --thp) shift; thp=${1:?--thp needs a mode} ;;
+    --timeout) shift; timeout_s=${1:?--timeout needs seconds} ;;
+    -h|--help) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) die "unknown argument '$1' (see --help)" ;;
+  esac
+  shift
+done
+[ ${#cells[@]} -gt 0 ] || cells=(patched:xfs stock:xfs patched:ext4 stock:ext4)
+[ "$(uname -m)" = x86_64 ] || die "the lab builds x86-64 kernels on an x86-64 host (this is $(uname -m))"
+
+for t in make gcc ld flex bison bc perl git tar xz dpkg-deb apt-get python3 nice; do
+  command -v "$t" > /dev/null 2>&1 || die "'$t' not found: run scripts/install-deps.sh"
+done
+[ -e /usr/include/libelf.h ] || [ -e /usr/include/gelf.h ] || die "libelf headers not found (libelf-dev): run scripts/install-deps.sh"
+
+lab=$repo/target/kernel-lab
+cache=$lab/cache
+mkdir -p "$cache"
+series=("$repo"/kernel/6.12/*.patch)
+[ -e "${series[0]}" ] || die "no patches in kernel/6.12/"
+jobs=$(nproc)
+
+# --- the source: linux-source-6.12, fetched with apt and cached ------------
+source_tarball() { # -> the path of the cached linux-source-6.12 tarball
+  local deb tb
+  deb=$(ls -t "$cache"/linux-source-6.12_*.deb 2> /dev/null | head -n 1 || true)
+  if [ -z "$deb" ]; then
+    say "fetching linux-source-6.12 with apt"
+    if ! (cd "$cache" && apt-get download -q linux-source-6.12 > /dev/null 2>&1); then
+      apt-get update -qq > /dev/null 2>&1 || true
+      (cd "$cache" && apt-get download -q linux-source-6.12 > /dev/null 2>&1) ||
+        die "apt-get download linux-source-6.12 failed (no network, or no such package in sources.list)"
+    fi
+    deb=$(ls -t "$cache"/linux-source-6.12_*.deb | head -n 1)
+  fi
+  tb=$cache/$(basename "$deb" .deb).tar.xz
+  if [ ! -s "$tb" ]; then
+    dpkg-deb --fsys-tarfile "$deb" | tar -xO ./usr/src/linux-source-6.12.tar.xz > "$tb.tmp" ||
+      die "$deb holds no usr/src/linux-source-6.12.tar.xz"
+    mv "$tb.tmp" "$tb"
+  fi
+  echo "$tb"
+}
+
+first_error() { # LOG: the first compiler or make error in LOG
+  grep -m 1 -E 'error:|Error [0-9]+|No rule to make target' "$1" | sed 's/^ *//' || tail -n 1 "$1"
+}
+
+unpack() { # TARBALL DIR: a fresh tree in DIR
+  rm -rf "$2" "$2.tmp" && mkdir -p "$2.tmp"
+  tar -xf "$1" -C "$2.tmp" || die "unpacking $1 failed"
+  mv "$2.tmp"/linux-source-6.12 "$2" && rmdir "$2.tmp"
+}
+
+# The lab configuration, written only when it differs from the tree's, so
+# that an unchanged configuration never makes make rebuild anything.
+configure() { # TREE
+  local t=$1
+  (
+    cd "$t"
+    [ -f .config ] && cp -p .config .config.lab-old
+    make -s x86_64_defconfig > /dev/null
+    scripts/kconfig/merge_config.sh -m .config kernel/configs/kvm_guest.config "$repo/kernel/lab.config" > .merge.log 2>&1 ||
+      { cat .merge.log >&2; exit 1; }
+    make -s olddefconfig > /dev/null
+    if [ -f .config.lab-old ] && cmp -s .config .config.lab-old; then
+      mv .config.lab-old .config
+    else
+      rm -f .config.lab-old
+    fi
+    for o in TRANSPARENT_HUGEPAGE EXT4_FS XFS_FS BLK_DEV_LOOP VIRTIO_BLK VIRTIO_PCI PROC_PAGE_MONITOR DEVTMPFS SERIAL_8250_CONSOLE; do
+      grep -q "^CONFIG_$o=y" .config || { echo "kernel-lab: CONFIG_$o is not built in" >&2; exit 1; }
+    done
+  ) || die "configuring $t failed"
+}
+
+# --- the CI check: the series applies and what it changes compiles ----------
+if [ $check = 1 ]; then
+  t0=$(date +%s)
+  tb=$(source_tarball)
+  tree=$lab/check
+  unpack "$tb" "$tree"
+  # A repository of its own: git apply inside another repository's work tree
+  # would take paths relative to that one and skip the rest silently.
+  (cd "$tree" && git init -q) || die "git init of ${tree#"$repo"/} failed"
+  for p in "${series[@]}"; do
+    (cd "$tree" && git apply --check "$p") 2> "$lab/check-apply.log" ||
+      die "$(basename "$p") does not apply to $(basename "$tb" .tar.xz): $(head -n 1 "$lab/check-apply.log")"
+    (cd "$tree" && git apply "$p")
+  done
+  say "the series (${#series[@]} patches) applies to $(basename "$tb" .tar.xz)"
+  configure "$tree"
+  # Every C file the series changes, plus the 32-bit ELF loader that includes binfmt_elf.c.
+  objs=$(cat "${series[@]}" | sed -n 's#^+++ b/\(.*\)\.c$#\1.o#p' | sort -u | tr '\n' ' ')
+  grep -q 'fs/binfmt_elf.o' <<< "$objs" && grep -q '^CONFIG_COMPAT_BINFMT_ELF=y' "$tree/.config" && objs="$objs fs/compat_binfmt_elf.o"
+  say "compiling $objs"
+  # shellcheck disable=SC2086 # one argument per object
+  (cd "$tree" && nice -n 5 make -j"$jobs" KCFLAGS=-Werror $objs > "$lab/check-build.log" 2>&1) ||
+    die "the patched files do not compile: $(first_error "$lab/check-build.log") (see ${lab#"$repo"/}/check-build.log)"
+  rm -rf "$tree"
+  say "check passed in $(( $(date +%s) - t0 )) s"
+  exit 0
+fi
+
+# --- build: stock, then patched from a copy of the built stock tree ---------
+build() { # VARIANT -> builds target/kernel-lab/src-VARIANT/arch/x86/boot/bzImage
+  local v=$1
+  local tree=$lab/src-$v key log t0 secs kind="make after a change"
+  t0=$(date +%s)
+  key=$( { basename "$tb"; cat "$repo/kernel/lab.config"; [ "$v" = patched ] && cat "${series[@]}"; } | sha256sum | cut -c1-16)
+  if [ "$v" = stock ] && [ "$(cat "$tree/.lab-source" 2> /dev/null)" != "$(basename "$tb")" ]; then
+    say "unpacking $(basename "$tb") into ${tree#"$repo"/}"
+    unpack "$tb" "$tree"
+    (cd "$tree" && git init -q && git add -A -f &&
+      git -c user.name=kernel-lab -c user.email=kernel-lab@localhost commit -q -m "$(basename "$tb" .tar.xz), pristine" &&
+      git tag -f pristine > /dev/null) || die "git init of ${tree#"$repo"/} failed"
+    basename "$tb" > "$tree/.lab-source"
+    kind="clean build"
+  fi
+  if [ "$v" = patched ]; then
+    local stock=$lab/src-stock
+    if [ "$(cat "$tree/.lab-source" 2> /dev/null)" != "$(basename "$tb")" ]; then
+      say "copying the built stock tree to ${tree#"$repo"/} (its objects are reused)"
+      rm -rf "$tree" && cp -a "$stock" "$tree.tmp" && mv "$tree.tmp" "$tree"
+      rm -f "$tree/.lab-series"
+      kind="from the stock objects: only what the series changes"
+    fi
+    if [ "$(cat "$tree/.lab-series" 2> /dev/null)" != "$(cat "${series[@]}" | sha256sum)" ]; then
+      (cd "$tree" && git am --abort > /dev/null 2>&1; git checkout -q -B patched pristine &&
+        git -c user.name=kernel-lab -c user.email=kernel-lab@localhost am -q "${series[@]}") ||
+        die "the series does not apply to ${tree#"$repo"/} (git am)"
+      cat "${series[@]}" | sha256sum > "$tree/.lab-series"
+    fi
+  fi
+  configure "$tree"
+  if [ $rebuild = 0 ] && [ "$(cat "$tree/.lab-built" 2> /dev/null)" = "$key" ] && [ -s "$tree/arch/x86/boot/bzImage" ]; then
+    secs=$(( $(date +%s) - t0 ))
+    echo "{\"variant\":\"$v\",\"kind\":\"no change: make skipped\",\"seconds\":$secs,\"date\":\"$(date -u +%FT%TZ)\",\"jobs\":$jobs}" >> "$lab/build-times.jsonl"
+    say "$v kernel up to date (${tree#"$repo"/}/arch/x86/boot/bzImage, $secs s)"
+    return
+  fi
+  log=$lab/build-$v.log
+  say "building the $v kernel (nice make -j$jobs bzImage; $kind), log: ${log#"$repo"/}"
+  (cd "$tree" && nice -n 5 make -j"$jobs" bzImage > "$log" 2>&1) ||
+    die "building the $v kernel failed: $(first_error "$log") (see ${log#"$repo"/})"
+  secs=$(( $(date +%s) - t0 ))
+  echo "$key" > "$tree/.lab-built"
+  echo "{\"variant\":\"$v\",\"kind\":\"$kind\",\"seconds\":$secs,\"date\":\"$(date -u +%FT%TZ)\",\"jobs\":$jobs}" >> "$lab/build-times.jsonl"
+  say "$v kernel built in $secs s"
+}
+
+tb=$(source_tarball)
+t_all=$(date +%s)
+# Build what the cells boot; the stock tree also when the patched tree is
+# to be made from it.
+want=" ${cells[*]} "
+[ $build_only = 1 ] && want=" stock: patched: "
+variants=()
+if [[ $want == *" stock:"* ]] ||
+   { [[ $want == *" patched:"* ]] && [ "$(cat "$lab/src-patched/.lab-source" 2> /dev/null)" != "$(basename "$tb")" ]; }; then
+  build stock
+  variants+=(stock)
+fi
+if [[ $want == *" patched:"* ]]; then
+  build patched
+  variants+=(patched)
+fi
+for v in "${variants[@]}"; do
+  say "$v kernel: $(stat -c %s "$lab/src-$v/arch/x86/boot/bzImage") bytes"
+done
+say "builds took $(( $(date +%s) - t_all )) s"
+[ $build_only = 1 ] && exit 0
+
+# --- the guest payload: hugetext, the fixtures, the lab helper, a real program
+[ "$(id -u)" -eq 0 ] || die "booting needs root (mkfs, loop devices)"
+export PATH="$HOME/.cargo/bin:$PATH"
+command -v cargo > /dev/null 2>&1 || die "cargo not found: run scripts/install-deps.sh"
+say "building hugetext and the fixtures"
+cargo build --release --workspace --locked >&2
+bash tests/fixtures/mkfixtures.sh target/fixtures >&2
+bash tests/fixtures/mkctests.sh target/ctests target/release target/fixtures >&2
+extra=$lab/extra
+rm -rf "$extra" && mkdir -p "$extra"
+gcc -O2 -Wall -o "$extra/labmap" tests/vm/lab/labmap.c || die "building tests/vm/lab/labmap.c failed"
+cp tests/vm/lab/ready.js "$extra/"
+if node=$(command -v node 2> /dev/null); then
+  cp "$(readlink -f "$node")" "$extra/node"
+else
+  say "no node on this machine: the real-program row is left out"
+fi
+
+# --- boot each cell with the kernel-matrix harness --------------------------
+mcells=()
+for c in "${cells[@]}"; do mcells+=(--cell "lab-$c"); done
+mkdir -p "$lab/results"
+set +e
+kernels=()
+for v in "${variants[@]}"; do kernels+=(--kernel "lab-$v=$lab/src-$v/arch/x86/boot/bzImage"); done
+bash scripts/kernel-matrix.sh --no-build --thp "$thp" --timeout "$timeout_s" "${kernels[@]}" \
+  "${mcells[@]}" --plan tests/vm/lab/plan.txt --probe tests/vm/lab-probe.sh \
+  --extra "${extra#"$repo"/}" --results "$lab/results"
+rc=$?
+set -e
+[ $rc = 2 ] && exit 2
+for c in "${cells[@]}"; do
+  python3 tests/vm/lab.py collect "target/vm/logs/lab-${c%%:*}-${c##*:}.log" "$lab/results/lab-${c%%:*}-${c##*:}.json" \
+    > "$lab/results/lab-${c/:/-}.lab.json" || rc=1
+done
+python3 tests/vm/lab.py check "$lab"/results/*.lab.json || rc=1
+if [ $write_doc = 1 ]; then
+  python3 tests/vm/lab.py doc "$lab/build-times.jsonl" "$lab"/results/*.lab.json
+  say "wrote doc/kernel.md and doc/kernel.json"
+fi
+exit $rc

@@ -1,0 +1,237 @@
+#!/bin/sh
+# The kernel lab's probe (scripts/kernel-lab.sh): run inside a guest of the
+# kernel-matrix harness, from the repository root on the disk under test,
+# once per THP mode (arguments: the mode and the capabilities).
+#
+# For each fixture (the bfd/lld/mold 20 MiB-text PIEs, a bfd program with a
+# 20 MiB-text shared library, and a real program) it measures, on a fresh,
+# evicted copy each time:
+#   plain  the program exec'd with no hugetext step
+#   align  `hugetext align`, then a plain exec of the aligned file
+#   warm   `hugetext warm` of the (aligned) file, then a plain exec
+#   run    `hugetext run` of the original file
+# and, on a patched kernel, the plain exec once per setting of the patches'
+# sysctls (off = all 0, on = the defaults, congruent = vm.elf_pmd_align=2).
+# Then the guard: ET_EXEC programs, PIEs whose segments are not eligible,
+# non-exec and writable mappings, with address randomisation off, under
+# every setting (tests/vm/lab.py checks that nothing moved or changed size).
+#
+# Everything goes to the console: `@@LAB ID|line` (the output of one
+# measurement, ID = setting/fixture/step/what) and `@@HT {json}` facts.
+mode=$1
+caps=$2   # "large-folios" where the disk under test gives PMD-order folios
+ht=$PWD/target/release/hugetext
+extra=$PWD/target/kernel-lab/extra
+labmap=$extra/labmap
+dir=$PWD/target/scratch/lab-$mode
+rm -rf "$dir" && mkdir -p "$dir"
+
+if [ -e /proc/sys/vm/exec_folio_order ]; then
+  variant=patched
+  settings="off on congruent"
+else
+  variant=stock
+  settings=stock
+fi
+echo "@@HT {\"kind\":\"lab-guest\",\"variant\":\"$variant\",\"thp\":\"$mode\",\"release\":\"$(uname -r)\",\"uptime\":$(cut -d. -f1 /proc/uptime)}"
+
+setting() { # NAME: set the patches' sysctls
+  case $1 in
+    off) v="0 0 0" ;;
+    on) v="9 1 1" ;;
+    congruent) v="9 1 2" ;;
+    *) return 0 ;;
+  esac
+  set -- $v
+  echo "$1" > /proc/sys/vm/exec_folio_order
+  echo "$2" > /proc/sys/vm/thp_readahead_fit_mapping
+  echo "$3" > /proc/sys/vm/elf_pmd_align
+}
+
+# out ID CMD...: run CMD, its output as @@LAB lines, then its status.
+out() {
+  oid=$1; shift
+  "$@" > /tmp/lab.out 2>&1
+  orc=$?
+  awk -v p="@@LAB $oid|" '{print p $0}' /tmp/lab.out
+  echo "@@LAB $oid|@rc $orc"
+}
+
+# outz ID CMD...: the same for JSON output, without its `"key": 0,` lines
+# (the JSON stays valid; the console is slow under emulation).
+outz() {
+  oid=$1; shift
+  "$@" > /tmp/lab.out 2>&1
+  orc=$?
+  grep -v '": 0,$' /tmp/lab.out | awk -v p="@@LAB $oid|" '{print p $0}'
+  echo "@@LAB $oid|@rc $orc"
+}
+
+# evict FILE: drop FILE's page cache (POSIX_FADV_DONTNEED); where some of it
+# stays cached, drop all clean page cache (the guest's own); report what
+# is still cached then.
+evict() {
+  "$labmap" evict "$1" > /dev/null && return 0
+  sync && echo 1 > /proc/sys/vm/drop_caches
+  "$labmap" evict "$1" | sed 's/^/@@LAB warning|/'
+}
+
+# fresh DST SRC: a copy of SRC, written back and evicted from the page cache.
+fresh() {
+  rm -f "$1" && cp "$2" "$1" && sync && evict "$1"
+}
+
+pgpgin() { awk '/^pgpgin / {print $2}' /proc/vmstat; }
+
+# measure ID FILE CMD...: start CMD (which prints "ready" once its text is
+# touched and then waits for end of input), record the kB read from disk
+# from exec to "ready" (pgpgin), the process's executable mappings
+# (`hugetext inspect --json`), its maps, and FILE's page cache by folio size.
+measure() {
+  id=$1; file=$2; shift 2
+  rm -f "$dir/fifo" "$dir/wait.out" && mkfifo "$dir/fifo"
+  before=$(pgpgin)
+  t0=$(date +%s)
+  "$@" < "$dir/fifo" > "$dir/wait.out" 2>&1 &
+  pid=$!
+  exec 3> "$dir/fifo"
+  i=0
+  while ! grep -q ready "$dir/wait.out" 2> /dev/null && [ $i -lt 1200 ]; do sleep 0.1; i=$((i + 1)); done
+  after=$(pgpgin)
+  # `hugetext run` execs the program in place: the pid is the program's.
+  echo "@@LAB $id/exec|pgpgin_kb $((after - before))"
+  echo "@@LAB $id/exec|ready $(grep -c ready "$dir/wait.out")"
+  echo "@@LAB $id/exec|seconds $(($(date +%s) - t0))"
+  awk -v p="@@LAB $id/exec|out " '{print p $0}' "$dir/wait.out" | head -n 20
+  # shellcheck disable=SC2086 # INSPECT_ALL is empty or --all
+  outz "$id/inspect" "$ht" inspect --pid "$pid" --json $INSPECT_ALL
+  awk -v p="@@LAB $id/maps|" '{print p $0}' "/proc/$pid/maps"
+  outz "$id/file" "$ht" inspect --file "$file" --json
+  exec 3>&-
+  wait $pid
+  echo "@@LAB $id/exec|rc $?"
+}
+
+# The fixtures: NAME PROGRAM FILE-WHOSE-TEXT-COUNTS [ARGS]
+fx=target/fixtures
+# node runs a script that says "ready" and waits for end of input.
+node_args=$extra/ready.js
+fixtures="bfd lld mold dso"
+[ -x "$extra/node" ] && fixtures="$fixtures node"
+fixtures=${LAB_FIXTURES:-$fixtures}
+INSPECT_ALL=
+
+prepare() { # NAME DIR: copy the fixture's files into DIR (fresh, evicted); sets prog, text
+  name=$1; d=$2
+  rm -rf "$d" && mkdir -p "$d"
+  case $name in
+    bfd|lld|mold) fresh "$d/pie" "$fx/$name/pie"; prog=$d/pie; text=$d/pie ;;
+    dso) fresh "$d/usebig" "$fx/bfd/usebig"; fresh "$d/libbig.so" "$fx/bfd/libbig.so"
+         prog=$d/usebig; text=$d/libbig.so ;;
+    node) fresh "$d/node" "$extra/node"; prog=$d/node; text=$d/node ;;
+  esac
+}
+
+run_prog() { # PROG: the program's waiting command line
+  case $1 in
+    */node) echo "$1" ;;
+    *) echo "$1 wait" ;;
+  esac
+}
+
+for name in $fixtures; do
+  # plain, once per setting (a patched kernel: off, on, congruent)
+  for s in $settings; do
+    [ "$s" = congruent ] && [ "$name" = dso ] && continue
+    setting "$s"
+    prepare "$name" "$dir/$name"
+    if [ "$name" = node ]; then
+      measure "$s/$name/plain" "$text" "$prog" "$node_args"
+    else
+      measure "$s/$name/plain" "$text" $(run_prog "$prog")
+    fi
+  done
+done
+
+# Then the hugetext steps (the plain execs of every fixture come first: they
+# are what the lab is for).
+for name in $fixtures; do
+  # the hugetext steps, under the kernel's default setting; on a patched
+  # kernel without large folios (only `run` is measured there) also with
+  # every switch off, which is stock's behaviour
+  hsettings=${settings##* }
+  [ "$variant" = patched ] && hsettings=on
+  [ "$variant" = patched ] && [ "$caps" != large-folios ] && hsettings="off on"
+  for s in $hsettings; do
+  setting "$s"
+  prepare "$name" "$dir/$name"
+  # Without large folios (ext4 before 6.16) neither `align` nor `warm` can
+  # make anything PMD-mappable, on either kernel (doctor says so, and
+  # `warm` exits 3): only `run` (its copy route) is measured there.
+  if [ "$caps" = large-folios ]; then
+  # align: the text file rewritten, then a plain exec of it
+  out "$s/$name/align/cmd" "$ht" align "$text" -o "$text.aligned"
+  aligned=$text
+  if [ -s "$text.aligned" ]; then
+    fresh "$text" "$text.aligned"
+    aligned=$text
+  fi
+  if [ "$name" = node ]; then
+    measure "$s/$name/align" "$aligned" "$prog" "$node_args"
+  else
+    measure "$s/$name/align" "$aligned" $(run_prog "$prog")
+  fi
+  # warm: the aligned file's page cache filled with PMD folios, then a plain exec
+  evict "$aligned"
+  out "$s/$name/warm/cmd" "$ht" warm "$aligned"
+  if [ "$name" = node ]; then
+    measure "$s/$name/warm" "$aligned" "$prog" "$node_args"
+  else
+    measure "$s/$name/warm" "$aligned" $(run_prog "$prog")
+  fi
+  fi
+  # run: the original file under `hugetext run` (every route it finds)
+  prepare "$name" "$dir/$name"
+  if [ "$name" = node ]; then
+    measure "$s/$name/run" "$text" "$ht" run -v -- "$prog" "$node_args"
+  else
+    measure "$s/$name/run" "$text" "$ht" run -v -- $(run_prog "$prog")
+  fi
+  done
+  rm -rf "${dir:?}/$name"
+done
+
+# The guard: what the patches must not change. Address randomisation off,
+# so load addresses compare across settings and kernels.
+# Only where exec folios can happen at all (large folios); on a patched
+# kernel with everything off and with everything on (vm.elf_pmd_align=2,
+# the broadest alignment).
+g=$dir/guard
+mkdir -p "$g"
+INSPECT_ALL=--all
+guard_settings=$settings
+[ "$variant" = patched ] && guard_settings="off congruent"
+[ "$caps" = large-folios ] || guard_settings=
+for s in $guard_settings; do
+  setting "$s"
+  for b in bfd/nopie lld/nopie mold/nopie lld/pie mold/pie bfd/pie; do
+    n=$(echo "$b" | tr / -)
+    fresh "$g/$n" "$fx/$b"
+    measure "$s/guard/$n" "$g/$n" "$labmap" norand "$g/$n" wait
+  done
+  for m in r rw; do
+    fresh "$g/data-$m" "$fx/bfd/libbig.so"
+    measure "$s/guard/map-$m" "$g/data-$m" "$labmap" norand "$labmap" map "$g/data-$m" "$m"
+  done
+done
+
+# The exec benchmark, short, under the kernel's default
+# setting (timings are emulated under TCG: the states and counts are the result).
+s=${settings##* }
+[ "$variant" = patched ] && s=on
+setting "$s"
+if [ -z "${LAB_NO_BENCH:-}" ] && [ "$caps" = large-folios ]; then
+  out "$s/bench/exec" "$ht" bench exec --size 32M --runs 1 --random-passes 1 --dir "$dir" --json
+fi
+rm -rf "$dir"
+echo "@@HT {\"kind\":\"probe\",\"name\":\"lab\",\"thp\":\"$mode\",\"rc\":0}"

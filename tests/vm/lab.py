@@ -1,0 +1,540 @@
+#!/usr/bin/env python3
+"""The kernel lab's bookkeeping (scripts/kernel-lab.sh, tests/vm/lab-probe.sh).
+
+  lab.py collect LOG CELL_JSON      console log -> one cell's lab results (stdout)
+  lab.py check LAB_JSON...          the guard: what the patches must not change;
+                                    exit 1 if something changed that must not
+  lab.py doc BUILD_TIMES LAB_JSON...  write doc/kernel.md and doc/kernel.json
+
+A measurement is one fresh, evicted copy of a fixture exec'd (or mapped) in
+the guest: the kB read from disk until it said "ready" (pgpgin), its
+executable mappings (`hugetext inspect --json`), its /proc/PID/maps and the
+file's page cache by folio size (`hugetext inspect --file --json`).
+"""
+import json
+import re
+import sys
+from pathlib import Path
+
+RUN_LINE = re.compile(
+    r"([\d.]+) MiB of ([\d.]+) MiB text in whole 2 MiB windows is huge-backed "
+    r"\(already ([\d.]+) MiB, file ([\d.]+) MiB, collapse ([\d.]+) MiB, copy ([\d.]+) MiB\)"
+)
+FIXTURES = ["bfd", "lld", "mold", "dso", "node"]
+FIXTURE_TEXT = {
+    "bfd": "GNU ld PIE, 20 MiB text",
+    "lld": "lld PIE, 20 MiB text",
+    "mold": "mold PIE, 20 MiB text",
+    "dso": "GNU ld program + 20 MiB-text shared library",
+    "node": "node (ET_EXEC, 26 MiB text), start-up",
+}
+
+
+def parse_log(log):
+    """@@LAB ID|line -> {ID: [lines]}, and the @@HT facts."""
+    outs, facts = {}, []
+    for raw in Path(log).read_bytes().decode("utf-8", "replace").splitlines():
+        line = raw.rstrip("\r")
+        i = line.find("@@LAB ")
+        if i >= 0:
+            ident, _, text = line[i + 6 :].partition("|")
+            outs.setdefault(ident, []).append(text)
+            continue
+        i = line.find("@@HT ")
+        if i >= 0:
+            try:
+                facts.append(json.loads(line[i + 5 :]))
+            except ValueError:
+                pass
+    return outs, facts
+
+
+def json_of(lines):
+    text = "\n".join(x for x in lines if not x.startswith("@rc "))
+    try:
+        return json.loads(text[text.index("{") :])
+    except ValueError:
+        return None
+
+
+def maps_of(lines):
+    out = []
+    for line in lines:
+        f = line.split()
+        if len(f) < 5:
+            continue
+        start, end = (int(x, 16) for x in f[0].split("-"))
+        out.append({"start": start, "end": end, "perms": f[1], "offset": int(f[2], 16),
+                    "path": f[5] if len(f) > 5 else ""})
+    return out
+
+
+def text_stats(inspect, maps, path):
+    """PMD-mapped kB, resident kB and size kB of PATH's executable text, and
+    of anonymous executable mappings inside its span (`run`'s copy route)."""
+    if not inspect or not inspect.get("processes"):
+        return None
+    own = [m for m in maps if m["path"] == path]
+    if not own:
+        return None
+    # The file's whole span: `run`'s copy route replaces text windows (and
+    # the head of the segment with them) by anonymous mappings inside it.
+    lo, hi = min(m["start"] for m in own), max(m["end"] for m in own)
+    pmd = res = size = 0
+    classes = {}
+    for m in inspect["processes"][0]["mappings"]:
+        start, end = int(m["start"], 16), int(m["end"], 16)
+        mine = m["path"] == path or (not m["path"].startswith(("/", "[")) and lo <= start and end <= hi)
+        if not mine or "x" not in m.get("perms", "r-x"):
+            continue
+        pmd += m.get("file-thp-pmd-aligned-2048kB", 0) + m.get("anon-thp-pmd-aligned-2048kB", 0)
+        res += m.get("file_kb", 0) + m.get("anon_kb", 0)
+        size += (end - start) // 1024
+        for k, v in m.items():
+            if v and (k.startswith("file-") or k.startswith("anon-")):
+                classes[k] = classes.get(k, 0) + v
+    return {"pmd_kb": pmd, "resident_kb": res, "size_kb": size, "classes": classes}
+
+
+def measurement(outs, ident):
+    ex = outs.get(ident + "/exec")
+    if ex is None:
+        return None
+    m = {}
+    for line in ex:
+        k, _, v = line.partition(" ")
+        if k in ("pgpgin_kb", "ready", "seconds", "rc"):
+            m[k] = int(v) if v.lstrip("-").isdigit() else v
+    text_out = "\n".join(line[4:] for line in ex if line.startswith("out "))
+    r = RUN_LINE.search(text_out)
+    if r:
+        huge, total, already, file_, collapse, copy = (float(x) for x in r.groups())
+        m["run"] = {"huge_mib": huge, "windows_mib": total,
+                    "routes": {"already": already, "file": file_, "collapse": collapse, "copy": copy}}
+    fileview = json_of(outs.get(ident + "/file", []))
+    path = None
+    if fileview and fileview.get("files"):
+        f = fileview["files"][0]
+        path = f["path"]
+        m["cached_kb"] = f.get("cached_kb")
+        m["folios"] = f.get("folios", {})
+        m["pmd_windows"] = f.get("pmd_windows")
+        m["pmd_windows_huge"] = f.get("pmd_windows_huge")
+    maps = maps_of(outs.get(ident + "/maps", []))
+    m["maps"] = [[hex(x["start"]), hex(x["end"]), x["perms"], hex(x["offset"]), x["path"]] for x in maps]
+    inspect = json_of(outs.get(ident + "/inspect", []))
+    if path:
+        st = text_stats(inspect, maps, path)
+        if st:
+            m.update(st)
+            m["pmd_pct"] = round(100.0 * st["pmd_kb"] / st["size_kb"], 1) if st["size_kb"] else 0.0
+    if inspect and inspect.get("processes"):
+        m["mappings"] = [
+            {"start": x["start"], "perms": x.get("perms"), "path": x["path"],
+             "classes": {k: v for k, v in x.items() if v and k.startswith(("file-", "anon-"))}}
+            for x in inspect["processes"][0]["mappings"]
+        ]
+    return m
+
+
+def collect(log, cell_json):
+    outs, facts = parse_log(log)
+    cell = json.loads(Path(cell_json).read_text()) if Path(cell_json).exists() else {}
+    guest = next((f for f in facts if f.get("kind") == "lab-guest"), {})
+    res = {
+        "cell": cell.get("cell"),
+        "variant": guest.get("variant"),
+        "release": guest.get("release"),
+        "thp": guest.get("thp"),
+        "fs": (cell.get("guest") or {}).get("fs") or (cell.get("cell") or ":").split(":")[1],
+        "large_folios": next((f.get("large_folios") for f in facts if f.get("kind") == "caps"), None),
+        "guest_seconds": cell.get("seconds"),
+        "boot_seconds": next((f.get("uptime_s") for f in facts if f.get("kind") == "boot"), None),
+        "probe_start_seconds": guest.get("uptime"),
+        "accel": cell.get("accel"),
+        "date": cell.get("date"),
+        "finished": bool(cell.get("finished")),
+        "measurements": {},
+        "commands": {},
+    }
+    idents = sorted({k.rsplit("/", 1)[0] for k in outs if k.endswith("/exec") and "/bench/" not in k})
+    for ident in idents:
+        res["measurements"][ident] = measurement(outs, ident)
+    for k, lines in outs.items():
+        if k.endswith("/cmd") or "/bench/" in k:
+            rc = next((int(x[4:]) for x in lines if x.startswith("@rc ")), None)
+            doc = json_of(lines) if "/bench/" in k else None
+            res["commands"][k] = {"rc": rc, "tail": [x for x in lines if not x.startswith("@rc ")][-4:],
+                                  **({"json": doc} if doc else {})}
+    print(json.dumps(res, indent=1, sort_keys=True))
+    return 0
+
+
+# --- the guard -----------------------------------------------------------------
+def addresses(m):
+    return [tuple(x[:4]) + (Path(x[4]).name,) for x in m.get("maps", [])]
+
+
+def nonexec_classes(m):
+    return [(x["perms"], Path(x["path"]).name, sorted(x["classes"].items()))
+            for x in m.get("mappings", []) if "x" not in (x["perms"] or "")]
+
+
+def guard(labs):
+    """(failures, notes): what must equal stock and the setting-off kernel."""
+    bad, notes = [], []
+    by = {}
+    for lab in labs:
+        for ident, m in lab["measurements"].items():
+            if m is None:
+                bad.append(f"{lab['cell']}: {ident}: no result")
+                continue
+            setting, fixture, step = ident.split("/", 2)
+            by.setdefault((lab["fs"], fixture, step), {})[(lab["variant"], setting)] = m
+    for (fs, fixture, step), runs in sorted(by.items()):
+        if fixture != "guard":
+            continue
+        # The reference: stock where a stock kernel was booted, else the
+        # patched kernel with every switch off (the same kernel, A vs B).
+        ref_key = ("stock", "stock") if ("stock", "stock") in runs else ("patched", "off")
+        ref = runs.get(ref_key)
+        if ref is None:
+            continue
+        for (variant, setting), m in sorted(runs.items()):
+            if (variant, setting) == ref_key:
+                continue
+            what = f"{fs} {step} ({variant}, {setting}; compared with {' '.join(dict.fromkeys(ref_key))})"
+            eligible_move = step == "bfd-pie" and setting == "congruent"
+            if addresses(m) != addresses(ref):
+                if eligible_move:
+                    notes.append(f"{what}: load address moved to a 2 MiB boundary (eligible under vm.elf_pmd_align=2), as designed")
+                else:
+                    bad.append(f"{what}: load addresses differ")
+            if step.startswith("map-"):
+                if m.get("folios") != ref.get("folios"):
+                    bad.append(f"{what}: page-cache folio sizes differ: {m.get('folios')} vs {ref.get('folios')}")
+            elif setting == "off" or step in ("lld-pie", "mold-pie"):
+                if m.get("folios") != ref.get("folios"):
+                    bad.append(f"{what}: page-cache folio sizes differ: {m.get('folios')} vs {ref.get('folios')}")
+            elif m.get("folios") != ref.get("folios"):
+                notes.append(f"{what}: exec folios read the congruent text into {m.get('folios')} (was {ref.get('folios')}), as designed")
+            if nonexec_classes(m) != nonexec_classes(ref):
+                bad.append(f"{what}: folio classes of non-exec mappings differ")
+    # patched with every switch off == stock, for every fixture's plain exec
+    for (fs, fixture, step), runs in sorted(by.items()):
+        if fixture == "guard" or step != "plain":
+            continue
+        ref, off = runs.get(("stock", "stock")), runs.get(("patched", "off"))
+        if ref and off and (ref.get("folios") != off.get("folios") or ref.get("pmd_kb") != off.get("pmd_kb")):
+            bad.append(f"{fs} {fixture} plain: patched with the switches off differs from stock: "
+                       f"{off.get('folios')} vs {ref.get('folios')}")
+    return bad, notes
+
+
+def check(paths):
+    labs = [json.loads(Path(p).read_text()) for p in paths]
+    bad, notes = guard(labs)
+    for n in notes:
+        print(f"  note: {n}")
+    for b in bad:
+        print(f"  FAILED {b}")
+    print(f"guard: {len(bad)} failed, {len(notes)} designed changes")
+    return 1 if bad else 0
+
+
+# --- the document ----------------------------------------------------------
+def fmt_pct(m):
+    if not m or "pmd_pct" not in m:
+        return "—"
+    return f"{m['pmd_pct']:.0f}% ({m['pmd_kb'] // 1024} MiB)"
+
+
+def fmt_read(m):
+    if not m or "pgpgin_kb" not in m:
+        return "—"
+    return f"{m['pgpgin_kb'] / 1024:.1f} MiB"
+
+
+def best_hugetext(runs, variant, setting):
+    """The hugetext step with the most text PMD-mapped (ties: the cheapest)."""
+    best = None
+    for step in ("align", "warm", "run"):
+        m = runs.get((variant, setting, step))
+        if not m or "pmd_pct" not in m:
+            continue
+        if best is None or m["pmd_pct"] > best[1]["pmd_pct"] + 0.5:
+            best = (step, m)
+    return best
+
+
+STEP_CMD = {"align": "`align`", "warm": "`align` + `warm`", "run": "`run`"}
+
+
+def doc(build_times, paths):
+    labs = [json.loads(Path(p).read_text()) for p in paths]
+    builds = []
+    if Path(build_times).exists():
+        builds = [json.loads(x) for x in Path(build_times).read_text().splitlines() if x.strip()]
+    # The raw maps and per-mapping classes stay in target/kernel-lab/results/.
+    slim = [{**lab, "measurements": {k: {x: y for x, y in (m or {}).items() if x not in ("maps", "mappings")}
+                                     for k, m in lab["measurements"].items()}} for lab in labs]
+    Path("doc/kernel.json").write_text(json.dumps({"builds": builds, "cells": slim}, indent=1, sort_keys=True) + "\n")
+    idx = {}
+    for lab in labs:
+        for ident, m in lab["measurements"].items():
+            setting, fixture, step = ident.split("/", 2)
+            idx[(lab["fs"], fixture, lab["variant"], setting, step)] = m
+    rows = []
+    for fs in ("ext4", "xfs"):
+        for fx in FIXTURES:
+            def get(variant, setting, step):
+                return idx.get((fs, fx, variant, setting, step))
+            stock = get("stock", "stock", "plain")
+            mark = ""
+            if stock is None and get("patched", "off", "plain"):
+                # No stock boot on this disk: the patched kernel with every
+                # switch off, which the guard checks against stock on xfs.
+                stock, mark = get("patched", "off", "plain"), " ‡"
+            patched = get("patched", "on", "plain")
+            cong = get("patched", "congruent", "plain")
+            if not stock and not patched:
+                continue
+            runs_s = {("s", "s", st): get("stock", "stock", st) or get("patched", "off", st) for st in ("align", "warm", "run")}
+            runs_p = {("p", "p", st): get("patched", "on", st) for st in ("align", "warm", "run")}
+            bs = best_hugetext(runs_s, "s", "s")
+            bp = best_hugetext(runs_p, "p", "p")
+
+            def hcol(b):
+                if not b:
+                    return "—"
+                return f"{fmt_pct(b[1])} by {STEP_CMD[b[0]]}"
+            rows.append(
+                f"| {fs} | {FIXTURE_TEXT[fx]} | {fmt_pct(stock)}{mark} | {fmt_pct(patched)}"
+                f"{' / ' + fmt_pct(cong) if cong and fx == 'bfd' else ''} | {hcol(bs)} | {hcol(bp)} | "
+                f"{fmt_read(stock)}{mark} | {fmt_read(patched)} |"
+            )
+    steps = []
+    for fs in ("ext4", "xfs"):
+        for fx in FIXTURES:
+            for variant, setting in (("stock", "stock"), ("patched", "on")):
+                cells = []
+                for st in ("plain", "align", "warm", "run"):
+                    m = idx.get((fs, fx, variant, setting, st))
+                    cells.append(fmt_pct(m) if m else "—")
+                if all(c == "—" for c in cells):
+                    continue
+                m = idx.get((fs, fx, variant, setting, "plain")) or {}
+                folios = ", ".join(f"{k} {v // 1024} MiB" if v >= 1024 else f"{k} {v} kB"
+                                   for k, v in sorted(m.get("folios", {}).items(), key=lambda kv: -kv[1])[:3])
+                steps.append(f"| {fs} | {fx} | {variant} | " + " | ".join(cells) + f" | {folios or '—'} |")
+    bad, notes = guard(labs)
+    guard_lines = "\n".join(f"- {n}" for n in notes) or "- (none)"
+    guard_bad = "\n".join(f"- **{b}**" for b in bad) or "- none: every load address and folio size that must not change matched stock"
+    build_lines = "\n".join(
+        f"| {b['variant']} | {b.get('kind', 'make bzImage')} | {b['seconds']} s | {b.get('jobs', '?')} |" for b in builds
+    )
+    boots = "\n".join(
+        f"| {lab['cell']} | {lab.get('release')} | {lab.get('boot_seconds', '?')} s | {lab.get('probe_start_seconds', '?')} s | {lab.get('guest_seconds', '?')} s |"
+        for lab in sorted(labs, key=lambda x: x.get("cell") or "")
+    )
+    benches = []
+    for lab in sorted(labs, key=lambda x: x.get("cell") or ""):
+        for k, c in sorted(lab.get("commands", {}).items()):
+            if "/bench/" in k and c.get("json"):
+                benches.append(f"- {lab['cell']} `{k.split('/', 1)[1]}`: {bench_summary(c['json'])}")
+    date = max((lab.get("date") or "" for lab in labs), default="")
+    no_stock = ""
+    if not any(lab.get("variant") == "stock" for lab in labs):
+        no_stock = """
+No unpatched kernel was booted in this run. The stock columns (‡) are the
+patched kernel with every switch at 0, which takes the unpatched code paths:
+`vm.exec_folio_order=0` never enters the exec path, `vm.thp_readahead_fit_mapping=0`
+restores the PMD-order gate, `vm.elf_pmd_align=0` never raises the alignment.
+`scripts/kernel-lab.sh` (all four cells) boots the unpatched build as well,
+and the guard then compares with it.
+"""
+    accel = sorted({lab.get("accel") or "?" for lab in labs})
+    md = f"""# The kernel side: exec folios and ELF alignment for Linux 6.12
+
+hugetext gets program text onto 2 MiB pages from user space. The same can be
+done in the kernel, and [kernel/6.12/](../kernel/6.12/) is that work as a
+patch series for Linux 6.12 LTS (the kernel of Debian 13 and RHEL 10),
+against Debian's `linux-source-6.12`:
+
+1. **exec folios** (`mm/filemap.c`): a page-cache miss in an executable file
+   mapping reads the faulting 2 MiB window synchronously as one naturally
+   aligned folio, bounded by the VMA and the file, when the VMA maps the file
+   congruently (address ≡ offset mod 2 MiB) and holds a whole window; the
+   folio is PMD-mapped at that first fault. Stock 6.12 reads text around the
+   fault in small folios (on x86 the exec readahead order is 0).
+   `vm.exec_folio_order` (default 9 = PMD order on x86-64; 0 = stock).
+2. **exec readahead and forced-THP readahead** (`mm/filemap.c`): the exec
+   path is exempt from the `mmap_miss` throttle (and from MADV_RANDOM), and the
+   MADV_HUGEPAGE readahead asks for what the mapping supports instead of PMD
+   order whenever the page cache could hold it.
+   `vm.thp_readahead_fit_mapping` (default 1; 0 = stock).
+3. **ELF load alignment** (`fs/binfmt_elf.c`): an ET_DYN program with a
+   read-only PT_LOAD of at least 2 MiB whose `p_vaddr` and `p_offset` are
+   2 MiB-aligned gets a 2 MiB-aligned load bias (THP not `never`). With
+   `vm.elf_pmd_align=2` also segments whose `p_vaddr` ≡ `p_offset`
+   (mod 2 MiB) that hold a whole window: GNU ld's text layout.
+   `vm.elf_pmd_align` (default 1; 0 = stock).
+
+Not in the series (not done): PTE-batched `mprotect()` for large folios and
+batched page-cache insertion in readahead; `hugetext bench mprotect` and
+`bench readahead` measure the kernels as they are.
+
+Every number below was measured by `scripts/kernel-lab.sh --write-doc`
+(generated by [tests/vm/lab.py](../tests/vm/lab.py) from the run's results,
+raw data in [kernel.json](kernel.json)) on {date}, from the cells
+{', '.join(sorted(lab['cell'] for lab in labs))}: kernels built from one
+configuration (x86_64_defconfig + kvm_guest.config +
+[kernel/lab.config](../kernel/lab.config)), booted in qemu ({', '.join(accel)},
+2 vCPUs, 3 GiB) with the kernel-matrix harness, THP `always`; each fixture a
+fresh copy on the disk under test, evicted from the page cache, then exec'd.
+The fixtures touch all of their text before saying "ready"; node only what
+its start-up runs.
+{no_stock}
+## What gets PMD-mapped, and what it costs at first exec
+
+"% of text PMD-mapped" is `FilePmdMapped`/`AnonHugePages`-style PMD mappings
+(`hugetext inspect`) of the program's (or the library's) executable
+mappings, over their size; "read at first exec" is `pgpgin` from exec to
+"ready". Patched = the defaults; for the GNU ld PIE, "/" gives
+`vm.elf_pmd_align=2`. "+ hugetext" is the best of `align` (aligned file,
+plain exec), `align` + `warm` (then plain exec) and `run` (the original
+file), with the command that got there. "‡": no stock kernel was booted on
+that disk; the column is the patched kernel with every switch off (see
+above).
+
+| fs | fixture | stock 6.12 | patched 6.12 | stock + hugetext | patched + hugetext | read at first exec, stock | read at first exec, patched |
+|---|---|---|---|---|---|---|---|
+""" + "\n".join(rows) + f"""
+
+Each step, % of text PMD-mapped (and the largest folio sizes of the file's
+page cache after the plain exec):
+
+| fs | fixture | kernel | plain exec | after `align` | after `align` + `warm` | under `run` | page cache after plain exec |
+|---|---|---|---|---|---|---|---|
+""" + "\n".join(steps) + f"""
+
+## Where the patches suffice, and where they do not
+
+{conclusions(idx)}
+
+## What the patches must not change
+
+The guard ran ET_EXEC programs (`nopie` of bfd, lld and mold), PIEs whose
+segments are not eligible (lld, mold) and the GNU ld PIE with address
+randomisation off, and mapped a 20 MiB file read-only and writable
+(MAP_PRIVATE, not executable), on the xfs disk (where exec folios can
+happen at all), on stock and on the patched kernel with every switch off and
+with every switch on (`vm.elf_pmd_align=2`, the broadest alignment), and
+compared load addresses, the folio sizes of every non-executable mapping and
+the file's page cache with stock where a stock kernel was booted, else with
+the same patched kernel with every switch off.
+
+Failures:
+
+{guard_bad}
+
+Changes by design:
+
+{guard_lines}
+
+## Build and boot
+
+| variant | build | wall time | make -j |
+|---|---|---|---|
+{build_lines}
+
+The patched tree is a copy of the built stock tree with the series applied,
+so its build compiles only what the series changes; an unchanged
+configuration and series skip `make` entirely. Builds ran niced on 2 shared
+cores.
+
+| cell | kernel | uptime at /init (boot) | uptime when the probe started (disk formatted, payload copied) | whole qemu run |
+|---|---|---|---|---|
+{boots}
+
+## Benchmarks in the guest (emulated timing)
+
+Under qemu TCG the timings are emulated: only the counts and states are the
+result.
+
+{chr(10).join(benches) or '- not run'}
+
+## Reproduce
+
+```sh
+scripts/kernel-lab.sh --write-doc        # build both kernels (cached), boot 4 cells, regenerate this page
+scripts/kernel-lab.sh --build-only       # just the kernels
+scripts/kernel-lab.sh --check            # CI: the series applies to the packaged source and compiles
+```
+"""
+    Path("doc/kernel.md").write_text(md)
+    return 0
+
+
+def bench_summary(doc):
+    """`bench exec`: each variant's state (the result) and the timing ratios
+    (emulated under TCG, flagged as such)."""
+    out = []
+    for v, d in sorted((doc.get("variants") or {}).items()):
+        st = ((d.get("runs") or [{}])[0]).get("state", {})
+        folios = st.get("folios_kb") or {}
+        total = sum(folios.values()) or 1
+        top = ", ".join(f"{k} KiB {100 * n // total}%" for k, n in sorted(folios.items(), key=lambda kv: -kv[1])[:2])
+        out.append(f"{v}: {st.get('pmd_mapped_pct', '?')}% PMD-mapped (folios {top})")
+    ratios = doc.get("ratios") or {}
+    if ratios:
+        out.append("emulated timing, not a result: " + ", ".join(
+            f"{k.replace('_over_', '/')} {r.get('median', 0):.2f}" for k, r in sorted(ratios.items())))
+    return "; ".join(out) or ", ".join(sorted(doc.keys()))[:200]
+
+
+def conclusions(idx):
+    lines = []
+
+    def pct(fs, fx, variant, setting, step):
+        m = idx.get((fs, fx, variant, setting, step))
+        if m is None and variant == "stock":
+            # no stock boot: the patched kernel with every switch off
+            m = idx.get((fs, fx, "patched", "off", step))
+        return m.get("pmd_pct") if m else None
+    for fx in FIXTURES:
+        for fs in ("ext4", "xfs"):
+            p = pct(fs, fx, "patched", "on", "plain")
+            s = pct(fs, fx, "stock", "stock", "plain")
+            if p is None:
+                continue
+            s_txt = "not measured" if s is None else f"{s:.0f}%"
+            h = max((x for x in (pct(fs, fx, "stock", "stock", st) for st in ("align", "warm", "run")) if x is not None), default=None)
+            if p >= 50:
+                verdict = f"the patches alone PMD-map {p:.0f}% (stock {s_txt})"
+            else:
+                got = {st: pct(fs, fx, "patched", "on", st) or 0 for st in ("align", "warm", "run")}
+                top = max(got.values())
+                # the cheapest step that gets (within 0.5%) the most
+                need = next((st for st in ("align", "warm", "run") if top > p + 0.5 and got[st] >= top - 0.5), None)
+                verdict = f"the patches alone PMD-map {p:.0f}% (stock {s_txt})" + (
+                    f"; it needs {STEP_CMD[need]} ({pct(fs, fx, 'patched', 'on', need):.0f}% patched)" if need else "")
+            if h is not None:
+                verdict += f"; hugetext on stock reaches {h:.0f}%"
+            lines.append(f"- **{FIXTURE_TEXT[fx]}, {fs}**: {verdict}.")
+    return "\n".join(lines)
+
+
+def main(argv):
+    if len(argv) == 4 and argv[1] == "collect":
+        return collect(argv[2], argv[3])
+    if len(argv) >= 3 and argv[1] == "check":
+        return check(argv[2:])
+    if len(argv) >= 4 and argv[1] == "doc":
+        return doc(argv[2], argv[3:])
+    print(__doc__, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
