@@ -66,9 +66,11 @@ for mode in $HT_THP; do
     fi
     start=$(date +%s)
     # shellcheck disable=SC2086 # one argument per test name
-    timeout 900 "$exe" --exact --test-threads=1 $names > /tmp/out 2>&1
+    # stderr apart: a note a test writes there (skip_line) must not split
+    # libtest's "test NAME ... ok" line.
+    timeout 900 "$exe" --exact --test-threads=1 $names > /tmp/out 2> /tmp/err
     rc=$?
-    awk -v p="@@OUT $key|$mode|" '{print p $0}' /tmp/out
+    awk -v p="@@OUT $key|$mode|" '{print p $0}' /tmp/out /tmp/err
     awk -v s="$key" -v m="$mode" '/^test .* \.\.\. (ok|FAILED|ignored)$/ {
         r = $NF; if (r == "FAILED") r = "failed";
         printf "@@HT {\"kind\":\"test\",\"thp\":\"%s\",\"suite\":\"%s\",\"test\":\"%s\",\"result\":\"%s\"}\n", m, s, $2, r }' /tmp/out
