@@ -9,7 +9,6 @@ use hugetext_testkit as common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::OnceLock;
 
 const KIB_PER_MIB: u64 = 1024;
 
@@ -19,26 +18,6 @@ const FALLBACKS: &str = "no-pagemap-scan,no-populate,no-pt-reclaim";
 
 /// The `-v` summary of one pass over objects loaded after start.
 const LATE_SUMMARY: &str = ", loaded after start (dlopen): ";
-
-/// The C test programs, built once per test run by tests/fixtures/mkctests.sh
-/// (already built where `HUGETEXT_TEST_PREBUILT` is set).
-fn cprogs() -> &'static Path {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let dir = common::target_profile_dir().join("../ctests");
-        if !common::prebuilt() {
-            let st = Command::new("bash")
-                .arg(common::root().join("tests/fixtures/mkctests.sh"))
-                .arg(&dir)
-                .arg(common::target_profile_dir())
-                .arg(common::fixtures())
-                .status()
-                .expect("run mkctests.sh");
-            assert!(st.success(), "mkctests.sh failed");
-        }
-        dir.canonicalize().unwrap()
-    })
-}
 
 /// `hugetext run ARGS -- PROG PROG_ARGS` with `env` set, nothing of the
 /// preload's settings inherited.
@@ -101,7 +80,7 @@ fn rounds(stderr: &str) -> Vec<Round> {
 /// `late_load LIB ROUNDS THREADS` under `hugetext run -v ARGS`, checked
 /// against a plain run: same stdout, exit 0, the parsed rounds.
 fn late_load(args: &[&str], env: &[(&str, &str)], compat: Option<&str>, lib: &Path, n: usize) -> (Vec<Round>, String) {
-    let prog = cprogs().join("late_load");
+    let prog = common::cprogs().join("late_load");
     let pargs = [lib.to_str().unwrap(), &n.to_string(), "4"];
     let a = plain(&prog, &pargs);
     assert!(
@@ -210,8 +189,8 @@ fn late_objects_obey_no_dlopen_kill_switch_exclude_and_minimum() {
 /// as it does without hugetext. Neither disturbs the program.
 #[test]
 fn text_relocations_and_non_elf_files_are_left_alone() {
-    let prog = cprogs().join("late_capi");
-    let textrel = cprogs().join("libtextrel.so");
+    let prog = common::cprogs().join("late_capi");
+    let textrel = common::cprogs().join("libtextrel.so");
     let o = run(&["-v"], &[], None, &prog, &["open", textrel.to_str().unwrap()]);
     let err = common::text(&o.stderr);
     assert!(o.status.success(), "{:?} {err}", o.status);
@@ -236,7 +215,7 @@ fn text_relocations_and_non_elf_files_are_left_alone() {
 fn c_api_remaps_objects_loaded_since_its_last_call() {
     for linker in ["lld", "bfd"] {
         let lib = common::fixture(linker, "libbig.so");
-        let o = plain(&cprogs().join("late_capi"), &["capi", lib.to_str().unwrap()]);
+        let o = plain(&common::cprogs().join("late_capi"), &["capi", lib.to_str().unwrap()]);
         let out = common::text(&o.stdout);
         assert!(
             o.status.success(),

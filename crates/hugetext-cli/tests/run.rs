@@ -10,7 +10,6 @@ use common::Running;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::sync::OnceLock;
 
 use hugetext::remap::text_mappings;
 
@@ -637,29 +636,9 @@ fn children_do_not_inherit_the_preload_unless_asked() {
     assert_eq!(common::text(&o.stdout), "[libm.so.6]\n");
 }
 
-/// The C test programs, built once per test run by tests/fixtures/mkctests.sh
-/// (already built where `HUGETEXT_TEST_PREBUILT` is set, see [`common::prebuilt`]).
-fn cprogs() -> &'static Path {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let dir = common::target_profile_dir().join("../ctests");
-        if !common::prebuilt() {
-            let st = Command::new("bash")
-                .arg(common::root().join("tests/fixtures/mkctests.sh"))
-                .arg(&dir)
-                .arg(common::target_profile_dir())
-                .arg(common::fixtures())
-                .status()
-                .expect("run mkctests.sh");
-            assert!(st.success(), "mkctests.sh failed");
-        }
-        dir.canonicalize().unwrap()
-    })
-}
-
 fn cprog(args: &[&str], name: &str) -> Output {
     common::preload();
-    let o = Command::new(cprogs().join(name))
+    let o = Command::new(common::cprogs().join(name))
         .args(args)
         .env("HUGETEXT_VERBOSE", "1")
         .output()
@@ -707,7 +686,7 @@ fn c_api_with_threads(compat: Option<&str>, runs: usize) {
     let mut file_route_runs = 0;
     for linker in ["lld", "bfd"] {
         for i in 0..runs {
-            let mut cmd = Command::new(cprogs().join(format!("remap_threads_{linker}")));
+            let mut cmd = Command::new(common::cprogs().join(format!("remap_threads_{linker}")));
             cmd.args(["threads", "2"]).env("HUGETEXT_VERBOSE", "1");
             common::with_compat(&mut cmd, compat);
             if linker == "bfd" {
@@ -822,7 +801,7 @@ fn c_api_second_call_counts_what_the_first_did() {
 
 fn wrapped(mode: &str, strategy: &str, prog: &Path) -> Output {
     common::preload();
-    Command::new(cprogs().join("wrap"))
+    Command::new(common::cprogs().join("wrap"))
         .arg(mode)
         .arg(common::bin())
         .args(["run", "-v", "--strategy", strategy, "--"])

@@ -460,3 +460,24 @@ pub fn run_waiting_with(compat: Option<&str>, args: &[&str], prog: &Path) -> Run
 pub fn run_waiting(args: &[&str], prog: &Path) -> Running {
     run_waiting_with(None, args, prog)
 }
+
+/// The C test programs, built once per test binary by
+/// tests/fixtures/mkctests.sh (already built where `HUGETEXT_TEST_PREBUILT` is
+/// set, as in the kernel matrix; see [`prebuilt`]).
+pub fn cprogs() -> &'static Path {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = target_profile_dir().join("../ctests");
+        if !prebuilt() {
+            let st = std::process::Command::new("bash")
+                .arg(root().join("tests/fixtures/mkctests.sh"))
+                .arg(&dir)
+                .arg(target_profile_dir())
+                .arg(fixtures())
+                .status()
+                .expect("run mkctests.sh");
+            assert!(st.success(), "mkctests.sh failed");
+        }
+        dir.canonicalize().unwrap()
+    })
+}

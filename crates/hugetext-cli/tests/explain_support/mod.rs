@@ -6,28 +6,12 @@ use hugetext_testkit as common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::OnceLock;
 
 use serde_json::Value;
 
-/// The C test programs, built once per test binary by tests/fixtures/mkctests.sh
-/// (already built where `HUGETEXT_TEST_PREBUILT` is set, as in the kernel matrix).
+/// The C test programs (tests/fixtures/mkctests.sh).
 pub fn cprogs() -> &'static Path {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let dir = common::target_profile_dir().join("../ctests");
-        if !common::prebuilt() {
-            let st = Command::new("bash")
-                .arg(common::root().join("tests/fixtures/mkctests.sh"))
-                .arg(&dir)
-                .arg(common::target_profile_dir())
-                .arg(common::fixtures())
-                .status()
-                .expect("run mkctests.sh");
-            assert!(st.success(), "mkctests.sh failed");
-        }
-        dir.canonicalize().unwrap()
-    })
+    common::cprogs()
 }
 
 /// Start `maptext FILE OPTS` (crates/hugetext-cli/tests/c/maptext.c): maps
