@@ -178,11 +178,7 @@ fn text_on_btrfs_names_the_filesystem_then_run_copies_it() {
     r.stop();
     // The fix: start it with `hugetext run --strategy copy`.
     let r = common::run_waiting(&["--strategy", "copy"], &p);
-    let copy = mappings(r.pid(), &p)
-        .into_iter()
-        .filter(|m| m["backing"] == "anon-copy")
-        .max_by_key(|m| m["whole_windows"].as_u64().unwrap())
-        .expect("run made no copy");
+    let copy = largest_copy(r.pid(), &p);
     assert_ok(&copy);
     common::remove_perf_map(r.child.id());
     r.stop();
@@ -443,11 +439,7 @@ fn copy_split_into_base_pages_then_restarted_with_run() {
     let dir = common::scratch();
     let p = common::copy_fixture(dir.path(), "lld", "pie");
     let r = common::run_waiting(&["--strategy", "copy"], &p);
-    let copy = mappings(r.pid(), &p)
-        .into_iter()
-        .filter(|m| m["backing"] == "anon-copy")
-        .max_by_key(|m| m["whole_windows"].as_u64().unwrap())
-        .expect("run made no copy");
+    let copy = largest_copy(r.pid(), &p);
     assert_ok(&copy);
     // Make the copy not huge for real: the kernel splits its huge pages.
     let end = u64::from_str_radix(copy["end"].as_str().unwrap(), 16).unwrap();

@@ -67,11 +67,7 @@ fn thp_never_file_text_and_run_copies() {
     h.stop();
 
     // The copy stays in the huge pages it got before.
-    let copy = mappings(r.pid(), &prog)
-        .into_iter()
-        .filter(|m| m["backing"] == "anon-copy")
-        .max_by_key(|m| m["whole_windows"].as_u64().unwrap())
-        .expect("run made no copy");
+    let copy = largest_copy(r.pid(), &prog);
     assert_ok(&copy);
     // Once in base pages (the kernel splits them), `never` is the reason.
     let end = u64::from_str_radix(copy["end"].as_str().unwrap(), 16).unwrap();
@@ -104,11 +100,7 @@ fn thp_never_file_text_and_run_copies() {
     r.stop();
     // Its fix: restart it with `hugetext run`.
     let r = common::run_waiting(&["--strategy", "copy"], &prog);
-    let copy = mappings(r.pid(), &prog)
-        .into_iter()
-        .filter(|m| m["backing"] == "anon-copy")
-        .max_by_key(|m| m["whole_windows"].as_u64().unwrap())
-        .expect("run made no copy");
+    let copy = largest_copy(r.pid(), &prog);
     assert_ok(&copy);
     common::remove_perf_map(r.child.id());
     r.stop();

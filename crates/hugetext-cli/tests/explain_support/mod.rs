@@ -168,3 +168,13 @@ pub fn split(pid: i32, start: u64, end: u64) {
         libc::close(fd);
     }
 }
+
+/// The largest anonymous copy `run` made of `file` in process `pid` (the
+/// one holding the most whole windows).
+pub fn largest_copy(pid: i32, file: &Path) -> Value {
+    mappings(pid, file)
+        .into_iter()
+        .filter(|m| m["backing"] == "anon-copy")
+        .max_by_key(|m| m["whole_windows"].as_u64().unwrap())
+        .expect("run made no copy")
+}
