@@ -22,10 +22,13 @@
 #                 no full build, no boot
 #
 # Caches (target/kernel-lab/): the source package (cache/), one source tree
-# per variant (src-stock/, src-patched/) built in place. The patched tree is
-# a copy of the built stock tree with the series applied, so its first build
-# only compiles what the series changes; a build whose inputs (source
-# version, configuration, series) did not change is skipped.
+# per variant (src-stock/, src-patched/) built in place, each a git
+# repository of the pristine source (stock: that commit; patched: the series
+# on top). Whichever tree is built first, the other is a copy of it
+# (cp -a) switched with git, so its first build only recompiles what the
+# series touches and relinks; a build whose inputs (source version,
+# configuration, series) did not change is skipped. Build times go to
+# build-times.jsonl.
 # Exit status: 0 when everything passed, 1 when a guest check failed, 2 for
 # bad usage, a missing tool, or a failed build.
 set -euo pipefail
@@ -154,37 +157,58 @@ if [ $check = 1 ]; then
   exit 0
 fi
 
-# --- build: stock, then patched from a copy of the built stock tree ---------
+# --- build: whichever tree is built first, the other derived from it --------
+# Both trees are git repositories of the pristine source (tag `pristine`):
+# stock is that commit, patched is the series on top (git am). A tree that
+# does not exist yet is a copy (cp -a: the objects and their times kept) of
+# the other variant's built tree, switched with git to its own state, so its
+# first build only recompiles what the series touches and relinks; only when
+# neither tree is built is the source unpacked and built from scratch.
+lab_git() { git -c user.name=kernel-lab -c user.email=kernel-lab@localhost "$@"; }
+state_of() { # VARIANT -> what the tree's source must be
+  if [ "$1" = patched ]; then cat "${series[@]}" | sha256sum | cut -c1-16; else echo pristine; fi
+}
+built_tree() { # VARIANT: true when that tree holds a built kernel of this source
+  [ "$(cat "$lab/src-$1/.lab-source" 2> /dev/null)" = "$(basename "$tb")" ] && [ -s "$lab/src-$1/arch/x86/boot/bzImage" ]
+}
 build() { # VARIANT -> builds target/kernel-lab/src-VARIANT/arch/x86/boot/bzImage
-  local v=$1
+  local v=$1 other=stock
+  [ "$v" = stock ] && other=patched
   local tree=$lab/src-$v key log t0 secs kind="make after a change"
   t0=$(date +%s)
-  key=$( { basename "$tb"; cat "$repo/kernel/lab.config"; [ "$v" = patched ] && cat "${series[@]}"; } | sha256sum | cut -c1-16)
-  if [ "$v" = stock ] && [ "$(cat "$tree/.lab-source" 2> /dev/null)" != "$(basename "$tb")" ]; then
-    say "unpacking $(basename "$tb") into ${tree#"$repo"/}"
-    unpack "$tb" "$tree"
-    (cd "$tree" && git init -q && git add -A -f &&
-      git -c user.name=kernel-lab -c user.email=kernel-lab@localhost commit -q -m "$(basename "$tb" .tar.xz), pristine" &&
-      git tag -f pristine > /dev/null) || die "git init of ${tree#"$repo"/} failed"
-    basename "$tb" > "$tree/.lab-source"
-    kind="clean build"
+  key=$( { basename "$tb"; cat "$repo/kernel/lab.config"; state_of "$v"; } | sha256sum | cut -c1-16)
+  if [ "$(cat "$tree/.lab-source" 2> /dev/null)" != "$(basename "$tb")" ]; then
+    if built_tree "$other"; then
+      say "copying the built $other tree to ${tree#"$repo"/} (its objects are reused)"
+      rm -rf "$tree" "$tree.tmp" && cp -a "$lab/src-$other" "$tree.tmp" && mv "$tree.tmp" "$tree" ||
+        die "copying ${lab#"$repo"/}/src-$other to ${tree#"$repo"/} failed (disk full?)"
+      rm -f "$tree/.lab-state" "$tree/.lab-series" "$tree/.lab-built"
+      echo "derived from the built $other tree (cp -a, git checkout): what the series touches recompiled, relinked" > "$tree/.lab-kind"
+    else
+      say "unpacking $(basename "$tb") into ${tree#"$repo"/}"
+      unpack "$tb" "$tree"
+      (cd "$tree" && git init -q && git add -A -f &&
+        lab_git commit -q -m "$(basename "$tb" .tar.xz), pristine" &&
+        git tag -f pristine > /dev/null) || die "git init of ${tree#"$repo"/} failed"
+      basename "$tb" > "$tree/.lab-source"
+      kind="clean build"
+    fi
   fi
-  if [ "$v" = patched ]; then
-    local stock=$lab/src-stock
-    if [ "$(cat "$tree/.lab-source" 2> /dev/null)" != "$(basename "$tb")" ]; then
-      say "copying the built stock tree to ${tree#"$repo"/} (its objects are reused)"
-      rm -rf "$tree" && cp -a "$stock" "$tree.tmp" && mv "$tree.tmp" "$tree"
-      rm -f "$tree/.lab-series"
-      kind="from the stock objects: only what the series changes"
+  # The source state: git rewrites only the files that differ (new mtimes),
+  # so make recompiles just those. A copy has new inodes and ctimes: git
+  # compares mtime and size only, or it would read the whole tree again.
+  if [ "$(cat "$tree/.lab-state" 2> /dev/null)" != "$(state_of "$v")" ]; then
+    (cd "$tree" && git config core.trustctime false && git config core.checkStat minimal && { git am --abort > /dev/null 2>&1 || true; } && git checkout -q -f -B "$v" pristine) > "$lab/git.log" 2>&1 ||
+      die "git checkout of the pristine source in ${tree#"$repo"/} failed: $(grep -m 1 -E 'fatal|error' "$lab/git.log" || tail -n 1 "$lab/git.log")"
+    if [ "$v" = patched ]; then
+      (cd "$tree" && lab_git am -q "${series[@]}" > "$lab/am.log" 2>&1) ||
+        die "the series does not apply to ${tree#"$repo"/}: $(grep -m 1 -E 'error|failed' "$lab/am.log" || tail -n 1 "$lab/am.log")"
     fi
-    if [ "$(cat "$tree/.lab-series" 2> /dev/null)" != "$(cat "${series[@]}" | sha256sum)" ]; then
-      (cd "$tree" && git am --abort > /dev/null 2>&1; git checkout -q -B patched pristine &&
-        git -c user.name=kernel-lab -c user.email=kernel-lab@localhost am -q "${series[@]}") ||
-        die "the series does not apply to ${tree#"$repo"/} (git am)"
-      cat "${series[@]}" | sha256sum > "$tree/.lab-series"
-    fi
+    state_of "$v" > "$tree/.lab-state"
   fi
   configure "$tree"
+  # A tree copied by an earlier, interrupted run is still a derived one.
+  [ -s "$tree/.lab-kind" ] && kind=$(cat "$tree/.lab-kind")
   if [ $rebuild = 0 ] && [ "$(cat "$tree/.lab-built" 2> /dev/null)" = "$key" ] && [ -s "$tree/arch/x86/boot/bzImage" ]; then
     secs=$(( $(date +%s) - t0 ))
     echo "{\"variant\":\"$v\",\"kind\":\"no change: make skipped\",\"seconds\":$secs,\"date\":\"$(date -u +%FT%TZ)\",\"jobs\":$jobs}" >> "$lab/build-times.jsonl"
@@ -197,26 +221,25 @@ build() { # VARIANT -> builds target/kernel-lab/src-VARIANT/arch/x86/boot/bzImag
     die "building the $v kernel failed: $(first_error "$log") (see ${log#"$repo"/})"
   secs=$(( $(date +%s) - t0 ))
   echo "$key" > "$tree/.lab-built"
+  rm -f "$tree/.lab-kind"
   echo "{\"variant\":\"$v\",\"kind\":\"$kind\",\"seconds\":$secs,\"date\":\"$(date -u +%FT%TZ)\",\"jobs\":$jobs}" >> "$lab/build-times.jsonl"
   say "$v kernel built in $secs s"
 }
 
 tb=$(source_tarball)
 t_all=$(date +%s)
-# Build what the cells boot; the stock tree also when the patched tree is
-# to be made from it.
+# Build what the cells boot (--build-only: both); the tree that is built
+# already first, so the other is derived from it.
 want=" ${cells[*]} "
 [ $build_only = 1 ] && want=" stock: patched: "
+order=(stock patched)
+built_tree patched && ! built_tree stock && order=(patched stock)
 variants=()
-if [[ $want == *" stock:"* ]] ||
-   { [[ $want == *" patched:"* ]] && [ "$(cat "$lab/src-patched/.lab-source" 2> /dev/null)" != "$(basename "$tb")" ]; }; then
-  build stock
-  variants+=(stock)
-fi
-if [[ $want == *" patched:"* ]]; then
-  build patched
-  variants+=(patched)
-fi
+for v in "${order[@]}"; do
+  [[ $want == *" $v:"* ]] || continue
+  build "$v"
+  variants+=("$v")
+done
 for v in "${variants[@]}"; do
   say "$v kernel: $(stat -c %s "$lab/src-$v/arch/x86/boot/bzImage") bytes"
 done
@@ -245,6 +268,11 @@ fi
 mcells=()
 for c in "${cells[@]}"; do mcells+=(--cell "lab-$c"); done
 mkdir -p "$lab/results"
+# This run's cells start without console logs or results, so that a harness
+# that stops before booting can never leave an earlier run's to be read.
+for c in "${cells[@]}"; do
+  rm -f "target/vm/logs/lab-${c/:/-}.log" "$lab/results/lab-${c/:/-}.json" "$lab/results/lab-${c/:/-}.lab.json"
+done
 set +e
 kernels=()
 for v in "${variants[@]}"; do kernels+=(--kernel "lab-$v=$lab/src-$v/arch/x86/boot/bzImage"); done
@@ -253,11 +281,24 @@ bash scripts/kernel-matrix.sh --no-build --thp "$thp" --timeout "$timeout_s" "${
   --extra "${extra#"$repo"/}" --results "$lab/results"
 rc=$?
 set -e
-[ $rc = 2 ] && exit 2
+case $rc in
+  0|1) ;;
+  2) die "the harness (scripts/kernel-matrix.sh) stopped before the guests ran (its line above says why)" ;;
+  *) die "the harness (scripts/kernel-matrix.sh) stopped with status $rc" ;;
+esac
+booted=0
 for c in "${cells[@]}"; do
-  python3 tests/vm/lab.py collect "target/vm/logs/lab-${c%%:*}-${c##*:}.log" "$lab/results/lab-${c%%:*}-${c##*:}.json" \
+  log=target/vm/logs/lab-${c/:/-}.log
+  if ! grep -aq '@@HT {"kind":"boot"' "$log" 2> /dev/null; then
+    say "$c: the guest did not boot (no boot line from its init in $log)"
+    rc=1
+    continue
+  fi
+  booted=$((booted + 1))
+  python3 tests/vm/lab.py collect "$log" "$lab/results/lab-${c/:/-}.json" \
     > "$lab/results/lab-${c/:/-}.lab.json" || rc=1
 done
+[ $booted -gt 0 ] || die "no guest booted (status $rc from scripts/kernel-matrix.sh)"
 python3 tests/vm/lab.py check "$lab"/results/*.lab.json || rc=1
 if [ $write_doc = 1 ]; then
   python3 tests/vm/lab.py doc "$lab/build-times.jsonl" "$lab"/results/*.lab.json
