@@ -26,7 +26,8 @@
 #
 # Results go to target/vm/results/KERNEL-FS.json, console logs to
 # target/vm/logs/. Exit status: 0 when every cell passed, 1 when a test failed
-# or a guest did not finish, 2 for bad usage or a missing tool/package.
+# or a guest did not finish, 2 for bad usage, a missing tool/package, or a
+# harness step that failed before the guests could run (one line says which).
 # See tests/vm/README.md for how the guest is built and why.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,6 +35,9 @@ repo=$(pwd)
 
 die() { echo "kernel-matrix: $*" >&2; exit 2; }
 say() { echo "kernel-matrix: $*" >&2; }
+# A step that fails (set -e) stops the harness with one line and status 2,
+# never with a status that reads as "a guest test failed".
+trap 'st=$?; die "stopped at line $LINENO (status $st): $BASH_COMMAND"' ERR
 
 cells=()
 thp=always,madvise
