@@ -8,14 +8,18 @@
 # from the results (tests/vm/lab.py).
 #
 #   scripts/kernel-lab.sh [--build-only] [--rebuild] [--cell VARIANT:FS]...
-#                         [--thp MODE] [--timeout SECONDS] [--write-doc]
+#                         [--thp MODE] [--timeout SECONDS] [--bench] [--write-doc]
 #   scripts/kernel-lab.sh --check
 #
 #   --build-only  build (or find up to date) both kernels, boot nothing
 #   --rebuild     run make even when the cached kernel is up to date
 #   --cell        patched:xfs stock:xfs patched:ext4 stock:ext4 (default: all four)
 #   --thp MODE    THP mode(s) in the guests (default always, Debian's default)
+#   --bench       instead of the exec measurements: `bench mprotect` and
+#                 `bench readahead` with the batching switches off and on
+#                 (default cell patched:xfs; results in results-bench/)
 #   --write-doc   regenerate doc/kernel.md and doc/kernel.json from the results
+#                 (the last exec run's and the last --bench run's)
 #   --check       the CI check: the series applies to a fresh tree of the
 #                 packaged source (git apply --check) and the files it
 #                 changes compile (make fs/binfmt_elf.o mm/filemap.o ...);
@@ -42,6 +46,7 @@ build_only=0
 rebuild=0
 check=0
 write_doc=0
+bench=0
 cells=()
 thp=always
 timeout_s=5400
@@ -51,6 +56,7 @@ while [ $# -gt 0 ]; do
     --rebuild) rebuild=1 ;;
     --check) check=1 ;;
     --write-doc) write_doc=1 ;;
+    --bench) bench=1 ;;
     --cell) shift; case ${1:-} in stock:ext4|stock:xfs|patched:ext4|patched:xfs) cells+=("$1") ;;
               *) die "unknown cell '${1:-}' (stock|patched:ext4|xfs)" ;; esac ;;
     --thp) shift; thp=${1:?--thp needs a mode} ;;
@@ -60,7 +66,13 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
-[ ${#cells[@]} -gt 0 ] || cells=(patched:xfs stock:xfs patched:ext4 stock:ext4)
+if [ ${#cells[@]} -eq 0 ]; then
+  cells=(patched:xfs stock:xfs patched:ext4 stock:ext4)
+  [ $bench = 1 ] && cells=(patched:xfs)
+fi
+if [ $bench = 1 ]; then
+  for c in "${cells[@]}"; do [ "${c%%:*}" = patched ] || die "--bench needs patched cells (the switches are the series')"; done
+fi
 [ "$(uname -m)" = x86_64 ] || die "the lab builds x86-64 kernels on an x86-64 host (this is $(uname -m))"
 
 for t in make gcc ld flex bison bc perl git tar xz dpkg-deb apt-get python3 nice; do
@@ -267,18 +279,21 @@ fi
 # --- boot each cell with the kernel-matrix harness --------------------------
 mcells=()
 for c in "${cells[@]}"; do mcells+=(--cell "lab-$c"); done
-mkdir -p "$lab/results"
+results=$lab/results
+append=
+[ $bench = 1 ] && results=$lab/results-bench && append=LAB_PART=bench
+mkdir -p "$results"
 # This run's cells start without console logs or results, so that a harness
 # that stops before booting can never leave an earlier run's to be read.
 for c in "${cells[@]}"; do
-  rm -f "target/vm/logs/lab-${c/:/-}.log" "$lab/results/lab-${c/:/-}.json" "$lab/results/lab-${c/:/-}.lab.json"
+  rm -f "target/vm/logs/lab-${c/:/-}.log" "$results/lab-${c/:/-}.json" "$results/lab-${c/:/-}.lab.json"
 done
 set +e
 kernels=()
 for v in "${variants[@]}"; do kernels+=(--kernel "lab-$v=$lab/src-$v/arch/x86/boot/bzImage"); done
 bash scripts/kernel-matrix.sh --no-build --thp "$thp" --timeout "$timeout_s" "${kernels[@]}" \
   "${mcells[@]}" --plan tests/vm/lab/plan.txt --probe tests/vm/lab-probe.sh \
-  --extra "${extra#"$repo"/}" --results "$lab/results"
+  --extra "${extra#"$repo"/}" --results "$results" --append "$append"
 rc=$?
 set -e
 case $rc in
@@ -295,13 +310,19 @@ for c in "${cells[@]}"; do
     continue
   fi
   booted=$((booted + 1))
-  python3 tests/vm/lab.py collect "$log" "$lab/results/lab-${c/:/-}.json" \
-    > "$lab/results/lab-${c/:/-}.lab.json" || rc=1
+  python3 tests/vm/lab.py collect "$log" "$results/lab-${c/:/-}.json" \
+    > "$results/lab-${c/:/-}.lab.json" || rc=1
 done
 [ $booted -gt 0 ] || die "no guest booted (status $rc from scripts/kernel-matrix.sh)"
-python3 tests/vm/lab.py check "$lab"/results/*.lab.json || rc=1
+if [ $bench = 1 ]; then
+  python3 tests/vm/lab.py benches "$results"/*.lab.json || rc=1
+else
+  python3 tests/vm/lab.py check "$lab"/results/*.lab.json || rc=1
+fi
 if [ $write_doc = 1 ]; then
-  python3 tests/vm/lab.py doc "$lab/build-times.jsonl" "$lab"/results/*.lab.json
+  benches=("$lab"/results-bench/*.lab.json)
+  [ -e "${benches[0]}" ] || benches=()
+  python3 tests/vm/lab.py doc "$lab/build-times.jsonl" "$lab"/results/*.lab.json "${benches[@]}"
   say "wrote doc/kernel.md and doc/kernel.json"
 fi
 exit $rc

@@ -112,6 +112,34 @@ measure() {
   echo "@@LAB $id/exec|rc $?"
 }
 
+# The benchmarks of the batching patches (LAB_PART=bench on the kernel
+# command line, scripts/kernel-lab.sh --bench): `bench mprotect` with
+# vm.mprotect_pte_batch 0 and 1, `bench readahead` with
+# vm.readahead_batch_insert 0 and 1, alternating A B A B; the exec
+# switches stay at their defaults. Timings are emulated under TCG.
+if [ "${LAB_PART:-}" = bench ]; then
+  if [ ! -e /proc/sys/vm/mprotect_pte_batch ] || [ ! -e /proc/sys/vm/readahead_batch_insert ]; then
+    echo "@@LAB bench|@rc 2"
+    echo "@@LAB bench|this kernel has no vm.mprotect_pte_batch / vm.readahead_batch_insert"
+  else
+    for round in 1 2; do
+      for sw in 0 1; do
+        echo "$sw" > /proc/sys/vm/mprotect_pte_batch
+        outz "$sw/bench/mprotect-$round" "$ht" bench mprotect --size "${LAB_MPROTECT_SIZE:-128M}" --loops 10 --runs 3 --allow-sysfs --json
+      done
+      echo 0 > /proc/sys/vm/mprotect_pte_batch
+      for sw in 0 1; do
+        echo "$sw" > /proc/sys/vm/readahead_batch_insert
+        outz "$sw/bench/readahead-$round" "$ht" bench readahead --threads 2 --size "${LAB_READAHEAD_SIZE:-64M}" --runs 3 --dir "$dir" --json
+      done
+      echo 0 > /proc/sys/vm/readahead_batch_insert
+    done
+  fi
+  rm -rf "$dir"
+  echo "@@HT {\"kind\":\"probe\",\"name\":\"lab\",\"thp\":\"$mode\",\"rc\":0}"
+  exit 0
+fi
+
 # The fixtures: NAME PROGRAM FILE-WHOSE-TEXT-COUNTS [ARGS]
 fx=target/fixtures
 # node runs a script that says "ready" and waits for end of input.

@@ -4,6 +4,8 @@
   lab.py collect LOG CELL_JSON      console log -> one cell's lab results (stdout)
   lab.py check LAB_JSON...          the guard: what the patches must not change;
                                     exit 1 if something changed that must not
+  lab.py benches LAB_JSON...        the batching benchmarks (--bench): summary;
+                                    exit 1 if one failed or is missing
   lab.py doc BUILD_TIMES LAB_JSON...  write doc/kernel.md and doc/kernel.json
 
 A measurement is one fresh, evicted copy of a fixture exec'd (or mapped) in
@@ -270,15 +272,100 @@ def best_hugetext(runs, variant, setting):
 STEP_CMD = {"align": "`align`", "warm": "`align` + `warm`", "run": "`run`"}
 
 
-def doc(build_times, paths):
+# --- the batching benchmarks (LAB_PART=bench) ------------------------------------
+BENCH_SWITCH = {"mprotect": "vm.mprotect_pte_batch", "readahead": "vm.readahead_batch_insert"}
+
+
+def is_bench_cell(lab):
+    return any("/bench/mprotect-" in k or "/bench/readahead-" in k for k in lab.get("commands", {}))
+
+
+def bench_runs(lab, name):
+    """{round: {switch: (rc, json)}} of one benchmark in one cell."""
+    out = {}
+    for k, c in lab.get("commands", {}).items():
+        sw, _, rest = k.partition("/bench/")
+        if not rest.startswith(name + "-"):
+            continue
+        out.setdefault(rest.split("-", 1)[1], {})[sw] = (c.get("rc"), c.get("json"))
+    return out
+
+
+def bench_rows(lab):
+    """Table rows: per benchmark and measured quantity, the value with the
+    switch off and on in each round, and on/off (emulated timing); then the
+    counts that do not depend on timing."""
+    rows, counts, bad = [], [], []
+    mp = bench_runs(lab, "mprotect")
+    for case in ("pmd-thp-pte-mapped", "mthp-64k", "small-4k"):
+        for rnd, by in sorted(mp.items()):
+            vals = {}
+            for sw in ("0", "1"):
+                rc, d = by.get(sw, (None, None))
+                c = ((d or {}).get("cases") or {}).get(case) or {}
+                if rc != 0 or not d:
+                    bad.append(f"{lab['cell']}: bench mprotect round {rnd}, switch {sw}: status {rc}")
+                    continue
+                if c.get("mprotect_seconds") is None:
+                    continue
+                vals[sw] = c["mprotect_seconds"]
+                st = c.get("state") or {}
+                if rnd == "1":
+                    folios = ", ".join(f"{k} kB: {v // 1024} MiB" for k, v in sorted(st.get("folios_kb", {}).items(), key=lambda kv: -kv[1]))
+                    counts.append(f"| mprotect | {case} | {sw} | {folios} | {st.get('expected_folio_pct', 0):.0f}% | {'yes' if st.get('verified') else 'no'} |")
+            if len(vals) == 2:
+                rows.append(f"| mprotect: time in mprotect(), {case} | {rnd} | {vals['0'] * 1000:.1f} ms | {vals['1'] * 1000:.1f} ms | {vals['1'] / vals['0']:.2f} |")
+    ra = bench_runs(lab, "readahead")
+    for conf in ("shared-file", "distinct-files"):
+        for rnd, by in sorted(ra.items()):
+            vals = {}
+            for sw in ("0", "1"):
+                rc, d = by.get(sw, (None, None))
+                if rc != 0 or not d:
+                    if conf == "shared-file":
+                        bad.append(f"{lab['cell']}: bench readahead round {rnd}, switch {sw}: status {rc}")
+                    continue
+                c = (d.get("configs") or {}).get(conf) or {}
+                vals[sw] = c.get("mb_per_s")
+                if rnd == "1":
+                    folios = ", ".join(f"{k} kB: {v // 1024} MiB" for k, v in sorted(c.get("folios_kb", {}).items(), key=lambda kv: -kv[1]))
+                    total = d.get("threads", 0) * d.get("size_per_thread_bytes", 0) >> 20
+                    counts.append(f"| readahead | {conf} | {sw} | {folios} (of {total} MiB read) | — | — |")
+            if len(vals) == 2 and vals["0"] and vals["1"]:
+                rows.append(f"| readahead: MB/s, {conf} | {rnd} | {vals['0']:.0f} | {vals['1']:.0f} | {vals['1'] / vals['0']:.2f} |")
+    if not mp:
+        bad.append(f"{lab['cell']}: no bench mprotect result")
+    if not ra:
+        bad.append(f"{lab['cell']}: no bench readahead result")
+    return rows, counts, bad
+
+
+def benches(paths):
     labs = [json.loads(Path(p).read_text()) for p in paths]
+    failed = False
+    for lab in labs:
+        rows, counts, bad = bench_rows(lab)
+        print(f"{lab['cell']} ({lab.get('accel')}; timings emulated under TCG):")
+        for r in rows + counts:
+            print("  " + r)
+        for b in bad:
+            print(f"  FAILED: {b}")
+        failed |= bool(bad)
+    return 1 if failed or not labs else 0
+
+
+def doc(build_times, paths):
+    every = [json.loads(Path(p).read_text()) for p in paths]
+    labs = [lab for lab in every if not is_bench_cell(lab)]
+    bench_labs = [lab for lab in every if is_bench_cell(lab)]
     builds = []
     if Path(build_times).exists():
         builds = [json.loads(x) for x in Path(build_times).read_text().splitlines() if x.strip()]
     # The raw maps and per-mapping classes stay in target/kernel-lab/results/.
     slim = [{**lab, "measurements": {k: {x: y for x, y in (m or {}).items() if x not in ("maps", "mappings")}
                                      for k, m in lab["measurements"].items()}} for lab in labs]
-    Path("doc/kernel.json").write_text(json.dumps({"builds": builds, "cells": slim}, indent=1, sort_keys=True) + "\n")
+    Path("doc/kernel.json").write_text(json.dumps({"builds": builds, "cells": slim, "bench_cells": bench_labs},
+                                                  indent=1, sort_keys=True) + "\n")
     idx = {}
     for lab in labs:
         for ident, m in lab["measurements"].items():
@@ -342,6 +429,19 @@ def doc(build_times, paths):
         for k, c in sorted(lab.get("commands", {}).items()):
             if "/bench/" in k and c.get("json"):
                 benches.append(f"- {lab['cell']} `{k.split('/', 1)[1]}`: {bench_summary(c['json'])}")
+    bench_md = ""
+    for lab in bench_labs:
+        rows, counts, bad = bench_rows(lab)
+        bench_md += f"""Cell {lab['cell']} ({lab.get('release')}, {lab.get('accel')}, {lab.get('date')}):
+
+| benchmark, quantity (emulated) | round | switch 0 | switch 1 | 1 / 0 |
+|---|---|---|---|---|
+""" + "\n".join(rows) + """
+
+| benchmark | case | switch | memory by folio size (kB per folio: amount) | expected folio size | verified |
+|---|---|---|---|---|---|
+""" + "\n".join(counts) + "\n" + "".join(f"\n- **failed: {b}**" for b in bad) + "\n"
+    bench_md = bench_md or "- not run (`scripts/kernel-lab.sh --bench`)"
     date = max((lab.get("date") or "" for lab in labs), default="")
     no_stock = ""
     if not any(lab.get("variant") == "stock" for lab in labs):
@@ -379,10 +479,19 @@ against Debian's `linux-source-6.12`:
    `vm.elf_pmd_align=2` also segments whose `p_vaddr` ≡ `p_offset`
    (mod 2 MiB) that hold a whole window: GNU ld's text layout.
    `vm.elf_pmd_align` (default 1; 0 = stock).
+4. **PTE-batched `mprotect()`** (`mm/mprotect.c`): the PTEs that map
+   consecutive pages of one large folio are changed as one batch (the new
+   value worked out once, one flush range), instead of one by one; whether a
+   page may become writable stays a per-page decision. Mainline has its own
+   form of this since after 6.12. `vm.mprotect_pte_batch` (default 0 = stock).
+5. **batched page-cache insertion in readahead** (`mm/filemap.c`,
+   `mm/readahead.c`): readahead of small folios (readahead(2), fadvise
+   WILLNEED, filesystems without large folios) adds up to 32 new folios
+   under one i_pages lock instead of taking it per folio.
+   `vm.readahead_batch_insert` (default 0 = stock).
 
-Not in the series (not done): PTE-batched `mprotect()` for large folios and
-batched page-cache insertion in readahead; `hugetext bench mprotect` and
-`bench readahead` measure the kernels as they are.
+The exec measurements below ran with switches 4 and 5 at their default (off,
+stock behaviour); they have their own benchmarks further down.
 
 Every number below was measured by `scripts/kernel-lab.sh --write-doc`
 (generated by [tests/vm/lab.py](../tests/vm/lab.py) from the run's results,
@@ -427,7 +536,9 @@ page cache after the plain exec):
 The guard ran ET_EXEC programs (`nopie` of bfd, lld and mold), PIEs whose
 segments are not eligible (lld, mold) and the GNU ld PIE with address
 randomisation off, and mapped a 20 MiB file read-only and writable
-(MAP_PRIVATE, not executable), on the xfs disk (where exec folios can
+(MAP_PRIVATE, not executable) from a small PIE with no 2 MiB window (the
+lab's helper, whose own load address is compared too; every program's
+writable PT_LOAD is among the mappings compared), on the xfs disk (where exec folios can
 happen at all), on stock and on the patched kernel with every switch off and
 with every switch on (`vm.elf_pmd_align=2`, the broadest alignment), and
 compared load addresses, the folio sizes of every non-executable mapping and
@@ -448,10 +559,12 @@ Changes by design:
 |---|---|---|---|
 {build_lines}
 
-The patched tree is a copy of the built stock tree with the series applied,
-so its build compiles only what the series changes; an unchanged
-configuration and series skip `make` entirely. Builds ran niced on 2 shared
-cores.
+Only one tree is ever built from scratch: the other variant is a copy of it
+(`cp -a`, objects and times kept) switched with git to its own source (the
+pristine commit, or the series on top), so its build recompiles only what
+the series touches and relinks; an unchanged configuration and series skip
+`make` entirely. Builds ran niced on 2 cores shared with other work, so the
+times vary with the load.
 
 | cell | kernel | uptime at /init (boot) | uptime when the probe started (disk formatted, payload copied) | whole qemu run |
 |---|---|---|---|---|
@@ -464,10 +577,24 @@ result.
 
 {chr(10).join(benches) or '- not run'}
 
+### The batching switches (patches 4 and 5)
+
+`hugetext bench mprotect` (its three kinds of memory, mprotect read-only /
+read-write, 10 rounds) and `hugetext bench readahead` (2 threads,
+readahead(2) into 2 files or disjoint halves of one file) on the patched
+kernel, each with its switch at 0 and at 1, alternating, twice
+(`scripts/kernel-lab.sh --bench`). **The times and ratios are emulated (qemu
+TCG, 2 vCPUs on 2 shared host cores): they are no measure of hardware.**
+The counts after them are what each run worked on and do not depend on
+timing.
+
+{bench_md}
+
 ## Reproduce
 
 ```sh
 scripts/kernel-lab.sh --write-doc        # build both kernels (cached), boot 4 cells, regenerate this page
+scripts/kernel-lab.sh --bench --write-doc  # the batching benchmarks, switches off and on
 scripts/kernel-lab.sh --build-only       # just the kernels
 scripts/kernel-lab.sh --check            # CI: the series applies to the packaged source and compiles
 ```
@@ -528,6 +655,8 @@ def conclusions(idx):
 def main(argv):
     if len(argv) == 4 and argv[1] == "collect":
         return collect(argv[2], argv[3])
+    if len(argv) >= 3 and argv[1] == "benches":
+        return benches(argv[2:])
     if len(argv) >= 3 and argv[1] == "check":
         return check(argv[2:])
     if len(argv) >= 4 and argv[1] == "doc":
