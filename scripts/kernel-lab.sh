@@ -21,9 +21,10 @@
 #   --write-doc   regenerate doc/kernel.md and doc/kernel.json from the results
 #                 (the last exec run's and the last --bench run's)
 #   --check       the CI check: the series applies to a fresh tree of the
-#                 packaged source (git apply --check) and the files it
-#                 changes compile (make fs/binfmt_elf.o mm/filemap.o ...);
-#                 no full build, no boot
+#                 packaged source (git apply --check), is clean under its
+#                 scripts/checkpatch.pl, and the files it changes compile
+#                 (make fs/binfmt_elf.o mm/filemap.o mm/mprotect.o
+#                 mm/readahead.o ...); no full build, no boot
 #
 # Caches (target/kernel-lab/): the source package (cache/), one source tree
 # per variant (src-stock/, src-patched/) built in place, each a git
@@ -156,6 +157,11 @@ if [ $check = 1 ]; then
     (cd "$tree" && git apply "$p")
   done
   say "the series (${#series[@]} patches) applies to $(basename "$tb" .tar.xz)"
+  for p in "${series[@]}"; do
+    (cd "$tree" && perl scripts/checkpatch.pl -q --no-tree "$p") > "$lab/check-style.log" 2>&1 ||
+      die "$(basename "$p") is not clean under the tree's scripts/checkpatch.pl: $(grep -m 1 -E '^(ERROR|WARNING|CHECK)' "$lab/check-style.log" || head -n 1 "$lab/check-style.log")"
+  done
+  say "scripts/checkpatch.pl: no errors or warnings"
   configure "$tree"
   # Every C file the series changes, plus the 32-bit ELF loader that includes binfmt_elf.c.
   objs=$(cat "${series[@]}" | sed -n 's#^+++ b/\(.*\)\.c$#\1.o#p' | sort -u | tr '\n' ' ')
