@@ -431,12 +431,12 @@ def doc(build_times, paths):
                 benches.append(f"- {lab['cell']} `{k.split('/', 1)[1]}`: {bench_summary(c['json'])}")
     bench_md = ""
     for lab in bench_labs:
-        rows, counts, bad = bench_rows(lab)
+        brows, counts, bad = bench_rows(lab)
         bench_md += f"""Cell {lab['cell']} ({lab.get('release')}, {lab.get('accel')}, {lab.get('date')}):
 
 | benchmark, quantity (emulated) | round | switch 0 | switch 1 | 1 / 0 |
 |---|---|---|---|---|
-""" + "\n".join(rows) + """
+""" + "\n".join(brows) + """
 
 | benchmark | case | switch | memory by folio size (kB per folio: amount) | expected folio size | verified |
 |---|---|---|---|---|---|
