@@ -27,12 +27,18 @@
 //!
 //! The copy route alone, from each linker's layout, interleaved (one run of
 //! each fixture with each preload per round), medians of the preload's own
-//! time, in ms per 100 MiB:
+//! time and of the copy route's (`-v`'s "time per route"), in ms per 100 MiB
+//! and as a ratio to the machine's floor, measured in this process once per
+//! round: new `MADV_HUGEPAGE` memory, which the kernel zeroes at the first
+//! write, filled with `memcpy` from huge pages (the `copy_floor` example
+//! breaks it down):
 //!
 //! ```sh
 //! cargo run --release -p hugetext-cli --example run_startup -- target/fixtures80 20 copy
 //! # the page cache in 4 KiB folios before each run, as plain runs leave it:
 //! cargo run --release -p hugetext-cli --example run_startup -- target/fixtures80 20 copy small
+//! # ... or in 2 MiB folios, as `hugetext warm` leaves it:
+//! cargo run --release -p hugetext-cli --example run_startup -- target/fixtures80 20 copy huge
 //! # compare libhugetext.so builds (each directory holds hugetext and libhugetext.so):
 //! HUGETEXT_BINS=/tmp/old:target/release cargo run --release -p hugetext-cli --example run_startup -- target/fixtures80 20 copy
 //! ```
@@ -92,7 +98,8 @@ fn hugetext_bin() -> PathBuf {
 
 /// The `copy` mode: `copy` of bfd/nopie, lld/pie and mold/pie with each
 /// build in `HUGETEXT_BINS` (directories, `:`-separated), interleaved; the
-/// page cache as the previous run left it, or (`small`) in 4 KiB folios.
+/// page cache as the previous run left it, or in 4 KiB (`small`) or 2 MiB
+/// (`huge`) folios.
 fn copy_mode(dir: &Path, n: usize, cache: Cache) {
     let bins: Vec<PathBuf> = match std::env::var("HUGETEXT_BINS") {
         Ok(v) => v.split(':').map(|d| Path::new(d).join("hugetext")).collect(),
