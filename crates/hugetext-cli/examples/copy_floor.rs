@@ -14,8 +14,8 @@
 //! are two scratch files of MIB MiB in DIR, one with its page cache in 2 MiB
 //! folios (`huge`, as `hugetext warm` leaves it), one in 4 KiB folios
 //! (`small`, as plain runs leave it); a mapping of one is congruent (address
-//! - offset a multiple of 2 MiB: PMD-mapped when the cache is huge, bfd's
-//! layout) or not (lld's and mold's layout: 4 KiB page-table entries
+//! minus offset a multiple of 2 MiB: PMD-mapped when the cache is huge,
+//! bfd's layout) or not (lld's and mold's layout: 4 KiB page-table entries
 //! whatever the cache).
 //!
 //! - `zero`: `MADV_POPULATE_WRITE` of the new mapping: fault + zero only;
