@@ -27,12 +27,18 @@
 //!
 //! The copy route alone, from each linker's layout, interleaved (one run of
 //! each fixture with each preload per round), medians of the preload's own
-//! time, in ms per 100 MiB:
+//! time and of the copy route's (`-v`'s "time per route"), in ms per 100 MiB
+//! and as a ratio to the machine's floor, measured in this process once per
+//! round: new `MADV_HUGEPAGE` memory, which the kernel zeroes at the first
+//! write, filled with `memcpy` from huge pages (the `copy_floor` example
+//! breaks it down):
 //!
 //! ```sh
 //! cargo run --release -p hugetext-cli --example run_startup -- target/fixtures80 20 copy
 //! # the page cache in 4 KiB folios before each run, as plain runs leave it:
 //! cargo run --release -p hugetext-cli --example run_startup -- target/fixtures80 20 copy small
+//! # ... or in 2 MiB folios, as `hugetext warm` leaves it:
+//! cargo run --release -p hugetext-cli --example run_startup -- target/fixtures80 20 copy huge
 //! # compare libhugetext.so builds (each directory holds hugetext and libhugetext.so):
 //! HUGETEXT_BINS=/tmp/old:target/release cargo run --release -p hugetext-cli --example run_startup -- target/fixtures80 20 copy
 //! ```
@@ -43,6 +49,9 @@ use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use hugetext::remap::text_mappings;
+
+#[path = "support/floor.rs"]
+mod floor;
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
@@ -58,6 +67,8 @@ enum Cache {
     Cold,
     /// Evicted and read back in 4 KiB folios.
     Small,
+    /// Evicted and read back in 2 MiB folios (as `hugetext warm` leaves it).
+    Huge,
 }
 
 fn prepare(path: &Path, cache: Cache) {
@@ -68,6 +79,11 @@ fn prepare(path: &Path, cache: Cache) {
         Cache::Small => {
             hugetext::pagecache::evict(&f, 0..0).unwrap();
             hugetext::pagecache::fill_small(&f, 0..u64::MAX).unwrap();
+        }
+        Cache::Huge => {
+            hugetext::pagecache::evict(&f, 0..0).unwrap();
+            let len = f.metadata().unwrap().len();
+            hugetext::pagecache::fill_huge(&f, 0..len).unwrap();
         }
     }
 }
@@ -82,7 +98,8 @@ fn hugetext_bin() -> PathBuf {
 
 /// The `copy` mode: `copy` of bfd/nopie, lld/pie and mold/pie with each
 /// build in `HUGETEXT_BINS` (directories, `:`-separated), interleaved; the
-/// page cache as the previous run left it, or (`small`) in 4 KiB folios.
+/// page cache as the previous run left it, or in 4 KiB (`small`) or 2 MiB
+/// (`huge`) folios.
 fn copy_mode(dir: &Path, n: usize, cache: Cache) {
     let bins: Vec<PathBuf> = match std::env::var("HUGETEXT_BINS") {
         Ok(v) => v.split(':').map(|d| Path::new(d).join("hugetext")).collect(),
@@ -94,39 +111,70 @@ fn copy_mode(dir: &Path, n: usize, cache: Cache) {
         compat: None,
         cache,
     };
-    // (preload ms, huge MiB) per (fixture, build).
-    let mut got: Vec<Vec<Vec<(f64, f64)>>> = vec![vec![Vec::new(); bins.len()]; fixtures.len()];
+    // (preload ms, copy route ms, huge MiB) per (fixture, build).
+    let mut got: Vec<Vec<Vec<(f64, f64, f64)>>> = vec![vec![Vec::new(); bins.len()]; fixtures.len()];
+    // The machine's floor, in this process, once per round.
+    let src = floor::random_source(100 << 20);
+    let mut floors = Vec::new();
     for round in 0..=n {
+        let fl = floor::floor_ms(&src);
+        if round > 0 {
+            floors.push(fl);
+        }
         for (fi, f) in fixtures.iter().enumerate() {
             for (bi, b) in bins.iter().enumerate() {
                 std::env::set_var("RUN_STARTUP_HUGETEXT", b);
-                let (_, ms, huge) = once(case, &dir.join(f), &[]);
+                let (_, err) = run_once(case, &dir.join(f), &[]);
+                let (ms, huge) = summary(&err);
+                let route = copy_route_ms(&err);
                 if round > 0 {
                     // Round 0 warms up.
-                    got[fi][bi].push((ms.unwrap_or(f64::NAN), huge.unwrap_or(f64::NAN)));
+                    got[fi][bi].push((
+                        ms.unwrap_or(f64::NAN),
+                        route.unwrap_or(f64::NAN),
+                        huge.unwrap_or(f64::NAN),
+                    ));
                 }
             }
         }
     }
+    let floor = median(floors);
     println!(
-        "{:<10} {:<40} {:>10} {:>9} {:>14}",
-        "fixture", "build", "preload ms", "huge MiB", "ms per 100 MiB"
+        "floor (in this process: new huge pages, zeroed by the kernel, filled by memcpy from huge pages): {floor:.2} ms per 100 MiB"
+    );
+    println!(
+        "{:<10} {:<32} {:>10} {:>9} {:>14} {:>9} {:>14} {:>9}",
+        "fixture", "build", "preload ms", "huge MiB", "ms per 100 MiB", "/ floor", "copy route ms", "/ floor"
     );
     for (fi, f) in fixtures.iter().enumerate() {
         for (bi, b) in bins.iter().enumerate() {
             let v = &got[fi][bi];
             let ms = median(v.iter().map(|r| r.0).collect());
-            let huge = median(v.iter().map(|r| r.1).collect());
+            let route = median(v.iter().map(|r| r.1).collect());
+            let huge = median(v.iter().map(|r| r.2).collect());
+            let per100 = |x: f64| x * 100.0 / huge;
             println!(
-                "{:<10} {:<40} {:>10.2} {:>9.1} {:>14.2}",
+                "{:<10} {:<32} {:>10.2} {:>9.1} {:>14.2} {:>9.2} {:>14.2} {:>9.2}",
                 f,
                 b.parent().unwrap().display(),
                 ms,
                 huge,
-                ms * 100.0 / huge
+                per100(ms),
+                per100(ms) / floor,
+                route,
+                per100(route) / floor
             );
         }
     }
+}
+
+/// The copy route's time from `-v`'s "time per route: ... copy 78.0 MiB in
+/// 22.51 ms (..." (or, from older builds, "copy 22.51 ms, ...").
+fn copy_route_ms(err: &str) -> Option<f64> {
+    let times = err.lines().find_map(|l| l.split("; time per route: ").nth(1))?;
+    let copy = times.split(", ").find(|r| r.starts_with("copy "))?;
+    let before_ms = copy.split(" ms").next()?;
+    before_ms.rsplit(' ').next()?.parse().ok()
 }
 
 /// One measured configuration.
@@ -156,6 +204,13 @@ fn command(case: Case, prog: &Path, args: &[&str]) -> Command {
 
 /// (wall ms, preload-reported ms, preload-reported huge MiB)
 fn once(case: Case, prog: &Path, args: &[&str]) -> (f64, Option<f64>, Option<f64>) {
+    let (wall, err) = run_once(case, prog, args);
+    let (inner, huge) = summary(&err);
+    (wall, inner, huge)
+}
+
+/// (wall ms, stderr) of one run.
+fn run_once(case: Case, prog: &Path, args: &[&str]) -> (f64, String) {
     prepare(prog, case.cache);
     let t = Instant::now();
     let child = command(case, prog, args)
@@ -168,7 +223,11 @@ fn once(case: Case, prog: &Path, args: &[&str]) -> (f64, Option<f64>, Option<f64
     let wall = t.elapsed().as_secs_f64() * 1e3;
     let _ = std::fs::remove_file(format!("/tmp/perf-{pid}.map"));
     assert!(o.status.success());
-    let err = String::from_utf8_lossy(&o.stderr);
+    (wall, String::from_utf8_lossy(&o.stderr).into_owned())
+}
+
+/// (preload-reported ms, preload-reported huge MiB) from `-v`'s summary.
+fn summary(err: &str) -> (Option<f64>, Option<f64>) {
     let summary = err.lines().find(|l| l.contains("huge-backed"));
     let inner = summary
         .and_then(|l| l.rsplit(") in ").next())
@@ -179,7 +238,7 @@ fn once(case: Case, prog: &Path, args: &[&str]) -> (f64, Option<f64>, Option<f64
         .and_then(|l| l.split(": ").nth(2))
         .and_then(|r| r.split(' ').next())
         .and_then(|v| v.parse().ok());
-    (wall, inner, huge)
+    (inner, huge)
 }
 
 /// (huge MiB, anonymous MiB, Pss MiB) of the text of a running instance.
@@ -211,6 +270,7 @@ fn main() {
     if args.next().as_deref() == Some("copy") {
         let cache = match args.next().as_deref() {
             Some("small") => Cache::Small,
+            Some("huge") => Cache::Huge,
             _ => Cache::Warm,
         };
         return copy_mode(&dir, n, cache);
@@ -255,6 +315,7 @@ fn main() {
         Warm => "warm",
         Cold => "cold",
         Small => "small",
+        Cache::Huge => "huge",
     };
     let mut plain = std::collections::HashMap::new();
     for &(name, c) in cases {

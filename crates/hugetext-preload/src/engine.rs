@@ -170,9 +170,12 @@ struct Totals {
     file: u64,
     collapse: u64,
     copy: u64,
-    /// Bytes of the copies read from the file rather than copied from the
-    /// mapped text ([`Pass::fill`]).
+    /// Bytes of the copies read from the file with `pread` (page cache in
+    /// folios smaller than 2 MiB, [`Pass::fill`]).
     copy_read: u64,
+    /// Bytes of the copies copied from 2 MiB page-cache folios mapped with
+    /// PMDs (the text itself, or a congruent mapping of its file).
+    copy_pmd: u64,
     /// Time spent in each route, ns: already, file, collapse, copy.
     ns: [u64; 4],
     /// Bytes of windows replaced with `mmap(MAP_FIXED)` ([`Pass::replace`]).
@@ -1090,12 +1093,7 @@ impl Pass<'_> {
             return self.fail(c, "copy: madvise(MADV_HUGEPAGE)", r);
         }
         let off = c.off + (dst - c.start) as u64;
-        // Congruent text maps 2 MiB folios of the page cache with PMDs, and
-        // copying from there is faster than reading; text that is not
-        // congruent can only be mapped in 4 KiB pages: read the file.
-        let congruent = (c.start as u64).wrapping_sub(c.off) % PMD as u64 == 0;
-        let read = self.fill(if congruent { 0 } else { fd }, off, dst, new, len);
-        self.t.copy_read += read as u64;
+        self.fill(fd, off, dst, new, len);
         let mut hm = self.scan.huge_windows(new, k).unwrap_or(0);
         if hm != full(k) {
             // The fault could not get a huge page at once: compact and collapse.
@@ -1172,19 +1170,143 @@ impl Pass<'_> {
         }
     }
 
-    /// Fill `new` with the `len` bytes of text at `dst`, file offset
-    /// `off`: read from the file open on `fd` if `fd > 0` (`pread` straight into the
-    /// fresh huge pages, from the page cache whatever its folio size,
-    /// without faulting the source in 4 KiB pages), else (no fd, or the
-    /// read fails or stops short) copy from the mapped text. The text was
-    /// checked unmodified ([`Pass::mapping`]: no private pages), so the
-    /// file holds the same bytes. Returns the bytes read from the file.
-    fn fill(&mut self, fd: isize, off: u64, dst: usize, new: usize, len: usize) -> usize {
+    /// Fill `new` with the `len` bytes of text at `dst`, file offset `off`:
+    /// from the file open on `fd` if `fd > 0` ([`Pass::fill_from_file`]),
+    /// and what is left (no fd, or a read failed or stopped short) copied
+    /// from the mapped text. The text was checked unmodified
+    /// ([`Pass::mapping`]: no private pages), so the file holds the same
+    /// bytes.
+    fn fill(&mut self, fd: isize, off: u64, dst: usize, new: usize, len: usize) {
+        let done = if fd > 0 {
+            self.fill_from_file(fd as i32, off, new, len)
+        } else {
+            0
+        };
+        if done == len {
+            return;
+        }
+        let (dst, new, len) = (dst + done, new + done, len - done);
+        // Map the rest of the source in one call (the kernel's fault-around,
+        // no trap per 64 KiB). Without it the copy below faults it in.
+        if !self.touch && sys::advise(dst, len, sys::Keep::PopulateRead) == -(libc::EINVAL as isize) {
+            self.touch = true;
+            NO_POPULATE.store(true, Relaxed);
+        }
+        // SAFETY: `dst..dst+len` is readable text of this process (r-x, and
+        // verified unmodified); `new..new+len` is our fresh writable mapping.
+        unsafe { core::ptr::copy_nonoverlapping(dst as *const u8, new as *mut u8, len) };
+    }
+
+    /// Fill `new` with the `len` bytes at offset `off` of the file open on
+    /// `fd`, the cheapest way the page cache allows, never faulting the text
+    /// itself (measured with the `copy_floor` example; the kernel zeroes
+    /// each new huge page at its first write whatever fills it): map the
+    /// file range again at a congruent address (address − offset a multiple
+    /// of 2 MiB, which the text of lld and mold output is not) and probe each
+    /// 2 MiB block of it with one load ([`Pass::cache_is_pmd`]'s way). The
+    /// bytes that 2 MiB folios hold, now mapped with PMDs, are copied from
+    /// there (memory speed); the others are `pread` straight into the new
+    /// huge pages (from smaller folios, reading beats mapping them in 4 KiB
+    /// pages and copying). Returns the bytes filled from the start of `new`
+    /// (less than `len` when a read failed or stopped short).
+    fn fill_from_file(&mut self, fd: i32, off: u64, new: usize, len: usize) -> usize {
+        let head = (off % PMD as u64) as usize;
+        let base = off - head as u64;
+        // File 2 MiB blocks the range touches (`<= 65`).
+        let blocks = (head + len).div_ceil(PMD);
+        // A mask of the blocks held by 2 MiB folios, when it can be learned
+        // cheaply (PAGEMAP_SCAN, MADV_POPULATE_READ not refused).
+        let mut pmd = [0u64; 2];
+        let mut view = 0usize;
+        let res = if self.touch || self.scan.is_smaps() {
+            -1
+        } else {
+            sys::mmap(
+                blocks * PMD + PMD,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if res >= 0 {
+            let t = (res as usize + PMD - 1) & !(PMD - 1);
+            // SAFETY: `[t, t + blocks·2M)` lies inside our own PROT_NONE
+            // reservation `res`, which nothing else uses.
+            let m = unsafe {
+                sys::mmap_fixed(
+                    t,
+                    blocks * PMD,
+                    libc::PROT_READ,
+                    libc::MAP_PRIVATE | libc::MAP_FIXED,
+                    fd,
+                    base,
+                )
+            };
+            if m >= 0 && sys::advise(t, blocks * PMD, sys::Keep::Hugepage) == 0 {
+                view = t;
+                for b in 0..blocks {
+                    // SAFETY: the first page of block `b`, mapped PROT_READ
+                    // just above, inside the file: it is at or before
+                    // `off + len`, within the text.
+                    unsafe { sys::touch(t + b * PMD, 4096) };
+                }
+                for (i, m) in pmd.iter_mut().enumerate() {
+                    let n = blocks.saturating_sub(i * 64).min(64);
+                    if n > 0 {
+                        *m = self.scan.huge_windows(t + i * 64 * PMD, n).unwrap_or(0);
+                    }
+                }
+            }
+        }
+        let is_pmd = |b: usize| view != 0 && pmd[b / 64] & (1 << (b % 64)) != 0;
+        // Runs of blocks of one kind, in order: copy or read.
         let mut done = 0;
-        while fd > 0 && done < len {
+        let mut b = 0;
+        while b < blocks {
+            let kind = is_pmd(b);
+            let mut e = b + 1;
+            while e < blocks && is_pmd(e) == kind {
+                e += 1;
+            }
+            // The bytes of `new` that blocks `[b, e)` hold.
+            let lo = (b * PMD).saturating_sub(head);
+            let hi = (e * PMD - head).min(len);
+            if kind {
+                // SAFETY: `view + head + lo..hi` is our own mapping of the
+                // file, PMD-mapped (2 MiB folios, resident); `new + lo..hi`
+                // is our fresh writable mapping.
+                unsafe {
+                    core::ptr::copy_nonoverlapping((view + head + lo) as *const u8, (new + lo) as *mut u8, hi - lo)
+                };
+                self.t.copy_pmd += (hi - lo) as u64;
+                done = hi;
+            } else {
+                let r = self.read(fd, off + lo as u64, new + lo, hi - lo);
+                self.t.copy_read += r as u64;
+                done = lo + r;
+                if done < hi {
+                    break;
+                }
+            }
+            b = e;
+        }
+        if res >= 0 {
+            // SAFETY: our reservation and the view in it; nothing refers to
+            // them (the copy is done).
+            unsafe { sys::munmap(res as usize, blocks * PMD + PMD) };
+        }
+        done
+    }
+
+    /// `pread` `len` bytes at `off` of `fd` into `new` (our fresh writable
+    /// mapping). Returns the bytes read (fewer on error or end of file).
+    fn read(&mut self, fd: i32, off: u64, new: usize, len: usize) -> usize {
+        let mut done = 0;
+        while done < len {
             // SAFETY: `new + done..new + len` is our fresh writable mapping,
             // which nothing else uses yet.
-            let r = unsafe { sys::pread(fd as i32, new + done, len - done, off + done as u64) };
+            let r = unsafe { sys::pread(fd, new + done, len - done, off + done as u64) };
             if r == -(libc::EINTR as isize) {
                 continue;
             }
@@ -1192,20 +1314,6 @@ impl Pass<'_> {
                 break;
             }
             done += r as usize;
-        }
-        if done < len {
-            let (dst, new, len) = (dst + done, new + done, len - done);
-            // Map the rest of the source in one call (the kernel's
-            // fault-around, no trap per 64 KiB). Without it the copy below
-            // faults it in.
-            if !self.touch && sys::advise(dst, len, sys::Keep::PopulateRead) == -(libc::EINVAL as isize) {
-                self.touch = true;
-                NO_POPULATE.store(true, Relaxed);
-            }
-            // SAFETY: `dst..dst+len` is readable text of this process (r-x,
-            // and verified unmodified); `new..new+len` is our fresh writable
-            // mapping.
-            unsafe { core::ptr::copy_nonoverlapping(dst as *const u8, new as *mut u8, len) };
         }
         done
     }
@@ -1226,9 +1334,11 @@ impl Pass<'_> {
     }
 }
 
-/// "; time per route: copy 20.10 ms, 258 µs/MiB (78.0 MiB read from the
-/// file)" for each route that ran (per MiB it made huge; a route that made
-/// nothing huge in under 10 µs is left out).
+/// "; time per route: copy 78.0 MiB in 22.51 ms (0.289 ms/MiB; source: 60.0
+/// MiB copied from 2 MiB page-cache folios, 18.0 MiB read with pread)" for
+/// each route that ran: the bytes it made huge, its time and the time per
+/// MiB (a route that made nothing huge in under 10 µs is left out); for
+/// `copy`, where its bytes came from.
 fn route_times<const N: usize>(o: &mut Out<N>, t: &Totals) {
     let names = ["already", "file", "collapse", "copy"];
     let bytes = [t.already, t.file, t.collapse, t.copy];
@@ -1240,15 +1350,33 @@ fn route_times<const N: usize>(o: &mut Out<N>, t: &Totals) {
         o.s(if first { "; time per route: " } else { ", " })
             .s(names[i])
             .s(" ")
+            .mib(bytes[i])
+            .s(" in ")
             .ms(t.ns[i]);
         first = false;
         if bytes[i] > 0 {
-            o.s(", ")
-                .u(t.ns[i] * 1024 / (bytes[i] >> 10).max(1) / 1000)
-                .s(" µs/MiB");
-        }
-        if i == 3 && t.copy_read > 0 {
-            o.s(" (").mib(t.copy_read).s(" read from the file)");
+            // Thousandths of a ms per MiB.
+            let per = (t.ns[i] as u128 * (1 << 20) / bytes[i] as u128 / 1000) as u64;
+            o.s(" (").u(per / 1000).s(".");
+            for d in [100, 10, 1] {
+                o.u(per % 1000 / d % 10);
+            }
+            o.s(" ms/MiB");
+            if i == 3 {
+                let mapped = bytes[i].saturating_sub(t.copy_pmd + t.copy_read);
+                let mut sep = "; source: ";
+                for (b, what) in [
+                    (t.copy_pmd, " copied from 2 MiB page-cache folios"),
+                    (t.copy_read, " read with pread"),
+                    (mapped, " copied from the text mapped in 4 KiB pages"),
+                ] {
+                    if b >= 1 << 16 {
+                        o.s(sep).mib(b).s(what);
+                        sep = ", ";
+                    }
+                }
+            }
+            o.s(")");
         }
     }
 }
