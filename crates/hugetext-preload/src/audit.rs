@@ -445,5 +445,6 @@ fn late(n: usize) {
         only: Some(&st.only[..m]),
         min: cfg.late_min,
     };
+    crate::scan::init_geometry();
     engine::remap_in(&cfg, &scope);
 }

@@ -163,6 +163,20 @@ pub fn run(args: Args) -> Result<u8> {
     let (program, rest) = args.command.split_first().expect("clap requires PROGRAM");
     let path_var = std::env::var_os("PATH");
     let resolved = remap::resolve_program(program, path_var.as_deref())?;
+    let machines = (
+        hugetext::elf::machine_of(&resolved).unwrap_or(None),
+        hugetext::elf::machine_of(&preload).map_err(|e| exit_with(125, e.to_string()))?,
+    );
+    if let Some(why) = hugetext::elf::preload_mismatch(machines.0, machines.1) {
+        return Err(exit_with(
+            125,
+            format!(
+                "{}: {why} ({}; give one built for the program's machine with --preload)",
+                program.to_string_lossy(),
+                preload.display()
+            ),
+        ));
+    }
     match remap::injectable(&resolved) {
         Injectable::Yes => {}
         Injectable::Static => eprintln!(
