@@ -7,7 +7,7 @@
 #   scripts/kernel-matrix.sh [--all|--arm64] [--cell KERNEL:FS]... [--thp always,madvise]
 #                            [--timeout SECONDS] [--no-build] [--plan FILE] [--write-doc]
 #                            [--kernel NAME=BZIMAGE]... [--probe FILE] [--extra DIR]
-#                            [--results DIR] [--append ARGS]
+#                            [--results DIR] [--append ARGS] [--pending FILE]
 #
 #   KERNEL   6.1 or 6.12 (newest linux-image-*-cloud-amd64 of that series apt knows),
 #            6.12-arm64 (linux-image-6.12.*-cloud-arm64-unsigned: 4 KiB pages,
@@ -28,6 +28,8 @@
 #                the libraries of its programs go into the guest root
 #   --results DIR  where the cells' JSON go (default target/vm/results)
 #   --append ARGS  more kernel command line
+#   --pending FILE tests of the plan not to run, each with its reason
+#                (SUITE TEST REASON...): reported "n/a" (needs=pending)
 #
 # One run boots the cells of one machine: x86-64 cells and aarch64 cells go
 # in separate runs (each builds its own test binaries, fixtures and guest).
@@ -53,6 +55,7 @@ probe=tests/vm/probe.sh
 extra=
 results=
 append=
+pending=
 declare -A custom=()
 while [ $# -gt 0 ]; do
   case $1 in
@@ -71,6 +74,7 @@ while [ $# -gt 0 ]; do
     --extra) shift; extra=${1:?--extra needs a directory} ;;
     --results) shift; results=${1:?--results needs a directory} ;;
     --append) shift; append=${1?--append needs arguments} ;;
+    --pending) shift; pending=${1:?--pending needs a file}; [ -f "$pending" ] || die "no file '$pending'" ;;
     -h|--help) sed -n '2,40p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;
   esac
@@ -130,6 +134,27 @@ results=${results:-$vm/results}
 mkdir -p "$vm/cache" "$vm/kernels" "$results" "$vm/logs"
 started=$(date +%s)
 testbins=$vm/testbins${rust_target:+-$arch}.txt
+if [ -n "$pending" ]; then
+  # The plan without the pending tests, which go on needs=pending lines.
+  python3 - "$plan" "$pending" > "$vm/plan.txt" <<'PY' || die "bad --pending file '$pending'"
+import sys
+skip = {tuple(l.split()[:2]) for l in open(sys.argv[2]) if l.strip() and not l.startswith("#")}
+held = []
+for line in open(sys.argv[1]):
+    w = line.split()
+    if not w or w[0].startswith("#"):
+        print(line, end="")
+        continue
+    need = [w.pop(0)] if w[0].startswith("needs=") else []
+    keep = [n for n in w[1:] if (w[0], n) not in skip]
+    held += [(w[0], n) for n in w[1:] if (w[0], n) in skip]
+    if keep:
+        print(" ".join(need + [w[0]] + keep))
+for key, name in held:
+    print(f"needs=pending {key} {name}")
+PY
+  plan=$vm/plan.txt
+fi
 
 # --- 1. build the release binaries, the test binaries and the fixtures ------
 if [ $build = 1 ]; then

@@ -199,7 +199,7 @@ def summary(path):
     bad = failures(cell)
     print(
         f"{cell['cell']} ({cell.get('guest', {}).get('release', '?')}): {ok} of {len(cell['tests']) - na} tests passed"
-        f" ({na} n/a: need large folios or x86-64), {cell['seconds']} s"
+        f" ({na} n/a: needs large folios, x86-64 or pending), {cell['seconds']} s"
     )
     for mode, probes in cell.get("probes", {}).items():
         print(f"  THP {mode}: " + "; ".join(describe(n, p) for n, p in probes.items() if n != "doctor"))
