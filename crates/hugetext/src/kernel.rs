@@ -61,8 +61,11 @@ pub fn pmd_size() -> usize {
 /// The arm64 contiguous-PTE block size for the running kernel's page size
 /// (64 KiB with 4 KiB pages, 2 MiB with 16 KiB or 64 KiB pages): text in
 /// naturally aligned folios of at least this size is mapped with one TLB
-/// entry per block. `None` for a page size without one.
+/// entry per block. `None` on other machines (x86-64 has no contpte).
 pub fn cont_pte_size() -> Option<usize> {
+    if !host_is_aarch64() {
+        return None;
+    }
     hugetext_abi::geometry::cont_pte_size(page_size())
 }
 
