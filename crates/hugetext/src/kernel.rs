@@ -678,13 +678,13 @@ mod tests {
     fn congruent_file_mapping_is_congruent() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("f");
-        std::fs::write(&p, vec![0u8; 3 << 20]).unwrap();
+        let (pmd, ps) = (pmd_size(), page_size());
+        std::fs::write(&p, vec![0u8; pmd + 2 * ps]).unwrap();
         let f = std::fs::File::open(&p).unwrap();
         use std::os::fd::AsFd;
-        let pmd = pmd_size();
-        let m = Mapping::file_congruent(f.as_fd(), 4096, 2 << 20, libc::PROT_READ, pmd).unwrap();
-        assert_eq!((m.addr() - 4096) % pmd, 0);
-        let a = Mapping::anon_aligned(4 << 20, libc::PROT_READ | libc::PROT_WRITE, pmd).unwrap();
+        let m = Mapping::file_congruent(f.as_fd(), ps as u64, pmd, libc::PROT_READ, pmd).unwrap();
+        assert_eq!((m.addr() - ps) % pmd, 0);
+        let a = Mapping::anon_aligned(2 * pmd, libc::PROT_READ | libc::PROT_WRITE, pmd).unwrap();
         assert_eq!(a.addr() % pmd, 0);
     }
 }
