@@ -6,6 +6,7 @@ pkgs=(gcc binutils lld mold xfsprogs btrfs-progs e2fsprogs hyperfine linux-perf 
       qemu-system-x86 busybox-static kmod cpio xz-utils zstd
       qemu-system-arm gcc-aarch64-linux-gnu binutils-aarch64-linux-gnu libc6-dev-arm64-cross
       make flex bison bc libelf-dev libssl-dev)
+pkgs+=(gcc-aarch64-linux-gnu binutils-aarch64-linux-gnu qemu-user)  # tests/arm64.rs: cross-built AArch64 programs, run under qemu-user
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -61,8 +61,11 @@ pub fn pmd_size() -> usize {
 /// The arm64 contiguous-PTE block size for the running kernel's page size
 /// (64 KiB with 4 KiB pages, 2 MiB with 16 KiB or 64 KiB pages): text in
 /// naturally aligned folios of at least this size is mapped with one TLB
-/// entry per block. `None` for a page size without one.
+/// entry per block. `None` on other machines (x86-64 has no contpte).
 pub fn cont_pte_size() -> Option<usize> {
+    if !host_is_aarch64() {
+        return None;
+    }
     hugetext_abi::geometry::cont_pte_size(page_size())
 }
 
@@ -675,13 +678,13 @@ mod tests {
     fn congruent_file_mapping_is_congruent() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("f");
-        std::fs::write(&p, vec![0u8; 3 << 20]).unwrap();
+        let (pmd, ps) = (pmd_size(), page_size());
+        std::fs::write(&p, vec![0u8; pmd + 2 * ps]).unwrap();
         let f = std::fs::File::open(&p).unwrap();
         use std::os::fd::AsFd;
-        let pmd = pmd_size();
-        let m = Mapping::file_congruent(f.as_fd(), 4096, 2 << 20, libc::PROT_READ, pmd).unwrap();
-        assert_eq!((m.addr() - 4096) % pmd, 0);
-        let a = Mapping::anon_aligned(4 << 20, libc::PROT_READ | libc::PROT_WRITE, pmd).unwrap();
+        let m = Mapping::file_congruent(f.as_fd(), ps as u64, pmd, libc::PROT_READ, pmd).unwrap();
+        assert_eq!((m.addr() - ps) % pmd, 0);
+        let a = Mapping::anon_aligned(2 * pmd, libc::PROT_READ | libc::PROT_WRITE, pmd).unwrap();
         assert_eq!(a.addr() % pmd, 0);
     }
 }

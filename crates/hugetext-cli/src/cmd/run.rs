@@ -26,7 +26,8 @@ C API: hugetext_remap_text() in <hugetext.h>, linked with -lhugetext.
 Exit status: PROGRAM's own (run replaces itself with it, so the convention of
 `hugetext --help` applies to what happens before: its codes would be mistaken
 for PROGRAM's); 127 if it cannot be found, 126 if it cannot be executed, 125
-if hugetext itself fails (e.g. libhugetext.so not found), 2 for bad
+if hugetext itself fails (e.g. libhugetext.so not found, or built for
+another machine or ELF class than PROGRAM: said in one line), 2 for bad
 arguments. What the preload could not remap is not a failure: PROGRAM runs
 with its text as it was (-v says why).
 

@@ -117,7 +117,7 @@ impl Target {
                 return Err(format!("x86-64 has 4 KiB pages only, not {} KiB", p >> 10))
             }
             // The running machine, its own page size: the kernel's word.
-            (_, p) if !foreign && p.is_none_or(|p| p == kernel_page) => {
+            (_, p) if !foreign && p.map_or(true, |p| p == kernel_page) => {
                 (kernel_page, crate::kernel::pmd_size() as u64, None)
             }
             (object::elf::EM_X86_64, _) => (4096, 2 << 20, None),
