@@ -4,7 +4,9 @@
 set -euo pipefail
 pkgs=(gcc binutils lld mold xfsprogs btrfs-progs e2fsprogs hyperfine linux-perf util-linux procps libcap2-bin mount python3 perl git bsdutils
       qemu-system-x86 busybox-static kmod cpio xz-utils zstd
+      qemu-system-arm gcc-aarch64-linux-gnu binutils-aarch64-linux-gnu libc6-dev-arm64-cross
       make flex bison bc libelf-dev libssl-dev)
+pkgs+=(gcc-aarch64-linux-gnu binutils-aarch64-linux-gnu qemu-user)  # tests/arm64.rs: cross-built AArch64 programs, run under qemu-user
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -25,6 +27,21 @@ if ! command -v cargo >/dev/null 2>&1; then
   done
 fi
 command -v cargo >/dev/null 2>&1 || { echo "install-deps: cargo not found; install Rust (rustup) first" >&2; exit 1; }
+# aarch64: the workspace cross-built for the kernel matrix's arm64 guests
+# (scripts/kernel-matrix.sh --arm64), which are made of Debian's arm64
+# packages (kernels, busybox-static, the programs the tests call), fetched
+# there with apt-get download: dpkg must know the arm64 architecture.
+if ! rustup target list --installed 2>/dev/null | grep -qx aarch64-unknown-linux-gnu; then
+  command -v rustup >/dev/null 2>&1 || { echo "install-deps: rustup not found; the aarch64 target needs it" >&2; exit 1; }
+  echo "install-deps: rustup target add aarch64-unknown-linux-gnu" >&2
+  rustup target add aarch64-unknown-linux-gnu >/dev/null
+fi
+if ! dpkg --print-foreign-architectures | grep -qx arm64; then
+  [ "$(id -u)" -eq 0 ] || { echo "install-deps: need root for dpkg --add-architecture arm64" >&2; exit 1; }
+  echo "install-deps: dpkg --add-architecture arm64" >&2
+  dpkg --add-architecture arm64
+  apt-get update -qq
+fi
 # hugetext agent's tests: a real Prometheus server (run by the test on
 # 127.0.0.1 with its own config, never as a service), cargo-deb to build the
 # .deb (about 4 minutes to compile when missing), and kubernetes-validate

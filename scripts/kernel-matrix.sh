@@ -4,15 +4,20 @@
 # inside them, unmodified, on an ext4 and an xfs disk, under THP `always` and
 # `madvise`; then probe what each route achieves there.
 #
-#   scripts/kernel-matrix.sh [--all] [--cell KERNEL:FS]... [--thp always,madvise]
+#   scripts/kernel-matrix.sh [--all|--arm64] [--cell KERNEL:FS]... [--thp always,madvise]
 #                            [--timeout SECONDS] [--no-build] [--plan FILE] [--write-doc]
 #                            [--kernel NAME=BZIMAGE]... [--probe FILE] [--extra DIR]
-#                            [--results DIR] [--append ARGS]
+#                            [--results DIR] [--append ARGS] [--pending FILE]
 #
 #   KERNEL   6.1 or 6.12 (newest linux-image-*-cloud-amd64 of that series apt knows),
-#            or a NAME given with --kernel
+#            6.12-arm64 (linux-image-6.12.*-cloud-arm64-unsigned: 4 KiB pages,
+#            2 MiB PMD) or 6.12-arm64-16k (linux-image-6.12.*-arm64-16k-unsigned:
+#            16 KiB pages, 32 MiB PMD), or a NAME given with --kernel
 #   FS       ext4 or xfs
-#   --all        every cell: 6.1:ext4 6.1:xfs 6.12:ext4 6.12:xfs
+#   --all        every x86-64 cell: 6.1:ext4 6.1:xfs 6.12:ext4 6.12:xfs
+#   --arm64      every aarch64 cell: 6.12-arm64:ext4 6.12-arm64:xfs
+#                6.12-arm64-16k:ext4 6.12-arm64-16k:xfs (qemu-system-aarch64
+#                -M virt, the workspace cross-built for aarch64-unknown-linux-gnu)
 #   (default)    the CI cell: 6.1:xfs
 #   --plan FILE  the tests to run in the guests (default tests/vm/plan.txt)
 #   --write-doc  regenerate doc/kernels.md and doc/kernels.json from the results
@@ -23,6 +28,11 @@
 #                the libraries of its programs go into the guest root
 #   --results DIR  where the cells' JSON go (default target/vm/results)
 #   --append ARGS  more kernel command line
+#   --pending FILE tests of the plan not to run, each with its reason
+#                (SUITE TEST REASON...): reported "n/a" (needs=pending)
+#
+# One run boots the cells of one machine: x86-64 cells and aarch64 cells go
+# in separate runs (each builds its own test binaries, fixtures and guest).
 #
 # Results go to target/vm/results/KERNEL-FS.json, console logs to
 # target/vm/logs/. Exit status: 0 when every cell passed, 1 when a test failed
@@ -49,10 +59,12 @@ probe=tests/vm/probe.sh
 extra=
 results=
 append=
+pending=
 declare -A custom=()
 while [ $# -gt 0 ]; do
   case $1 in
     --all) cells=(6.1:ext4 6.1:xfs 6.12:ext4 6.12:xfs) ;;
+    --arm64) cells=(6.12-arm64:ext4 6.12-arm64:xfs 6.12-arm64-16k:ext4 6.12-arm64-16k:xfs) ;;
     --cell) shift; [ $# -gt 0 ] || die "--cell needs KERNEL:FS"; cells+=("$1") ;;
     --thp) shift; thp=${1:?--thp needs a list}; ;;
     --timeout) shift; timeout_s=${1:?--timeout needs seconds} ;;
@@ -66,7 +78,8 @@ while [ $# -gt 0 ]; do
     --extra) shift; extra=${1:?--extra needs a directory} ;;
     --results) shift; results=${1:?--results needs a directory} ;;
     --append) shift; append=${1?--append needs arguments} ;;
-    -h|--help) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --pending) shift; pending=${1:?--pending needs a file}; [ -f "$pending" ] || die "no file '$pending'" ;;
+    -h|--help) sed -n '2,40p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;
   esac
   shift
@@ -75,9 +88,18 @@ done
 for c in "${cells[@]}"; do
   case $c in
     6.1:ext4|6.1:xfs|6.12:ext4|6.12:xfs) ;;
-    *:ext4|*:xfs) [ -n "${custom[${c%%:*}]:-}" ] || die "unknown cell '$c' (KERNEL 6.1|6.12 or a --kernel NAME, FS ext4|xfs)" ;;
-    *) die "unknown cell '$c' (KERNEL 6.1|6.12 or a --kernel NAME, FS ext4|xfs)" ;;
+    6.12-arm64:ext4|6.12-arm64:xfs|6.12-arm64-16k:ext4|6.12-arm64-16k:xfs) ;;
+    *:ext4|*:xfs) [ -n "${custom[${c%%:*}]:-}" ] || die "unknown cell '$c' (KERNEL 6.1|6.12|6.12-arm64|6.12-arm64-16k or a --kernel NAME, FS ext4|xfs)" ;;
+    *) die "unknown cell '$c' (KERNEL 6.1|6.12|6.12-arm64|6.12-arm64-16k or a --kernel NAME, FS ext4|xfs)" ;;
   esac
+done
+# The guest's machine: aarch64 for the arm64 kernels, x86-64 otherwise
+# (--kernel images are x86-64 bzImages).
+arch=
+for c in "${cells[@]}"; do
+  case ${c%%:*} in *-arm64|*-arm64-*) a=aarch64 ;; *) a=x86_64 ;; esac
+  [ -z "$arch" ] || [ "$arch" = "$a" ] || die "x86-64 and aarch64 cells need separate runs ('${cells[0]}' and '$c')"
+  arch=$a
 done
 [ -f "$probe" ] || die "no probe script '$probe'"
 [ -z "$extra" ] || [ -d "$extra" ] || die "no directory '$extra'"
@@ -85,12 +107,29 @@ case $(readlink -f "${extra:-.}") in "$(pwd)"|"$(pwd)"/*) ;; *) die "--extra mus
 for m in ${thp//,/ }; do
   case $m in always|madvise|never) ;; *) die "unknown THP mode '$m' (always, madvise, never)" ;; esac
 done
-[ "$(uname -m)" = x86_64 ] || die "the x86-64 kernel matrix needs an x86-64 host (this is $(uname -m))"
+[ "$arch" != x86_64 ] || [ "$(uname -m)" = x86_64 ] || die "the x86-64 kernel matrix needs an x86-64 host (this is $(uname -m))"
 [ "$(id -u)" -eq 0 ] || die "needs root (apt-get download, mkfs, loop devices)"
 
 source scripts/install-deps.sh
 export PATH="$HOME/.cargo/bin:$PATH"
-for t in qemu-system-x86_64 busybox cpio modinfo xz mkfs.ext4 mkfs.xfs apt-get dpkg-deb python3 strip; do
+# Per machine: the target directory cargo builds into, the tools for its binaries.
+if [ "$arch" = aarch64 ]; then
+  rust_target=aarch64-unknown-linux-gnu
+  tdir=target/$rust_target
+  cross=aarch64-linux-gnu-
+  qemu=(qemu-system-aarch64 -M virt)
+  console=ttyAMA0
+  export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=${cross}gcc
+  rustup target list --installed 2>/dev/null | grep -qx "$rust_target" ||
+    die "Rust target $rust_target not installed: run scripts/install-deps.sh"
+else
+  rust_target=
+  tdir=target
+  cross=
+  qemu=(qemu-system-x86_64)
+  console=ttyS0
+fi
+for t in "${qemu[0]}" busybox cpio modinfo xz mkfs.ext4 mkfs.xfs apt-get dpkg-deb python3 "${cross}strip" "${cross:-}gcc"; do
   command -v "$t" >/dev/null 2>&1 || die "'$t' not found: run scripts/install-deps.sh"
 done
 
@@ -98,20 +137,42 @@ vm=$repo/target/vm
 results=${results:-$vm/results}
 mkdir -p "$vm/cache" "$vm/kernels" "$results" "$vm/logs"
 started=$(date +%s)
+testbins=$vm/testbins${rust_target:+-$arch}.txt
+if [ -n "$pending" ]; then
+  # The plan without the pending tests, which go on needs=pending lines.
+  python3 - "$plan" "$pending" > "$vm/plan.txt" <<'PY' || die "bad --pending file '$pending'"
+import sys
+skip = {tuple(l.split()[:2]) for l in open(sys.argv[2]) if l.strip() and not l.startswith("#")}
+held = []
+for line in open(sys.argv[1]):
+    w = line.split()
+    if not w or w[0].startswith("#"):
+        print(line, end="")
+        continue
+    need = [w.pop(0)] if w[0].startswith("needs=") else []
+    keep = [n for n in w[1:] if (w[0], n) not in skip]
+    held += [(w[0], n) for n in w[1:] if (w[0], n) in skip]
+    if keep:
+        print(" ".join(need + [w[0]] + keep))
+for key, name in held:
+    print(f"needs=pending {key} {name}")
+PY
+  plan=$vm/plan.txt
+fi
 
 # --- 1. build the release binaries, the test binaries and the fixtures ------
 if [ $build = 1 ]; then
-  say "building (cargo build/test --no-run --release)"
-  cargo build --release --workspace --locked >&2
-  cargo test --release --workspace --locked --no-run --message-format=json 2>/dev/null \
-    | python3 tests/vm/testbins.py > "$vm/testbins.txt"
-  bash tests/fixtures/mkfixtures.sh target/fixtures >&2
-  bash tests/fixtures/mkctests.sh target/ctests target/release target/fixtures >&2
+  say "building (cargo build/test --no-run --release${rust_target:+ --target $rust_target})"
+  cargo build --release --workspace --locked ${rust_target:+--target "$rust_target"} >&2
+  cargo test --release --workspace --locked --no-run --message-format=json ${rust_target:+--target "$rust_target"} 2>/dev/null \
+    | python3 tests/vm/testbins.py > "$testbins"
+  CC=${cross}gcc bash tests/fixtures/mkfixtures.sh "$tdir/fixtures" >&2
+  CC=${cross}gcc bash tests/fixtures/mkctests.sh "$tdir/ctests" "$tdir/release" "$tdir/fixtures" >&2
 fi
 if grep -v '^#' "$plan" | grep -q .; then
-  [ -s "$vm/testbins.txt" ] || die "no test binaries listed in $vm/testbins.txt (run without --no-build)"
+  [ -s "$testbins" ] || die "no test binaries listed in $testbins (run without --no-build)"
 else
-  touch "$vm/testbins.txt"
+  touch "$testbins"
 fi
 
 # --- 2. the payload: the repository paths the test binaries use -------------
@@ -119,16 +180,20 @@ fi
 # CARGO_MANIFEST_DIR), so the guest gets the same paths, on the disk under test.
 payload=$vm/payload
 rm -rf "$payload"
-mkdir -p "$payload$repo/target/release/deps"
+mkdir -p "$payload$repo/$tdir/release/deps"
 while read -r key exe; do
   grep -qE "^(needs=[^ ]+ )?$key " "$plan" || continue
-  strip --strip-debug -o "$payload$exe" "$exe"
-done < "$vm/testbins.txt"
-strip --strip-debug -o "$payload$repo/target/release/hugetext" target/release/hugetext
-cp target/release/libhugetext.so "$payload$repo/target/release/"
-cp -a target/fixtures target/ctests "$payload$repo/target/"
-mkdir -p "$payload$repo/target/vm" && cp "$vm/testbins.txt" "$payload$repo/target/vm/"
-rm -rf "$payload$repo/target/fixtures/src"
+  "${cross}strip" --strip-debug -o "$payload$exe" "$exe"
+done < "$testbins"
+"${cross}strip" --strip-debug -o "$payload$repo/$tdir/release/hugetext" "$tdir/release/hugetext"
+cp "$tdir/release/libhugetext.so" "$payload$repo/$tdir/release/"
+cp -a "$tdir/fixtures" "$tdir/ctests" "$payload$repo/$tdir/"
+mkdir -p "$payload$repo/target/vm" && cp "$testbins" "$payload$repo/target/vm/testbins.txt"
+rm -rf "$payload$repo/$tdir/fixtures/src"
+if [ "$tdir" != target ]; then
+  # guest-init.sh and the probes name target/release and target/fixtures.
+  for d in release fixtures ctests; do ln -s "${tdir#target/}/$d" "$payload$repo/target/$d"; done
+fi
 for d in tests/fixtures tests/vm include crates/hugetext-cli/tests/c; do
   mkdir -p "$payload$repo/$d" && cp -a "$d/." "$payload$repo/$d/"
 done
@@ -145,12 +210,58 @@ rm -f "$vm/payload.img"
 truncate -s "${payload_mib}M" "$vm/payload.img"
 mkfs.ext4 -q -F -L htpayload -d "$payload" "$vm/payload.img"
 
+# The aarch64 guest's programs: Debian's arm64 packages (busybox-static and
+# the programs the tests call, with the libraries they link), fetched with
+# apt-get download into target/vm/cache and unpacked once; ldd cannot list a
+# foreign machine's libraries, so every DT_NEEDED is checked instead.
+arm64_debs=(busybox-static libc6 libgcc-s1 bash libtinfo6 coreutils libacl1 libattr1 libgmp10
+  libselinux1 libpcre2-8-0 util-linux mount libblkid1 libmount1 libsmartcols1 libuuid1 libcap-ng0
+  libudev1 xfsprogs libinih1 liburcu8 libdevmapper1.02.1 libedit2 libbsd0 libmd0 e2fsprogs
+  libext2fs2 libcom-err2 libss2 sed grep mawk)
+arm64_userland() { # ROOT
+  local dest=$1 stage=$vm/arm64-userland p deb d f missing
+  if [ "$(cat "$stage/.done" 2>/dev/null)" != "${arm64_debs[*]}" ]; then
+    say "fetching the arm64 guest's programs (apt-get download ${#arm64_debs[@]} packages)"
+    rm -rf "$stage" && mkdir -p "$stage"
+    dpkg --print-foreign-architectures | grep -qx arm64 ||
+      die "dpkg has no arm64 architecture: run scripts/install-deps.sh"
+    ( cd "$vm/cache" && apt-get download -q "${arm64_debs[@]/%/:arm64}" >/dev/null 2>&1 ) ||
+      die "apt-get download of the arm64 packages failed (no network, or apt-get update not run since dpkg --add-architecture arm64)"
+    for p in "${arm64_debs[@]}"; do
+      deb=$(ls -t "$vm/cache/${p}"_*_arm64.deb | head -n 1)
+      dpkg-deb -x "$deb" "$stage"
+    done
+    # Merged /usr, as in the root.
+    for d in bin sbin lib; do
+      [ -d "$stage/$d" ] && [ ! -L "$stage/$d" ] || continue
+      mkdir -p "$stage/usr/$d" && cp -a "$stage/$d/." "$stage/usr/$d/" && rm -rf "${stage:?}/$d"
+    done
+    rm -rf "$stage/usr/share"
+    ln -sf mawk "$stage/usr/bin/awk"   # an alternatives link where Debian installs it
+    missing=$(find "$stage/usr" -type f -perm -u+x | while read -r f; do
+        "${cross}readelf" -d "$f" 2>/dev/null | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p'
+      done | sort -u | while read -r l; do
+        [ -n "$(find "$stage/usr/lib" -name "$l" -print -quit)" ] || echo "$l"
+      done | tr '\n' ' ')
+    # Programs the tests never call may miss theirs (su: PAM, xfs_scrub: ICU).
+    for l in $missing; do
+      case $l in libpam*|libicu*|libcrypt.so*|libsystemd*|libz.so*) ;; *) die "arm64 guest: no package gives $l (add it to arm64_debs)" ;; esac
+    done
+    echo "${arm64_debs[*]}" > "$stage/.done"
+  fi
+  cp -a "$stage/usr/." "$dest/usr/"
+  mkdir -p "$dest/etc" && cp -a "$stage/etc/mke2fs.conf" "$dest/etc/" 2>/dev/null || true
+}
+
 # --- 3. the guest root: busybox, the tools the tests call, their libraries --
 root=$vm/root
 rm -rf "$root"
 # Merged /usr like Debian's: /bin/sleep must be the same program as on the host.
 mkdir -p "$root"/{usr/bin,usr/sbin,usr/lib,usr/lib64,etc,proc,sys,dev,tmp,run,payload,root}
 for d in bin sbin lib lib64; do ln -s "usr/$d" "$root/$d"; done
+# aarch64: Debian's arm64 packages; x86-64 (the rest of this step): the
+# host's own programs and the libraries ldd names.
+if [ "$arch" = aarch64 ]; then arm64_userland "$root"; else
 cp "$(command -v busybox)" "$root/usr/bin/busybox"
 tools=(bash sh cp mount umount losetup setpriv mkfs.xfs mkfs.ext4 mke2fs xfs_info
        sync stat cat sleep timeout dd sed grep awk env)
@@ -189,6 +300,7 @@ done
 # found by the library search path.
 ldso=$(readlink -f /lib64/ld-linux-x86-64.so.2)
 [ -e "$root$ldso" ] || { mkdir -p "$root$(dirname "$ldso")"; cp -L "$ldso" "$root$ldso"; }
+fi
 printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/sh\n' > "$root/etc/passwd"
 printf 'root:x:0:\nnogroup:x:65534:\n' > "$root/etc/group"
 cp tests/vm/guest-init.sh "$root/init"
@@ -201,6 +313,8 @@ fetch_kernel() { # SERIES -> prints the extracted directory
   case $series in
     6.1) re='^linux-image-6\.1\.0-[0-9]+-cloud-amd64$' ;;
     6.12) re='^linux-image-6\.12\.[0-9]+\+deb[0-9]+-cloud-amd64$' ;;
+    6.12-arm64) re='^linux-image-6\.12\.[0-9]+\+deb[0-9]+-cloud-arm64-unsigned$' ;;
+    6.12-arm64-16k) re='^linux-image-6\.12\.[0-9]+\+deb[0-9]+-arm64-16k-unsigned$' ;;
   esac
   pkg=$(apt-cache pkgnames linux-image-6 2>/dev/null | grep -E "$re" | sort -V | tail -n 1 || true)
   if [ -z "$pkg" ]; then
@@ -212,7 +326,7 @@ fetch_kernel() { # SERIES -> prints the extracted directory
   if [ ! -e "$dir/.done" ]; then
     say "fetching $pkg"
     rm -rf "$dir" && mkdir -p "$dir"
-    ( cd "$vm/cache" && apt-get download -q "$pkg" >/dev/null 2>&1 ) || die "apt-get download $pkg failed (no network or no such package)"
+    ( cd "$vm/cache" && apt-get download -q "$pkg${rust_target:+:arm64}" >/dev/null 2>&1 ) || die "apt-get download $pkg failed (no network or no such package)"
     deb=$(ls -t "$vm/cache/${pkg}"_*.deb | head -n 1)
     dpkg-deb -x "$deb" "$dir"
     touch "$dir/.done"
@@ -222,6 +336,10 @@ fetch_kernel() { # SERIES -> prints the extracted directory
 
 # Modules a guest needs, in load order (each after its depends= from .modinfo).
 want_modules=(virtio_pci virtio_blk loop xfs)
+# arm64: virtio over PCI or MMIO (-M virt), and ext4 is a module of the
+# generic (16k) flavour; the payload disk is ext4. crc32c first: libcrc32c and
+# ext4 ask the crypto API for it when they load (softdep pre: crc32c).
+[ "$arch" = x86_64 ] || want_modules=(crc32c_generic virtio_pci virtio_mmio virtio_blk loop ext4 xfs)
 add_modules() { # KDIR -> copies decompressed modules into the root, writes /modules.order
   local kdir=$1 mdir ver
   mdir=$(ls -d "$kdir"/lib/modules/*/ | head -n 1)
@@ -255,7 +373,10 @@ kernel_image() { # SERIES-or-NAME -> the kernel to boot
   if [ -n "${custom[$1]:-}" ]; then echo "${custom[$1]}"; else ls "$(fetch_kernel "$1")"/boot/vmlinuz-* | head -n 1; fi
 }
 accel=(-accel tcg -cpu max)
-if [ -w /dev/kvm ]; then
+# arm64 under TCG: pointer authentication with QEMU's own cheap hash instead
+# of the architected QARMA (several times faster, same instructions).
+[ "$arch" = x86_64 ] || accel=(-accel tcg -cpu max,pauth-impdef=on)
+if [ -w /dev/kvm ] && [ "$arch" = x86_64 ]; then
   if timeout 20 qemu-system-x86_64 -accel kvm -cpu host -m 256M -nographic -no-reboot \
        -kernel "$(kernel_image "${cells[0]%%:*}")" \
        -append "console=ttyS0 panic=-1 rdinit=/bin/true" 2>/dev/null | grep -q 'Linux version'; then
@@ -295,10 +416,10 @@ EOF
   say "booting $cell ($kname), log: ${log#"$repo"/}"
   t0=$(date +%s)
   set +e
-  timeout --foreground -k 10 "$timeout_s" qemu-system-x86_64 "${accel[@]}" -m 3G -smp 2 -nographic -no-reboot \
+  timeout --foreground -k 10 "$timeout_s" nice "${qemu[@]}" "${accel[@]}" -m 3G -smp 2 -nographic -no-reboot \
     -kernel "$kimg" \
     -initrd "$vm/root-$series.cpio.gz" \
-    -append "console=ttyS0 panic=-1 quiet${append:+ $append}" \
+    -append "console=$console panic=-1 quiet${append:+ $append}" \
     -drive "file=$disk,if=virtio,format=raw,cache=unsafe" \
     -drive "file=$vm/payload.img,if=virtio,format=raw,readonly=on" \
     < /dev/null > "$log" 2>&1
@@ -306,7 +427,7 @@ EOF
   set -e
   secs=$(( $(date +%s) - t0 ))
   thp_json=$(printf '"%s",' ${thp//,/ }); thp_json="[${thp_json%,}]"
-  meta="{\"cell\":\"$cell\",\"kernel_pkg\":\"$kname\",\"seconds\":$secs,\"qemu_status\":$rc,\"accel\":\"${accel[1]}\",\"date\":\"$(date -u +%F)\",\"thp\":$thp_json}"
+  meta="{\"cell\":\"$cell\",\"arch\":\"$arch\",\"kernel_pkg\":\"$kname\",\"seconds\":$secs,\"qemu_status\":$rc,\"accel\":\"${accel[1]}\",\"date\":\"$(date -u +%F)\",\"thp\":$thp_json}"
   python3 tests/vm/matrix.py collect "$log" "$plan" "$meta" > "$res"
   if [ $rc = 124 ] || [ $rc = 137 ]; then
     say "$cell: guest did not finish in ${timeout_s}s; killed. Console tail:"

@@ -15,3 +15,10 @@ bash scripts/kernel-lab.sh --check
 # The kernel matrix's CI cell: Debian 6.1 on xfs, THP always and madvise,
 # in qemu (scripts/kernel-matrix.sh --all runs every cell; doc/kernels.md).
 bash scripts/kernel-matrix.sh
+# The aarch64 leg's CI cell: the workspace cross-built for
+# aarch64-unknown-linux-gnu, its tests run unmodified in Debian 6.12's arm64
+# cloud kernel (4 KiB pages) on xfs, THP always, under qemu-system-aarch64
+# (scripts/kernel-matrix.sh --arm64 runs every arm64 cell, 16 KiB pages too).
+# Tests still asserting x86-64 fixture figures are listed, with why, in
+# tests/vm/arm64-pending.txt and reported n/a there.
+bash scripts/kernel-matrix.sh --cell 6.12-arm64:xfs --thp always --pending tests/vm/arm64-pending.txt

@@ -173,7 +173,7 @@ _hugetext() {
             return 0
             ;;
         hugetext__subcmd__align)
-            opts="-o -h -V --output --dry-run --force --json --help --version"
+            opts="-o -h -V --output --dry-run --force --json --page-size --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -184,6 +184,10 @@ _hugetext() {
                     return 0
                     ;;
                 -o)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --page-size)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -453,12 +457,16 @@ _hugetext() {
             return 0
             ;;
         hugetext__subcmd__check)
-            opts="-h -V --json --help --version"
+            opts="-h -V --json --page-size --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --page-size)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;

@@ -41,7 +41,7 @@ complete -c hugetext -n "__fish_hugetext_needs_command" -f -a "help" -d 'Print t
 complete -c hugetext -n "__fish_hugetext_using_subcommand inspect" -l pid -d 'Inspect this process (repeatable). A process that does not exist is an error' -r
 complete -c hugetext -n "__fish_hugetext_using_subcommand inspect" -l cgroup -d 'Inspect every process in this cgroup and its descendants (v1 or v2), e.g. /sys/fs/cgroup/system.slice/nginx.service' -r -F
 complete -c hugetext -n "__fish_hugetext_using_subcommand inspect" -l file -d 'Page-cache view of these files, whether or not anyone maps them: cached kB held in folios of each size. Reads nothing that is not cached' -r -F
-complete -c hugetext -n "__fish_hugetext_using_subcommand inspect" -l cont -d 'Also count naturally aligned, physically contiguous blocks of SIZE inside one folio (arm64 contpte: 64K; AMD PTE coalescing: 16K/32K). SIZE is a power-of-two number of pages, at least 2 pages, at most the PMD size, with an optional K/M suffix (repeatable)' -r
+complete -c hugetext -n "__fish_hugetext_using_subcommand inspect" -l cont -d 'Also count naturally aligned, physically contiguous blocks of SIZE inside one folio (arm64 contpte: 64K; AMD PTE coalescing: 16K/32K). SIZE is a power-of-two number of pages, at least 2 pages, at most the PMD size, with an optional K/M suffix (repeatable). Default on arm64: the kernel\'s contpte block (64K with 4 KiB pages, 2M with 16 KiB or 64 KiB pages); elsewhere none' -r
 complete -c hugetext -n "__fish_hugetext_using_subcommand inspect" -l watch -d 'Repeat every SECS seconds until interrupted' -r
 complete -c hugetext -n "__fish_hugetext_using_subcommand inspect" -l all -d 'Every mapping (anonymous and file-backed apart), not only executable ones'
 complete -c hugetext -n "__fish_hugetext_using_subcommand inspect" -l rollup -d 'Sum per process and in total instead of listing every mapping'
@@ -59,10 +59,12 @@ complete -c hugetext -n "__fish_hugetext_using_subcommand explain" -l stop -d 'W
 complete -c hugetext -n "__fish_hugetext_using_subcommand explain" -l json -d 'Print JSON (a stable reason code per mapping) instead of text'
 complete -c hugetext -n "__fish_hugetext_using_subcommand explain" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c hugetext -n "__fish_hugetext_using_subcommand explain" -s V -l version -d 'Print version'
+complete -c hugetext -n "__fish_hugetext_using_subcommand check" -l page-size -d 'Page size of the kernel the files are meant for: 4K, 16K or 64K (arm64). Default: the running kernel\'s for files of this machine, 4K for AArch64 files on another machine' -r
 complete -c hugetext -n "__fish_hugetext_using_subcommand check" -l json -d 'Print a JSON array with one object per file (fields include pmd_mappable_bytes and pmd_mappable_bytes_after_align)'
 complete -c hugetext -n "__fish_hugetext_using_subcommand check" -s h -l help -d 'Print help'
 complete -c hugetext -n "__fish_hugetext_using_subcommand check" -s V -l version -d 'Print version'
 complete -c hugetext -n "__fish_hugetext_using_subcommand align" -s o -l output -d 'Write the aligned file here and leave FILE untouched' -r -F
+complete -c hugetext -n "__fish_hugetext_using_subcommand align" -l page-size -d 'Page size of the kernel the file is meant for: 4K, 16K or 64K (arm64); its PMD size is the alignment. Default: the running kernel\'s for a file of this machine, 4K for an AArch64 file on another machine (said in a note)' -r
 complete -c hugetext -n "__fish_hugetext_using_subcommand align" -l dry-run -d 'Only say what would be done'
 complete -c hugetext -n "__fish_hugetext_using_subcommand align" -l force -d 'Rewrite signed files too (their signature becomes invalid)'
 complete -c hugetext -n "__fish_hugetext_using_subcommand align" -l json -d 'Print the outcome as JSON'

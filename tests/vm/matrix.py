@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 RUN_LINE = re.compile(
-    r"pid \d+: ([\d.]+) MiB of ([\d.]+) MiB text in whole 2 MiB windows is huge-backed "
+    r"pid \d+: ([\d.]+) MiB of ([\d.]+) MiB text in whole [\d.]+ [KMG]iB windows is huge-backed "
     r"\(already ([\d.]+) MiB, file ([\d.]+) MiB, collapse ([\d.]+) MiB, copy ([\d.]+) MiB\)"
 )
 
@@ -110,6 +110,8 @@ def interpret(name, rc, lines):
                 states[v] = runs[0].get("state", {}).get("pmd_mapped_pct")
             out["pmd_mapped_pct"] = states
         return out
+    if name.startswith("fixture-"):
+        return fixture_probe(out, text)
     if name.endswith("-exec"):
         m = re.search(r"file_pmd_kb=(\d+) anon_huge_kb=(\d+)", text)
         if m:
@@ -132,6 +134,36 @@ def interpret(name, rc, lines):
         else:
             out["unparsed"] = lines[-3:]
         return out
+    return out
+
+
+def fixture_probe(out, text):
+    """A fixture probe (aarch64): smaps totals, and inspect's JSON with the
+    PMD-mapped kB and the kB of contpte blocks (aligned, contiguous blocks of
+    the contpte size inside one folio, mapped by PTEs)."""
+    m = re.search(r"file_pmd_kb=(\d+) anon_huge_kb=(\d+)", text)
+    if not m:
+        out["unparsed"] = text.splitlines()[-3:]
+        return out
+    out.update(file_pmd_kb=int(m.group(1)), anon_huge_kb=int(m.group(2)))
+    c = re.search(r"^cont=(\w+)$", text, re.M)
+    out["cont"] = c.group(1) if c else None
+    try:
+        doc = json.loads(text[text.index("{", m.end()) :].splitlines()[0])
+        total = doc["total"]
+    except (ValueError, KeyError, IndexError):
+        # inspect could not read this kernel: PMD kB from smaps only.
+        out["contpte_kb"] = None
+        out["pmd_kb"] = out["file_pmd_kb"] + out["anon_huge_kb"]
+        return out
+    out.update(
+        page_size_kb=doc.get("page_size_kb"),
+        pmd_size_kb=doc.get("pmd_size_kb"),
+        method=doc.get("method"),
+        text_kb=total.get("file_kb", 0) + total.get("anon_kb", 0),
+        pmd_kb=sum(v for k, v in total.items() if "-thp-pmd-aligned-" in k),
+        contpte_kb=sum(v for k, v in total.items() if "-cont-pte-aligned-" in k),
+    )
     return out
 
 
@@ -167,7 +199,7 @@ def summary(path):
     bad = failures(cell)
     print(
         f"{cell['cell']} ({cell.get('guest', {}).get('release', '?')}): {ok} of {len(cell['tests']) - na} tests passed"
-        f" ({na} n/a: need large folios), {cell['seconds']} s"
+        f" ({na} n/a: needs large folios, x86-64 or pending), {cell['seconds']} s"
     )
     for mode, probes in cell.get("probes", {}).items():
         print(f"  THP {mode}: " + "; ".join(describe(n, p) for n, p in probes.items() if n != "doctor"))
@@ -182,6 +214,8 @@ def describe(name, p):
         return f"{name} {p['route']} {p['huge_mib']:.0f}/{p['text_mib']:.0f} MiB"
     if name == "warm":
         return f"warm {p.get('route')} {p.get('pmd_kb')} kB"
+    if name.startswith("fixture-") and "pmd_kb" in p:
+        return f"{name} PMD {p['pmd_kb']} kB, contpte {p.get('contpte_kb', '?')} kB"
     if "file_pmd_kb" in p:
         return f"{name} {p['file_pmd_kb']} kB"
     if name == "bench-exec":
@@ -195,7 +229,13 @@ def check_of(probes, cid):
 
 def doc(paths):
     cells = [json.loads(Path(p).read_text()) for p in paths]
-    order = {"6.1": 0, "6.12": 1}
+    # Cells not run this time keep their last results (x86-64 and aarch64
+    # cells are separate runs).
+    ran = {c["cell"] for c in cells}
+    old = Path("doc/kernels.json")
+    if old.exists():
+        cells += [c for c in json.loads(old.read_text()) if c["cell"] not in ran]
+    order = {"6.1": 0, "6.12": 1, "6.12-arm64": 2, "6.12-arm64-16k": 3}
     cells.sort(key=lambda c: (order.get(c["cell"].split(":")[0], 9), c["cell"]))
     Path("doc/kernels.json").write_text(json.dumps(cells, indent=1, sort_keys=True) + "\n")
     rows = []
@@ -230,6 +270,46 @@ def doc(paths):
                 f"{run('run-file-aligned')}{replaced(p.get('run-file-aligned', {}))} | {run('run-auto-aligned')} | {run('run-copy-aligned')} | "
                 f"{run('run-auto-unaligned')} | {run('run-auto-dso')} |"
             )
+    fixture_rows = []
+    for c in cells:
+        k, fs = c["cell"].split(":")
+        rel = c.get("guest", {}).get("release", "?")
+        for mode, p in sorted(c.get("probes", {}).items()):
+            for linker in ("bfd", "lld", "mold"):
+                got = {w: p.get(f"fixture-{w}-{linker}") for w in ("plain", "warm", "run")}
+                if not any(got.values()):
+                    continue
+                size = next((g for g in got.values() if g and g.get("page_size_kb")), {})
+
+                def kb(g):
+                    if not g:
+                        return "—"
+                    cont = g.get("contpte_kb")
+                    return f"{g.get('pmd_kb', '?')} / {'not measured' if cont is None else cont}"
+
+                fixture_rows.append(
+                    f"| {k} ({rel}) | {size.get('page_size_kb', '?')} KiB / {size.get('pmd_size_kb', '?')} kB "
+                    f"| {fs} | {mode} | {linker} PIE "
+                    f"| {(got['plain'] or got['run'] or {}).get('text_kb', '?')} "
+                    f"| {kb(got['plain'])} | {kb(got['warm'])} | {kb(got['run'])} |"
+                )
+    fixtures_md = ""
+    if fixture_rows:
+        fixtures_md = """
+## arm64: PMD and contpte per fixture
+
+On the aarch64 kernels, each fixture (a PIE with about 70 MiB of text, linked
+by the linker of its row; a fresh, evicted copy each time) is started three
+ways: a plain exec, `hugetext warm` then a plain exec (where the filesystem
+gives large folios), and `hugetext run`. Each cell is kB PMD-mapped / kB of
+contpte blocks, read by `hugetext inspect --cont` while the program waits:
+naturally aligned, physically contiguous blocks of the contpte size (64 KiB
+with 4 KiB pages, 2 MiB with 16 KiB pages) inside one folio, mapped by page
+table entries, which the arm64 kernel maps with the contiguous bit.
+
+| kernel | page / PMD size | fs | THP | fixture | text kB | plain exec | warm, exec | run |
+|---|---|---|---|---|---|---|---|---|
+""" + "\n".join(fixture_rows) + "\n"
     date = max((c.get("date", "") for c in cells), default="")
     accel = sorted({c.get("accel", "?") for c in cells})
     secs = sum(c.get("seconds", 0) for c in cells)
@@ -239,7 +319,8 @@ What hugetext does on the kernels people run, measured by booting Debian's
 cloud kernels in qemu and running the kernel-facing tests
 ([tests/vm/plan.txt](../tests/vm/plan.txt)) and route probes
 ([tests/vm/probe.sh](../tests/vm/probe.sh)) inside them. Generated by
-`scripts/kernel-matrix.sh --all --write-doc` on {date} (qemu {', '.join(accel)},
+`scripts/kernel-matrix.sh --all --write-doc` (x86-64) and `--arm64 --write-doc`
+(aarch64, `qemu-system-aarch64 -M virt`) on {date} (qemu {', '.join(accel)},
 2 vCPUs, 3 GiB; {secs} s of guest time in all). The raw results are in
 [kernels.json](kernels.json).
 
@@ -249,6 +330,9 @@ Sizes are MiB huge-backed / MiB of text in whole 2 MiB windows, or kB
 `FilePmdMapped`, of an lld-linked 20 MiB-text PIE after `hugetext align`
 (`aligned`), the same PIE unaligned (`unaligned`), and a bfd-linked program
 with a 20 MiB-text shared library (`DSO`); every file a fresh, evicted copy.
+On the aarch64 kernels (`6.12-arm64`: 4 KiB pages; `6.12-arm64-16k`: 16 KiB
+pages, 32 MiB PMD) the fixtures are the same programs built for aarch64 with
+70 MiB of text, and "whole 2 MiB windows" are whole PMD windows.
 
 | kernel | fs | THP | tests passed | large folios | PAGEMAP_SCAN | MADV_COLLAPSE | plain exec, kB PMD | warm: route, then exec kB PMD | run file, aligned | run auto, aligned | run copy, aligned | run auto, unaligned | run auto, DSO |
 |---|---|---|---|---|---|---|---|---|---|---|---|---|---|
@@ -276,7 +360,7 @@ How to read it:
   cannot run where the filesystem has none (see
   [tests/vm/README.md](../tests/vm/README.md)); what hugetext must say and do
   there is tested by the others.
-"""
+""" + fixtures_md
     Path("doc/kernels.md").write_text(md)
 
 

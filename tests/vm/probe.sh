@@ -67,7 +67,46 @@ capture run-auto-dso "$ht" run -v -- "$dir/dso/usebig"
 fresh plain.pie "$dir/pie.aligned"
 capture plain-exec pmd_kb_of "$dir/plain.pie"
 
+# aarch64: per fixture, what a plain exec, `warm` then exec, and `run` give
+# the text, in kB PMD-mapped and in kB of contpte blocks: naturally aligned,
+# physically contiguous blocks of the contpte size inside one folio, mapped
+# by PTEs (`inspect --cont`; 64 KiB with 4 KiB pages, 2 MiB with 16 KiB).
+if [ "$(uname -m)" = aarch64 ]; then
+  case $(awk '/^KernelPageSize:/ {print $2; exit}' /proc/self/smaps) in
+    4) cont=64K ;;
+    *) cont=2M ;;
+  esac
+  # measure PROG...: smaps totals and inspect's JSON of PROG while it waits.
+  measure_of() {
+    rm -f "$dir/fifo" && mkfifo "$dir/fifo"
+    "$@" wait < "$dir/fifo" > "$dir/wait.out" 2>&1 &
+    pid=$!
+    exec 3> "$dir/fifo"
+    i=0
+    while ! grep -q ready "$dir/wait.out" 2> /dev/null && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
+    awk '/^FilePmdMapped:/ {f += $2} /^AnonHugePages:/ {a += $2} END {printf "file_pmd_kb=%d anon_huge_kb=%d\n", f, a}' "/proc/$pid/smaps"
+    echo "cont=$cont"
+    "$ht" inspect --pid "$pid" --rollup --cont "$cont" --json 2>&1 | tr -d '\n'
+    echo
+    exec 3>&-
+    wait $pid
+  }
+  for l in bfd lld mold; do
+    [ -x "target/fixtures/$l/pie" ] || continue
+    fresh "fx-$l.pie" "target/fixtures/$l/pie"
+    capture "fixture-plain-$l" measure_of "$dir/fx-$l.pie"
+    if [ "$caps" = large-folios ]; then
+      fresh "fx-warm-$l.pie" "target/fixtures/$l/pie"
+      "$ht" warm "$dir/fx-warm-$l.pie" > /dev/null 2>&1
+      capture "fixture-warm-$l" measure_of "$dir/fx-warm-$l.pie"
+    fi
+    fresh "fx-run-$l.pie" "target/fixtures/$l/pie"
+    capture "fixture-run-$l" measure_of "$ht" run -- "$dir/fx-run-$l.pie"
+  done
+fi
+
 # The exec benchmark, short (timings are emulated under TCG: states only).
-# It needs PMD folios for its huge and warm variants.
-[ "$caps" = large-folios ] && capture bench-exec "$ht" bench exec --size 32M --runs 1 --random-passes 1 --dir "$dir" --json
+# It needs PMD folios for its huge and warm variants, and x86-64 (it runs
+# x86-64 RET stubs).
+[ "$caps" = large-folios ] && [ "$(uname -m)" = x86_64 ] && capture bench-exec "$ht" bench exec --size 32M --runs 1 --random-passes 1 --dir "$dir" --json
 rm -rf "$dir"

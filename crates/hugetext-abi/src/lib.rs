@@ -14,14 +14,10 @@
 pub mod compat;
 pub mod env;
 pub mod fs;
+pub mod geometry;
 pub mod kpf;
 pub mod madv;
 pub mod maps;
 pub mod pagemap;
 pub mod pagemap_scan;
 pub mod smaps;
-
-/// Size of a PMD mapping on x86_64 and on aarch64 with 4 KiB pages (2 MiB).
-/// The library reads the running kernel's value (`kernel::pmd_size`); the
-/// preload works in this unit.
-pub const PMD_SIZE: usize = 2 << 20;

@@ -12,8 +12,6 @@ use std::time::{Duration, Instant};
 
 use common::Running;
 
-const PMD: u64 = 2 << 20;
-
 /// An HTTP client that ignores proxies from the environment (loopback only).
 fn http() -> ureq::Agent {
     ureq::Agent::config_builder()
@@ -360,7 +358,10 @@ fn prometheus_scrapes_pmd_mapped_text_equal_to_smaps() {
     assert!(w.status.success(), "{}", common::text(&w.stderr));
     let r = Running::fixture(&prog);
     let (file_pmd, _, _) = r.huge_of(&prog);
-    assert!(file_pmd >= 8 * PMD, "warmed fixture not PMD-mapped: {file_pmd}");
+    assert!(
+        file_pmd >= 8 * common::pmd(),
+        "warmed fixture not PMD-mapped: {file_pmd}"
+    );
 
     let a = AgentProc::with_config(None);
     let dir = common::scratch();
@@ -431,7 +432,11 @@ fn policy_warms_a_program_after_it_exits() {
     );
 
     let next = Running::fixture(&prog);
-    assert_eq!(next.huge_of(&prog).0, eligible as u64 * PMD, "next run not PMD-mapped");
+    assert_eq!(
+        next.huge_of(&prog).0,
+        eligible as u64 * common::pmd(),
+        "next run not PMD-mapped"
+    );
     next.stop();
     a.stop();
 }

@@ -13,7 +13,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 const MIB: u64 = 1 << 20;
-const PMD: usize = 2 << 20;
 
 /// KERNEL-NOTES §1: evict the file's page cache, then fault it in through a
 /// 2 MiB-congruent MADV_HUGEPAGE mapping, so the page cache holds PMD-order
@@ -31,14 +30,15 @@ fn fill_pmd_page_cache(path: &Path) {
         // inside it: address ≡ file offset (mod 2 MiB) everywhere.
         let resv = libc::mmap(
             std::ptr::null_mut(),
-            len + PMD,
+            len + (common::pmd() as usize),
             libc::PROT_NONE,
             libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
             -1,
             0,
         );
         assert_ne!(resv, libc::MAP_FAILED);
-        let aligned = ((resv as usize + PMD - 1) & !(PMD - 1)) as *mut libc::c_void;
+        let aligned =
+            ((resv as usize + (common::pmd() as usize) - 1) & !((common::pmd() as usize) - 1)) as *mut libc::c_void;
         let p = libc::mmap(
             aligned,
             len,
@@ -56,7 +56,7 @@ fn fill_pmd_page_cache(path: &Path) {
             "MADV_POPULATE_READ: {}",
             std::io::Error::last_os_error()
         );
-        libc::munmap(resv, len + PMD);
+        libc::munmap(resv, len + (common::pmd() as usize));
     }
 }
 
@@ -114,7 +114,7 @@ fn assert_aligned_and_huge(r: &common::Running, file: &Path, what: &str, before:
     let (after, maps) = smaps_file_pmd(r.child.id(), file);
     for (start, off) in &maps {
         assert_eq!(
-            (start - off) % PMD as u64,
+            (start - off) % common::pmd(),
             0,
             "{what}: aligned text mapped at {start:#x} for offset {off:#x}"
         );
@@ -140,7 +140,7 @@ fn s(p: &Path) -> &str {
 fn assert_before(pmd: u64, maps: &[(u64, u64)], skewed: bool) {
     let congruent = maps
         .iter()
-        .any(|(start, off)| (start.wrapping_sub(*off)) % PMD as u64 == 0);
+        .any(|(start, off)| (start.wrapping_sub(*off)) % common::pmd() == 0);
     if skewed || !congruent {
         assert_eq!(pmd, 0, "unaligned text should not be PMD-mapped (maps {maps:x?})");
     }
@@ -488,13 +488,17 @@ fn bad_inputs_fail_cleanly_and_leave_the_file_intact() {
     let m = assert_clean_failure(&[s(&x32)], &x32, 3);
     assert!(m.contains("32-bit"), "{m}");
 
-    // Wrong machine: e_machine = AArch64.
-    let arm = common::copy_fixture(d, "lld", "pie");
-    let arm2 = d.join("arm");
-    fs::rename(&arm, &arm2).unwrap();
-    patch(&arm2, 18, &183u16.to_le_bytes());
-    let m = assert_clean_failure(&[s(&arm2)], &arm2, 3);
-    assert!(m.contains("AArch64"), "{m}");
+    // A machine align does not handle: e_machine = RISC-V (AArch64 files
+    // are aligned: tests/arm64.rs).
+    let rv = common::copy_fixture(d, "lld", "pie");
+    let rv2 = d.join("riscv");
+    fs::rename(&rv, &rv2).unwrap();
+    patch(&rv2, 18, &243u16.to_le_bytes());
+    let m = assert_clean_failure(&[s(&rv2)], &rv2, 3);
+    assert!(
+        m.contains("RISC-V ELF: hugetext aligns x86-64 and AArch64 files only"),
+        "{m}"
+    );
 
     // Absurd header: a PT_LOAD claiming 2^62 bytes.
     let absurd = common::copy_fixture(d, "mold", "pie");

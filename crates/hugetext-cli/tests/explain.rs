@@ -415,14 +415,20 @@ fn small_text_has_no_whole_window_and_no_fix() {
         .find(|m| m["path"] == exe.as_str())
         .unwrap_or_else(|| panic!("{exe} not in {v:#}"));
     assert_eq!(reason(m), "no-whole-window", "{m:#}");
-    assert!(m["size_kb"].as_u64().unwrap() < 2048, "{m:#}");
+    assert!(m["size_kb"].as_u64().unwrap() < common::pmd_kb(), "{m:#}");
     assert_eq!(
         (m["whole_windows"].as_u64(), m["gain_kb"].as_u64()),
         (Some(0), Some(0)),
         "{m:#}"
     );
     assert!(m["fix"].is_null(), "{m:#}");
-    assert!(evidence(m).contains("no whole 2 MiB window fits"), "{m:#}");
+    assert!(
+        evidence(m).contains(&format!(
+            "no whole {} window fits",
+            hugetext::elf::check::size_words(common::pmd())
+        )),
+        "{m:#}"
+    );
     // Nothing to gain from this mapping: the summary offers no fix for it.
     assert!(!p["summary"].as_str().unwrap().contains(&exe), "{p:#}");
 }
@@ -496,7 +502,7 @@ fn library_at_an_unaligned_base_with_the_loader_and_its_tunables() {
     assert_eq!(p["loader"]["elf_thp"], knows, "{p:#}");
 
     let m = mapping(r.pid(), &lib);
-    if (start(&m) - m["offset"].as_u64().unwrap()) % (2 << 20) == 0 {
+    if (start(&m) - m["offset"].as_u64().unwrap()) % common::pmd() == 0 {
         // Kernels that give the file large folios also place big file
         // mappings 2 MiB-aligned (thp_get_unmapped_area), so ld.so's base is.
         assert!(

@@ -19,7 +19,6 @@ use hugetext::kernel::{self};
 use serde_json::Value;
 
 const MIB: u64 = 1 << 20;
-const PMD: u64 = 2 << 20;
 
 fn ok(out: Output, what: &str) -> Output {
     exits(out, 0, what)
@@ -101,7 +100,7 @@ fn warm_reaches_every_window(dir: &Path, fstype: &str) {
     assert!(eligible >= 9, "{w:#}");
     assert_eq!(w["pmd_windows"], eligible, "not 100% of eligible windows: {w:#}");
     assert_eq!(w["mappable_windows"], eligible, "ET_EXEC text is congruent: {w:#}");
-    assert_eq!(w["pmd_kb"].as_u64().unwrap(), eligible * 2048);
+    assert_eq!(w["pmd_kb"].as_u64().unwrap(), eligible * common::pmd_kb());
 
     // inspect --file agrees: the same kB in 2 MiB folios, the same windows.
     let out = ok(
@@ -109,7 +108,11 @@ fn warm_reaches_every_window(dir: &Path, fstype: &str) {
         "inspect --file",
     );
     let i = &json(&out)["files"][0];
-    assert_eq!(i["folios"]["2048kB"], w["pmd_kb"], "inspect {i:#} vs warm {w:#}");
+    assert_eq!(
+        i["folios"][format!("{}kB", common::pmd_kb())],
+        w["pmd_kb"],
+        "inspect {i:#} vs warm {w:#}"
+    );
     assert_eq!(i["pmd_windows_huge"], w["pmd_windows"], "inspect {i:#} vs warm {w:#}");
     assert!(i["cached_kb"].as_u64().unwrap() >= w["cached_kb"].as_u64().unwrap());
 
@@ -117,7 +120,7 @@ fn warm_reaches_every_window(dir: &Path, fstype: &str) {
     let r = Running::fixture(&prog);
     let (file_pmd, anon, _) = r.huge_of(&prog);
     assert!(file_pmd >= 16 * MIB, "FilePmdMapped {} KiB on {fstype}", file_pmd >> 10);
-    assert_eq!(file_pmd, eligible * PMD, "every warmed window is PMD-mapped");
+    assert_eq!(file_pmd, eligible * common::pmd(), "every warmed window is PMD-mapped");
     assert_eq!(anon, 0);
     r.stop();
 }
@@ -216,7 +219,7 @@ fn says_what_the_kernel_does(dir: &Path, fstype: &str) {
     assert!(eligible >= 9);
     assert_eq!(
         w["small"]["no_large_folios_kb"].as_u64().unwrap(),
-        eligible * 2048,
+        eligible * common::pmd_kb(),
         "{w:#}"
     );
     let impossible = |notes: &str| notes.contains(&format!("PMD folios are impossible on this filesystem ({fstype})"));

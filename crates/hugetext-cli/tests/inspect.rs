@@ -590,11 +590,28 @@ fn json_shape_is_stable() {
     child.wait().unwrap();
 
     let v = run_json(&["inspect", "--json", "--file", "/bin/sleep"]);
-    assert_eq!(keys(&v), ["files", "pfn_access"]);
+    assert_eq!(keys(&v), ["contpte_block_kb", "files", "pfn_access"]);
+    // The contpte block where the machine has one (arm64), else null.
+    assert_eq!(
+        v["contpte_block_kb"].as_u64(),
+        kernel::cont_pte_size().map(|b| b as u64 / 1024)
+    );
     let f = &v["files"][0];
     assert_eq!(
         keys(f),
-        ["cached_kb", "folios", "path", "pmd_windows", "pmd_windows_huge", "size"]
+        [
+            "cached_kb",
+            "contpte_kb",
+            "folios",
+            "path",
+            "pmd_windows",
+            "pmd_windows_huge",
+            "size"
+        ]
+    );
+    assert_eq!(
+        f["contpte_kb"].is_u64(),
+        kernel::cont_pte_size().is_some() && f["folios"].is_object()
     );
     assert!(f["path"].as_str().unwrap().ends_with("sleep"));
     assert!(f["size"].is_u64() && f["cached_kb"].is_u64() && f["pmd_windows"].is_u64());
@@ -603,5 +620,26 @@ fn json_shape_is_stable() {
             k.strip_suffix("kB").unwrap().parse::<u64>().is_ok() && n.is_u64(),
             "{f}"
         );
+    }
+}
+
+/// Without --cont, arm64 gets the contpte view (the kernel's contiguous-PTE
+/// block for its page size) and other machines none.
+#[test]
+fn contpte_view_is_the_default_on_arm64_only() {
+    let mut child = Command::new("sleep").arg("60").spawn().unwrap();
+    let pid = child.id().to_string();
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let v = run_json(&["inspect", "--pid", &pid, "--json", "--rollup"]);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let p = v["processes"][0].as_object().unwrap();
+    let cont: Vec<&String> = p.keys().filter(|k| k.contains("-cont-")).collect();
+    match kernel::cont_pte_size() {
+        Some(block) => {
+            let key = format!("file-cont-pte-aligned-{}kB", block / 1024);
+            assert!(cont.contains(&&key), "{key} missing: {cont:?}");
+        }
+        None => assert!(cont.is_empty(), "{cont:?}"),
     }
 }

@@ -282,7 +282,7 @@ fn huge_in_span(smaps: &str, name: &str) -> (u64, u64) {
     );
     let inside = es.iter().filter(|e| e.start >= lo && e.end <= hi);
     let huge = inside.clone().map(|e| e.huge).sum();
-    let pmd = 2 << 20;
+    let pmd = common::pmd();
     let exec_lo = inside.clone().filter(|e| e.exec).map(|e| e.start).min().unwrap_or(0);
     let exec_hi = inside.filter(|e| e.exec).map(|e| e.end).max().unwrap_or(0);
     let windows = (exec_hi / pmd * pmd).saturating_sub(exec_lo.div_ceil(pmd) * pmd) / 1024;

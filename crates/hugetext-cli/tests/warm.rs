@@ -13,8 +13,6 @@ use hugetext::kernel::{self, Mapping};
 use hugetext::{folio, pagecache};
 use serde_json::Value;
 
-const PMD: u64 = 2 << 20;
-
 /// Run `hugetext warm --json ARGS`, expect success, return the parsed output.
 fn warm_json(args: &[&str]) -> Value {
     let mut a = vec!["warm", "--json"];
@@ -94,7 +92,14 @@ fn small_folios_warmed_then_plain_mapping_is_pmd_mapped() {
     // A later plain congruent mapping, no madvise: PMD-mapped.
     let file = File::open(&p).unwrap();
     let len = 32 << 20;
-    let m = Mapping::file_congruent(file.as_fd(), 0, len, libc::PROT_READ | libc::PROT_EXEC, PMD as usize).unwrap();
+    let m = Mapping::file_congruent(
+        file.as_fd(),
+        0,
+        len,
+        libc::PROT_READ | libc::PROT_EXEC,
+        common::pmd() as usize,
+    )
+    .unwrap();
     for off in (0..len).step_by(kernel::page_size()) {
         // SAFETY: inside the mapping.
         unsafe { std::ptr::read_volatile(m.as_ptr().add(off)) };
@@ -169,14 +174,14 @@ fn running_instance_of_library_and_nopie_program_is_pmd_mapped() {
     // The library's text windows are PMD-mapped where ld.so placed the
     // library 2 MiB-aligned (ext4's thp_get_unmapped_area does for big
     // mappings); the small usebig has no whole window of text.
-    assert_eq!(lib_kb, want_lib * 2048, "libbig.so in running usebig");
+    assert_eq!(lib_kb, want_lib * common::pmd_kb(), "libbig.so in running usebig");
     r.stop();
 
     let r = common::Running::fixture(&nopie);
     let kb = file_pmd_mapped(Some(r.pid()), None, "/nopie".into());
     assert_eq!(
         kb,
-        want_nopie * 2048,
+        want_nopie * common::pmd_kb(),
         "nopie text (ET_EXEC, congruent) in the running program"
     );
     r.stop();
@@ -193,7 +198,7 @@ fn deps_warms_the_library_and_running_instance_shows_both_pmd_mapped() {
     assert_eq!(l["pmd_windows"], l["eligible_windows"]);
     let r = common::Running::fixture(&exe);
     let kb = file_pmd_mapped(Some(r.pid()), None, Some("/libbig.so"));
-    assert_eq!(kb, l["pmd_windows"].as_u64().unwrap() * 2048);
+    assert_eq!(kb, l["pmd_windows"].as_u64().unwrap() * common::pmd_kb());
     r.stop();
 }
 

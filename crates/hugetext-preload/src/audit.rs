@@ -219,14 +219,17 @@ fn is_hugetext(name: *const c_char) -> bool {
 }
 
 /// rtld-audit: the interface version. 0 (do not audit) under the kill
-/// switch or `HUGETEXT_LATE=0`.
+/// switch or `HUGETEXT_LATE=0`; otherwise the loader's own version, up to 2.
+/// Versions 1 and 2 differ only in the aarch64 `la_pltenter` register layout,
+/// a hook this module does not define, and glibc 2.35+ refuses version 1 on
+/// aarch64 ("audit interface requires version 1 ... ignored").
 #[no_mangle]
 pub extern "C" fn la_version(version: c_uint) -> c_uint {
     let cfg = Config::from_env();
     if version == 0 || cfg.disabled || !cfg.late {
         return 0;
     }
-    1
+    version.min(2)
 }
 
 /// rtld-audit: an object was mapped.
@@ -442,5 +445,6 @@ fn late(n: usize) {
         only: Some(&st.only[..m]),
         min: cfg.late_min,
     };
+    crate::scan::init_geometry();
     engine::remap_in(&cfg, &scope);
 }

@@ -141,7 +141,7 @@ fn strip(var: &[u8]) {
             return;
         }
         while !(*p).is_null() {
-            let s = *p as *mut u8;
+            let s = (*p).cast::<u8>();
             let len = cstr(*p).len();
             let bytes = core::slice::from_raw_parts_mut(s, len + 1);
             if bytes.starts_with(var) {

@@ -37,7 +37,7 @@ use crate::config::{Config, Strategy};
 use crate::out::{line, Out};
 use crate::pattern;
 use crate::perfmap::{self, ElfFile};
-use crate::scan::{Scanner, PMD};
+use crate::scan::{self, Scanner};
 use crate::smaps::Smaps;
 use crate::sys;
 use crate::verify::Verifier;
@@ -109,8 +109,10 @@ impl Scope<'_> {
     pub const ALL: Scope<'static> = Scope { only: None, min: 0 };
 }
 
-/// Bytes of `[start, end)` in whole 2 MiB windows.
+/// Bytes of `[start, end)` in whole PMD-size windows.
 pub fn window_bytes(start: usize, end: usize) -> u64 {
+    #[allow(non_snake_case)]
+    let PMD = scan::pmd();
     let ws = (start + PMD - 1) & !(PMD - 1);
     let we = end & !(PMD - 1);
     we.saturating_sub(ws) as u64
@@ -558,6 +560,8 @@ impl Pass<'_> {
     /// window that tells (process-wide, see [`PT`]). Returns (0 or
     /// `-errno`, whether the page cache was evicted, what failed).
     fn window(&mut self, c: &Cand, f: i32, s: usize) -> (isize, bool, &'static str) {
+        #[allow(non_snake_case)]
+        let PMD = scan::pmd();
         let off = Self::file_off(c, s);
         let (detect, replace) = window_mode(PT.load(Relaxed), self.checks, self.probes);
         // The window's huge bytes before (outside the critical section: smaps
@@ -618,7 +622,10 @@ impl Pass<'_> {
 
     /// The critical section of one window (see [`Pass::window`]).
     fn refault(&mut self, f: i32, s: usize, off: u64, replace: bool) -> (isize, bool, &'static str) {
-        let mut resident = [0u8; PMD / 4096];
+        #[allow(non_snake_case)]
+        let PMD = scan::pmd();
+        // One byte per page of the window (the rest stays 0).
+        let mut resident = [0u8; scan::MAX_PMD_PAGES];
         let mask = sys::block_signals();
         // Critical section: only raw syscalls and this library's own code
         // until the window is refaulted.
@@ -714,6 +721,8 @@ impl Pass<'_> {
     /// and may then fail allocating the new VMA (`ENOMEM`, in practice only
     /// for a task being OOM-killed), leaving a hole: map the range again.
     fn replace(&mut self, f: i32, s: usize, off: u64) -> (isize, &'static str) {
+        #[allow(non_snake_case)]
+        let PMD = scan::pmd();
         let prot = libc::PROT_READ | libc::PROT_EXEC;
         let flags = libc::MAP_PRIVATE | libc::MAP_FIXED;
         // SAFETY: the same bytes as before, the window's range of the very
@@ -743,6 +752,8 @@ impl Pass<'_> {
     /// with a PMD (`do_set_pmd()`), small folios with PTEs. Read-only, and
     /// the pages are resident (just populated): nothing is read from disk.
     fn cache_is_pmd(&self, f: i32, off: u64) -> bool {
+        #[allow(non_snake_case)]
+        let PMD = scan::pmd();
         let m = sys::mmap(
             2 * PMD,
             libc::PROT_NONE,
@@ -771,6 +782,8 @@ impl Pass<'_> {
 
     /// One text mapping.
     fn mapping(&mut self, c: &Cand) {
+        #[allow(non_snake_case)]
+        let PMD = scan::pmd();
         let ws = (c.start + PMD - 1) & !(PMD - 1);
         let we = c.end & !(PMD - 1);
         if ws >= we {
@@ -938,6 +951,8 @@ impl Pass<'_> {
 
     /// Route 2, `file`, zero copy (congruent text only).
     fn route_file(&mut self, c: &Cand, w: &mut Windows, fd: &mut isize, advised: &mut bool) {
+        #[allow(non_snake_case)]
+        let PMD = scan::pmd();
         let (a, all) = (w.a, w.all);
         if !*advised {
             *advised = true;
@@ -1024,6 +1039,8 @@ impl Pass<'_> {
     /// Route 3, `collapse`: `MADV_COLLAPSE` (file text needs
     /// `CONFIG_READ_ONLY_THP_FOR_FS`; a refusal is remembered for the pass).
     fn route_collapse(&mut self, c: &Cand, w: &mut Windows) {
+        #[allow(non_snake_case)]
+        let PMD = scan::pmd();
         let mut err = 0;
         for (i, k) in runs(w.all & !w.huge) {
             let r = sys::advise(w.a + i * PMD, k * PMD, sys::Keep::Collapse);
@@ -1049,6 +1066,8 @@ impl Pass<'_> {
     /// Route 4, `copy`: every window not yet huge into anonymous huge
     /// pages ([`Pass::copy`]).
     fn route_copy(&mut self, c: &Cand, w: &mut Windows, fd: &mut isize, elf: &mut Option<ElfFile>) {
+        #[allow(non_snake_case)]
+        let PMD = scan::pmd();
         let f = self.ensure_fd(c, fd);
         if self.cfg.perf_map && elf.is_none() && f > 0 {
             *elf = ElfFile::map(f as i32).ok();
@@ -1062,6 +1081,8 @@ impl Pass<'_> {
     /// Copy `k` windows at `dst` into anonymous huge pages and move them over
     /// the original with one mremap per run of huge windows.
     fn copy(&mut self, c: &Cand, fd: isize, dst: usize, k: usize, elf: Option<&ElfFile>) {
+        #[allow(non_snake_case)]
+        let PMD = scan::pmd();
         let len = k * PMD;
         let m = sys::mmap(
             len + PMD,
@@ -1390,6 +1411,8 @@ pub fn remap(cfg: &Config) -> isize {
 
 /// [`remap`] limited to the mappings `scope` names.
 pub fn remap_in(cfg: &Config, scope: &Scope) -> isize {
+    #[allow(non_snake_case)]
+    let PMD = scan::pmd();
     let t0 = sys::now_ns();
     if let Some(s) = cfg.bad_strategy {
         if cfg.verbose {
@@ -1588,9 +1611,11 @@ mod tests {
         };
         assert_eq!(in_scope(&big, a, 6 << 20), Some(false));
         assert_eq!(in_scope(&Scope::ALL, b, 0), Some(true));
-        assert_eq!(window_bytes(0x1000, 0x5ff000), 2 << 20);
-        assert_eq!(window_bytes(0x200000, 0x600000), 4 << 20);
-        assert_eq!(window_bytes(0x1000, 0x3ff000), 0);
+        // In units of the running kernel's PMD size, whatever it is.
+        let p = scan::pmd();
+        assert_eq!(window_bytes(0x1000, 3 * p - 0x1000), p as u64);
+        assert_eq!(window_bytes(p, 3 * p), 2 * p as u64);
+        assert_eq!(window_bytes(0x1000, 2 * p - 0x1000), 0);
     }
 
     #[test]

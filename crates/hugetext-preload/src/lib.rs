@@ -48,6 +48,8 @@ fn pass(cfg: &config::Config) -> isize {
     if busy.swap(true, Ordering::Acquire) {
         return -(libc::EBUSY as isize);
     }
+    // The kernel's PMD size, read before any critical section.
+    scan::init_geometry();
     let r = engine::remap(cfg);
     busy.store(false, Ordering::Release);
     r

@@ -1,4 +1,4 @@
-//! Which 2 MiB windows of this process are PMD-mapped, and whether a range
+//! Which PMD-size windows of this process are PMD-mapped, and whether a range
 //! holds pages that are not the file's (copy-on-write copies made by a
 //! debugger's breakpoints or uprobes): the `PAGEMAP_SCAN` ioctl on
 //! `/proc/self/pagemap` (Linux 6.7+). It needs no privilege and reads only
@@ -6,10 +6,52 @@
 
 use crate::sys;
 
+use core::sync::atomic::{AtomicUsize, Ordering};
 use hugetext_abi::pagemap_scan::{
     PageRegion, PmScanArg, PAGEMAP_SCAN, PAGE_IS_FILE, PAGE_IS_HUGE, PAGE_IS_PRESENT, PAGE_IS_SWAPPED,
 };
-pub use hugetext_abi::PMD_SIZE as PMD;
+
+/// The running kernel's PMD size, bytes; 0 until first asked.
+static PMD_BYTES: AtomicUsize = AtomicUsize::new(0);
+
+/// Most pages one PMD maps (64 KiB pages: 8192): the size of a `mincore`
+/// vector for one window.
+pub const MAX_PMD_PAGES: usize = 8192;
+
+/// The running kernel's PMD size (2 MiB on x86-64; 2, 32 or 512 MiB on
+/// arm64 with 4, 16 or 64 KiB pages): `hpage_pmd_size` from sysfs, else
+/// what the page size (`AT_PAGESZ`) implies. Read once, with raw system
+/// calls ([`init_geometry`] runs before any critical section).
+#[inline]
+pub fn pmd() -> usize {
+    match PMD_BYTES.load(Ordering::Relaxed) {
+        0 => init_geometry(),
+        n => n,
+    }
+}
+
+/// Read the PMD size (see [`pmd`]) and remember it; returns it.
+pub fn init_geometry() -> usize {
+    use hugetext_abi::geometry;
+    let mut path = [0u8; 64];
+    let p = geometry::HPAGE_PMD_SIZE_PATH.as_bytes();
+    path[..p.len()].copy_from_slice(p);
+    let mut buf = [0u8; 32];
+    let mut n = 0;
+    let fd = sys::open(&path[..=p.len()], libc::O_RDONLY | libc::O_CLOEXEC, 0);
+    if fd >= 0 {
+        n = sys::read(fd as i32, &mut buf).max(0) as usize;
+        sys::close(fd as i32);
+    }
+    // SAFETY: getauxval has no preconditions.
+    let page = unsafe { libc::getauxval(libc::AT_PAGESZ) } as usize;
+    let v = geometry::parse_pmd_size(&buf[..n])
+        .or_else(|| geometry::pmd_size_for_page(page))
+        .filter(|&v| v / page.max(1) <= MAX_PMD_PAGES)
+        .unwrap_or(page.max(4096) / 8 * page.max(4096));
+    PMD_BYTES.store(v, Ordering::Relaxed);
+    v
+}
 
 /// An open `/proc/self/pagemap`.
 pub struct Scanner {
@@ -58,6 +100,8 @@ impl Scanner {
     /// Bit `i` set ⇔ the window `[start + i·2M, start + (i+1)·2M)` is
     /// PMD-mapped. `start` is 2 MiB-aligned, `n <= 64`.
     pub fn huge_windows(&self, start: usize, n: usize) -> Result<u64, isize> {
+        #[allow(non_snake_case)]
+        let PMD = pmd();
         debug_assert!(start % PMD == 0 && n <= 64);
         let mut regs = [PageRegion::default(); 64];
         let end = start + n * PMD;

@@ -22,7 +22,7 @@
 //! kernels a missing field reads as 0, so nothing is ever over-claimed.
 
 use crate::maps;
-use crate::scan::PMD;
+use crate::scan;
 use crate::sys;
 use hugetext_abi::smaps::kb_field;
 
@@ -42,6 +42,8 @@ pub struct Vma {
 impl Vma {
     /// The whole 2 MiB windows inside `[max(start, lo), min(end, hi))`.
     fn windows_within(&self, lo: usize, hi: usize) -> (usize, usize) {
+        #[allow(non_snake_case)]
+        let PMD = scan::pmd();
         let s = (self.start.max(lo) + PMD - 1) & !(PMD - 1);
         let e = self.end.min(hi) & !(PMD - 1);
         (s, e.max(s))
@@ -127,6 +129,8 @@ impl Smaps {
     /// returns the PMD-mapped bytes of `[lo, hi)`: per intersecting VMA its
     /// total, at most its whole windows inside `[lo, hi)`.
     pub fn measure(&self, start: usize, n: usize, lo: usize, hi: usize) -> Result<(u64, u64), isize> {
+        #[allow(non_snake_case)]
+        let PMD = scan::pmd();
         let end = start + n * PMD;
         let (mut mask, mut bytes) = (0u64, 0u64);
         self.each(start.min(lo), end.max(hi), |v| {
@@ -173,17 +177,21 @@ mod tests {
             pmd,
             private: 0,
         };
-        // 0x1000..0x801000: windows 2M, 4M, 6M (3 whole windows).
-        assert!(v(0x1000, 0x80_1000, 6 << 20).all_huge());
-        assert!(!v(0x1000, 0x80_1000, 4 << 20).all_huge());
+        // 0x1000..4 PMD + 0x1000: windows 1, 2, 3 (3 whole windows), in
+        // units of the running kernel's PMD size.
+        let p = scan::pmd();
+        assert!(v(0x1000, 4 * p + 0x1000, (3 * p) as u64).all_huge());
+        assert!(!v(0x1000, 4 * p + 0x1000, (2 * p) as u64).all_huge());
         // No whole window: never "all huge".
-        assert!(!v(0x1000, 0x20_0000, 0).all_huge());
+        assert!(!v(0x1000, p, 0).all_huge());
     }
 
     /// Against this process's real smaps: an anonymous MADV_HUGEPAGE
     /// mapping of 4 windows, all touched, then 2 of 4.
     #[test]
     fn measures_a_real_anonymous_mapping() {
+        #[allow(non_snake_case)]
+        let PMD = scan::pmd();
         let s = Smaps::open().unwrap();
         let len = 4 * PMD;
         let m = sys::mmap(

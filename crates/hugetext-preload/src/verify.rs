@@ -1,7 +1,7 @@
 //! What is huge-backed: `PAGEMAP_SCAN` (Linux 6.7+, per window), else
 //! `/proc/self/smaps` totals (per VMA; see smaps.rs for what they prove).
 
-use crate::scan::{Scanner, PMD};
+use crate::scan::{self, Scanner};
 use crate::smaps::Smaps;
 
 /// The verifier of one pass.
@@ -25,6 +25,8 @@ impl Verifier {
     /// windows). Differences of the bytes between two calls with the same
     /// arguments are what happened in between.
     pub fn measure(&self, start: usize, n: usize, lo: usize, hi: usize) -> Result<(u64, u64), isize> {
+        #[allow(non_snake_case)]
+        let PMD = scan::pmd();
         match self {
             Verifier::Scan(s) => {
                 let m = s.huge_windows(start, n)?;
@@ -36,11 +38,15 @@ impl Verifier {
 
     /// The windows of `[start, start + n·2M)` proved PMD-mapped.
     pub fn huge_windows(&self, start: usize, n: usize) -> Result<u64, isize> {
+        #[allow(non_snake_case)]
+        let PMD = scan::pmd();
         self.measure(start, n, start, start + n * PMD).map(|(m, _)| m)
     }
 
     /// PMD-mapped bytes of the whole windows `[ws, we)` (2 MiB-aligned).
     pub fn huge_bytes(&self, ws: usize, we: usize) -> Result<u64, isize> {
+        #[allow(non_snake_case)]
+        let PMD = scan::pmd();
         match self {
             Verifier::Scan(_) => {
                 let mut total = 0;

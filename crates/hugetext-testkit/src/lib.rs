@@ -235,6 +235,17 @@ pub fn loop_fs(fstype: &str) -> Option<LoopFs> {
     }
 }
 
+/// The running kernel's PMD size in bytes (2 MiB on x86-64, 32 MiB on a
+/// 16 KiB-page arm64 kernel): tests compute expectations from it.
+pub fn pmd() -> u64 {
+    hugetext::kernel::pmd_size() as u64
+}
+
+/// [`pmd`] in kB, as JSON reports count.
+pub fn pmd_kb() -> u64 {
+    pmd() / 1024
+}
+
 /// Print a line that shows in a normal `cargo test` run: libtest captures
 /// what `println!`/`eprintln!` print, not direct writes to stderr.
 pub fn skip_line(msg: &str) {

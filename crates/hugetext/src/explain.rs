@@ -20,8 +20,6 @@ use crate::folio::{Class, Counts, Kind};
 use crate::warm::ProcRef;
 use crate::{folio, fsutil, inspect, kernel, procfs, remap, warm, Error, Result};
 
-const PMD_KB: u64 = 2048;
-
 /// What the whole machine says, the same for every process.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct SystemFacts {
@@ -36,6 +34,9 @@ pub struct SystemFacts {
     /// place; without it only large-folio filesystems give 2 MiB file folios,
     /// filled when the file is read. `None`: the config is not readable.
     pub read_only_thp_for_fs: Option<bool>,
+    /// PMD size of the running kernel, bytes (2 MiB on x86-64; 2, 32 or
+    /// 512 MiB on arm64 with 4, 16 or 64 KiB pages).
+    pub pmd_size: u64,
 }
 
 /// Where a file-backed text mapping sits against its file (from the ELF
@@ -108,9 +109,9 @@ pub struct MappingFacts {
 }
 
 impl MappingFacts {
-    /// Whole 2 MiB windows of the mapping's address range.
-    pub fn windows(&self) -> u64 {
-        whole_windows(self.start, self.end - self.start)
+    /// Whole `pmd`-size windows of the mapping's address range.
+    pub fn windows(&self, pmd: u64) -> u64 {
+        whole_windows(self.start, self.end - self.start, pmd)
     }
 }
 
@@ -237,13 +238,15 @@ fn pids(v: &[ProcRef]) -> String {
 /// The first reason that applies to the part of `m` that is not
 /// PMD-mapped, in the kernel's order. Pure.
 pub fn decide(sys: &SystemFacts, p: &ProcessFacts, m: &MappingFacts) -> Verdict {
-    let windows = m.windows();
-    let gain = (windows * PMD_KB).saturating_sub(m.pmd_kb);
+    let pmd_kb = sys.pmd_size / 1024;
+    let pmd_w = crate::elf::check::size_words(sys.pmd_size);
+    let windows = m.windows(sys.pmd_size);
+    let gain = (windows * pmd_kb).saturating_sub(m.pmd_kb);
     if windows == 0 {
         return verdict(
             Reason::NoWholeWindow,
             format!(
-                "{} kB mapped at {:#x}: no whole 2 MiB window fits, so none of it can be PMD-mapped",
+                "{} kB mapped at {:#x}: no whole {pmd_w} window fits, so none of it can be PMD-mapped",
                 (m.end - m.start) / 1024,
                 m.start
             ),
@@ -254,7 +257,7 @@ pub fn decide(sys: &SystemFacts, p: &ProcessFacts, m: &MappingFacts) -> Verdict 
     if gain == 0 {
         return verdict(
             Reason::Ok,
-            format!("all {windows} whole 2 MiB windows are PMD-mapped"),
+            format!("all {windows} whole {pmd_w} windows are PMD-mapped"),
             None,
             0,
         );
@@ -314,7 +317,7 @@ pub fn decide(sys: &SystemFacts, p: &ProcessFacts, m: &MappingFacts) -> Verdict 
             format!(
                 "anonymous copy made by `hugetext run`: {} kB of {} kB in whole windows are in huge pages",
                 m.pmd_kb,
-                windows * PMD_KB
+                windows * pmd_kb
             ),
             Some("restart it with `hugetext run -v` and read why the copy was not made huge".into()),
             gain,
@@ -325,7 +328,7 @@ pub fn decide(sys: &SystemFacts, p: &ProcessFacts, m: &MappingFacts) -> Verdict 
             return verdict(
                 Reason::LayoutSkewed,
                 format!(
-                    "the segment's p_vaddr - p_offset is {skew:#x} modulo 2 MiB (lld/mold layout): no address makes it congruent"
+                    "the segment's p_vaddr - p_offset is {skew:#x} modulo {pmd_w} (lld/mold layout): no address makes it congruent"
                 ),
                 Some(format!("hugetext align {}", m.path)),
                 gain,
@@ -336,7 +339,7 @@ pub fn decide(sys: &SystemFacts, p: &ProcessFacts, m: &MappingFacts) -> Verdict 
             return verdict(
                 Reason::BaseUnaligned,
                 format!(
-                    "loaded at base {base:#x}, not 2 MiB-aligned (p_align {p_align:#x}): address - offset = {:#x} is not a multiple of 2 MiB{note}",
+                    "loaded at base {base:#x}, not {pmd_w}-aligned (p_align {p_align:#x}): address - offset = {:#x} is not a multiple of {pmd_w}{note}",
                     m.start.wrapping_sub(m.offset)
                 ),
                 Some(fix),
@@ -347,7 +350,7 @@ pub fn decide(sys: &SystemFacts, p: &ProcessFacts, m: &MappingFacts) -> Verdict 
             return verdict(
                 Reason::LayoutSkewed,
                 format!(
-                    "mapped at {:#x} from file offset {:#x}: not congruent modulo 2 MiB ({why})",
+                    "mapped at {:#x} from file offset {:#x}: not congruent modulo {pmd_w} ({why})",
                     m.start, m.offset
                 ),
                 Some("start it with `hugetext run --strategy copy`".into()),
@@ -402,7 +405,7 @@ pub fn decide(sys: &SystemFacts, p: &ProcessFacts, m: &MappingFacts) -> Verdict 
             verdict(
                 Reason::CacheSmallFolios,
                 format!(
-                    "{} of {} whole windows are 2 MiB folios in the page cache; cached: {}{note}",
+                    "{} of {} whole windows are {pmd_w} folios in the page cache; cached: {}{note}",
                     c.pmd_windows,
                     c.windows,
                     if sizes.is_empty() { "nothing".into() } else { sizes.join(", ") }
@@ -414,7 +417,7 @@ pub fn decide(sys: &SystemFacts, p: &ProcessFacts, m: &MappingFacts) -> Verdict 
         Some(Ok(c)) => verdict(
             Reason::MappedBeforeWarm,
             format!(
-                "all {} whole windows are 2 MiB folios in the page cache, but this process maps them with 4 KiB page-table entries (it mapped them before they were 2 MiB folios, or while huge pages were off for it)",
+                "all {} whole windows are {pmd_w} folios in the page cache, but this process maps them with base-page page-table entries (it mapped them before they were {pmd_w} folios, or while huge pages were off for it)",
                 c.windows
             ),
             Some(match sys.read_only_thp_for_fs {
@@ -445,6 +448,7 @@ pub fn loader_advice(sys: &SystemFacts, p: &ProcessFacts, m: &MappingFacts) -> (
         return (String::new(), align);
     };
     let set = p.glibc_tunables.as_deref().and_then(|t| tunable(t, "glibc.elf.thp")) == Some("1");
+    let pmd_w = crate::elf::check::size_words(sys.pmd_size);
     let mode = sys.thp_enabled.as_deref().unwrap_or("unknown");
     if set {
         let note = format!(
@@ -457,7 +461,7 @@ pub fn loader_advice(sys: &SystemFacts, p: &ProcessFacts, m: &MappingFacts) -> (
         (
             note,
             format!(
-                "restart it with GLIBC_TUNABLES=glibc.elf.thp=1 (the loader then maps it 2 MiB-aligned), or {align}"
+                "restart it with GLIBC_TUNABLES=glibc.elf.thp=1 (the loader then maps it {pmd_w}-aligned), or {align}"
             ),
         )
     } else {
@@ -597,7 +601,7 @@ pub fn report(sys: &SystemFacts, procs: &[ProcessFacts]) -> Report {
                         pte_large_kb: m.pte_large_kb,
                         base_kb: m.base_kb,
                         pte_unknown_kb: m.pte_unknown_kb,
-                        whole_windows: m.windows(),
+                        whole_windows: m.windows(sys.pmd_size),
                         verdict,
                     })
                     .collect(),
@@ -622,14 +626,15 @@ impl SystemFacts {
             hypervisor: kernel::hypervisor(),
             itlb_multihit: kernel::cpu_vulnerability("itlb_multihit"),
             read_only_thp_for_fs: kernel::kernel_config("CONFIG_READ_ONLY_THP_FOR_FS").map(|v| v == "y"),
+            pmd_size: kernel::pmd_size() as u64,
         }
     }
 }
 
 /// The layout of a file mapping at `start` from file `offset`, given the
-/// file's `check` segments as (p_offset, p_filesz, p_vaddr, p_align). Pure.
-pub fn layout_of(start: u64, offset: u64, segments: &[(u64, u64, u64, u64)]) -> Layout {
-    let pmd = PMD_KB * 1024;
+/// file's `check` segments as (p_offset, p_filesz, p_vaddr, p_align), for
+/// a kernel with `pmd`-byte PMDs. Pure.
+pub fn layout_of(start: u64, offset: u64, segments: &[(u64, u64, u64, u64)], pmd: u64) -> Layout {
     if start.wrapping_sub(offset) % pmd == 0 {
         return Layout::Congruent;
     }
@@ -696,6 +701,7 @@ fn kb_of(counts: &Counts) -> (u64, u64, u64, u64) {
 }
 
 fn mapping_facts(pid: i32, t: &remap::TextMapping, offset: u64, fs_cache: &mut FsCache) -> MappingFacts {
+    let pmd = kernel::pmd_size() as u64;
     let mut m = MappingFacts {
         start: t.start,
         end: t.end,
@@ -724,8 +730,8 @@ fn mapping_facts(pid: i32, t: &remap::TextMapping, offset: u64, fs_cache: &mut F
         })
         .map_err(|e| e.to_string());
     m.layout = Some(match segments {
-        Ok(segs) => layout_of(t.start, offset, &segs),
-        Err(why) => match layout_of(t.start, offset, &[]) {
+        Ok(segs) => layout_of(t.start, offset, &segs, pmd),
+        Err(why) => match layout_of(t.start, offset, &[], pmd) {
             Layout::Congruent => Layout::Congruent,
             _ => Layout::NotCongruent { why },
         },
@@ -1021,6 +1027,7 @@ mod tests {
 
     fn madvise() -> SystemFacts {
         SystemFacts {
+            pmd_size: M,
             thp_enabled: Some("madvise".into()),
             ..Default::default()
         }
@@ -1050,6 +1057,7 @@ mod tests {
         let mut p = proc1(m);
         p.thp_disabled = Some(true);
         let never = SystemFacts {
+            pmd_size: M,
             thp_enabled: Some("never".into()),
             ..Default::default()
         };
@@ -1074,7 +1082,7 @@ mod tests {
 
     #[test]
     fn base_breaking_congruence_shows_the_base() {
-        let l = layout_of(0x5555_5561_1000, 0x1000, &[(0x1000, 8 * M, 0x1000, 0x1000)]);
+        let l = layout_of(0x5555_5561_1000, 0x1000, &[(0x1000, 8 * M, 0x1000, 0x1000)], M);
         assert_eq!(
             l,
             Layout::BaseBreaks {
@@ -1090,10 +1098,10 @@ mod tests {
         assert!(v.evidence.contains("0x555555610000"), "{}", v.evidence);
         assert_eq!(v.fix.as_deref(), Some("hugetext align /usr/bin/x"));
         assert_eq!(
-            layout_of(0x20_2000, 0x1000, &[(0x1000, 8 * M, 0x2000, 0x1000)]),
+            layout_of(0x20_2000, 0x1000, &[(0x1000, 8 * M, 0x2000, 0x1000)], M),
             Layout::Skewed { skew: 0x1000 }
         );
-        assert_eq!(layout_of(0x40_0000, 0, &[]), Layout::Congruent);
+        assert_eq!(layout_of(0x40_0000, 0, &[], M), Layout::Congruent);
     }
 
     #[test]
@@ -1243,6 +1251,7 @@ mod tests {
         let mut p = proc1(m);
         p.exe = Some("/usr/bin/x".into());
         let always = SystemFacts {
+            pmd_size: M,
             thp_enabled: Some("always".into()),
             ..Default::default()
         };
@@ -1297,6 +1306,7 @@ mod tests {
         }));
         let p = proc1(m);
         let ro = |v: Option<bool>| SystemFacts {
+            pmd_size: M,
             read_only_thp_for_fs: v,
             ..madvise()
         };
@@ -1328,6 +1338,7 @@ mod tests {
     fn vm_note_explains_itlb_multihit() {
         assert!(system_notes(&madvise()).is_empty());
         let sys = SystemFacts {
+            pmd_size: M,
             hypervisor: true,
             itlb_multihit: Some("Not affected".into()),
             ..madvise()

@@ -307,6 +307,9 @@ pub struct TotalJson {
 pub struct FilesJson {
     /// Whether folio sizes were visible for every file.
     pub pfn_access: bool,
+    /// The running kernel's contpte block (64 kB with 4 KiB pages, 2048 kB
+    /// with 16 or 64 KiB pages); `null` for a page size without one.
+    pub contpte_block_kb: Option<u64>,
     pub files: Vec<FileJson>,
 }
 
@@ -320,6 +323,10 @@ pub struct FileJson {
     pub folios: Option<ClassKb>,
     pub pmd_windows: u64,
     pub pmd_windows_huge: u64,
+    /// kB in folios that arm64 can map with contiguous PTEs (at least the
+    /// contpte block, below the PMD size); `null` without PFN access or
+    /// contpte blocks.
+    pub contpte_kb: Option<u64>,
 }
 
 impl FilesJson {
@@ -327,6 +334,7 @@ impl FilesJson {
     pub fn of(views: &[FileView]) -> FilesJson {
         FilesJson {
             pfn_access: views.iter().all(|v| v.folios_kb.is_some()),
+            contpte_block_kb: kernel::cont_pte_size().map(|b| b as u64 / 1024),
             files: views
                 .iter()
                 .map(|v| FileJson {
@@ -339,6 +347,7 @@ impl FilesJson {
                         .map(|f| f.iter().map(|(k, n)| (format!("{k}kB"), *n)).collect()),
                     pmd_windows: v.pmd_windows,
                     pmd_windows_huge: v.pmd_windows_huge,
+                    contpte_kb: v.contpte_kb,
                 })
                 .collect(),
         }
@@ -761,6 +770,22 @@ pub struct FileView {
     pub pmd_windows: u64,
     /// Windows held in one PMD-size folio.
     pub pmd_windows_huge: u64,
+    /// kB held in folios of at least the contpte block size
+    /// ([`kernel::cont_pte_size`]) and smaller than the PMD size: what arm64
+    /// maps with contiguous PTEs where it cannot use a PMD. `None` without
+    /// folio sizes, or for a page size without contpte blocks.
+    pub contpte_kb: Option<u64>,
+}
+
+/// kB of `folios_kb` (kB per folio size in kB) in folios of at least
+/// `block_kb` and below `pmd_kb`. Pure.
+pub fn contpte_kb(folios_kb: &std::collections::BTreeMap<u64, u64>, block_kb: u64, pmd_kb: u64) -> u64 {
+    folios_kb.range(block_kb..pmd_kb).map(|(_, kb)| kb).sum()
+}
+
+fn contpte_of(folios_kb: &std::collections::BTreeMap<u64, u64>) -> Option<u64> {
+    let block = kernel::cont_pte_size()? as u64 / 1024;
+    Some(contpte_kb(folios_kb, block, kernel::pmd_size() as u64 / 1024))
 }
 
 /// Inspect the page cache of a file, whether or not anyone maps it, without
@@ -774,6 +799,7 @@ pub fn inspect_file(path: &Path) -> Result<FileView> {
             cached_kb: f.cached_kb,
             pmd_windows: f.total_windows,
             pmd_windows_huge: f.pmd_windows.len() as u64,
+            contpte_kb: contpte_of(&f.folios_kb),
             folios_kb: Some(f.folios_kb),
         });
     }
@@ -802,6 +828,7 @@ pub fn inspect_file(path: &Path) -> Result<FileView> {
         folios_kb: None,
         pmd_windows: size / pmd,
         pmd_windows_huge: 0,
+        contpte_kb: None,
     })
 }
 
@@ -818,6 +845,7 @@ mod tests {
             folios_kb,
             pmd_windows: 4,
             pmd_windows_huge: 2,
+            contpte_kb: Some(1024),
         };
         let with = view(Some([(4, 2048), (2048, 4096)].into_iter().collect()));
         let v = serde_json::to_value(FilesJson::of(std::slice::from_ref(&with))).unwrap();
@@ -829,9 +857,21 @@ mod tests {
             (&"/usr/bin/x".into(), &(8u64 << 20).into(), &6144.into())
         );
         assert_eq!((&f["pmd_windows"], &f["pmd_windows_huge"]), (&4.into(), &2.into()));
+        assert_eq!(f["contpte_kb"], 1024);
         // One file without folio sizes makes the whole report "no PFN access".
         let v = serde_json::to_value(FilesJson::of(&[with, view(None)])).unwrap();
         assert_eq!(v["pfn_access"], false);
         assert!(v["files"][1]["folios"].is_null());
+    }
+
+    #[test]
+    fn contpte_counts_folios_from_the_block_to_below_the_pmd() {
+        let f = [(4, 100), (16, 10), (64, 640), (512, 1024), (2048, 4096)]
+            .into_iter()
+            .collect();
+        // 4 KiB pages: 64 kB blocks, 2 MiB PMD.
+        assert_eq!(contpte_kb(&f, 64, 2048), 640 + 1024);
+        // 16 KiB pages: 2 MiB blocks, 32 MiB PMD: the 2 MiB folios count.
+        assert_eq!(contpte_kb(&f, 2048, 32768), 4096);
     }
 }

@@ -38,19 +38,40 @@ use crate::{Error, Result};
 /// the preload).
 pub use hugetext_abi::madv::{MADV_COLLAPSE, MADV_DONTNEED, MADV_HUGEPAGE, MADV_NOHUGEPAGE, MADV_POPULATE_READ};
 
-/// Base page size of the running kernel.
+/// Base page size of the running kernel (`getauxval(AT_PAGESZ)`).
 pub fn page_size() -> usize {
     rustix::param::page_size()
 }
 
-/// PMD size (the size of a PMD-mapped THP), from
-/// `/sys/kernel/mm/transparent_hugepage/hpage_pmd_size`; 2 MiB (x86_64)
-/// when the kernel does not say.
+/// PMD size (the size of a PMD-mapped THP) of the running kernel, from
+/// `/sys/kernel/mm/transparent_hugepage/hpage_pmd_size`; when the kernel
+/// does not say (no THP), what its page size implies (4 KiB pages: 2 MiB,
+/// 16 KiB: 32 MiB, 64 KiB: 512 MiB). The one place the library learns it.
 pub fn pmd_size() -> usize {
-    std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size")
-        .ok()
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(hugetext_abi::PMD_SIZE)
+    static PMD: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *PMD.get_or_init(|| {
+        std::fs::read(hugetext_abi::geometry::HPAGE_PMD_SIZE_PATH)
+            .ok()
+            .and_then(|s| hugetext_abi::geometry::parse_pmd_size(&s))
+            .or_else(|| hugetext_abi::geometry::pmd_size_for_page(page_size()))
+            .unwrap_or_else(|| page_size() / 8 * page_size())
+    })
+}
+
+/// The arm64 contiguous-PTE block size for the running kernel's page size
+/// (64 KiB with 4 KiB pages, 2 MiB with 16 KiB or 64 KiB pages): text in
+/// naturally aligned folios of at least this size is mapped with one TLB
+/// entry per block. `None` on other machines (x86-64 has no contpte).
+pub fn cont_pte_size() -> Option<usize> {
+    if !host_is_aarch64() {
+        return None;
+    }
+    hugetext_abi::geometry::cont_pte_size(page_size())
+}
+
+/// Is the running machine arm64 (where contpte mappings exist)?
+pub fn host_is_aarch64() -> bool {
+    cfg!(target_arch = "aarch64")
 }
 
 /// Kernel release as (major, minor, patch), from `uname`.
@@ -657,13 +678,13 @@ mod tests {
     fn congruent_file_mapping_is_congruent() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("f");
-        std::fs::write(&p, vec![0u8; 3 << 20]).unwrap();
+        let (pmd, ps) = (pmd_size(), page_size());
+        std::fs::write(&p, vec![0u8; pmd + 2 * ps]).unwrap();
         let f = std::fs::File::open(&p).unwrap();
         use std::os::fd::AsFd;
-        let pmd = pmd_size();
-        let m = Mapping::file_congruent(f.as_fd(), 4096, 2 << 20, libc::PROT_READ, pmd).unwrap();
-        assert_eq!((m.addr() - 4096) % pmd, 0);
-        let a = Mapping::anon_aligned(4 << 20, libc::PROT_READ | libc::PROT_WRITE, pmd).unwrap();
+        let m = Mapping::file_congruent(f.as_fd(), ps as u64, pmd, libc::PROT_READ, pmd).unwrap();
+        assert_eq!((m.addr() - ps) % pmd, 0);
+        let a = Mapping::anon_aligned(2 * pmd, libc::PROT_READ | libc::PROT_WRITE, pmd).unwrap();
         assert_eq!(a.addr() % pmd, 0);
     }
 }

@@ -89,20 +89,65 @@ pub fn pmd_windows_in(range: &Range<u64>) -> Range<u64> {
 }
 
 /// Fill `range` of `file` reading nothing outside it: whole PMD windows as
-/// PMD-order folios ([`fill_windows`]), the head and tail with bounded
-/// small-folio reads ([`fill_small`]). Evict first: cached pages keep their
-/// folio size.
+/// PMD-order folios ([`fill_windows`]), the head and tail (and a range with
+/// no whole window) with bounded reads ([`fill_edge`]). Evict first: cached
+/// pages keep their folio size.
 pub fn fill_bounded(file: &File, range: Range<u64>) -> Result<()> {
     if range.is_empty() {
         return Ok(());
     }
     let w = pmd_windows_in(&range);
     if w.is_empty() {
-        return fill_small(file, range);
+        return fill_edge(file, range);
     }
-    fill_small(file, range.start..w.start)?;
-    fill_small(file, w.end..range.end)?;
+    fill_edge(file, range.start..w.start)?;
+    fill_edge(file, w.end..range.end)?;
     fill_windows(file, w, default_parallelism())
+}
+
+/// Fill a part of a range that cannot be PMD-mapped. Where the machine has
+/// contpte mappings (arm64), in the largest folios the kernel reads for
+/// executable mappings ([`fill_exec`]), which it can map with contiguous
+/// PTEs; elsewhere in small folios ([`fill_small`]). Both read nothing
+/// outside the (page-rounded) range.
+pub fn fill_edge(file: &File, range: Range<u64>) -> Result<()> {
+    if kernel::cont_pte_size().is_some() {
+        fill_exec(file, range)
+    } else {
+        fill_small(file, range)
+    }
+}
+
+/// Read `range` of `file` (page-rounded, clipped to the file size) through
+/// an executable mapping of exactly that range: the kernel reads faults of
+/// `VM_EXEC` mappings in folios of its preferred order for text (64 KiB on
+/// arm64 since Linux 6.16) and bounds the read to the mapping; kernels
+/// without that read one page per fault (`MADV_RANDOM`). Pages already
+/// cached keep their folio size.
+pub fn fill_exec(file: &File, range: Range<u64>) -> Result<()> {
+    let ps = kernel::page_size() as u64;
+    let size = file
+        .metadata()
+        .map_err(|e| Error::Sys {
+            call: "fstat",
+            source: e,
+        })?
+        .len();
+    let start = range.start / ps * ps;
+    let end = range.end.min(size).div_ceil(ps) * ps;
+    if start >= end {
+        return Ok(());
+    }
+    let len = (end - start) as usize;
+    let map = Mapping::file_congruent(
+        file.as_fd(),
+        start,
+        len,
+        libc::PROT_READ | libc::PROT_EXEC,
+        kernel::cont_pte_size().unwrap_or(ps as usize),
+    )?;
+    map.madvise(0, len, libc::MADV_RANDOM)?;
+    map.populate_read(0, len)
 }
 
 /// How many windows to have in flight at once: one per CPU, at least 4

@@ -41,18 +41,18 @@ fn methods() -> Vec<Method> {
 #[test]
 fn pmd_partial_and_unaligned_layouts() {
     let dir = hugetext_testkit::scratch();
-    let p = hugetext_testkit::scratch_file(dir.path(), "layouts", 4);
+    let (pmd, ps) = (kernel::pmd_size(), kernel::page_size());
+    let p = hugetext_testkit::scratch_file(dir.path(), "layouts", 2 * pmd / MIB);
     let f = File::open(&p).unwrap();
-    pagecache::fill_huge(&f, 0..4 << 20).unwrap();
-    let pmd = kernel::pmd_size();
-    let pmd_pages = (pmd / kernel::page_size()) as u64;
+    pagecache::fill_huge(&f, 0..2 * pmd as u64).unwrap();
+    let pmd_pages = (pmd / ps) as u64;
     let rx = libc::PROT_READ | libc::PROT_EXEC;
     // Whole file, congruent: PMD-mapped.
-    let whole = Mapping::file_congruent(f.as_fd(), 0, 4 * MIB, rx, pmd).unwrap();
-    whole.madvise(0, 4 * MIB, kernel::MADV_POPULATE_READ).unwrap();
+    let whole = Mapping::file_congruent(f.as_fd(), 0, 2 * pmd, rx, pmd).unwrap();
+    whole.madvise(0, 2 * pmd, kernel::MADV_POPULATE_READ).unwrap();
     // One page short of the first folio: that folio is partial.
-    let part = Mapping::file_congruent(f.as_fd(), 4096, pmd - 4096, rx, pmd).unwrap();
-    part.madvise(0, pmd - 4096, kernel::MADV_POPULATE_READ).unwrap();
+    let part = Mapping::file_congruent(f.as_fd(), ps as u64, pmd - ps, rx, pmd).unwrap();
+    part.madvise(0, pmd - ps, kernel::MADV_POPULATE_READ).unwrap();
     for m in methods() {
         let c = counts_at(whole.addr(), m, &[4]);
         assert_eq!(c.get(Kind::File, Class::PmdAligned), 2 * pmd_pages, "{m:?}: {c:?}");
@@ -69,16 +69,16 @@ fn pmd_partial_and_unaligned_layouts() {
 
 #[test]
 fn anon_thp_and_base_pages() {
-    let pmd = kernel::pmd_size();
-    let pmd_pages = (pmd / kernel::page_size()) as u64;
-    let a = Mapping::anon_aligned(4 * MIB, libc::PROT_READ | libc::PROT_WRITE, pmd).unwrap();
-    a.madvise(0, 4 * MIB, kernel::MADV_HUGEPAGE).unwrap();
-    for i in (0..4 * MIB).step_by(4096) {
+    let (pmd, ps) = (kernel::pmd_size(), kernel::page_size());
+    let pmd_pages = (pmd / ps) as u64;
+    let a = Mapping::anon_aligned(2 * pmd, libc::PROT_READ | libc::PROT_WRITE, pmd).unwrap();
+    a.madvise(0, 2 * pmd, kernel::MADV_HUGEPAGE).unwrap();
+    for i in (0..2 * pmd).step_by(ps) {
         unsafe { a.as_ptr().add(i).write_volatile(1) };
     }
-    let b = Mapping::anon_aligned(4 * MIB, libc::PROT_READ | libc::PROT_WRITE, pmd).unwrap();
-    b.madvise(0, 4 * MIB, kernel::MADV_NOHUGEPAGE).unwrap();
-    for i in (0..MIB).step_by(4096) {
+    let b = Mapping::anon_aligned(2 * pmd, libc::PROT_READ | libc::PROT_WRITE, pmd).unwrap();
+    b.madvise(0, 2 * pmd, kernel::MADV_NOHUGEPAGE).unwrap();
+    for i in (0..MIB).step_by(ps) {
         unsafe { b.as_ptr().add(i).write_volatile(1) };
     }
     for m in methods() {
@@ -86,7 +86,7 @@ fn anon_thp_and_base_pages() {
         assert_eq!(c.get(Kind::Anon, Class::PmdAligned), 2 * pmd_pages, "{m:?}: {c:?}");
         let c = counts_at(b.addr(), m, &[]);
         assert_eq!(c.get(Kind::Anon, Class::PmdAligned), 0);
-        assert_eq!(c.total(Kind::Anon), (MIB / 4096) as u64, "{m:?}: {c:?}");
+        assert_eq!(c.total(Kind::Anon), (MIB / ps) as u64, "{m:?}: {c:?}");
     }
 }
 

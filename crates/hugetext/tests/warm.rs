@@ -10,18 +10,18 @@ use hugetext_testkit::{scratch, scratch_file};
 #[test]
 fn bounded_fill_reads_nothing_outside_the_range() {
     let dir = scratch();
-    let p = scratch_file(dir.path(), "f", 8);
+    let (pmd, ps) = (kernel::pmd_size() as u64, kernel::page_size() as u64);
+    let p = scratch_file(dir.path(), "f", ((4 * pmd) >> 20) as usize);
     let f = File::open(&p).unwrap();
     pagecache::evict(&f, 0..0).unwrap();
-    let pmd = kernel::pmd_size() as u64;
-    // One whole window [2M, 4M) plus a head and a tail.
-    let range = 0x3000..(4 << 20) + 0x5000;
+    // One whole window [PMD, 2 PMD) plus a head and a tail.
+    let range = 3 * ps..2 * pmd + 5 * ps;
     pagecache::fill_bounded(&f, range.clone()).unwrap();
     let s = folio::scan_file(&p, Some(range.clone())).unwrap();
     assert_eq!(s.cached_kb, (range.end - range.start) / 1024, "{s:?}");
     assert_eq!(s.pmd_windows, vec![pmd]);
     let before = folio::scan_file(&p, Some(0..range.start)).unwrap();
-    let after = folio::scan_file(&p, Some(range.end..8 << 20)).unwrap();
+    let after = folio::scan_file(&p, Some(range.end..4 * pmd)).unwrap();
     assert_eq!(
         (before.cached_kb, after.cached_kb),
         (0, 0),
@@ -32,15 +32,16 @@ fn bounded_fill_reads_nothing_outside_the_range() {
 #[test]
 fn parallel_window_fill_gives_pmd_folios_and_stays_in_range() {
     let dir = scratch();
-    let p = scratch_file(dir.path(), "f", 20);
+    let (pmd, ps) = (kernel::pmd_size() as u64, kernel::page_size() as u64);
+    let p = scratch_file(dir.path(), "f", ((10 * pmd) >> 20) as usize);
     let f = File::open(&p).unwrap();
     pagecache::evict(&f, 0..0).unwrap();
-    pagecache::fill_windows(&f, (2 << 20)..(18 << 20), 4).unwrap();
+    pagecache::fill_windows(&f, pmd..9 * pmd, 4).unwrap();
     let s = folio::scan_file(&p, None).unwrap();
     assert_eq!(s.pmd_windows.len(), 8, "{s:?}");
-    assert_eq!(s.cached_kb, 16 * 1024, "exactly the windows asked for: {s:?}");
+    assert_eq!(s.cached_kb, 8 * pmd / 1024, "exactly the windows asked for: {s:?}");
     assert!(
-        pagecache::fill_windows(&f, 0x1000..(2 << 20), 2).is_err(),
+        pagecache::fill_windows(&f, ps..pmd, 2).is_err(),
         "unaligned windows are refused"
     );
 }

@@ -10,10 +10,15 @@ use super::check::mib;
 
 /// Rewrite an ELF file so its read-only segments can be PMD-mapped.
 ///
-/// * A congruent read-only segment (p_vaddr = p_offset modulo 2 MiB, the GNU
-///   ld layout) of a PIE or shared library gets p_align = 2 MiB, so the kernel
-///   (PIE, Linux >= 5.10) or ld.so (glibc >= 2.35) places it 2 MiB-aligned.
-/// * A skewed one (lld, mold: vaddr - offset = 0x1000) gets zero padding
+/// x86-64 and AArch64 (little-endian ELF64) files; PMD is the target kernel's
+/// PMD size: 2 MiB on x86-64, on arm64 2 MiB with 4 KiB pages and 32 MiB with
+/// 16 KiB pages (--page-size; 64 KiB pages' 512 MiB is refused, as the
+/// kernel's own loader does not align beyond 32 MiB).
+///
+/// * A congruent read-only segment (p_vaddr = p_offset modulo PMD, the GNU
+///   ld layout) of a PIE or shared library gets p_align = PMD, so the kernel
+///   (PIE, Linux >= 5.10) or ld.so (glibc >= 2.35) places it PMD-aligned.
+/// * A skewed one (lld, mold: vaddr - offset = one page) gets zero padding
 ///   inserted in the file before it, and every later file offset (e_phoff,
 ///   e_shoff, p_offset, sh_offset) moves by that much. Virtual addresses never
 ///   change. The padding is a hole where the filesystem allows.
@@ -50,14 +55,21 @@ pub struct Args {
     /// Print the outcome as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Page size of the kernel the file is meant for: 4K, 16K or 64K
+    /// (arm64); its PMD size is the alignment. Default: the running
+    /// kernel's for a file of this machine, 4K for an AArch64 file on
+    /// another machine (said in a note).
+    #[arg(long, value_name = "SIZE", value_parser = elf::parse_page_size)]
+    pub page_size: Option<u64>,
 }
 
 const AFTER_HELP: &str = "\
-What it does:
-  * congruent read-only segments (p_vaddr = p_offset mod 2 MiB, GNU ld) of a PIE or
-    shared library get p_align = 2 MiB, so the kernel (PIE, Linux >= 5.10) or ld.so
-    (glibc >= 2.35) places them 2 MiB-aligned;
-  * skewed ones (lld, mold: vaddr - offset = 0x1000) get zero padding inserted before
+What it does (x86-64 and AArch64 files; PMD = the target kernel's PMD size: 2 MiB on
+x86-64 and arm64 with 4K pages, 32 MiB with --page-size 16K; 64K pages are refused):
+  * congruent read-only segments (p_vaddr = p_offset mod PMD, GNU ld) of a PIE or
+    shared library get p_align = PMD, so the kernel (PIE, Linux >= 5.10) or ld.so
+    (glibc >= 2.35) places them PMD-aligned;
+  * skewed ones (lld, mold: vaddr - offset = one page) get zero padding inserted before
     them and every later file offset (e_phoff, e_shoff, p_offset, sh_offset) moved;
     virtual addresses never change; the padding is a hole where possible.
 The new file is written next to the target, re-parsed and compared byte by byte with
@@ -77,6 +89,7 @@ pub fn run(args: Args) -> Result<u8> {
         output: args.output.clone(),
         dry_run: args.dry_run,
         force: args.force,
+        page_size: args.page_size,
     };
     let o = elf::align_file(&args.file, &opts)?;
     if args.json {

@@ -7,11 +7,16 @@ use std::path::PathBuf;
 use anyhow::Result;
 use hugetext::elf::{self, CheckReport};
 
-/// Tell whether ELF files' text can be PMD-mapped (2 MiB pages), and what
+/// Tell whether ELF files' text can be PMD-mapped (huge pages), and what
 /// `hugetext align` would gain.
 ///
+/// The PMD size is the target kernel's: the running kernel's for a file of
+/// this machine (2 MiB on x86-64; 2, 32 or 512 MiB on arm64 with 4, 16 or
+/// 64 KiB pages), else the one of the page size --page-size names. A file of
+/// another machine is said to be one.
+///
 /// For each PT_LOAD: flags, vaddr, file offset, file size, p_align, its skew
-/// (p_vaddr - p_offset modulo 2 MiB; 0 = congruent) and the whole 2 MiB
+/// (p_vaddr - p_offset modulo the PMD size; 0 = congruent) and the whole PMD
 /// windows it contains. Then whether the runtime load base keeps the
 /// congruence (ET_EXEC: fixed; PIE: kernel >= 5.10 aligns to the largest
 /// p_align; static PIE: kernel >= 6.11; shared library: glibc >= 2.35), the
@@ -33,11 +38,18 @@ pub struct Args {
     /// pmd_mappable_bytes and pmd_mappable_bytes_after_align).
     #[arg(long)]
     pub json: bool,
+    /// Page size of the kernel the files are meant for: 4K, 16K or 64K
+    /// (arm64). Default: the running kernel's for files of this machine,
+    /// 4K for AArch64 files on another machine.
+    #[arg(long, value_name = "SIZE", value_parser = elf::parse_page_size)]
+    pub page_size: Option<u64>,
 }
 
 const AFTER_HELP: &str = "\
+The PMD size is the target kernel's (running kernel's, or the one --page-size implies:
+4K -> 2 MiB, 16K -> 32 MiB, 64K -> 512 MiB, for which align does nothing: above 32 MiB).
 For each PT_LOAD: flags, vaddr, file offset, file size, p_align, skew (p_vaddr - p_offset
-mod 2 MiB; 0 = congruent) and the whole 2 MiB windows it contains; whether the runtime
+mod PMD; 0 = congruent) and the whole PMD windows it contains; whether the runtime
 load base keeps the congruence (ET_EXEC: fixed; PIE: kernel >= 5.10; static PIE: kernel
 >= 6.11; shared library: glibc >= 2.35, each via the largest p_align); the bytes
 PMD-mappable now and after `hugetext align`; a verdict (pmd-mappable, improvable,
@@ -60,7 +72,7 @@ pub fn run(args: Args) -> Result<u8> {
     let mut entries = Vec::new();
     let mut out = std::io::stdout().lock();
     for path in &args.files {
-        match elf::check_file(path) {
+        match elf::check_file_for(path, args.page_size) {
             Ok(r) => {
                 if args.json {
                     entries.push(Entry::Report(Box::new(r)));
@@ -105,6 +117,14 @@ fn print_report(out: &mut impl Write, r: &CheckReport) -> Result<()> {
         kind,
         r.file_size,
         r.max_p_align
+    )?;
+    writeln!(
+        out,
+        "  target: {}, {} pages, {} PMD{}",
+        r.target.machine,
+        elf::check::size_words(r.target.page_size),
+        elf::check::size_words(r.target.pmd_size),
+        if r.target.foreign { " (not this machine)" } else { "" }
     )?;
     if !r.segments.is_empty() {
         writeln!(

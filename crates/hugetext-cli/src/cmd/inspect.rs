@@ -63,7 +63,9 @@ pub struct Args {
     /// Also count naturally aligned, physically contiguous blocks of SIZE
     /// inside one folio (arm64 contpte: 64K; AMD PTE coalescing: 16K/32K).
     /// SIZE is a power-of-two number of pages, at least 2 pages, at most the
-    /// PMD size, with an optional K/M suffix (repeatable).
+    /// PMD size, with an optional K/M suffix (repeatable). Default on arm64:
+    /// the kernel's contpte block (64K with 4 KiB pages, 2M with 16 KiB or
+    /// 64 KiB pages); elsewhere none.
     #[arg(long, value_name = "SIZE")]
     pub cont: Vec<String>,
 
@@ -126,8 +128,18 @@ fn cont_order(s: &str) -> Result<u32> {
     Ok((bytes / page).trailing_zeros())
 }
 
+/// The contpte block as a folio order, where the machine has one (arm64).
+fn default_cont_order() -> Option<u32> {
+    let block = kernel::cont_pte_size()?;
+    Some((block / kernel::page_size()).trailing_zeros())
+}
+
 pub fn run(args: Args) -> Result<u8> {
-    let cont_orders = args.cont.iter().map(|s| cont_order(s)).collect::<Result<Vec<_>>>()?;
+    let mut cont_orders = args.cont.iter().map(|s| cont_order(s)).collect::<Result<Vec<_>>>()?;
+    if args.cont.is_empty() {
+        // arm64: the contpte view by default.
+        cont_orders.extend(default_cont_order());
+    }
     if let Some(w) = args.watch {
         if !(w.is_finite() && w > 0.0) {
             bail!("--watch {w}: give a positive number of seconds");
@@ -423,6 +435,10 @@ fn run_files(args: &Args) -> Result<()> {
     let mut header: Vec<String> = vec!["file".into(), "size kB".into(), "cached kB".into()];
     header.extend(sizes.iter().map(|s| format!("in {} folios", size_label(*s))));
     header.push("PMD windows in one folio".into());
+    let contpte = views.iter().any(|v| v.contpte_kb.is_some());
+    if contpte {
+        header.push("contpte-able kB".into());
+    }
     let hdr: Vec<&str> = header.iter().map(|s| s.as_str()).collect();
     let mut t = new_table(&hdr);
     if let Some(c) = t.column_mut(0) {
@@ -448,6 +464,12 @@ fn run_files(args: &Args) -> Result<()> {
         } else {
             "?".into()
         });
+        if contpte {
+            row.push(
+                v.contpte_kb
+                    .map_or("?".into(), |k| format!("{k} ({})", pct(k, v.cached_kb))),
+            );
+        }
         t.add_row(row);
     }
     println!("{t}");

@@ -26,7 +26,8 @@ C API: hugetext_remap_text() in <hugetext.h>, linked with -lhugetext.
 Exit status: PROGRAM's own (run replaces itself with it, so the convention of
 `hugetext --help` applies to what happens before: its codes would be mistaken
 for PROGRAM's); 127 if it cannot be found, 126 if it cannot be executed, 125
-if hugetext itself fails (e.g. libhugetext.so not found), 2 for bad
+if hugetext itself fails (e.g. libhugetext.so not found, or built for
+another machine or ELF class than PROGRAM: said in one line), 2 for bad
 arguments. What the preload could not remap is not a failure: PROGRAM runs
 with its text as it was (-v says why).
 
@@ -163,6 +164,20 @@ pub fn run(args: Args) -> Result<u8> {
     let (program, rest) = args.command.split_first().expect("clap requires PROGRAM");
     let path_var = std::env::var_os("PATH");
     let resolved = remap::resolve_program(program, path_var.as_deref())?;
+    let machines = (
+        hugetext::elf::machine_of(&resolved).unwrap_or(None),
+        hugetext::elf::machine_of(&preload).map_err(|e| exit_with(125, e.to_string()))?,
+    );
+    if let Some(why) = hugetext::elf::preload_mismatch(machines.0, machines.1) {
+        return Err(exit_with(
+            125,
+            format!(
+                "{}: {why} ({}; give one built for the program's machine with --preload)",
+                program.to_string_lossy(),
+                preload.display()
+            ),
+        ));
+    }
     match remap::injectable(&resolved) {
         Injectable::Yes => {}
         Injectable::Static => eprintln!(

@@ -176,8 +176,9 @@ fn print_human(r: &FileReport) {
         r.millis
     );
     println!(
-        "  {} cached: {} in 2 MiB folios ({}/{} eligible windows, {} PMD-mappable at run time), {} small",
+        "  {} cached: {} in {} folios ({}/{} eligible windows, {} PMD-mappable at run time), {} small",
         mib(r.cached_kb),
+        hugetext::elf::check::size_words(hugetext::kernel::pmd_size() as u64),
         mib(r.pmd_kb),
         r.pmd_windows,
         r.eligible_windows,
@@ -198,6 +199,12 @@ fn print_human(r: &FileReport) {
             }
         }
         println!("  small: {}", parts.join(", "));
+        if let Some(c) = r.contpte_kb {
+            println!(
+                "  contpte-able: {} of the small folios can be mapped with contiguous PTEs",
+                mib(c)
+            );
+        }
     }
     for rr in &r.ranges {
         let g = &rr.range;

@@ -70,7 +70,7 @@ pub fn mapping(pid: i32, file: &Path) -> Value {
 /// its file offset (a page-aligned base does so 1 time in 512): a skewed
 /// layout then does not show.
 pub fn landed_congruent(m: &Value) -> bool {
-    let yes = (start(m) - m["offset"].as_u64().unwrap()) % (2 << 20) == 0;
+    let yes = (start(m) - m["offset"].as_u64().unwrap()) % common::pmd() == 0;
     if yes {
         common::skip_line("skipped: the loader placed the text 2 MiB-congruent by chance");
     }
@@ -101,7 +101,10 @@ pub fn s(p: &Path) -> String {
 pub fn assert_ok(m: &Value) {
     assert_eq!(reason(m), "ok", "{m:#}");
     let windows = m["whole_windows"].as_u64().unwrap();
-    assert!(windows > 0 && m["pmd_kb"].as_u64().unwrap() >= windows * 2048, "{m:#}");
+    assert!(
+        windows > 0 && m["pmd_kb"].as_u64().unwrap() >= windows * common::pmd_kb(),
+        "{m:#}"
+    );
 }
 
 pub fn hugetext_ok(args: &[&str]) {
@@ -142,17 +145,17 @@ pub fn ensure_warm(p: &Path) {
 /// the advice covers only in part (`madvise_cold_or_pageout_pte_range()`),
 /// and MADV_COLD itself only ages the pages.
 pub fn split(pid: i32, start: u64, end: u64) {
-    const PMD: u64 = 2 << 20;
+    let (pmd, page) = (common::pmd(), hugetext::kernel::page_size() as u64);
     // SAFETY: plain syscalls; the iovec points into the target process, which
     // the kernel reads, not this one.
     unsafe {
         let fd = libc::syscall(libc::SYS_pidfd_open, pid, 0) as i32;
         assert!(fd >= 0, "pidfd_open: {}", std::io::Error::last_os_error());
-        let mut w = start.next_multiple_of(PMD);
-        while w + PMD <= end {
+        let mut w = start.next_multiple_of(pmd);
+        while w + pmd <= end {
             let iov = libc::iovec {
-                iov_base: (w + 4096) as *mut libc::c_void,
-                iov_len: 4096,
+                iov_base: (w + page) as *mut libc::c_void,
+                iov_len: page as usize,
             };
             let r = libc::syscall(
                 libc::SYS_process_madvise,
@@ -162,8 +165,8 @@ pub fn split(pid: i32, start: u64, end: u64) {
                 libc::MADV_COLD,
                 0,
             );
-            assert_eq!(r, 4096, "process_madvise: {}", std::io::Error::last_os_error());
-            w += PMD;
+            assert_eq!(r as u64, page, "process_madvise: {}", std::io::Error::last_os_error());
+            w += pmd;
         }
         libc::close(fd);
     }

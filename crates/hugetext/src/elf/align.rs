@@ -1,14 +1,17 @@
 //! `align`: rewrite an ELF file so its read-only segments can be PMD-mapped.
 //!
 //! What it changes, and nothing else:
-//! * `p_align` of eligible read-only PT_LOADs of an ET_DYN → 2 MiB;
-//! * for a segment whose `p_vaddr - p_offset` is not a multiple of 2 MiB
-//!   (lld/mold layouts), zero padding is inserted in the file right before the
+//! * `p_align` of eligible read-only PT_LOADs of an ET_DYN → the target's
+//!   PMD size (see [`super::Target`]);
+//! * for a segment whose `p_vaddr - p_offset` is not a multiple of the PMD
+//!   size (lld/mold layouts), zero padding is inserted in the file right before the
 //!   segment, and `e_phoff`, `e_shoff`, every `p_offset` and every
 //!   `sh_offset` after it are moved by the padding size.
 //!
 //! Virtual addresses, sizes, flags, contents, relocations, symbols and debug
-//! info are untouched. The output is written to a temporary file in the
+//! info are untouched: only file offsets move, and no relocation, symbol or
+//! dynamic entry of x86-64 or AArch64 holds a file offset (they hold virtual
+//! addresses), so the same rewrite serves both machines. The output is written to a temporary file in the
 //! target's directory, verified (re-parsed, every header compared with what
 //! was intended, every byte compared with the original at its new offset, the
 //! section-to-segment mapping compared), given the original's owner, mode and
@@ -28,7 +31,6 @@ use serde::Serialize;
 
 use super::check::{self, AlignPlan, CheckReport, Verdict};
 use super::layout::Model;
-use super::PMD_SIZE;
 use crate::fsutil::{self, MetadataCopy, NewFile, ReplaceImpact, Signature};
 use crate::{Error, Result};
 
@@ -42,6 +44,9 @@ pub struct AlignOptions {
     pub dry_run: bool,
     /// Rewrite even signed files (the signature becomes invalid).
     pub force: bool,
+    /// The target kernel's page size (its PMD size follows); `None`: the
+    /// running kernel's for a file of this machine, else 4 KiB for AArch64.
+    pub page_size: Option<u64>,
 }
 
 /// What [`align_file`] did.
@@ -181,7 +186,9 @@ pub fn invalidations(path: &Path, file: &File, model: &Model) -> Invalidations {
 pub fn align_file(path: &Path, opts: &AlignOptions) -> Result<AlignOutcome> {
     let (input, model) = super::read_model(path)?;
     let in_meta = input.metadata().map_err(|e| Error::io(path, e))?;
-    let before = check::analyse(path, &model);
+    let machine = super::Target::for_machine(model.e_machine, opts.page_size)
+        .map_err(|msg| Error::Elf { path: path.into(), msg })?;
+    let before = check::analyse(path, &model, &machine);
     let inv = invalidations(path, &input, &model);
 
     // Where the result goes. In place: the symlink's target, so a symlink
@@ -276,7 +283,7 @@ pub fn align_file(path: &Path, opts: &AlignOptions) -> Result<AlignOutcome> {
 
     write_aligned(&input, &model, &plan, tmp.file()).map_err(werr)?;
     tmp.sync().map_err(werr)?;
-    verify(&input, &model, &before, &plan, tmp.file()).map_err(|msg| {
+    verify(&input, &model, &before, &plan, &machine, tmp.file()).map_err(|msg| {
         Error::Other(format!("{}: the rewritten file failed verification ({msg}); nothing was replaced (this is a bug; please report it)", path.display()))
     })?;
     // In place, failing to keep the owner is an error; for a new `-o` file,
@@ -325,7 +332,7 @@ pub fn align_file(path: &Path, opts: &AlignOptions) -> Result<AlignOutcome> {
     })?;
     let out_meta = std::fs::metadata(&target).map_err(|e| Error::io(&target, e))?;
     outcome.grew_on_disk_by = (out_meta.blocks() as i64 - in_meta.blocks() as i64) * 512;
-    outcome.after = Some(super::check_file(&target)?);
+    outcome.after = Some(super::check_file_for(&target, opts.page_size)?);
     outcome.status = AlignStatus::Rewritten;
     outcome.reasons = before.reasons.clone();
     Ok(outcome)
@@ -362,7 +369,7 @@ fn new_layout(m: &Model, plan: &AlignPlan) -> NewLayout {
         .enumerate()
         .map(|(i, p)| {
             if plan.raise_align.contains(&i) {
-                PMD_SIZE
+                plan.p_align
             } else {
                 p.p_align
             }
@@ -550,6 +557,7 @@ fn verify(
     old: &Model,
     before: &CheckReport,
     plan: &AlignPlan,
+    target: &super::Target,
     out: &File,
 ) -> std::result::Result<(), String> {
     let cache = object::ReadCache::new(out);
@@ -661,7 +669,7 @@ fn verify(
         }
     }
     // And the point of it all.
-    let after = check::analyse(Path::new(""), &new);
+    let after = check::analyse(Path::new(""), &new, target);
     if after.verdict != Verdict::PmdMappable || after.pmd_mappable_bytes != before.pmd_mappable_bytes_after_align {
         return Err(format!(
             "the result is not PMD-mappable as planned ({} bytes instead of {})",

@@ -8,7 +8,7 @@ use object::elf;
 use serde::Serialize;
 
 use super::layout::{machine_name, Model, Phdr};
-use super::{PAGE_SIZE, PMD_SIZE};
+use super::{Target, MAX_ALIGN_PMD};
 
 /// What kind of object the file is, as far as placement at run time goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -26,17 +26,17 @@ pub enum FileKind {
     Other,
 }
 
-/// Whether the runtime load base keeps `p_vaddr ≡ p_offset (mod 2 MiB)`.
+/// Whether the runtime load base keeps `p_vaddr ≡ p_offset (mod PMD)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum BaseAlignment {
     /// ET_EXEC: addresses are fixed, congruence is what the file says.
     Fixed,
-    /// ET_DYN with max `p_align` ≥ 2 MiB: the loader aligns the base (given
-    /// the kernel/glibc versions in `base_note`).
+    /// ET_DYN with max `p_align` ≥ the PMD size: the loader aligns the base
+    /// (given the kernel/glibc versions in `base_note`).
     Aligned,
-    /// ET_DYN with max `p_align` < 2 MiB: the base is only page aligned
-    /// (a shared library may still land 2 MiB-aligned by luck of the
+    /// ET_DYN with max `p_align` < the PMD size: the base is only page
+    /// aligned (a shared library may still land PMD-aligned by luck of the
     /// filesystem's `thp_get_unmapped_area`).
     NotAligned,
 }
@@ -45,7 +45,7 @@ pub enum BaseAlignment {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Verdict {
-    /// Every read-only segment with a whole 2 MiB window can be PMD-mapped;
+    /// Every read-only segment with a whole PMD window can be PMD-mapped;
     /// `align` has nothing to do.
     PmdMappable,
     /// `align` would make (more of) the text PMD-mappable.
@@ -68,11 +68,11 @@ pub struct SegmentReport {
     pub filesz: u64,
     pub memsz: u64,
     pub p_align: u64,
-    /// `(p_vaddr - p_offset) mod 2 MiB`; 0 means congruent.
+    /// `(p_vaddr - p_offset) mod PMD`; 0 means congruent.
     pub skew: u64,
-    /// `p_vaddr ≡ p_offset (mod 2 MiB)`.
+    /// `p_vaddr ≡ p_offset (mod PMD)`.
     pub congruent: bool,
-    /// Number of whole 2 MiB windows `[k·2M, (k+1)·2M)` inside
+    /// Number of whole PMD windows `[k·PMD, (k+1)·PMD)` inside
     /// `[p_vaddr, p_vaddr + p_filesz)`.
     pub whole_windows: u64,
     /// Bytes of this segment that can be PMD-mapped as the file stands.
@@ -89,8 +89,10 @@ pub struct AlignPlan {
     /// Padding to insert: `(original file offset, bytes, vaddr of the
     /// segment that starts there)`, sorted by offset.
     pub insertions: Vec<Insertion>,
-    /// Program header indexes whose `p_align` becomes 2 MiB.
+    /// Program header indexes whose `p_align` becomes [`AlignPlan::p_align`].
     pub raise_align: Vec<usize>,
+    /// The `p_align` they get: the target's PMD size.
+    pub p_align: u64,
     /// How many bytes the file grows (sum of the insertions).
     pub growth: u64,
 }
@@ -140,6 +142,8 @@ pub struct CheckReport {
     /// "ELF64" or "ELF32".
     pub class: String,
     pub machine: String,
+    /// The machine, page and PMD size the figures are for.
+    pub target: Target,
     pub kind: FileKind,
     pub file_size: u64,
     /// Largest power-of-two `p_align` of the PT_LOADs.
@@ -149,7 +153,7 @@ pub struct CheckReport {
     pub base_note: String,
     pub segments: Vec<SegmentReport>,
     /// Read-only (text and rodata) bytes that can be PMD-mapped as the
-    /// file stands: whole 2 MiB windows of non-writable PT_LOADs that are
+    /// file stands: whole PMD windows of non-writable PT_LOADs that are
     /// congruent, with a base that keeps the congruence.
     pub pmd_mappable_bytes: u64,
     /// The same after `hugetext align`.
@@ -163,15 +167,24 @@ pub struct CheckReport {
     pub plan: AlignPlan,
 }
 
-/// Whole 2 MiB windows inside `[start, start+len)`.
-pub fn whole_windows(start: u64, len: u64) -> u64 {
-    let first = start.div_ceil(PMD_SIZE);
-    let end = start.saturating_add(len) / PMD_SIZE;
+/// Whole `pmd`-size windows inside `[start, start+len)`.
+pub fn whole_windows(start: u64, len: u64, pmd: u64) -> u64 {
+    let first = start.div_ceil(pmd);
+    let end = start.saturating_add(len) / pmd;
     end.saturating_sub(first)
 }
 
-fn skew_of(p: &Phdr) -> u64 {
-    p.p_vaddr.wrapping_sub(p.p_offset) & (PMD_SIZE - 1)
+fn skew_of(p: &Phdr, pmd: u64) -> u64 {
+    p.p_vaddr.wrapping_sub(p.p_offset) & (pmd - 1)
+}
+
+/// A size in words: "2 MiB", "32 MiB", "64 KiB".
+pub fn size_words(b: u64) -> String {
+    if b >= 1 << 20 && b % (1 << 20) == 0 {
+        format!("{} MiB", b >> 20)
+    } else {
+        format!("{} KiB", b >> 10)
+    }
 }
 
 /// Classify the file for placement.
@@ -209,7 +222,7 @@ fn version_at_least(v: &str, major: u32, minor: u32) -> bool {
     (a, b) >= (major, minor)
 }
 
-fn base_note(kind: FileKind, base: BaseAlignment) -> String {
+fn base_note(kind: FileKind, base: BaseAlignment, pmd: &str) -> String {
     let (kernel, glibc) = system_versions();
     let mark = |ok: bool| if ok { "yes" } else { "NO" };
     match (kind, base) {
@@ -227,22 +240,27 @@ fn base_note(kind: FileKind, base: BaseAlignment) -> String {
             "shared library: ld.so aligns the load base to the largest p_align since glibc 2.35 (running {glibc}: {})",
             mark(version_at_least(&glibc, 2, 35))
         ),
-        (FileKind::SharedLibrary, _) => "shared library with p_align < 2 MiB: its base is only page-aligned by the ELF headers \
-             (ext4/xfs often place a >= 2 MiB mapping 2 MiB-aligned, but nothing guarantees it)"
-            .into(),
-        (_, _) => "PIE with p_align < 2 MiB: the kernel picks a load base that is only page-aligned, so the text \
-             is almost never 2 MiB-congruent at run time"
-            .into(),
+        (FileKind::SharedLibrary, _) => format!(
+            "shared library with p_align < {pmd}: its base is only page-aligned by the ELF headers \
+             (ext4/xfs often place a >= {pmd} mapping {pmd}-aligned, but nothing guarantees it)"
+        ),
+        (_, _) => format!(
+            "PIE with p_align < {pmd}: the kernel picks a load base that is only page-aligned, so the text \
+             is almost never {pmd}-congruent at run time"
+        ),
     }
 }
 
-/// Analyse a parsed model. `path` is only used to fill the report.
-pub fn analyse(path: &Path, m: &Model) -> CheckReport {
+/// Analyse a parsed model for `target` (see [`Target::for_machine`]).
+/// `path` is only used to fill the report.
+pub fn analyse(path: &Path, m: &Model, target: &Target) -> CheckReport {
+    let pmd = target.pmd_size;
+    let pmd_w = size_words(pmd);
     let kind = kind_of(m);
     let max_p_align = m.max_load_align();
     let base = match kind {
         FileKind::Executable => BaseAlignment::Fixed,
-        _ if max_p_align >= PMD_SIZE => BaseAlignment::Aligned,
+        _ if max_p_align >= pmd => BaseAlignment::Aligned,
         _ => BaseAlignment::NotAligned,
     };
     let mut reasons = Vec::new();
@@ -255,10 +273,22 @@ pub fn analyse(path: &Path, m: &Model) -> CheckReport {
             "32-bit ELF: PMD alignment is for 64-bit programs only (it would cost too much of a 32-bit address space)"
                 .into(),
         );
-    } else if m.e_machine != elf::EM_X86_64 {
+    } else if !super::supported_machine(m.e_machine) {
         blocker = Some(format!(
-            "{} ELF: hugetext handles x86-64 files only",
+            "{} ELF: hugetext aligns x86-64 and AArch64 files only",
             machine_name(m.e_machine)
+        ));
+    } else if !m.little_endian {
+        blocker = Some(format!(
+            "big-endian {} ELF: hugetext handles little-endian files only",
+            machine_name(m.e_machine)
+        ));
+    } else if pmd > MAX_ALIGN_PMD {
+        blocker = Some(format!(
+            "the target's PMD is {pmd_w} ({} pages): aligning to more than {} would cost that much address space per object, \
+             and the kernel's own ELF loader does not align to it either",
+            size_words(target.page_size),
+            size_words(MAX_ALIGN_PMD)
         ));
     } else if kind == FileKind::Other {
         blocker = Some(format!(
@@ -272,12 +302,12 @@ pub fn analyse(path: &Path, m: &Model) -> CheckReport {
     let base_keeps = matches!(base, BaseAlignment::Fixed | BaseAlignment::Aligned);
     let mut segments = Vec::new();
     for (index, p) in m.loads() {
-        let skew = skew_of(p);
+        let skew = skew_of(p, pmd);
         let congruent = skew == 0;
-        let windows = whole_windows(p.p_vaddr, p.p_filesz);
+        let windows = whole_windows(p.p_vaddr, p.p_filesz, pmd);
         let ro = !p.writable();
         let now = if ro && congruent && base_keeps && blocker.is_none() {
-            windows * PMD_SIZE
+            windows * pmd
         } else {
             0
         };
@@ -288,18 +318,21 @@ pub fn analyse(path: &Path, m: &Model) -> CheckReport {
                 "writable data: not a candidate".to_string()
             }
         } else if windows == 0 {
-            "contains no whole 2 MiB window: stays on 4 KiB pages".to_string()
+            format!(
+                "contains no whole {pmd_w} window: stays on {} pages",
+                size_words(target.page_size)
+            )
         } else if !congruent {
             format!(
-                "vaddr and file offset differ by {skew:#x} modulo 2 MiB: no window can be PMD-mapped until the file is relaid out"
+                "vaddr and file offset differ by {skew:#x} modulo {pmd_w}: no window can be PMD-mapped until the file is relaid out"
             )
         } else if !base_keeps {
             format!(
-                "congruent, {windows} whole 2 MiB window(s), but the load base is not 2 MiB-aligned (p_align {:#x})",
+                "congruent, {windows} whole {pmd_w} window(s), but the load base is not {pmd_w}-aligned (p_align {:#x})",
                 p.p_align
             )
         } else {
-            format!("congruent: {windows} whole 2 MiB window(s) can be PMD-mapped")
+            format!("congruent: {windows} whole {pmd_w} window(s) can be PMD-mapped")
         };
         segments.push(SegmentReport {
             index,
@@ -338,21 +371,23 @@ pub fn analyse(path: &Path, m: &Model) -> CheckReport {
                         .into(),
                 );
             }
-            reasons
-                .push("no read-only segment contains a whole 2 MiB window (text smaller than ~4 MiB, or split)".into());
+            reasons.push(format!(
+                "no read-only segment contains a whole {pmd_w} window (text smaller than ~{}, or split)",
+                size_words(2 * pmd)
+            ));
             verdict = Verdict::NotImprovable;
         } else {
-            match make_plan(m, kind) {
+            match make_plan(m, kind, target) {
                 Ok(p) if p.is_empty() => {
                     reasons.push(format!(
-                        "already PMD-mappable: {} MiB of read-only segments in whole 2 MiB windows",
-                        pmd_mappable_bytes / (1 << 20)
+                        "already PMD-mappable: {} MiB of read-only segments in whole {pmd_w} windows",
+                        pmd_mappable_bytes >> 20
                     ));
                     verdict = Verdict::PmdMappable;
                 }
                 Ok(p) => {
                     for s in segments.iter_mut().filter(|s| !s.writable && s.whole_windows > 0) {
-                        s.pmd_mappable_bytes_after_align = s.whole_windows * PMD_SIZE;
+                        s.pmd_mappable_bytes_after_align = s.whole_windows * pmd;
                     }
                     if !p.insertions.is_empty() {
                         let segs: Vec<String> = p
@@ -361,14 +396,14 @@ pub fn analyse(path: &Path, m: &Model) -> CheckReport {
                             .map(|i| format!("#{} (+{:#x})", i.segment, i.len))
                             .collect();
                         reasons.push(format!(
-                            "align inserts {} bytes of zero padding so segment(s) {} become 2 MiB-congruent (vaddrs unchanged)",
+                            "align inserts {} bytes of zero padding so segment(s) {} become {pmd_w}-congruent (vaddrs unchanged)",
                             p.growth,
                             segs.join(", ")
                         ));
                     }
                     if !p.raise_align.is_empty() {
                         reasons.push(format!(
-                            "align sets p_align to 2 MiB on segment(s) {} so the loader aligns the load base",
+                            "align sets p_align to {pmd_w} on segment(s) {} so the loader aligns the load base",
                             p.raise_align
                                 .iter()
                                 .map(|i| format!("#{i}"))
@@ -392,7 +427,13 @@ pub fn analyse(path: &Path, m: &Model) -> CheckReport {
         pmd_mappable_bytes
     };
     if verdict == Verdict::Improvable && kind != FileKind::Executable {
-        warnings.push("a 2 MiB-aligned load base leaves 9 fewer bits of ASLR entropy for this object".into());
+        warnings.push(format!(
+            "a {pmd_w}-aligned load base leaves {} fewer bits of ASLR entropy for this object",
+            (pmd / target.page_size.max(1)).trailing_zeros()
+        ));
+    }
+    if let Some(n) = &target.note {
+        warnings.insert(0, n.clone());
     }
     let described = m.described_end();
     if m.file_size > described {
@@ -405,11 +446,12 @@ pub fn analyse(path: &Path, m: &Model) -> CheckReport {
         path: path.to_path_buf(),
         class: if m.is_64 { "ELF64" } else { "ELF32" }.into(),
         machine: machine_name(m.e_machine),
+        target: target.clone(),
         kind,
         file_size: m.file_size,
         max_p_align,
         base,
-        base_note: base_note(kind, base),
+        base_note: base_note(kind, base, &pmd_w),
         segments,
         pmd_mappable_bytes,
         pmd_mappable_bytes_after_align,
@@ -432,29 +474,40 @@ fn etype_name(t: u16) -> String {
 /// Compute what `align` must do. `Err` carries the reason it cannot.
 ///
 /// Eligible segments are the non-writable PT_LOADs that contain at least one
-/// whole 2 MiB window. Each one that is not congruent gets padding inserted
-/// at its file offset (so it, and everything after it, moves up by
-/// `(p_vaddr - p_offset) mod 2 MiB`). For ET_DYN, each eligible segment's
-/// p_align becomes 2 MiB (never any other segment: glibc < 2.35 rejects a
-/// segment whose p_vaddr - p_offset is not a multiple of its own p_align,
-/// and only the eligible ones are made congruent modulo 2 MiB).
-pub fn make_plan(m: &Model, kind: FileKind) -> Result<AlignPlan, String> {
+/// whole PMD window (the target's PMD size). Each one that is not congruent
+/// gets padding inserted at its file offset (so it, and everything after it,
+/// moves up by `(p_vaddr - p_offset) mod PMD`). For ET_DYN, each eligible
+/// segment's p_align becomes the PMD size (never any other segment: glibc <
+/// 2.35 rejects a segment whose p_vaddr - p_offset is not a multiple of its
+/// own p_align, and only the eligible ones are made congruent modulo PMD).
+pub fn make_plan(m: &Model, kind: FileKind, target: &Target) -> Result<AlignPlan, String> {
+    let (pmd, page) = (target.pmd_size, target.page_size);
     let mut order: Vec<(usize, &Phdr)> = m.loads().collect();
     order.sort_by_key(|(i, p)| (p.p_offset, *i));
-    let mut plan = AlignPlan::default();
+    let mut plan = AlignPlan {
+        p_align: pmd,
+        ..AlignPlan::default()
+    };
     let mut shift = 0u64;
     for (i, p) in &order {
-        let eligible = !p.writable() && whole_windows(p.p_vaddr, p.p_filesz) > 0;
+        let eligible = !p.writable() && whole_windows(p.p_vaddr, p.p_filesz, pmd) > 0;
         if !eligible {
             continue;
         }
         let new_off = p.p_offset + shift;
-        let d = p.p_vaddr.wrapping_sub(new_off) & (PMD_SIZE - 1);
+        let d = p.p_vaddr.wrapping_sub(new_off) & (pmd - 1);
         if d != 0 {
-            if d % PAGE_SIZE != 0 {
+            if d % page != 0 {
                 return Err(format!(
-                    "segment #{i}: p_vaddr {:#x} and p_offset {:#x} differ modulo the page size: malformed, not touching it",
-                    p.p_vaddr, p.p_offset
+                    "segment #{i}: p_vaddr {:#x} and p_offset {:#x} differ modulo the {} page size: {}, not touching it",
+                    p.p_vaddr,
+                    p.p_offset,
+                    size_words(page),
+                    if target.foreign || page != crate::kernel::page_size() as u64 {
+                        "the file does not load on a kernel with these pages"
+                    } else {
+                        "malformed"
+                    }
                 ));
             }
             plan.insertions.push(Insertion {
@@ -467,7 +520,7 @@ pub fn make_plan(m: &Model, kind: FileKind) -> Result<AlignPlan, String> {
         }
         // A p_align that is not a power of two is ignored by the loaders:
         // replace it too.
-        if kind != FileKind::Executable && !(p.p_align.is_power_of_two() && p.p_align >= PMD_SIZE) {
+        if kind != FileKind::Executable && !(p.p_align.is_power_of_two() && p.p_align >= pmd) {
             plan.raise_align.push(*i);
         }
     }
@@ -476,13 +529,13 @@ pub fn make_plan(m: &Model, kind: FileKind) -> Result<AlignPlan, String> {
     if plan.insertions.is_empty() {
         return Ok(plan);
     }
-    check_plan(m, &plan)?;
+    check_plan(m, &plan, page)?;
     Ok(plan)
 }
 
 /// Refuse plans that would split something: every insertion point must lie
 /// between file structures, never inside one.
-fn check_plan(m: &Model, plan: &AlignPlan) -> Result<(), String> {
+fn check_plan(m: &Model, plan: &AlignPlan, page: u64) -> Result<(), String> {
     let ehsize = if m.is_64 { 64 } else { 52 };
     for ins in &plan.insertions {
         let at = ins.at;
@@ -526,15 +579,11 @@ fn check_plan(m: &Model, plan: &AlignPlan) -> Result<(), String> {
         let size = p.p_filesz;
         let new_off = plan.map_offset(p.p_offset, size, Some(p.p_vaddr));
         let align = if plan.raise_align.contains(&j) {
-            PMD_SIZE
+            plan.p_align
         } else {
             p.p_align.max(1)
         };
-        let align = if align.is_power_of_two() {
-            align.max(PAGE_SIZE)
-        } else {
-            PAGE_SIZE
-        };
+        let align = if align.is_power_of_two() { align.max(page) } else { page };
         if p.p_vaddr.wrapping_sub(new_off) % align != 0 {
             return Err(format!(
                 "padding would leave segment #{j} with p_vaddr {:#x} and p_offset {new_off:#x} not congruent modulo its p_align {align:#x}",
@@ -549,17 +598,76 @@ fn check_plan(m: &Model, plan: &AlignPlan) -> Result<(), String> {
 mod tests {
     use super::*;
 
-    const M: u64 = PMD_SIZE;
-
     #[test]
     fn whole_windows_counts_only_complete_aligned_windows() {
-        assert_eq!(whole_windows(0, M - 1), 0);
-        assert_eq!(whole_windows(0, M), 1);
-        assert_eq!(whole_windows(0x1000, M), 0);
-        assert_eq!(whole_windows(0x1000, 2 * M), 1);
-        // The bfd fixture: text at 0x1000, 0x1402009 bytes -> [2M, 20M).
-        assert_eq!(whole_windows(0x1000, 0x1402009), 9);
-        assert_eq!(whole_windows(u64::MAX - 10, 100), 0);
+        for m in [2u64 << 20, 32 << 20, 512 << 20] {
+            assert_eq!(whole_windows(0, m - 1, m), 0);
+            assert_eq!(whole_windows(0, m, m), 1);
+            assert_eq!(whole_windows(0x1000, m, m), 0);
+            assert_eq!(whole_windows(0x1000, 2 * m, m), 1);
+            assert_eq!(whole_windows(u64::MAX - 10, 100, m), 0);
+        }
+        // The bfd fixture: text at 0x1000, 0x1402009 bytes -> [2M, 20M),
+        // and no whole 32 MiB window.
+        assert_eq!(whole_windows(0x1000, 0x1402009, 2 << 20), 9);
+        assert_eq!(whole_windows(0x1000, 0x1402009, 32 << 20), 0);
+    }
+
+    #[test]
+    fn targets_by_machine_and_page_size() {
+        let a = |p| Target::for_machine(elf::EM_AARCH64, p).unwrap();
+        assert_eq!(
+            (a(Some(4 << 10)).page_size, a(Some(4 << 10)).pmd_size),
+            (4 << 10, 2 << 20)
+        );
+        assert_eq!(a(Some(16 << 10)).pmd_size, 32 << 20);
+        assert_eq!(a(Some(64 << 10)).pmd_size, 512 << 20);
+        let x = Target::for_machine(elf::EM_X86_64, None).unwrap();
+        assert_eq!(x.pmd_size, 2 << 20);
+        assert!(Target::for_machine(elf::EM_X86_64, Some(16 << 10)).is_err());
+        let host = super::super::host_machine();
+        let h = Target::for_machine(host, None).unwrap();
+        assert!(!h.foreign && h.note.is_none());
+        assert_eq!(
+            (h.page_size, h.pmd_size),
+            (crate::kernel::page_size() as u64, crate::kernel::pmd_size() as u64)
+        );
+        let other = if host == elf::EM_AARCH64 {
+            elf::EM_X86_64
+        } else {
+            elf::EM_AARCH64
+        };
+        let o = Target::for_machine(other, None).unwrap();
+        assert!(
+            o.foreign && o.note.as_deref().unwrap().contains("does not run here"),
+            "{o:?}"
+        );
+        let r = Target::for_machine(elf::EM_RISCV, None).unwrap();
+        assert!(r.note.unwrap().contains("x86-64 and AArch64 files only"));
+    }
+
+    #[test]
+    fn preload_must_match_the_program() {
+        use super::super::preload_mismatch;
+        let x = Some((elf::EM_X86_64, true));
+        let a = Some((elf::EM_AARCH64, true));
+        assert_eq!(preload_mismatch(x, x), None);
+        assert_eq!(preload_mismatch(None, x), None);
+        let why = preload_mismatch(a, x).unwrap();
+        assert!(
+            why.contains("program is AArch64 ELF64") && why.contains("built for x86-64 ELF64"),
+            "{why}"
+        );
+        assert!(preload_mismatch(Some((elf::EM_386, false)), x).is_some());
+    }
+
+    #[test]
+    fn page_sizes_parse() {
+        assert_eq!(super::super::parse_page_size("16K"), Ok(16 << 10));
+        assert_eq!(super::super::parse_page_size("64kib"), Ok(64 << 10));
+        assert_eq!(super::super::parse_page_size("4096"), Ok(4 << 10));
+        assert!(super::super::parse_page_size("8K").is_err());
+        assert!(super::super::parse_page_size("2M").is_err());
     }
 
     #[test]
@@ -572,6 +680,7 @@ mod tests {
                 segment: 3,
             }],
             raise_align: vec![3],
+            p_align: 2 << 20,
             growth: 0x1000,
         };
         assert_eq!(plan.map_offset(0x40, 0x200, Some(0x40)), 0x40);

@@ -23,9 +23,20 @@ use object::{Endianness, ReadCache, ReadRef};
 use crate::{Error, Result};
 
 /// glibc's default library directories on x86-64 (Debian multiarch first).
+#[cfg(not(target_arch = "aarch64"))]
 const DEFAULT_DIRS: &[&str] = &[
     "/lib/x86_64-linux-gnu",
     "/usr/lib/x86_64-linux-gnu",
+    "/lib64",
+    "/usr/lib64",
+    "/lib",
+    "/usr/lib",
+];
+/// glibc's default library directories on aarch64 (Debian multiarch first).
+#[cfg(target_arch = "aarch64")]
+const DEFAULT_DIRS: &[&str] = &[
+    "/lib/aarch64-linux-gnu",
+    "/usr/lib/aarch64-linux-gnu",
     "/lib64",
     "/usr/lib64",
     "/lib",
@@ -126,8 +137,9 @@ fn read_dyn_generic<Elf: FileHeader<Endian = Endianness>>(
 
 /// The value of `$LIB` for this system's ld.so.
 fn dst_lib() -> &'static str {
-    if Path::new("/lib/x86_64-linux-gnu").is_dir() {
-        "lib/x86_64-linux-gnu"
+    let multiarch = &DEFAULT_DIRS[0][1..];
+    if Path::new(DEFAULT_DIRS[0]).is_dir() {
+        multiarch
     } else {
         "lib64"
     }

@@ -1,16 +1,19 @@
 //! ELF: PMD-mapping eligibility (`check`), the safe rewriter (`align`) and
 //! DT_NEEDED resolution the way ld.so does it (`deps`).
 //!
-//! A read-only `PT_LOAD` can be mapped with 2 MiB page-table entries (PMDs)
-//! only where a whole 2 MiB window of its virtual range is backed by a file
-//! range at the same offset modulo 2 MiB, and the runtime base keeps that
-//! congruence (see `doc/elf.md` and KERNEL-NOTES §2–3):
+//! A read-only `PT_LOAD` can be mapped with PMD page-table entries only where
+//! a whole PMD-size window of its virtual range is backed by a file range at
+//! the same offset modulo the PMD size, and the runtime base keeps that
+//! congruence (see `doc/elf.md`). The PMD size is the target kernel's
+//! ([`Target`]): 2 MiB on x86-64 and on arm64 with 4 KiB pages, 32 MiB with
+//! 16 KiB pages:
 //!
 //! * [`check_file`] says, per segment, whether that holds as the file stands
 //!   and what [`align_file`] would achieve;
-//! * [`align_file`] rewrites the file: raises `p_align` to 2 MiB and, for
-//!   lld/mold layouts whose text is skewed by 4 KiB, inserts file padding so
-//!   `p_offset ≡ p_vaddr (mod 2 MiB)`, fixing every offset after it. Virtual
+//! * [`align_file`] rewrites the file (x86-64 and AArch64): raises `p_align`
+//!   to the PMD size and, for lld/mold layouts whose text is skewed by a
+//!   page, inserts file padding so `p_offset ≡ p_vaddr (mod PMD)`, fixing
+//!   every offset after it. Virtual
 //!   addresses never change. Output is verified by re-parsing and comparing
 //!   before it replaces anything;
 //! * [`text_segments`] lists a file's read-only PT_LOADs (for `warm`);
@@ -32,10 +35,131 @@ pub use align::{align_file, AlignOptions, AlignOutcome, AlignStatus};
 pub use check::{AlignPlan, BaseAlignment, CheckReport, FileKind, SegmentReport, Verdict};
 pub use deps::resolve_deps;
 
-/// PMD size on x86-64 with 4 KiB pages: the unit of huge text.
-pub const PMD_SIZE: u64 = 2 << 20;
-/// Base page size on x86-64.
-pub const PAGE_SIZE: u64 = 4096;
+/// Largest PMD size `check` and `align` align for: the kernel's own rule
+/// for read-only PT_LOADs (binfmt_elf) stops at 32 MiB, since a larger
+/// alignment (512 MiB on 64 KiB-page arm64) costs too much address space.
+pub const MAX_ALIGN_PMD: u64 = 32 << 20;
+
+/// The machine a file is checked and aligned for, and that machine's page
+/// and PMD sizes: the running kernel's when the file is for the running
+/// machine, else those of the page size named with `--page-size` (arm64:
+/// 4 KiB when none is named).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Target {
+    /// `e_machine` of the file, as a name ("x86-64", "AArch64").
+    pub machine: String,
+    /// Base page size of the target kernel, bytes.
+    pub page_size: u64,
+    /// PMD size of the target kernel, bytes: the unit of huge text.
+    pub pmd_size: u64,
+    /// The file is for another machine than the one running hugetext.
+    pub foreign: bool,
+    /// How the sizes were chosen, when that is worth saying (foreign file,
+    /// page size assumed).
+    pub note: Option<String>,
+}
+
+/// `e_machine` of the machine hugetext runs on (`EM_NONE` for one it does
+/// not know).
+pub fn host_machine() -> u16 {
+    if cfg!(target_arch = "x86_64") {
+        object::elf::EM_X86_64
+    } else if cfg!(target_arch = "aarch64") {
+        object::elf::EM_AARCH64
+    } else {
+        object::elf::EM_NONE
+    }
+}
+
+/// Machines whose ELF files `align` rewrites.
+pub fn supported_machine(m: u16) -> bool {
+    matches!(m, object::elf::EM_X86_64 | object::elf::EM_AARCH64)
+}
+
+/// Parse a `--page-size` value: 4K, 16K or 64K (also `16384`, `16KiB`).
+pub fn parse_page_size(s: &str) -> std::result::Result<u64, String> {
+    let t = s.trim().to_ascii_lowercase();
+    let num = t
+        .strip_suffix("kib")
+        .or(t.strip_suffix("kb"))
+        .or(t.strip_suffix('k'))
+        .map(|n| n.trim().parse::<u64>().map(|n| n << 10))
+        .unwrap_or_else(|| t.parse::<u64>());
+    match num {
+        Ok(n) if matches!(n >> 10, 4 | 16 | 64) && n % 1024 == 0 => Ok(n),
+        _ => Err(format!("{s}: not a page size (give 4K, 16K or 64K)")),
+    }
+}
+
+impl Target {
+    /// The running kernel's page and PMD size, for a file of the running
+    /// machine (what `warm` and `explain` measure against).
+    pub fn running() -> Target {
+        Target {
+            machine: layout::machine_name(host_machine()),
+            page_size: crate::kernel::page_size() as u64,
+            pmd_size: crate::kernel::pmd_size() as u64,
+            foreign: false,
+            note: None,
+        }
+    }
+
+    /// The target for a file of machine `machine`, with the page size the
+    /// user named (`page`), if any. `Err` when that page size does not exist
+    /// on that machine.
+    pub fn for_machine(machine: u16, page: Option<u64>) -> std::result::Result<Target, String> {
+        let name = layout::machine_name(machine);
+        let host = host_machine();
+        let foreign = machine != host;
+        let kernel_page = crate::kernel::page_size() as u64;
+        let (page_size, pmd_size, mut note) = match (machine, page) {
+            (object::elf::EM_X86_64, Some(p)) if p != 4096 => {
+                return Err(format!("x86-64 has 4 KiB pages only, not {} KiB", p >> 10))
+            }
+            // The running machine, its own page size: the kernel's word.
+            (_, p) if !foreign && p.map_or(true, |p| p == kernel_page) => {
+                (kernel_page, crate::kernel::pmd_size() as u64, None)
+            }
+            (object::elf::EM_X86_64, _) => (4096, 2 << 20, None),
+            (object::elf::EM_AARCH64, Some(p)) => (p, pmd_for(p), None),
+            (object::elf::EM_AARCH64, None) => (
+                4096,
+                pmd_for(4096),
+                Some(
+                    "assuming an arm64 kernel with 4 KiB pages (2 MiB PMD); --page-size 16K or 64K names another"
+                        .into(),
+                ),
+            ),
+            // A machine align does not handle: the running kernel's sizes,
+            // only for the numbers `check` prints.
+            _ => (kernel_page, crate::kernel::pmd_size() as u64, None),
+        };
+        if foreign {
+            let host_name = layout::machine_name(host);
+            let what = format!("{name} file on a {host_name} machine: it does not run here");
+            note = Some(match (supported_machine(machine), note) {
+                (true, Some(n)) => format!("{what}; {n}"),
+                (true, None) => format!(
+                    "{what}; figures are for an {name} kernel with {} KiB pages ({} MiB PMD)",
+                    page_size >> 10,
+                    pmd_size >> 20
+                ),
+                (false, _) => format!("{what}, and hugetext aligns x86-64 and AArch64 files only"),
+            });
+        }
+        Ok(Target {
+            machine: name,
+            page_size,
+            pmd_size,
+            foreign,
+            note,
+        })
+    }
+}
+
+fn pmd_for(page: u64) -> u64 {
+    hugetext_abi::geometry::pmd_size_for_page(page as usize).map_or(0, |p| p as u64)
+}
 
 /// A loadable segment of an ELF file: where its bytes are in the file and
 /// where they are mapped.
@@ -84,17 +208,26 @@ pub(crate) fn read_model(path: &Path) -> Result<(File, layout::Model)> {
     Ok((file, model))
 }
 
-/// Check one ELF file: per-PT_LOAD congruence, whole 2 MiB windows, whether
+/// Check one ELF file for the running kernel: [`check_file_for`] with no
+/// page size named.
+pub fn check_file(path: &Path) -> Result<CheckReport> {
+    check_file_for(path, None)
+}
+
+/// Check one ELF file: per-PT_LOAD congruence, whole PMD windows, whether
 /// the runtime base keeps the congruence, how many bytes can be PMD-mapped now
 /// and after `align`, a verdict with reasons, and what a rewrite would
-/// invalidate. Reads only the headers.
+/// invalidate. Reads only the headers. `page` names the target kernel's page
+/// size (see [`Target::for_machine`]).
 ///
-/// Errors: the file cannot be read, is not ELF, or is truncated/malformed.
-/// A well-formed ELF file that cannot be helped (32-bit, other machine,
-/// object file, …) is not an error: its verdict says why.
-pub fn check_file(path: &Path) -> Result<CheckReport> {
+/// Errors: the file cannot be read, is not ELF, is truncated/malformed, or
+/// `page` does not exist on its machine. A well-formed ELF file that cannot
+/// be helped (32-bit, other machine, object file, …) is not an error: its
+/// verdict says why.
+pub fn check_file_for(path: &Path, page: Option<u64>) -> Result<CheckReport> {
     let (file, model) = read_model(path)?;
-    let mut report = check::analyse(path, &model);
+    let target = Target::for_machine(model.e_machine, page).map_err(|msg| Error::Elf { path: path.into(), msg })?;
+    let mut report = check::analyse(path, &model, &target);
     let inv = align::invalidations(path, &file, &model);
     report.warnings.extend(
         inv.signed
@@ -123,6 +256,43 @@ pub fn text_segments(path: &Path) -> Result<Vec<Segment>> {
             align: p.p_align,
         })
         .collect())
+}
+
+/// `(e_machine, ELF64?)` of an ELF file, from its header alone; `None` for
+/// a file that is not ELF (a script). Errors only on I/O.
+pub fn machine_of(path: &Path) -> Result<Option<(u16, bool)>> {
+    use object::read::elf::FileHeader;
+    use std::io::Read;
+    let f = File::open(path).map_err(|e| Error::io(path, e))?;
+    let mut head = Vec::with_capacity(64);
+    f.take(64).read_to_end(&mut head).map_err(|e| Error::io(path, e))?;
+    let m = match head.get(layout::EI_CLASS) {
+        Some(&object::elf::ELFCLASS64) => object::elf::FileHeader64::<object::Endianness>::parse(head.as_slice())
+            .ok()
+            .and_then(|h| Some((h.e_machine(h.endian().ok()?), true))),
+        Some(&object::elf::ELFCLASS32) => object::elf::FileHeader32::<object::Endianness>::parse(head.as_slice())
+            .ok()
+            .and_then(|h| Some((h.e_machine(h.endian().ok()?), false))),
+        _ => None,
+    };
+    Ok(m)
+}
+
+/// Why a preload (`libhugetext.so`) cannot load into `program`, when its
+/// ELF machine or class differs from the program's: the dynamic loader
+/// would refuse it ("wrong ELF class" / skip it). `None` when they match or
+/// either is not ELF. Pure.
+pub fn preload_mismatch(program: Option<(u16, bool)>, preload: Option<(u16, bool)>) -> Option<String> {
+    let (p, l) = (program?, preload?);
+    if p == l {
+        return None;
+    }
+    let name = |(m, is_64): (u16, bool)| format!("{} ELF{}", layout::machine_name(m), if is_64 { 64 } else { 32 });
+    Some(format!(
+        "the program is {} and the preload is built for {}: it cannot load into this program",
+        name(p),
+        name(l)
+    ))
 }
 
 /// Is this file an ELF file (by its magic)? Errors only on I/O.

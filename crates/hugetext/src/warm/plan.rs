@@ -197,7 +197,7 @@ fn elf_ranges(path: &Path) -> Result<Vec<WarmRange>> {
     let pmd = kernel::pmd_size() as u64;
     let segs = crate::elf::text_segments(path)?;
     let (_file, model) = crate::elf::read_model(path)?;
-    let base = crate::elf::check::analyse(path, &model).base;
+    let base = crate::elf::check::analyse(path, &model, &crate::elf::Target::running()).base;
     let keeps = !matches!(base, crate::elf::BaseAlignment::NotAligned);
     let size = model.file_size;
     let mut ranges: Vec<WarmRange> = segs

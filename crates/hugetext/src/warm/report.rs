@@ -56,6 +56,9 @@ pub struct FileReport {
     pub pmd_kb: u64,
     /// kB in smaller folios.
     pub small_kb: u64,
+    /// Of `small_kb`, kB in folios of at least the contpte block (arm64:
+    /// mapped with contiguous PTEs); `None` on machines without contpte.
+    pub contpte_kb: Option<u64>,
     /// kB in eligible windows that stayed small because running processes
     /// map pages of them (see `blocked_by`).
     pub blocked_kb: u64,
@@ -112,6 +115,7 @@ pub(super) fn measure(t: &Target, fs: &str, stuck: &BTreeSet<u64>) -> Result<(Fi
         cached_kb: 0,
         pmd_kb: 0,
         small_kb: 0,
+        contpte_kb: kernel::cont_pte_size().map(|_| 0),
         blocked_kb: 0,
         small: SmallReasons::default(),
         eligible_windows: 0,
@@ -163,6 +167,9 @@ pub(super) fn measure(t: &Target, fs: &str, stuck: &BTreeSet<u64>) -> Result<(Fi
             rep.pmd_kb += pk;
             let small = s.cached_kb - pk;
             rep.small_kb += small;
+            if let (Some(c), Some(block)) = (rep.contpte_kb.as_mut(), kernel::cont_pte_size()) {
+                *c += crate::inspect::contpte_kb(&s.folios_kb, block as u64 / KIB, pmd_kb);
+            }
             if part == w {
                 pmd_here = s.pmd_windows.len() as u64;
                 pmd_offsets.extend(s.pmd_windows.iter().copied());

@@ -13,7 +13,7 @@ use crate::Result;
 #[serde(untagged)]
 pub enum FileOutcome {
     /// Warmed (or found impossible to warm: see its route).
-    Warmed(FileReport),
+    Warmed(Box<FileReport>),
     /// Could not be planned or warmed.
     Failed { path: PathBuf, error: String },
 }
@@ -68,7 +68,7 @@ pub fn warm_all(plans: Vec<(PathBuf, Result<Target>)>, opts: &WarmOptions, progr
             r
         });
         files.push(match r {
-            Ok(rep) => FileOutcome::Warmed(rep),
+            Ok(rep) => FileOutcome::Warmed(Box::new(rep)),
             Err(e) => {
                 let error = e.to_string();
                 progress.note(&if error.starts_with(&shown) {

@@ -152,15 +152,16 @@ pub(super) fn summarize(runs: &[&RunRecord]) -> SideReport {
 pub fn notes(files: &[TextFile], pairs: &[Pair]) -> Vec<String> {
     let mut notes = Vec::new();
     let windows: u64 = files.iter().map(|f| f.pmd_windows).sum();
+    let pmd_w = crate::elf::check::size_words(crate::kernel::pmd_size() as u64);
     if windows == 0 {
-        notes.push(
-            "no managed file has a whole 2 MiB window of text: both sides are the same (expect a ratio near 1)".into(),
-        );
+        notes.push(format!(
+            "no managed file has a whole {pmd_w} window of text: both sides are the same (expect a ratio near 1)"
+        ));
     }
     for f in files {
         if f.pmd_windows > 0 && f.mappable_windows.is_some_and(|m| m < f.pmd_windows) {
             notes.push(format!(
-                "{}: {} of its {} text windows are mapped at addresses not congruent to their file offsets modulo 2 MiB, so their PMD folios cannot be PMD-mapped (see `hugetext check`/`align`)",
+                "{}: {} of its {} text windows are mapped at addresses not congruent to their file offsets modulo {pmd_w}, so their PMD folios cannot be PMD-mapped (see `hugetext check`/`align`)",
                 f.path.display(),
                 f.pmd_windows - f.mappable_windows.unwrap_or(0),
                 f.pmd_windows
@@ -252,7 +253,7 @@ mod tests {
     fn no_whole_window_means_equal_sides() {
         let n = notes(&[file("/usr/bin/small", 0, Some(0), "ext4")], &[]);
         assert_eq!(n.len(), 1);
-        assert!(n[0].contains("no managed file has a whole 2 MiB window"), "{n:?}");
+        assert!(n[0].contains("no managed file has a whole"), "{n:?}");
     }
 
     #[test]
