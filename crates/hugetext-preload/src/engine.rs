@@ -1231,6 +1231,8 @@ impl Pass<'_> {
     /// pages and copying). Returns the bytes filled from the start of `new`
     /// (less than `len` when a read failed or stopped short).
     fn fill_from_file(&mut self, fd: i32, off: u64, new: usize, len: usize) -> usize {
+        #[allow(non_snake_case)]
+        let PMD = scan::pmd();
         let head = (off % PMD as u64) as usize;
         let base = off - head as u64;
         // File 2 MiB blocks the range touches (`<= 65`).
