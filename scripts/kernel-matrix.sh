@@ -291,7 +291,7 @@ if [ -n "$extra" ]; then
   done
 fi
 for l in libgcc_s.so.1 libnss_files.so.2; do
-  p=$(ldconfig -p | awk -v l="$l" '$1 == l && /x86-64/ {print $NF; exit}')
+  p=$(ldconfig -p | awk -v l="$l" '$1 == l && /x86-64/ && !n++ {print $NF}')
   [ -n "$p" ] && copy_with_libs "$p"
 done
 # The dynamic loader at its real path too (ldd names /lib64/..., a symlink on
@@ -352,7 +352,7 @@ add_modules() { # KDIR -> copies decompressed modules into the root, writes /mod
     local name=$1 f dep
     [ -n "${seen[$name]:-}" ] && return
     seen[$name]=1
-    f=$(find "$mdir" -name "$name.ko" -o -name "$name.ko.xz" -o -name "$name.ko.zst" | head -n 1)
+    f=$(find "$mdir" -name "$name.ko" -o -name "$name.ko.xz" -o -name "$name.ko.zst" | sort | sed -n 1p)
     [ -n "$f" ] || return 0   # built in
     for dep in $(modinfo -F depends "$f" | tr ',' ' '); do add_one "$dep"; done
     case $f in
