@@ -28,9 +28,10 @@ pub const LD_AUDIT: &str = "LD_AUDIT";
 /// `0`: do not follow objects loaded after start (dlopen).
 pub const LATE: &str = "HUGETEXT_LATE";
 /// Objects loaded after start whose text mapping has fewer bytes in whole
-/// 2 MiB windows than this are left alone (bytes; suffix K, M or G).
+/// PMD-size windows than this are left alone (bytes; suffix K, M or G).
 pub const LATE_MIN: &str = "HUGETEXT_LATE_MIN";
-/// Default of [`LATE_MIN`]: one whole 2 MiB window.
+/// Default of [`LATE_MIN`]: 2 MiB, the smallest PMD size, so any object with
+/// one whole window (whatever the kernel's PMD size) qualifies.
 pub const LATE_MIN_DEFAULT: u64 = 2 << 20;
 
 /// Parse a size: decimal bytes with an optional `K`, `M` or `G` suffix

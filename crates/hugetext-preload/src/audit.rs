@@ -375,7 +375,7 @@ fn late(n: usize) {
             line()
                 .s("cannot parse HUGETEXT_LATE_MIN=")
                 .bytes(v)
-                .s(" (bytes, or with a K, M or G suffix); using 2 MiB");
+                .s(" (bytes, or with a K, M or G suffix); using the default: one whole window");
         }
     }
     let Ok(mut mem) = Zeroed::<Late>::map() else { return };

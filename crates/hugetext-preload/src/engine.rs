@@ -276,7 +276,9 @@ impl State {
                             .bytes(l.path)
                             .s(": ")
                             .mib(window_bytes(l.start, l.end))
-                            .s(" of text in whole 2 MiB windows, below HUGETEXT_LATE_MIN=")
+                            .s(" of text in whole ")
+                            .size(scan::pmd() as u64)
+                            .s(" windows, below HUGETEXT_LATE_MIN=")
                             .mib(scope.min)
                             .s(": left alone");
                     }
@@ -607,7 +609,11 @@ impl Pass<'_> {
         PT.store(PT_KEPT, Relaxed);
         if self.cfg.verbose {
             let mut o = line();
-            o.s("the page cache holds 2 MiB folios but this process's mapping stayed in 4 KiB pages: ")
+            o.s("the page cache holds ")
+                .size(scan::pmd() as u64)
+                .s(" folios but this process's mapping stayed in ")
+                .size(scan::page() as u64)
+                .s(" pages: ")
                 .s("MADV_DONTNEED left the emptied page table (as kernels before 6.14 do");
             if self.cfg.compat.no_pt_reclaim {
                 o.s("; here because of HUGETEXT_COMPAT=no-pt-reclaim");
@@ -849,7 +855,8 @@ impl Pass<'_> {
                 .mib(cp)
                 .s(")");
             if !congruent {
-                o.s("; not congruent: address - file offset is not a multiple of 2 MiB");
+                o.s("; not congruent: address - file offset is not a multiple of ")
+                    .size(scan::pmd() as u64);
             }
         }
     }
@@ -907,10 +914,13 @@ impl Pass<'_> {
             }
         }
         if plan.not_congruent {
-            self.note(
-                c,
-                "not congruent (address - file offset is not a multiple of 2 MiB): only `copy` can make it huge",
-            );
+            if self.cfg.verbose {
+                line()
+                    .bytes(self.st.path(c))
+                    .s(": not congruent (address - file offset is not a multiple of ")
+                    .size(scan::pmd() as u64)
+                    .s("): only `copy` can make it huge");
+            }
         }
         match plan.copy {
             CopyPlan::No => {}
@@ -1389,12 +1399,16 @@ fn route_times<const N: usize>(o: &mut Out<N>, t: &Totals) {
                 let mapped = bytes[i].saturating_sub(t.copy_pmd + t.copy_read);
                 let mut sep = "; source: ";
                 for (b, what) in [
-                    (t.copy_pmd, " copied from 2 MiB page-cache folios"),
-                    (t.copy_read, " read with pread"),
-                    (mapped, " copied from the text mapped in 4 KiB pages"),
+                    (t.copy_pmd, [" copied from ", " page-cache folios"]),
+                    (t.copy_read, [" read with pread", ""]),
+                    (mapped, [" copied from the text mapped in ", " pages"]),
                 ] {
                     if b >= 1 << 16 {
-                        o.s(sep).mib(b).s(what);
+                        o.s(sep).mib(b).s(what[0]);
+                        if !what[1].is_empty() {
+                            let unit = if what[1].contains("cache") { scan::pmd() } else { scan::page() };
+                            o.size(unit as u64).s(what[1]);
+                        }
                         sep = ", ";
                     }
                 }
@@ -1551,7 +1565,9 @@ pub fn remap_in(cfg: &Config, scope: &Scope) -> isize {
                     o.s(", loaded after start (dlopen)");
                 }
                 o.s(": ").mib(huge).s(" of ").mib(t.windows);
-                o.s(" text in whole 2 MiB windows is huge-backed (already ")
+                o.s(" text in whole ")
+                    .size(scan::pmd() as u64)
+                    .s(" windows is huge-backed (already ")
                     .mib(t.already);
                 o.s(", file ")
                     .mib(t.file)
@@ -1563,7 +1579,9 @@ pub fn remap_in(cfg: &Config, scope: &Scope) -> isize {
                     .ms(sys::now_ns() - t0)
                     .s("; ")
                     .u(t.small_mappings as u64)
-                    .s(" text mappings have no whole 2 MiB window");
+                    .s(" text mappings have no whole ")
+                    .size(scan::pmd() as u64)
+                    .s(" window");
                 if pass.scan.is_smaps() {
                     o.s("; verified with /proc/self/smaps totals");
                 }

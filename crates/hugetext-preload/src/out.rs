@@ -91,6 +91,17 @@ impl<const N: usize> Out<N> {
         self.u(tenths / 10).s(".").u(tenths % 10).s(" MiB")
     }
 
+    /// A power-of-two size in whole binary units ("4 KiB", "2 MiB", "32 MiB"):
+    /// page and PMD sizes, which the running kernel decides.
+    pub fn size(&mut self, bytes: u64) -> &mut Self {
+        match bytes {
+            b if b >= 1 << 30 && b % (1 << 30) == 0 => self.u(b >> 30).s(" GiB"),
+            b if b >= 1 << 20 && b % (1 << 20) == 0 => self.u(b >> 20).s(" MiB"),
+            b if b >= 1 << 10 && b % (1 << 10) == 0 => self.u(b >> 10).s(" KiB"),
+            b => self.u(b).s(" bytes"),
+        }
+    }
+
     /// A duration in milliseconds with two decimals.
     pub fn ms(&mut self, ns: u64) -> &mut Self {
         let hundredths = (ns + 5_000) / 10_000;

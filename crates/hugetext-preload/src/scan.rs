@@ -30,6 +30,13 @@ pub fn pmd() -> usize {
     }
 }
 
+/// The running kernel's base page size (`AT_PAGESZ`: 4 KiB on x86-64; 4,
+/// 16 or 64 KiB on arm64), for messages.
+pub fn page() -> usize {
+    // SAFETY: getauxval has no preconditions.
+    (unsafe { libc::getauxval(libc::AT_PAGESZ) } as usize).max(4096)
+}
+
 /// Read the PMD size (see [`pmd`]) and remember it; returns it.
 pub fn init_geometry() -> usize {
     use hugetext_abi::geometry;
