@@ -97,7 +97,7 @@ fn warm_reaches_every_window(dir: &Path, fstype: &str) {
     assert_eq!(w["filesystem"], fstype, "{w:#}");
     assert_eq!(w["route"], "pmd-readahead", "{w:#}");
     let eligible = w["eligible_windows"].as_u64().unwrap();
-    assert!(eligible >= 9, "{w:#}");
+    assert!(eligible * common::pmd() >= 16 << 20, "{w:#}");
     assert_eq!(w["pmd_windows"], eligible, "not 100% of eligible windows: {w:#}");
     assert_eq!(w["mappable_windows"], eligible, "ET_EXEC text is congruent: {w:#}");
     assert_eq!(w["pmd_kb"].as_u64().unwrap(), eligible * common::pmd_kb());
@@ -145,10 +145,11 @@ fn run_file_strategy_is_huge_with(dir: &Path, compat: Option<&str>) {
     let err = r.stop();
     assert!(file_pmd >= 16 * MIB, "FilePmdMapped {} KiB: {err}", file_pmd >> 10);
     assert_eq!(anon + private_anon, 0, "the file route adds no anonymous memory: {err}");
-    assert!(err.contains("file 18.0 MiB"), "{err}");
+    let want = common::mib(common::text_window_bytes(&prog));
+    assert!(err.contains(&format!("file {want}")), "expected file {want}: {err}");
     if keeps_tables {
         assert!(
-            err.contains("18.0 MiB in windows replaced with mmap(MAP_FIXED)"),
+            err.contains(&format!("{want} in windows replaced with mmap(MAP_FIXED)")),
             "{err}"
         );
     }
@@ -216,7 +217,7 @@ fn says_what_the_kernel_does(dir: &Path, fstype: &str) {
     assert_eq!(w["route"], "none", "{w:#}");
     assert_eq!(w["pmd_windows"], 0);
     let eligible = w["eligible_windows"].as_u64().unwrap();
-    assert!(eligible >= 9);
+    assert!(eligible * common::pmd() >= 16 << 20, "{w:#}");
     assert_eq!(
         w["small"]["no_large_folios_kb"].as_u64().unwrap(),
         eligible * common::pmd_kb(),
@@ -262,7 +263,8 @@ fn says_what_the_kernel_does(dir: &Path, fstype: &str) {
     let err = r.stop();
     assert_eq!(file_pmd, 0, "{err}");
     assert!(anon >= 16 * MIB, "copy route: AnonHugePages {} KiB: {err}", anon >> 10);
-    assert!(err.contains("copy 18.0 MiB"), "{err}");
+    let want = common::mib(common::text_window_bytes(&prog));
+    assert!(err.contains(&format!("copy {want}")), "expected copy {want}: {err}");
     let why = err
         .lines()
         .find(|l| l.contains("file route"))

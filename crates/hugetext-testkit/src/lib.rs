@@ -246,6 +246,53 @@ pub fn pmd_kb() -> u64 {
     pmd() / 1024
 }
 
+/// Bytes of `elf`'s executable text in whole PMD windows of the running
+/// kernel (`hugetext check`'s per-segment `whole_windows`): what the `file`
+/// and `copy` routes of `run` make huge in a program whose load base keeps
+/// the windows (ET_EXEC, or PIE/DSO placed at a PMD-aligned base). 18 MiB
+/// for the x86-64 fixtures' 20 MiB of text; more for aarch64's 70 MiB.
+pub fn text_window_bytes(elf: &Path) -> u64 {
+    let r = hugetext::elf::check_file(elf).unwrap_or_else(|e| panic!("check {}: {e}", elf.display()));
+    r.segments
+        .iter()
+        .filter(|s| s.executable)
+        .map(|s| s.whole_windows * r.target.pmd_size)
+        .sum()
+}
+
+/// Where the loader will not place the shared object `elf` at a PMD-aligned
+/// base, rewrite it with `hugetext align`, as a user would. glibc aligns an
+/// object's base to its largest `p_align` when that exceeds the page size
+/// (aarch64 linkers default to 64 KiB), which overrides the kernel's habit
+/// of placing file mappings of a PMD or more PMD-aligned; `align` raises
+/// `p_align` to the PMD size. True if it rewrote the file (never on x86-64,
+/// whose fixtures have a 4 KiB `p_align`).
+pub fn align_if_loader_misaligns(elf: &Path) -> bool {
+    let r = hugetext::elf::check_file(elf).unwrap_or_else(|e| panic!("check {}: {e}", elf.display()));
+    if r.max_p_align <= page() || r.max_p_align >= r.target.pmd_size {
+        return false;
+    }
+    let o = hugetext(&["align", elf.to_str().unwrap()]);
+    assert!(
+        o.status.success(),
+        "hugetext align {}: {}",
+        elf.display(),
+        text(&o.stderr)
+    );
+    true
+}
+
+/// A byte count as the preload and the CLI print it: MiB with one decimal.
+pub fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1u64 << 20) as f64)
+}
+
+/// The running kernel's base page size in bytes (4 KiB on x86-64; 4, 16 or
+/// 64 KiB on arm64).
+pub fn page() -> u64 {
+    hugetext::kernel::page_size() as u64
+}
+
 /// Print a line that shows in a normal `cargo test` run: libtest captures
 /// what `println!`/`eprintln!` print, not direct writes to stderr.
 pub fn skip_line(msg: &str) {
