@@ -272,7 +272,10 @@ fn replace_warms_a_copy_and_keeps_metadata() {
     assert_eq!(e["replaced"], true, "{e:#}");
     assert_eq!(e["route"], "replace");
     assert_eq!(e["pmd_windows"], e["eligible_windows"], "{e:#}");
-    assert!(e["eligible_windows"].as_u64().unwrap() * common::pmd() >= 16 << 20, "{e:#}");
+    assert!(
+        e["eligible_windows"].as_u64().unwrap() * common::pmd() >= 16 << 20,
+        "{e:#}"
+    );
     let m = std::fs::metadata(&exe).unwrap();
     assert_ne!(m.ino(), old_ino, "a new inode");
     assert_eq!(m.mode() & 0o7777, 0o4751);
@@ -432,7 +435,10 @@ fn freshly_written_file_is_warmed_on_the_first_run() {
     std::fs::copy(common::fixture("bfd", "nopie"), &dst).unwrap(); // no fsync: dirty
     let v = warm_json(&[dst.to_str().unwrap()]);
     let f = file_entry(&v, "nopie");
-    assert!(f["eligible_windows"].as_u64().unwrap() * common::pmd() >= 16 << 20, "{f:#}");
+    assert!(
+        f["eligible_windows"].as_u64().unwrap() * common::pmd() >= 16 << 20,
+        "{f:#}"
+    );
     assert_eq!(f["pmd_windows"], f["eligible_windows"], "{f:#}");
     assert_eq!(f["blocked_kb"], 0, "{f:#}");
 }

@@ -1406,7 +1406,11 @@ fn route_times<const N: usize>(o: &mut Out<N>, t: &Totals) {
                     if b >= 1 << 16 {
                         o.s(sep).mib(b).s(what[0]);
                         if !what[1].is_empty() {
-                            let unit = if what[1].contains("cache") { scan::pmd() } else { scan::page() };
+                            let unit = if what[1].contains("cache") {
+                                scan::pmd()
+                            } else {
+                                scan::page()
+                            };
                             o.size(unit as u64).s(what[1]);
                         }
                         sep = ", ";

@@ -430,16 +430,30 @@ impl TextMapping {
 }
 
 /// The executable (`r-x`) mappings of process `pid`, from its smaps.
+///
+/// Text the preload copied is named `[anon:hugetext:PATH]` where the kernel
+/// has anonymous VMA names. Where it has not (`CONFIG_ANON_VMA_NAME` is off
+/// in Debian's kernels), an unnamed `r-x` anonymous mapping is the copied
+/// text of file P when it directly follows text of P, or lies between two
+/// mappings of P (a segment copied whole, with no file-backed head left: the
+/// loader's mappings of P on either side).
 pub fn text_mappings(pid: i32) -> Result<Vec<TextMapping>> {
+    let vmas = procfs::read_smaps(Some(pid))?;
+    let file_of = |i: usize| -> Option<&str> {
+        let n = vmas[i].0.path.as_str();
+        n.starts_with('/').then_some(n)
+    };
+    // Unnamed r-x anonymous mappings (copied text on such kernels).
+    let unnamed = |i: usize| vmas[i].0.path.is_empty() && vmas[i].0.perms.starts_with("r-x");
     let mut out = Vec::new();
-    let mut prev_file: Option<(u64, String)> = None; // (end, path) of the previous file mapping
-    for (vma, s) in procfs::read_smaps(Some(pid))? {
+    let mut prev_file: Option<(u64, String)> = None; // (end, path) of the previous text mapping
+    for (i, (vma, s)) in vmas.iter().enumerate() {
         let exec = vma.perms.starts_with("r-x");
-        let name = vma.path;
+        let name = &vma.path;
         let (start, end) = (vma.start, vma.end);
         let label = if name.starts_with('/') {
             prev_file = Some((end, name.clone()));
-            exec.then_some((name, false))
+            exec.then(|| (name.clone(), false))
         } else if exec && !name.starts_with("[v") {
             let copied = if let Some(p) = name.strip_prefix("[anon:hugetext:").and_then(|n| n.strip_suffix(']')) {
                 Some(p.to_string())
@@ -448,6 +462,13 @@ pub fn text_mappings(pid: i32) -> Result<Vec<TextMapping>> {
                     .as_ref()
                     .filter(|(pe, _)| *pe == start)
                     .map(|(_, p)| p.clone())
+                    .or_else(|| {
+                        // Between two mappings of the same file, skipping
+                        // other unnamed text (consecutive copied windows).
+                        let before = (0..i).rev().find(|&j| !unnamed(j)).and_then(file_of)?;
+                        let after = (i + 1..vmas.len()).find(|&j| !unnamed(j)).and_then(file_of)?;
+                        (before == after).then(|| before.to_string())
+                    })
             } else {
                 None
             };
@@ -588,6 +609,62 @@ mod tests {
             126
         );
         assert_eq!(resolve_program(OsStr::new("/etc"), None).unwrap_err().exit_code(), 126);
+    }
+
+    /// Without anonymous VMA names: unnamed `r-x` anonymous memory between
+    /// two mappings of one file (after a hole, as a segment copied whole
+    /// leaves it) is that file's copied text; between two files, nobody's.
+    #[test]
+    fn unnamed_copy_between_mappings_of_one_file_is_its_text() {
+        use std::os::fd::AsRawFd;
+        let page = crate::kernel::page_size();
+        let me = std::env::current_exe().unwrap().canonicalize().unwrap();
+        let f = std::fs::File::open(&me).unwrap();
+        let other = std::fs::File::open("/bin/sh").unwrap();
+        let check = |second: &std::fs::File| -> Option<TextMapping> {
+            // SAFETY: fresh mappings inside a reservation of our own, unmapped
+            // before returning.
+            unsafe {
+                let base = libc::mmap(
+                    std::ptr::null_mut(),
+                    4 * page,
+                    libc::PROT_NONE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                );
+                assert_ne!(base, libc::MAP_FAILED);
+                let at = |i: usize| (base as usize + i * page) as *mut libc::c_void;
+                let fixed = libc::MAP_PRIVATE | libc::MAP_FIXED;
+                assert_ne!(
+                    libc::mmap(at(0), page, libc::PROT_READ, fixed, f.as_raw_fd(), 0),
+                    libc::MAP_FAILED
+                );
+                libc::munmap(at(1), page);
+                let anon = libc::mmap(
+                    at(2),
+                    page,
+                    libc::PROT_READ | libc::PROT_EXEC,
+                    fixed | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                );
+                assert_ne!(anon, libc::MAP_FAILED);
+                assert_ne!(
+                    libc::mmap(at(3), page, libc::PROT_READ, fixed, second.as_raw_fd(), 0),
+                    libc::MAP_FAILED
+                );
+                let found = text_mappings(std::process::id() as i32)
+                    .unwrap()
+                    .into_iter()
+                    .find(|m| m.start == anon as u64);
+                libc::munmap(base, 4 * page);
+                found
+            }
+        };
+        let m = check(&f).expect("the unnamed copy between two mappings of the file");
+        assert!(m.copied && Path::new(&m.path) == me, "{m:?}");
+        assert_eq!(check(&other), None, "between two different files: not attributed");
     }
 
     #[test]
