@@ -68,10 +68,14 @@ fn file_pmd_mapped(pid: Option<i32>, addr: Option<usize>, name: Option<&str>) ->
 #[test]
 fn small_folios_warmed_then_plain_mapping_is_pmd_mapped() {
     let dir = common::scratch();
-    let p = common::scratch_file(dir.path(), "data", 32);
+    // 32 MiB, or two windows where the PMD is bigger (32 MiB on a 16 KiB-page
+    // kernel): 16 windows of 2 MiB, 2 of 32 MiB.
+    let mib = (32 << 20).max(2 * common::pmd()) >> 20;
+    let windows = (mib << 20) / common::pmd();
+    let p = common::scratch_file(dir.path(), "data", mib as usize);
     common::read_small(&p);
     let before = folio::scan_file(&p, None).unwrap();
-    assert_eq!(before.cached_kb, 32 * 1024);
+    assert_eq!(before.cached_kb, mib * 1024);
     assert!(
         before.pmd_windows.is_empty(),
         "exec faults should leave small folios: {before:?}"
@@ -79,19 +83,19 @@ fn small_folios_warmed_then_plain_mapping_is_pmd_mapped() {
 
     let v = warm_json(&[p.to_str().unwrap()]);
     let f = file_entry(&v, "data");
-    assert_eq!(f["eligible_windows"], 16, "{f:#}");
-    assert_eq!(f["pmd_windows"], 16, "{f:#}");
-    assert_eq!(f["pmd_kb"], 32 * 1024);
+    assert_eq!(f["eligible_windows"], windows, "{f:#}");
+    assert_eq!(f["pmd_windows"], windows, "{f:#}");
+    assert_eq!(f["pmd_kb"], mib * 1024);
     assert_eq!(f["blocked_kb"], 0);
     assert_eq!(f["route"], "pmd-readahead");
 
     // Independent read-back with the folio scanner.
     let after = folio::scan_file(&p, None).unwrap();
-    assert_eq!(after.pmd_windows.len(), 16, "{after:?}");
+    assert_eq!(after.pmd_windows.len() as u64, windows, "{after:?}");
 
     // A later plain congruent mapping, no madvise: PMD-mapped.
     let file = File::open(&p).unwrap();
-    let len = 32 << 20;
+    let len = (mib << 20) as usize;
     let m = Mapping::file_congruent(
         file.as_fd(),
         0,
@@ -105,7 +109,7 @@ fn small_folios_warmed_then_plain_mapping_is_pmd_mapped() {
         unsafe { std::ptr::read_volatile(m.as_ptr().add(off)) };
     }
     let kb = file_pmd_mapped(None, Some(m.addr()), None);
-    assert!(kb * 100 >= 99 * 32 * 1024, "only {kb} kB PMD-mapped of {}", 32 * 1024);
+    assert!(kb * 100 >= 99 * mib * 1024, "only {kb} kB PMD-mapped of {}", mib * 1024);
 }
 
 #[test]
