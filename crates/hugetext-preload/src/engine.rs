@@ -913,14 +913,12 @@ impl Pass<'_> {
                 return;
             }
         }
-        if plan.not_congruent {
-            if self.cfg.verbose {
-                line()
-                    .bytes(self.st.path(c))
-                    .s(": not congruent (address - file offset is not a multiple of ")
-                    .size(scan::pmd() as u64)
-                    .s("): only `copy` can make it huge");
-            }
+        if plan.not_congruent && self.cfg.verbose {
+            line()
+                .bytes(self.st.path(c))
+                .s(": not congruent (address - file offset is not a multiple of ")
+                .size(scan::pmd() as u64)
+                .s("): only `copy` can make it huge");
         }
         match plan.copy {
             CopyPlan::No => {}

@@ -845,9 +845,7 @@ fn gather_one(pid: i32, fs_cache: &mut FsCache) -> Result<ProcessFacts> {
     }
     let thp_disabled = procfs::status_field(pid, "THP_enabled")?.map(|v| v == "0");
     let vmas = procfs::read_maps(Some(pid))?;
-    let mut texts = remap::text_mappings(pid)?;
-    texts.extend(unnamed_copies(&vmas, &texts));
-    texts.sort_by_key(|t| t.start);
+    let texts = remap::text_mappings(pid)?;
     let flags = procfs::read_vm_flags(Some(pid))?;
     let insp = inspect::inspect(
         &inspect::Options {
@@ -908,36 +906,6 @@ fn gather_one(pid: i32, fs_cache: &mut FsCache) -> Result<ProcessFacts> {
         unit: unit_of(pid),
         mappings,
     })
-}
-
-/// Copies made by `hugetext run` on kernels without anonymous VMA names
-/// that [`remap::text_mappings`] cannot tell from the mapping before them
-/// (the copy starts a text segment, after a gap): an unnamed `r-x` anonymous
-/// mapping followed directly by the same segment's file mapping. Pure.
-pub fn unnamed_copies(vmas: &[procfs::Vma], known: &[remap::TextMapping]) -> Vec<remap::TextMapping> {
-    vmas.windows(2)
-        .filter(|w| {
-            let (a, b) = (&w[0], &w[1]);
-            a.perms.starts_with("r-x")
-                && a.path.is_empty()
-                && a.inode == 0
-                && b.perms.starts_with("r-x")
-                && b.path.starts_with('/')
-                && b.start == a.end
-                && !known.iter().any(|t| t.start == a.start)
-        })
-        .map(|w| remap::TextMapping {
-            start: w[0].start,
-            end: w[0].end,
-            path: w[1].path.clone(),
-            copied: true,
-            file_pmd: 0,
-            anon_huge: 0,
-            private: 0,
-            pss: 0,
-            anonymous: 0,
-        })
-        .collect()
 }
 
 /// Gather the facts of several processes (the filesystem experiment runs
@@ -1172,23 +1140,6 @@ mod tests {
         let j = serde_json::to_value(&r).unwrap();
         assert_eq!(j["processes"][0]["mappings"][0]["reason"], "cache-small-folios");
         assert_eq!(j["processes"][0]["mappings"][0]["backing"], "file");
-    }
-
-    #[test]
-    fn finds_copies_that_start_a_segment() {
-        let maps = procfs::parse_maps(
-            "55d000000000-55d000001000 r--p 00000000 fe:00 7 /x/pie\n\
-             55d000200000-55d001400000 r-xp 00000000 00:00 0 \n\
-             55d001400000-55d001402000 r-xp 01401000 fe:00 7 /x/pie\n\
-             7f0000000000-7f0000200000 r-xp 00000000 00:00 0 \n",
-        );
-        let c = unnamed_copies(&maps, &[]);
-        assert_eq!(c.len(), 1);
-        assert_eq!(
-            (c[0].start, c[0].path.as_str(), c[0].copied),
-            (0x55d000200000, "/x/pie", true)
-        );
-        assert!(unnamed_copies(&maps, &c).is_empty());
     }
 
     #[test]

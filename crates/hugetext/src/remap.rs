@@ -434,9 +434,9 @@ impl TextMapping {
 /// Text the preload copied is named `[anon:hugetext:PATH]` where the kernel
 /// has anonymous VMA names. Where it has not (`CONFIG_ANON_VMA_NAME` is off
 /// in Debian's kernels), an unnamed `r-x` anonymous mapping is the copied
-/// text of file P when it directly follows text of P, or lies between two
-/// mappings of P (a segment copied whole, with no file-backed head left: the
-/// loader's mappings of P on either side).
+/// text of file P when it directly follows or precedes text of P (a copy
+/// that starts the segment leaves no file-backed head), or lies between two
+/// mappings of P (the loader's mappings of P on either side).
 pub fn text_mappings(pid: i32) -> Result<Vec<TextMapping>> {
     let vmas = procfs::read_smaps(Some(pid))?;
     let file_of = |i: usize| -> Option<&str> {
@@ -463,10 +463,17 @@ pub fn text_mappings(pid: i32) -> Result<Vec<TextMapping>> {
                     .filter(|(pe, _)| *pe == start)
                     .map(|(_, p)| p.clone())
                     .or_else(|| {
-                        // Between two mappings of the same file, skipping
-                        // other unnamed text (consecutive copied windows).
-                        let before = (0..i).rev().find(|&j| !unnamed(j)).and_then(file_of)?;
-                        let after = (i + 1..vmas.len()).find(|&j| !unnamed(j)).and_then(file_of)?;
+                        // Skipping other unnamed text (consecutive copied
+                        // windows): directly followed by text of the file
+                        // (the copy starts the segment), or between two
+                        // mappings of the same file.
+                        let j = (i + 1..vmas.len()).find(|&j| !unnamed(j))?;
+                        let after = file_of(j)?;
+                        let contiguous = (i..j).all(|k| vmas[k].0.end == vmas[k + 1].0.start);
+                        if contiguous && vmas[j].0.perms.starts_with("r-x") {
+                            return Some(after.to_string());
+                        }
+                        let before = (0..i).rev().find(|&k| !unnamed(k)).and_then(file_of)?;
                         (before == after).then(|| before.to_string())
                     })
             } else {
@@ -613,7 +620,8 @@ mod tests {
 
     /// Without anonymous VMA names: unnamed `r-x` anonymous memory between
     /// two mappings of one file (after a hole, as a segment copied whole
-    /// leaves it) is that file's copied text; between two files, nobody's.
+    /// leaves it), or directly followed by a file's text, is that file's
+    /// copied text; between two files' data, nobody's.
     #[test]
     fn unnamed_copy_between_mappings_of_one_file_is_its_text() {
         use std::os::fd::AsRawFd;
@@ -621,7 +629,7 @@ mod tests {
         let me = std::env::current_exe().unwrap().canonicalize().unwrap();
         let f = std::fs::File::open(&me).unwrap();
         let other = std::fs::File::open("/bin/sh").unwrap();
-        let check = |second: &std::fs::File| -> Option<TextMapping> {
+        let check = |second: &std::fs::File, prot: i32| -> Option<TextMapping> {
             // SAFETY: fresh mappings inside a reservation of our own, unmapped
             // before returning.
             unsafe {
@@ -651,7 +659,7 @@ mod tests {
                 );
                 assert_ne!(anon, libc::MAP_FAILED);
                 assert_ne!(
-                    libc::mmap(at(3), page, libc::PROT_READ, fixed, second.as_raw_fd(), 0),
+                    libc::mmap(at(3), page, prot, fixed, second.as_raw_fd(), 0),
                     libc::MAP_FAILED
                 );
                 let found = text_mappings(std::process::id() as i32)
@@ -662,9 +670,16 @@ mod tests {
                 found
             }
         };
-        let m = check(&f).expect("the unnamed copy between two mappings of the file");
+        let m = check(&f, libc::PROT_READ).expect("the unnamed copy between two mappings of the file");
         assert!(m.copied && Path::new(&m.path) == me, "{m:?}");
-        assert_eq!(check(&other), None, "between two different files: not attributed");
+        assert_eq!(
+            check(&other, libc::PROT_READ),
+            None,
+            "between two different files: not attributed"
+        );
+        let sh = Path::new("/bin/sh").canonicalize().unwrap();
+        let m = check(&other, libc::PROT_READ | libc::PROT_EXEC).expect("directly followed by text of a file");
+        assert!(m.copied && Path::new(&m.path) == sh, "{m:?}");
     }
 
     #[test]
