@@ -19,7 +19,4 @@ bash scripts/kernel-matrix.sh
 # aarch64-unknown-linux-gnu, its tests run unmodified in Debian 6.12's arm64
 # cloud kernel (4 KiB pages) on xfs, THP always, under qemu-system-aarch64
 # (scripts/kernel-matrix.sh --arm64 runs every arm64 cell, 16 KiB pages too).
-# Tests still asserting x86-64 fixture figures are listed, with why, in
-# tests/vm/arm64-pending.txt and reported n/a there.
-# Held out of CI until it has been run on the merged copy route (run it by hand):
-# bash scripts/kernel-matrix.sh --cell 6.12-arm64:xfs --thp always --pending tests/vm/arm64-pending.txt
+bash scripts/kernel-matrix.sh --cell 6.12-arm64:xfs --thp always
