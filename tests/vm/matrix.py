@@ -276,7 +276,7 @@ def doc(paths):
         rel = c.get("guest", {}).get("release", "?")
         for mode, p in sorted(c.get("probes", {}).items()):
             for linker in ("bfd", "lld", "mold"):
-                got = {w: p.get(f"fixture-{w}-{linker}") for w in ("plain", "warm", "run")}
+                got = {w: p.get(f"fixture-{w}-{linker}") for w in ("plain", "warm", "alignwarm", "run")}
                 if not any(got.values()):
                     continue
                 size = next((g for g in got.values() if g and g.get("page_size_kb")), {})
@@ -291,7 +291,7 @@ def doc(paths):
                     f"| {k} ({rel}) | {size.get('page_size_kb', '?')} KiB / {size.get('pmd_size_kb', '?')} kB "
                     f"| {fs} | {mode} | {linker} PIE "
                     f"| {(got['plain'] or got['run'] or {}).get('text_kb', '?')} "
-                    f"| {kb(got['plain'])} | {kb(got['warm'])} | {kb(got['run'])} |"
+                    f"| {kb(got['plain'])} | {kb(got['warm'])} | {kb(got['alignwarm'])} | {kb(got['run'])} |"
                 )
     fixtures_md = ""
     if fixture_rows:
@@ -299,16 +299,20 @@ def doc(paths):
 ## arm64: PMD and contpte per fixture
 
 On the aarch64 kernels, each fixture (a PIE with about 70 MiB of text, linked
-by the linker of its row; a fresh, evicted copy each time) is started three
-ways: a plain exec, `hugetext warm` then a plain exec (where the filesystem
-gives large folios), and `hugetext run`. Each cell is kB PMD-mapped / kB of
+by the linker of its row; a fresh, evicted copy each time) is started four
+ways: a plain exec, `hugetext warm` then a plain exec and `hugetext align`,
+`warm`, then a plain exec (both where the filesystem gives large folios),
+and `hugetext run`. The PIEs' `p_align` is 64 KiB, so the kernel places them
+64 KiB-aligned: their text can be PMD-mapped only after `align` (or by `run`'s
+copy), and contpte blocks of 2 MiB (16 KiB pages) need a 2 MiB-aligned base
+too. Each cell is kB PMD-mapped / kB of
 contpte blocks, read by `hugetext inspect --cont` while the program waits:
 naturally aligned, physically contiguous blocks of the contpte size (64 KiB
 with 4 KiB pages, 2 MiB with 16 KiB pages) inside one folio, mapped by page
 table entries, which the arm64 kernel maps with the contiguous bit.
 
-| kernel | page / PMD size | fs | THP | fixture | text kB | plain exec | warm, exec | run |
-|---|---|---|---|---|---|---|---|---|
+| kernel | page / PMD size | fs | THP | fixture | text kB | plain exec | warm, exec | align, warm, exec | run |
+|---|---|---|---|---|---|---|---|---|---|
 """ + "\n".join(fixture_rows) + "\n"
     date = max((c.get("date", "") for c in cells), default="")
     accel = sorted({c.get("accel", "?") for c in cells})

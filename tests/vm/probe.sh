@@ -67,8 +67,8 @@ capture run-auto-dso "$ht" run -v -- "$dir/dso/usebig"
 fresh plain.pie "$dir/pie.aligned"
 capture plain-exec pmd_kb_of "$dir/plain.pie"
 
-# aarch64: per fixture, what a plain exec, `warm` then exec, and `run` give
-# the text, in kB PMD-mapped and in kB of contpte blocks: naturally aligned,
+# aarch64: per fixture, what a plain exec, `warm` then exec, `align` and
+# `warm` then exec, and `run` give the text, in kB PMD-mapped and in kB of contpte blocks: naturally aligned,
 # physically contiguous blocks of the contpte size inside one folio, mapped
 # by PTEs (`inspect --cont`; 64 KiB with 4 KiB pages, 2 MiB with 16 KiB).
 if [ "$(uname -m)" = aarch64 ]; then
@@ -99,6 +99,13 @@ if [ "$(uname -m)" = aarch64 ]; then
       fresh "fx-warm-$l.pie" "target/fixtures/$l/pie"
       "$ht" warm "$dir/fx-warm-$l.pie" > /dev/null 2>&1
       capture "fixture-warm-$l" measure_of "$dir/fx-warm-$l.pie"
+      # What a user does for a PIE whose base is only p_align-aligned
+      # (64 KiB on aarch64): align (p_align = the PMD size, so the kernel
+      # places the base PMD-aligned), warm, exec.
+      fresh "fx-align-$l.pie" "target/fixtures/$l/pie"
+      "$ht" align "$dir/fx-align-$l.pie" > /dev/null 2>&1
+      "$ht" warm "$dir/fx-align-$l.pie" > /dev/null 2>&1
+      capture "fixture-alignwarm-$l" measure_of "$dir/fx-align-$l.pie"
     fi
     fresh "fx-run-$l.pie" "target/fixtures/$l/pie"
     capture "fixture-run-$l" measure_of "$ht" run -- "$dir/fx-run-$l.pie"
