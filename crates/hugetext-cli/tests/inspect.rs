@@ -17,7 +17,22 @@ use std::process::{Child, Command, Stdio};
 use hugetext::{kernel, pagecache, procfs};
 use serde_json::Value;
 
-const MIB: usize = 1 << 20;
+/// MiB in `n` windows of the running kernel's PMD size (2 MiB on x86-64,
+/// 32 MiB on a 16 KiB-page arm64 kernel), for `common::scratch_file`.
+fn windows_mib(n: u64) -> usize {
+    ((n * common::pmd()) >> 20) as usize
+}
+
+/// kB in `n` PMD-size windows.
+fn windows_kb(n: u64) -> u64 {
+    n * common::pmd_kb()
+}
+
+/// The class label of `kind` (`file`, `anon`) in `how` (`thp-pmd-aligned`,
+/// `thp-pte-unaligned`, ...) for folios of the kernel's PMD size.
+fn pmd_label(kind: &str, how: &str) -> String {
+    format!("{kind}-{how}-{}kB", common::pmd_kb())
+}
 
 /// A helper process holding a mapping; killed and reaped on drop.
 struct Helper {
@@ -145,10 +160,10 @@ fn helper_entry() {
         }
         // Anonymous THP.
         "anon-thp" => {
-            let len = 8 * MIB;
+            let len = 4 * pmd;
             let m = kernel::Mapping::anon_aligned(len, libc::PROT_READ | libc::PROT_WRITE, pmd).unwrap();
             m.madvise(0, len, kernel::MADV_HUGEPAGE).unwrap();
-            for i in (0..len).step_by(4096) {
+            for i in (0..len).step_by(kernel::page_size()) {
                 unsafe { m.as_ptr().add(i).write_volatile(1) };
             }
             (m.addr(), Box::new(m))
@@ -164,52 +179,54 @@ fn helper_entry() {
 #[test]
 fn pmd_mapped_file_equals_file_pmd_mapped() {
     let dir = common::scratch();
-    let p = common::scratch_file(dir.path(), "pmd", 8);
+    let p = common::scratch_file(dir.path(), "pmd", windows_mib(4));
     let h = Helper::start("file-pmd", &p);
     let m = h.inspect_mapping(&[]);
     let smaps = h.smaps();
     assert_eq!(
         smaps.file_pmd_kb,
-        8 * 1024,
+        windows_kb(4),
         "kernel did not PMD-map the file: {smaps:?}"
     );
-    assert_eq!(kb(&m, "file-thp-pmd-aligned-2048kB"), smaps.file_pmd_kb, "{m}");
+    assert_eq!(kb(&m, &pmd_label("file", "thp-pmd-aligned")), smaps.file_pmd_kb, "{m}");
     assert_eq!(kb(&m, "file_kb"), smaps.rss_kb);
-    assert_eq!(kb(&m, "file-thp-pte-aligned-2048kB"), 0);
+    assert_eq!(kb(&m, &pmd_label("file", "thp-pte-aligned")), 0);
     assert_eq!(kb(&m, "file-base-page"), 0);
     // --cont: every 64K block of a PMD-mapped folio is a PMD-mapped block.
     let c = h.inspect_mapping(&["--cont", "64K"]);
-    assert_eq!(kb(&c, "file-cont-pmd-aligned-64kB"), 8 * 1024);
+    assert_eq!(kb(&c, "file-cont-pmd-aligned-64kB"), windows_kb(4));
     assert_eq!(kb(&c, "file-cont-pte-aligned-64kB"), 0);
     // The page-cache view agrees.
     let f = run_json(&["inspect", "--json", "--file", p.to_str().unwrap()]);
-    assert_eq!(f["files"][0]["cached_kb"], 8 * 1024);
-    assert_eq!(f["files"][0]["folios"]["2048kB"], 8 * 1024, "{f}");
+    assert_eq!(f["files"][0]["cached_kb"], windows_kb(4));
+    assert_eq!(
+        f["files"][0]["folios"][format!("{}kB", common::pmd_kb())],
+        windows_kb(4),
+        "{f}"
+    );
 }
 
 #[test]
 fn same_pmd_folios_one_page_off_are_unaligned() {
     let dir = common::scratch();
-    let p = common::scratch_file(dir.path(), "off", 8);
-    pagecache::fill_huge(&File::open(&p).unwrap(), 0..8 << 20).unwrap();
+    let p = common::scratch_file(dir.path(), "off", windows_mib(4));
+    pagecache::fill_huge(&File::open(&p).unwrap(), 0..4 * common::pmd()).unwrap();
     let h = Helper::start("file-off", &p);
     let m = h.inspect_mapping(&["--cont", "64K"]);
     let smaps = h.smaps();
+    let unaligned = pmd_label("file", "thp-pte-unaligned");
     assert_eq!(smaps.file_pmd_kb, 0, "{smaps:?}");
-    assert_eq!(kb(&m, "file-thp-pte-unaligned-2048kB"), 8 * 1024, "{m}");
-    assert_eq!(kb(&m, "file-thp-pmd-aligned-2048kB"), 0);
-    assert_eq!(kb(&m, "file-thp-pte-aligned-2048kB"), 0);
+    assert_eq!(kb(&m, &unaligned), windows_kb(4), "{m}");
+    assert_eq!(kb(&m, &pmd_label("file", "thp-pmd-aligned")), 0);
+    assert_eq!(kb(&m, &pmd_label("file", "thp-pte-aligned")), 0);
     assert_eq!(kb(&m, "file_kb"), smaps.rss_kb);
     // Physically contiguous but one page off: no aligned 64K block at all.
     assert_eq!(kb(&m, "file-cont-pte-aligned-64kB"), 0);
     // Rollup and unique: one mapping, so unique = mapped.
     let pid = h.pid().to_string();
     let r = run_json(&["inspect", "--pid", &pid, "--rollup", "--json"]);
-    assert!(r["total"]["file-thp-pte-unaligned-2048kB"].as_u64().unwrap() >= 8 * 1024);
-    assert_eq!(
-        r["total"]["unique"]["file-thp-pte-unaligned-2048kB"],
-        r["total"]["file-thp-pte-unaligned-2048kB"]
-    );
+    assert!(kb(&r["total"], &unaligned) >= windows_kb(4), "{r}");
+    assert_eq!(r["total"]["unique"][&unaligned], r["total"][&unaligned]);
 }
 
 #[test]
@@ -217,29 +234,28 @@ fn pmd_folios_mapped_aligned_by_ptes_and_shared_text_counted_once() {
     // Two processes map the same PMD folios: one by PMDs, one one page off.
     // Unique counts each file page once, under its best mapping.
     let dir = common::scratch();
-    let p = common::scratch_file(dir.path(), "shared", 4);
+    let p = common::scratch_file(dir.path(), "shared", windows_mib(2));
     let a = Helper::start("file-pmd", &p);
     let b = Helper::start("file-off", &p);
     let (pa, pb) = (a.pid().to_string(), b.pid().to_string());
     let r = run_json(&["inspect", "--pid", &pa, "--pid", &pb, "--rollup", "--json"]);
     let t = &r["total"];
-    assert!(kb(t, "file-thp-pmd-aligned-2048kB") >= 4096);
-    assert!(kb(t, "file-thp-pte-unaligned-2048kB") >= 4096);
+    let (aligned, unaligned) = (
+        pmd_label("file", "thp-pmd-aligned"),
+        pmd_label("file", "thp-pte-unaligned"),
+    );
+    let shared = windows_kb(2);
+    assert!(kb(t, &aligned) >= shared, "{r}");
+    assert!(kb(t, &unaligned) >= shared, "{r}");
     let u = &t["unique"];
     // Both helpers also share this test binary's and libc's text.
     assert!(
-        kb(t, "file_kb") - kb(u, "file_kb") >= 4096,
-        "the shared 4 MiB is counted once: {r}"
+        kb(t, "file_kb") - kb(u, "file_kb") >= shared,
+        "the shared {shared} kB are counted once: {r}"
     );
     assert!(kb(u, "file-base-page") < kb(t, "file-base-page"));
-    assert_eq!(
-        kb(u, "file-thp-pmd-aligned-2048kB"),
-        kb(t, "file-thp-pmd-aligned-2048kB")
-    );
-    assert_eq!(
-        kb(u, "file-thp-pte-unaligned-2048kB"),
-        kb(t, "file-thp-pte-unaligned-2048kB") - 4096
-    );
+    assert_eq!(kb(u, &aligned), kb(t, &aligned));
+    assert_eq!(kb(u, &unaligned), kb(t, &unaligned) - shared);
 }
 
 #[test]
@@ -247,7 +263,7 @@ fn anon_thp_equals_anon_huge_pages() {
     let dir = common::scratch();
     let h = Helper::start("anon-thp", dir.path());
     let smaps = h.smaps();
-    assert!(smaps.anon_huge_kb >= 4096, "no anon THP: {smaps:?}");
+    assert!(smaps.anon_huge_kb >= windows_kb(2), "no anon THP: {smaps:?}");
     // Executable mappings only by default: the anon region is not there.
     let pid = h.pid().to_string();
     let v = run_json(&["inspect", "--pid", &pid, "--json"]);
@@ -258,7 +274,7 @@ fn anon_thp_equals_anon_huge_pages() {
         .iter()
         .any(|m| m["start"] == start.as_str()));
     let m = h.inspect_mapping(&["--all"]);
-    assert_eq!(kb(&m, "anon-thp-pmd-aligned-2048kB"), smaps.anon_huge_kb, "{m}");
+    assert_eq!(kb(&m, &pmd_label("anon", "thp-pmd-aligned")), smaps.anon_huge_kb, "{m}");
     assert_eq!(kb(&m, "anon_kb"), smaps.anonymous_kb);
     assert_eq!(kb(&m, "file_kb"), 0);
 }
@@ -292,20 +308,21 @@ fn exec_faulted_file_is_in_base_pages() {
 #[test]
 fn file_view_of_unmapped_file() {
     let dir = common::scratch();
-    let p = common::scratch_file(dir.path(), "nomap", 6);
+    let p = common::scratch_file(dir.path(), "nomap", windows_mib(3));
     let cold = run_json(&["inspect", "--json", "--file", p.to_str().unwrap()]);
     assert_eq!(cold["files"][0]["cached_kb"], 0, "{cold}");
-    pagecache::fill_huge(&File::open(&p).unwrap(), 0..6 << 20).unwrap();
+    pagecache::fill_huge(&File::open(&p).unwrap(), 0..3 * common::pmd()).unwrap();
     let warm = run_json(&["inspect", "--json", "--file", p.to_str().unwrap()]);
     let f = &warm["files"][0];
-    assert_eq!(f["cached_kb"], 6 * 1024);
-    assert_eq!(f["folios"]["2048kB"], 6 * 1024, "{warm}");
+    let folio = format!("{}kB", common::pmd_kb());
+    assert_eq!(f["cached_kb"], windows_kb(3));
+    assert_eq!(f["folios"][&folio], windows_kb(3), "{warm}");
     assert_eq!(f["pmd_windows"], 3);
     assert_eq!(f["pmd_windows_huge"], 3);
     let out = common::hugetext(&["inspect", "--file", p.to_str().unwrap()]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
-        out.status.success() && text.contains("in 2048kB folios") && text.contains("3/3"),
+        out.status.success() && text.contains(&format!("in {folio} folios")) && text.contains("3/3"),
         "{text}"
     );
 }
@@ -313,7 +330,7 @@ fn file_view_of_unmapped_file() {
 #[test]
 fn without_cap_sys_admin_falls_back_to_smaps() {
     let dir = common::scratch();
-    let p = common::scratch_file(dir.path(), "nocap", 4);
+    let p = common::scratch_file(dir.path(), "nocap", windows_mib(2));
     let h = Helper::start("file-pmd", &p);
     let pid = h.pid().to_string();
     let out = Command::new("setpriv")
@@ -337,7 +354,12 @@ fn without_cap_sys_admin_falls_back_to_smaps() {
         .unwrap()
         .clone();
     let smaps = h.smaps();
-    assert_eq!(kb(&m, "file-thp-pmd-aligned-2048kB"), smaps.file_pmd_kb);
+    assert_eq!(
+        smaps.file_pmd_kb,
+        windows_kb(2),
+        "kernel did not PMD-map the file: {smaps:?}"
+    );
+    assert_eq!(kb(&m, &pmd_label("file", "thp-pmd-aligned")), smaps.file_pmd_kb);
     assert_eq!(kb(&m, "file-pte-mapped"), smaps.rss_kb - smaps.file_pmd_kb);
     // --file too: cached kB without folio sizes.
     let out = Command::new("setpriv")
@@ -347,7 +369,7 @@ fn without_cap_sys_admin_falls_back_to_smaps() {
         .output()
         .unwrap();
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(v["files"][0]["cached_kb"], 4096);
+    assert_eq!(v["files"][0]["cached_kb"], windows_kb(2));
     assert!(v["files"][0]["folios"].is_null());
 }
 

@@ -110,7 +110,8 @@ impl Drop for Scratch {
 }
 
 /// Probe the filesystem holding `path` (a directory, or a file whose
-/// directory is used) with a 4 MiB scratch file: fill it through a
+/// directory is used) with a scratch file of two PMD-size windows (4 MiB
+/// on x86-64, 64 MiB on a 16 KiB-page arm64 kernel): fill it through a
 /// `MADV_HUGEPAGE` mapping, count PMD-order folios, map it again without
 /// advice and read `FilePmdMapped`, then try `MADV_COLLAPSE` on small folios.
 pub fn probe_fs(path: &Path) -> Result<FsProbe> {
@@ -239,24 +240,30 @@ pub fn diagnose(path: &Path) -> Vec<Finding> {
 
 /// What the facts mean, check by check, in report order.
 pub fn findings(f: &Facts) -> Vec<Finding> {
+    let pmd_w = size_words(f.pmd_size);
     let mut out = vec![
-        kernel_finding(&f.release, f.version),
+        kernel_finding(&f.release, f.version, &pmd_w),
         page_size(f.page_size, f.pmd_size),
     ];
-    out.push(thp(f.thp_enabled.as_deref()));
+    out.push(thp(f.thp_enabled.as_deref(), &pmd_w));
     out.extend(thp_sizes(&f.thp_sizes));
-    out.extend(f.shmem_enabled.as_deref().map(shmem));
+    out.extend(f.shmem_enabled.as_deref().map(|s| shmem(s, f.page_size)));
     match &f.probe {
         Ok(p) => out.extend(filesystem(p, f.pmd_size, f.read_only_thp_for_fs.as_deref())),
         Err(e) => out.push(not_probed(e, &f.path)),
     }
     out.push(pfn_access(f.pfn_access, f.cap_sys_admin));
     out.push(pagemap_scan(f.pagemap_scan));
-    out.push(glibc(f.glibc));
+    out.push(glibc(f.glibc, &pmd_w));
     out
 }
 
-fn kernel_finding(release: &str, v: KernelVersion) -> Finding {
+/// A size in words: "2 MiB", "32 MiB", "16 KiB".
+fn size_words(b: usize) -> String {
+    crate::elf::check::size_words(b as u64)
+}
+
+fn kernel_finding(release: &str, v: KernelVersion, pmd_w: &str) -> Finding {
     finding(
         "kernel",
         "kernel",
@@ -265,9 +272,9 @@ fn kernel_finding(release: &str, v: KernelVersion) -> Finding {
         format!(
             "Linux {v}: {}{}",
             if v.at_least(5, 18) {
-                "file mappings are placed 2 MiB-congruent by the kernel (thp_get_unmapped_area) and xfs has large folios"
+                format!("file mappings are placed {pmd_w}-congruent by the kernel (thp_get_unmapped_area) and xfs has large folios")
             } else {
-                "older than 5.18: no large page-cache folios on common filesystems; `hugetext run` (anonymous copy) is the route"
+                "older than 5.18: no large page-cache folios on common filesystems; `hugetext run` (anonymous copy) is the route".to_string()
             },
             if v.at_least(6, 7) {
                 "; PAGEMAP_SCAN makes `inspect` fast"
@@ -291,24 +298,24 @@ fn page_size(ps: usize, pmd: usize) -> Finding {
     )
 }
 
-fn thp(mode: Option<&str>) -> Finding {
+fn thp(mode: Option<&str>, pmd_w: &str) -> Finding {
     match mode {
         None => finding(
             "thp",
             "transparent huge pages",
             "absent",
             Status::No,
-            "kernel built without THP: no 2 MiB pages for text from user space (only hugetlbfs)",
+            format!("kernel built without THP: no {pmd_w} pages for text from user space (only hugetlbfs)"),
         ),
         Some(mode) => {
             let (st, m) = match mode {
                 "always" | "madvise" => (
                     Status::Ok,
-                    "MADV_HUGEPAGE is honoured: `warm` fills the page cache with 2 MiB folios and `run` can back text copies with THP",
+                    format!("MADV_HUGEPAGE is honoured: `warm` fills the page cache with {pmd_w} folios and `run` can back text copies with THP"),
                 ),
                 _ => (
                     Status::Warn,
-                    "anonymous THP is off: `run` (anonymous copy) gets no huge pages; page-cache text can still be PMD-mapped where the filesystem probe says so",
+                    "anonymous THP is off: `run` (anonymous copy) gets no huge pages; page-cache text can still be PMD-mapped where the filesystem probe says so".to_string(),
                 ),
             };
             finding("thp", "THP (enabled)", mode, st, m)
@@ -338,16 +345,16 @@ fn thp_sizes(sizes: &[(u64, String)]) -> Option<Finding> {
     ))
 }
 
-fn shmem(shm: &str) -> Finding {
+fn shmem(shm: &str, page: usize) -> Finding {
     finding(
         "shmem",
         "THP for shmem/tmpfs",
         shm,
         Status::Info,
         if shm == "never" || shm == "deny" {
-            "programs run from tmpfs keep their text in 4 KiB pages"
+            format!("programs run from tmpfs keep their text in {} pages", size_words(page))
         } else {
-            "programs on tmpfs can have huge page-cache folios"
+            "programs on tmpfs can have huge page-cache folios".to_string()
         },
     )
 }
@@ -356,18 +363,19 @@ fn shmem(shm: &str) -> Finding {
 /// mapping, MADV_COLLAPSE (`ro_thp`: CONFIG_READ_ONLY_THP_FOR_FS).
 fn filesystem(p: &FsProbe, pmd: usize, ro_thp: Option<&str>) -> [Finding; 3] {
     let windows = p.windows;
+    let pmd_w = size_words(pmd);
     let (st, val, m) = match p.pmd_folio_windows {
         Some(n) if n == windows => (
             Status::Ok,
-            format!("{}: yes ({n}/{windows} windows in 2 MiB folios)", p.fs_type),
+            format!("{}: yes ({n}/{windows} windows in {pmd_w} folios)", p.fs_type),
             format!(
-                "`hugetext warm` can put text stored on {} into 2 MiB page-cache folios",
+                "`hugetext warm` can put text stored on {} into {pmd_w} page-cache folios",
                 p.dir.display()
             ),
         ),
         Some(n) => (
             Status::No,
-            format!("{}: no ({n}/{windows} windows in 2 MiB folios)", p.fs_type),
+            format!("{}: no ({n}/{windows} windows in {pmd_w} folios)", p.fs_type),
             if fsutil::is_memory_fs(&p.fs_type) {
                 format!(
                     "{} holds files in memory: no PMD folios unless mounted with huge=within_size (tmpfs); `warm` cannot help; use `hugetext run` (anonymous copy) or put the programs on ext4/xfs",
@@ -409,9 +417,10 @@ fn filesystem(p: &FsProbe, pmd: usize, ro_thp: Option<&str>) -> [Finding; 3] {
             Status::No
         },
         if p.pmd_mapped_kb == want {
-            "every process that maps warmed text at a 2 MiB-congruent address gets it on 2 MiB pages, shared, with no copy"
+            format!("every process that maps warmed text at a {pmd_w}-congruent address gets it on {pmd_w} pages, shared, with no copy")
         } else {
             "warmed folios are not PMD-mapped here: only `hugetext run` (anonymous copy) puts text on huge pages"
+                .to_string()
         },
     );
     let cfg_note = match ro_thp {
@@ -485,7 +494,7 @@ fn pagemap_scan(scan: bool) -> Finding {
     )
 }
 
-fn glibc(version: Option<(u32, u32)>) -> Finding {
+fn glibc(version: Option<(u32, u32)>, pmd_w: &str) -> Finding {
     match version {
         Some((a, b)) => finding(
             "glibc",
@@ -493,9 +502,9 @@ fn glibc(version: Option<(u32, u32)>) -> Finding {
             format!("{a}.{b}"),
             if (a, b) >= (2, 35) { Status::Ok } else { Status::Warn },
             if (a, b) >= (2, 35) {
-                "ld.so aligns shared libraries to their largest p_align: libraries rewritten by `hugetext align` load 2 MiB-congruent"
+                format!("ld.so aligns shared libraries to their largest p_align: libraries rewritten by `hugetext align` load {pmd_w}-congruent")
             } else {
-                "ld.so ignores p_align > page size for libraries: aligned libraries land congruent only by luck (kernel placement of large mappings helps)"
+                "ld.so ignores p_align > page size for libraries: aligned libraries land congruent only by luck (kernel placement of large mappings helps)".to_string()
             },
         ),
         None => finding(
@@ -598,6 +607,31 @@ mod tests {
         assert!(get(&findings(&f), "fs-large-folios")
             .meaning
             .contains("ext4 (Linux ≥ 6.16) or xfs"));
+    }
+
+    /// A 16 KiB-page arm64 kernel: every size the report names is its own
+    /// (32 MiB PMD, 16 KiB pages), never x86-64's.
+    #[test]
+    fn sizes_are_the_kernels_own() {
+        let mut f = facts();
+        (f.page_size, f.pmd_size) = (16 << 10, 32 << 20);
+        probe(&mut f).pmd_mapped_kb = 2 * 32 * 1024;
+        let v = findings(&f);
+        let fs = get(&v, "fs-large-folios");
+        assert_eq!(fs.value, "ext4: yes (2/2 windows in 32 MiB folios)");
+        assert!(fs.meaning.contains("into 32 MiB page-cache folios"), "{fs:?}");
+        assert_eq!(get(&v, "pmd-map").status, Status::Ok);
+        assert!(get(&v, "pmd-map").meaning.contains("32 MiB-congruent"));
+        assert!(get(&v, "shmem").meaning.contains("16 KiB pages"));
+        // "2 MiB" not inside "32 MiB".
+        let x86 = |s: &str| {
+            s.match_indices("2 MiB")
+                .any(|(i, _)| i == 0 || !s.as_bytes()[i - 1].is_ascii_digit())
+                || s.contains("4 KiB")
+        };
+        for x in &v {
+            assert!(!x86(&x.value) && !x86(&x.meaning), "{x:?}");
+        }
     }
 
     #[test]

@@ -6,24 +6,35 @@ use std::io::Read;
 
 use hugetext::{folio, kernel, pagecache};
 
-use hugetext_testkit::{scratch, scratch_file};
+use hugetext_testkit::{pmd, pmd_kb, scratch, scratch_file};
+
+/// MiB in `n` windows of the running kernel's PMD size (2 MiB on x86-64,
+/// 32 MiB on a 16 KiB-page arm64 kernel), for `scratch_file`.
+fn windows_mib(n: u64) -> usize {
+    ((n * pmd()) >> 20) as usize
+}
 
 #[test]
 fn evict_then_fill_gives_pmd_folios() {
     let dir = scratch();
-    let p = scratch_file(dir.path(), "fill", 32);
+    // Four windows: 8 MiB on x86-64, 128 MiB with 16 KiB pages.
+    let n = 4;
+    let p = scratch_file(dir.path(), "fill", windows_mib(n));
     let f = File::open(&p).unwrap();
     pagecache::evict(&f, 0..0).unwrap();
     let cold = folio::scan_file(&p, None).unwrap();
     assert_eq!(cold.cached_kb, 0, "fresh evicted file should not be cached: {cold:?}");
-    assert_eq!(cold.total_windows, 16);
+    assert_eq!(cold.total_windows, n);
 
-    pagecache::fill_huge(&f, 0..32 << 20).unwrap();
+    pagecache::fill_huge(&f, 0..n * pmd()).unwrap();
     let warm = folio::scan_file(&p, None).unwrap();
-    assert_eq!(warm.cached_kb, 32 * 1024);
-    let pmd_kb = kernel::pmd_size() as u64 / 1024;
-    assert_eq!(warm.folios_kb.get(&pmd_kb).copied().unwrap_or(0), 32 * 1024, "{warm:?}");
-    assert_eq!(warm.pmd_windows.len(), 16);
+    assert_eq!(warm.cached_kb, n * pmd_kb());
+    assert_eq!(
+        warm.folios_kb.get(&pmd_kb()).copied().unwrap_or(0),
+        n * pmd_kb(),
+        "{warm:?}"
+    );
+    assert_eq!(warm.pmd_windows.len(), n as usize);
     // Scanning did not change the cache.
     let again = folio::scan_file(&p, None).unwrap();
     assert_eq!(again.folios_kb, warm.folios_kb);
@@ -54,19 +65,18 @@ fn small_reads_give_small_folios_and_scan_reads_nothing() {
 fn touching_pages_fills_pmd_folios_like_populate() {
     use std::os::fd::AsFd;
     let dir = scratch();
-    let p = scratch_file(dir.path(), "touch", 8);
+    let p = scratch_file(dir.path(), "touch", windows_mib(4));
     let f = File::open(&p).unwrap();
     pagecache::evict(&f, 0..0).unwrap();
-    let pmd = kernel::pmd_size();
-    let len = 8 << 20;
-    let m = kernel::Mapping::file_congruent(f.as_fd(), 0, len, libc::PROT_READ | libc::PROT_EXEC, pmd).unwrap();
+    let len = 4 * pmd() as usize;
+    let m =
+        kernel::Mapping::file_congruent(f.as_fd(), 0, len, libc::PROT_READ | libc::PROT_EXEC, pmd() as usize).unwrap();
     m.madvise(0, len, kernel::MADV_HUGEPAGE).unwrap();
     // SAFETY: our own PROT_READ mapping.
     unsafe { kernel::touch_pages(m.addr(), len) };
     drop(m);
     let v = folio::scan_file(&p, None).unwrap();
-    let pmd_kb = pmd as u64 / 1024;
-    assert_eq!(v.folios_kb.get(&pmd_kb).copied().unwrap_or(0), 8 * 1024, "{v:?}");
+    assert_eq!(v.folios_kb.get(&pmd_kb()).copied().unwrap_or(0), 4 * pmd_kb(), "{v:?}");
     // A mapping that is not readable is refused, not touched.
     let n = kernel::Mapping::anon_aligned(4096, libc::PROT_NONE, 4096).unwrap();
     assert!(n.populate_read(0, 4096).is_err());
@@ -84,21 +94,20 @@ fn compat_knob_makes_fills_touch_pages() {
             kernel::populate_by_touch(),
             "HUGETEXT_COMPAT=no-populate is not honoured"
         );
-        let pmd_kb = kernel::pmd_size() as u64 / 1024;
         let dir = scratch();
-        let p = scratch_file(dir.path(), "compat-windows", 8);
+        let p = scratch_file(dir.path(), "compat-windows", windows_mib(4));
         let f = File::open(&p).unwrap();
         pagecache::evict(&f, 0..0).unwrap();
-        pagecache::fill_windows(&f, 0..8 << 20, 4).unwrap();
+        pagecache::fill_windows(&f, 0..4 * pmd(), 4).unwrap();
         let v = folio::scan_file(&p, None).unwrap();
-        assert_eq!(v.folios_kb.get(&pmd_kb).copied().unwrap_or(0), 8 * 1024, "{v:?}");
+        assert_eq!(v.folios_kb.get(&pmd_kb()).copied().unwrap_or(0), 4 * pmd_kb(), "{v:?}");
         let dir = scratch();
-        let p = scratch_file(dir.path(), "compat-huge", 8);
+        let p = scratch_file(dir.path(), "compat-huge", windows_mib(4));
         let f = File::open(&p).unwrap();
         pagecache::evict(&f, 0..0).unwrap();
-        pagecache::fill_huge(&f, 0..8 << 20).unwrap();
+        pagecache::fill_huge(&f, 0..4 * pmd()).unwrap();
         let v = folio::scan_file(&p, None).unwrap();
-        assert_eq!(v.folios_kb.get(&pmd_kb).copied().unwrap_or(0), 8 * 1024, "{v:?}");
+        assert_eq!(v.folios_kb.get(&pmd_kb()).copied().unwrap_or(0), 4 * pmd_kb(), "{v:?}");
         return;
     }
     if kernel::KernelVersion::current().at_least(5, 14) {

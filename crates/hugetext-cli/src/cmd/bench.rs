@@ -374,7 +374,7 @@ fn run_exec(a: ExecArgs) -> Result<u8> {
         }
     };
     t.add_row(vec![
-        "Page cache in 2 MiB folios".to_string(),
+        "Page cache in PMD-size folios".to_string(),
         state(b, |s| s.pmd_folio_pct),
         state(h, |s| s.pmd_folio_pct),
         state(w, |s| s.pmd_folio_pct),
@@ -640,7 +640,7 @@ fn print_ab(r: &ab::Report) {
     if r.files.is_empty() {
         return; // the warm-up run failed before any file was seen
     }
-    let mut ft = table(&["File", "Text", "2 MiB windows", "PMD-mappable", "Source"]);
+    let mut ft = table(&["File", "Text", "PMD windows", "PMD-mappable", "Source"]);
     for f in &r.files {
         ft.add_row(vec![
             f.path.display().to_string(),

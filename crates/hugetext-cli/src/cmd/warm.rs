@@ -175,14 +175,19 @@ fn print_human(r: &FileReport) {
         r.filesystem,
         r.millis
     );
+    let pmd_w = hugetext::elf::check::size_words(hugetext::kernel::pmd_size() as u64);
+    let windows = if r.eligible_windows == 0 {
+        format!("no whole {pmd_w} window")
+    } else {
+        format!(
+            "{}/{} eligible windows, {} PMD-mappable at run time",
+            r.pmd_windows, r.eligible_windows, r.mappable_windows
+        )
+    };
     println!(
-        "  {} cached: {} in {} folios ({}/{} eligible windows, {} PMD-mappable at run time), {} small",
+        "  {} cached: {} in {pmd_w} folios ({windows}), {} small",
         mib(r.cached_kb),
-        hugetext::elf::check::size_words(hugetext::kernel::pmd_size() as u64),
         mib(r.pmd_kb),
-        r.pmd_windows,
-        r.eligible_windows,
-        r.mappable_windows,
         mib(r.small_kb)
     );
     if r.small_kb > 0 {
@@ -214,7 +219,7 @@ fn print_human(r: &FileReport) {
         };
         let rt = match g.runtime {
             warm::Runtime::Congruent => "PMD-mappable",
-            warm::Runtime::LoadAddress => "PMD-mappable if loaded 2 MiB-aligned",
+            warm::Runtime::LoadAddress => &format!("PMD-mappable if loaded {pmd_w}-aligned"),
             warm::Runtime::Incongruent => "not PMD-mappable (hugetext align)",
             warm::Runtime::NotElf => "whole file",
         };

@@ -403,7 +403,7 @@ pub fn scrape(m: &AgentMetrics, input: &ScrapeInput) -> Result<String> {
     dropped += capped.dropped;
     r.register(
         "policy_eligible_windows",
-        "Whole 2 MiB windows of the read-only segments of each file the policy keeps warm",
+        "Whole PMD-size windows of the read-only segments of each file the policy keeps warm",
         eligible,
     );
     r.register(

@@ -301,17 +301,17 @@ pub(super) fn advise(t: &Target, rep: &mut FileReport) {
             .ranges
             .iter()
             .any(|r| r.runtime == Runtime::LoadAddress && !pagecache::pmd_windows_in(&r.range()).is_empty());
+        let pmd_w = crate::elf::check::size_words(kernel::pmd_size() as u64);
         if inc {
-            rep.notes.push(
-                "a segment's vaddr − offset is not a multiple of 2 MiB: its warm windows are never PMD-mapped; run `hugetext align` on the file".into(),
-            );
+            rep.notes.push(format!(
+                "a segment's vaddr − offset is not a multiple of {pmd_w}: its warm windows are never PMD-mapped; run `hugetext align` on the file"
+            ));
         }
         if la {
-            rep.notes.push(
-                "segments are congruent but p_align < 2 MiB: PMD-mapped only if the loader picks a 2 MiB-aligned base \
+            rep.notes.push(format!(
+                "segments are congruent but p_align < {pmd_w}: PMD-mapped only if the loader picks a {pmd_w}-aligned base \
                  (libraries on ext4/xfs usually, PIE executables rarely); `hugetext align` raises p_align"
-                    .into(),
-            );
+            ));
         }
     }
 }
