@@ -119,14 +119,17 @@ pub fn copy_fixture(dir: &Path, linker: &str, name: &str) -> PathBuf {
     dst
 }
 
-/// The experiment `doctor` does, done independently: a 4 MiB file in `dir`,
-/// evicted, filled through a `MADV_HUGEPAGE` mapping and scanned. True when
-/// both 2 MiB windows are one PMD-order folio each. The file is removed.
+/// The experiment `doctor` does, done independently: a file of two windows
+/// of the running kernel's PMD size in `dir` (4 MiB on x86-64, 64 MiB with
+/// 16 KiB pages), evicted, filled through a `MADV_HUGEPAGE` mapping and
+/// scanned. True when both windows are one PMD-order folio each. The file is
+/// removed.
 pub fn fs_gives_pmd_folios(dir: &Path) -> bool {
     use hugetext::{folio, pagecache};
-    let p = scratch_file(dir, "probe-by-test", 4);
+    let len = 2 * pmd();
+    let p = scratch_file(dir, "probe-by-test", (len >> 20) as usize);
     let f = std::fs::File::open(&p).unwrap();
-    pagecache::fill_huge(&f, 0..4 << 20).unwrap();
+    pagecache::fill_huge(&f, 0..len).unwrap();
     let n = folio::scan_file(&p, None).unwrap().pmd_windows.len();
     pagecache::evict(&f, 0..0).unwrap();
     std::fs::remove_file(&p).unwrap();
