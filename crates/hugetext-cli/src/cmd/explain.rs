@@ -149,6 +149,10 @@ fn print(r: &Report, json: bool) -> Result<()> {
     for n in &r.notes {
         println!("note: {n}");
     }
+    // The running kernel's sizes (4 kB and 2 MiB on x86-64; 16 kB and 32 MiB
+    // on a 16 KiB-page arm64 kernel).
+    let page_kb = hugetext::kernel::page_size() / 1024;
+    let pmd_w = elf::check::size_words(r.system.pmd_size);
     for p in &r.processes {
         println!("{}", p.summary);
         for m in &p.mappings {
@@ -159,7 +163,7 @@ fn print(r: &Report, json: bool) -> Result<()> {
                 now.push_str(&format!(", {} kB in large folios mapped by PTEs", m.pte_large_kb));
             }
             if m.base_kb > 0 {
-                now.push_str(&format!(", {} kB in 4 kB pages", m.base_kb));
+                now.push_str(&format!(", {} kB in {page_kb} kB pages", m.base_kb));
             }
             if m.pte_unknown_kb > 0 {
                 now.push_str(&format!(
@@ -167,7 +171,7 @@ fn print(r: &Report, json: bool) -> Result<()> {
                     m.pte_unknown_kb
                 ));
             }
-            println!("{now}; {} whole 2 MiB windows", m.whole_windows);
+            println!("{now}; {} whole {pmd_w} windows", m.whole_windows);
             let code = serde_json::to_value(m.verdict.reason)?;
             println!("    {}: {}", code.as_str().unwrap_or("?"), m.verdict.evidence);
             if let Some(f) = &m.verdict.fix {
