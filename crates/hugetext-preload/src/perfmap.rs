@@ -63,6 +63,7 @@ impl ElfFile {
         let phoff = u64_at(b, 0x20)? as usize;
         let phentsize = u16_at(b, 0x36)? as usize;
         let phnum = u16_at(b, 0x38)? as usize;
+        let mask = crate::scan::page() as u64 - 1;
         for i in 0..phnum {
             let p = phoff + i * phentsize;
             if u32_at(b, p)? != 1 {
@@ -71,10 +72,11 @@ impl ElfFile {
             let p_offset = u64_at(b, p + 8)?;
             let p_vaddr = u64_at(b, p + 16)?;
             let p_filesz = u64_at(b, p + 32)?;
-            // Pages of the mapping start at the page-aligned segment offset.
-            let seg_off = p_offset & !0xfff;
+            // Pages of the mapping start at the segment offset rounded down
+            // to the kernel's page (16 KiB on some arm64 kernels).
+            let seg_off = p_offset & !mask;
             if seg_off <= off && off < p_offset + p_filesz {
-                let vaddr_at_off = (p_vaddr & !0xfff) + (off - seg_off);
+                let vaddr_at_off = (p_vaddr & !mask) + (off - seg_off);
                 return Some((addr as u64).wrapping_sub(vaddr_at_off));
             }
         }
