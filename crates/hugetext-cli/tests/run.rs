@@ -773,6 +773,8 @@ fn c_api_with_threads(compat: Option<&str>, runs: usize) {
     // every run must copy and say why.
     let large = common::fs_gives_pmd_folios(lib.parent().unwrap());
     let mut file_route_runs = 0;
+    // What each bfd run's first call made of the library, for the message.
+    let mut outcomes = Vec::new();
     for linker in ["lld", "bfd"] {
         for i in 0..runs {
             let mut cmd = Command::new(common::cprogs().join(format!("remap_threads_{linker}")));
@@ -811,6 +813,7 @@ fn c_api_with_threads(compat: Option<&str>, runs: usize) {
                     .lines()
                     .find(|l| l.contains(&lib.display().to_string()) && l.contains(" huge ("))
                     .unwrap_or_else(|| panic!("{err}"));
+                outcomes.push(format!("run {i}: {}", first_call.trim()));
                 if !large {
                     // The threads may keep the pages mapped, so the preload
                     // cannot always tell which of the two reasons applies;
@@ -838,7 +841,8 @@ fn c_api_with_threads(compat: Option<&str>, runs: usize) {
     eprintln!("file route made the text huge in {file_route_runs} of {runs} runs under threads");
     assert!(
         file_route_runs >= 1 || !large,
-        "the file route never won against the threads"
+        "the file route never won against the threads:\n{}",
+        outcomes.join("\n")
     );
 }
 

@@ -53,8 +53,11 @@ impl ElfFile {
         unsafe { core::slice::from_raw_parts(self.base as *const u8, self.len) }
     }
 
-    /// Load bias for the mapping that maps file offset `off` at address
-    /// `addr`: the PT_LOAD holding that offset gives its vaddr.
+    /// Load bias for the text mapping that maps file offset `off` at
+    /// address `addr`: the executable PT_LOAD holding that offset gives its
+    /// vaddr (with 16 KiB pages a read-only segment before the text can
+    /// share the text's first page: lld's text at offset 0x3000 is mapped
+    /// from offset 0).
     pub fn bias(&self, addr: usize, off: u64) -> Option<u64> {
         let b = self.bytes();
         if b.get(0..4)? != b"\x7fELF" || *b.get(4)? != 2 || *b.get(5)? != 1 {
@@ -66,8 +69,8 @@ impl ElfFile {
         let mask = crate::scan::page() as u64 - 1;
         for i in 0..phnum {
             let p = phoff + i * phentsize;
-            if u32_at(b, p)? != 1 {
-                continue; // PT_LOAD
+            if u32_at(b, p)? != 1 || u32_at(b, p + 4)? & 1 == 0 {
+                continue; // PT_LOAD with PF_X
             }
             let p_offset = u64_at(b, p + 8)?;
             let p_vaddr = u64_at(b, p + 16)?;
