@@ -22,6 +22,8 @@ fn skewed_lld_pie_align_then_warm_then_pmd_mapped() {
     if landed_congruent(&m) {
         return;
     }
+    // lld puts the text one max-page-size past its file offset (4 KiB on
+    // x86-64, 64 KiB on aarch64): off the PMD grid at any base.
     assert_eq!(reason(&m), "layout-skewed", "{m:#}");
     assert_eq!(fix(&m), format!("hugetext align {}", s(&p)));
     assert_eq!(m["backing"], "file");
@@ -45,7 +47,7 @@ fn skewed_lld_pie_align_then_warm_then_pmd_mapped() {
         "{f}"
     );
     // Exec faults read it into small folios: 4 KiB ones, or larger ones that
-    // are still not 2 MiB (xfs on 6.12: 16-128 kB), mapped by PTEs.
+    // are still not PMD-size (xfs on 6.12: 16-128 kB), mapped by PTEs.
     assert_eq!(m["pmd_kb"], 0, "{m:#}");
     assert!(
         m["base_kb"].as_u64().unwrap() + m["pte_large_kb"].as_u64().unwrap() > 0,
@@ -63,14 +65,14 @@ fn skewed_lld_pie_align_then_warm_then_pmd_mapped() {
 #[test]
 fn nohugepage_then_pte_mapped_pmd_folios_then_restart() {
     let dir = common::scratch();
-    let file = warmed_file(dir.path(), 8);
+    let file = warmed_file(dir.path(), 4);
     let h = helper(&file, &["nohuge"]);
     let m = mapping(h.pid(), &file);
     assert_eq!(reason(&m), "madv-nohugepage", "{m:#}");
     assert!(m["evidence"].as_str().unwrap().contains("nh in VmFlags"), "{m:#}");
     assert!(fix(&m).contains("MADV_NOHUGEPAGE"), "{m:#}");
 
-    // Advice changed after the pages were mapped: 2 MiB folios in the cache, PTEs in the process.
+    // Advice changed after the pages were mapped: PMD folios in the cache, PTEs in the process.
     writeln!(h.child.stdin.as_ref().unwrap(), "hugepage").unwrap();
     let mut m = mapping(h.pid(), &file);
     for _ in 0..50 {
@@ -94,7 +96,7 @@ fn nohugepage_then_pte_mapped_pmd_folios_then_restart() {
 #[test]
 fn thp_disabled_by_prctl_then_restarted_without() {
     let dir = common::scratch();
-    let file = warmed_file(dir.path(), 4);
+    let file = warmed_file(dir.path(), 2);
     let h = helper(&file, &["prctl"]);
     let v = explain_json(h.pid());
     assert_eq!(v["processes"][0]["thp_disabled"], true, "{v:#}");
@@ -119,7 +121,7 @@ fn text_on_tmpfs_names_the_filesystem() {
         ));
         return;
     }
-    let file = common::scratch_file(shm.path(), "text.bin", 4);
+    let file = common::scratch_file(shm.path(), "text.bin", windows_mib(2));
     let h = helper(&file, &[]);
     let m = mapping(h.pid(), &file);
     assert_eq!(reason(&m), "fs-no-large-folios", "{m:#}");
@@ -159,7 +161,7 @@ fn text_on_btrfs_names_the_filesystem_then_run_copies_it() {
         common::skip_line("skipped: this kernel's btrfs gives PMD folios");
         return;
     }
-    let file = common::scratch_file(fs.path(), "text.bin", 4);
+    let file = common::scratch_file(fs.path(), "text.bin", windows_mib(2));
     let h = helper(&file, &[]);
     let m = mapping(h.pid(), &file);
     assert_eq!(reason(&m), "fs-no-large-folios", "{m:#}");
@@ -303,6 +305,12 @@ fn text_output_has_the_summary_the_reason_and_the_fix() {
         t.contains("    layout-skewed: ") && t.contains(&format!("    fix: hugetext align {}", s(&p))),
         "{t}"
     );
+    // Sizes as the running kernel has them.
+    let (page_kb, pmd_w) = (common::page() / 1024, hugetext::elf::check::size_words(common::pmd()));
+    assert!(t.contains(&format!(" whole {pmd_w} windows")), "{t}");
+    for l in t.lines().filter(|l| l.contains(" kB pages")) {
+        assert!(l.contains(&format!(" kB in {page_kb} kB pages")), "{t}");
+    }
     r.stop();
 }
 
@@ -356,7 +364,7 @@ fn overlayfs_over_ext4_small_folios_then_warm_then_ok() {
         common::skip_line("skipped: the scratch filesystem gives no PMD folios");
         return;
     }
-    common::scratch_file(&lower, "text.bin", 4);
+    common::scratch_file(&lower, "text.bin", windows_mib(2));
     let Some(ov) = Overlay::mount(&lower, dir.path()) else {
         return;
     };
@@ -385,7 +393,7 @@ fn overlayfs_over_tmpfs_names_the_layer_below() {
     }
     let dir = common::scratch();
     let shm = tempfile::tempdir_in("/dev/shm").unwrap();
-    common::scratch_file(shm.path(), "text.bin", 4);
+    common::scratch_file(shm.path(), "text.bin", windows_mib(2));
     let Some(ov) = Overlay::mount(shm.path(), dir.path()) else {
         return;
     };
@@ -504,12 +512,12 @@ fn library_at_an_unaligned_base_with_the_loader_and_its_tunables() {
     let m = mapping(r.pid(), &lib);
     if (start(&m) - m["offset"].as_u64().unwrap()) % common::pmd() == 0 {
         // Kernels that give the file large folios also place big file
-        // mappings 2 MiB-aligned (thp_get_unmapped_area), so ld.so's base is.
+        // mappings PMD-aligned (thp_get_unmapped_area), so ld.so's base is.
         assert!(
             !reason(&m).starts_with("layout") && reason(&m) != "base-unaligned",
             "{m:#}"
         );
-        common::skip_line("skipped (layout part): the kernel placed libbig.so 2 MiB-aligned");
+        common::skip_line("skipped (layout part): the kernel placed libbig.so PMD-aligned");
         return;
     }
     assert_eq!(reason(&m), "base-unaligned", "{m:#}");
@@ -546,10 +554,10 @@ fn thp_disabled_except_advised_does_not_stop_pmd_mapped_file_text() {
         common::skip_line("skipped: this kernel has no PR_THP_DISABLE_EXCEPT_ADVISED");
         return;
     }
-    let file = warmed_file(dir.path(), 4);
+    let file = warmed_file(dir.path(), 2);
     let h = helper(&file, &["advised"]);
     // /proc/PID/status does not show it, and the kernel still PMD-maps
-    // 2 MiB file folios (do_set_pmd() treats them as a forced collapse).
+    // PMD-size file folios (do_set_pmd() treats them as a forced collapse).
     assert_eq!(explain_json(h.pid())["processes"][0]["thp_disabled"], false);
     assert_ok(&mapping(h.pid(), &file));
     h.stop();

@@ -42,14 +42,14 @@ fn thp_never_file_text_and_run_copies() {
     // a file whose page cache holds small folios.
     let prog = common::copy_fixture(dir.path(), "lld", "pie");
     let r = common::run_waiting(&["--strategy", "copy"], &prog);
-    let warm = warmed_file(dir.path(), 4);
-    let cold = common::scratch_file(dir.path(), "cold.bin", 4);
+    let warm = warmed_file(dir.path(), 2);
+    let cold = common::scratch_file(dir.path(), "cold.bin", windows_mib(2));
     common::read_small(&cold);
 
     let never = ThpMode::set("never");
     assert_eq!(explain_json(r.pid())["system"]["thp_enabled"], "never");
 
-    // File text: `never` does not stop the kernel from PMD-mapping 2 MiB
+    // File text: `never` does not stop the kernel from PMD-mapping PMD-size
     // page-cache folios (do_set_pmd() looks at the process and the mapping).
     ensure_warm(&warm);
     let h = helper(&warm, &[]);

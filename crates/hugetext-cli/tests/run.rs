@@ -108,7 +108,7 @@ fn stop(r: Running) -> String {
 }
 
 /// Is the text of `file` mapped by `pid` congruent (address − offset a
-/// multiple of 2 MiB), i.e. can the `file` route make it huge?
+/// multiple of the PMD size), i.e. can the `file` route make it huge?
 fn congruent(pid: i32, file: &Path) -> bool {
     let f = file.canonicalize().unwrap().to_string_lossy().into_owned();
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
@@ -119,7 +119,7 @@ fn congruent(pid: i32, file: &Path) -> bool {
         }
         let start = u64::from_str_radix(v[0].split('-').next().unwrap(), 16).unwrap();
         let off = u64::from_str_radix(v[2], 16).unwrap();
-        start.wrapping_sub(off) % (2 * MIB) == 0
+        start.wrapping_sub(off) % common::pmd() == 0
     })
 }
 
@@ -191,7 +191,7 @@ fn fixture_matrix(compat: Option<&str>, strategies: &[&str]) {
                 };
                 // Without page-table reclaim only the drop/evict/refault
                 // step differs: make the file route take it (the run above
-                // left 2 MiB folios).
+                // left PMD-size folios).
                 let drop_step = *strategy == "file" && keeps_tables(compat);
                 if drop_step {
                     small_folios(&big);
@@ -265,7 +265,7 @@ fn file_strategy(compat: Option<&str>) {
     assert_eq!(anon, 0);
     assert_eq!(private_anon, 0, "the file route must add no anonymous memory");
     assert_text_is_the_file(running.pid(), &prog, "file route");
-    // A second process maps the same 2 MiB page-cache folios without any help.
+    // A second process maps the same PMD-size page-cache folios without any help.
     let second = Running::start({
         let mut c = Command::new(&prog);
         c.arg("wait").env("HUGETEXT_DISABLE", "1");
@@ -302,17 +302,32 @@ fn copy_strategy(compat: Option<&str>) {
     let map = PathBuf::from(format!("/tmp/perf-{}.map", running.pid()));
     let syms = std::fs::read_to_string(&map).unwrap_or_default();
     let _ = std::fs::remove_file(&map);
-    assert!(
-        syms.lines().any(|l| l.ends_with(" f10")),
-        "no f10 in {}: {syms}",
-        map.display()
-    );
-    // Every moved function's address is inside a copied text mapping.
     let copied: Vec<_> = text_mappings(running.pid())
         .unwrap()
         .into_iter()
         .filter(|m| m.copied)
         .collect();
+    // Every function of the fixture that lies in a copy is named there, at
+    // its address and with its size (which ones depends on where the loader
+    // put the text and on the PMD size: with 32 MiB windows the first few
+    // MiB of text stay in the file).
+    let inside: Vec<_> = fixture_functions(running.pid(), &prog)
+        .into_iter()
+        .filter(|(a, n, _)| copied.iter().any(|m| m.start <= *a && a + n <= m.end))
+        .collect();
+    assert!(
+        !inside.is_empty(),
+        "no function of the fixture in the copies {copied:#?}"
+    );
+    for (a, n, name) in &inside {
+        let want = format!("{a:x} {n:x} {name}");
+        assert!(
+            syms.lines().any(|l| l == want),
+            "no `{want}` in {}: {syms}",
+            map.display()
+        );
+    }
+    // Every moved function's address is inside a copied text mapping.
     for l in syms.lines() {
         let a = u64::from_str_radix(l.split(' ').next().unwrap(), 16).unwrap();
         assert!(
@@ -321,6 +336,39 @@ fn copy_strategy(compat: Option<&str>) {
         );
     }
     stop(running);
+}
+
+/// The fixture's functions `f0`, `f1`, … in process `pid`: (runtime address,
+/// size, name), from the file's symbol table and the load bias (the address
+/// of its mapping at file offset 0, less that segment's `p_vaddr`).
+fn fixture_functions(pid: i32, file: &Path) -> Vec<(u64, u64, String)> {
+    use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
+    let f = file.canonicalize().unwrap();
+    let data = std::fs::read(&f).unwrap();
+    let elf = object::File::parse(&*data).unwrap();
+    let first = elf
+        .segments()
+        .find(|s| s.file_range().0 == 0)
+        .expect("no PT_LOAD at file offset 0")
+        .address();
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    let start = maps
+        .lines()
+        .find_map(|l| {
+            let v: Vec<&str> = l.split_whitespace().collect();
+            let at_zero = v.len() >= 6 && u64::from_str_radix(v[2], 16) == Ok(0) && Path::new(v[5]) == f;
+            at_zero.then(|| u64::from_str_radix(v[0].split('-').next().unwrap(), 16).unwrap())
+        })
+        .unwrap_or_else(|| panic!("{} at offset 0 not in {maps}", f.display()));
+    let bias = start.wrapping_sub(first);
+    elf.symbols()
+        .filter(|s| s.kind() == SymbolKind::Text && s.size() > 0)
+        .filter_map(|s| {
+            let name = s.name().ok()?;
+            let numbered = name.strip_prefix('f').is_some_and(|k| k.parse::<u32>().is_ok());
+            numbered.then(|| (s.address().wrapping_add(bias), s.size(), name.to_string()))
+        })
+        .collect()
 }
 
 /// The lines of a perf map: (start, size, name), parsed as perf does
@@ -539,7 +587,7 @@ fn copy_fills_from_the_page_cache_and_says_how_long_it_took() {
         let copy = copy_time(&err);
         assert!(copy.contains(" MiB in ") && copy.contains(" ms/MiB"), "{copy}");
         assert!(copy.contains(" read with pread"), "{linker}: {copy}");
-        assert!(!copy.contains("2 MiB page-cache folios"), "{linker}: {copy}");
+        assert!(!copy.contains(" page-cache folios"), "{linker}: {copy}");
 
         let f = std::fs::File::open(&prog).unwrap();
         hugetext::pagecache::evict(&f, 0..0).unwrap();
@@ -557,7 +605,11 @@ fn copy_fills_from_the_page_cache_and_says_how_long_it_took() {
             assert!(copy.contains(" read with pread"), "{linker}: {copy}");
             continue;
         }
-        assert!(copy.contains("copied from 2 MiB page-cache folios"), "{linker}: {copy}");
+        let pmd_w = hugetext::elf::check::size_words(common::pmd());
+        assert!(
+            copy.contains(&format!("copied from {pmd_w} page-cache folios")),
+            "{linker}: {copy}"
+        );
     }
 }
 
@@ -721,6 +773,8 @@ fn c_api_with_threads(compat: Option<&str>, runs: usize) {
     // every run must copy and say why.
     let large = common::fs_gives_pmd_folios(lib.parent().unwrap());
     let mut file_route_runs = 0;
+    // What each bfd run's first call made of the library, for the message.
+    let mut outcomes = Vec::new();
     for linker in ["lld", "bfd"] {
         for i in 0..runs {
             let mut cmd = Command::new(common::cprogs().join(format!("remap_threads_{linker}")));
@@ -759,6 +813,7 @@ fn c_api_with_threads(compat: Option<&str>, runs: usize) {
                     .lines()
                     .find(|l| l.contains(&lib.display().to_string()) && l.contains(" huge ("))
                     .unwrap_or_else(|| panic!("{err}"));
+                outcomes.push(format!("run {i}: {}", first_call.trim()));
                 if !large {
                     // The threads may keep the pages mapped, so the preload
                     // cannot always tell which of the two reasons applies;
@@ -786,7 +841,8 @@ fn c_api_with_threads(compat: Option<&str>, runs: usize) {
     eprintln!("file route made the text huge in {file_route_runs} of {runs} runs under threads");
     assert!(
         file_route_runs >= 1 || !large,
-        "the file route never won against the threads"
+        "the file route never won against the threads:\n{}",
+        outcomes.join("\n")
     );
 }
 

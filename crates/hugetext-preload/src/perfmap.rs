@@ -53,8 +53,11 @@ impl ElfFile {
         unsafe { core::slice::from_raw_parts(self.base as *const u8, self.len) }
     }
 
-    /// Load bias for the mapping that maps file offset `off` at address
-    /// `addr`: the PT_LOAD holding that offset gives its vaddr.
+    /// Load bias for the text mapping that maps file offset `off` at
+    /// address `addr`: the executable PT_LOAD holding that offset gives its
+    /// vaddr (with 16 KiB pages a read-only segment before the text can
+    /// share the text's first page: lld's text at offset 0x3000 is mapped
+    /// from offset 0).
     pub fn bias(&self, addr: usize, off: u64) -> Option<u64> {
         let b = self.bytes();
         if b.get(0..4)? != b"\x7fELF" || *b.get(4)? != 2 || *b.get(5)? != 1 {
@@ -63,18 +66,20 @@ impl ElfFile {
         let phoff = u64_at(b, 0x20)? as usize;
         let phentsize = u16_at(b, 0x36)? as usize;
         let phnum = u16_at(b, 0x38)? as usize;
+        let mask = crate::scan::page() as u64 - 1;
         for i in 0..phnum {
             let p = phoff + i * phentsize;
-            if u32_at(b, p)? != 1 {
-                continue; // PT_LOAD
+            if u32_at(b, p)? != 1 || u32_at(b, p + 4)? & 1 == 0 {
+                continue; // PT_LOAD with PF_X
             }
             let p_offset = u64_at(b, p + 8)?;
             let p_vaddr = u64_at(b, p + 16)?;
             let p_filesz = u64_at(b, p + 32)?;
-            // Pages of the mapping start at the page-aligned segment offset.
-            let seg_off = p_offset & !0xfff;
+            // Pages of the mapping start at the segment offset rounded down
+            // to the kernel's page (16 KiB on some arm64 kernels).
+            let seg_off = p_offset & !mask;
             if seg_off <= off && off < p_offset + p_filesz {
-                let vaddr_at_off = (p_vaddr & !0xfff) + (off - seg_off);
+                let vaddr_at_off = (p_vaddr & !mask) + (off - seg_off);
                 return Some((addr as u64).wrapping_sub(vaddr_at_off));
             }
         }

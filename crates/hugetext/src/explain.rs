@@ -631,16 +631,18 @@ impl SystemFacts {
     }
 }
 
-/// The layout of a file mapping at `start` from file `offset`, given the
-/// file's `check` segments as (p_offset, p_filesz, p_vaddr, p_align), for
-/// a kernel with `pmd`-byte PMDs. Pure.
-pub fn layout_of(start: u64, offset: u64, segments: &[(u64, u64, u64, u64)], pmd: u64) -> Layout {
+/// The layout of a text mapping at `start` from file `offset`, given the
+/// file's executable `check` segments as (p_offset, p_filesz, p_vaddr,
+/// p_align), for a kernel with `pmd`-byte PMDs and `page`-byte pages (the
+/// kernel maps a segment from its offset rounded down to a page: with 16
+/// KiB pages lld's text at offset 0x3000 is mapped from offset 0). Pure.
+pub fn layout_of(start: u64, offset: u64, segments: &[(u64, u64, u64, u64)], pmd: u64, page: u64) -> Layout {
     if start.wrapping_sub(offset) % pmd == 0 {
         return Layout::Congruent;
     }
     let seg = segments.iter().find(|(o, sz, _, _)| {
-        let page = o & !0xfff;
-        offset >= page && offset < o + sz
+        let first = o & !(page - 1);
+        offset >= first && offset < o + sz
     });
     match seg {
         Some(&(o, _, v, a)) => {
@@ -721,17 +723,21 @@ fn mapping_facts(pid: i32, t: &remap::TextMapping, offset: u64, fs_cache: &mut F
     } else {
         PathBuf::from(&t.path)
     };
+    // Text mappings map executable segments; a read-only segment before
+    // the text can share its first page.
     let segments: std::result::Result<Vec<_>, String> = elf::check_file(&file_path)
         .map(|r| {
             r.segments
                 .iter()
+                .filter(|s| s.executable)
                 .map(|s| (s.offset, s.filesz, s.vaddr, s.p_align))
                 .collect()
         })
         .map_err(|e| e.to_string());
+    let page = kernel::page_size() as u64;
     m.layout = Some(match segments {
-        Ok(segs) => layout_of(t.start, offset, &segs, pmd),
-        Err(why) => match layout_of(t.start, offset, &[], pmd) {
+        Ok(segs) => layout_of(t.start, offset, &segs, pmd, page),
+        Err(why) => match layout_of(t.start, offset, &[], pmd, page) {
             Layout::Congruent => Layout::Congruent,
             _ => Layout::NotCongruent { why },
         },
@@ -1050,7 +1056,7 @@ mod tests {
 
     #[test]
     fn base_breaking_congruence_shows_the_base() {
-        let l = layout_of(0x5555_5561_1000, 0x1000, &[(0x1000, 8 * M, 0x1000, 0x1000)], M);
+        let l = layout_of(0x5555_5561_1000, 0x1000, &[(0x1000, 8 * M, 0x1000, 0x1000)], M, 0x1000);
         assert_eq!(
             l,
             Layout::BaseBreaks {
@@ -1066,10 +1072,21 @@ mod tests {
         assert!(v.evidence.contains("0x555555610000"), "{}", v.evidence);
         assert_eq!(v.fix.as_deref(), Some("hugetext align /usr/bin/x"));
         assert_eq!(
-            layout_of(0x20_2000, 0x1000, &[(0x1000, 8 * M, 0x2000, 0x1000)], M),
+            layout_of(0x20_2000, 0x1000, &[(0x1000, 8 * M, 0x2000, 0x1000)], M, 0x1000),
             Layout::Skewed { skew: 0x1000 }
         );
-        assert_eq!(layout_of(0x40_0000, 0, &[], M), Layout::Congruent);
+        assert_eq!(layout_of(0x40_0000, 0, &[], M, 0x1000), Layout::Congruent);
+        // aarch64 lld on a 16 KiB-page kernel (32 MiB PMDs): the text at
+        // offset 0x3000, address 0x13000 is mapped from offset 0 at base +
+        // 0x10000; 64 KiB off the PMD grid whatever the base.
+        let l = layout_of(
+            0x5555_5601_0000,
+            0,
+            &[(0x3000, 70 * M, 0x13000, 0x10000)],
+            32 * M,
+            0x4000,
+        );
+        assert_eq!(l, Layout::Skewed { skew: 0x10000 });
     }
 
     #[test]

@@ -149,8 +149,10 @@ fn print(r: &Report, json: bool) -> Result<()> {
     for n in &r.notes {
         println!("note: {n}");
     }
-    let pmd_w = hugetext::elf::check::size_words(r.system.pmd_size);
+    // The running kernel's sizes (4 kB and 2 MiB on x86-64; 16 kB and 32 MiB
+    // on a 16 KiB-page arm64 kernel).
     let page_kb = hugetext::kernel::page_size() / 1024;
+    let pmd_w = elf::check::size_words(r.system.pmd_size);
     for p in &r.processes {
         println!("{}", p.summary);
         for m in &p.mappings {

@@ -15,7 +15,7 @@ pub fn cprogs() -> &'static Path {
 }
 
 /// Start `maptext FILE OPTS` (crates/hugetext-cli/tests/c/maptext.c): maps
-/// `file` read+exec at a 2 MiB-aligned address congruent with offset 0,
+/// `file` read+exec at a PMD-aligned address congruent with offset 0,
 /// touches every page and waits; a `hugepage` line on its stdin switches the
 /// mapping to MADV_HUGEPAGE. Options: `prctl` (PR_SET_THP_DISABLE), `advised`
 /// (PR_THP_DISABLE_EXCEPT_ADVISED), `nohuge` (MADV_NOHUGEPAGE).
@@ -66,15 +66,21 @@ pub fn mapping(pid: i32, file: &Path) -> Value {
         .unwrap()
 }
 
-/// True when the loader happened to place the mapping 2 MiB-congruent with
-/// its file offset (a page-aligned base does so 1 time in 512): a skewed
-/// layout then does not show.
+/// True when the loader happened to place the mapping PMD-congruent with
+/// its file offset (a 4 KiB-aligned base does so 1 time in 512 on x86-64): a
+/// skewed layout then does not show.
 pub fn landed_congruent(m: &Value) -> bool {
     let yes = (start(m) - m["offset"].as_u64().unwrap()) % common::pmd() == 0;
     if yes {
-        common::skip_line("skipped: the loader placed the text 2 MiB-congruent by chance");
+        common::skip_line("skipped: the loader placed the text PMD-congruent by chance");
     }
     yes
+}
+
+/// Sizes of the scratch files, in MiB: `n` windows of the kernel's PMD size
+/// (`n` × 2 MiB on x86-64, `n` × 32 MiB on a 16 KiB-page arm64 kernel).
+pub fn windows_mib(n: u64) -> usize {
+    ((n * common::pmd()) >> 20) as usize
 }
 
 pub fn start(m: &Value) -> u64 {
@@ -117,16 +123,17 @@ pub fn hugetext_ok(args: &[&str]) {
     );
 }
 
-/// A scratch file of `mib` MiB of RET instructions in 2 MiB page-cache folios.
-pub fn warmed_file(dir: &Path, mib: usize) -> PathBuf {
-    let p = common::scratch_file(dir, "text.bin", mib);
+/// A scratch file of `windows` whole PMD windows of RET instructions, in
+/// PMD-size page-cache folios.
+pub fn warmed_file(dir: &Path, windows: u64) -> PathBuf {
+    let p = common::scratch_file(dir, "text.bin", windows_mib(windows));
     ensure_warm(&p);
     p
 }
 
-/// `hugetext warm FILE` until every window of it is one 2 MiB page-cache
+/// `hugetext warm FILE` until every window of it is one PMD-size page-cache
 /// folio (3 tries): the precondition of a test about mapping warmed text.
-/// On a busy machine a 2 MiB allocation can fail, or memory pressure can
+/// On a busy machine a PMD-size allocation can fail, or memory pressure can
 /// evict a folio between `warm` and the mapping.
 pub fn ensure_warm(p: &Path) {
     for _ in 0..3 {
@@ -140,8 +147,8 @@ pub fn ensure_warm(p: &Path) {
 }
 
 /// Split the huge pages of process `pid` in `start..end` into base pages,
-/// for real and from outside: `process_madvise(MADV_COLD)` on one 4 KiB page
-/// of each 2 MiB window. The kernel splits a PMD-mapped anonymous THP that
+/// for real and from outside: `process_madvise(MADV_COLD)` on one base page
+/// of each PMD window. The kernel splits a PMD-mapped anonymous THP that
 /// the advice covers only in part (`madvise_cold_or_pageout_pte_range()`),
 /// and MADV_COLD itself only ages the pages.
 pub fn split(pid: i32, start: u64, end: u64) {
