@@ -2,6 +2,9 @@
 # Install what hugetext's build, tests and demo need on a fresh Debian machine.
 # Idempotent: packages already present are not reinstalled.
 set -euo pipefail
+# apt-get that waits for the dpkg and lists locks (another apt run, an
+# unattended upgrade on a fresh machine) instead of failing on them.
+apt_get() { apt-get -o DPkg::Lock::Timeout=1800 -o Acquire::Retries=3 "$@"; }
 pkgs=(gcc binutils lld mold xfsprogs btrfs-progs e2fsprogs hyperfine linux-perf util-linux procps libcap2-bin mount python3 perl git bsdutils
       qemu-system-x86 busybox-static kmod cpio xz-utils zstd
       qemu-system-arm gcc-aarch64-linux-gnu binutils-aarch64-linux-gnu libc6-dev-arm64-cross
@@ -18,8 +21,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   fi
   echo "install-deps: installing ${missing[*]}" >&2
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq "${missing[@]}" >/dev/null
+  apt_get update -qq
+  apt_get install -y -qq "${missing[@]}" >/dev/null
 fi
 if ! command -v cargo >/dev/null 2>&1; then
   for d in "$HOME/.cargo/bin" /usr/local/cargo/bin; do
@@ -40,7 +43,7 @@ if ! dpkg --print-foreign-architectures | grep -qx arm64; then
   [ "$(id -u)" -eq 0 ] || { echo "install-deps: need root for dpkg --add-architecture arm64" >&2; exit 1; }
   echo "install-deps: dpkg --add-architecture arm64" >&2
   dpkg --add-architecture arm64
-  apt-get update -qq
+  apt_get update -qq
 fi
 # hugetext agent's tests: a real Prometheus server (run by the test on
 # 127.0.0.1 with its own config, never as a service), cargo-deb to build the
@@ -50,7 +53,7 @@ if ! dpkg -s prometheus >/dev/null 2>&1; then
   [ "$(id -u)" -eq 0 ] || { echo "install-deps: need root to install prometheus" >&2; exit 1; }
   echo "install-deps: installing prometheus" >&2
   export DEBIAN_FRONTEND=noninteractive
-  apt-get install -y -qq --no-install-recommends prometheus >/dev/null || { apt-get update -qq && apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
+  apt_get install -y -qq --no-install-recommends prometheus >/dev/null || { apt_get update -qq && apt_get install -y -qq --no-install-recommends prometheus >/dev/null; }
   # The package starts a system service where systemd runs; the tests start their own.
   if [ -d /run/systemd/system ]; then systemctl disable --now prometheus >/dev/null 2>&1 || true; fi
 fi
@@ -65,8 +68,8 @@ for p in openjdk-17-jdk-headless python3-pip; do
 done
 if [ ${#late[@]} -gt 0 ] && [ "$(id -u)" -eq 0 ]; then
   echo "install-deps: installing ${late[*]}" >&2
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${late[@]}" >/dev/null ||
-    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${late[@]}" >/dev/null; }
+  DEBIAN_FRONTEND=noninteractive apt_get install -y -qq "${late[@]}" >/dev/null ||
+    { apt_get update -qq && DEBIAN_FRONTEND=noninteractive apt_get install -y -qq "${late[@]}" >/dev/null; }
 fi
 if ! python3 -c 'import numpy' >/dev/null 2>&1; then
   echo "install-deps: pip install numpy" >&2

@@ -542,3 +542,72 @@ pub fn cprogs() -> &'static Path {
         dir.canonicalize().unwrap()
     })
 }
+
+/// A dedicated unprivileged local account for the hostile-input tests
+/// (`tests/hostile.rs`): created on first use with `useradd` (CI runs as
+/// root on a fresh machine), reused afterwards. Returns its uid and gid.
+pub fn attacker() -> (u32, u32) {
+    static IDS: OnceLock<(u32, u32)> = OnceLock::new();
+    *IDS.get_or_init(|| {
+        const NAME: &str = "ht-attacker";
+        let id = |flag: &str| -> Option<u32> {
+            let o = Command::new("id").args([flag, NAME]).output().ok()?;
+            if !o.status.success() {
+                return None;
+            }
+            String::from_utf8_lossy(&o.stdout).trim().parse().ok()
+        };
+        if id("-u").is_none() {
+            let st = Command::new("useradd")
+                .args([
+                    "--system",
+                    "--no-create-home",
+                    "--shell",
+                    "/usr/sbin/nologin",
+                    "--user-group",
+                    NAME,
+                ])
+                .status()
+                .expect("run useradd (package passwd)");
+            // Another test binary may have created it meanwhile.
+            assert!(st.success() || id("-u").is_some(), "useradd {NAME} failed");
+        }
+        (
+            id("-u").expect("uid of ht-attacker"),
+            id("-g").expect("gid of ht-attacker"),
+        )
+    })
+}
+
+/// `setpriv` as the [`attacker`] account (its own group, no supplementary
+/// groups, no capabilities); append the program and its arguments.
+pub fn as_attacker() -> Command {
+    let (uid, gid) = attacker();
+    let mut cmd = Command::new("setpriv");
+    cmd.arg(format!("--reuid={uid}"))
+        .arg(format!("--regid={gid}"))
+        .args(["--clear-groups", "--inh-caps=-all", "--"]);
+    cmd
+}
+
+/// Every regular file, directory and link below `dir` with its size, mode,
+/// owner and mtime: snapshot it before a hostile case and compare after, to
+/// assert that nothing outside the case's scratch directory changed.
+pub fn tree_state(dir: &Path) -> Vec<(PathBuf, u64, u32, u32, i64, i64)> {
+    use std::os::unix::fs::MetadataExt;
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else { continue };
+        for e in rd.flatten() {
+            let p = e.path();
+            let Ok(m) = std::fs::symlink_metadata(&p) else { continue };
+            out.push((p.clone(), m.len(), m.mode(), m.uid(), m.mtime(), m.mtime_nsec()));
+            if m.is_dir() {
+                stack.push(p);
+            }
+        }
+    }
+    out.sort();
+    out
+}

@@ -1,0 +1,17 @@
+//! Hostile local users and hostile input, one module per area: every case
+//! runs the attack (as the unprivileged `ht-attacker` account where it
+//! matters, created by the test), then asserts the refusal or the survival,
+//! and that nothing outside the case's scratch directory changed.
+
+#[path = "hostile/agent.rs"]
+mod agent;
+#[path = "hostile/align.rs"]
+mod align;
+#[path = "hostile/bench.rs"]
+mod bench;
+#[path = "hostile/preload.rs"]
+mod preload;
+#[path = "hostile/procfs.rs"]
+mod procfs;
+#[path = "hostile/warm.rs"]
+mod warm;
