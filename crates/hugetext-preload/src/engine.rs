@@ -1351,10 +1351,15 @@ impl Pass<'_> {
 
     fn perf_symbols(&mut self, c: &Cand, e: &ElfFile, at: usize, len: usize) {
         if self.t.perf_map_fd == 0 {
-            self.t.perf_map_fd = perfmap::open_map();
-            if self.t.perf_map_fd < 0 && self.cfg.verbose {
-                line().s("cannot write /tmp/perf-PID.map").err(self.t.perf_map_fd);
-            }
+            self.t.perf_map_fd = match perfmap::open_map() {
+                Ok(fd) => fd as isize,
+                Err(why) => {
+                    if self.cfg.verbose {
+                        why.say();
+                    }
+                    -1
+                }
+            };
         }
         if self.t.perf_map_fd < 0 {
             return;

@@ -378,6 +378,8 @@ pub fn errno_name(e: isize) -> &'static str {
         libc::EOPNOTSUPP => "not supported",
         libc::EHWPOISON => "hardware poisoned page",
         libc::ESTALE => "the file at that path is not the mapped one",
+        libc::ELOOP => "a symbolic link (not followed)",
+        libc::ENXIO => "no reader on that FIFO, or no such device",
         _ => "error",
     }
 }
