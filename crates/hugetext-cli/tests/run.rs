@@ -703,6 +703,30 @@ fn exit_status_and_errors() {
 }
 
 #[test]
+fn a_preload_that_is_not_a_shared_object_is_refused_before_exec() {
+    let d = common::scratch();
+    let text = d.path().join("libhugetext.so");
+    std::fs::write(&text, "not a library\n").unwrap();
+    let exe = common::fixture("lld", "small");
+    for (preload, why) in [
+        (text.as_path(), "not an ELF file"),
+        (exe.as_path(), "not a shared object"),
+    ] {
+        let o = Command::new(common::bin())
+            .args(["run", "--preload"])
+            .arg(preload)
+            .args(["--", "sh", "-c", "echo ran"])
+            .output()
+            .unwrap();
+        let err = common::text(&o.stderr);
+        assert_eq!(o.status.code(), Some(125), "{err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.starts_with("hugetext: ") && err.contains(why), "{err}");
+        assert!(o.stdout.is_empty(), "the program ran");
+    }
+}
+
+#[test]
 fn children_do_not_inherit_the_preload_unless_asked() {
     let sh = Path::new("/bin/sh");
     let r = run(&[], sh, &["-c", "echo \"[$LD_PRELOAD]\""]);

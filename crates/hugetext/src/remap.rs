@@ -84,6 +84,60 @@ pub fn find_preload(explicit: Option<&Path>) -> Result<PathBuf> {
     )))
 }
 
+/// What the ELF header and program headers of a would-be preload say: its
+/// `e_type`, whether it asks for an interpreter (`PT_INTERP`: an executable),
+/// and `(e_machine, ELF64?)`. `None`: not ELF.
+fn preload_facts(head: &[u8]) -> Option<(u16, bool, (u16, bool))> {
+    use object::elf::{FileHeader32, FileHeader64, PT_INTERP};
+    use object::read::elf::{FileHeader, ProgramHeader};
+    fn facts<H: FileHeader<Endian = object::Endianness>>(head: &[u8], is_64: bool) -> Option<(u16, bool, (u16, bool))> {
+        let h = H::parse(head).ok()?;
+        let e = h.endian().ok()?;
+        // Program headers past the bytes read count as none.
+        let interp = h
+            .program_headers(e, head)
+            .map(|ph| ph.iter().any(|p| p.p_type(e) == PT_INTERP))
+            .unwrap_or(false);
+        Some((h.e_type(e), interp, (h.e_machine(e), is_64)))
+    }
+    match *head.get(4)? {
+        object::elf::ELFCLASS64 => facts::<FileHeader64<object::Endianness>>(head, true),
+        object::elf::ELFCLASS32 => facts::<FileHeader32<object::Endianness>>(head, false),
+        _ => None,
+    }
+}
+
+/// Why `facts` ([`preload_facts`] of a file) cannot be a preload: the
+/// dynamic loader would print its own errors and run the program without
+/// it. Pure.
+fn preload_unfit(facts: Option<(u16, bool, (u16, bool))>) -> Option<&'static str> {
+    match facts {
+        None => Some("not an ELF file"),
+        Some((t, _, _)) if t != object::elf::ET_DYN => Some("an ELF file but not a shared object"),
+        Some((_, true, _)) => Some("an ELF executable (it has an interpreter), not a shared object"),
+        Some(_) => None,
+    }
+}
+
+/// Check that `path` can be preloaded: an ELF shared object (not a
+/// script, not an executable). Returns its `(e_machine, ELF64?)` for the
+/// comparison with the program's ([`crate::elf::preload_mismatch`]).
+pub fn check_preload_file(path: &Path) -> Result<(u16, bool)> {
+    use std::io::Read;
+    let mut head = Vec::with_capacity(4096);
+    std::fs::File::open(path)
+        .and_then(|f| f.take(4096).read_to_end(&mut head))
+        .map_err(|e| Error::io(path, e))?;
+    let facts = preload_facts(&head);
+    if let Some(why) = preload_unfit(facts) {
+        return Err(Error::Invalid(format!(
+            "{}: {why}, so it cannot be preloaded; point --preload (or {PRELOAD_ENV}) at libhugetext.so",
+            path.display()
+        )));
+    }
+    Ok(facts.expect("checked").2)
+}
+
 /// `LD_PRELOAD` splits on spaces and colons: such a path cannot be preloaded.
 fn check_preload_path(p: &Path) -> Result<()> {
     if p.as_os_str().as_bytes().iter().any(|&c| c == b':' || c == b' ') {
@@ -516,6 +570,19 @@ pub fn huge_text_of(pid: i32, file: &Path) -> Result<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_preload_must_be_an_elf_shared_object() {
+        use object::elf::{EM_X86_64, ET_DYN, ET_EXEC};
+        let m = (EM_X86_64, true);
+        assert_eq!(preload_unfit(Some((ET_DYN, false, m))), None);
+        assert!(preload_unfit(None).unwrap().contains("not an ELF"));
+        assert!(preload_unfit(Some((ET_EXEC, false, m)))
+            .unwrap()
+            .contains("not a shared object"));
+        assert!(preload_unfit(Some((ET_DYN, true, m))).unwrap().contains("interpreter"));
+        assert_eq!(preload_facts(b"#!/bin/sh\n"), None);
+    }
 
     #[test]
     fn patterns_in_the_preload_subset() {

@@ -26,8 +26,9 @@ C API: hugetext_remap_text() in <hugetext.h>, linked with -lhugetext.
 Exit status: PROGRAM's own (run replaces itself with it, so the convention of
 `hugetext --help` applies to what happens before: its codes would be mistaken
 for PROGRAM's); 127 if it cannot be found, 126 if it cannot be executed, 125
-if hugetext itself fails (e.g. libhugetext.so not found, or built for
-another machine or ELF class than PROGRAM: said in one line), 2 for bad
+if hugetext itself fails (e.g. libhugetext.so not found, not an ELF shared
+object, or built for another machine or ELF class than PROGRAM: said in one
+line), 2 for bad
 arguments. What the preload could not remap is not a failure: PROGRAM runs
 with its text as it was (-v says why).
 
@@ -166,7 +167,7 @@ pub fn run(args: Args) -> Result<u8> {
     let resolved = remap::resolve_program(program, path_var.as_deref())?;
     let machines = (
         hugetext::elf::machine_of(&resolved).unwrap_or(None),
-        hugetext::elf::machine_of(&preload).map_err(|e| exit_with(125, e.to_string()))?,
+        Some(remap::check_preload_file(&preload).map_err(|e| exit_with(125, e.to_string()))?),
     );
     if let Some(why) = hugetext::elf::preload_mismatch(machines.0, machines.1) {
         return Err(exit_with(
