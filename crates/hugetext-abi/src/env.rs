@@ -34,6 +34,37 @@ pub const LATE_MIN: &str = "HUGETEXT_LATE_MIN";
 /// one whole window (whatever the kernel's PMD size) qualifies.
 pub const LATE_MIN_DEFAULT: u64 = 2 << 20;
 
+/// The loader's tunables (`GLIBC_TUNABLES`): `run` adds room for static TLS
+/// there when it names an auditor; the preload puts the value back.
+pub const GLIBC_TUNABLES: &str = "GLIBC_TUNABLES";
+/// The tunable `run` adds ([`GLIBC_TUNABLES`]).
+pub const STATIC_TLS_TUNABLE: &str = "glibc.rtld.optional_static_tls";
+/// What `GLIBC_TUNABLES` was before `run` added [`STATIC_TLS_TUNABLE`]:
+/// `-` (unset), or the length in bytes of its value, a prefix of the new
+/// one. The preload restores it for the program's children and removes
+/// this variable ([`tunables_restore`]).
+pub const TUNABLES: &str = "HUGETEXT_TUNABLES";
+
+/// How to put `GLIBC_TUNABLES` back, from the [`TUNABLES`] note and its
+/// current value: `Some(None)` unset it, `Some(Some(n))` keep its first `n`
+/// bytes; `None` when the note does not describe the value (left as it is):
+/// what follows the kept bytes must be the one [`STATIC_TLS_TUNABLE`]
+/// setting `run` appended (after a `:` when something is kept).
+pub fn tunables_restore(note: &[u8], cur: Option<&[u8]>) -> Option<Option<usize>> {
+    let cur = cur?;
+    let keep = match note {
+        b"-" => None,
+        n => Some(parse_size(n).filter(|_| n.iter().all(u8::is_ascii_digit))? as usize),
+    };
+    let added = match keep {
+        None => cur,
+        Some(0) => cur,
+        Some(n) => cur.get(n..)?.strip_prefix(b":")?,
+    };
+    let value = added.strip_prefix(STATIC_TLS_TUNABLE.as_bytes())?.strip_prefix(b"=")?;
+    (!value.is_empty() && value.iter().all(u8::is_ascii_digit)).then_some(keep)
+}
+
 /// Parse a size: decimal bytes with an optional `K`, `M` or `G` suffix
 /// (binary units, either case). `None` for anything else.
 pub fn parse_size(v: &[u8]) -> Option<u64> {
@@ -113,6 +144,27 @@ pub fn is_hugetext_preload(entry: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tunables_are_put_back_as_they_were() {
+        let v = b"glibc.malloc.arena_max=2:glibc.rtld.optional_static_tls=612";
+        assert_eq!(tunables_restore(b"24", Some(v)), Some(Some(24)));
+        assert_eq!(
+            tunables_restore(b"-", Some(b"glibc.rtld.optional_static_tls=612")),
+            Some(None)
+        );
+        // Set but empty before: kept, empty.
+        assert_eq!(
+            tunables_restore(b"0", Some(b"glibc.rtld.optional_static_tls=612")),
+            Some(Some(0))
+        );
+        // Anything else is left alone.
+        assert_eq!(tunables_restore(b"23", Some(v)), None);
+        assert_eq!(tunables_restore(b"-", Some(v)), None);
+        assert_eq!(tunables_restore(b"2k", Some(v)), None);
+        assert_eq!(tunables_restore(b"-", None), None);
+        assert_eq!(tunables_restore(b"99", Some(v)), None);
+    }
 
     #[test]
     fn strategy_words_round_trip() {

@@ -746,6 +746,64 @@ fn children_do_not_inherit_the_preload_unless_asked() {
     assert_eq!(common::text(&o.stdout), "[libm.so.6]\n");
 }
 
+/// The environment of a grandchild of `spawn sh -c 'cat /proc/self/environ;
+/// true'` (the program runs a shell, which forks `cat`), started with
+/// `hugetext run ARGS` (None: without hugetext) and `GLIBC_TUNABLES` set to
+/// `tunables` (None: unset). Sorted, without the `HUGETEXT_*` settings
+/// `run` passes to the program.
+fn grandchild_environ(run_args: Option<&[&str]>, tunables: Option<&str>) -> Vec<String> {
+    let spawn = common::cprogs().join("spawn");
+    let mut cmd = match run_args {
+        Some(a) => {
+            common::preload();
+            let mut c = Command::new(common::bin());
+            c.arg("run").args(a).arg("--").arg(&spawn);
+            c
+        }
+        None => Command::new(&spawn),
+    };
+    cmd.args(["sh", "-c", "cat /proc/self/environ; true"]);
+    for v in ["LD_PRELOAD", "LD_AUDIT", "GLIBC_TUNABLES"] {
+        cmd.env_remove(v);
+    }
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("HUGETEXT_") {
+            cmd.env_remove(k);
+        }
+    }
+    if let Some(t) = tunables {
+        cmd.env("GLIBC_TUNABLES", t);
+    }
+    let o = common::output_without_perf_map(&mut cmd);
+    assert!(o.status.success(), "{}", common::text(&o.stderr));
+    let mut v: Vec<String> = o
+        .stdout
+        .split(|&c| c == 0)
+        .map(|e| String::from_utf8_lossy(e).into_owned())
+        .filter(|e| !e.is_empty() && !e.starts_with("HUGETEXT_"))
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn grandchildren_see_the_environment_they_would_see_without_hugetext() {
+    for tunables in [None, Some(""), Some("glibc.malloc.arena_max=2")] {
+        let plain = grandchild_environ(None, tunables);
+        let with = grandchild_environ(Some(&[]), tunables);
+        assert_eq!(with, plain, "GLIBC_TUNABLES={tunables:?}");
+        // `--inherit` keeps the preload and its loader settings: the
+        // comparison sees them.
+        let inherit = grandchild_environ(Some(&["--inherit"]), tunables);
+        assert!(
+            // (glibc cuts its copy of the value at each `:` in place, so
+            // /proc/PID/environ may show the tunable as an entry of its own.)
+            inherit.iter().any(|e| e.contains("optional_static_tls")),
+            "{inherit:?}"
+        );
+    }
+}
+
 fn cprog(args: &[&str], name: &str) -> Output {
     common::preload();
     let o = Command::new(common::cprogs().join(name))

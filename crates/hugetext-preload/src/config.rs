@@ -141,11 +141,75 @@ impl Config {
 
 /// Remove every `libhugetext*` entry from `LD_PRELOAD` and `LD_AUDIT`,
 /// editing the environment strings in place (they only get shorter;
-/// nothing allocated). An emptied variable is removed from the environment.
-/// (The dynamic loader has read both before any constructor runs.)
+/// nothing allocated), and put `GLIBC_TUNABLES` back as it was before `run`
+/// ([`restore_tunables`]). An emptied variable is removed from the
+/// environment. (The dynamic loader has read all three before any
+/// constructor runs.)
 pub fn strip_preload() {
     strip(b"LD_PRELOAD=");
     strip(b"LD_AUDIT=");
+    restore_tunables();
+}
+
+/// The environment slot of `var` (`NAME=`), if set.
+fn slot(var: &[u8]) -> Option<*mut *mut c_char> {
+    // SAFETY: `environ` is the NULL-terminated array libc maintains; read
+    // at start-up, single-threaded (see `env_entries`).
+    unsafe {
+        let mut p = environ;
+        if p.is_null() {
+            return None;
+        }
+        while !(*p).is_null() {
+            if cstr(*p).starts_with(var) {
+                return Some(p);
+            }
+            p = p.add(1);
+        }
+    }
+    None
+}
+
+/// Remove the entry at `p` from the environment: shift the rest of the
+/// array down.
+///
+/// # Safety
+/// `p` is a slot of `environ` ([`slot`]), at single-threaded start-up.
+unsafe fn remove_at(p: *mut *mut c_char) {
+    let mut q = p;
+    loop {
+        *q = *q.add(1);
+        if (*q).is_null() {
+            break;
+        }
+        q = q.add(1);
+    }
+}
+
+/// Put `GLIBC_TUNABLES` back as `HUGETEXT_TUNABLES` says it was before
+/// `run` added room for static TLS: unset, or its first bytes (a value
+/// shortened in place). Then remove `HUGETEXT_TUNABLES`. A value that does
+/// not end as `run` left it is not touched.
+pub fn restore_tunables() {
+    let Some(note) = getenv(env::TUNABLES.as_bytes()) else {
+        return;
+    };
+    let var = b"GLIBC_TUNABLES=";
+    match (
+        env::tunables_restore(note, getenv(env::GLIBC_TUNABLES.as_bytes())),
+        slot(var),
+    ) {
+        // SAFETY: a slot just found, at start-up.
+        (Some(None), Some(p)) => unsafe { remove_at(p) },
+        // SAFETY: the value has more than `n` bytes (`tunables_restore`
+        // found `run`'s addition after them): the NUL lands inside it.
+        (Some(Some(n)), Some(p)) => unsafe { *(*p).add(var.len() + n) = 0 },
+        _ => {}
+    }
+    if let Some(p) = slot(b"HUGETEXT_TUNABLES=") {
+        // SAFETY: as above.
+        unsafe { remove_at(p) };
+    }
 }
 
 fn strip(var: &[u8]) {
@@ -183,15 +247,7 @@ fn strip(var: &[u8]) {
                 }
                 bytes[w] = 0;
                 if kept == 0 {
-                    // Remove the entry: shift the rest of the array down.
-                    let mut q = p;
-                    loop {
-                        *q = *q.add(1);
-                        if (*q).is_null() {
-                            break;
-                        }
-                        q = q.add(1);
-                    }
+                    remove_at(p);
                     continue;
                 }
             }

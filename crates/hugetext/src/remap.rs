@@ -315,7 +315,7 @@ const OPTIONAL_STATIC_TLS: u64 = 512;
 /// surplus, keeping what `current` sets (a value the user chose for the
 /// same tunable wins). `None`: nothing to change.
 pub fn tunables_with_static_tls(current: Option<&OsStr>, need: u64) -> Option<OsString> {
-    const NAME: &str = "glibc.rtld.optional_static_tls";
+    const NAME: &str = env::STATIC_TLS_TUNABLE;
     let cur = current.map(|c| c.to_string_lossy().into_owned()).unwrap_or_default();
     if need == 0 || cur.split(':').any(|t| t.split('=').next() == Some(NAME)) {
         return None;
@@ -326,6 +326,21 @@ pub fn tunables_with_static_tls(current: Option<&OsStr>, need: u64) -> Option<Os
     } else {
         format!("{cur}:{add}")
     }))
+}
+
+/// The environment for [`tunables_with_static_tls`]: the new
+/// `GLIBC_TUNABLES` and, so that the preload can put the old value back for
+/// the program's children, what it was (`HUGETEXT_TUNABLES`: `-` for unset,
+/// else the length of the old value). Empty: nothing to change.
+pub fn tunables_environment(current: Option<&OsStr>, need: u64) -> Vec<(OsString, OsString)> {
+    let Some(t) = tunables_with_static_tls(current, need) else {
+        return Vec::new();
+    };
+    let was = current.map_or("-".to_string(), |c| c.len().to_string());
+    vec![
+        (OsString::from(env::GLIBC_TUNABLES), t),
+        (OsString::from(env::TUNABLES), OsString::from(was)),
+    ]
 }
 
 /// Why a program cannot be started.
@@ -627,6 +642,21 @@ mod tests {
             "glibc.malloc.arena_max=2:glibc.rtld.optional_static_tls=612"
         );
         assert_eq!(t(Some("glibc.rtld.optional_static_tls=4096"), 100), None);
+        // What the preload needs to put it back.
+        let e = |c: Option<&str>| tunables_environment(c.map(OsStr::new), 100);
+        let get = |v: &[(OsString, OsString)], k: &str| {
+            v.iter()
+                .find(|(n, _)| n == k)
+                .map(|(_, x)| x.to_str().unwrap().to_string())
+        };
+        for cur in [None, Some(""), Some("glibc.malloc.arena_max=2")] {
+            let v = e(cur);
+            let note = get(&v, env::TUNABLES).unwrap();
+            let new = get(&v, env::GLIBC_TUNABLES).unwrap();
+            let back = env::tunables_restore(note.as_bytes(), Some(new.as_bytes())).unwrap();
+            assert_eq!(back.map(|n| &new[..n]), cur, "{v:?}");
+        }
+        assert!(e(Some("glibc.rtld.optional_static_tls=4096")).is_empty());
         // This test binary: libc's TLS at least.
         let me = std::env::current_exe().unwrap();
         assert!(initial_static_tls(&me, Path::new("/nonexistent")) > 0);

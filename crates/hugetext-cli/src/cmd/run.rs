@@ -13,8 +13,9 @@ const ENV_HELP: &str = "\
 How it works: `hugetext run` replaces itself with PROGRAM (exec: same pid,
 like `env` or `taskset`), with libhugetext.so injected through LD_PRELOAD.
 Before main, the library remaps the text of the program and of every shared
-library loaded at start, then removes itself from LD_PRELOAD so child
-processes run plain (unless --inherit). The library is named in LD_AUDIT too,
+library loaded at start, then removes itself from LD_PRELOAD and LD_AUDIT and
+puts GLIBC_TUNABLES back as it was, so child processes run plain (unless
+--inherit). The library is named in LD_AUDIT too,
 so objects loaded later with dlopen (libjvm.so, Python extension modules,
 plugins) are remapped after the loader maps them and before they are
 relocated or run (--no-dlopen: not followed); GLIBC_TUNABLES then gets room
@@ -201,9 +202,10 @@ pub fn run(args: Args) -> Result<u8> {
         // Room in the static TLS block for the libraries loaded at start
         // (glibc sets it up before loading them when an auditor is named).
         let need = remap::initial_static_tls(&resolved, &preload);
-        if let Some(t) = remap::tunables_with_static_tls(std::env::var_os("GLIBC_TUNABLES").as_deref(), need) {
-            env.push(("GLIBC_TUNABLES".into(), t));
-        }
+        env.extend(remap::tunables_environment(
+            std::env::var_os("GLIBC_TUNABLES").as_deref(),
+            need,
+        ));
     }
     let err = std::process::Command::new(&resolved)
         .arg0(program)
