@@ -65,6 +65,30 @@ pub fn tunables_restore(note: &[u8], cur: Option<&[u8]>) -> Option<Option<usize>
     (!value.is_empty() && value.iter().all(u8::is_ascii_digit)).then_some(keep)
 }
 
+/// The wrappers the preload followed so far (`PID:HOPS:CHAIN`): a process
+/// without text worth remapping (a shell script's interpreter, `env`, a
+/// shim) that execs keeps the preload for the program it execs, up to
+/// [`MAX_HOPS`] times; `PID` is that process's (an exec keeps it: a child
+/// it forks has another), `CHAIN` names the wrappers (` -> ` between
+/// them). `run` sets it empty, so that the slot exists in the environment.
+pub const VIA: &str = "HUGETEXT_VIA";
+/// How many wrappers in a row the preload follows.
+pub const MAX_HOPS: u32 = 8;
+
+/// `(pid, hops, chain)` of a [`VIA`] value; `(0, 0, "")` for an empty or
+/// malformed one.
+pub fn parse_via(v: &[u8]) -> (u32, u32, &[u8]) {
+    let num = |f: &[u8]| -> Option<u32> {
+        let n = parse_size(f).filter(|_| f.iter().all(u8::is_ascii_digit))?;
+        u32::try_from(n).ok()
+    };
+    let mut it = v.splitn(3, |&c| c == b':');
+    match (it.next().and_then(num), it.next().and_then(num), it.next()) {
+        (Some(p), Some(h), Some(c)) => (p, h, c),
+        _ => (0, 0, b""),
+    }
+}
+
 /// Parse a size: decimal bytes with an optional `K`, `M` or `G` suffix
 /// (binary units, either case). `None` for anything else.
 pub fn parse_size(v: &[u8]) -> Option<u64> {
@@ -144,6 +168,15 @@ pub fn is_hugetext_preload(entry: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn via_is_pid_hops_chain() {
+        assert_eq!(parse_via(b""), (0, 0, &b""[..]));
+        assert_eq!(parse_via(b"12:1:/usr/bin/x (sh)"), (12, 1, &b"/usr/bin/x (sh)"[..]));
+        assert_eq!(parse_via(b"12:2:/a:b (sh) -> /c"), (12, 2, &b"/a:b (sh) -> /c"[..]));
+        assert_eq!(parse_via(b"12:x:/a"), (0, 0, &b""[..]));
+        assert_eq!(parse_via(b"12k:1:/a"), (0, 0, &b""[..]));
+    }
 
     #[test]
     fn tunables_are_put_back_as_they_were() {

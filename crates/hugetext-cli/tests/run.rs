@@ -728,10 +728,13 @@ fn a_preload_that_is_not_a_shared_object_is_refused_before_exec() {
 
 #[test]
 fn children_do_not_inherit_the_preload_unless_asked() {
-    let sh = Path::new("/bin/sh");
-    let r = run(&[], sh, &["-c", "echo \"[$LD_PRELOAD]\""]);
+    // A program with text that runs a shell (a shell run directly is a
+    // wrapper: the preload stays for what it execs).
+    let spawn = common::cprogs().join("spawn");
+    let echo = ["sh", "-c", "echo \"[$LD_PRELOAD]\""];
+    let r = run(&[], &spawn, &echo);
     assert_eq!(common::text(&r.stdout), "[]\n");
-    let r = run(&["--inherit"], sh, &["-c", "echo \"[$LD_PRELOAD]\""]);
+    let r = run(&["--inherit"], &spawn, &echo);
     assert!(
         common::text(&r.stdout).contains("libhugetext.so"),
         "{}",
@@ -739,7 +742,10 @@ fn children_do_not_inherit_the_preload_unless_asked() {
     );
     // A preload the user had stays.
     let o = Command::new(common::bin())
-        .args(["run", "--", "/bin/sh", "-c", "echo \"[$LD_PRELOAD]\""])
+        .arg("run")
+        .arg("--")
+        .arg(&spawn)
+        .args(echo)
         .env("LD_PRELOAD", "libm.so.6")
         .output()
         .unwrap();
@@ -1068,4 +1074,159 @@ fn a_perf_map_left_by_an_earlier_process_with_the_same_pid_is_replaced() {
     common::remove_perf_map(pid);
     assert!(!map.contains("stale_symbol"), "{map}");
     assert!(map.lines().any(|l| l.ends_with(" f10")), "{map}");
+}
+
+/// An executable script `dir/name`: `#!interp`, then `body`.
+fn script(dir: &Path, name: &str, interp: &str, body: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let p = dir.join(name);
+    std::fs::write(&p, format!("#!{interp}\n{body}\n")).unwrap();
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    p
+}
+
+/// The file name of the program behind `path` (`/bin/sh` → `dash`).
+fn real_name(path: &str) -> String {
+    let p = Path::new(path).canonicalize().unwrap();
+    p.file_name().unwrap().to_string_lossy().into_owned()
+}
+
+/// `hugetext run -v -- WRAPPER wait`: the program at the end of the chain
+/// is the fixture `prog`, which must be huge-backed, and `-v` must name
+/// `chain` (the wrappers) then `prog`. Returns the stderr.
+fn reaches_through_wrappers(wrapper: &Path, prog: &Path, chain: &[String]) -> String {
+    let running = common::run_waiting(&["-v", "--strategy", "copy"], wrapper);
+    let (f, a, _) = running.huge_of(prog);
+    let windows = common::text_window_bytes(prog);
+    let err = stop(running);
+    assert!(
+        f + a >= windows,
+        "{}: {} of {} huge: {err}",
+        prog.display(),
+        f + a,
+        windows
+    );
+    let n = chain.len();
+    let want = format!(
+        "via {n} wrapper{}: {} -> {}",
+        if n == 1 { "" } else { "s" },
+        chain.join(" -> "),
+        prog.canonicalize().unwrap().display()
+    );
+    assert!(err.contains(&want), "wanted {want:?} in {err}");
+    assert!(
+        err.contains(&format!("{} is a script for", wrapper.display())),
+        "run names the script: {err}"
+    );
+    err
+}
+
+#[test]
+fn a_shell_script_that_execs_the_program_is_followed_to_it() {
+    let d = common::scratch();
+    let pie = common::fixture("lld", "pie");
+    let w = script(d.path(), "w", "/bin/sh", &format!("exec '{}' \"$@\"", pie.display()));
+    let sh = real_name("/bin/sh");
+    reaches_through_wrappers(&w, &pie, &[format!("{} ({sh})", w.display())]);
+}
+
+#[test]
+fn a_two_level_wrapper_is_followed_to_the_program() {
+    let d = common::scratch();
+    let pie = common::fixture("lld", "pie");
+    let inner = script(
+        d.path(),
+        "inner",
+        "/bin/sh",
+        &format!("exec '{}' \"$@\"", pie.display()),
+    );
+    let outer = script(
+        d.path(),
+        "outer",
+        "/bin/sh",
+        &format!("exec '{}' \"$@\"", inner.display()),
+    );
+    let sh = real_name("/bin/sh");
+    reaches_through_wrappers(
+        &outer,
+        &pie,
+        &[
+            format!("{} ({sh})", outer.display()),
+            format!("{} ({sh})", inner.display()),
+        ],
+    );
+}
+
+/// A version manager's shim (pyenv's `python3`): `#!/usr/bin/env bash`,
+/// running its own bash helper, which execs the program.
+#[test]
+fn a_version_manager_shim_is_followed_to_the_program() {
+    let d = common::scratch();
+    let pie = common::fixture("lld", "pie");
+    let libexec = script(
+        d.path(),
+        "pyenv-exec",
+        "/usr/bin/env bash",
+        &format!("set -e\nshift\nexec '{}' \"$@\"", pie.display()),
+    );
+    let shim = script(
+        d.path(),
+        "python3",
+        "/usr/bin/env bash",
+        &format!(
+            "set -e\nprogram=\"${{0##*/}}\"\nexec '{}' \"$program\" \"$@\"",
+            libexec.display()
+        ),
+    );
+    let bash = real_name("/bin/bash");
+    let env = real_name("/usr/bin/env");
+    reaches_through_wrappers(
+        &shim,
+        &pie,
+        &[
+            format!("{} ({env})", shim.display()),
+            format!("{} ({bash})", shim.display()),
+            format!("{} ({env})", libexec.display()),
+            format!("{} ({bash})", libexec.display()),
+        ],
+    );
+}
+
+/// A helper the wrapper runs before its exec is its child: it runs plain
+/// (its text is not remapped) and its own children get a clean
+/// environment.
+#[test]
+fn a_helper_forked_by_a_wrapper_runs_plain() {
+    let d = common::scratch();
+    let pie = common::fixture("lld", "pie");
+    let spawn = common::cprogs().join("spawn");
+    let seen = d.path().join("helper-child-environ");
+    let w = script(
+        d.path(),
+        "w",
+        "/bin/sh",
+        &format!(
+            "'{}' cat /proc/self/environ > '{}'\nexec '{}' \"$@\"",
+            spawn.display(),
+            seen.display(),
+            pie.display()
+        ),
+    );
+    let sh = real_name("/bin/sh");
+    let err = reaches_through_wrappers(&w, &pie, &[format!("{} ({sh})", w.display())]);
+    // One pass summary for the wrapper, one for the program: none for the
+    // helper.
+    let passes = err.lines().filter(|l| l.contains("is huge-backed")).count();
+    assert_eq!(passes, 2, "{err}");
+    let env = std::fs::read(&seen).unwrap();
+    let env: Vec<String> = env
+        .split(|&c| c == 0)
+        .map(|e| String::from_utf8_lossy(e).into_owned())
+        .collect();
+    for bad in ["LD_PRELOAD=", "LD_AUDIT=", "HUGETEXT_VIA=", "HUGETEXT_TUNABLES="] {
+        assert!(
+            !env.iter().any(|e| e.starts_with(bad)),
+            "{bad} reached the helper's child: {env:?}"
+        );
+    }
 }

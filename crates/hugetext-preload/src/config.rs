@@ -152,7 +152,7 @@ pub fn strip_preload() {
 }
 
 /// The environment slot of `var` (`NAME=`), if set.
-fn slot(var: &[u8]) -> Option<*mut *mut c_char> {
+pub fn slot(var: &[u8]) -> Option<*mut *mut c_char> {
     // SAFETY: `environ` is the NULL-terminated array libc maintains; read
     // at start-up, single-threaded (see `env_entries`).
     unsafe {
@@ -186,6 +186,14 @@ unsafe fn remove_at(p: *mut *mut c_char) {
     }
 }
 
+/// Remove `var` (`NAME=`) from the environment, if set.
+pub fn remove(var: &[u8]) {
+    if let Some(p) = slot(var) {
+        // SAFETY: a slot just found, at start-up.
+        unsafe { remove_at(p) };
+    }
+}
+
 /// Put `GLIBC_TUNABLES` back as `HUGETEXT_TUNABLES` says it was before
 /// `run` added room for static TLS: unset, or its first bytes (a value
 /// shortened in place). Then remove `HUGETEXT_TUNABLES`. A value that does
@@ -206,10 +214,7 @@ pub fn restore_tunables() {
         (Some(Some(n)), Some(p)) => unsafe { *(*p).add(var.len() + n) = 0 },
         _ => {}
     }
-    if let Some(p) = slot(b"HUGETEXT_TUNABLES=") {
-        // SAFETY: as above.
-        unsafe { remove_at(p) };
-    }
+    remove(b"HUGETEXT_TUNABLES=");
 }
 
 fn strip(var: &[u8]) {

@@ -24,6 +24,10 @@ pub const PRELOAD_ENV: &str = "HUGETEXT_PRELOAD";
 /// home with the preload: `hugetext_abi::env`).
 pub use hugetext_abi::env::Strategy;
 
+/// How many wrappers without text in a row (a script's interpreter, `env`,
+/// a shim) the preload follows through their exec.
+pub use hugetext_abi::env::MAX_HOPS as MAX_WRAPPERS;
+
 /// What `hugetext run` asks of the preload.
 #[derive(Clone, Debug, Default)]
 pub struct RunOptions {
@@ -245,6 +249,8 @@ pub fn environment(
         ),
         (OsString::from(env::INHERIT), flag(opts.inherit)),
         (OsString::from(env::GDB), flag(opts.gdb)),
+        // The slot the preload fills when it follows a wrapper's exec.
+        (OsString::from(env::VIA), OsString::new()),
     ];
     if opts.verbose {
         vars.push((OsString::from(env::VERBOSE), flag(true)));
@@ -306,6 +312,13 @@ pub fn initial_static_tls(program: &Path, preload: &Path) -> u64 {
     };
     deps.iter().map(|d| tls_bytes(d)).sum::<u64>() + tls_bytes(preload)
 }
+
+/// Static TLS room `run` asks for when the program is a `#!` script: the
+/// program it leads to is not known before it runs, so room for what large
+/// programs' libraries need (rustc's `librustc_driver` has 23 KiB). Only
+/// reserved address space in each thread's TLS block: pages never touched
+/// cost no memory.
+pub const WRAPPED_STATIC_TLS: u64 = 32 << 10;
 
 /// glibc's default `glibc.rtld.optional_static_tls`.
 const OPTIONAL_STATIC_TLS: u64 = 512;
@@ -419,6 +432,21 @@ pub fn resolve_program(program: &OsStr, path: Option<&OsStr>) -> std::result::Re
         Some(why) => Err(LaunchError::NotExecutable(shown, why)),
         None => Err(LaunchError::NotFound(shown)),
     }
+}
+
+/// The interpreter line of a `#!` script (`/bin/sh`, `/usr/bin/env bash`),
+/// `None` for anything else.
+pub fn script_interpreter(program: &Path) -> Option<String> {
+    use std::io::Read;
+    let mut head = Vec::with_capacity(256);
+    std::fs::File::open(program)
+        .ok()?
+        .take(256)
+        .read_to_end(&mut head)
+        .ok()?;
+    let line = head.strip_prefix(b"#!")?.split(|&c| c == b'\n').next()?;
+    let line = String::from_utf8_lossy(line).trim().to_string();
+    (!line.is_empty()).then_some(line)
 }
 
 /// Whether the dynamic loader will honour `LD_PRELOAD` for a program.

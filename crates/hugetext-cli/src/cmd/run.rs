@@ -15,7 +15,10 @@ like `env` or `taskset`), with libhugetext.so injected through LD_PRELOAD.
 Before main, the library remaps the text of the program and of every shared
 library loaded at start, then removes itself from LD_PRELOAD and LD_AUDIT and
 puts GLIBC_TUNABLES back as it was, so child processes run plain (unless
---inherit). The library is named in LD_AUDIT too,
+--inherit). A wrapper without text of its own (a #! script's shell, env, a
+version manager's shim) that execs the real program keeps the preload for
+it, up to 8 wrappers in a row; -v names the chain. What a wrapper forks
+(a helper it runs first) runs plain. The library is named in LD_AUDIT too,
 so objects loaded later with dlopen (libjvm.so, Python extension modules,
 plugins) are remapped after the loader maps them and before they are
 relocated or run (--no-dlopen: not followed); GLIBC_TUNABLES then gets room
@@ -191,6 +194,16 @@ pub fn run(args: Args) -> Result<u8> {
             program.to_string_lossy()
         ),
     }
+    let script = remap::script_interpreter(&resolved);
+    if args.verbose {
+        if let Some(interp) = &script {
+            eprintln!(
+                "hugetext: {} is a script for {interp}: the preload follows the exec of programs without text of their own (up to {}) to the program that has text",
+                resolved.display(),
+                remap::MAX_WRAPPERS
+            );
+        }
+    }
     let mut env = remap::environment(&opts, &preload, std::env::var_os("LD_PRELOAD").as_deref())
         .map_err(|e| exit_with(125, e.to_string()))?;
     env.extend(remap::late_environment(
@@ -201,7 +214,11 @@ pub fn run(args: Args) -> Result<u8> {
     if !args.no_dlopen {
         // Room in the static TLS block for the libraries loaded at start
         // (glibc sets it up before loading them when an auditor is named).
-        let need = remap::initial_static_tls(&resolved, &preload);
+        // (A script leads to a program known only when it runs.)
+        let need = match script {
+            Some(_) => remap::WRAPPED_STATIC_TLS,
+            None => remap::initial_static_tls(&resolved, &preload),
+        };
         env.extend(remap::tunables_environment(
             std::env::var_os("GLIBC_TUNABLES").as_deref(),
             need,
