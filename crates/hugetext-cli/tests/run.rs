@@ -8,6 +8,7 @@ use hugetext_testkit as common;
 use common::Running;
 
 use std::io::Write;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
@@ -396,11 +397,8 @@ fn perf_names(entries: &[(u64, u64, String)], addr: u64) -> Vec<&str> {
         .collect()
 }
 
-#[test]
-fn perf_map_names_every_copied_byte() {
-    // tests/c/perfnames.c: a C function straddling the start of the first
-    // copied window, an assembly function without .size over several
-    // windows, and a plain label (STT_NOTYPE) after it.
+/// tests/c/perfnames.c, built in a scratch directory.
+fn perfnames() -> (tempfile::TempDir, PathBuf) {
     let dir = common::scratch();
     let exe = dir.path().join("perfnames");
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/perfnames.c");
@@ -411,6 +409,15 @@ fn perf_map_names_every_copied_byte() {
         .status()
         .expect("gcc");
     assert!(st.success());
+    (dir, exe)
+}
+
+#[test]
+fn perf_map_names_every_copied_byte() {
+    // tests/c/perfnames.c: a C function straddling the start of the first
+    // copied window, an assembly function without .size over several
+    // windows, and a plain label (STT_NOTYPE) after it.
+    let (dir, exe) = perfnames();
     let running = common::run_waiting(&["--strategy", "copy"], &exe);
     let addr = |k: &str| {
         let v = running
@@ -482,33 +489,57 @@ fn perf_map_names_every_copied_byte() {
         );
     }
     stop(running);
-    perf_names_the_copy(&exe, dir.path());
+    perf_names_the_copy(&exe, dir.path(), false);
 }
 
 /// perf itself, where it can sample here (`perf record -e cpu-clock`, no
 /// PMU needed): attached to a running copy, every sample in the three
 /// functions gets its name, those in the copy from the perf map.
-fn perf_names_the_copy(exe: &Path, dir: &Path) {
-    use std::io::{BufRead, BufReader};
+/// With `pid_ns`, the program runs as pid 1 of a new pid namespace
+/// (`unshare --pid --fork`, sharing /proc and /tmp with the host, as
+/// chromium's sandboxed processes do) and perf, on the host, must still find
+/// the map. Returns the program's stderr (`-v`).
+fn perf_names_the_copy(exe: &Path, dir: &Path, pid_ns: bool) -> String {
+    use std::io::{BufRead, BufReader, Read};
     if Command::new("perf").arg("--version").output().is_err() {
         eprintln!("perf not installed: resolved as perf does only");
-        return;
+        return String::new();
     }
-    let mut child = Command::new(common::bin())
-        .args(["run", "--strategy", "copy", "--"])
+    let mut cmd = match pid_ns {
+        true => {
+            let mut c = Command::new("unshare");
+            c.args(["--pid", "--fork", "--kill-child"]).arg(common::bin());
+            c
+        }
+        false => Command::new(common::bin()),
+    };
+    let mut child = cmd
+        .args(["run", "-v", "--strategy", "copy", "--"])
         .arg(exe)
         .arg("spin")
         .env_remove("HUGETEXT_STRATEGY")
         .env_remove("HUGETEXT_VERBOSE")
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let pid = child.id();
     let mut first = String::new();
     BufReader::new(child.stdout.take().unwrap())
         .read_line(&mut first)
         .unwrap();
+    // The program's pid as perf, on the host, sees it.
+    let pid = match pid_ns {
+        true => {
+            let u = child.id();
+            let kids = std::fs::read_to_string(format!("/proc/{u}/task/{u}/children")).unwrap();
+            kids.split_whitespace()
+                .next()
+                .expect("unshare's child")
+                .parse()
+                .unwrap()
+        }
+        false => child.id(),
+    };
     let addr = |k: &str| {
         let v = first
             .split(' ')
@@ -531,11 +562,13 @@ fn perf_names_the_copy(exe: &Path, dir: &Path) {
         .unwrap();
     let _ = child.kill();
     let _ = child.wait();
+    let mut err = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
     let map = format!("/tmp/perf-{pid}.map");
     let _ = std::fs::remove_file(&map);
     if !rec.status.success() || !script.status.success() {
         eprintln!("perf cannot record here: {}", common::text(&rec.stderr));
-        return;
+        return err;
     }
     let out = common::text(&script.stdout);
     let funcs = [
@@ -559,6 +592,26 @@ fn perf_names_the_copy(exe: &Path, dir: &Path) {
         }
     }
     assert!(inside > 0 && from_map > 0, "no sample in the copy: {out}");
+    err
+}
+
+/// A process in a pid namespace that shares the host's /tmp and /proc (as
+/// chromium's sandboxed zygote, pid 1 there): its map is named after the
+/// pid perf sees from the host, never `/tmp/perf-1.map` (which every other
+/// namespace's pid 1 would write too), and perf on the host names its
+/// copied code. `-v` shows both pids.
+#[test]
+fn perf_on_the_host_names_copied_code_of_a_process_in_a_pid_namespace() {
+    let (dir, exe) = perfnames();
+    let state = |p: &str| std::fs::symlink_metadata(p).ok().map(|m| (m.ino(), m.len(), m.mtime()));
+    let before = state("/tmp/perf-1.map");
+    let err = perf_names_the_copy(&exe, dir.path(), true);
+    assert_eq!(state("/tmp/perf-1.map"), before, "/tmp/perf-1.map was written");
+    assert!(
+        err.lines()
+            .any(|l| l.contains("pid 1 (pid ") && l.contains(" outside its pid namespace)")),
+        "{err}"
+    );
 }
 
 /// The copy route's part of `-v`'s summary: "copy 78.0 MiB in 22.51 ms

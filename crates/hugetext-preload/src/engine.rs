@@ -1567,7 +1567,11 @@ pub fn remap_in(cfg: &Config, scope: &Scope) -> isize {
             // A late pass whose objects were all filtered out says nothing.
             if cfg.verbose && (scope.only.is_none() || t.windows > 0) {
                 let mut o = line();
-                o.s("pid ").u(sys::getpid() as u64);
+                let (outer, own) = perfmap::map_pid();
+                o.s("pid ").u(own as u64);
+                if outer != own {
+                    o.s(" (pid ").u(outer as u64).s(" outside its pid namespace)");
+                }
                 if scope.only.is_some() {
                     o.s(", loaded after start (dlopen)");
                 }

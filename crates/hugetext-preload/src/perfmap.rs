@@ -373,10 +373,45 @@ impl MapPath {
     }
 }
 
+/// The perf map path perf reads for this process. perf (tools/perf/util/
+/// symbol.c, `dso__find_perf_map`) looks first, when the process is in
+/// another mount namespace than perf, for `/tmp/perf-NSTGID.map` inside
+/// that namespace (NSTGID: the pid in the process's own pid namespace),
+/// then for `/tmp/perf-TGID.map` in its own mount namespace (TGID: the pid
+/// as perf sees it). So: in a pid namespace whose outer pid this process
+/// can see (its `/proc` is the outer one: `NStgid` lists both), the outer
+/// pid, which perf finds in both cases where `/tmp` is shared and which no
+/// process of another namespace also has; otherwise (no pid namespace, or
+/// one with its own `/proc`, hence its own mount namespace) the pid as the
+/// process sees it, which perf looks up inside its mount namespace.
 pub fn path() -> MapPath {
     let mut p = Out::<64>::new(-1);
-    p.s("/tmp/perf-").u(sys::getpid() as u64).s(".map\0");
+    p.s("/tmp/perf-").u(map_pid().0 as u64).s(".map\0");
     MapPath(p)
+}
+
+/// (the pid that names the perf map, this process's own pid).
+pub fn map_pid() -> (u32, u32) {
+    let own = sys::getpid() as u32;
+    let mut buf = [0u8; 512];
+    let mut outer = None;
+    let _ = crate::maps::for_each_line(b"/proc/self/status\0", &mut buf, |l| match l.strip_prefix(b"NStgid:") {
+        Some(v) => {
+            outer = outer_pid(v);
+            false
+        }
+        None => true,
+    });
+    (outer.unwrap_or(own), own)
+}
+
+/// The outermost pid of an `NStgid` value ("\t12345\t1"), when it lists
+/// more than one (the process is in a nested pid namespace). Pure.
+fn outer_pid(v: &[u8]) -> Option<u32> {
+    let mut it = v.split(|&c| c == b'\t' || c == b' ').filter(|f| !f.is_empty());
+    let first = dec(it.next()?)?;
+    it.next()?;
+    u32::try_from(first).ok()
 }
 
 /// Whether an opened perf map may be written: a regular file, ours, with
@@ -634,6 +669,19 @@ mod tests {
             named(&mut s, 0, 0, u64::MAX),
             vec![(0x1000, 0x100, 1), (0x2000, 0x7000, 3)]
         );
+    }
+
+    #[test]
+    fn the_outer_pid_names_the_map_in_a_pid_namespace() {
+        assert_eq!(super::outer_pid(b"\t12345\t1"), Some(12345));
+        assert_eq!(super::outer_pid(b"\t12345\t7\t1"), Some(12345));
+        assert_eq!(super::outer_pid(b"\t12345"), None);
+        assert_eq!(super::outer_pid(b""), None);
+        // This process (not in a pid namespace of its own here, or seeing
+        // only its own /proc): its own pid.
+        let (map, own) = super::map_pid();
+        assert_eq!(own, std::process::id());
+        assert!(map == own || map > 1);
     }
 
     #[test]
