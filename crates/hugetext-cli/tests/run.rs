@@ -489,29 +489,49 @@ fn perf_map_names_every_copied_byte() {
         );
     }
     stop(running);
-    perf_names_the_copy(&exe, dir.path(), false);
+    perf_names_the_copy(&exe, dir.path(), Ns::Host);
 }
 
 /// perf itself, where it can sample here (`perf record -e cpu-clock`, no
 /// PMU needed): attached to a running copy, every sample in the three
 /// functions gets its name, those in the copy from the perf map.
-/// With `pid_ns`, the program runs as pid 1 of a new pid namespace
-/// (`unshare --pid --fork`, sharing /proc and /tmp with the host, as
-/// chromium's sandboxed processes do) and perf, on the host, must still find
-/// the map. Returns the program's stderr (`-v`).
-fn perf_names_the_copy(exe: &Path, dir: &Path, pid_ns: bool) -> String {
+/// Where `perf_names_the_copy` runs the program.
+#[derive(Clone, Copy, PartialEq)]
+enum Ns {
+    /// Here.
+    Host,
+    /// Pid 1 of a new pid namespace (`unshare --pid --fork`), sharing /proc,
+    /// the mount namespace and /tmp with the host, as chromium's sandboxed
+    /// processes do.
+    Pid,
+    /// Pid 1 of a new pid namespace with its own /proc, hence its own mount
+    /// namespace (`unshare --pid --fork --mount-proc`), and its own /tmp
+    /// (the scratch directory's `tmp`, bound over it).
+    PidAndProc,
+}
+
+/// In `ns`, perf on the host must still find the map. Returns the
+/// program's stderr (`-v`).
+fn perf_names_the_copy(exe: &Path, dir: &Path, ns: Ns) -> String {
     use std::io::{BufRead, BufReader, Read};
     if Command::new("perf").arg("--version").output().is_err() {
         eprintln!("perf not installed: resolved as perf does only");
         return String::new();
     }
-    let mut cmd = match pid_ns {
-        true => {
+    let mut cmd = match ns {
+        Ns::Host => Command::new(common::bin()),
+        _ => {
             let mut c = Command::new("unshare");
-            c.args(["--pid", "--fork", "--kill-child"]).arg(common::bin());
+            c.args(["--pid", "--fork", "--kill-child"]);
+            if ns == Ns::PidAndProc {
+                let tmp = dir.join("tmp");
+                std::fs::create_dir(&tmp).unwrap();
+                c.args(["--mount-proc", "sh", "-c", "mount --bind \"$0\" /tmp && exec \"$@\""])
+                    .arg(tmp);
+            }
+            c.arg(common::bin());
             c
         }
-        false => Command::new(common::bin()),
     };
     let mut child = cmd
         .args(["run", "-v", "--strategy", "copy", "--"])
@@ -528,8 +548,9 @@ fn perf_names_the_copy(exe: &Path, dir: &Path, pid_ns: bool) -> String {
         .read_line(&mut first)
         .unwrap();
     // The program's pid as perf, on the host, sees it.
-    let pid = match pid_ns {
-        true => {
+    let pid: u32 = match ns {
+        Ns::Host => child.id(),
+        _ => {
             let u = child.id();
             let kids = std::fs::read_to_string(format!("/proc/{u}/task/{u}/children")).unwrap();
             kids.split_whitespace()
@@ -538,8 +559,13 @@ fn perf_names_the_copy(exe: &Path, dir: &Path, pid_ns: bool) -> String {
                 .parse()
                 .unwrap()
         }
-        false => child.id(),
     };
+    // perf names the map after the pid it sees; for a process in another
+    // mount namespace it reads, under that name, the file the process
+    // calls /tmp/perf-NSPID.map inside its namespace (here pid 1, in the
+    // private /tmp).
+    let map = format!("/tmp/perf-{pid}.map");
+    let inside = dir.join("tmp/perf-1.map");
     let addr = |k: &str| {
         let v = first
             .split(' ')
@@ -564,8 +590,10 @@ fn perf_names_the_copy(exe: &Path, dir: &Path, pid_ns: bool) -> String {
     let _ = child.wait();
     let mut err = String::new();
     child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
-    let map = format!("/tmp/perf-{pid}.map");
     let _ = std::fs::remove_file(&map);
+    if ns == Ns::PidAndProc {
+        assert!(inside.exists(), "no /tmp/perf-1.map inside the namespace: {err}");
+    }
     if !rec.status.success() || !script.status.success() {
         eprintln!("perf cannot record here: {}", common::text(&rec.stderr));
         return err;
@@ -605,13 +633,26 @@ fn perf_on_the_host_names_copied_code_of_a_process_in_a_pid_namespace() {
     let (dir, exe) = perfnames();
     let state = |p: &str| std::fs::symlink_metadata(p).ok().map(|m| (m.ino(), m.len(), m.mtime()));
     let before = state("/tmp/perf-1.map");
-    let err = perf_names_the_copy(&exe, dir.path(), true);
+    let err = perf_names_the_copy(&exe, dir.path(), Ns::Pid);
     assert_eq!(state("/tmp/perf-1.map"), before, "/tmp/perf-1.map was written");
     assert!(
         err.lines()
             .any(|l| l.contains("pid 1 (pid ") && l.contains(" outside its pid namespace)")),
         "{err}"
     );
+}
+
+/// A process in a pid namespace with its own /proc (and so its own mount
+/// namespace) cannot see its outer pid: its map is named after the pid it
+/// sees, which is the file perf on the host reads inside its mount
+/// namespace.
+#[test]
+fn perf_on_the_host_names_copied_code_of_a_process_with_its_own_proc() {
+    let (dir, exe) = perfnames();
+    let err = perf_names_the_copy(&exe, dir.path(), Ns::PidAndProc);
+    if !err.is_empty() {
+        assert!(err.lines().any(|l| l.starts_with("hugetext: pid 1: ")), "{err}");
+    }
 }
 
 /// The copy route's part of `-v`'s summary: "copy 78.0 MiB in 22.51 ms

@@ -62,6 +62,8 @@ five from its options):
                            with mmap MAP_FIXED); these fallbacks are used
                            automatically on such kernels. `warm` reads
                            no-populate too
+  (A set-ID or file-capability program that calls hugetext_remap_text()
+  ignores every HUGETEXT_* variable and writes no perf map.)
   HUGETEXT_PRELOAD=PATH    libhugetext.so to inject (default: next to the
                            hugetext binary, ../lib/hugetext/, /usr/local/lib)
 
