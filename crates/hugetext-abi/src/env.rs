@@ -34,6 +34,61 @@ pub const LATE_MIN: &str = "HUGETEXT_LATE_MIN";
 /// one whole window (whatever the kernel's PMD size) qualifies.
 pub const LATE_MIN_DEFAULT: u64 = 2 << 20;
 
+/// The loader's tunables (`GLIBC_TUNABLES`): `run` adds room for static TLS
+/// there when it names an auditor; the preload puts the value back.
+pub const GLIBC_TUNABLES: &str = "GLIBC_TUNABLES";
+/// The tunable `run` adds ([`GLIBC_TUNABLES`]).
+pub const STATIC_TLS_TUNABLE: &str = "glibc.rtld.optional_static_tls";
+/// What `GLIBC_TUNABLES` was before `run` added [`STATIC_TLS_TUNABLE`]:
+/// `-` (unset), or the length in bytes of its value, a prefix of the new
+/// one. The preload restores it for the program's children and removes
+/// this variable ([`tunables_restore`]).
+pub const TUNABLES: &str = "HUGETEXT_TUNABLES";
+
+/// How to put `GLIBC_TUNABLES` back, from the [`TUNABLES`] note and its
+/// current value: `Some(None)` unset it, `Some(Some(n))` keep its first `n`
+/// bytes; `None` when the note does not describe the value (left as it is):
+/// what follows the kept bytes must be the one [`STATIC_TLS_TUNABLE`]
+/// setting `run` appended (after a `:` when something is kept).
+pub fn tunables_restore(note: &[u8], cur: Option<&[u8]>) -> Option<Option<usize>> {
+    let cur = cur?;
+    let keep = match note {
+        b"-" => None,
+        n => Some(parse_size(n).filter(|_| n.iter().all(u8::is_ascii_digit))? as usize),
+    };
+    let added = match keep {
+        None => cur,
+        Some(0) => cur,
+        Some(n) => cur.get(n..)?.strip_prefix(b":")?,
+    };
+    let value = added.strip_prefix(STATIC_TLS_TUNABLE.as_bytes())?.strip_prefix(b"=")?;
+    (!value.is_empty() && value.iter().all(u8::is_ascii_digit)).then_some(keep)
+}
+
+/// The wrappers the preload followed so far (`PID:HOPS:CHAIN`): a process
+/// without text worth remapping (a shell script's interpreter, `env`, a
+/// shim) that execs keeps the preload for the program it execs, up to
+/// [`MAX_HOPS`] times; `PID` is that process's (an exec keeps it: a child
+/// it forks has another), `CHAIN` names the wrappers (` -> ` between
+/// them). `run` sets it empty, so that the slot exists in the environment.
+pub const VIA: &str = "HUGETEXT_VIA";
+/// How many wrappers in a row the preload follows.
+pub const MAX_HOPS: u32 = 8;
+
+/// `(pid, hops, chain)` of a [`VIA`] value; `(0, 0, "")` for an empty or
+/// malformed one.
+pub fn parse_via(v: &[u8]) -> (u32, u32, &[u8]) {
+    let num = |f: &[u8]| -> Option<u32> {
+        let n = parse_size(f).filter(|_| f.iter().all(u8::is_ascii_digit))?;
+        u32::try_from(n).ok()
+    };
+    let mut it = v.splitn(3, |&c| c == b':');
+    match (it.next().and_then(num), it.next().and_then(num), it.next()) {
+        (Some(p), Some(h), Some(c)) => (p, h, c),
+        _ => (0, 0, b""),
+    }
+}
+
 /// Parse a size: decimal bytes with an optional `K`, `M` or `G` suffix
 /// (binary units, either case). `None` for anything else.
 pub fn parse_size(v: &[u8]) -> Option<u64> {
@@ -113,6 +168,36 @@ pub fn is_hugetext_preload(entry: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn via_is_pid_hops_chain() {
+        assert_eq!(parse_via(b""), (0, 0, &b""[..]));
+        assert_eq!(parse_via(b"12:1:/usr/bin/x (sh)"), (12, 1, &b"/usr/bin/x (sh)"[..]));
+        assert_eq!(parse_via(b"12:2:/a:b (sh) -> /c"), (12, 2, &b"/a:b (sh) -> /c"[..]));
+        assert_eq!(parse_via(b"12:x:/a"), (0, 0, &b""[..]));
+        assert_eq!(parse_via(b"12k:1:/a"), (0, 0, &b""[..]));
+    }
+
+    #[test]
+    fn tunables_are_put_back_as_they_were() {
+        let v = b"glibc.malloc.arena_max=2:glibc.rtld.optional_static_tls=612";
+        assert_eq!(tunables_restore(b"24", Some(v)), Some(Some(24)));
+        assert_eq!(
+            tunables_restore(b"-", Some(b"glibc.rtld.optional_static_tls=612")),
+            Some(None)
+        );
+        // Set but empty before: kept, empty.
+        assert_eq!(
+            tunables_restore(b"0", Some(b"glibc.rtld.optional_static_tls=612")),
+            Some(Some(0))
+        );
+        // Anything else is left alone.
+        assert_eq!(tunables_restore(b"23", Some(v)), None);
+        assert_eq!(tunables_restore(b"-", Some(v)), None);
+        assert_eq!(tunables_restore(b"2k", Some(v)), None);
+        assert_eq!(tunables_restore(b"-", None), None);
+        assert_eq!(tunables_restore(b"99", Some(v)), None);
+    }
 
     #[test]
     fn strategy_words_round_trip() {

@@ -409,13 +409,15 @@ fn java_libjvm_text_is_huge_and_the_output_unchanged() {
 /// as from `LD_PRELOAD` (an auditor the user had stays), unless --inherit.
 #[test]
 fn children_do_not_inherit_the_auditor_unless_asked() {
-    let sh = Path::new("/bin/sh");
-    let echo = ["-c", "echo \"[$LD_AUDIT]\""];
-    let o = run(&[], &[], None, sh, &echo);
+    // A program with text that runs a shell (a shell run directly is a
+    // wrapper: the preload stays for what it execs).
+    let spawn = common::cprogs().join("spawn");
+    let echo = ["sh", "-c", "echo \"[$LD_AUDIT]\""];
+    let o = run(&[], &[], None, &spawn, &echo);
     assert_eq!(common::text(&o.stdout), "[]\n");
-    let o = run(&["--inherit"], &[], None, sh, &echo);
+    let o = run(&["--inherit"], &[], None, &spawn, &echo);
     let lib = common::preload();
     assert_eq!(common::text(&o.stdout), format!("[{}]\n", lib.display()));
-    let o = run(&["--no-dlopen"], &[], None, sh, &echo);
+    let o = run(&["--no-dlopen"], &[], None, &spawn, &echo);
     assert_eq!(common::text(&o.stdout), "[]\n");
 }

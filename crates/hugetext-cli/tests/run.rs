@@ -8,6 +8,7 @@ use hugetext_testkit as common;
 use common::Running;
 
 use std::io::Write;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
@@ -396,11 +397,8 @@ fn perf_names(entries: &[(u64, u64, String)], addr: u64) -> Vec<&str> {
         .collect()
 }
 
-#[test]
-fn perf_map_names_every_copied_byte() {
-    // tests/c/perfnames.c: a C function straddling the start of the first
-    // copied window, an assembly function without .size over several
-    // windows, and a plain label (STT_NOTYPE) after it.
+/// tests/c/perfnames.c, built in a scratch directory.
+fn perfnames() -> (tempfile::TempDir, PathBuf) {
     let dir = common::scratch();
     let exe = dir.path().join("perfnames");
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/perfnames.c");
@@ -411,6 +409,15 @@ fn perf_map_names_every_copied_byte() {
         .status()
         .expect("gcc");
     assert!(st.success());
+    (dir, exe)
+}
+
+#[test]
+fn perf_map_names_every_copied_byte() {
+    // tests/c/perfnames.c: a C function straddling the start of the first
+    // copied window, an assembly function without .size over several
+    // windows, and a plain label (STT_NOTYPE) after it.
+    let (dir, exe) = perfnames();
     let running = common::run_waiting(&["--strategy", "copy"], &exe);
     let addr = |k: &str| {
         let v = running
@@ -482,33 +489,83 @@ fn perf_map_names_every_copied_byte() {
         );
     }
     stop(running);
-    perf_names_the_copy(&exe, dir.path());
+    perf_names_the_copy(&exe, dir.path(), Ns::Host);
 }
 
 /// perf itself, where it can sample here (`perf record -e cpu-clock`, no
 /// PMU needed): attached to a running copy, every sample in the three
 /// functions gets its name, those in the copy from the perf map.
-fn perf_names_the_copy(exe: &Path, dir: &Path) {
-    use std::io::{BufRead, BufReader};
+/// Where `perf_names_the_copy` runs the program.
+#[derive(Clone, Copy, PartialEq)]
+enum Ns {
+    /// Here.
+    Host,
+    /// Pid 1 of a new pid namespace (`unshare --pid --fork`), sharing /proc,
+    /// the mount namespace and /tmp with the host, as chromium's sandboxed
+    /// processes do.
+    Pid,
+    /// Pid 1 of a new pid namespace with its own /proc, hence its own mount
+    /// namespace (`unshare --pid --fork --mount-proc`), and its own /tmp
+    /// (the scratch directory's `tmp`, bound over it).
+    PidAndProc,
+}
+
+/// In `ns`, perf on the host must still find the map. Returns the
+/// program's stderr (`-v`).
+fn perf_names_the_copy(exe: &Path, dir: &Path, ns: Ns) -> String {
+    use std::io::{BufRead, BufReader, Read};
     if Command::new("perf").arg("--version").output().is_err() {
         eprintln!("perf not installed: resolved as perf does only");
-        return;
+        return String::new();
     }
-    let mut child = Command::new(common::bin())
-        .args(["run", "--strategy", "copy", "--"])
+    let mut cmd = match ns {
+        Ns::Host => Command::new(common::bin()),
+        _ => {
+            let mut c = Command::new("unshare");
+            c.args(["--pid", "--fork", "--kill-child"]);
+            if ns == Ns::PidAndProc {
+                let tmp = dir.join("tmp");
+                std::fs::create_dir(&tmp).unwrap();
+                c.args(["--mount-proc", "sh", "-c", "mount --bind \"$0\" /tmp && exec \"$@\""])
+                    .arg(tmp);
+            }
+            c.arg(common::bin());
+            c
+        }
+    };
+    let mut child = cmd
+        .args(["run", "-v", "--strategy", "copy", "--"])
         .arg(exe)
         .arg("spin")
         .env_remove("HUGETEXT_STRATEGY")
         .env_remove("HUGETEXT_VERBOSE")
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let pid = child.id();
     let mut first = String::new();
     BufReader::new(child.stdout.take().unwrap())
         .read_line(&mut first)
         .unwrap();
+    // The program's pid as perf, on the host, sees it.
+    let pid: u32 = match ns {
+        Ns::Host => child.id(),
+        _ => {
+            let u = child.id();
+            let kids = std::fs::read_to_string(format!("/proc/{u}/task/{u}/children")).unwrap();
+            kids.split_whitespace()
+                .next()
+                .expect("unshare's child")
+                .parse()
+                .unwrap()
+        }
+    };
+    // perf names the map after the pid it sees; for a process in another
+    // mount namespace it reads, under that name, the file the process
+    // calls /tmp/perf-NSPID.map inside its namespace (here pid 1, in the
+    // private /tmp).
+    let map = format!("/tmp/perf-{pid}.map");
+    let inside = dir.join("tmp/perf-1.map");
     let addr = |k: &str| {
         let v = first
             .split(' ')
@@ -531,11 +588,15 @@ fn perf_names_the_copy(exe: &Path, dir: &Path) {
         .unwrap();
     let _ = child.kill();
     let _ = child.wait();
-    let map = format!("/tmp/perf-{pid}.map");
+    let mut err = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
     let _ = std::fs::remove_file(&map);
+    if ns == Ns::PidAndProc {
+        assert!(inside.exists(), "no /tmp/perf-1.map inside the namespace: {err}");
+    }
     if !rec.status.success() || !script.status.success() {
         eprintln!("perf cannot record here: {}", common::text(&rec.stderr));
-        return;
+        return err;
     }
     let out = common::text(&script.stdout);
     let funcs = [
@@ -559,6 +620,39 @@ fn perf_names_the_copy(exe: &Path, dir: &Path) {
         }
     }
     assert!(inside > 0 && from_map > 0, "no sample in the copy: {out}");
+    err
+}
+
+/// A process in a pid namespace that shares the host's /tmp and /proc (as
+/// chromium's sandboxed zygote, pid 1 there): its map is named after the
+/// pid perf sees from the host, never `/tmp/perf-1.map` (which every other
+/// namespace's pid 1 would write too), and perf on the host names its
+/// copied code. `-v` shows both pids.
+#[test]
+fn perf_on_the_host_names_copied_code_of_a_process_in_a_pid_namespace() {
+    let (dir, exe) = perfnames();
+    let state = |p: &str| std::fs::symlink_metadata(p).ok().map(|m| (m.ino(), m.len(), m.mtime()));
+    let before = state("/tmp/perf-1.map");
+    let err = perf_names_the_copy(&exe, dir.path(), Ns::Pid);
+    assert_eq!(state("/tmp/perf-1.map"), before, "/tmp/perf-1.map was written");
+    assert!(
+        err.lines()
+            .any(|l| l.contains("pid 1 (pid ") && l.contains(" outside its pid namespace)")),
+        "{err}"
+    );
+}
+
+/// A process in a pid namespace with its own /proc (and so its own mount
+/// namespace) cannot see its outer pid: its map is named after the pid it
+/// sees, which is the file perf on the host reads inside its mount
+/// namespace.
+#[test]
+fn perf_on_the_host_names_copied_code_of_a_process_with_its_own_proc() {
+    let (dir, exe) = perfnames();
+    let err = perf_names_the_copy(&exe, dir.path(), Ns::PidAndProc);
+    if !err.is_empty() {
+        assert!(err.lines().any(|l| l.starts_with("hugetext: pid 1: ")), "{err}");
+    }
 }
 
 /// The copy route's part of `-v`'s summary: "copy 78.0 MiB in 22.51 ms
@@ -703,11 +797,38 @@ fn exit_status_and_errors() {
 }
 
 #[test]
+fn a_preload_that_is_not_a_shared_object_is_refused_before_exec() {
+    let d = common::scratch();
+    let text = d.path().join("libhugetext.so");
+    std::fs::write(&text, "not a library\n").unwrap();
+    let exe = common::fixture("lld", "small");
+    for (preload, why) in [
+        (text.as_path(), "not an ELF file"),
+        (exe.as_path(), "not a shared object"),
+    ] {
+        let o = Command::new(common::bin())
+            .args(["run", "--preload"])
+            .arg(preload)
+            .args(["--", "sh", "-c", "echo ran"])
+            .output()
+            .unwrap();
+        let err = common::text(&o.stderr);
+        assert_eq!(o.status.code(), Some(125), "{err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.starts_with("hugetext: ") && err.contains(why), "{err}");
+        assert!(o.stdout.is_empty(), "the program ran");
+    }
+}
+
+#[test]
 fn children_do_not_inherit_the_preload_unless_asked() {
-    let sh = Path::new("/bin/sh");
-    let r = run(&[], sh, &["-c", "echo \"[$LD_PRELOAD]\""]);
+    // A program with text that runs a shell (a shell run directly is a
+    // wrapper: the preload stays for what it execs).
+    let spawn = common::cprogs().join("spawn");
+    let echo = ["sh", "-c", "echo \"[$LD_PRELOAD]\""];
+    let r = run(&[], &spawn, &echo);
     assert_eq!(common::text(&r.stdout), "[]\n");
-    let r = run(&["--inherit"], sh, &["-c", "echo \"[$LD_PRELOAD]\""]);
+    let r = run(&["--inherit"], &spawn, &echo);
     assert!(
         common::text(&r.stdout).contains("libhugetext.so"),
         "{}",
@@ -715,11 +836,72 @@ fn children_do_not_inherit_the_preload_unless_asked() {
     );
     // A preload the user had stays.
     let o = Command::new(common::bin())
-        .args(["run", "--", "/bin/sh", "-c", "echo \"[$LD_PRELOAD]\""])
+        .arg("run")
+        .arg("--")
+        .arg(&spawn)
+        .args(echo)
         .env("LD_PRELOAD", "libm.so.6")
         .output()
         .unwrap();
     assert_eq!(common::text(&o.stdout), "[libm.so.6]\n");
+}
+
+/// The environment of a grandchild of `spawn sh -c 'cat /proc/self/environ;
+/// true'` (the program runs a shell, which forks `cat`), started with
+/// `hugetext run ARGS` (None: without hugetext) and `GLIBC_TUNABLES` set to
+/// `tunables` (None: unset). Sorted, without the `HUGETEXT_*` settings
+/// `run` passes to the program.
+fn grandchild_environ(run_args: Option<&[&str]>, tunables: Option<&str>) -> Vec<String> {
+    let spawn = common::cprogs().join("spawn");
+    let mut cmd = match run_args {
+        Some(a) => {
+            common::preload();
+            let mut c = Command::new(common::bin());
+            c.arg("run").args(a).arg("--").arg(&spawn);
+            c
+        }
+        None => Command::new(&spawn),
+    };
+    cmd.args(["sh", "-c", "cat /proc/self/environ; true"]);
+    for v in ["LD_PRELOAD", "LD_AUDIT", "GLIBC_TUNABLES"] {
+        cmd.env_remove(v);
+    }
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("HUGETEXT_") {
+            cmd.env_remove(k);
+        }
+    }
+    if let Some(t) = tunables {
+        cmd.env("GLIBC_TUNABLES", t);
+    }
+    let o = common::output_without_perf_map(&mut cmd);
+    assert!(o.status.success(), "{}", common::text(&o.stderr));
+    let mut v: Vec<String> = o
+        .stdout
+        .split(|&c| c == 0)
+        .map(|e| String::from_utf8_lossy(e).into_owned())
+        .filter(|e| !e.is_empty() && !e.starts_with("HUGETEXT_"))
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn grandchildren_see_the_environment_they_would_see_without_hugetext() {
+    for tunables in [None, Some(""), Some("glibc.malloc.arena_max=2")] {
+        let plain = grandchild_environ(None, tunables);
+        let with = grandchild_environ(Some(&[]), tunables);
+        assert_eq!(with, plain, "GLIBC_TUNABLES={tunables:?}");
+        // `--inherit` keeps the preload and its loader settings: the
+        // comparison sees them.
+        let inherit = grandchild_environ(Some(&["--inherit"]), tunables);
+        assert!(
+            // (glibc cuts its copy of the value at each `:` in place, so
+            // /proc/PID/environ may show the tunable as an entry of its own.)
+            inherit.iter().any(|e| e.contains("optional_static_tls")),
+            "{inherit:?}"
+        );
+    }
 }
 
 fn cprog(args: &[&str], name: &str) -> Output {
@@ -986,4 +1168,159 @@ fn a_perf_map_left_by_an_earlier_process_with_the_same_pid_is_replaced() {
     common::remove_perf_map(pid);
     assert!(!map.contains("stale_symbol"), "{map}");
     assert!(map.lines().any(|l| l.ends_with(" f10")), "{map}");
+}
+
+/// An executable script `dir/name`: `#!interp`, then `body`.
+fn script(dir: &Path, name: &str, interp: &str, body: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let p = dir.join(name);
+    std::fs::write(&p, format!("#!{interp}\n{body}\n")).unwrap();
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    p
+}
+
+/// The file name of the program behind `path` (`/bin/sh` → `dash`).
+fn real_name(path: &str) -> String {
+    let p = Path::new(path).canonicalize().unwrap();
+    p.file_name().unwrap().to_string_lossy().into_owned()
+}
+
+/// `hugetext run -v -- WRAPPER wait`: the program at the end of the chain
+/// is the fixture `prog`, which must be huge-backed, and `-v` must name
+/// `chain` (the wrappers) then `prog`. Returns the stderr.
+fn reaches_through_wrappers(wrapper: &Path, prog: &Path, chain: &[String]) -> String {
+    let running = common::run_waiting(&["-v", "--strategy", "copy"], wrapper);
+    let (f, a, _) = running.huge_of(prog);
+    let windows = common::text_window_bytes(prog);
+    let err = stop(running);
+    assert!(
+        f + a >= windows,
+        "{}: {} of {} huge: {err}",
+        prog.display(),
+        f + a,
+        windows
+    );
+    let n = chain.len();
+    let want = format!(
+        "via {n} wrapper{}: {} -> {}",
+        if n == 1 { "" } else { "s" },
+        chain.join(" -> "),
+        prog.canonicalize().unwrap().display()
+    );
+    assert!(err.contains(&want), "wanted {want:?} in {err}");
+    assert!(
+        err.contains(&format!("{} is a script for", wrapper.display())),
+        "run names the script: {err}"
+    );
+    err
+}
+
+#[test]
+fn a_shell_script_that_execs_the_program_is_followed_to_it() {
+    let d = common::scratch();
+    let pie = common::fixture("lld", "pie");
+    let w = script(d.path(), "w", "/bin/sh", &format!("exec '{}' \"$@\"", pie.display()));
+    let sh = real_name("/bin/sh");
+    reaches_through_wrappers(&w, &pie, &[format!("{} ({sh})", w.display())]);
+}
+
+#[test]
+fn a_two_level_wrapper_is_followed_to_the_program() {
+    let d = common::scratch();
+    let pie = common::fixture("lld", "pie");
+    let inner = script(
+        d.path(),
+        "inner",
+        "/bin/sh",
+        &format!("exec '{}' \"$@\"", pie.display()),
+    );
+    let outer = script(
+        d.path(),
+        "outer",
+        "/bin/sh",
+        &format!("exec '{}' \"$@\"", inner.display()),
+    );
+    let sh = real_name("/bin/sh");
+    reaches_through_wrappers(
+        &outer,
+        &pie,
+        &[
+            format!("{} ({sh})", outer.display()),
+            format!("{} ({sh})", inner.display()),
+        ],
+    );
+}
+
+/// A version manager's shim (pyenv's `python3`): `#!/usr/bin/env bash`,
+/// running its own bash helper, which execs the program.
+#[test]
+fn a_version_manager_shim_is_followed_to_the_program() {
+    let d = common::scratch();
+    let pie = common::fixture("lld", "pie");
+    let libexec = script(
+        d.path(),
+        "pyenv-exec",
+        "/usr/bin/env bash",
+        &format!("set -e\nshift\nexec '{}' \"$@\"", pie.display()),
+    );
+    let shim = script(
+        d.path(),
+        "python3",
+        "/usr/bin/env bash",
+        &format!(
+            "set -e\nprogram=\"${{0##*/}}\"\nexec '{}' \"$program\" \"$@\"",
+            libexec.display()
+        ),
+    );
+    let bash = real_name("/bin/bash");
+    let env = real_name("/usr/bin/env");
+    reaches_through_wrappers(
+        &shim,
+        &pie,
+        &[
+            format!("{} ({env})", shim.display()),
+            format!("{} ({bash})", shim.display()),
+            format!("{} ({env})", libexec.display()),
+            format!("{} ({bash})", libexec.display()),
+        ],
+    );
+}
+
+/// A helper the wrapper runs before its exec is its child: it runs plain
+/// (its text is not remapped) and its own children get a clean
+/// environment.
+#[test]
+fn a_helper_forked_by_a_wrapper_runs_plain() {
+    let d = common::scratch();
+    let pie = common::fixture("lld", "pie");
+    let spawn = common::cprogs().join("spawn");
+    let seen = d.path().join("helper-child-environ");
+    let w = script(
+        d.path(),
+        "w",
+        "/bin/sh",
+        &format!(
+            "'{}' cat /proc/self/environ > '{}'\nexec '{}' \"$@\"",
+            spawn.display(),
+            seen.display(),
+            pie.display()
+        ),
+    );
+    let sh = real_name("/bin/sh");
+    let err = reaches_through_wrappers(&w, &pie, &[format!("{} ({sh})", w.display())]);
+    // One pass summary for the wrapper, one for the program: none for the
+    // helper.
+    let passes = err.lines().filter(|l| l.contains("is huge-backed")).count();
+    assert_eq!(passes, 2, "{err}");
+    let env = std::fs::read(&seen).unwrap();
+    let env: Vec<String> = env
+        .split(|&c| c == 0)
+        .map(|e| String::from_utf8_lossy(e).into_owned())
+        .collect();
+    for bad in ["LD_PRELOAD=", "LD_AUDIT=", "HUGETEXT_VIA=", "HUGETEXT_TUNABLES="] {
+        assert!(
+            !env.iter().any(|e| e.starts_with(bad)),
+            "{bad} reached the helper's child: {env:?}"
+        );
+    }
 }

@@ -94,6 +94,19 @@ fn own_base() -> usize {
     core::ptr::addr_of!(__ehdr_start) as usize
 }
 
+/// The address of the preload copy's `PLAIN` flag, once found.
+static PLAIN_AT: AtomicUsize = AtomicUsize::new(0);
+
+/// Does this process run plain (a wrapper's forked child, see `via`)?
+fn plain() -> bool {
+    match PLAIN_AT.load(Relaxed) {
+        0 => crate::PLAIN.load(Relaxed),
+        // SAFETY: the preload copy's `PLAIN`, at the same offset in the
+        // same file (checked in `find_preload`), never unloaded.
+        p => unsafe { &*(p as *const AtomicBool) }.load(Relaxed),
+    }
+}
+
 /// The pass lock of this process: the preload copy's when this copy is the
 /// auditor and found it, else this copy's own.
 pub fn lock_word() -> &'static AtomicBool {
@@ -203,6 +216,7 @@ fn find_preload(map: &LinkMap) {
         return;
     }
     SHARED.store(core::ptr::addr_of!(crate::BUSY) as usize - own + other, Relaxed);
+    PLAIN_AT.store(core::ptr::addr_of!(crate::PLAIN) as usize - own + other, Relaxed);
     let audited = core::ptr::addr_of!(crate::AUDITED) as usize - own + other;
     // SAFETY: the preload copy's `AUDITED` flag (its .bss, mapped and
     // writable; nothing else writes it).
@@ -367,7 +381,7 @@ unsafe fn has_textrel(ld: *const Dyn) -> bool {
 /// The pass over the `n` objects opened since the last consistent state.
 fn late(n: usize) {
     let cfg = Config::from_env();
-    if cfg.disabled || !cfg.late {
+    if cfg.disabled || !cfg.late || plain() {
         return;
     }
     if let Some(v) = cfg.bad_late_min {

@@ -74,16 +74,34 @@ pub fn getenv(name: &[u8]) -> Option<&'static [u8]> {
     })
 }
 
-fn flag(name: &[u8], default: bool) -> bool {
-    match getenv(name) {
+/// A boolean setting's value, `default` when unset.
+fn flag(v: Option<&[u8]>, default: bool) -> bool {
+    match v {
         None => default,
         Some(v) => !(v.is_empty() || v == b"0" || v.eq_ignore_ascii_case(b"no") || v.eq_ignore_ascii_case(b"false")),
     }
 }
 
+/// Secure-execution mode: the kernel set `AT_SECURE` (a set-user-ID or
+/// set-group-ID program, or one with file capabilities), so the
+/// environment comes from a less privileged user. (`getauxval` reads the
+/// auxiliary vector libc saved at start: no system call.)
+pub fn secure() -> bool {
+    // SAFETY: plain libc call without pointers.
+    unsafe { libc::getauxval(libc::AT_SECURE) != 0 }
+}
+
 impl Config {
+    /// The settings from the environment; in secure-execution mode every
+    /// `HUGETEXT_*` variable is ignored (the defaults apply) and no perf map
+    /// is written (it would tell the user where the text lies).
     pub fn from_env() -> Config {
-        let (strategy, bad_strategy) = match getenv(env::STRATEGY.as_bytes()) {
+        Config::read(secure())
+    }
+
+    fn read(secure: bool) -> Config {
+        let get = |name: &str| if secure { None } else { getenv(name.as_bytes()) };
+        let (strategy, bad_strategy) = match get(env::STRATEGY) {
             None => (Strategy::Auto, None),
             Some(v) => match Strategy::parse(v) {
                 Some(s) => (s, None),
@@ -94,7 +112,7 @@ impl Config {
         let preloaded = getenv(env::LD_PRELOAD.as_bytes())
             .map(|v| env::preload_entries(v).any(env::is_hugetext_preload))
             .unwrap_or(false);
-        let (late_min, bad_late_min) = match getenv(env::LATE_MIN.as_bytes()) {
+        let (late_min, bad_late_min) = match get(env::LATE_MIN) {
             None => (env::LATE_MIN_DEFAULT, None),
             Some(v) => match env::parse_size(v) {
                 Some(n) => (n, None),
@@ -103,20 +121,18 @@ impl Config {
         };
         Config {
             strategy,
-            verbose: flag(env::VERBOSE.as_bytes(), false),
-            gdb: flag(env::GDB.as_bytes(), false),
-            perf_map: flag(env::PERF_MAP.as_bytes(), true),
-            name_vmas: flag(env::NAME.as_bytes(), true),
-            inherit: flag(env::INHERIT.as_bytes(), false),
-            include: nonempty(getenv(env::INCLUDE.as_bytes())),
-            exclude: nonempty(getenv(env::EXCLUDE.as_bytes())),
+            verbose: flag(get(env::VERBOSE), false),
+            gdb: flag(get(env::GDB), false),
+            perf_map: !secure && flag(get(env::PERF_MAP), true),
+            name_vmas: flag(get(env::NAME), true),
+            inherit: flag(get(env::INHERIT), false),
+            include: nonempty(get(env::INCLUDE)),
+            exclude: nonempty(get(env::EXCLUDE)),
             preloaded,
-            disabled: flag(env::DISABLE.as_bytes(), false),
+            disabled: flag(get(env::DISABLE), false),
             bad_strategy,
-            compat: getenv(hugetext_abi::compat::VAR.as_bytes())
-                .map(Compat::parse)
-                .unwrap_or_default(),
-            late: flag(env::LATE.as_bytes(), true),
+            compat: get(hugetext_abi::compat::VAR).map(Compat::parse).unwrap_or_default(),
+            late: flag(get(env::LATE), true),
             late_min,
             bad_late_min,
         }
@@ -125,11 +141,80 @@ impl Config {
 
 /// Remove every `libhugetext*` entry from `LD_PRELOAD` and `LD_AUDIT`,
 /// editing the environment strings in place (they only get shorter;
-/// nothing allocated). An emptied variable is removed from the environment.
-/// (The dynamic loader has read both before any constructor runs.)
+/// nothing allocated), and put `GLIBC_TUNABLES` back as it was before `run`
+/// ([`restore_tunables`]). An emptied variable is removed from the
+/// environment. (The dynamic loader has read all three before any
+/// constructor runs.)
 pub fn strip_preload() {
     strip(b"LD_PRELOAD=");
     strip(b"LD_AUDIT=");
+    restore_tunables();
+}
+
+/// The environment slot of `var` (`NAME=`), if set.
+pub fn slot(var: &[u8]) -> Option<*mut *mut c_char> {
+    // SAFETY: `environ` is the NULL-terminated array libc maintains; read
+    // at start-up, single-threaded (see `env_entries`).
+    unsafe {
+        let mut p = environ;
+        if p.is_null() {
+            return None;
+        }
+        while !(*p).is_null() {
+            if cstr(*p).starts_with(var) {
+                return Some(p);
+            }
+            p = p.add(1);
+        }
+    }
+    None
+}
+
+/// Remove the entry at `p` from the environment: shift the rest of the
+/// array down.
+///
+/// # Safety
+/// `p` is a slot of `environ` ([`slot`]), at single-threaded start-up.
+unsafe fn remove_at(p: *mut *mut c_char) {
+    let mut q = p;
+    loop {
+        *q = *q.add(1);
+        if (*q).is_null() {
+            break;
+        }
+        q = q.add(1);
+    }
+}
+
+/// Remove `var` (`NAME=`) from the environment, if set.
+pub fn remove(var: &[u8]) {
+    if let Some(p) = slot(var) {
+        // SAFETY: a slot just found, at start-up.
+        unsafe { remove_at(p) };
+    }
+}
+
+/// Put `GLIBC_TUNABLES` back as `HUGETEXT_TUNABLES` says it was before
+/// `run` added room for static TLS: unset, or its first bytes (a value
+/// shortened in place). Then remove `HUGETEXT_TUNABLES`. A value that does
+/// not end as `run` left it is not touched.
+pub fn restore_tunables() {
+    let Some(note) = getenv(env::TUNABLES.as_bytes()) else {
+        return;
+    };
+    let var = b"GLIBC_TUNABLES=";
+    match (
+        env::tunables_restore(note, getenv(env::GLIBC_TUNABLES.as_bytes())),
+        slot(var),
+    ) {
+        // SAFETY: a slot just found, at start-up.
+        (Some(None), Some(p)) => unsafe { remove_at(p) },
+        // SAFETY: the value has more than `n` bytes (`tunables_restore`
+        // found `run`'s addition after them): the NUL lands inside it.
+        (Some(Some(n)), Some(p)) => unsafe { *(*p).add(var.len() + n) = 0 },
+        _ => {}
+    }
+    remove(b"HUGETEXT_TUNABLES=");
 }
 
 fn strip(var: &[u8]) {
@@ -167,15 +252,7 @@ fn strip(var: &[u8]) {
                 }
                 bytes[w] = 0;
                 if kept == 0 {
-                    // Remove the entry: shift the rest of the array down.
-                    let mut q = p;
-                    loop {
-                        *q = *q.add(1);
-                        if (*q).is_null() {
-                            break;
-                        }
-                        q = q.add(1);
-                    }
+                    remove_at(p);
                     continue;
                 }
             }

@@ -1351,10 +1351,15 @@ impl Pass<'_> {
 
     fn perf_symbols(&mut self, c: &Cand, e: &ElfFile, at: usize, len: usize) {
         if self.t.perf_map_fd == 0 {
-            self.t.perf_map_fd = perfmap::open_map();
-            if self.t.perf_map_fd < 0 && self.cfg.verbose {
-                line().s("cannot write /tmp/perf-PID.map").err(self.t.perf_map_fd);
-            }
+            self.t.perf_map_fd = match perfmap::open_map() {
+                Ok(fd) => fd as isize,
+                Err(why) => {
+                    if self.cfg.verbose {
+                        why.say();
+                    }
+                    -1
+                }
+            };
         }
         if self.t.perf_map_fd < 0 {
             return;
@@ -1562,7 +1567,11 @@ pub fn remap_in(cfg: &Config, scope: &Scope) -> isize {
             // A late pass whose objects were all filtered out says nothing.
             if cfg.verbose && (scope.only.is_none() || t.windows > 0) {
                 let mut o = line();
-                o.s("pid ").u(sys::getpid() as u64);
+                let (outer, own) = perfmap::map_pid();
+                o.s("pid ").u(own as u64);
+                if outer != own {
+                    o.s(" (pid ").u(outer as u64).s(" outside its pid namespace)");
+                }
                 if scope.only.is_some() {
                     o.s(", loaded after start (dlopen)");
                 }

@@ -29,6 +29,7 @@ mod scan;
 mod smaps;
 mod sys;
 mod verify;
+mod via;
 mod zeroed;
 
 use core::ffi::{c_char, c_int, c_long};
@@ -40,6 +41,9 @@ static BUSY: AtomicBool = AtomicBool::new(false);
 /// Set (by the auditor's copy) when a copy of this library audits the
 /// process's later `dlopen`s.
 static AUDITED: AtomicBool = AtomicBool::new(false);
+/// Set in a process that a wrapper forked (see `via`): it runs plain, and
+/// the auditor's copy (which reads the preload copy's flag) does nothing.
+static PLAIN: AtomicBool = AtomicBool::new(false);
 /// Recognises this very build of the library from the auditor's copy.
 static MARK: [u8; 24] = *b"hugetext pass lock v1\0\0\0";
 
@@ -66,7 +70,7 @@ pub extern "C" fn hugetext_remap_text() -> c_long {
 
 /// The ELF constructor: runs when the dynamic loader initialises this
 /// library, after every library the program needs at start is mapped.
-extern "C" fn at_load(_argc: c_int, _argv: *const *const c_char, _envp: *const *const c_char) {
+extern "C" fn at_load(argc: c_int, argv: *const *const c_char, _envp: *const *const c_char) {
     if audit::in_audit_namespace() {
         return; // the auditor's copy: see `audit`
     }
@@ -76,10 +80,20 @@ extern "C" fn at_load(_argc: c_int, _argv: *const *const c_char, _envp: *const *
     }
     let named_in_audit = config::getenv(hugetext_abi::env::LD_AUDIT.as_bytes())
         .is_some_and(|v| hugetext_abi::env::preload_entries(v).any(hugetext_abi::env::is_hugetext_preload));
-    if !cfg.inherit {
-        config::strip_preload();
+    if cfg.inherit {
+        pass(&cfg);
+    } else {
+        let argv: &[*const c_char] = match argv.is_null() || argc <= 0 {
+            true => &[],
+            // SAFETY: the loader passes the process's argc and argv.
+            false => unsafe { core::slice::from_raw_parts(argv, argc as usize) },
+        };
+        if !via::at_start(&cfg, argv, || {
+            pass(&cfg);
+        }) {
+            return;
+        }
     }
-    pass(&cfg);
     if cfg.verbose {
         let mut o = out::line();
         if AUDITED.load(Ordering::Relaxed) {

@@ -327,34 +327,150 @@ impl Drop for ElfFile {
     }
 }
 
-/// Open (append) `/tmp/perf-PID.map`, refusing symlinks and files owned by
-/// someone else. Returns the fd or `-errno`.
-pub fn open_map() -> isize {
-    let mut path = Out::<64>::new(-1);
-    path.s("/tmp/perf-").u(sys::getpid() as u64).s(".map\0");
+/// Why the perf map was not written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Skip {
+    /// The open failed (`ELOOP`: a symbolic link; `ENXIO`: a FIFO nobody
+    /// reads; ...).
+    Errno(isize),
+    /// Something other than a regular file sits at the path (a FIFO that
+    /// someone reads, a device).
+    NotRegular,
+    /// A regular file owned by another user.
+    NotOurs,
+    /// A regular file with other names (a hard link planted at the path
+    /// would have us overwrite the file it names).
+    Linked,
+}
+
+impl Skip {
+    /// "not writing /tmp/perf-N.map: why".
+    pub fn say(self) {
+        let mut o = crate::out::line();
+        o.s("not writing ").bytes(path().name());
+        match self {
+            Skip::Errno(e) => o.err(e),
+            Skip::NotRegular => o.s(": not a regular file (a FIFO or a device someone put there)"),
+            Skip::NotOurs => o.s(": owned by another user"),
+            Skip::Linked => o.s(": it has other names (a hard link someone put there)"),
+        };
+    }
+}
+
+/// `/tmp/perf-PID.map` of this process.
+pub struct MapPath(Out<64>);
+
+impl MapPath {
+    /// NUL-terminated, for `open`.
+    fn c(&self) -> &[u8] {
+        self.0.contents()
+    }
+
+    /// Without the NUL, for messages.
+    pub fn name(&self) -> &[u8] {
+        let c = self.c();
+        &c[..c.len() - 1]
+    }
+}
+
+/// The perf map path perf reads for this process. perf (tools/perf/util/
+/// symbol.c, `dso__find_perf_map`) looks first, when the process is in
+/// another mount namespace than perf, for `/tmp/perf-NSTGID.map` inside
+/// that namespace (NSTGID: the pid in the process's own pid namespace),
+/// then for `/tmp/perf-TGID.map` in its own mount namespace (TGID: the pid
+/// as perf sees it). So: in a pid namespace whose outer pid this process
+/// can see (its `/proc` is the outer one: `NStgid` lists both), the outer
+/// pid, which perf finds in both cases where `/tmp` is shared and which no
+/// process of another namespace also has; otherwise (no pid namespace, or
+/// one with its own `/proc`, hence its own mount namespace) the pid as the
+/// process sees it, which perf looks up inside its mount namespace.
+pub fn path() -> MapPath {
+    let mut p = Out::<64>::new(-1);
+    p.s("/tmp/perf-").u(map_pid().0 as u64).s(".map\0");
+    MapPath(p)
+}
+
+/// (the pid that names the perf map, this process's own pid).
+pub fn map_pid() -> (u32, u32) {
+    let own = sys::getpid() as u32;
+    let mut buf = [0u8; 512];
+    let mut outer = None;
+    let _ = crate::maps::for_each_line(b"/proc/self/status\0", &mut buf, |l| match l.strip_prefix(b"NStgid:") {
+        Some(v) => {
+            outer = outer_pid(v);
+            false
+        }
+        None => true,
+    });
+    (outer.unwrap_or(own), own)
+}
+
+/// The outermost pid of an `NStgid` value ("\t12345\t1"), when it lists
+/// more than one (the process is in a nested pid namespace). Pure.
+fn outer_pid(v: &[u8]) -> Option<u32> {
+    let mut it = v.split(|&c| c == b'\t' || c == b' ').filter(|f| !f.is_empty());
+    let first = dec(it.next()?)?;
+    it.next()?;
+    u32::try_from(first).ok()
+}
+
+/// Whether an opened perf map may be written: a regular file, ours, with
+/// no other name. Pure.
+fn judge(st: &libc::stat, euid: u32) -> Result<(), Skip> {
+    if (st.st_mode & libc::S_IFMT) != libc::S_IFREG {
+        Err(Skip::NotRegular)
+    } else if st.st_uid != euid {
+        Err(Skip::NotOurs)
+    } else if st.st_nlink != 1 {
+        Err(Skip::Linked)
+    } else {
+        Ok(())
+    }
+}
+
+/// Open the map with `flags`, never following a symlink and never waiting
+/// (`O_NONBLOCK`: a FIFO put at the path fails with `ENXIO` or is refused
+/// below, instead of blocking the program), and keep it only if [`judge`]
+/// says so. Returns the fd and its `stat`.
+fn open_own(flags: i32) -> Result<(i32, libc::stat), Skip> {
     let fd = sys::open(
-        path.contents(),
-        libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-        0o644,
+        path().c(),
+        flags | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC,
+        0o600,
     );
     if fd < 0 {
-        return fd;
+        return Err(Skip::Errno(fd));
     }
+    let fd = fd as i32;
     // SAFETY: zero is a valid `stat`.
     let mut st: libc::stat = unsafe { core::mem::zeroed() };
-    if sys::fstat(fd as i32, &mut st) < 0 || st.st_uid != sys::geteuid() || (st.st_mode & libc::S_IFMT) != libc::S_IFREG
-    {
-        sys::close(fd as i32);
-        return -(libc::EPERM as isize);
+    let r = sys::fstat(fd, &mut st);
+    let ok = if r < 0 {
+        Err(Skip::Errno(r))
+    } else {
+        judge(&st, sys::geteuid())
+    };
+    match ok {
+        Ok(()) => Ok((fd, st)),
+        Err(e) => {
+            sys::close(fd);
+            Err(e)
+        }
     }
+}
+
+/// Open (append) `/tmp/perf-PID.map`, created `0600`; see [`open_own`] for
+/// what is refused. Returns the fd.
+pub fn open_map() -> Result<i32, Skip> {
+    let (fd, st) = open_own(libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND)?;
     // A map last written before this process started was left by an earlier
     // process with the same pid (pids are reused): its lines would give perf
     // wrong names for our addresses. Our own lines (or a JIT's in this
     // process) are never older than the process.
     if st.st_size > 0 && started_at().is_some_and(|t| (st.st_mtime as u64) + 1 < t) {
-        sys::ftruncate(fd as i32, 0);
+        sys::ftruncate(fd, 0);
     }
-    fd
+    Ok(fd)
 }
 
 /// Remove from this process's `/tmp/perf-PID.map` the lines whose start
@@ -363,28 +479,19 @@ pub fn open_map() -> isize {
 /// do not parse are kept. Returns the lines removed, or `-errno`. Callers
 /// hold the pass lock, so this library's own appends cannot interleave.
 pub fn drop_range(lo: u64, hi: u64) -> isize {
-    let mut path = Out::<64>::new(-1);
-    path.s("/tmp/perf-").u(sys::getpid() as u64).s(".map\0");
-    let fd = sys::open(path.contents(), libc::O_RDWR | libc::O_NOFOLLOW | libc::O_CLOEXEC, 0);
-    if fd == -(libc::ENOENT as isize) {
-        return 0;
+    match open_own(libc::O_RDWR) {
+        Err(Skip::Errno(e)) if e == -(libc::ENOENT as isize) => 0,
+        Err(Skip::Errno(e)) => e,
+        Err(_) => -(libc::EPERM as isize),
+        Ok((fd, st)) => {
+            let r = rewrite_without(fd, st.st_size as usize, lo, hi);
+            sys::close(fd);
+            r
+        }
     }
-    if fd < 0 {
-        return fd;
-    }
-    let fd = fd as i32;
-    let r = rewrite_without(fd, lo, hi);
-    sys::close(fd);
-    r
 }
 
-fn rewrite_without(fd: i32, lo: u64, hi: u64) -> isize {
-    // SAFETY: zero is a valid `stat`.
-    let mut st: libc::stat = unsafe { core::mem::zeroed() };
-    if sys::fstat(fd, &mut st) < 0 || st.st_uid != sys::geteuid() || (st.st_mode & libc::S_IFMT) != libc::S_IFREG {
-        return -(libc::EPERM as isize);
-    }
-    let size = st.st_size as usize;
+fn rewrite_without(fd: i32, size: usize, lo: u64, hi: u64) -> isize {
     if size == 0 {
         return 0;
     }
@@ -562,6 +669,19 @@ mod tests {
             named(&mut s, 0, 0, u64::MAX),
             vec![(0x1000, 0x100, 1), (0x2000, 0x7000, 3)]
         );
+    }
+
+    #[test]
+    fn the_outer_pid_names_the_map_in_a_pid_namespace() {
+        assert_eq!(super::outer_pid(b"\t12345\t1"), Some(12345));
+        assert_eq!(super::outer_pid(b"\t12345\t7\t1"), Some(12345));
+        assert_eq!(super::outer_pid(b"\t12345"), None);
+        assert_eq!(super::outer_pid(b""), None);
+        // This process (not in a pid namespace of its own here, or seeing
+        // only its own /proc): its own pid.
+        let (map, own) = super::map_pid();
+        assert_eq!(own, std::process::id());
+        assert!(map == own || map > 1);
     }
 
     #[test]

@@ -137,6 +137,21 @@ pub fn open(path: &[u8], flags: i32, mode: u32) -> isize {
     )
 }
 
+/// `readlinkat(AT_FDCWD, path, buf)`; `path` must be NUL-terminated.
+/// Returns the bytes written (not NUL-terminated) or `-errno`.
+pub fn readlink(path: &[u8], buf: &mut [u8]) -> isize {
+    debug_assert!(path.last() == Some(&0));
+    call(
+        libc::SYS_readlinkat,
+        libc::AT_FDCWD as isize as usize,
+        path.as_ptr() as usize,
+        buf.as_mut_ptr() as usize,
+        buf.len(),
+        0,
+        0,
+    )
+}
+
 pub fn close(fd: i32) -> isize {
     call(libc::SYS_close, fd as usize, 0, 0, 0, 0, 0)
 }
@@ -378,6 +393,8 @@ pub fn errno_name(e: isize) -> &'static str {
         libc::EOPNOTSUPP => "not supported",
         libc::EHWPOISON => "hardware poisoned page",
         libc::ESTALE => "the file at that path is not the mapped one",
+        libc::ELOOP => "a symbolic link (not followed)",
+        libc::ENXIO => "no reader on that FIFO, or no such device",
         _ => "error",
     }
 }

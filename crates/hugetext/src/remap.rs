@@ -24,6 +24,10 @@ pub const PRELOAD_ENV: &str = "HUGETEXT_PRELOAD";
 /// home with the preload: `hugetext_abi::env`).
 pub use hugetext_abi::env::Strategy;
 
+/// How many wrappers without text in a row (a script's interpreter, `env`,
+/// a shim) the preload follows through their exec.
+pub use hugetext_abi::env::MAX_HOPS as MAX_WRAPPERS;
+
 /// What `hugetext run` asks of the preload.
 #[derive(Clone, Debug, Default)]
 pub struct RunOptions {
@@ -82,6 +86,60 @@ pub fn find_preload(explicit: Option<&Path>) -> Result<PathBuf> {
         "cannot find {PRELOAD_NAME} (looked in {}); build it with `cargo build --release` or set {PRELOAD_ENV}=/path/to/{PRELOAD_NAME}",
         looked.join(", ")
     )))
+}
+
+/// What the ELF header and program headers of a would-be preload say: its
+/// `e_type`, whether it asks for an interpreter (`PT_INTERP`: an executable),
+/// and `(e_machine, ELF64?)`. `None`: not ELF.
+fn preload_facts(head: &[u8]) -> Option<(u16, bool, (u16, bool))> {
+    use object::elf::{FileHeader32, FileHeader64, PT_INTERP};
+    use object::read::elf::{FileHeader, ProgramHeader};
+    fn facts<H: FileHeader<Endian = object::Endianness>>(head: &[u8], is_64: bool) -> Option<(u16, bool, (u16, bool))> {
+        let h = H::parse(head).ok()?;
+        let e = h.endian().ok()?;
+        // Program headers past the bytes read count as none.
+        let interp = h
+            .program_headers(e, head)
+            .map(|ph| ph.iter().any(|p| p.p_type(e) == PT_INTERP))
+            .unwrap_or(false);
+        Some((h.e_type(e), interp, (h.e_machine(e), is_64)))
+    }
+    match *head.get(4)? {
+        object::elf::ELFCLASS64 => facts::<FileHeader64<object::Endianness>>(head, true),
+        object::elf::ELFCLASS32 => facts::<FileHeader32<object::Endianness>>(head, false),
+        _ => None,
+    }
+}
+
+/// Why `facts` ([`preload_facts`] of a file) cannot be a preload: the
+/// dynamic loader would print its own errors and run the program without
+/// it. Pure.
+fn preload_unfit(facts: Option<(u16, bool, (u16, bool))>) -> Option<&'static str> {
+    match facts {
+        None => Some("not an ELF file"),
+        Some((t, _, _)) if t != object::elf::ET_DYN => Some("an ELF file but not a shared object"),
+        Some((_, true, _)) => Some("an ELF executable (it has an interpreter), not a shared object"),
+        Some(_) => None,
+    }
+}
+
+/// Check that `path` can be preloaded: an ELF shared object (not a
+/// script, not an executable). Returns its `(e_machine, ELF64?)` for the
+/// comparison with the program's ([`crate::elf::preload_mismatch`]).
+pub fn check_preload_file(path: &Path) -> Result<(u16, bool)> {
+    use std::io::Read;
+    let mut head = Vec::with_capacity(4096);
+    std::fs::File::open(path)
+        .and_then(|f| f.take(4096).read_to_end(&mut head))
+        .map_err(|e| Error::io(path, e))?;
+    let facts = preload_facts(&head);
+    if let Some(why) = preload_unfit(facts) {
+        return Err(Error::Invalid(format!(
+            "{}: {why}, so it cannot be preloaded; point --preload (or {PRELOAD_ENV}) at libhugetext.so",
+            path.display()
+        )));
+    }
+    Ok(facts.expect("checked").2)
 }
 
 /// `LD_PRELOAD` splits on spaces and colons: such a path cannot be preloaded.
@@ -191,6 +249,8 @@ pub fn environment(
         ),
         (OsString::from(env::INHERIT), flag(opts.inherit)),
         (OsString::from(env::GDB), flag(opts.gdb)),
+        // The slot the preload fills when it follows a wrapper's exec.
+        (OsString::from(env::VIA), OsString::new()),
     ];
     if opts.verbose {
         vars.push((OsString::from(env::VERBOSE), flag(true)));
@@ -253,6 +313,13 @@ pub fn initial_static_tls(program: &Path, preload: &Path) -> u64 {
     deps.iter().map(|d| tls_bytes(d)).sum::<u64>() + tls_bytes(preload)
 }
 
+/// Static TLS room `run` asks for when the program is a `#!` script: the
+/// program it leads to is not known before it runs, so room for what large
+/// programs' libraries need (rustc's `librustc_driver` has 23 KiB). Only
+/// reserved address space in each thread's TLS block: pages never touched
+/// cost no memory.
+pub const WRAPPED_STATIC_TLS: u64 = 32 << 10;
+
 /// glibc's default `glibc.rtld.optional_static_tls`.
 const OPTIONAL_STATIC_TLS: u64 = 512;
 
@@ -261,7 +328,7 @@ const OPTIONAL_STATIC_TLS: u64 = 512;
 /// surplus, keeping what `current` sets (a value the user chose for the
 /// same tunable wins). `None`: nothing to change.
 pub fn tunables_with_static_tls(current: Option<&OsStr>, need: u64) -> Option<OsString> {
-    const NAME: &str = "glibc.rtld.optional_static_tls";
+    const NAME: &str = env::STATIC_TLS_TUNABLE;
     let cur = current.map(|c| c.to_string_lossy().into_owned()).unwrap_or_default();
     if need == 0 || cur.split(':').any(|t| t.split('=').next() == Some(NAME)) {
         return None;
@@ -272,6 +339,21 @@ pub fn tunables_with_static_tls(current: Option<&OsStr>, need: u64) -> Option<Os
     } else {
         format!("{cur}:{add}")
     }))
+}
+
+/// The environment for [`tunables_with_static_tls`]: the new
+/// `GLIBC_TUNABLES` and, so that the preload can put the old value back for
+/// the program's children, what it was (`HUGETEXT_TUNABLES`: `-` for unset,
+/// else the length of the old value). Empty: nothing to change.
+pub fn tunables_environment(current: Option<&OsStr>, need: u64) -> Vec<(OsString, OsString)> {
+    let Some(t) = tunables_with_static_tls(current, need) else {
+        return Vec::new();
+    };
+    let was = current.map_or("-".to_string(), |c| c.len().to_string());
+    vec![
+        (OsString::from(env::GLIBC_TUNABLES), t),
+        (OsString::from(env::TUNABLES), OsString::from(was)),
+    ]
 }
 
 /// Why a program cannot be started.
@@ -350,6 +432,21 @@ pub fn resolve_program(program: &OsStr, path: Option<&OsStr>) -> std::result::Re
         Some(why) => Err(LaunchError::NotExecutable(shown, why)),
         None => Err(LaunchError::NotFound(shown)),
     }
+}
+
+/// The interpreter line of a `#!` script (`/bin/sh`, `/usr/bin/env bash`),
+/// `None` for anything else.
+pub fn script_interpreter(program: &Path) -> Option<String> {
+    use std::io::Read;
+    let mut head = Vec::with_capacity(256);
+    std::fs::File::open(program)
+        .ok()?
+        .take(256)
+        .read_to_end(&mut head)
+        .ok()?;
+    let line = head.strip_prefix(b"#!")?.split(|&c| c == b'\n').next()?;
+    let line = String::from_utf8_lossy(line).trim().to_string();
+    (!line.is_empty()).then_some(line)
 }
 
 /// Whether the dynamic loader will honour `LD_PRELOAD` for a program.
@@ -518,6 +615,19 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_preload_must_be_an_elf_shared_object() {
+        use object::elf::{EM_X86_64, ET_DYN, ET_EXEC};
+        let m = (EM_X86_64, true);
+        assert_eq!(preload_unfit(Some((ET_DYN, false, m))), None);
+        assert!(preload_unfit(None).unwrap().contains("not an ELF"));
+        assert!(preload_unfit(Some((ET_EXEC, false, m)))
+            .unwrap()
+            .contains("not a shared object"));
+        assert!(preload_unfit(Some((ET_DYN, true, m))).unwrap().contains("interpreter"));
+        assert_eq!(preload_facts(b"#!/bin/sh\n"), None);
+    }
+
+    #[test]
     fn patterns_in_the_preload_subset() {
         for ok in [
             "libbig",
@@ -560,6 +670,21 @@ mod tests {
             "glibc.malloc.arena_max=2:glibc.rtld.optional_static_tls=612"
         );
         assert_eq!(t(Some("glibc.rtld.optional_static_tls=4096"), 100), None);
+        // What the preload needs to put it back.
+        let e = |c: Option<&str>| tunables_environment(c.map(OsStr::new), 100);
+        let get = |v: &[(OsString, OsString)], k: &str| {
+            v.iter()
+                .find(|(n, _)| n == k)
+                .map(|(_, x)| x.to_str().unwrap().to_string())
+        };
+        for cur in [None, Some(""), Some("glibc.malloc.arena_max=2")] {
+            let v = e(cur);
+            let note = get(&v, env::TUNABLES).unwrap();
+            let new = get(&v, env::GLIBC_TUNABLES).unwrap();
+            let back = env::tunables_restore(note.as_bytes(), Some(new.as_bytes())).unwrap();
+            assert_eq!(back.map(|n| &new[..n]), cur, "{v:?}");
+        }
+        assert!(e(Some("glibc.rtld.optional_static_tls=4096")).is_empty());
         // This test binary: libc's TLS at least.
         let me = std::env::current_exe().unwrap();
         assert!(initial_static_tls(&me, Path::new("/nonexistent")) > 0);

@@ -13,8 +13,12 @@ const ENV_HELP: &str = "\
 How it works: `hugetext run` replaces itself with PROGRAM (exec: same pid,
 like `env` or `taskset`), with libhugetext.so injected through LD_PRELOAD.
 Before main, the library remaps the text of the program and of every shared
-library loaded at start, then removes itself from LD_PRELOAD so child
-processes run plain (unless --inherit). The library is named in LD_AUDIT too,
+library loaded at start, then removes itself from LD_PRELOAD and LD_AUDIT and
+puts GLIBC_TUNABLES back as it was, so child processes run plain (unless
+--inherit). A wrapper without text of its own (a #! script's shell, env, a
+version manager's shim) that execs the real program keeps the preload for
+it, up to 8 wrappers in a row; -v names the chain. What a wrapper forks
+(a helper it runs first) runs plain. The library is named in LD_AUDIT too,
 so objects loaded later with dlopen (libjvm.so, Python extension modules,
 plugins) are remapped after the loader maps them and before they are
 relocated or run (--no-dlopen: not followed); GLIBC_TUNABLES then gets room
@@ -26,8 +30,9 @@ C API: hugetext_remap_text() in <hugetext.h>, linked with -lhugetext.
 Exit status: PROGRAM's own (run replaces itself with it, so the convention of
 `hugetext --help` applies to what happens before: its codes would be mistaken
 for PROGRAM's); 127 if it cannot be found, 126 if it cannot be executed, 125
-if hugetext itself fails (e.g. libhugetext.so not found, or built for
-another machine or ELF class than PROGRAM: said in one line), 2 for bad
+if hugetext itself fails (e.g. libhugetext.so not found, not an ELF shared
+object, or built for another machine or ELF class than PROGRAM: said in one
+line), 2 for bad
 arguments. What the preload could not remap is not a failure: PROGRAM runs
 with its text as it was (-v says why).
 
@@ -57,6 +62,8 @@ five from its options):
                            with mmap MAP_FIXED); these fallbacks are used
                            automatically on such kernels. `warm` reads
                            no-populate too
+  (A set-ID or file-capability program that calls hugetext_remap_text()
+  ignores every HUGETEXT_* variable and writes no perf map.)
   HUGETEXT_PRELOAD=PATH    libhugetext.so to inject (default: next to the
                            hugetext binary, ../lib/hugetext/, /usr/local/lib)
 
@@ -166,7 +173,7 @@ pub fn run(args: Args) -> Result<u8> {
     let resolved = remap::resolve_program(program, path_var.as_deref())?;
     let machines = (
         hugetext::elf::machine_of(&resolved).unwrap_or(None),
-        hugetext::elf::machine_of(&preload).map_err(|e| exit_with(125, e.to_string()))?,
+        Some(remap::check_preload_file(&preload).map_err(|e| exit_with(125, e.to_string()))?),
     );
     if let Some(why) = hugetext::elf::preload_mismatch(machines.0, machines.1) {
         return Err(exit_with(
@@ -189,6 +196,16 @@ pub fn run(args: Args) -> Result<u8> {
             program.to_string_lossy()
         ),
     }
+    let script = remap::script_interpreter(&resolved);
+    if args.verbose {
+        if let Some(interp) = &script {
+            eprintln!(
+                "hugetext: {} is a script for {interp}: the preload follows the exec of programs without text of their own (up to {}) to the program that has text",
+                resolved.display(),
+                remap::MAX_WRAPPERS
+            );
+        }
+    }
     let mut env = remap::environment(&opts, &preload, std::env::var_os("LD_PRELOAD").as_deref())
         .map_err(|e| exit_with(125, e.to_string()))?;
     env.extend(remap::late_environment(
@@ -199,10 +216,15 @@ pub fn run(args: Args) -> Result<u8> {
     if !args.no_dlopen {
         // Room in the static TLS block for the libraries loaded at start
         // (glibc sets it up before loading them when an auditor is named).
-        let need = remap::initial_static_tls(&resolved, &preload);
-        if let Some(t) = remap::tunables_with_static_tls(std::env::var_os("GLIBC_TUNABLES").as_deref(), need) {
-            env.push(("GLIBC_TUNABLES".into(), t));
-        }
+        // (A script leads to a program known only when it runs.)
+        let need = match script {
+            Some(_) => remap::WRAPPED_STATIC_TLS,
+            None => remap::initial_static_tls(&resolved, &preload),
+        };
+        env.extend(remap::tunables_environment(
+            std::env::var_os("GLIBC_TUNABLES").as_deref(),
+            need,
+        ));
     }
     let err = std::process::Command::new(&resolved)
         .arg0(program)

@@ -1,4 +1,224 @@
-//! Hostile cases: preload.
+//! Hostile cases: the preload (libhugetext.so) in a program that root (or
+//! a set-user-ID program) runs, with a local user preparing its
+//! `/tmp/perf-PID.map` or its environment.
+//!
+//! Each case runs in a mount namespace with a scratch directory bound over
+//! /tmp (the host's /tmp is never touched), and the perf-map cases in a pid
+//! namespace with its own /proc: the program is pid 1 there, so the path the
+//! preload opens is known in advance (`/tmp/perf-1.map`).
 
-#[allow(unused_imports)]
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
 use hugetext_testkit as tk;
+
+/// A scratch directory the attacker can reach, with `tmp/` (mode 1777,
+/// root's, like /tmp) to bind over /tmp.
+fn scratch_with_tmp() -> (tempfile::TempDir, PathBuf) {
+    let d = tk::scratch();
+    std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let tmp = d.path().join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    (d, tmp)
+}
+
+/// `unshare` running what the caller appends with `tmp` bound over /tmp;
+/// with `pid_ns`, as pid 1 of a new pid namespace with its own /proc (and
+/// killed when unshare is).
+fn with_private_tmp(tmp: &Path, pid_ns: bool) -> Command {
+    let mut cmd = Command::new("unshare");
+    cmd.arg("--mount");
+    if pid_ns {
+        cmd.args(["--pid", "--fork", "--mount-proc", "--kill-child"]);
+    }
+    cmd.args(["sh", "-c", "mount --bind \"$0\" /tmp && exec \"$@\""])
+        .arg(tmp);
+    cmd.env_remove("HUGETEXT_STRATEGY").env_remove("HUGETEXT_VERBOSE");
+    cmd
+}
+
+/// Run `cmd`, killing it if it has not finished within `limit`. Returns
+/// its output, or None when it had to be killed (it hung).
+fn output_within(cmd: &mut Command, limit: Duration) -> Option<Output> {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn unshare (util-linux)");
+    let t0 = Instant::now();
+    while t0.elapsed() < limit {
+        if child.try_wait().unwrap().is_some() {
+            return Some(child.wait_with_output().unwrap());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    None
+}
+
+/// `hugetext run -v --strategy copy -- FIXTURE` as pid 1 of a pid
+/// namespace with `tmp` as its /tmp: the copy route writes
+/// `/tmp/perf-1.map`.
+fn run_copy_as_pid_1(tmp: &Path) -> Option<Output> {
+    tk::preload();
+    let prog = tk::fixture("lld", "pie");
+    let mut cmd = with_private_tmp(tmp, true);
+    cmd.arg(tk::bin())
+        .args(["run", "-v", "--strategy", "copy", "--"])
+        .arg(&prog);
+    output_within(&mut cmd, Duration::from_secs(30))
+}
+
+/// The host's `/tmp/perf-1.map` as it is (absent, or its inode and size):
+/// the namespaced cases must leave it alone.
+fn host_perf_1() -> Option<(u64, u64, i64)> {
+    let m = std::fs::symlink_metadata("/tmp/perf-1.map").ok()?;
+    Some((m.ino(), m.len(), m.mtime()))
+}
+
+fn sysctl(name: &str) -> String {
+    std::fs::read_to_string(format!("/proc/sys/fs/{name}"))
+        .unwrap_or_default()
+        .trim()
+        .to_string()
+}
+
+#[test]
+fn a_fifo_at_the_perf_map_path_does_not_hang_the_program() {
+    // With fs.protected_fifos >= 1 the kernel itself refuses the O_CREAT
+    // open of another user's FIFO in a sticky world-writable directory
+    // (EACCES), so the preload's own check is not what saves the program.
+    if sysctl("protected_fifos") != "0" {
+        tk::skip_line(
+            "fs.protected_fifos is not 0: the kernel refuses the attacker's FIFO before the preload looks at it; the case runs but does not exercise the preload's check",
+        );
+    }
+    let (_d, tmp) = scratch_with_tmp();
+    let fifo = tmp.join("perf-1.map");
+    let st = tk::as_attacker().arg("mkfifo").arg(&fifo).status().unwrap();
+    assert!(st.success(), "mkfifo as ht-attacker");
+    let host = host_perf_1();
+    let before = tk::tree_state(&tmp);
+    let o = run_copy_as_pid_1(&tmp).expect("the program hung on the FIFO at /tmp/perf-1.map (killed after 30 s)");
+    let err = tk::text(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(tk::text(&o.stdout).starts_with("sum="), "{}", tk::text(&o.stdout));
+    assert!(err.contains("copy"), "the copy route did not run: {err}");
+    let why: Vec<_> = err
+        .lines()
+        .filter(|l| l.contains("not writing /tmp/perf-1.map"))
+        .collect();
+    assert_eq!(why.len(), 1, "one -v line says why no perf map: {err}");
+    assert_eq!(tk::tree_state(&tmp), before, "the FIFO was replaced or changed");
+    assert!(std::fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo());
+    assert_eq!(host_perf_1(), host, "the host's /tmp/perf-1.map changed");
+}
+
+#[test]
+fn a_hard_link_at_the_perf_map_path_leaves_its_target_unchanged() {
+    let (d, tmp) = scratch_with_tmp();
+    let vdir = d.path().join("victim");
+    std::fs::create_dir(&vdir).unwrap();
+    let victim = vdir.join("secret");
+    std::fs::write(&victim, "root's file\n").unwrap();
+    // Written long ago, so that even a map judged stale would be emptied.
+    let st = Command::new("touch")
+        .args(["-d", "-1 hour"])
+        .arg(&victim)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    // The link is made as root: with fs.protected_hardlinks=1 (the default,
+    // and this machine's) the attacker may not link a file it cannot write;
+    // with protected_hardlinks=0 it may, and this is the file it would make.
+    std::fs::hard_link(&victim, tmp.join("perf-1.map")).unwrap();
+    let host = host_perf_1();
+    let before = tk::tree_state(&vdir);
+    let o = run_copy_as_pid_1(&tmp).expect("the program hung");
+    let err = tk::text(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("copy"), "the copy route did not run: {err}");
+    assert!(
+        err.lines()
+            .any(|l| l.contains("not writing /tmp/perf-1.map") && l.contains("hard link")),
+        "{err}"
+    );
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "root's file\n");
+    assert_eq!(tk::tree_state(&vdir), before, "the victim changed");
+    assert_eq!(host_perf_1(), host, "the host's /tmp/perf-1.map changed");
+}
+
+/// A set-user-ID-root program that calls `hugetext_remap_text()` and runs
+/// code of the fixtures' libbig.so (whose text has whole windows to copy).
+fn setuid_capi_program(dir: &Path) -> PathBuf {
+    let src = dir.join("suid.c");
+    std::fs::write(
+        &src,
+        "#include <stdio.h>\n#include \"hugetext.h\"\nextern long lib_f0(void);\n\
+         int main(void) { long r = hugetext_remap_text(); printf(\"%ld %ld\\n\", r, lib_f0()); return 0; }\n",
+    )
+    .unwrap();
+    let lib = tk::target_profile_dir();
+    let big = tk::fixture("lld", "libbig.so");
+    let big = big.parent().unwrap();
+    let exe = dir.join("suid");
+    let o = Command::new("gcc")
+        .arg("-O1")
+        .arg("-I")
+        .arg(tk::root().join("include"))
+        .arg(&src)
+        .arg("-L")
+        .arg(big)
+        .arg("-lbig")
+        .arg("-L")
+        .arg(&lib)
+        .arg("-lhugetext")
+        // Absolute run paths: the loader honours them in secure-execution
+        // mode (it ignores LD_LIBRARY_PATH and $ORIGIN there).
+        .arg(format!("-Wl,-rpath,{}:{}", big.display(), lib.display()))
+        .arg("-o")
+        .arg(&exe)
+        .output()
+        .expect("gcc");
+    assert!(o.status.success(), "gcc: {}", tk::text(&o.stderr));
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o4755)).unwrap();
+    exe
+}
+
+#[test]
+fn secure_execution_ignores_hugetext_variables_and_writes_no_perf_map() {
+    tk::preload();
+    let (d, tmp) = scratch_with_tmp();
+    let exe = setuid_capi_program(d.path());
+    // The scratch filesystem must honour set-user-ID bits.
+    let nosuid = Command::new("findmnt")
+        .args(["-n", "-o", "OPTIONS", "-T"])
+        .arg(d.path())
+        .output()
+        .unwrap();
+    assert!(
+        !tk::text(&nosuid.stdout).split(',').any(|o| o.trim() == "nosuid"),
+        "the scratch filesystem is mounted nosuid"
+    );
+    let (uid, _) = tk::attacker();
+    let before = tk::tree_state(d.path());
+    // `as_attacker()` is `setpriv ARGS --`: run it inside the namespace.
+    let mut cmd = with_private_tmp(&tmp, false);
+    cmd.arg("setpriv");
+    cmd.args(tk::as_attacker().get_args()).arg(&exe);
+    cmd.env("HUGETEXT_VERBOSE", "1").env("HUGETEXT_STRATEGY", "copy");
+    let o = output_within(&mut cmd, Duration::from_secs(30)).expect("the program hung");
+    let (out, err) = (tk::text(&o.stdout), tk::text(&o.stderr));
+    assert!(o.status.success(), "{out}{err}");
+    // It did run as the attacker with root's effective uid.
+    assert!(out.split_whitespace().count() == 2, "{out}");
+    assert!(!err.contains("hugetext"), "HUGETEXT_VERBOSE was obeyed: {err}");
+    let left: Vec<_> = std::fs::read_dir(&tmp).unwrap().flatten().map(|e| e.path()).collect();
+    assert!(left.is_empty(), "secure-execution mode wrote {left:?} (uid {uid})");
+    assert_eq!(tk::tree_state(d.path()), before);
+}
