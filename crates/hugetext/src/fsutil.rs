@@ -206,14 +206,8 @@ impl NewFile {
     /// and the file is created with `O_CREAT|O_EXCL`, which never follows a
     /// link: it is a new inode of ours, or an error.
     pub fn beside_with_mode(target: &Output, prefix: &str, mode: u32) -> io::Result<NewFile> {
-        use std::os::unix::fs::PermissionsExt;
         let dir = dir_of(target.path());
-        let (file, path) = tempfile::Builder::new()
-            .prefix(prefix)
-            .rand_bytes(12)
-            .permissions(std::fs::Permissions::from_mode(mode))
-            .tempfile_in(&dir)?
-            .into_parts();
+        let (file, path) = new_temp_in(&dir, prefix, mode)?;
         Ok(NewFile {
             file: Some(file),
             path,
@@ -294,6 +288,27 @@ impl NewFile {
         }
         Ok(())
     }
+}
+
+/// A new file in `dir`: a random name starting with `prefix` (12 random
+/// bytes: not one another user can guess and create first), created
+/// `O_CREAT|O_EXCL` (never through a link) with `mode` less the umask;
+/// removed when the returned path is dropped.
+fn new_temp_in(dir: &Path, prefix: &str, mode: u32) -> io::Result<(File, tempfile::TempPath)> {
+    use std::os::unix::fs::PermissionsExt;
+    Ok(tempfile::Builder::new()
+        .prefix(prefix)
+        .rand_bytes(12)
+        .permissions(std::fs::Permissions::from_mode(mode))
+        .tempfile_in(dir)?
+        .into_parts())
+}
+
+/// A scratch file for a probe that needs a name on `dir`'s filesystem
+/// (mode 0600; see [`NewFile::beside_with_mode`] for the name): removed
+/// when the returned path is dropped.
+pub fn scratch_file_in(dir: &Path, prefix: &str) -> io::Result<(File, tempfile::TempPath)> {
+    new_temp_in(dir, prefix, 0o600)
 }
 
 /// The directory a file is in (`.` for a bare name).
