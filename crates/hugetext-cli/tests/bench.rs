@@ -663,3 +663,69 @@ fn exec_stopped_by_a_signal_leaves_no_scratch_files() {
         assert_eq!(bench_dirs(dir.path()), Vec::<std::path::PathBuf>::new(), "signal {sig}");
     }
 }
+
+/// Windows of `f` each in one PMD folio.
+fn pmd_windows_of(f: &std::path::Path) -> Vec<u64> {
+    hugetext::folio::scan_file(f, None).unwrap().pmd_windows
+}
+
+/// After `hugetext warm f`, `bench ab -- ./f` leaves f warm (it left it all
+/// in 4 KiB folios), and says so; a file that was not warm is not left
+/// warm by a last huge run.
+#[test]
+fn ab_puts_files_back_in_the_folio_state_found() {
+    let _turn = ab_turn();
+    let dir = common::scratch();
+    if !common::fs_gives_pmd_folios(dir.path()) {
+        common::skip_line("skipped: the scratch filesystem gives no PMD page-cache folios");
+        return;
+    }
+    let exe = common::copy_fixture(dir.path(), "bfd", "nopie");
+    let warm = common::hugetext(&["warm", exe.to_str().unwrap()]);
+    assert!(warm.status.success(), "{}", stderr(&warm));
+    let warmed = pmd_windows_of(&exe);
+    assert!(warmed.len() >= 8, "warm gave {warmed:?}");
+    let v = json_of(&common::hugetext(&[
+        "bench",
+        "ab",
+        "--runs",
+        "2",
+        "--json",
+        "--",
+        exe.to_str().unwrap(),
+    ]));
+    assert_eq!(pmd_windows_of(&exe), warmed, "the warmed file was not left warm");
+    let r = &v["restored"];
+    assert!(r["pmd_windows_found"].as_u64().unwrap() >= warmed.len() as u64, "{r}");
+    assert_eq!(r["pmd_windows_restored"], r["pmd_windows_found"], "{r}");
+    let notes: Vec<&str> = v["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap())
+        .collect();
+    assert!(
+        notes.iter().any(|n| n.contains("back in the folio state found")),
+        "{notes:?}"
+    );
+
+    // Not warm before (evicted): still not warm after a pair whose last
+    // run is the huge one.
+    hugetext::pagecache::evict(&std::fs::File::open(&exe).unwrap(), 0..0).unwrap();
+    let v = json_of(&common::hugetext(&[
+        "bench",
+        "ab",
+        "--runs",
+        "1",
+        "--seed",
+        "2",
+        "--json",
+        "--",
+        exe.to_str().unwrap(),
+    ]));
+    assert_eq!(
+        v["pairs"][0]["order"], "small,huge",
+        "the seed no longer ends on the huge side"
+    );
+    assert_eq!(pmd_windows_of(&exe), Vec::<u64>::new());
+}

@@ -64,7 +64,8 @@ enum What {
     /// folios); the state is verified and recorded per run. The sides run
     /// alternately first within each pair. Prints the median per side, the
     /// ratio huge/small and its 95% bootstrap confidence interval (wall and
-    /// CPU time).
+    /// CPU time). Afterwards every file is put back in the folio state it
+    /// was found in (a warmed file stays warm), and a note says so.
     Ab(AbArgs),
 }
 
