@@ -190,6 +190,9 @@ pub struct NewFile {
     /// Removes the file when dropped, unless persisted.
     path: tempfile::TempPath,
     dir: PathBuf,
+    /// Its inode: what its name must still hold when it is opened again or
+    /// renamed (another user who owns the directory could swap it).
+    id: FileId,
 }
 
 impl NewFile {
@@ -208,10 +211,12 @@ impl NewFile {
     pub fn beside_with_mode(target: &Output, prefix: &str, mode: u32) -> io::Result<NewFile> {
         let dir = dir_of(target.path());
         let (file, path) = new_temp_in(&dir, prefix, mode)?;
+        let id = FileId::of(&file.metadata()?);
         Ok(NewFile {
             file: Some(file),
             path,
             dir,
+            id,
         })
     }
 
@@ -246,7 +251,11 @@ impl NewFile {
         if let Some(f) = self.file.take() {
             f.sync_all()?;
         }
-        File::open(&self.path)
+        let ro = File::open(&self.path)?;
+        if FileId::of(&ro.metadata()?) != self.id {
+            return Err(swapped());
+        }
+        Ok(ro)
     }
 
     /// `fsync` the file (unless [`finish_writing`](NewFile::finish_writing)
@@ -261,7 +270,11 @@ impl NewFile {
         if let Some(f) = self.file.take() {
             f.sync_all()?;
         }
-        let NewFile { path, dir, .. } = self;
+        let NewFile { path, dir, id, .. } = self;
+        let ours = std::fs::symlink_metadata(&path)?;
+        if !ours.file_type().is_file() || FileId::of(&ours) != id {
+            return Err(swapped());
+        }
         let changed = || {
             io::Error::new(
                 io::ErrorKind::AlreadyExists,
@@ -288,6 +301,14 @@ impl NewFile {
         }
         Ok(())
     }
+}
+
+/// The error for a temporary file whose name no longer holds it.
+fn swapped() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::AlreadyExists,
+        "the temporary file was replaced by someone else; nothing was replaced",
+    )
 }
 
 /// A new file in `dir`: a random name starting with `prefix` (12 random
@@ -716,6 +737,21 @@ mod tests {
             .to_string()
             .starts_with("refusing to write: "));
         assert!(check_output(Path::new("/dev/null")).is_err());
+    }
+
+    #[test]
+    fn a_swapped_temporary_file_is_neither_reopened_nor_renamed() {
+        let dir = scratch();
+        let target = dir.path().join("t");
+        std::fs::write(&target, b"old").unwrap();
+        let out = check_output(&target).unwrap();
+        let mut n = NewFile::beside(&out, ".x-").unwrap();
+        let other = dir.path().join("other");
+        std::fs::write(&other, b"planted").unwrap();
+        std::fs::rename(&other, n.path()).unwrap();
+        assert!(n.finish_writing().is_err());
+        assert!(n.commit(&out).is_err());
+        assert_eq!(std::fs::read(&target).unwrap(), b"old");
     }
 
     #[test]
