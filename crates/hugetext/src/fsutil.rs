@@ -83,9 +83,9 @@ pub struct OutputFacts {
 /// directory, a device, a FIFO or a socket. Root may also replace another
 /// user's regular file, except in a sticky directory (`/tmp`) where the file
 /// belongs neither to root nor to the directory's owner: such a file was put
-/// there by someone else (the kernel's `protected_regular` rule). `None`
-/// when writing may go ahead, else the reason, in words that finish
-/// "refusing to write NAME: ...".
+/// there by someone else (the kernel's `protected_regular` rule, applied
+/// whatever that sysctl says). `None` when writing may go ahead, else the
+/// reason, in words that follow "NAME: refusing to write: ".
 pub fn output_refusal(f: &OutputFacts) -> Option<String> {
     let not_regular = |what: &str| {
         Some(format!(
