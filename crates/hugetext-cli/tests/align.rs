@@ -547,6 +547,8 @@ fn no_write_permission_fails_cleanly() {
     fs::copy(common::fixture("lld", "pie"), &f).unwrap();
     fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
     fs::set_permissions(&sub, fs::Permissions::from_mode(0o755)).unwrap();
+    // nobody's file (one it may replace) in root's directory.
+    std::os::unix::fs::chown(&f, Some(65534), Some(65534)).unwrap();
     let before = fs::read(&f).unwrap();
     // Run as nobody: can read the file but not write the directory.
     let out = common::as_nobody()
@@ -685,4 +687,121 @@ fn package_manager_warning_only_when_the_system_file_is_rewritten() {
     assert!(!warned_o, "-o leaves the system file untouched: {err}");
     assert_eq!(code_in_place, 0, "{err_in_place}");
     assert!(err_in_place.contains("package manager"), "{err_in_place}");
+}
+
+/// The kind of what a name holds, and, for a link, where it points.
+fn what_is(p: &Path) -> (fs::FileType, u64, Option<PathBuf>) {
+    let m = fs::symlink_metadata(p).unwrap();
+    (m.file_type(), m.ino(), fs::read_link(p).ok())
+}
+
+/// `-o` naming a symlink, a character device, a FIFO or a directory: one
+/// line saying why, exit 1, the name and what a link points at unchanged.
+/// Before, the device (as /dev/null would be) and the link were replaced by
+/// the aligned file, exit 0.
+#[test]
+fn output_that_is_not_a_regular_file_is_refused() {
+    let dir = common::scratch();
+    let d = dir.path();
+    let prog = common::copy_fixture(d, "lld", "pie");
+    let victim = d.join("victim");
+    fs::write(&victim, b"victim bytes").unwrap();
+    let link = d.join("link");
+    std::os::unix::fs::symlink(&victim, &link).unwrap();
+    let link_to_prog = d.join("link-to-prog");
+    std::os::unix::fs::symlink(&prog, &link_to_prog).unwrap();
+    let dev = d.join("null");
+    let cdev = CString::new(dev.as_os_str().as_bytes()).unwrap();
+    // SAFETY: a valid path; the device numbers of /dev/null.
+    assert_eq!(
+        unsafe { libc::mknod(cdev.as_ptr(), libc::S_IFCHR | 0o666, libc::makedev(1, 3)) },
+        0
+    );
+    let fifo = d.join("fifo");
+    let cfifo = CString::new(fifo.as_os_str().as_bytes()).unwrap();
+    // SAFETY: a valid path.
+    assert_eq!(unsafe { libc::mkfifo(cfifo.as_ptr(), 0o644) }, 0);
+    let sub = d.join("sub");
+    fs::create_dir(&sub).unwrap();
+    for (out, what) in [
+        (&link, "symbolic link"),
+        (&link_to_prog, "symbolic link"),
+        (&dev, "character device"),
+        (&fifo, "FIFO"),
+        (&sub, "directory"),
+    ] {
+        let before = what_is(out);
+        let m = assert_clean_failure(&[s(&prog), "-o", s(out)], &prog, 1);
+        assert!(m.contains("refusing to write") && m.contains(what), "{m}");
+        assert_eq!(what_is(out), before, "{} changed", out.display());
+    }
+    assert_eq!(fs::read(&victim).unwrap(), b"victim bytes");
+    // Nothing else appeared (no temporary file left behind).
+    let mut names: Vec<String> = fs::read_dir(d)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["fifo", "link", "link-to-prog", "null", "pie", "sub", "victim"]);
+
+    // A regular file of ours is replaced, a new name created.
+    let own = d.join("own");
+    fs::write(&own, b"old").unwrap();
+    assert_eq!(align(&[s(&prog), "-o", s(&own)]).0, 0);
+    assert_eq!(align(&[s(&prog), "-o", s(&d.join("fresh"))]).0, 0);
+    assert_eq!(fs::read(&own).unwrap(), fs::read(d.join("fresh")).unwrap());
+}
+
+/// `--json` on an error prints a JSON error object (it printed nothing) and
+/// exits 1.
+#[test]
+fn json_errors_are_json_objects() {
+    let dir = common::scratch();
+    let prog = common::copy_fixture(dir.path(), "lld", "pie");
+    let link = dir.path().join("link");
+    std::os::unix::fs::symlink("/etc/hostname", &link).unwrap();
+    let notelf = dir.path().join("notelf");
+    fs::write(&notelf, b"not an ELF file at all").unwrap();
+    for (args, said) in [
+        (vec![s(&prog), "-o", s(&link), "--json"], "symbolic link"),
+        (vec![s(&notelf), "--json"], "not an ELF file"),
+        (vec![s(&dir.path().join("missing")), "--json"], "No such file"),
+    ] {
+        let (code, out, err) = align(&args);
+        assert_eq!(code, 1, "{out} {err}");
+        let v: serde_json::Value =
+            serde_json::from_str(&out).unwrap_or_else(|e| panic!("not JSON ({e}): {out:?} {err}"));
+        assert_eq!(v["status"], "error", "{v}");
+        assert!(v["error"].as_str().unwrap().contains(said), "{v}");
+        assert_eq!(v["input"], args[0], "{v}");
+    }
+}
+
+/// A PT_LOAD whose addresses wrap past the top of the address space, or
+/// whose memory size is below its file size, is named for what it is
+/// (both were "absurd sizes", though the sizes were sane).
+#[test]
+fn corrupt_load_extents_are_named_for_what_they_are() {
+    let dir = common::scratch();
+    let d = dir.path();
+    let wrap = common::copy_fixture(d, "lld", "pie");
+    let text = phdr_offsets(&wrap)
+        .into_iter()
+        .find(|&(_, t, flags)| t == 1 && flags & 1 == 1)
+        .unwrap()
+        .0;
+    patch(&wrap, text + 16, &0xffff_ffff_fff0_0000u64.to_le_bytes());
+    let m = assert_clean_failure(&[s(&wrap)], &wrap, 1);
+    assert!(
+        m.contains("ends past the top of the address space") && !m.contains("absurd"),
+        "{m}"
+    );
+    let short = d.join("short");
+    fs::copy(common::fixture("lld", "pie"), &short).unwrap();
+    patch(&short, text + 40, &0x1000u64.to_le_bytes());
+    let m = assert_clean_failure(&[s(&short)], &short, 1);
+    assert!(
+        m.contains("memory size (0x1000) smaller than its file size") && !m.contains("absurd"),
+        "{m}"
+    );
 }

@@ -426,17 +426,20 @@ fn ab_json_shape_verified_sides_and_plot() {
     let exe = common::fixture("bfd", "nopie");
     let dir = common::scratch();
     let svg = dir.path().join("ab.svg");
-    let v = json_of(&common::hugetext(&[
-        "bench",
-        "ab",
-        "--runs",
-        "2",
-        "--json",
-        "--plot",
-        svg.to_str().unwrap(),
-        "--",
-        exe.to_str().unwrap(),
-    ]));
+    // Under umask 022 the plot is 0644 like any new file (it was 0600).
+    let mut cmd = std::process::Command::new(common::bin());
+    cmd.args(["bench", "ab", "--runs", "2", "--json", "--plot"])
+        .arg(&svg)
+        .arg("--")
+        .arg(&exe);
+    // SAFETY: umask is async-signal-safe.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+            libc::umask(0o022);
+            Ok(())
+        });
+    }
+    let v = json_of(&cmd.output().unwrap());
     for side in ["small", "huge"] {
         assert!(num(&v[side]["median_s"]) > 0.0, "{v}");
         assert_eq!(v[side]["runs_s"].as_array().unwrap().len(), 2);
@@ -492,6 +495,8 @@ fn ab_json_shape_verified_sides_and_plot() {
         assert!(v["small"]["itlb_misses"].is_number());
     }
     assert!(v["failure"].is_null());
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(std::fs::metadata(&svg).unwrap().permissions().mode() & 0o777, 0o644);
     let plot = std::fs::read_to_string(&svg).unwrap();
     assert!(plot.starts_with("<svg") && plot.contains("small folios") && plot.contains("PMD folios"));
 }
@@ -602,4 +607,125 @@ fn ab_says_when_another_process_keeps_text_mapped() {
         notes.iter().any(|n| n.contains("mapped by other processes")),
         "{notes:?}"
     );
+}
+
+/// `--size 1T` needs 3 TiB of stub files: refused in one line before
+/// anything is written (it started writing them).
+#[test]
+fn exec_size_that_does_not_fit_is_refused_before_writing() {
+    let dir = common::scratch();
+    let before = common::tree_state(dir.path());
+    let out = common::hugetext(&["bench", "exec", "--size", "1T", "--dir", dir.path().to_str().unwrap()]);
+    let e = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{e}");
+    assert_eq!(e.trim_end().lines().count(), 1, "{e}");
+    assert!(e.contains("--size needs") && e.contains("free"), "{e}");
+    assert_eq!(common::tree_state(dir.path()), before, "something was written");
+}
+
+/// The `.hugetext-bench-*` directories under `dir`.
+fn bench_dirs(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with(".hugetext-bench-"))
+        .collect()
+}
+
+/// SIGINT, SIGTERM or SIGHUP while `bench exec` runs: its scratch files are
+/// removed, and the signal still ends it (they were left behind).
+#[test]
+fn exec_stopped_by_a_signal_leaves_no_scratch_files() {
+    use std::os::unix::process::ExitStatusExt;
+    for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+        let dir = common::scratch();
+        let mut child = std::process::Command::new(common::bin())
+            .args(["bench", "exec", "--size", "64M", "--runs", "100", "--dir"])
+            .arg(dir.path())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Mid-run: once the stub files are being written.
+        let start = std::time::Instant::now();
+        while !bench_dirs(dir.path())
+            .iter()
+            .any(|d| std::fs::read_dir(d).unwrap().next().is_some())
+        {
+            assert!(start.elapsed().as_secs() < 60, "no stub file appeared");
+            assert!(child.try_wait().unwrap().is_none(), "bench exec ended early");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        // SAFETY: signalling our own child.
+        assert_eq!(unsafe { libc::kill(child.id() as i32, sig) }, 0);
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(out.status.signal(), Some(sig), "{}", stderr(&out));
+        assert_eq!(bench_dirs(dir.path()), Vec::<std::path::PathBuf>::new(), "signal {sig}");
+    }
+}
+
+/// Windows of `f` each in one PMD folio.
+fn pmd_windows_of(f: &std::path::Path) -> Vec<u64> {
+    hugetext::folio::scan_file(f, None).unwrap().pmd_windows
+}
+
+/// After `hugetext warm f`, `bench ab -- ./f` leaves f warm (it left it all
+/// in 4 KiB folios), and says so; a file that was not warm is not left
+/// warm by a last huge run.
+#[test]
+fn ab_puts_files_back_in_the_folio_state_found() {
+    let _turn = ab_turn();
+    let dir = common::scratch();
+    if !common::fs_gives_pmd_folios(dir.path()) {
+        common::skip_line("skipped: the scratch filesystem gives no PMD page-cache folios");
+        return;
+    }
+    let exe = common::copy_fixture(dir.path(), "bfd", "nopie");
+    let warm = common::hugetext(&["warm", exe.to_str().unwrap()]);
+    assert!(warm.status.success(), "{}", stderr(&warm));
+    let warmed = pmd_windows_of(&exe);
+    assert!(warmed.len() >= 8, "warm gave {warmed:?}");
+    let v = json_of(&common::hugetext(&[
+        "bench",
+        "ab",
+        "--runs",
+        "2",
+        "--json",
+        "--",
+        exe.to_str().unwrap(),
+    ]));
+    assert_eq!(pmd_windows_of(&exe), warmed, "the warmed file was not left warm");
+    let r = &v["restored"];
+    assert!(r["pmd_windows_found"].as_u64().unwrap() >= warmed.len() as u64, "{r}");
+    assert_eq!(r["pmd_windows_restored"], r["pmd_windows_found"], "{r}");
+    let notes: Vec<&str> = v["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap())
+        .collect();
+    assert!(
+        notes.iter().any(|n| n.contains("back in the folio state found")),
+        "{notes:?}"
+    );
+
+    // Not warm before (evicted): still not warm after a pair whose last
+    // run is the huge one.
+    hugetext::pagecache::evict(&std::fs::File::open(&exe).unwrap(), 0..0).unwrap();
+    let v = json_of(&common::hugetext(&[
+        "bench",
+        "ab",
+        "--runs",
+        "1",
+        "--seed",
+        "2",
+        "--json",
+        "--",
+        exe.to_str().unwrap(),
+    ]));
+    assert_eq!(
+        v["pairs"][0]["order"], "small,huge",
+        "the seed no longer ends on the huge side"
+    );
+    assert_eq!(pmd_windows_of(&exe), Vec::<u64>::new());
 }

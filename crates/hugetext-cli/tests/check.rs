@@ -171,3 +171,42 @@ fn sweep_usr_bin_and_usr_lib() {
         t1.elapsed()
     );
 }
+
+/// A copy of a fixture whose text PT_LOAD is duplicated (into the
+/// GNU_STACK slot of its program header table) counts the text once: it
+/// counted 36 MiB "after align" for 18 MiB of text.
+#[test]
+fn a_duplicated_text_segment_is_counted_once() {
+    let dir = common::scratch();
+    let dup = dir.path().join("dup");
+    fs::copy(common::fixture("lld", "pie"), &dup).unwrap();
+    let mut d = fs::read(&dup).unwrap();
+    let phoff = u64::from_le_bytes(d[32..40].try_into().unwrap()) as usize;
+    let phnum = u16::from_le_bytes(d[56..58].try_into().unwrap()) as usize;
+    let ph = |i: usize| phoff + 56 * i;
+    let ptype = |d: &[u8], i: usize| u32::from_le_bytes(d[ph(i)..ph(i) + 4].try_into().unwrap());
+    let text = (0..phnum)
+        .find(|&i| ptype(&d, i) == 1 && d[ph(i) + 4] & 1 == 1)
+        .unwrap();
+    let stack = (0..phnum).find(|&i| ptype(&d, i) == 0x6474_e551).unwrap();
+    d.copy_within(ph(text)..ph(text) + 56, ph(stack));
+    fs::write(&dup, d).unwrap();
+
+    let orig = one(&common::fixture("lld", "pie"));
+    let v = one(&dup);
+    assert_eq!(v["segments"].as_array().unwrap().len(), 5, "{v}");
+    assert!(u(&orig, "pmd_mappable_bytes_after_align") >= 16 * MIB, "{orig}");
+    assert_eq!(
+        u(&v, "pmd_mappable_bytes_after_align"),
+        u(&orig, "pmd_mappable_bytes_after_align"),
+        "{v}"
+    );
+    // Aligned, the same: counted once now too.
+    let aligned = dir.path().join("aligned");
+    let out = common::hugetext(&["align", dup.to_str().unwrap(), "-o", aligned.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        u(&one(&aligned), "pmd_mappable_bytes"),
+        u(&orig, "pmd_mappable_bytes_after_align")
+    );
+}

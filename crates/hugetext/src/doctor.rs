@@ -100,15 +100,6 @@ pub struct FsProbe {
     pub collapse_error: Option<String>,
 }
 
-/// A scratch file removed on drop.
-struct Scratch(PathBuf);
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
 /// Probe the filesystem holding `path` (a directory, or a file whose
 /// directory is used) with a scratch file of two PMD-size windows (4 MiB
 /// on x86-64, 64 MiB on a 16 KiB-page arm64 kernel): fill it through a
@@ -128,33 +119,29 @@ pub fn probe_fs(path: &Path) -> Result<FsProbe> {
     };
     let pmd = kernel::pmd_size();
     let len = 2 * pmd;
-    let name = dir.join(format!(".hugetext-doctor-{}", std::process::id()));
-    let mut w = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&name)
-        .map_err(|e| {
-            Error::Permission(format!(
-                "cannot create a scratch file in {}: {e} (give a writable directory on the same filesystem)",
-                dir.display()
-            ))
-        })?;
-    let _guard = Scratch(name.clone());
+    // Removed when `scratch` is dropped.
+    let (mut w, scratch) = fsutil::scratch_file_in(&dir, ".hugetext-doctor-").map_err(|e| {
+        Error::Permission(format!(
+            "cannot create a scratch file in {}: {e} (give a writable directory on the same filesystem)",
+            dir.display()
+        ))
+    })?;
+    let name: &Path = &scratch;
     // Return instructions (0xc3, RET) so the mapping looks like text.
     let block = vec![0xc3u8; 1 << 20];
     for _ in 0..len / block.len() {
-        w.write_all(&block).map_err(|e| Error::io(&name, e))?;
+        w.write_all(&block).map_err(|e| Error::io(name, e))?;
     }
-    w.sync_all().map_err(|e| Error::io(&name, e))?;
+    w.sync_all().map_err(|e| Error::io(name, e))?;
     drop(w);
     // Read-only from here on: MADV_COLLAPSE refuses files open for writing.
-    let f = File::open(&name).map_err(|e| Error::io(&name, e))?;
+    let f = File::open(name).map_err(|e| Error::io(name, e))?;
     probe.windows = (len / pmd) as u64;
 
     pagecache::evict(&f, 0..0)?;
     pagecache::fill_huge(&f, 0..len as u64)?;
     if kernel::pfn_access() {
-        probe.pmd_folio_windows = Some(folio::scan_file(&name, None)?.pmd_windows.len() as u64);
+        probe.pmd_folio_windows = Some(folio::scan_file(name, None)?.pmd_windows.len() as u64);
     }
     {
         let rx = libc::PROT_READ | libc::PROT_EXEC;

@@ -14,6 +14,10 @@
 //! 3. [`NewFile::commit`]: `fsync`, close, `rename` over the target, `fsync`
 //!    the directory.
 //!
+//! Every name hugetext writes a file at goes through [`check_output`] first
+//! (the rule: [`output_refusal`]), and [`NewFile::commit`] renames only
+//! over what that check saw.
+//!
 //! [`ReplaceImpact::of`] says what a new inode at the file's name loses or
 //! invalidates: IMA/EVM signatures, fs-verity protection, other hard links,
 //! and the immutable/append-only flags that forbid the rename. The callers
@@ -27,6 +31,156 @@ use std::path::{Path, PathBuf};
 
 use rustix::fs::{AtFlags, StatxAttributes, StatxFlags};
 
+/// What a name that hugetext is about to write holds, as `lstat` sees it
+/// (links are never followed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Existing {
+    /// Nothing: a new file.
+    Missing,
+    /// A regular file owned by `uid`.
+    Regular {
+        uid: u32,
+    },
+    Symlink,
+    Directory,
+    CharDevice,
+    BlockDevice,
+    Fifo,
+    Socket,
+}
+
+impl Existing {
+    fn of(m: &Metadata) -> Existing {
+        use std::os::unix::fs::FileTypeExt;
+        let t = m.file_type();
+        match () {
+            _ if t.is_symlink() => Existing::Symlink,
+            _ if t.is_dir() => Existing::Directory,
+            _ if t.is_char_device() => Existing::CharDevice,
+            _ if t.is_block_device() => Existing::BlockDevice,
+            _ if t.is_fifo() => Existing::Fifo,
+            _ if t.is_socket() => Existing::Socket,
+            _ => Existing::Regular { uid: m.uid() },
+        }
+    }
+}
+
+/// The facts [`output_refusal`] decides on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OutputFacts {
+    /// What the name holds now.
+    pub existing: Existing,
+    /// Who writes (the effective uid).
+    pub euid: u32,
+    /// The directory's sticky bit (`/tmp`).
+    pub dir_sticky: bool,
+    /// The directory's owner.
+    pub dir_uid: u32,
+}
+
+/// The rule for every file hugetext writes: a new name, or a regular file
+/// the writer owns. Never a symbolic link (neither followed nor replaced), a
+/// directory, a device, a FIFO or a socket. Root may also replace another
+/// user's regular file, except in a sticky directory (`/tmp`) where the file
+/// belongs neither to root nor to the directory's owner: such a file was put
+/// there by someone else (the kernel's `protected_regular` rule, applied
+/// whatever that sysctl says). `None` when writing may go ahead, else the
+/// reason, in words that follow "NAME: refusing to write: ".
+pub fn output_refusal(f: &OutputFacts) -> Option<String> {
+    let not_regular = |what: &str| {
+        Some(format!(
+            "it is {what}, not a regular file; name a new file or a regular file"
+        ))
+    };
+    match f.existing {
+        Existing::Missing => None,
+        Existing::Symlink => Some(
+            "it is a symbolic link, which hugetext neither follows nor replaces; name the file itself or a new one"
+                .into(),
+        ),
+        Existing::Directory => not_regular("a directory"),
+        Existing::CharDevice => not_regular("a character device"),
+        Existing::BlockDevice => not_regular("a block device"),
+        Existing::Fifo => not_regular("a FIFO"),
+        Existing::Socket => not_regular("a socket"),
+        Existing::Regular { uid } if uid == f.euid => None,
+        Existing::Regular { uid } if f.euid != 0 => Some(format!(
+            "it belongs to uid {uid}, not to you (uid {}); remove it or name another file",
+            f.euid
+        )),
+        Existing::Regular { uid } if f.dir_sticky && uid != f.dir_uid => Some(format!(
+            "it belongs to uid {uid} in a sticky directory it does not own (as in /tmp), so someone else put it there; \
+             remove it or name another file"
+        )),
+        Existing::Regular { .. } => None,
+    }
+}
+
+/// A file's identity: device and inode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileId {
+    pub dev: u64,
+    pub ino: u64,
+}
+
+impl FileId {
+    fn of(m: &Metadata) -> FileId {
+        FileId {
+            dev: m.dev(),
+            ino: m.ino(),
+        }
+    }
+}
+
+/// A name checked by [`check_output`]: [`NewFile::commit`] puts the new file
+/// there only if the name still holds what the check saw (nothing, or the
+/// same regular file).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Output {
+    path: PathBuf,
+    existing: Option<FileId>,
+}
+
+impl Output {
+    /// The name.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The regular file the name holds now, if any.
+    pub fn existing(&self) -> Option<FileId> {
+        self.existing
+    }
+}
+
+/// Check that a file may be written at `path` ([`output_refusal`]); `lstat`
+/// only, no link is followed. The refusal is an error of kind
+/// `PermissionDenied` whose text is one line: "refusing to write: ...".
+pub fn check_output(path: &Path) -> io::Result<Output> {
+    let m = match std::fs::symlink_metadata(path) {
+        Ok(m) => Some(m),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+        Err(e) => return Err(e),
+    };
+    let dir = std::fs::metadata(dir_of(path))?;
+    let facts = OutputFacts {
+        existing: m.as_ref().map_or(Existing::Missing, Existing::of),
+        euid: rustix::process::geteuid().as_raw(),
+        dir_sticky: dir.mode() & libc::S_ISVTX != 0,
+        dir_uid: dir.uid(),
+    };
+    match output_refusal(&facts) {
+        Some(why) => Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("refusing to write: {why}"),
+        )),
+        None => Ok(Output {
+            path: path.to_path_buf(),
+            existing: m.as_ref().map(FileId::of),
+        }),
+    }
+}
+
 /// A new file being written next to the file it will replace. Dropped
 /// without [`commit`](NewFile::commit), it is removed.
 #[derive(Debug)]
@@ -36,18 +190,33 @@ pub struct NewFile {
     /// Removes the file when dropped, unless persisted.
     path: tempfile::TempPath,
     dir: PathBuf,
+    /// Its inode: what its name must still hold when it is opened again or
+    /// renamed (another user who owns the directory could swap it).
+    id: FileId,
 }
 
 impl NewFile {
     /// Create an empty file (mode 0600, a unique name starting with
     /// `prefix`) in the directory of `target`.
-    pub fn beside(target: &Path, prefix: &str) -> io::Result<NewFile> {
-        let dir = dir_of(target);
-        let (file, path) = tempfile::Builder::new().prefix(prefix).tempfile_in(&dir)?.into_parts();
+    pub fn beside(target: &Output, prefix: &str) -> io::Result<NewFile> {
+        NewFile::beside_with_mode(target, prefix, 0o600)
+    }
+
+    /// The same with `mode`, less the umask, as `open` gives a new file: for
+    /// a file that does not take its mode from another one.
+    ///
+    /// The name is random (not one another user can guess and plant first)
+    /// and the file is created with `O_CREAT|O_EXCL`, which never follows a
+    /// link: it is a new inode of ours, or an error.
+    pub fn beside_with_mode(target: &Output, prefix: &str, mode: u32) -> io::Result<NewFile> {
+        let dir = dir_of(target.path());
+        let (file, path) = new_temp_in(&dir, prefix, mode)?;
+        let id = FileId::of(&file.metadata()?);
         Ok(NewFile {
             file: Some(file),
             path,
             dir,
+            id,
         })
     }
 
@@ -82,25 +251,85 @@ impl NewFile {
         if let Some(f) = self.file.take() {
             f.sync_all()?;
         }
-        File::open(&self.path)
+        let ro = File::open(&self.path)?;
+        if FileId::of(&ro.metadata()?) != self.id {
+            return Err(swapped());
+        }
+        Ok(ro)
     }
 
     /// `fsync` the file (unless [`finish_writing`](NewFile::finish_writing)
     /// did), close it, rename it over `target` and `fsync` the
     /// directory so the rename is durable. Closing before the rename matters:
     /// a writable descriptor on a program makes `exec` fail with `ETXTBSY`.
+    /// The name must still hold what [`check_output`] saw: for a new name,
+    /// the rename fails if anything appeared there meanwhile
+    /// (`RENAME_NOREPLACE`); over a file, if another inode took its place.
     /// On error the file is removed and `target` is as it was.
-    pub fn commit(mut self, target: &Path) -> io::Result<()> {
+    pub fn commit(mut self, target: &Output) -> io::Result<()> {
         if let Some(f) = self.file.take() {
             f.sync_all()?;
         }
-        let NewFile { path, dir, .. } = self;
-        path.persist(target).map_err(|e| e.error)?;
+        let NewFile { path, dir, id, .. } = self;
+        let ours = std::fs::symlink_metadata(&path)?;
+        if !ours.file_type().is_file() || FileId::of(&ours) != id {
+            return Err(swapped());
+        }
+        let changed = || {
+            io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                "the name changed while the new file was being written; nothing was replaced, run again",
+            )
+        };
+        match target.existing {
+            None => path
+                .persist_noclobber(target.path())
+                .map_err(|e| match e.error.kind() {
+                    io::ErrorKind::AlreadyExists => changed(),
+                    _ => e.error,
+                })?,
+            Some(id) => {
+                let now = std::fs::symlink_metadata(target.path())?;
+                if !now.file_type().is_file() || FileId::of(&now) != id {
+                    return Err(changed());
+                }
+                path.persist(target.path()).map_err(|e| e.error)?
+            }
+        }
         if let Ok(d) = File::open(&dir) {
             let _ = d.sync_all();
         }
         Ok(())
     }
+}
+
+/// The error for a temporary file whose name no longer holds it.
+fn swapped() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::AlreadyExists,
+        "the temporary file was replaced by someone else; nothing was replaced",
+    )
+}
+
+/// A new file in `dir`: a random name starting with `prefix` (12 random
+/// bytes: not one another user can guess and create first), created
+/// `O_CREAT|O_EXCL` (never through a link) with `mode` less the umask;
+/// removed when the returned path is dropped.
+fn new_temp_in(dir: &Path, prefix: &str, mode: u32) -> io::Result<(File, tempfile::TempPath)> {
+    use std::os::unix::fs::PermissionsExt;
+    Ok(tempfile::Builder::new()
+        .prefix(prefix)
+        .rand_bytes(12)
+        .permissions(std::fs::Permissions::from_mode(mode))
+        .tempfile_in(dir)?
+        .into_parts())
+}
+
+/// A scratch file for a probe that needs a name on `dir`'s filesystem
+/// (mode 0600; see [`NewFile::beside_with_mode`] for the name): removed
+/// when the returned path is dropped.
+pub fn scratch_file_in(dir: &Path, prefix: &str) -> io::Result<(File, tempfile::TempPath)> {
+    new_temp_in(dir, prefix, 0o600)
 }
 
 /// The directory a file is in (`.` for a bare name).
@@ -427,7 +656,8 @@ mod tests {
         let dir = scratch();
         let target = dir.path().join("t");
         std::fs::write(&target, b"old").unwrap();
-        let n = NewFile::beside(&target, ".x-").unwrap();
+        let out = check_output(&target).unwrap();
+        let n = NewFile::beside(&out, ".x-").unwrap();
         let p = n.path().to_path_buf();
         assert!(p.exists() && p.parent() == Some(dir.path()));
         assert_eq!(std::fs::metadata(&p).unwrap().permissions().mode() & 0o777, 0o600);
@@ -435,15 +665,113 @@ mod tests {
         assert!(!p.exists());
         assert_eq!(std::fs::read(&target).unwrap(), b"old");
 
-        let mut n = NewFile::beside(&target, ".x-").unwrap();
+        let mut n = NewFile::beside(&out, ".x-").unwrap();
         n.file().write_all(b"new").unwrap();
         let p = n.path().to_path_buf();
         let ro = n.finish_writing().unwrap();
         assert_eq!(getfl(&ro) & libc::O_ACCMODE, libc::O_RDONLY);
-        n.commit(&target).unwrap();
+        n.commit(&out).unwrap();
         assert!(!p.exists());
         assert_eq!(std::fs::read(&target).unwrap(), b"new");
         assert_eq!(dir_of(Path::new("bare")), Path::new("."));
+    }
+
+    #[test]
+    fn output_rule_allows_new_and_own_regular_files_only() {
+        let facts = |existing, euid, dir_sticky, dir_uid| OutputFacts {
+            existing,
+            euid,
+            dir_sticky,
+            dir_uid,
+        };
+        let ok = |f: OutputFacts| output_refusal(&f).is_none();
+        assert!(ok(facts(Existing::Missing, 1000, true, 0)));
+        assert!(ok(facts(Existing::Regular { uid: 1000 }, 1000, true, 0)));
+        for e in [
+            Existing::Symlink,
+            Existing::Directory,
+            Existing::CharDevice,
+            Existing::BlockDevice,
+            Existing::Fifo,
+            Existing::Socket,
+        ] {
+            assert!(!ok(facts(e, 0, false, 0)), "{e:?} accepted");
+            assert!(!ok(facts(e, 1000, false, 1000)), "{e:?} accepted");
+        }
+        // Another user's file: refused, except to root outside a sticky
+        // directory, or when it belongs to the sticky directory's owner.
+        assert!(!ok(facts(Existing::Regular { uid: 0 }, 1000, false, 1000)));
+        assert!(ok(facts(Existing::Regular { uid: 1000 }, 0, false, 0)));
+        assert!(!ok(facts(Existing::Regular { uid: 1000 }, 0, true, 0)));
+        assert!(ok(facts(Existing::Regular { uid: 1000 }, 0, true, 1000)));
+        let why = output_refusal(&facts(Existing::Symlink, 0, false, 0)).unwrap();
+        assert!(why.contains("symbolic link") && !why.contains('\n'), "{why}");
+    }
+
+    #[test]
+    fn commit_renames_only_over_what_was_checked() {
+        use std::os::unix::fs::symlink;
+        let dir = scratch();
+        let new = dir.path().join("new");
+        let out = check_output(&new).unwrap();
+        let n = NewFile::beside(&out, ".x-").unwrap();
+        // Something appears at the name after the check: not replaced.
+        symlink("/etc/hostname", &new).unwrap();
+        let e = n.commit(&out).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::AlreadyExists, "{e}");
+        assert!(std::fs::symlink_metadata(&new).unwrap().file_type().is_symlink());
+        // An existing file swapped for another inode: not replaced either.
+        let old = dir.path().join("old");
+        std::fs::write(&old, b"1").unwrap();
+        let out = check_output(&old).unwrap();
+        let n = NewFile::beside(&out, ".x-").unwrap();
+        let other = dir.path().join("other");
+        std::fs::write(&other, b"2").unwrap();
+        std::fs::rename(&other, &old).unwrap();
+        assert!(n.commit(&out).is_err());
+        assert_eq!(std::fs::read(&old).unwrap(), b"2");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2, "temporary file left");
+        // The check itself refuses links and devices, without following.
+        assert!(check_output(&new)
+            .unwrap_err()
+            .to_string()
+            .starts_with("refusing to write: "));
+        assert!(check_output(Path::new("/dev/null")).is_err());
+    }
+
+    #[test]
+    fn a_swapped_temporary_file_is_neither_reopened_nor_renamed() {
+        let dir = scratch();
+        let target = dir.path().join("t");
+        std::fs::write(&target, b"old").unwrap();
+        let out = check_output(&target).unwrap();
+        let mut n = NewFile::beside(&out, ".x-").unwrap();
+        let other = dir.path().join("other");
+        std::fs::write(&other, b"planted").unwrap();
+        std::fs::rename(&other, n.path()).unwrap();
+        assert!(n.finish_writing().is_err());
+        assert!(n.commit(&out).is_err());
+        assert_eq!(std::fs::read(&target).unwrap(), b"old");
+    }
+
+    #[test]
+    fn a_new_file_with_a_mode_gets_the_umask() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = scratch();
+        let out = check_output(&dir.path().join("plot.svg")).unwrap();
+        let n = NewFile::beside_with_mode(&out, ".x-", 0o666).unwrap();
+        let umask = current_umask();
+        assert_eq!(
+            n.file().metadata().unwrap().permissions().mode() & 0o777,
+            0o666 & !umask
+        );
+    }
+
+    /// The process's umask, from /proc (reading it with umask(2) changes it).
+    fn current_umask() -> u32 {
+        let s = std::fs::read_to_string("/proc/self/status").unwrap();
+        let v = s.lines().find_map(|l| l.strip_prefix("Umask:")).unwrap();
+        u32::from_str_radix(v.trim(), 8).unwrap()
     }
 
     fn getfl(f: &File) -> i32 {
@@ -473,7 +801,7 @@ mod tests {
         .unwrap();
         let meta = f.metadata().unwrap();
 
-        let n = NewFile::beside(&src, ".x-").unwrap();
+        let n = NewFile::beside(&check_output(&src).unwrap(), ".x-").unwrap();
         let skip = ["user.drop".to_string()];
         copy_metadata(
             &f,

@@ -16,7 +16,7 @@
 //! | [`doctor`]    | kernel capability report with what each finding means                |
 //! | [`explain`]   | why each text mapping of a process is or is not PMD-mapped, and the fix |
 //! | [`elf`]       | ELF eligibility (`check`), rewriter (`align`), DT_NEEDED deps         |
-//! | [`fsutil`]    | safe file replacement: temp file, owner/mode/xattrs, rename; signatures |
+//! | [`fsutil`]    | the rule for every file written (`check_output`); safe file replacement: temp file, owner/mode/xattrs, rename; signatures |
 //! | [`outcome`]   | the exit-status convention of commands that change state             |
 //! | [`pagecache`] | evict and refill a file's page cache with PMD-order folios           |
 //! | [`warm`]      | `warm`: verified PMD page cache for programs and their libraries      |

@@ -320,20 +320,15 @@ impl CollapseSupport {
 /// `PROT_READ|PROT_EXEC` at a congruent address, faulted in, and collapsed.
 pub fn collapse_supported(dir: &Path) -> Result<CollapseSupport> {
     let pmd = kernel::pmd_size();
-    let path = dir.join(format!(".hugetext-collapse-probe.{}", std::process::id()));
-    let write = || -> std::io::Result<()> {
-        let mut f = std::fs::OpenOptions::new().write(true).create_new(true).open(&path)?;
-        // RET (0xc3) everywhere: harmless text.
-        f.write_all(&vec![0xc3u8; pmd])?;
-        f.sync_all()
-    };
-    if let Err(e) = write() {
-        let _ = std::fs::remove_file(&path);
-        return Err(Error::io(&path, e));
-    }
-    let f = File::open(&path).map_err(|e| Error::io(&path, e));
-    let _ = std::fs::remove_file(&path);
-    let f = f?;
+    // Removed when `path` is dropped, right after it is opened read-only.
+    let (mut w, path) =
+        crate::fsutil::scratch_file_in(dir, ".hugetext-collapse-probe-").map_err(|e| Error::io(dir, e))?;
+    // RET (0xc3) everywhere: harmless text.
+    let written = w.write_all(&vec![0xc3u8; pmd]).and_then(|()| w.sync_all());
+    drop(w);
+    written.map_err(|e| Error::io(&*path, e))?;
+    let f = File::open(&path).map_err(|e| Error::io(&*path, e))?;
+    drop(path);
     evict(&f, 0..0)?;
     let map = Mapping::file_congruent(f.as_fd(), 0, pmd, libc::PROT_READ | libc::PROT_EXEC, pmd)?;
     map.populate_read(0, pmd)?;

@@ -43,7 +43,10 @@ pub struct Args {
     /// symlink is followed and stays a symlink).
     #[arg(value_name = "FILE")]
     pub file: PathBuf,
-    /// Write the aligned file here and leave FILE untouched.
+    /// Write the aligned file here and leave FILE untouched. OUT must be a
+    /// new name or a regular file you own (root: not another user's file in
+    /// a sticky directory such as /tmp); a symlink, directory, device, FIFO
+    /// or socket is refused.
     #[arg(short = 'o', long = "output", value_name = "OUT")]
     pub output: Option<PathBuf>,
     /// Only say what would be done.
@@ -76,7 +79,10 @@ The new file is written next to the target, re-parsed and compared byte by byte 
 the original, given its owner, mode and xattrs (file capabilities included), then
 renamed over it: a running program keeps working, and any failure (disk full, no
 permission) leaves the original as it was. Signed files (signature sections, appended
-signatures, IMA/EVM xattrs) are refused unless --force. See doc/elf.md.
+signatures, IMA/EVM xattrs) are refused unless --force. -o OUT must be a new name or
+a regular file you own: a symlink, directory, device, FIFO or socket is refused (exit 1).
+With --json, an error is a JSON object too ({\"status\": \"error\", \"error\": ...}).
+See doc/elf.md.
 
 Exit status (as for every command that changes state, see `hugetext --help`):
   0  done: rewritten (with --dry-run: would be rewritten)
@@ -91,7 +97,11 @@ pub fn run(args: Args) -> Result<u8> {
         force: args.force,
         page_size: args.page_size,
     };
-    let o = elf::align_file(&args.file, &opts)?;
+    let o = match elf::align_file(&args.file, &opts) {
+        Ok(o) => o,
+        Err(e) if args.json => return print_json_error(&args, &e),
+        Err(e) => return Err(e.into()),
+    };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&o)?);
         return Ok(o.status.exit_code());
@@ -140,4 +150,18 @@ pub fn run(args: Args) -> Result<u8> {
         eprintln!("hugetext: warning: {name}: {w}");
     }
     Ok(o.status.exit_code())
+}
+
+/// `--json` on an error: `{"status": "error", "input": ..., "error": ...}`
+/// on stdout (the line on stderr too), exit status 1.
+fn print_json_error(args: &Args, e: &hugetext::Error) -> Result<u8> {
+    let v = serde_json::json!({
+        "status": "error",
+        "input": args.file,
+        "output": args.output.as_ref().unwrap_or(&args.file),
+        "error": e.to_string(),
+    });
+    println!("{}", serde_json::to_string_pretty(&v)?);
+    eprintln!("hugetext: error: {e}");
+    Ok(1)
 }

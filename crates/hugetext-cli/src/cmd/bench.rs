@@ -64,7 +64,8 @@ enum What {
     /// folios); the state is verified and recorded per run. The sides run
     /// alternately first within each pair. Prints the median per side, the
     /// ratio huge/small and its 95% bootstrap confidence interval (wall and
-    /// CPU time).
+    /// CPU time). Afterwards every file is put back in the folio state it
+    /// was found in (a warmed file stays warm), and a note says so.
     Ab(AbArgs),
 }
 
@@ -100,7 +101,9 @@ impl UntilArgs {
 #[derive(clap::Args, Debug)]
 struct ExecArgs {
     /// Size of each variant's RET-stub file (K, M, G suffixes; whole 2 MiB
-    /// units). A run keeps all three in the page cache.
+    /// units). A run keeps all three in the page cache: refused before
+    /// anything is written when they do not fit in 90% of the free space of
+    /// --dir or in half of the available memory.
     #[arg(long, default_value = "512M", value_parser = size_arg)]
     size: u64,
     /// Runs (the minimum with --until-ci); each run measures every variant
@@ -109,6 +112,8 @@ struct ExecArgs {
     runs: u32,
     /// Directory for the stub files, on a disk filesystem (ext4, xfs).
     /// Default: $TMPDIR unless it is tmpfs, else the current directory.
+    /// They are removed at the end, on an error, and on SIGINT, SIGTERM or
+    /// SIGHUP.
     #[arg(long)]
     dir: Option<PathBuf>,
     /// Random calls per page of the file.
@@ -188,7 +193,8 @@ struct AbArgs {
     /// Print JSON instead of tables.
     #[arg(long)]
     json: bool,
-    /// Write an SVG plot of every run's time to FILE.
+    /// Write an SVG plot of every run's time to FILE (a new name or a
+    /// regular file you own; mode 0666 less the umask).
     #[arg(long, value_name = "FILE.svg")]
     plot: Option<PathBuf>,
     /// More files whose text to manage (e.g. code the warm-up run did not
@@ -588,6 +594,10 @@ fn run_ab(a: AbArgs) -> Result<u8> {
         seed: a.seed,
         show_output: a.show_output,
     };
+    if let Some(path) = &a.plot {
+        // Refused before the runs, not after them.
+        hugetext::fsutil::check_output(path).map_err(|e| hugetext::Error::io(path, e))?;
+    }
     let r = with_progress(|bar| ab::run(&opts, bar))?;
     if let Some(path) = &a.plot {
         if !r.pairs.is_empty() {

@@ -327,7 +327,11 @@ pub fn run(opts: &Options, progress: &dyn Progress) -> Result<Report> {
         return Err(Error::Invalid("--runs must be at least 1".into()));
     }
     opts.until.validate()?;
-    let dir = super::scratch_dir(opts.dir.as_deref())?;
+    let dir = super::scratch_dir(
+        opts.dir.as_deref(),
+        "--size",
+        size.saturating_mul(VARIANTS.len() as u64),
+    )?;
     let filesystem = crate::fsutil::fs_name_at(dir.path())?;
     let paths: Vec<PathBuf> = VARIANTS
         .iter()

@@ -22,10 +22,10 @@
 //! - [`ab`]: a real command run alternately with its text in small and in PMD
 //!   page-cache folios, paired, with a confidence interval.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
-use crate::{fsutil, kernel, Error, Result};
+use crate::{kernel, Error, Result};
 
 pub mod ab;
 pub mod exec;
@@ -33,46 +33,23 @@ pub mod mprotect;
 pub mod perf;
 pub mod plot;
 pub mod readahead;
+pub mod scratch;
 pub mod stats;
+
+pub use scratch::{scratch_dir, ScratchDir};
 
 pub use crate::progress::Progress;
 
-/// Choose the directory for a benchmark's scratch files: `dir` when given,
-/// else `$TMPDIR` (or `/tmp`) unless it is memory-backed, else the current
-/// directory. Refuses tmpfs/ramfs with a clear message: the exec and
-/// readahead benchmarks measure the disk page cache.
-pub fn scratch_dir(dir: Option<&Path>) -> Result<tempfile::TempDir> {
-    let base = match dir {
-        Some(d) => d.to_path_buf(),
-        None => {
-            let tmp = std::env::var_os("TMPDIR")
-                .map(PathBuf::from)
-                .unwrap_or_else(|| PathBuf::from("/tmp"));
-            match fsutil::fs_name_at(&tmp) {
-                Ok(kind) if !fsutil::is_memory_fs(&kind) => tmp,
-                _ => std::env::current_dir().map_err(|e| Error::io(".", e))?,
-            }
-        }
-    };
-    let kind = fsutil::fs_name_at(&base)?;
-    if fsutil::is_memory_fs(&kind) {
-        return Err(Error::Invalid(format!(
-            "{} is on {kind}, which has no large page-cache folios here and no readahead: \
-             pass --dir DIR on a disk filesystem (ext4, xfs)",
-            base.display()
-        )));
-    }
-    tempfile::Builder::new()
-        .prefix(".hugetext-bench-")
-        .tempdir_in(&base)
-        .map_err(|e| Error::io(&base, e))
-}
-
-/// Create (or overwrite) `path` with `size` bytes all equal to `byte`, and
-/// flush it to disk so that its page cache can be evicted afterwards.
+/// Create `path` (a new file: `O_EXCL`, never through a link) with `size`
+/// bytes all equal to `byte`, and flush it to disk so that its page cache
+/// can be evicted afterwards.
 pub fn write_filled(path: &Path, size: u64, byte: u8) -> Result<()> {
     use std::io::Write;
-    let mut f = std::fs::File::create(path).map_err(|e| Error::io(path, e))?;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+        .map_err(|e| Error::io(path, e))?;
     let block = vec![byte; 1 << 20];
     let mut left = size;
     while left > 0 {

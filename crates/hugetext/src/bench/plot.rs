@@ -5,7 +5,7 @@ use std::path::Path;
 
 use plotters::prelude::*;
 
-use crate::{Error, Result};
+use crate::{fsutil, Error, Result};
 
 /// One series to plot: a label and one value per pair (NaN = missing).
 pub struct Series<'a> {
@@ -26,16 +26,15 @@ pub fn render_svg(title: &str, y_label: &str, series: &[Series<'_>]) -> Result<S
 }
 
 /// Render and write the SVG to `path` (through a temporary file in the same
-/// directory, renamed into place).
+/// directory, renamed into place; [`fsutil::check_output`]'s rule), mode
+/// 0666 less the umask, as any new file.
 pub fn write_svg(path: &Path, title: &str, y_label: &str, series: &[Series<'_>]) -> Result<()> {
     let svg = render_svg(title, y_label, series)?;
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(|e| Error::io(dir, e))?;
-    std::io::Write::write_all(&mut tmp, svg.as_bytes()).map_err(|e| Error::io(path, e))?;
-    tmp.persist(path).map_err(|e| Error::io(path, e.error))?;
+    let out = fsutil::check_output(path).map_err(|e| Error::io(path, e))?;
+    let tmp = fsutil::NewFile::beside_with_mode(&out, ".hugetext-plot-", 0o666)
+        .map_err(|e| Error::io(fsutil::dir_of(path), e))?;
+    std::io::Write::write_all(&mut tmp.file(), svg.as_bytes()).map_err(|e| Error::io(path, e))?;
+    tmp.commit(&out).map_err(|e| Error::io(path, e))?;
     Ok(())
 }
 

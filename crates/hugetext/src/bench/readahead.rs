@@ -165,7 +165,8 @@ pub fn run(opts: &Options, progress: &dyn Progress) -> Result<Report> {
     }
     let chunk = opts.chunk.max(ps);
     let n = opts.threads as u64;
-    let dir = super::scratch_dir(opts.dir.as_deref())?;
+    // The distinct files and the shared one, all cached at the end of a run.
+    let dir = super::scratch_dir(opts.dir.as_deref(), "--size", per.saturating_mul(2 * n))?;
     let filesystem = crate::fsutil::fs_name_at(dir.path())?;
     let mut total_steps = 2 + 2 * u64::from(opts.runs);
     progress.start(total_steps);

@@ -192,28 +192,26 @@ pub fn align_file(path: &Path, opts: &AlignOptions) -> Result<AlignOutcome> {
     let inv = invalidations(path, &input, &model);
 
     // Where the result goes. In place: the symlink's target, so a symlink
-    // stays a symlink. With -o naming the input itself: also in place.
+    // stays a symlink. With -o naming the input itself: also in place. An
+    // -o that is a link, a device, ... is refused (fsutil::output_refusal).
     let mut in_place = opts.output.is_none();
     let target = match &opts.output {
         None => path.canonicalize().map_err(|e| Error::io(path, e))?,
         Some(out) => {
-            if let Ok(m) = std::fs::metadata(out) {
-                if m.dev() == in_meta.dev() && m.ino() == in_meta.ino() {
+            if let Ok(m) = std::fs::symlink_metadata(out) {
+                if m.is_file() && m.dev() == in_meta.dev() && m.ino() == in_meta.ino() {
                     in_place = true;
                 }
             }
-            if in_place {
-                out.canonicalize().map_err(|e| Error::io(out, e))?
-            } else {
-                out.clone()
-            }
+            out.clone()
         }
     };
+    let target = fsutil::check_output(&target).map_err(|e| Error::io(&target, e))?;
 
     let mut outcome = AlignOutcome {
         status: AlignStatus::Cannot,
         input: path.to_path_buf(),
-        output: target.clone(),
+        output: target.path().to_path_buf(),
         before: before.clone(),
         after: None,
         grew_by: 0,
@@ -264,7 +262,7 @@ pub fn align_file(path: &Path, opts: &AlignOptions) -> Result<AlignOutcome> {
 
     let tmp = NewFile::beside(&target, ".hugetext-align-").map_err(|e| {
         Error::io(
-            fsutil::dir_of(&target),
+            fsutil::dir_of(target.path()),
             io::Error::new(
                 e.kind(),
                 format!("cannot create a temporary file in this directory ({e})"),
@@ -273,7 +271,7 @@ pub fn align_file(path: &Path, opts: &AlignOptions) -> Result<AlignOutcome> {
     })?;
     let werr = |e: io::Error| {
         Error::io(
-            &target,
+            target.path(),
             io::Error::new(
                 e.kind(),
                 format!("writing the new file failed ({e}); the original is untouched"),
@@ -295,7 +293,7 @@ pub fn align_file(path: &Path, opts: &AlignOptions) -> Result<AlignOutcome> {
     };
     fsutil::copy_metadata(&input, &in_meta, tmp.file(), &keep).map_err(|e| {
         Error::io(
-            &target,
+            target.path(),
             io::Error::new(
                 e.kind(),
                 format!(
@@ -308,7 +306,7 @@ pub fn align_file(path: &Path, opts: &AlignOptions) -> Result<AlignOutcome> {
 
     if in_place {
         // Do not replace a file that changed under us since we read it.
-        let now = std::fs::metadata(&target).map_err(|e| Error::io(&target, e))?;
+        let now = std::fs::metadata(target.path()).map_err(|e| Error::io(target.path(), e))?;
         if now.ino() != in_meta.ino()
             || now.dev() != in_meta.dev()
             || now.size() != in_meta.size()
@@ -317,22 +315,23 @@ pub fn align_file(path: &Path, opts: &AlignOptions) -> Result<AlignOutcome> {
         {
             return Err(Error::Other(format!(
                 "{}: the file changed while it was being aligned; nothing was replaced, run align again",
-                target.display()
+                target.path().display()
             )));
         }
     }
     tmp.commit(&target).map_err(|e| {
         Error::io(
-            &target,
+            target.path(),
             io::Error::new(
                 e.kind(),
                 format!("cannot rename the new file into place ({e}); the original is untouched"),
             ),
         )
     })?;
-    let out_meta = std::fs::metadata(&target).map_err(|e| Error::io(&target, e))?;
+    let target = target.path();
+    let out_meta = std::fs::metadata(target).map_err(|e| Error::io(target, e))?;
     outcome.grew_on_disk_by = (out_meta.blocks() as i64 - in_meta.blocks() as i64) * 512;
-    outcome.after = Some(super::check_file_for(&target, opts.page_size)?);
+    outcome.after = Some(super::check_file_for(target, opts.page_size)?);
     outcome.status = AlignStatus::Rewritten;
     outcome.reasons = before.reasons.clone();
     Ok(outcome)

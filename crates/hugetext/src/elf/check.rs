@@ -174,6 +174,27 @@ pub fn whole_windows(start: u64, len: u64, pmd: u64) -> u64 {
     end.saturating_sub(first)
 }
 
+/// Bytes of the whole PMD windows (by virtual address) of the segments
+/// that count `bytes` of theirs as PMD-mappable, each window once: two
+/// PT_LOADs over the same addresses map the same memory.
+fn distinct_window_bytes(segments: &[SegmentReport], pmd: u64, bytes: impl Fn(&SegmentReport) -> u64) -> u64 {
+    let mut windows: Vec<(u64, u64)> = segments
+        .iter()
+        .filter(|s| bytes(s) > 0)
+        .map(|s| (s.vaddr.div_ceil(pmd), s.vaddr.saturating_add(s.filesz) / pmd))
+        .collect();
+    windows.sort_unstable();
+    let (mut total, mut covered) = (0u64, 0u64);
+    for (start, end) in windows {
+        let start = start.max(covered);
+        if end > start {
+            total += end - start;
+            covered = end;
+        }
+    }
+    total * pmd
+}
+
 fn skew_of(p: &Phdr, pmd: u64) -> u64 {
     p.p_vaddr.wrapping_sub(p.p_offset) & (pmd - 1)
 }
@@ -352,7 +373,7 @@ pub fn analyse(path: &Path, m: &Model, target: &Target) -> CheckReport {
             note,
         });
     }
-    let pmd_mappable_bytes = segments.iter().map(|s| s.pmd_mappable_bytes).sum();
+    let pmd_mappable_bytes = distinct_window_bytes(&segments, pmd, |s| s.pmd_mappable_bytes);
 
     let mut plan = AlignPlan::default();
     let verdict;
@@ -422,7 +443,7 @@ pub fn analyse(path: &Path, m: &Model, target: &Target) -> CheckReport {
         }
     }
     let pmd_mappable_bytes_after_align = if verdict == Verdict::Improvable {
-        segments.iter().map(|s| s.pmd_mappable_bytes_after_align).sum()
+        distinct_window_bytes(&segments, pmd, |s| s.pmd_mappable_bytes_after_align)
     } else {
         pmd_mappable_bytes
     };

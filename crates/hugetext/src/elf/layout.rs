@@ -237,11 +237,10 @@ fn parse_generic<'data, Elf: FileHeader<Endian = Endianness>, R: ReadRef<'data>>
                 ))
             }
         }
-        if ph.is_load() && (ph.p_vaddr.checked_add(ph.p_memsz).is_none() || ph.p_memsz < ph.p_filesz) {
-            return Err(format!(
-                "PT_LOAD {i} has absurd sizes (filesz {:#x}, memsz {:#x})",
-                ph.p_filesz, ph.p_memsz
-            ));
+        if ph.is_load() {
+            if let Some(why) = load_refusal(&ph) {
+                return Err(format!("PT_LOAD {i} {why}: corrupt"));
+            }
         }
         phdrs.push(ph);
     }
@@ -313,6 +312,25 @@ fn parse_generic<'data, Elf: FileHeader<Endian = Endianness>, R: ReadRef<'data>>
         interp,
         file_size,
     })
+}
+
+/// What is wrong with a PT_LOAD's extent, in words that follow "PT_LOAD N":
+/// its memory end wraps past the top of the address space, or its memory
+/// size is smaller than its file size. `None` when neither.
+fn load_refusal(p: &Phdr) -> Option<String> {
+    if p.p_vaddr.checked_add(p.p_memsz).is_none() {
+        Some(format!(
+            "ends past the top of the address space (vaddr {:#x} + memsz {:#x} wraps around)",
+            p.p_vaddr, p.p_memsz
+        ))
+    } else if p.p_memsz < p.p_filesz {
+        Some(format!(
+            "has a memory size ({:#x}) smaller than its file size ({:#x})",
+            p.p_memsz, p.p_filesz
+        ))
+    } else {
+        None
+    }
 }
 
 /// Name of a program header type, as `readelf` prints it.

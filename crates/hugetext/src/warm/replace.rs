@@ -101,9 +101,11 @@ pub fn replace_and_warm(
         .unwrap_or_default();
     let meta = std::fs::metadata(&real).map_err(|e| Error::io(&real, e))?;
     let src = File::open(&real).map_err(|e| Error::io(&real, e))?;
+    // The name must hold a regular file we may replace (fsutil's rule).
+    let out = fsutil::check_output(&real).map_err(|e| Error::io(&real, e))?;
     // Removed again on any error below.
     let mut new =
-        NewFile::beside(&real, &format!(".{name}.hugetext-")).map_err(|e| Error::io(fsutil::dir_of(&real), e))?;
+        NewFile::beside(&out, &format!(".{name}.hugetext-")).map_err(|e| Error::io(fsutil::dir_of(&real), e))?;
     let tmp = new.path().to_path_buf();
     std::io::copy(&mut &src, &mut new.file()).map_err(|e| Error::io(&tmp, e))?;
     // Same owner, mode, xattrs (security.capability among them) and times.
@@ -121,7 +123,7 @@ pub fn replace_and_warm(
         pagecache::fill_bounded(&copy, r.range())?;
     }
     drop(copy);
-    new.commit(&real).map_err(|e| Error::io(&real, e))?;
+    new.commit(&out).map_err(|e| Error::io(&real, e))?;
     let mut rep = report::measure(t, &before.filesystem, &BTreeSet::new())?.0;
     rep.replaced = true;
     rep.route = if rep.route == Route::None {

@@ -35,6 +35,13 @@
 //! be evicted (e.g. libc): they keep their folios on both sides, and the
 //! state says so.
 //!
+//! ## Afterwards
+//! Before the first pair, the folio state of every managed file is recorded
+//! ([`sides::record`]: which whole windows of its managed ranges are in PMD
+//! folios, whether it is cached); after the last one, or whatever ended the
+//! pairs, it is put back ([`sides::restore`]): a warmed file is warm again,
+//! the others are left in small folios, and the report says so (`restored`).
+//!
 //! ## Statistics
 //! Pairs alternate small-first and huge-first (ABBA..., the first side by a
 //! seeded coin), so slow drift and "second run is faster" effects hit both
@@ -55,7 +62,7 @@ use std::time::Instant;
 
 pub use files::TextFile;
 pub use report::{notes, Failure, ItlbInfo, Pair, Report, RunRecord, SideReport};
-pub use sides::{prepare, verify, TextState};
+pub use sides::{prepare, record, restore, restored_note, verify, Found, Restored, TextState};
 
 use super::perf::ItlbCounter;
 use super::stats;
@@ -167,6 +174,7 @@ pub fn run(opts: &Options, progress: &dyn Progress) -> Result<Report> {
         },
         pairs: Vec::new(),
         notes: Vec::new(),
+        restored: None,
         failure: warm.failure("warm-up".into()),
     };
     if report.failure.is_some() {
@@ -196,6 +204,43 @@ pub fn run(opts: &Options, progress: &dyn Progress) -> Result<Report> {
         }
     };
 
+    // What the runs change, put back afterwards, whatever ends them.
+    let found = sides::record(&report.files)?;
+    let measured = run_pairs(&exe, opts, counter.as_ref(), &mut report, progress);
+    let restored = sides::restore(&report.files, &found);
+    measured?;
+    let restored = restored?;
+    report.notes = report::notes(&report.files, &report.pairs);
+    report.notes.push(sides::restored_note(&restored));
+    report.restored = Some(restored);
+    let smalls: Vec<&RunRecord> = report.pairs.iter().map(|p| &p.small).collect();
+    let huges: Vec<&RunRecord> = report.pairs.iter().map(|p| &p.huge).collect();
+    report.small = report::summarize(&smalls);
+    report.huge = report::summarize(&huges);
+    if !report.pairs.is_empty() {
+        report.ratio = report.huge.median_s / report.small.median_s;
+        let (lo, hi) = stats::ratio_ci95(&report.small.runs_s, &report.huge.runs_s, opts.seed);
+        report.ci95 = [lo, hi];
+        let cpu = |side: fn(&Pair) -> &RunRecord| -> Vec<f64> {
+            report.pairs.iter().map(|p| side(p).user_s + side(p).sys_s).collect()
+        };
+        let (cs, ch) = (cpu(|p| &p.small), cpu(|p| &p.huge));
+        let (lo, hi) = stats::ratio_ci95(&cs, &ch, opts.seed);
+        report.cpu_ratio = stats::median(&ch) / stats::median(&cs);
+        report.cpu_ci95 = [lo, hi];
+    }
+    Ok(report)
+}
+
+/// The timed pairs, recorded in `report` (a failing command ends them with
+/// `report.failure` set).
+fn run_pairs(
+    exe: &std::path::Path,
+    opts: &Options,
+    counter: Option<&ItlbCounter>,
+    report: &mut Report,
+    progress: &dyn Progress,
+) -> Result<()> {
     let first_small = fastrand::Rng::with_seed(opts.seed).bool();
     for i in 0..opts.runs {
         // Balanced order: pairs alternate small-first and huge-first
@@ -210,11 +255,11 @@ pub fn run(opts: &Options, progress: &dyn Progress) -> Result<Report> {
             let t = Instant::now();
             let state = sides::prepare(&report.files, side)?;
             let prepare_s = t.elapsed().as_secs_f64();
-            if let Some(c) = &counter {
+            if let Some(c) = counter {
                 c.start();
             }
-            let ran = trace::run_once(&exe, opts, None)?;
-            let itlb_misses = counter.as_ref().and_then(|c| c.stop());
+            let ran = trace::run_once(exe, opts, None)?;
+            let itlb_misses = counter.and_then(|c| c.stop());
             if let Some(fail) = ran.failure(format!("pair {}, {} side", i + 1, side.name())) {
                 report.failure = Some(fail);
                 break;
@@ -248,22 +293,5 @@ pub fn run(opts: &Options, progress: &dyn Progress) -> Result<Report> {
             huge,
         });
     }
-    report.notes = report::notes(&report.files, &report.pairs);
-    let smalls: Vec<&RunRecord> = report.pairs.iter().map(|p| &p.small).collect();
-    let huges: Vec<&RunRecord> = report.pairs.iter().map(|p| &p.huge).collect();
-    report.small = report::summarize(&smalls);
-    report.huge = report::summarize(&huges);
-    if !report.pairs.is_empty() {
-        report.ratio = report.huge.median_s / report.small.median_s;
-        let (lo, hi) = stats::ratio_ci95(&report.small.runs_s, &report.huge.runs_s, opts.seed);
-        report.ci95 = [lo, hi];
-        let cpu = |side: fn(&Pair) -> &RunRecord| -> Vec<f64> {
-            report.pairs.iter().map(|p| side(p).user_s + side(p).sys_s).collect()
-        };
-        let (cs, ch) = (cpu(|p| &p.small), cpu(|p| &p.huge));
-        let (lo, hi) = stats::ratio_ci95(&cs, &ch, opts.seed);
-        report.cpu_ratio = stats::median(&ch) / stats::median(&cs);
-        report.cpu_ci95 = [lo, hi];
-    }
-    Ok(report)
+    Ok(())
 }

@@ -125,6 +125,9 @@ pub struct Report {
     pub pairs: Vec<Pair>,
     /// Things the reader should know to judge the result.
     pub notes: Vec<String>,
+    /// The managed files put back in the folio state found before the runs
+    /// (`null` when no run was made).
+    pub restored: Option<super::sides::Restored>,
     /// Set when a run of the command failed; the run stopped there.
     pub failure: Option<Failure>,
 }

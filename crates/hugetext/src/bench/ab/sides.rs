@@ -1,7 +1,7 @@
 //! Preparing a side (the text in small or in PMD folios) and verifying
 //! the page-cache state before each run.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::ops::Range;
 use std::os::fd::AsFd;
@@ -113,4 +113,88 @@ pub fn verify(files: &[TextFile]) -> Result<TextState> {
     }
     st.text_pmd_pct = crate::bench::exec::pct(st.pmd_kb, st.text_kb);
     Ok(st)
+}
+
+/// The folio state of one managed file before the runs, which
+/// [`restore`] puts back.
+#[derive(Debug, Clone)]
+pub struct Found {
+    /// Offsets of the whole windows of its managed ranges that were each
+    /// in one PMD folio (a warmed file's).
+    pmd_windows: BTreeSet<u64>,
+    /// Whether any of its managed ranges was cached.
+    cached: bool,
+}
+
+/// What [`restore`] put back, reported with the results.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct Restored {
+    /// Managed files.
+    pub files: usize,
+    /// Windows that were in PMD folios before the runs (in all files).
+    pub pmd_windows_found: u64,
+    /// Of those, the ones in PMD folios again after the runs.
+    pub pmd_windows_restored: u64,
+}
+
+/// The PMD windows of `tf`'s managed ranges in PMD folios, and whether any
+/// of them is cached.
+fn state_of(tf: &TextFile) -> Result<Found> {
+    let mut found = Found {
+        pmd_windows: BTreeSet::new(),
+        cached: false,
+    };
+    for r in &tf.managed_ranges {
+        let v = folio::scan_file(&tf.path, Some(r[0]..r[1]))?;
+        found.pmd_windows.extend(v.pmd_windows);
+        found.cached |= v.cached_kb > 0;
+    }
+    Ok(found)
+}
+
+/// The folio state of every managed file, before the runs.
+pub fn record(files: &[TextFile]) -> Result<Vec<Found>> {
+    files.iter().map(state_of).collect()
+}
+
+/// Put every managed file back in the folio state [`record`] found: its
+/// windows that were in PMD folios are filled with PMD folios again (a
+/// warmed file stays warm), the rest of its managed text in small folios if
+/// it was cached (else it stays evicted). Pages other processes map keep
+/// theirs, as during the runs.
+pub fn restore(files: &[TextFile], found: &[Found]) -> Result<Restored> {
+    let pmd = kernel::pmd_size() as u64;
+    let mut done = Restored {
+        files: files.len(),
+        ..Restored::default()
+    };
+    for (tf, was) in files.iter().zip(found) {
+        let f = File::open(&tf.path).map_err(|e| Error::io(&tf.path, e))?;
+        pagecache::evict(&f, 0..tf.size)?;
+        for &w in &was.pmd_windows {
+            pagecache::fill_huge(&f, w..w + pmd)?;
+        }
+        if was.cached {
+            for r in &tf.managed_ranges {
+                fill_small(&f, r[0]..r[1])?;
+            }
+        }
+        let now = state_of(tf)?;
+        done.pmd_windows_found += was.pmd_windows.len() as u64;
+        done.pmd_windows_restored += was.pmd_windows.intersection(&now.pmd_windows).count() as u64;
+    }
+    Ok(done)
+}
+
+/// The line that says what [`restore`] did.
+pub fn restored_note(r: &Restored) -> String {
+    let head = format!("the {} managed file(s) are back in the folio state found", r.files);
+    match (r.pmd_windows_found, r.pmd_windows_restored) {
+        (0, _) => format!("{head} (none had windows in PMD folios)"),
+        (f, k) if k == f => format!("{head}: the {f} window(s) that were in PMD folios (warmed) are again"),
+        (f, k) => format!(
+            "{head} but for {} of the {f} window(s) that were in PMD folios (warmed): run `hugetext warm` on them again",
+            f - k
+        ),
+    }
 }
