@@ -692,4 +692,3 @@ fn emit(counts: &mut Counts, sink: &mut impl FnMut(Segment), vpn: u64, pages: u6
         class,
     });
 }
-
