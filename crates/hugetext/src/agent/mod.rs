@@ -62,12 +62,12 @@ pub fn capabilities() -> Vec<Capability> {
         Capability {
             name: "CAP_SYS_PTRACE",
             have: eff.contains(CapabilitySet::SYS_PTRACE),
-            needed_for: "reading /proc/PID/smaps and pagemap of other users' processes; without it they are counted as unreadable",
+            needed_for: "reading /proc/PID/maps, smaps and pagemap of other users' processes; without it they are counted as unreadable",
         },
         Capability {
             name: "CAP_DAC_READ_SEARCH",
             have: eff.contains(CapabilitySet::DAC_READ_SEARCH),
-            needed_for: "opening policy files this user cannot read, to warm them",
+            needed_for: "reading /proc/kpageflags and other users' /proc/PID/pagemap (mode 0400, root) when not root, and opening policy files this user cannot read, to warm them",
         },
         Capability {
             name: "CAP_NET_ADMIN",
