@@ -692,3 +692,43 @@ fn emit(counts: &mut Counts, sink: &mut impl FnMut(Segment), vpn: u64, pages: u6
         class,
     });
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_cache_answers_only_runs_it_holds_whole_and_stays_bounded() {
+        let mut c = FlagsCache::default();
+        c.put(100, &[1, 2, 3]);
+        let mut out = [0u64; 2];
+        assert!(c.get(101, &mut out));
+        assert_eq!(out, [2, 3]);
+        let mut out = [0u64; 3];
+        assert!(!c.get(101, &mut out), "frame 103 was never read");
+        c.put(u64::MAX - 10, &vec![0; FlagsCache::MAX]);
+        assert_eq!(c.words.len(), 3, "past the bound nothing more is kept");
+    }
+
+    /// The same pages classified twice by one classifier (the second time
+    /// from its cache) give the same counts, as a fresh classifier does.
+    #[test]
+    fn cached_flags_classify_as_read_ones() {
+        let Ok(kpf) = open_kpageflags() else { return };
+        let exe = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let line = exe.lines().find(|l| l.contains("r-xp")).unwrap();
+        let (start, end) = line.split_whitespace().next().unwrap().split_once('-').unwrap();
+        let (start, end) = (
+            u64::from_str_radix(start, 16).unwrap(),
+            u64::from_str_radix(end, 16).unwrap(),
+        );
+        let pgs = kernel::page_size() as u64;
+        let pm = read_pagemap(None, start as usize, ((end - start) / pgs) as usize).unwrap();
+        let mut cls = Classifier::new(&kpf, &[]);
+        let (mut a, mut b) = (Counts::default(), Counts::default());
+        cls.classify(start / pgs, &pm, &mut a, |_| {}).unwrap();
+        cls.classify(start / pgs, &pm, &mut b, |_| {}).unwrap();
+        assert_eq!(a, b);
+        assert!(!a.is_empty());
+    }
+}

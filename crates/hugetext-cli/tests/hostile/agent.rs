@@ -157,3 +157,48 @@ fn six_hundred_idle_connections_from_another_user_do_not_stop_scrapes() {
     drop(agent);
     assert_eq!(tk::tree_state(scratch.path()), before);
 }
+
+/// A connection that sends nothing is closed by the agent within its
+/// header timeout (10 s), so connections fewer than the cap cannot be held
+/// for ever either. (Before: never closed.)
+#[test]
+fn a_connection_that_sends_nothing_is_closed() {
+    tk::attacker();
+    let scratch = tk::scratch();
+    let before = tk::tree_state(scratch.path());
+    let addr = free_addr();
+    let _agent = Kid(Command::new(tk::bin())
+        .args(["agent", "--listen", &addr])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap());
+    scrape_within(&addr, Duration::from_secs(20)).expect("agent up");
+    // As the other user: connect, send nothing, report when the agent hangs up.
+    let script = r#"
+import socket, sys, time
+host, port = sys.argv[1].rsplit(":", 1)
+s = socket.create_connection((host, int(port)))
+s.settimeout(30)
+t = time.monotonic()
+try:
+    closed = s.recv(1) == b""
+except socket.timeout:
+    closed = False
+except OSError:
+    closed = True
+print("closed" if closed else "open", round(time.monotonic() - t, 1), flush=True)
+"#;
+    let out = tk::as_attacker()
+        .args(["/usr/bin/python3", "-c", script, &addr])
+        .output()
+        .unwrap();
+    let said = tk::text(&out.stdout);
+    let mut it = said.split_whitespace();
+    assert_eq!(it.next(), Some("closed"), "{said}{}", tk::text(&out.stderr));
+    let secs: f64 = it.next().unwrap().parse().unwrap();
+    assert!(secs < 20.0, "held {secs} s");
+    scrape_within(&addr, Duration::from_secs(15)).expect("a page afterwards");
+    assert_eq!(tk::tree_state(scratch.path()), before);
+}
