@@ -512,8 +512,8 @@ struct FlagsCache {
 }
 
 impl FlagsCache {
-    /// About 20 MiB of words at most (a system's whole mapped text is far
-    /// less).
+    /// A million frames (4 GiB of 4 KiB pages; the table takes at most
+    /// about 32 MiB): a system's resident text is far less.
     const MAX: usize = 1 << 20;
 
     /// Fill `out` with the words of `pfn0..pfn0 + out.len()` if all are
