@@ -9,6 +9,7 @@ pkgs=(gcc binutils lld mold xfsprogs btrfs-progs e2fsprogs hyperfine linux-perf 
       qemu-system-x86 busybox-static kmod cpio xz-utils zstd
       qemu-system-arm gcc-aarch64-linux-gnu binutils-aarch64-linux-gnu libc6-dev-arm64-cross
       make flex bison bc libelf-dev libssl-dev)
+pkgs+=(strace systemd)  # agent_packaging.rs: the syscalls the agent makes, checked against the unit's SystemCallFilter (systemd-analyze)
 pkgs+=(gcc-aarch64-linux-gnu binutils-aarch64-linux-gnu qemu-user)  # tests/arm64.rs: cross-built AArch64 programs, run under qemu-user
 missing=()
 for p in "${pkgs[@]}"; do
@@ -45,7 +46,7 @@ if ! dpkg --print-foreign-architectures | grep -qx arm64; then
   dpkg --add-architecture arm64
   apt_get update -qq
 fi
-# hugetext agent's tests: a real Prometheus server (run by the test on
+# hugetext agent's tests: a real Prometheus server and its promtool (run by the test on
 # 127.0.0.1 with its own config, never as a service), cargo-deb to build the
 # .deb (about 4 minutes to compile when missing), and kubernetes-validate
 # (the Kubernetes JSON schemas, offline) for the manifests.

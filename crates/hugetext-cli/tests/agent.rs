@@ -24,9 +24,28 @@ fn http() -> ureq::Agent {
 
 /// GET `url`: (status, body).
 fn get(url: &str) -> (u16, String) {
-    let mut r = http().get(url).call().unwrap_or_else(|e| panic!("GET {url}: {e}"));
+    let (status, _, body) = get_as(url, "*/*");
+    (status, body)
+}
+
+/// What Prometheus sends by default: OpenMetrics preferred.
+const PROMETHEUS_ACCEPT: &str = "application/openmetrics-text;version=1.0.0;q=0.5,application/openmetrics-text;version=0.0.1;q=0.4,text/plain;version=0.0.4;q=0.3,*/*;q=0.2";
+
+/// GET `url` with an `Accept` header: (status, content type, body).
+fn get_as(url: &str, accept: &str) -> (u16, String, String) {
+    let mut r = http()
+        .get(url)
+        .header("Accept", accept)
+        .call()
+        .unwrap_or_else(|e| panic!("GET {url}: {e}"));
     let status = r.status().as_u16();
-    (status, r.body_mut().read_to_string().unwrap())
+    let ct = r
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    (status, ct, r.body_mut().read_to_string().unwrap())
 }
 
 /// A free port on 127.0.0.1 (bound, then released for the agent).
@@ -85,8 +104,9 @@ impl AgentProc {
         AgentProc::start(cmd, &addr)
     }
 
+    /// A page in the OpenMetrics format.
     fn metrics(&self) -> String {
-        let (status, body) = get(&format!("http://{}/metrics", self.addr));
+        let (status, _, body) = get_as(&format!("http://{}/metrics", self.addr), PROMETHEUS_ACCEPT);
         assert_eq!(status, 200, "{body}");
         assert!(body.ends_with("# EOF\n"), "not a whole page: {body}");
         body
@@ -214,6 +234,52 @@ fn sighup_keeps_the_old_config_on_error_and_missing_paths_are_counted() {
     assert_eq!(status, 404);
     let log = a.stop();
     assert!(log.iter().any(|l| l.contains("stopping")), "{log:?}");
+}
+
+/// The page in both formats: OpenMetrics for a scraper that asks for it
+/// (Prometheus does), the classic text format otherwise, which
+/// `promtool check metrics` accepts without a complaint.
+#[test]
+fn both_formats_are_served_and_promtool_accepts_the_classic_one() {
+    let a = AgentProc::with_config(None);
+    let url = format!("http://{}/metrics", a.addr);
+    let (status, ct, om) = get_as(&url, PROMETHEUS_ACCEPT);
+    assert_eq!(status, 200);
+    assert!(ct.starts_with("application/openmetrics-text; version=1.0.0"), "{ct}");
+    assert!(
+        om.ends_with("# EOF\n") && om.contains("# TYPE hugetext_agent info\n"),
+        "{om}"
+    );
+    for accept in [
+        "*/*",
+        "text/plain;version=0.0.4",
+        "application/openmetrics-text;q=0.1,text/plain;q=0.9",
+    ] {
+        let (status, ct, classic) = get_as(&url, accept);
+        assert_eq!(status, 200);
+        assert!(ct.starts_with("text/plain; version=0.0.4"), "{accept}: {ct}");
+        assert!(!classic.contains("# EOF") && !classic.contains("# UNIT"), "{classic}");
+        assert!(classic.contains("# TYPE hugetext_agent_info gauge\n"), "{classic}");
+        assert!(
+            classic.contains("# TYPE hugetext_scrapes_total counter\nhugetext_scrapes_total "),
+            "{classic}"
+        );
+        let mut promtool = Command::new("promtool")
+            .args(["check", "metrics"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("promtool (package prometheus; scripts/install-deps.sh installs it)");
+        std::io::Write::write_all(&mut promtool.stdin.take().unwrap(), classic.as_bytes()).unwrap();
+        let out = promtool.wait_with_output().unwrap();
+        let said = format!("{}{}", common::text(&out.stdout), common::text(&out.stderr));
+        assert!(
+            out.status.success() && said.trim().is_empty(),
+            "promtool check metrics: {said}"
+        );
+    }
+    a.stop();
 }
 
 /// Unprivileged: every scrape still works, says how it reads memory, and

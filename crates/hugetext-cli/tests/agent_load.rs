@@ -99,7 +99,10 @@ fn fifty_scrapes_a_second_for_a_minute_with_200_processes() {
                         std::thread::sleep(d);
                     }
                     let t = Instant::now();
-                    let r = http.get(format!("http://{addr}/metrics")).call();
+                    let r = http
+                        .get(format!("http://{addr}/metrics"))
+                        .header("Accept", "application/openmetrics-text")
+                        .call();
                     let ok = match r {
                         Ok(mut r) => {
                             let status = r.status().as_u16();

@@ -490,14 +490,52 @@ pub struct Segment {
 }
 
 /// Classifies PTE-mapped pages into thpmaps' classes from their pagemap
-/// entries, reading `/proc/kpageflags` once per physically contiguous run.
-/// Buffers are reused between calls.
+/// entries, reading `/proc/kpageflags` once per physically contiguous run
+/// and once per frame over its life. Buffers are reused between calls.
 pub struct Classifier<'a> {
     kpf: &'a File,
     cont_orders: Vec<u32>,
     flags: Vec<u64>,
     tmp: Vec<u64>,
     runs: Vec<(usize, usize, u64)>,
+    seen: FlagsCache,
+}
+
+/// The kpageflags words a [`Classifier`] has read, by PFN: every process
+/// that maps a library maps the same page-cache frames, so during one scan
+/// (a scrape, an inspection) each frame's flags are read from the kernel
+/// once and shared by all the processes that map it. Bounded: past
+/// [`FlagsCache::MAX`] frames, further words are read but not kept.
+#[derive(Default)]
+struct FlagsCache {
+    words: rustc_hash::FxHashMap<u64, u64>,
+}
+
+impl FlagsCache {
+    /// A million frames (4 GiB of 4 KiB pages; the table takes at most
+    /// about 32 MiB): a system's resident text is far less.
+    const MAX: usize = 1 << 20;
+
+    /// Fill `out` with the words of `pfn0..pfn0 + out.len()` if all are
+    /// known.
+    fn get(&self, pfn0: u64, out: &mut [u64]) -> bool {
+        for (k, w) in out.iter_mut().enumerate() {
+            match self.words.get(&(pfn0 + k as u64)) {
+                Some(&v) => *w = v,
+                None => return false,
+            }
+        }
+        true
+    }
+
+    fn put(&mut self, pfn0: u64, words: &[u64]) {
+        if self.words.len() + words.len() > Self::MAX {
+            return;
+        }
+        for (k, &w) in words.iter().enumerate() {
+            self.words.insert(pfn0 + k as u64, w);
+        }
+    }
 }
 
 impl<'a> Classifier<'a> {
@@ -510,7 +548,25 @@ impl<'a> Classifier<'a> {
             flags: Vec::new(),
             tmp: Vec::new(),
             runs: Vec::new(),
+            seen: FlagsCache::default(),
         }
+    }
+
+    /// The kpageflags words of `pfn0..pfn0 + n` and of the frame after
+    /// (when there is one) into `self.tmp`; how many were read.
+    fn flags_of_run(&mut self, pfn0: u64, n: usize) -> Result<usize> {
+        self.tmp.clear();
+        self.tmp.resize(n + 1, 0);
+        if self.seen.get(pfn0, &mut self.tmp) {
+            return Ok(n + 1);
+        }
+        // One pread for the run and the word after it.
+        let got = read_words_into(self.kpf, pfn0 * 8, &mut self.tmp).map_err(|e| Error::io("/proc/kpageflags", e))?;
+        if got < n {
+            return Err(Error::Other("/proc/kpageflags: short read".into()));
+        }
+        self.seen.put(pfn0, &self.tmp[..got]);
+        Ok(got)
     }
 
     /// Classify the PTE-mapped pages `[vpn0, vpn0 + pagemap.len())` of one
@@ -538,14 +594,7 @@ impl<'a> Classifier<'a> {
         // 1. kpageflags per physically contiguous run, plus the word of the
         //    page after the run (a tail there means the last folio goes on).
         for (i, j, pfn0) in pfn_runs(pagemap) {
-            // One pread for the run and the word after it.
-            self.tmp.clear();
-            self.tmp.resize(j - i + 1, 0);
-            let got =
-                read_words_into(self.kpf, pfn0 * 8, &mut self.tmp).map_err(|e| Error::io("/proc/kpageflags", e))?;
-            if got < j - i {
-                return Err(Error::Other("/proc/kpageflags: short read".into()));
-            }
+            let got = self.flags_of_run(pfn0, j - i)?;
             self.flags[i..j].copy_from_slice(&self.tmp[..j - i]);
             // At the end of physical memory there is no word after the run.
             let next = if got > j - i { self.tmp[j - i] } else { 0 };
@@ -642,4 +691,44 @@ fn emit(counts: &mut Counts, sink: &mut impl FnMut(Segment), vpn: u64, pages: u6
         kind,
         class,
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_cache_answers_only_runs_it_holds_whole_and_stays_bounded() {
+        let mut c = FlagsCache::default();
+        c.put(100, &[1, 2, 3]);
+        let mut out = [0u64; 2];
+        assert!(c.get(101, &mut out));
+        assert_eq!(out, [2, 3]);
+        let mut out = [0u64; 3];
+        assert!(!c.get(101, &mut out), "frame 103 was never read");
+        c.put(u64::MAX - 10, &vec![0; FlagsCache::MAX]);
+        assert_eq!(c.words.len(), 3, "past the bound nothing more is kept");
+    }
+
+    /// The same pages classified twice by one classifier (the second time
+    /// from its cache) give the same counts, as a fresh classifier does.
+    #[test]
+    fn cached_flags_classify_as_read_ones() {
+        let Ok(kpf) = open_kpageflags() else { return };
+        let exe = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let line = exe.lines().find(|l| l.contains("r-xp")).unwrap();
+        let (start, end) = line.split_whitespace().next().unwrap().split_once('-').unwrap();
+        let (start, end) = (
+            u64::from_str_radix(start, 16).unwrap(),
+            u64::from_str_radix(end, 16).unwrap(),
+        );
+        let pgs = kernel::page_size() as u64;
+        let pm = read_pagemap(None, start as usize, ((end - start) / pgs) as usize).unwrap();
+        let mut cls = Classifier::new(&kpf, &[]);
+        let (mut a, mut b) = (Counts::default(), Counts::default());
+        cls.classify(start / pgs, &pm, &mut a, |_| {}).unwrap();
+        cls.classify(start / pgs, &pm, &mut b, |_| {}).unwrap();
+        assert_eq!(a, b);
+        assert!(!a.is_empty());
+    }
 }

@@ -690,7 +690,7 @@ type FileRanges = Vec<(u64, u64, Class)>;
 /// text is counted once.
 #[derive(Default)]
 struct UniqueAcc {
-    files: HashMap<FileKey, FileRanges>,
+    files: HashMap<FileKey, FileRanges, rustc_hash::FxBuildHasher>,
     /// File-kind pages of mappings without an inode (vdso): not shared by key.
     direct: Counts,
 }

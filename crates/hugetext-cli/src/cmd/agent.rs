@@ -8,13 +8,14 @@ use hugetext::agent::{self, Agent, Options};
 
 /// What `hugetext agent --help` prints after the options.
 const ABOUT: &str = "\
-A long-running daemon. GET /metrics returns OpenMetrics text built at scrape time by the \
+A long-running daemon. GET /metrics returns a page built at scrape time by the \
 code behind `hugetext inspect`: text bytes by kind (file, anon) and class (base page, \
 PTE-mapped large folio by size, PMD-mapped) and the PMD-mapped ratio, per file mapped as \
 text and per cgroup (never per pid; at most max_series series per family, the rest \
 counted in hugetext_series_dropped_total); the page-cache state of the policy's files; \
 the kernel's file-THP counters from /proc/vmstat; the agent's scrape duration, errors \
-and actions. GET /healthz returns ok.
+and actions; in the OpenMetrics format to a scraper that asks for it (Prometheus \
+does), else in the classic Prometheus text format. GET /healthz returns ok.
 
 With --config (the warm config file; its [agent] table adds globs, an auto rule, the \
 rate limit and the listen address), the agent keeps the listed programs warm: when a \
@@ -23,8 +24,11 @@ process maps, within the memory guard (max_mem) and the rate limit, and logs and
 each action. It never touches a running process and never replaces a file.
 
 SIGHUP reloads the config (a bad one is reported and the old one stays in force); \
-SIGTERM and SIGINT stop it. It runs unprivileged and says at startup which capability \
-each missing feature needs. See doc/agent.md.";
+SIGTERM and SIGINT stop it. It needs no root: run it as a user of its own with four \
+capabilities (CAP_SYS_ADMIN, CAP_DAC_READ_SEARCH, CAP_SYS_PTRACE, CAP_NET_ADMIN; the \
+systemd unit does); with fewer it still serves, and says at startup which capability \
+each missing feature needs. At most 128 connections (fewer under a low open-file \
+limit), each closed after 10 s without a whole request header. See doc/agent.md.";
 
 /// Arguments of `hugetext agent`.
 #[derive(clap::Args, Debug)]

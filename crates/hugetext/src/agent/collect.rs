@@ -443,6 +443,81 @@ pub fn scrape(m: &AgentMetrics, input: &ScrapeInput) -> Result<String> {
     Ok(page)
 }
 
+/// `Content-Type` of the OpenMetrics text format.
+pub const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+/// `Content-Type` of the classic Prometheus text format.
+pub const CLASSIC: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// Whether a request's `Accept` header prefers OpenMetrics to the classic
+/// text format (what Prometheus sends by default; curl's `*/*` gets the
+/// classic format).
+pub fn wants_openmetrics(accept: &str) -> bool {
+    let (mut om, mut text) = (0.0f32, 0.0f32);
+    for range in accept.split(',') {
+        let mut params = range.split(';').map(str::trim);
+        let media = params.next().unwrap_or("").to_ascii_lowercase();
+        let q = params
+            .filter_map(|p| p.strip_prefix("q="))
+            .find_map(|v| v.parse::<f32>().ok())
+            .unwrap_or(1.0);
+        match media.as_str() {
+            "application/openmetrics-text" => om = om.max(q),
+            "text/plain" | "text/*" | "*/*" => text = text.max(q),
+            _ => {}
+        }
+    }
+    om > 0.0 && om >= text
+}
+
+/// The classic Prometheus text format (0.0.4) of an OpenMetrics page made
+/// by [`scrape`]: counter families are named with their `_total` samples,
+/// info families become gauges named `_info`, and the `# UNIT` and `# EOF`
+/// lines (which the classic format does not have) are left out.
+pub fn to_classic(openmetrics: &str) -> String {
+    let types: HashMap<&str, &str> = openmetrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE ")?.split_once(' '))
+        .collect();
+    let mut out = String::with_capacity(openmetrics.len());
+    for line in openmetrics.lines() {
+        let meta = line
+            .strip_prefix("# HELP ")
+            .map(|r| ("HELP", r))
+            .or_else(|| line.strip_prefix("# TYPE ").map(|r| ("TYPE", r)));
+        match meta {
+            Some((kw, rest)) => {
+                let (name, tail) = rest.split_once(' ').unwrap_or((rest, ""));
+                let ty = types.get(name).copied().unwrap_or("unknown");
+                let (name, tail) = classic_meta(kw, name, ty, tail);
+                out.push_str(&format!("# {kw} {name} {tail}\n"));
+            }
+            None if line.starts_with("# ") || line.is_empty() => {}
+            None => {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+    }
+    out
+}
+
+/// A `# HELP`/`# TYPE` line's family name and rest in the classic format.
+fn classic_meta(kw: &str, name: &str, ty: &str, tail: &str) -> (String, String) {
+    let name = match ty {
+        "counter" => format!("{name}_total"),
+        "info" => format!("{name}_info"),
+        _ => name.to_string(),
+    };
+    let tail = match (kw, tail) {
+        ("TYPE", "info") => "gauge".to_string(),
+        ("TYPE", "unknown") => "untyped".to_string(),
+        // OpenMetrics escapes quotes in help text; the classic format does not.
+        ("HELP", t) => t.replace("\\\"", "\""),
+        (_, t) => t.to_string(),
+    };
+    (name, tail)
+}
+
 fn method_name(m: Method) -> &'static str {
     match m {
         Method::PagemapScan => "pagemap-scan",
@@ -472,6 +547,34 @@ mod tests {
         assert_eq!(v, vec![("thp_file_alloc", 5), ("nr_file_hugepages", 2)]);
         let real = parse_vmstat(&std::fs::read_to_string("/proc/vmstat").unwrap());
         assert!(real.iter().any(|(k, _)| *k == "thp_file_mapped"), "{real:?}");
+    }
+
+    #[test]
+    fn openmetrics_only_for_scrapers_that_prefer_it() {
+        assert!(wants_openmetrics(
+            "application/openmetrics-text;version=1.0.0;q=0.5,text/plain;version=0.0.4;q=0.3,*/*;q=0.2"
+        ));
+        assert!(wants_openmetrics("application/openmetrics-text"));
+        assert!(!wants_openmetrics("*/*"));
+        assert!(!wants_openmetrics("text/plain;version=0.0.4"));
+        assert!(!wants_openmetrics(
+            "application/openmetrics-text;q=0.2,text/plain;q=0.9"
+        ));
+        assert!(!wants_openmetrics("application/openmetrics-text;q=0"));
+        assert!(!wants_openmetrics(""));
+    }
+
+    #[test]
+    fn classic_format_names_counters_and_infos_as_their_samples() {
+        let om = "# HELP a_scrapes Scrapes \\\"served\\\".\n# TYPE a_scrapes counter\na_scrapes_total 3\n\
+                  # HELP a_agent How.\n# TYPE a_agent info\na_agent_info{m=\"x\"} 1\n\
+                  # HELP a_text_bytes Text.\n# TYPE a_text_bytes gauge\n# UNIT a_text_bytes bytes\na_text_bytes 5\n# EOF\n";
+        assert_eq!(
+            to_classic(om),
+            "# HELP a_scrapes_total Scrapes \"served\".\n# TYPE a_scrapes_total counter\na_scrapes_total 3\n\
+             # HELP a_agent_info How.\n# TYPE a_agent_info gauge\na_agent_info{m=\"x\"} 1\n\
+             # HELP a_text_bytes Text.\n# TYPE a_text_bytes gauge\na_text_bytes 5\n"
+        );
     }
 
     #[test]

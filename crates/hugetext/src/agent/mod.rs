@@ -9,12 +9,16 @@
 //! - [`actions`]: warming through [`crate::warm`], never touching a running
 //!   process.
 //!
-//! Threads: two serve HTTP, one keeps the policy, the caller's thread
-//! handles signals (SIGHUP reloads the config, keeping the old one when the
-//! new one is bad; SIGTERM/SIGINT stop cleanly).
+//! - [`http`]: the listener, bounded in connections, time and threads.
+//!
+//! Threads: one serves HTTP (an event loop) with up to eight that build
+//! pages, one keeps the policy, the caller's thread handles signals (SIGHUP
+//! reloads the config, keeping the old one when the new one is bad;
+//! SIGTERM/SIGINT stop cleanly).
 
 pub mod actions;
 pub mod collect;
+pub mod http;
 pub mod policy;
 pub mod watch;
 
@@ -58,12 +62,12 @@ pub fn capabilities() -> Vec<Capability> {
         Capability {
             name: "CAP_SYS_PTRACE",
             have: eff.contains(CapabilitySet::SYS_PTRACE),
-            needed_for: "reading /proc/PID/smaps and pagemap of other users' processes; without it they are counted as unreadable",
+            needed_for: "reading /proc/PID/maps, smaps and pagemap of other users' processes; without it they are counted as unreadable",
         },
         Capability {
             name: "CAP_DAC_READ_SEARCH",
             have: eff.contains(CapabilitySet::DAC_READ_SEARCH),
-            needed_for: "opening policy files this user cannot read, to warm them",
+            needed_for: "reading /proc/kpageflags and other users' /proc/PID/pagemap (mode 0400, root) when not root, and opening policy files this user cannot read, to warm them",
         },
         Capability {
             name: "CAP_NET_ADMIN",
@@ -107,16 +111,21 @@ struct Shared {
 /// An agent listening and keeping its policy; [`Agent::stop`] ends it.
 pub struct Agent {
     shared: Arc<Shared>,
-    server: Arc<tiny_http::Server>,
+    stop_http: Arc<tokio::sync::Notify>,
     threads: Vec<std::thread::JoinHandle<()>>,
     config_path: Option<PathBuf>,
     /// The address it listens on.
     pub addr: std::net::SocketAddr,
 }
 
-/// Enough that requests arriving during a collection can wait for it
-/// together.
-const HTTP_THREADS: usize = 8;
+/// One page in both formats.
+struct Page {
+    openmetrics: String,
+    classic: String,
+}
+
+/// A page, or why there is none.
+type PageResult = std::result::Result<Page, String>;
 
 /// The collection in progress, and the last page.
 #[derive(Default)]
@@ -124,12 +133,12 @@ struct Flight {
     running: bool,
     /// Collections finished.
     landed: u64,
-    last: Option<Arc<std::result::Result<String, String>>>,
+    last: Option<Arc<PageResult>>,
 }
 
 /// A page collected after this call began, or while it waited: the first
 /// request collects, those arriving meanwhile share its result.
-fn page(sh: &Shared) -> Arc<std::result::Result<String, String>> {
+fn page(sh: &Shared) -> Arc<PageResult> {
     let mut f = sh.flight.lock().unwrap_or_else(|e| e.into_inner());
     if f.running {
         let mine = f.landed;
@@ -149,7 +158,10 @@ fn page(sh: &Shared) -> Arc<std::result::Result<String, String>> {
         folio_sizes: true,
     };
     let r = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| collect::scrape(&sh.metrics, &input))) {
-        Ok(Ok(page)) => Ok(page),
+        Ok(Ok(page)) => Ok(Page {
+            classic: collect::to_classic(&page),
+            openmetrics: page,
+        }),
         Ok(Err(e)) => Err(e.to_string()),
         Err(_) => Err("internal error".to_string()),
     };
@@ -177,13 +189,6 @@ impl Agent {
                 "--listen {listen:?}: {e} (give ADDR:PORT, e.g. 127.0.0.1:9437)"
             ))
         })?;
-        let server =
-            tiny_http::Server::http(sa).map_err(|e| Error::Invalid(format!("cannot listen on {listen}: {e}")))?;
-        let addr = server
-            .server_addr()
-            .to_ip()
-            .ok_or_else(|| Error::Invalid(format!("cannot listen on {listen}: not an IP address")))?;
-        let server = Arc::new(server);
         // One malloc arena per serving thread would let a long-running
         // process's heap grow with the number of threads that ever built or
         // sent a page; two are plenty here.
@@ -201,16 +206,14 @@ impl Agent {
             landed: std::sync::Condvar::new(),
             stop: AtomicBool::new(false),
         });
-        let mut threads = Vec::new();
-        for _ in 0..HTTP_THREADS {
-            let (s, sh) = (server.clone(), shared.clone());
-            threads.push(std::thread::spawn(move || serve(&s, &sh)));
-        }
+        let stop_http = Arc::new(tokio::sync::Notify::new());
+        let (addr, t) = http::start(sa, shared.clone(), http::Limits::of_this_process(), stop_http.clone())?;
+        let mut threads = vec![t];
         let sh = shared.clone();
         threads.push(std::thread::spawn(move || keep(&sh)));
         Ok(Agent {
             shared,
-            server,
+            stop_http,
             threads,
             config_path: opts.config.clone(),
             addr,
@@ -275,9 +278,7 @@ impl Agent {
     /// Stop the threads and wait for them (an in-flight scrape finishes).
     pub fn stop(mut self) {
         self.shared.stop.store(true, Ordering::SeqCst);
-        for _ in 0..HTTP_THREADS {
-            self.server.unblock();
-        }
+        self.stop_http.notify_one();
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
@@ -301,70 +302,6 @@ impl Agent {
         }
         self.stop();
         Ok(())
-    }
-}
-
-/// A page shared by the requests that waited for it, sent without a copy.
-struct PageBytes(Arc<std::result::Result<String, String>>);
-
-impl AsRef<[u8]> for PageBytes {
-    fn as_ref(&self) -> &[u8] {
-        match &*self.0 {
-            Ok(p) => p.as_bytes(),
-            Err(e) => e.as_bytes(),
-        }
-    }
-}
-
-fn respond_with<R: std::io::Read>(req: tiny_http::Request, code: u16, content_type: &str, body: R, len: usize) {
-    let header = tiny_http::Header::from_bytes(&b"Content-Type"[..], content_type.as_bytes()).expect("a valid header");
-    let resp = tiny_http::Response::new(code.into(), vec![header], body, Some(len), None);
-    // A client that went away: nothing to do.
-    let _ = req.respond(resp);
-}
-
-fn respond(req: tiny_http::Request, code: u16, content_type: &str, body: String) {
-    let len = body.len();
-    respond_with(req, code, content_type, std::io::Cursor::new(body), len);
-}
-
-/// Serve requests until stopped.
-fn serve(server: &tiny_http::Server, sh: &Shared) {
-    while !sh.stop.load(Ordering::SeqCst) {
-        let req = match server.recv() {
-            Ok(r) => r,
-            Err(_) => continue,
-        };
-        if sh.stop.load(Ordering::SeqCst) {
-            respond(req, 503, "text/plain", "stopping\n".into());
-            break;
-        }
-        let path = req.url().split('?').next().unwrap_or("").to_string();
-        match (req.method(), path.as_str()) {
-            (tiny_http::Method::Get, "/metrics") => match page(sh) {
-                p if p.is_ok() => {
-                    let body = PageBytes(p);
-                    let len = body.as_ref().len();
-                    let ct = "application/openmetrics-text; version=1.0.0; charset=utf-8";
-                    respond_with(req, 200, ct, std::io::Cursor::new(body), len);
-                }
-                p => {
-                    let e = p.as_ref().as_ref().err().cloned().unwrap_or_default();
-                    sh.metrics.error("failed", 1);
-                    log(&format!("scrape failed: {e}"));
-                    respond(req, 500, "text/plain", format!("scrape failed: {e}\n"));
-                }
-            },
-            (tiny_http::Method::Get, "/healthz") => respond(req, 200, "text/plain", "ok\n".into()),
-            (tiny_http::Method::Get, "/") => respond(
-                req,
-                200,
-                "text/html",
-                "<html><body><a href=\"/metrics\">/metrics</a> <a href=\"/healthz\">/healthz</a></body></html>\n"
-                    .into(),
-            ),
-            _ => respond(req, 404, "text/plain", "not found: try /metrics or /healthz\n".into()),
-        }
     }
 }
 
