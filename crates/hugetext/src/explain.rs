@@ -721,7 +721,7 @@ fn mapping_facts(pid: i32, t: &remap::TextMapping, offset: u64, fs_cache: &mut F
     let file_path = if std::fs::File::open(&mapped).is_ok() {
         mapped
     } else {
-        PathBuf::from(&t.path)
+        procfs::name_path(&t.path)
     };
     // Text mappings map executable segments; a read-only segment before
     // the text can share its first page.
@@ -743,11 +743,12 @@ fn mapping_facts(pid: i32, t: &remap::TextMapping, offset: u64, fs_cache: &mut F
         },
     });
     if let Ok(file) = std::fs::File::open(&file_path) {
-        let dir = Path::new(&t.path).parent().unwrap_or(Path::new("/")).to_path_buf();
+        let named = procfs::name_path(&t.path);
+        let dir = named.parent().unwrap_or(Path::new("/")).to_path_buf();
         let mut fs = fs_cache.get(&file, &dir);
         // An overlay maps the file of the layer it comes from: that filesystem decides.
         if fs.name == "overlayfs" {
-            if let Some(layer) = fsutil::overlay_layer_of(Path::new(&t.path)) {
+            if let Some(layer) = fsutil::overlay_layer_of(&named) {
                 if let Ok(real) = std::fs::File::open(&layer) {
                     let under = fs_cache.get(&real, layer.parent().unwrap_or(Path::new("/")));
                     fs = FsFacts {
@@ -823,7 +824,7 @@ fn unit_of(pid: i32) -> Option<UnitFacts> {
     if !Path::new("/run/systemd/system").is_dir() {
         return None;
     }
-    let name = unit_of_cgroup(&crate::procfs::read_proc(Some(pid), "cgroup").ok()?)?;
+    let name = unit_of_cgroup(&crate::procfs::read_proc_names(Some(pid), "cgroup").ok()?)?;
     let memory_thp = std::process::Command::new("systemctl")
         .args(["show", "--property=MemoryTHP", "--value", &name])
         .stderr(std::process::Stdio::null())
@@ -882,7 +883,7 @@ fn gather_one(pid: i32, fs_cache: &mut FsCache) -> Result<ProcessFacts> {
         .iter()
         .find(|v| {
             v.is_exec()
-                && Path::new(&v.path)
+                && v.file_path()
                     .file_name()
                     .and_then(|n| n.to_str())
                     .is_some_and(|n| n.starts_with("ld-") && n.contains(".so"))
@@ -892,7 +893,10 @@ fn gather_one(pid: i32, fs_cache: &mut FsCache) -> Result<ProcessFacts> {
                 .loaders
                 .entry(v.path.clone())
                 .or_insert_with(|| {
-                    loader_knows_elf_thp(&Path::new(&format!("/proc/{pid}/root")).join(v.path.trim_start_matches('/')))
+                    loader_knows_elf_thp(
+                        &Path::new(&format!("/proc/{pid}/root"))
+                            .join(v.file_path().strip_prefix("/").unwrap_or(Path::new(""))),
+                    )
                 })
                 .to_owned();
             LoaderFacts {
@@ -904,9 +908,7 @@ fn gather_one(pid: i32, fs_cache: &mut FsCache) -> Result<ProcessFacts> {
         pid,
         comm: st.comm,
         thp_disabled,
-        exe: std::fs::read_link(format!("/proc/{pid}/exe"))
-            .ok()
-            .map(|p| p.to_string_lossy().into_owned()),
+        exe: procfs::read_exe(pid),
         loader,
         glibc_tunables: glibc_tunables_of(pid),
         unit: unit_of(pid),
@@ -939,7 +941,7 @@ pub fn wait_loaded(pid: i32, libs: &[PathBuf], timeout: std::time::Duration) -> 
     let want: Vec<String> = libs
         .iter()
         .filter_map(|l| l.canonicalize().ok())
-        .map(|l| l.to_string_lossy().into_owned())
+        .map(|l| procfs::path_name(&l))
         .collect();
     let mut last_rss = u64::MAX;
     let mut stable = 0;
