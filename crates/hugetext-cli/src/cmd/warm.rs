@@ -30,8 +30,9 @@ are impossible. See doc/warm.md.
 Exit status (as for every command that changes state, see `hugetext --help`): 0 done: \
 a file was warmed (whatever stayed small is reported); 1 error: a file could not be \
 warmed (the others still are); 2 nothing to do: no file has a whole 2 MiB window of \
-text; 3 impossible here: this filesystem gives no PMD folios (route: none). An error \
-wins over done, done over impossible. Bad arguments: 2 (before anything is done).";
+text; 3 impossible here: this filesystem gives no PMD folios (route: none), or nothing \
+was warmed (running processes map every window; stderr names them). An error wins over \
+done, done over impossible. Bad arguments: 2 (before anything is done).";
 
 /// Arguments of `hugetext warm` (the long description is in [`ABOUT`]).
 #[derive(clap::Args, Debug)]
@@ -152,6 +153,14 @@ pub fn run(args: Args) -> Result<u8> {
             if let FileOutcome::Warmed(rep) = f {
                 print_human(rep);
             }
+        }
+    }
+    for f in &report.files {
+        if let Some(why) = match f {
+            FileOutcome::Warmed(rep) => rep.nothing_warmed(),
+            FileOutcome::Failed { .. } => None,
+        } {
+            eprintln!("hugetext: {why}");
         }
     }
     Ok(report.outcome().exit_code())

@@ -249,6 +249,7 @@ pub fn warm_target(t: &Target, opts: &WarmOptions, ctx: &mut WarmContext) -> Res
                 report.blocked_windows,
                 human(report.blocked_kb * KIB),
             ));
+            report::unblock(&mut report);
         } else {
             report.notes.push(format!(
                 "{} window(s) ({}) stay small: running processes map them ({}); they get PMD folios once those exit, \

@@ -87,18 +87,51 @@ pub struct FileReport {
 
 impl FileReport {
     /// In the convention of every state-changing command: no whole 2 MiB
-    /// window to warm is nothing to do, `route: none` (no PMD folios on
-    /// this filesystem) is impossible here, anything else is done (what
-    /// stayed small is reported).
+    /// window to warm is nothing to do; `route: none` (no PMD folios on
+    /// this filesystem), or no window in a PMD folio afterwards (running
+    /// processes map them all, see `blocked_by`), is impossible here;
+    /// anything else is done (what stayed small is reported).
     pub fn outcome(&self) -> crate::Outcome {
         if self.eligible_windows == 0 {
             crate::Outcome::NothingToDo
-        } else if self.route == Route::None {
+        } else if self.route == Route::None || self.pmd_windows == 0 {
             crate::Outcome::Impossible
         } else {
             crate::Outcome::Done
         }
     }
+
+    /// Why nothing was warmed, in one line, when [`FileReport::outcome`]
+    /// is impossible for a file with windows to warm.
+    pub fn nothing_warmed(&self) -> Option<String> {
+        if self.outcome() != crate::Outcome::Impossible {
+            return None;
+        }
+        let why = if self.route == Route::None {
+            format!("no PMD folios on this filesystem ({})", self.filesystem)
+        } else if !self.blocked_by.is_empty() {
+            format!(
+                "running processes map it ({}); they get PMD folios once those exit, or use --replace",
+                super::pid_list(&self.blocked_by)
+            )
+        } else {
+            "no window became a PMD folio (see the notes)".into()
+        };
+        Some(format!(
+            "{}: nothing warmed (0/{} windows): {why}",
+            self.path.display(),
+            self.eligible_windows
+        ))
+    }
+}
+
+/// No process maps the file after all: what could not be evicted stayed
+/// small for another reason (pages pinned or under I/O), not "blocked".
+pub(super) fn unblock(rep: &mut FileReport) {
+    rep.small.other_kb += rep.small.blocked_kb;
+    rep.small.blocked_kb = 0;
+    rep.blocked_kb = 0;
+    rep.blocked_windows = 0;
 }
 
 /// Read back the folio sizes of `t`'s ranges and classify what is small.
