@@ -100,6 +100,10 @@ pub struct MappingFacts {
     pub pte_unknown_kb: u64,
     /// `nh` in smaps `VmFlags`: MADV_NOHUGEPAGE.
     pub nohugepage: bool,
+    /// Whole windows of the mapping with no page mapped at all (never
+    /// executed since the process started, or dropped), from the present
+    /// bits of `/proc/PID/pagemap`.
+    pub unmapped_windows: u64,
     /// `None` for copies.
     pub layout: Option<Layout>,
     /// `None` for copies, or when it could not be told.
@@ -195,6 +199,10 @@ pub enum Reason {
     CacheSmallFolios,
     /// PMD folios in the page cache, mapped by PTEs.
     MappedBeforeWarm,
+    /// PMD folios in the page cache, and the windows that are not
+    /// PMD-mapped are not mapped at all yet: the first execution maps them
+    /// with a PMD.
+    NotFaultedYet,
     /// A copy from `hugetext run` that is not in huge pages.
     CopyNotHuge,
     /// None of the above could be established (the evidence says why).
@@ -414,11 +422,29 @@ pub fn decide(sys: &SystemFacts, p: &ProcessFacts, m: &MappingFacts) -> Verdict 
                 gain,
             )
         }
+        Some(Ok(c)) if m.unmapped_windows > 0 && m.unmapped_windows * pmd_kb >= gain => verdict(
+            Reason::NotFaultedYet,
+            format!(
+                "all {} whole windows are {pmd_w} folios in the page cache; {} of them {} not mapped yet (never executed since the process started, or dropped): \
+                 the kernel maps {} with a PMD when first executed, because the page cache holds {} in {pmd_w} folios",
+                c.windows,
+                m.unmapped_windows,
+                if m.unmapped_windows == 1 { "is" } else { "are" },
+                if m.unmapped_windows == 1 { "it" } else { "each" },
+                if m.unmapped_windows == 1 { "it" } else { "them" },
+            ),
+            None,
+            gain,
+        ),
         Some(Ok(c)) => verdict(
             Reason::MappedBeforeWarm,
             format!(
-                "all {} whole windows are {pmd_w} folios in the page cache, but this process maps them with base-page page-table entries (it mapped them before they were {pmd_w} folios, or while huge pages were off for it)",
-                c.windows
+                "all {} whole windows are {pmd_w} folios in the page cache, but this process maps them with base-page page-table entries (it mapped them before they were {pmd_w} folios, or while huge pages were off for it){}",
+                c.windows,
+                match m.unmapped_windows {
+                    0 => String::new(),
+                    n => format!("; {n} more not mapped yet (a PMD when first executed)"),
+                }
             ),
             Some(match sys.read_only_thp_for_fs {
                 Some(true) => "restart the program (or start it with `hugetext run`); with CONFIG_READ_ONLY_THP_FOR_FS, khugepaged also maps them with PMDs in place where THP is `always` or the mapping is MADV_HUGEPAGE".into(),
@@ -685,6 +711,22 @@ impl FsCache {
     }
 }
 
+/// Whole PMD windows of `[start, end)` in process `pid` with no page
+/// present (pagemap's present bit; readable without privilege).
+fn unmapped_windows(pid: i32, start: u64, end: u64) -> Result<u64> {
+    let pmd = kernel::pmd_size() as u64;
+    let per = (pmd / kernel::page_size() as u64) as usize;
+    let (ws, we) = (start.div_ceil(pmd) * pmd, end / pmd * pmd);
+    if ws >= we {
+        return Ok(0);
+    }
+    let words = folio::read_pagemap(Some(pid), ws as usize, ((we - ws) / pmd) as usize * per)?;
+    Ok(words
+        .chunks(per)
+        .filter(|w| w.iter().all(|&x| x & folio::PM_PRESENT == 0))
+        .count() as u64)
+}
+
 fn kb_of(counts: &Counts) -> (u64, u64, u64, u64) {
     let ps = kernel::page_size() as u64 / 1024;
     let (mut pmd, mut large, mut base, mut unknown) = (0, 0, 0, 0);
@@ -877,6 +919,7 @@ fn gather_one(pid: i32, fs_cache: &mut FsCache) -> Result<ProcessFacts> {
             (m.pmd_kb, m.pte_large_kb, m.base_kb, m.pte_unknown_kb) = kb_of(c);
         }
         m.nohugepage = flags.iter().any(|(s, f)| *s == t.start && f.iter().any(|x| x == "nh"));
+        m.unmapped_windows = unmapped_windows(pid, t.start, t.end).unwrap_or(0);
         mappings.push(m);
     }
     let loader = vmas
