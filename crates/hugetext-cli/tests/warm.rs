@@ -228,7 +228,8 @@ fn blocked_by_a_running_process_is_reported_and_the_process_is_unharmed() {
     // program maps them.
     let r = common::Running::fixture(&exe);
     // Nothing could be warmed: impossible (3), and stderr names who maps it.
-    let (v, err) = warm_json_exit(&[exe.to_str().unwrap()], 3);
+    // (--force: this PIE's text is not PMD-mappable at run time.)
+    let (v, err) = warm_json_exit(&["--force", exe.to_str().unwrap()], 3);
     let e = file_entry(&v, "pie");
     assert_eq!(e["pmd_windows"], 0, "{e:#}");
     assert!(
@@ -277,14 +278,14 @@ fn replace_warms_a_copy_and_keeps_metadata() {
     // A hard link makes --replace refuse, and nothing changes.
     let link = dir.path().join("pie-link");
     std::fs::hard_link(&exe, &link).unwrap();
-    let out = common::hugetext(&["warm", "--replace", exe.to_str().unwrap()]);
+    let out = common::hugetext(&["warm", "--force", "--replace", exe.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("hard links") && err.lines().count() == 1, "{err}");
     assert_eq!(std::fs::metadata(&exe).unwrap().ino(), old_ino);
     std::fs::remove_file(&link).unwrap();
 
-    let v = warm_json(&["--replace", exe.to_str().unwrap()]);
+    let v = warm_json(&["--force", "--replace", exe.to_str().unwrap()]);
     let e = file_entry(&v, "pie");
     assert_eq!(e["replaced"], true, "{e:#}");
     assert_eq!(e["route"], "replace");
@@ -461,6 +462,39 @@ fn freshly_written_file_is_warmed_on_the_first_run() {
     );
     assert_eq!(f["pmd_windows"], f["eligible_windows"], "{f:#}");
     assert_eq!(f["blocked_kb"], 0, "{f:#}");
+}
+
+#[test]
+fn text_no_process_can_pmd_map_is_left_as_it_is_unless_forced() {
+    // A PIE with p_align < 2 MiB (the kernel loads it page-aligned) and a
+    // non-PIE whose segments are not 2 MiB-congruent (lld): filling their
+    // page cache with 2 MiB folios only costs memory.
+    let dir = common::scratch();
+    for (linker, name, why) in [("bfd", "pie", "p_align"), ("lld", "nopie", "not a multiple")] {
+        let p = common::copy_fixture(dir.path(), linker, name);
+        common::read_small(&p);
+        let (v, err) = warm_json_exit(&[p.to_str().unwrap()], 3);
+        let f = file_entry(&v, name);
+        assert_eq!(f["route"], "needs-align", "{f:#}");
+        assert_eq!(f["pmd_windows"], 0, "nothing filled: {f:#}");
+        assert_eq!(f["small"]["no_large_folios_kb"], 0, "{f:#}");
+        let notes = f["notes"].to_string();
+        assert!(
+            notes.contains(&format!("hugetext align {}", p.display())) && notes.contains(why),
+            "{notes}"
+        );
+        assert!(
+            err.contains("nothing warmed") && err.contains("hugetext align"),
+            "{err}"
+        );
+        let after = folio::scan_file(&p, None).unwrap();
+        assert!(after.pmd_windows.is_empty(), "the cache was left as it was");
+        // --force fills it as before.
+        let v = warm_json(&["--force", p.to_str().unwrap()]);
+        let f = file_entry(&v, name);
+        assert_eq!(f["pmd_windows"], f["eligible_windows"], "{f:#}");
+        assert_eq!(f["mappable_windows"], 0, "{f:#}");
+    }
 }
 
 /// An overlayfs mount (lower, upper and work directories under `dir`),

@@ -759,11 +759,16 @@ fn mapping_facts(pid: i32, t: &remap::TextMapping, offset: u64, fs_cache: &mut F
         return m;
     }
     // The inode this process maps (the path may name a newer file by now).
+    // The kernel's link to it opens the mapped inode itself; the path from
+    // maps is opened as any path from /proc (no link, no FIFO, no blocking).
     let mapped = PathBuf::from(format!("/proc/{pid}/map_files/{:x}-{:x}", t.start, t.end));
-    let file_path = if std::fs::File::open(&mapped).is_ok() {
-        mapped
-    } else {
-        procfs::name_path(&t.path)
+    let named = procfs::name_path(&t.path);
+    let (file_path, opened) = match std::fs::File::open(&mapped) {
+        Ok(f) => (mapped, Some(f)),
+        Err(_) => {
+            let f = crate::openfile::open_regular(&named, crate::openfile::Follow::No).ok();
+            (named.clone(), f)
+        }
     };
     // Text mappings map executable segments; a read-only segment before
     // the text can share its first page.
@@ -784,14 +789,13 @@ fn mapping_facts(pid: i32, t: &remap::TextMapping, offset: u64, fs_cache: &mut F
             _ => Layout::NotCongruent { why },
         },
     });
-    if let Ok(file) = std::fs::File::open(&file_path) {
-        let named = procfs::name_path(&t.path);
+    if let Some(file) = &opened {
         let dir = named.parent().unwrap_or(Path::new("/")).to_path_buf();
-        let mut fs = fs_cache.get(&file, &dir);
+        let mut fs = fs_cache.get(file, &dir);
         // An overlay maps the file of the layer it comes from: that filesystem decides.
         if fs.name == "overlayfs" {
             if let Some(layer) = fsutil::overlay_layer_of(&named) {
-                if let Ok(real) = std::fs::File::open(&layer) {
+                if let Ok(real) = crate::openfile::open_regular(&layer, crate::openfile::Follow::Yes) {
                     let under = fs_cache.get(&real, layer.parent().unwrap_or(Path::new("/")));
                     fs = FsFacts {
                         name: format!("overlayfs over {} ({})", under.name, layer.display()),
@@ -809,7 +813,10 @@ fn mapping_facts(pid: i32, t: &remap::TextMapping, offset: u64, fs_cache: &mut F
                 windows: f.total_windows,
                 pmd_windows: f.pmd_windows.len() as u64,
                 folios_kb: f.folios_kb.clone(),
-                blockers: warm::mapping_pids(&file_path).unwrap_or_default(),
+                blockers: opened
+                    .as_ref()
+                    .and_then(|f| warm::mapping_pids_file(f).ok())
+                    .unwrap_or_default(),
             })
             .map_err(|e| e.to_string()),
     );

@@ -28,7 +28,7 @@ fn start_hidden(dir: &Path) -> (Child, PathBuf) {
     std::fs::create_dir(&sub).unwrap();
     let exe = sub.join(OsString::from_vec(b"bad\xff\xfe\x1b[2J".to_vec()));
     std::fs::copy("/bin/sleep", &exe).unwrap();
-    let child = tk::as_attacker()
+    let mut child = tk::as_attacker()
         .arg(&exe)
         .arg("600")
         .stdin(Stdio::null())
@@ -36,11 +36,17 @@ fn start_hidden(dir: &Path) -> (Child, PathBuf) {
         .unwrap();
     let pid = child.id() as i32;
     for _ in 0..1000 {
-        if std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|e| e == exe) {
+        // Exec'd, its libraries loaded, and asleep in nanosleep: its text
+        // has run, so it is resident.
+        let asleep = hugetext::procfs::read_stat(pid).is_ok_and(|s| s.state == 'S');
+        let loaded = hugetext::procfs::read_maps(Some(pid)).is_ok_and(|m| m.iter().any(|v| v.path.contains("libc.so")));
+        if asleep && loaded && std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|e| e == exe) {
             return (child, exe);
         }
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
+    let _ = child.kill();
+    let _ = child.wait();
     panic!("{} did not start", exe.display());
 }
 
