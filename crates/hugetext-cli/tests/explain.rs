@@ -94,6 +94,26 @@ fn nohugepage_then_pte_mapped_pmd_folios_then_restart() {
 }
 
 #[test]
+fn windows_not_executed_yet_are_not_faulted_yet_not_mapped_before_warm() {
+    // Warmed text of which the process has executed only the first window:
+    // the others are not mapped at all, and the kernel maps each with a PMD
+    // when it is first executed. Restarting would change nothing.
+    let dir = common::scratch();
+    let file = warmed_file(dir.path(), 3);
+    let h = helper(&file, &["first=1"]);
+    let m = mapping(h.pid(), &file);
+    assert_eq!(reason(&m), "not-faulted-yet", "{m:#}");
+    assert!(m["fix"].is_null(), "{m:#}");
+    assert!(evidence(&m).contains("2 of them are not mapped yet"), "{m:#}");
+    assert_eq!(
+        m["pmd_kb"],
+        common::pmd_kb(),
+        "the executed window is PMD-mapped: {m:#}"
+    );
+    h.stop();
+}
+
+#[test]
 fn thp_disabled_by_prctl_then_restarted_without() {
     let dir = common::scratch();
     let file = warmed_file(dir.path(), 2);

@@ -671,3 +671,28 @@ fn contpte_view_is_the_default_on_arm64_only() {
         None => assert!(cont.is_empty(), "{cont:?}"),
     }
 }
+
+#[test]
+fn copied_text_is_named_after_its_file_as_explain_names_it() {
+    // Text `hugetext run` copied into anonymous memory: inspect names the
+    // file it came from ("FILE (anonymous copy)", JSON `copy_of`), not
+    // `[anon]` at offset 0x0.
+    let dir = common::scratch();
+    let p = common::copy_fixture(dir.path(), "lld", "pie");
+    let r = common::run_waiting(&["--strategy", "copy"], &p);
+    let want = p.canonicalize().unwrap().to_str().unwrap().to_string();
+    let pid = r.pid().to_string();
+    let v = run_json(&["inspect", "--pid", &pid, "--json"]);
+    let maps = v["processes"][0]["mappings"].as_array().unwrap();
+    let copies: Vec<&Value> = maps.iter().filter(|m| m["copy_of"] == want.as_str()).collect();
+    assert!(!copies.is_empty(), "no mapping names {want} as copy_of: {maps:#?}");
+    assert!(copies.iter().all(|m| m["inode"] == 0), "{copies:#?}");
+    let out = common::hugetext(&["inspect", "--pid", &pid]);
+    let table = common::text(&out.stdout);
+    assert!(
+        table.contains("(anonymous copy)") && !table.contains("[anon]"),
+        "{table}"
+    );
+    common::remove_perf_map(r.child.id());
+    r.stop();
+}

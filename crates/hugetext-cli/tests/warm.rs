@@ -15,16 +15,23 @@ use serde_json::Value;
 
 /// Run `hugetext warm --json ARGS`, expect success, return the parsed output.
 fn warm_json(args: &[&str]) -> Value {
+    warm_json_exit(args, 0).0
+}
+
+/// Run `hugetext warm --json ARGS`, expect exit status `code`, return the
+/// parsed output and stderr.
+fn warm_json_exit(args: &[&str], code: i32) -> (Value, String) {
     let mut a = vec!["warm", "--json"];
     a.extend_from_slice(args);
     let out = common::hugetext(&a);
-    assert!(
-        out.status.success(),
-        "hugetext {a:?} failed: {}\n{}",
-        String::from_utf8_lossy(&out.stderr),
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "hugetext {a:?}: {err}\n{}",
         String::from_utf8_lossy(&out.stdout)
     );
-    serde_json::from_slice(&out.stdout).unwrap()
+    (serde_json::from_slice(&out.stdout).unwrap(), err)
 }
 
 fn file_entry<'a>(v: &'a Value, name: &str) -> &'a Value {
@@ -220,8 +227,15 @@ fn blocked_by_a_running_process_is_reported_and_the_process_is_unharmed() {
     // Cold start: the kernel faults the text in 4 KiB folios, and the
     // program maps them.
     let r = common::Running::fixture(&exe);
-    let v = warm_json(&[exe.to_str().unwrap()]);
+    // Nothing could be warmed: impossible (3), and stderr names who maps it.
+    // (--force: this PIE's text is not PMD-mappable at run time.)
+    let (v, err) = warm_json_exit(&["--force", exe.to_str().unwrap()], 3);
     let e = file_entry(&v, "pie");
+    assert_eq!(e["pmd_windows"], 0, "{e:#}");
+    assert!(
+        err.contains("nothing warmed") && err.contains(&format!("pid {} (", r.pid())),
+        "{err}"
+    );
     assert!(e["blocked_kb"].as_u64().unwrap() > 0, "{e:#}");
     assert!(e["blocked_windows"].as_u64().unwrap() > 0);
     let pids: Vec<u64> = e["blocked_by"]
@@ -264,14 +278,14 @@ fn replace_warms_a_copy_and_keeps_metadata() {
     // A hard link makes --replace refuse, and nothing changes.
     let link = dir.path().join("pie-link");
     std::fs::hard_link(&exe, &link).unwrap();
-    let out = common::hugetext(&["warm", "--replace", exe.to_str().unwrap()]);
+    let out = common::hugetext(&["warm", "--force", "--replace", exe.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("hard links") && err.lines().count() == 1, "{err}");
     assert_eq!(std::fs::metadata(&exe).unwrap().ino(), old_ino);
     std::fs::remove_file(&link).unwrap();
 
-    let v = warm_json(&["--replace", exe.to_str().unwrap()]);
+    let v = warm_json(&["--force", "--replace", exe.to_str().unwrap()]);
     let e = file_entry(&v, "pie");
     assert_eq!(e["replaced"], true, "{e:#}");
     assert_eq!(e["route"], "replace");
@@ -448,6 +462,99 @@ fn freshly_written_file_is_warmed_on_the_first_run() {
     );
     assert_eq!(f["pmd_windows"], f["eligible_windows"], "{f:#}");
     assert_eq!(f["blocked_kb"], 0, "{f:#}");
+}
+
+#[test]
+fn text_no_process_can_pmd_map_is_left_as_it_is_unless_forced() {
+    // A PIE with p_align < 2 MiB (the kernel loads it page-aligned) and a
+    // non-PIE whose segments are not 2 MiB-congruent (lld): filling their
+    // page cache with 2 MiB folios only costs memory.
+    let dir = common::scratch();
+    for (linker, name, why) in [("bfd", "pie", "p_align"), ("lld", "nopie", "not a multiple")] {
+        let p = common::copy_fixture(dir.path(), linker, name);
+        common::read_small(&p);
+        let (v, err) = warm_json_exit(&[p.to_str().unwrap()], 3);
+        let f = file_entry(&v, name);
+        assert_eq!(f["route"], "needs-align", "{f:#}");
+        assert_eq!(f["pmd_windows"], 0, "nothing filled: {f:#}");
+        assert_eq!(f["small"]["no_large_folios_kb"], 0, "{f:#}");
+        let notes = f["notes"].to_string();
+        assert!(
+            notes.contains(&format!("hugetext align {}", p.display())) && notes.contains(why),
+            "{notes}"
+        );
+        assert!(
+            err.contains("nothing warmed") && err.contains("hugetext align"),
+            "{err}"
+        );
+        let after = folio::scan_file(&p, None).unwrap();
+        assert!(after.pmd_windows.is_empty(), "the cache was left as it was");
+        // --force fills it as before.
+        let v = warm_json(&["--force", p.to_str().unwrap()]);
+        let f = file_entry(&v, name);
+        assert_eq!(f["pmd_windows"], f["eligible_windows"], "{f:#}");
+        assert_eq!(f["mappable_windows"], 0, "{f:#}");
+    }
+}
+
+/// An overlayfs mount (lower, upper and work directories under `dir`),
+/// unmounted when dropped.
+struct Overlay(std::path::PathBuf);
+
+impl Overlay {
+    fn mount(dir: &Path) -> Option<Overlay> {
+        for d in ["lower", "upper", "work", "merged"] {
+            std::fs::create_dir(dir.join(d)).unwrap();
+        }
+        let merged = dir.join("merged");
+        let opts = format!(
+            "lowerdir={},upperdir={},workdir={}",
+            dir.join("lower").display(),
+            dir.join("upper").display(),
+            dir.join("work").display()
+        );
+        let st = Command::new("mount")
+            .args(["-t", "overlay", "overlay", "-o", &opts])
+            .arg(&merged)
+            .status()
+            .unwrap();
+        st.success().then_some(Overlay(merged))
+    }
+}
+
+impl Drop for Overlay {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn freshly_written_file_on_overlayfs_is_warmed_and_not_called_blocked() {
+    // On overlayfs the dirty pages belong to the upper layer's file, which
+    // sync_file_range on the overlay file does not reach: they stayed, and
+    // were reported as "blocked by running processes" with exit 0.
+    let dir = common::scratch();
+    if !common::fs_gives_pmd_folios(dir.path()) {
+        common::skip_line("the scratch filesystem gives no PMD folios");
+        return;
+    }
+    let Some(ov) = Overlay::mount(dir.path()) else {
+        common::skip_line("cannot mount overlayfs here");
+        return;
+    };
+    let dst = ov.0.join("nopie");
+    std::fs::copy(common::fixture("bfd", "nopie"), &dst).unwrap(); // no fsync: dirty
+    let (v, err) = warm_json_exit(&[dst.to_str().unwrap()], 0);
+    let f = file_entry(&v, "nopie");
+    assert_eq!(f["filesystem"], "overlayfs", "{f:#}");
+    assert!(
+        f["eligible_windows"].as_u64().unwrap() * common::pmd() >= 16 << 20,
+        "{f:#}"
+    );
+    assert_eq!(f["pmd_windows"], f["eligible_windows"], "{f:#} {err}");
+    assert_eq!(f["blocked_kb"], 0, "{f:#}");
+    assert_eq!(f["small"]["blocked_kb"], 0, "{f:#}");
+    assert_eq!(f["blocked_by"], serde_json::json!([]), "{f:#}");
 }
 
 /// The exit-status convention: 0 done, 2 nothing to do (no whole 2 MiB

@@ -100,6 +100,10 @@ pub struct MappingFacts {
     pub pte_unknown_kb: u64,
     /// `nh` in smaps `VmFlags`: MADV_NOHUGEPAGE.
     pub nohugepage: bool,
+    /// Whole windows of the mapping with no page mapped at all (never
+    /// executed since the process started, or dropped), from the present
+    /// bits of `/proc/PID/pagemap`.
+    pub unmapped_windows: u64,
     /// `None` for copies.
     pub layout: Option<Layout>,
     /// `None` for copies, or when it could not be told.
@@ -195,6 +199,10 @@ pub enum Reason {
     CacheSmallFolios,
     /// PMD folios in the page cache, mapped by PTEs.
     MappedBeforeWarm,
+    /// PMD folios in the page cache, and the windows that are not
+    /// PMD-mapped are not mapped at all yet: the first execution maps them
+    /// with a PMD.
+    NotFaultedYet,
     /// A copy from `hugetext run` that is not in huge pages.
     CopyNotHuge,
     /// None of the above could be established (the evidence says why).
@@ -414,11 +422,29 @@ pub fn decide(sys: &SystemFacts, p: &ProcessFacts, m: &MappingFacts) -> Verdict 
                 gain,
             )
         }
+        Some(Ok(c)) if m.unmapped_windows > 0 && m.unmapped_windows * pmd_kb >= gain => verdict(
+            Reason::NotFaultedYet,
+            format!(
+                "all {} whole windows are {pmd_w} folios in the page cache; {} of them {} not mapped yet (never executed since the process started, or dropped): \
+                 the kernel maps {} with a PMD when first executed, because the page cache holds {} in {pmd_w} folios",
+                c.windows,
+                m.unmapped_windows,
+                if m.unmapped_windows == 1 { "is" } else { "are" },
+                if m.unmapped_windows == 1 { "it" } else { "each" },
+                if m.unmapped_windows == 1 { "it" } else { "them" },
+            ),
+            None,
+            gain,
+        ),
         Some(Ok(c)) => verdict(
             Reason::MappedBeforeWarm,
             format!(
-                "all {} whole windows are {pmd_w} folios in the page cache, but this process maps them with base-page page-table entries (it mapped them before they were {pmd_w} folios, or while huge pages were off for it)",
-                c.windows
+                "all {} whole windows are {pmd_w} folios in the page cache, but this process maps them with base-page page-table entries (it mapped them before they were {pmd_w} folios, or while huge pages were off for it){}",
+                c.windows,
+                match m.unmapped_windows {
+                    0 => String::new(),
+                    n => format!("; {n} more not mapped yet (a PMD when first executed)"),
+                }
             ),
             Some(match sys.read_only_thp_for_fs {
                 Some(true) => "restart the program (or start it with `hugetext run`); with CONFIG_READ_ONLY_THP_FOR_FS, khugepaged also maps them with PMDs in place where THP is `always` or the mapping is MADV_HUGEPAGE".into(),
@@ -685,6 +711,22 @@ impl FsCache {
     }
 }
 
+/// Whole PMD windows of `[start, end)` in process `pid` with no page
+/// present (pagemap's present bit; readable without privilege).
+fn unmapped_windows(pid: i32, start: u64, end: u64) -> Result<u64> {
+    let pmd = kernel::pmd_size() as u64;
+    let per = (pmd / kernel::page_size() as u64) as usize;
+    let (ws, we) = (start.div_ceil(pmd) * pmd, end / pmd * pmd);
+    if ws >= we {
+        return Ok(0);
+    }
+    let words = folio::read_pagemap(Some(pid), ws as usize, ((we - ws) / pmd) as usize * per)?;
+    Ok(words
+        .chunks(per)
+        .filter(|w| w.iter().all(|&x| x & folio::PM_PRESENT == 0))
+        .count() as u64)
+}
+
 fn kb_of(counts: &Counts) -> (u64, u64, u64, u64) {
     let ps = kernel::page_size() as u64 / 1024;
     let (mut pmd, mut large, mut base, mut unknown) = (0, 0, 0, 0);
@@ -717,11 +759,16 @@ fn mapping_facts(pid: i32, t: &remap::TextMapping, offset: u64, fs_cache: &mut F
         return m;
     }
     // The inode this process maps (the path may name a newer file by now).
+    // The kernel's link to it opens the mapped inode itself; the path from
+    // maps is opened as any path from /proc (no link, no FIFO, no blocking).
     let mapped = PathBuf::from(format!("/proc/{pid}/map_files/{:x}-{:x}", t.start, t.end));
-    let file_path = if std::fs::File::open(&mapped).is_ok() {
-        mapped
-    } else {
-        PathBuf::from(&t.path)
+    let named = procfs::name_path(&t.path);
+    let (file_path, opened) = match std::fs::File::open(&mapped) {
+        Ok(f) => (mapped, Some(f)),
+        Err(_) => {
+            let f = crate::openfile::open_regular(&named, crate::openfile::Follow::No).ok();
+            (named.clone(), f)
+        }
     };
     // Text mappings map executable segments; a read-only segment before
     // the text can share its first page.
@@ -742,13 +789,13 @@ fn mapping_facts(pid: i32, t: &remap::TextMapping, offset: u64, fs_cache: &mut F
             _ => Layout::NotCongruent { why },
         },
     });
-    if let Ok(file) = std::fs::File::open(&file_path) {
-        let dir = Path::new(&t.path).parent().unwrap_or(Path::new("/")).to_path_buf();
-        let mut fs = fs_cache.get(&file, &dir);
+    if let Some(file) = &opened {
+        let dir = named.parent().unwrap_or(Path::new("/")).to_path_buf();
+        let mut fs = fs_cache.get(file, &dir);
         // An overlay maps the file of the layer it comes from: that filesystem decides.
         if fs.name == "overlayfs" {
-            if let Some(layer) = fsutil::overlay_layer_of(Path::new(&t.path)) {
-                if let Ok(real) = std::fs::File::open(&layer) {
+            if let Some(layer) = fsutil::overlay_layer_of(&named) {
+                if let Ok(real) = crate::openfile::open_regular(&layer, crate::openfile::Follow::Yes) {
                     let under = fs_cache.get(&real, layer.parent().unwrap_or(Path::new("/")));
                     fs = FsFacts {
                         name: format!("overlayfs over {} ({})", under.name, layer.display()),
@@ -766,7 +813,10 @@ fn mapping_facts(pid: i32, t: &remap::TextMapping, offset: u64, fs_cache: &mut F
                 windows: f.total_windows,
                 pmd_windows: f.pmd_windows.len() as u64,
                 folios_kb: f.folios_kb.clone(),
-                blockers: warm::mapping_pids(&file_path).unwrap_or_default(),
+                blockers: opened
+                    .as_ref()
+                    .and_then(|f| warm::mapping_pids_file(f).ok())
+                    .unwrap_or_default(),
             })
             .map_err(|e| e.to_string()),
     );
@@ -823,7 +873,7 @@ fn unit_of(pid: i32) -> Option<UnitFacts> {
     if !Path::new("/run/systemd/system").is_dir() {
         return None;
     }
-    let name = unit_of_cgroup(&crate::procfs::read_proc(Some(pid), "cgroup").ok()?)?;
+    let name = unit_of_cgroup(&crate::procfs::read_proc_names(Some(pid), "cgroup").ok()?)?;
     let memory_thp = std::process::Command::new("systemctl")
         .args(["show", "--property=MemoryTHP", "--value", &name])
         .stderr(std::process::Stdio::null())
@@ -876,13 +926,14 @@ fn gather_one(pid: i32, fs_cache: &mut FsCache) -> Result<ProcessFacts> {
             (m.pmd_kb, m.pte_large_kb, m.base_kb, m.pte_unknown_kb) = kb_of(c);
         }
         m.nohugepage = flags.iter().any(|(s, f)| *s == t.start && f.iter().any(|x| x == "nh"));
+        m.unmapped_windows = unmapped_windows(pid, t.start, t.end).unwrap_or(0);
         mappings.push(m);
     }
     let loader = vmas
         .iter()
         .find(|v| {
             v.is_exec()
-                && Path::new(&v.path)
+                && v.file_path()
                     .file_name()
                     .and_then(|n| n.to_str())
                     .is_some_and(|n| n.starts_with("ld-") && n.contains(".so"))
@@ -892,7 +943,10 @@ fn gather_one(pid: i32, fs_cache: &mut FsCache) -> Result<ProcessFacts> {
                 .loaders
                 .entry(v.path.clone())
                 .or_insert_with(|| {
-                    loader_knows_elf_thp(&Path::new(&format!("/proc/{pid}/root")).join(v.path.trim_start_matches('/')))
+                    loader_knows_elf_thp(
+                        &Path::new(&format!("/proc/{pid}/root"))
+                            .join(v.file_path().strip_prefix("/").unwrap_or(Path::new(""))),
+                    )
                 })
                 .to_owned();
             LoaderFacts {
@@ -904,9 +958,7 @@ fn gather_one(pid: i32, fs_cache: &mut FsCache) -> Result<ProcessFacts> {
         pid,
         comm: st.comm,
         thp_disabled,
-        exe: std::fs::read_link(format!("/proc/{pid}/exe"))
-            .ok()
-            .map(|p| p.to_string_lossy().into_owned()),
+        exe: procfs::read_exe(pid),
         loader,
         glibc_tunables: glibc_tunables_of(pid),
         unit: unit_of(pid),
@@ -939,7 +991,7 @@ pub fn wait_loaded(pid: i32, libs: &[PathBuf], timeout: std::time::Duration) -> 
     let want: Vec<String> = libs
         .iter()
         .filter_map(|l| l.canonicalize().ok())
-        .map(|l| l.to_string_lossy().into_owned())
+        .map(|l| procfs::path_name(&l))
         .collect();
     let mut last_rss = u64::MAX;
     let mut stable = 0;

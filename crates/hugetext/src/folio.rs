@@ -168,11 +168,11 @@ impl FileFolios {
 /// The scan widens the range to PMD boundaries internally so that folio sizes
 /// are exact, then counts only pages inside `range`.
 pub fn scan_file(path: &Path, range: Option<Range<u64>>) -> Result<FileFolios> {
-    let f = File::open(path).map_err(|e| Error::io(path, e))?;
+    let f = crate::openfile::open_regular(path, crate::openfile::Follow::Yes).map_err(|e| match e.kind() {
+        std::io::ErrorKind::InvalidInput => Error::Invalid(format!("{}: {e}", path.display())),
+        _ => Error::io(path, e),
+    })?;
     let meta = f.metadata().map_err(|e| Error::io(path, e))?;
-    if !meta.is_file() {
-        return Err(Error::Invalid(format!("{}: not a regular file", path.display())));
-    }
     let size = meta.len();
     let range = range.unwrap_or(0..size);
     let range = range.start.min(size)..range.end.min(size);

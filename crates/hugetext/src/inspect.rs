@@ -89,6 +89,9 @@ pub struct MappingReport {
     pub vma: Vma,
     /// Its pages by kind and class.
     pub counts: Counts,
+    /// For text `hugetext run` copied into anonymous memory: the file it
+    /// was copied from (set by [`Report::name_copies`]).
+    pub copy_of: Option<String>,
 }
 
 /// One inspected process.
@@ -158,6 +161,28 @@ fn pages_kb(pages: u64) -> u64 {
 pub type ClassKb = std::collections::BTreeMap<String, u64>;
 
 impl Report {
+    /// Name the text `hugetext run` copied into anonymous memory, as
+    /// `explain` does: for each process with an anonymous executable
+    /// mapping, the file each copy came from ([`crate::remap::text_mappings`];
+    /// one more smaps read for those processes only).
+    pub fn name_copies(&mut self) {
+        for p in &mut self.processes {
+            let anon_text = |m: &MappingReport| m.vma.is_exec() && !m.vma.is_file();
+            if !p.mappings.iter().any(anon_text) {
+                continue;
+            }
+            let Ok(texts) = crate::remap::text_mappings(p.pid) else {
+                continue;
+            };
+            for m in p.mappings.iter_mut().filter(|m| anon_text(m)) {
+                m.copy_of = texts
+                    .iter()
+                    .find(|t| t.copied && t.start == m.vma.start)
+                    .map(|t| t.path.clone());
+            }
+        }
+    }
+
     /// The labels and kB of one set of counts of `kind`, in display order:
     /// with [`Method::SmapsOnly`] PTE-/PMD-mapped/hugetlb only, else every
     /// class found (`all_classes`: also the empty ones) and the contiguous
@@ -220,6 +245,7 @@ impl Report {
                             dev: m.vma.dev(),
                             inode: m.vma.inode,
                             path: m.vma.path.clone(),
+                            copy_of: m.copy_of.clone(),
                             counts: self.class_kb(&m.counts, &kinds),
                         })
                         .collect()
@@ -289,6 +315,10 @@ pub struct MappingJson {
     pub dev: String,
     pub inode: u64,
     pub path: String,
+    /// Text `hugetext run` copied into anonymous memory: the file it was
+    /// copied from (absent otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub copy_of: Option<String>,
     #[serde(flatten)]
     pub counts: ClassKb,
 }
@@ -480,7 +510,11 @@ impl Scanner<'_> {
         }
         out.counts.merge(&counts);
         if self.keep_mappings {
-            out.mappings.push(MappingReport { vma, counts });
+            out.mappings.push(MappingReport {
+                vma,
+                counts,
+                copy_of: None,
+            });
         }
     }
 

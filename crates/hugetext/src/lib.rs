@@ -36,6 +36,7 @@ pub mod folio;
 pub mod fsutil;
 pub mod inspect;
 pub mod kernel;
+pub mod openfile;
 pub mod outcome;
 pub mod pagecache;
 pub mod procfs;

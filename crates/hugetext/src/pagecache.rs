@@ -40,7 +40,10 @@ use crate::{Error, Result};
 /// Dirty pages (a file just written, copied or linked) cannot be dropped, so
 /// the range is written back first (`sync_file_range`, which works on a
 /// read-only descriptor); otherwise a freshly built program would keep the
-/// folio sizes its writer gave it.
+/// folio sizes its writer gave it. On overlayfs the pages belong to the
+/// layer's file, which `sync_file_range` on the overlay file does not
+/// reach: there the file is written back with `fdatasync`, which overlayfs
+/// passes down.
 ///
 /// `0..0` means the whole file; any other empty range, nothing.
 pub fn evict(file: &File, range: Range<u64>) -> Result<()> {
@@ -50,6 +53,12 @@ pub fn evict(file: &File, range: Range<u64>) -> Result<()> {
         _ => NonZeroU64::new(range.end - range.start),
     };
     kernel::write_back(file.as_fd(), range.start, len)?;
+    if crate::fsutil::fs_name(file) == "overlayfs" {
+        rustix::fs::fdatasync(file.as_fd()).map_err(|e| Error::Sys {
+            call: "fdatasync",
+            source: e.into(),
+        })?;
+    }
     kernel::fadvise_dontneed(file.as_fd(), range.start, len)
 }
 

@@ -4,9 +4,17 @@
 //! Everything here reads the real `/proc`; a process that disappears while it
 //! is being read turns into [`Error::NoProcess`], so that callers can skip it
 //! (system and cgroup views) or report it (`--pid`).
+//!
+//! Names (`comm`, mapped paths, the executable's path) are bytes to the
+//! kernel, and any user can give a program or a file a name that is not
+//! UTF-8. They are read as bytes and carried as the text of
+//! [`escape_name`]: lossless, printable, and unchanged for ordinary UTF-8
+//! names; [`name_bytes`]/[`name_path`] give the bytes back.
 
 use std::collections::BTreeSet;
+use std::ffi::OsString;
 use std::io::ErrorKind;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
@@ -29,7 +37,9 @@ pub struct Vma {
     pub dev_minor: u32,
     /// Inode of the backing file (0 for anonymous memory).
     pub inode: u64,
-    /// Path or pseudo-name (`[heap]`, `[vdso]`, …); empty for anonymous memory.
+    /// Path or pseudo-name (`[heap]`, `[vdso]`, …); empty for anonymous
+    /// memory. A name as [`escape_name`] writes it ([`Vma::file_path`] is
+    /// the path itself).
     pub path: String,
 }
 
@@ -73,6 +83,69 @@ impl Vma {
     pub fn is_vsyscall(&self) -> bool {
         self.path == "[vsyscall]"
     }
+
+    /// The backing file's path as the kernel gave it (bytes, not escaped).
+    pub fn file_path(&self) -> PathBuf {
+        name_path(&self.path)
+    }
+}
+
+/// A name from `/proc` (bytes) as text: UTF-8 characters are kept, except
+/// that a backslash is written `\\` and every byte of a control character,
+/// and every byte that is not UTF-8, is written `\xNN` (two lowercase hex
+/// digits). Lossless ([`name_bytes`] undoes it), safe to print on a
+/// terminal, and the identity for ordinary names. Every name hugetext
+/// prints or puts in JSON from `/proc` is in this form.
+pub fn escape_name(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    let mut out = String::with_capacity(bytes.len());
+    let hex = |out: &mut String, b: &[u8]| {
+        for x in b {
+            let _ = write!(out, "\\x{x:02x}");
+        }
+    };
+    for chunk in bytes.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            match c {
+                '\\' => out.push_str("\\\\"),
+                c if c.is_control() => hex(&mut out, c.encode_utf8(&mut [0; 4]).as_bytes()),
+                c => out.push(c),
+            }
+        }
+        hex(&mut out, chunk.invalid());
+    }
+    out
+}
+
+/// The bytes of a name written by [`escape_name`].
+pub fn name_bytes(text: &str) -> Vec<u8> {
+    let b = text.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let byte = match (b[i], b.get(i + 1)) {
+            (b'\\', Some(b'\\')) => Some((b'\\', 2)),
+            (b'\\', Some(b'x')) => text
+                .get(i + 2..i + 4)
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .map(|v| (v, 4)),
+            _ => None,
+        };
+        let (v, n) = byte.unwrap_or((b[i], 1));
+        out.push(v);
+        i += n;
+    }
+    out
+}
+
+/// The path named by an [`escape_name`] text.
+pub fn name_path(text: &str) -> PathBuf {
+    PathBuf::from(OsString::from_vec(name_bytes(text)))
+}
+
+/// A path (e.g. a `readlink` result) in the form of [`escape_name`].
+pub fn path_name(path: &Path) -> String {
+    escape_name(path.as_os_str().as_bytes())
 }
 
 /// Parse the text of `/proc/PID/maps` (or the header lines of smaps).
@@ -125,10 +198,29 @@ pub fn read_proc(pid: Option<i32>, what: &str) -> Result<String> {
     std::fs::read_to_string(&path).map_err(|e| proc_error(pid, &path, e))
 }
 
+/// Read a `/proc/PID/<what>` file that holds names (`maps`, `smaps`,
+/// `stat`, `comm`) as bytes, each line in the form of [`escape_name`]: a
+/// name that is not UTF-8 does not make the file unreadable.
+pub fn read_proc_names(pid: Option<i32>, what: &str) -> Result<String> {
+    let path = proc_path(pid, what);
+    let bytes = std::fs::read(&path).map_err(|e| proc_error(pid, &path, e))?;
+    // The usual case, cheaply: UTF-8 with nothing to escape.
+    let bytes = match String::from_utf8(bytes) {
+        Ok(s) if !s.chars().any(|c| c == '\\' || (c.is_control() && c != '\n')) => return Ok(s),
+        Ok(s) => s.into_bytes(),
+        Err(e) => e.into_bytes(),
+    };
+    Ok(bytes
+        .split(|&b| b == b'\n')
+        .map(escape_name)
+        .collect::<Vec<_>>()
+        .join("\n"))
+}
+
 /// The cgroup of a process as `/proc/PID/cgroup` names it (the v2 path, or
 /// v1's `name=systemd` hierarchy); `None` when it vanished.
 pub fn cgroup_of(pid: i32) -> Option<String> {
-    let text = read_proc(Some(pid), "cgroup").ok()?;
+    let text = read_proc_names(Some(pid), "cgroup").ok()?;
     let mut first = None;
     for l in text.lines() {
         let mut f = l.splitn(3, ':');
@@ -145,7 +237,7 @@ pub fn cgroup_of(pid: i32) -> Option<String> {
 
 /// The VMAs of a process (None = this process).
 pub fn read_maps(pid: Option<i32>) -> Result<Vec<Vma>> {
-    Ok(parse_maps(&read_proc(pid, "maps")?))
+    Ok(parse_maps(&read_proc_names(pid, "maps")?))
 }
 
 /// The additive per-VMA counters of `/proc/PID/smaps` that hugetext uses (kB).
@@ -206,14 +298,14 @@ pub fn parse_smaps(text: &str) -> Vec<(Vma, SmapsStats)> {
 
 /// The VMAs of a process with their smaps counters.
 pub fn read_smaps(pid: Option<i32>) -> Result<Vec<(Vma, SmapsStats)>> {
-    Ok(parse_smaps(&read_proc(pid, "smaps")?))
+    Ok(parse_smaps(&read_proc_names(pid, "smaps")?))
 }
 
 /// The `VmFlags` of each VMA of a process (`/proc/PID/smaps`): (start
 /// address, the two-letter flags, e.g. `rd ex mr mw me nh`).
 pub fn read_vm_flags(pid: Option<i32>) -> Result<Vec<(u64, Vec<String>)>> {
     let mut out: Vec<(u64, Vec<String>)> = Vec::new();
-    for line in read_proc(pid, "smaps")?.lines() {
+    for line in read_proc_names(pid, "smaps")?.lines() {
         if let Some(flags) = line.strip_prefix("VmFlags:") {
             if let Some(last) = out.last_mut() {
                 last.1 = flags.split_whitespace().map(String::from).collect();
@@ -226,9 +318,12 @@ pub fn read_vm_flags(pid: Option<i32>) -> Result<Vec<(u64, Vec<String>)>> {
 }
 
 /// A field of `/proc/PID/status` (e.g. `THP_enabled`), trimmed; `None`
-/// when this kernel does not show it.
+/// when this kernel does not show it. (Its `Name:` may not be UTF-8: use
+/// [`read_comm`] for names.)
 pub fn status_field(pid: i32, name: &str) -> Result<Option<String>> {
-    Ok(read_proc(Some(pid), "status")?.lines().find_map(|l| {
+    let path = proc_path(Some(pid), "status");
+    let bytes = std::fs::read(&path).map_err(|e| proc_error(Some(pid), &path, e))?;
+    Ok(String::from_utf8_lossy(&bytes).lines().find_map(|l| {
         l.split_once(':')
             .filter(|(k, _)| *k == name)
             .map(|(_, v)| v.trim().to_string())
@@ -255,7 +350,7 @@ pub fn own_file_pmd_kb(addr: usize) -> Result<u64> {
 pub struct ProcStat {
     /// Process id.
     pub pid: i32,
-    /// Command name (`comm`, at most 15 bytes).
+    /// Command name (`comm`, at most 15 bytes), as [`escape_name`] writes it.
     pub comm: String,
     /// State letter (`R`, `S`, `Z`, …).
     pub state: char,
@@ -282,7 +377,7 @@ impl ProcStat {
 
 /// Read `/proc/PID/stat`.
 pub fn read_stat(pid: i32) -> Result<ProcStat> {
-    let text = read_proc(Some(pid), "stat")?;
+    let text = read_proc_names(Some(pid), "stat")?;
     // comm is in parentheses and may itself contain ") ": split at the last.
     let open = text.find('(');
     let close = text.rfind(')');
@@ -337,9 +432,18 @@ pub fn descendants(root: i32) -> Vec<i32> {
     out
 }
 
-/// The command name of a process (`/proc/PID/comm`, at most 15 bytes).
+/// The command name of a process (`/proc/PID/comm`, at most 15 bytes), as
+/// [`escape_name`] writes it.
 pub fn read_comm(pid: i32) -> Result<String> {
-    Ok(read_proc(Some(pid), "comm")?.trim_end_matches('\n').to_string())
+    Ok(read_proc_names(Some(pid), "comm")?.trim_end_matches('\n').to_string())
+}
+
+/// The path of a process's executable (`/proc/PID/exe`), as [`escape_name`]
+/// writes it; `None` when it cannot be read (a kernel thread, no permission).
+pub fn read_exe(pid: i32) -> Option<String> {
+    std::fs::read_link(proc_path(Some(pid), "exe"))
+        .ok()
+        .map(|p| path_name(&p))
 }
 
 /// The processes whose address space maps the file with device `dev` and
@@ -477,6 +581,51 @@ mod tests {
         for v in &vmas {
             assert!(v.start < v.end);
         }
+    }
+
+    #[test]
+    fn names_are_escaped_losslessly() {
+        for (raw, shown) in [
+            (&b"sleep"[..], "sleep"),
+            (b"/usr/lib/caf\xc3\xa9", "/usr/lib/caf\u{e9}"),
+            (b"bad\xff\xfe", "bad\\xff\\xfe"),
+            (b"a\\xff", "a\\\\xff"),
+            (b"tab\tesc\x1b\xc2\x9b", "tab\\x09esc\\x1b\\xc2\\x9b"),
+            (b"", ""),
+        ] {
+            assert_eq!(escape_name(raw), shown);
+            assert_eq!(name_bytes(shown), raw, "{shown}");
+        }
+        assert_eq!(name_path("bad\\xff").as_os_str().as_bytes(), b"bad\xff");
+        // Text that escape_name cannot have written is taken as it stands.
+        assert_eq!(name_bytes("a\\xZZ\\"), b"a\\xZZ\\");
+    }
+
+    #[test]
+    fn a_process_named_in_bytes_that_are_not_utf8_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let exe = dir.path().join(OsString::from_vec(b"bad\xff\xfe".to_vec()));
+        std::fs::copy("/bin/sleep", &exe).unwrap();
+        let mut child = std::process::Command::new(&exe).arg("30").spawn().unwrap();
+        let pid = child.id() as i32;
+        let mut seen = None;
+        for _ in 0..400 {
+            let maps = read_maps(Some(pid)).unwrap();
+            if let Some(v) = maps.iter().find(|v| v.is_exec() && v.path.ends_with("\\xff\\xfe")) {
+                seen = Some(v.file_path());
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let (comm, stat, exe_name) = (read_comm(pid).unwrap(), read_stat(pid).unwrap(), read_exe(pid));
+        let smaps = read_smaps(Some(pid)).unwrap();
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert_eq!(seen.as_deref(), Some(exe.as_path()));
+        assert_eq!(comm, "bad\\xff\\xfe");
+        assert_eq!(stat.comm, comm);
+        assert_eq!(exe_name.map(|e| name_path(&e)), Some(exe.clone()));
+        assert!(smaps.iter().any(|(v, _)| v.file_path() == exe));
     }
 
     #[test]

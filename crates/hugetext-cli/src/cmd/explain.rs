@@ -32,6 +32,8 @@ evidence and the one command that fixes it:
   fs-no-large-folios     the filesystem gives no 2 MiB page-cache folios -> move it, or run
   cache-small-folios     the page cache holds the text in small folios -> warm
   mapped-before-warm     2 MiB folios in the cache, mapped by PTEs -> restart, or run
+  not-faulted-yet        2 MiB folios in the cache, the rest not mapped yet: the first
+                         execution maps each window with a PMD (nothing to do)
   copy-not-huge          an anonymous copy from `run` that is not in huge pages
   ok                     every whole 2 MiB window is PMD-mapped
 

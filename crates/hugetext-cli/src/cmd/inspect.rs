@@ -204,8 +204,11 @@ fn run_processes(args: &Args, cont_orders: &[u32]) -> Result<()> {
         Bar::hidden()
     };
     let t0 = Instant::now();
-    let report = inspect::inspect(&opts, &bar).context("inspect")?;
+    let mut report = inspect::inspect(&opts, &bar).context("inspect")?;
     bar.finish();
+    if !args.rollup {
+        report.name_copies();
+    }
     let elapsed = t0.elapsed();
     if report.method == Method::SmapsOnly {
         eprintln!(
@@ -302,7 +305,11 @@ fn print_tables(report: &Report, args: &Args, elapsed: Duration) {
                                 v.end,
                                 v.perms,
                                 v.offset,
-                                if v.path.is_empty() { "[anon]" } else { &v.path },
+                                match (&m.copy_of, v.path.is_empty()) {
+                                    (Some(file), _) => format!("{file} (anonymous copy)"),
+                                    (None, true) => "[anon]".to_string(),
+                                    (None, false) => v.path.clone(),
+                                },
                                 kb(m.counts.total(Kind::File) + m.counts.total(Kind::Anon)),
                                 "resident"
                             )

@@ -18,7 +18,9 @@ For each file, the clean page cache of its read-only ELF segments (any other fil
 of it) is evicted and read back through a MADV_HUGEPAGE mapping, bounded to the \
 segments; then the folio sizes are read back and reported: kB in 2 MiB folios, \
 eligible and PMD windows, what stayed small and why, and whether the windows will be \
-PMD-mapped when the program runs (else: hugetext align). Pages that running processes \
+PMD-mapped when the program runs. Text that no process can PMD-map (segments not 2 MiB-congruent, \
+or a PIE with p_align < 2 MiB, which the kernel loads at a page-aligned base) is left as it is: \
+filling it would only cost memory; run hugetext align first (--force fills it anyway). Pages that running processes \
 map cannot be evicted: they are reported as blocked, with the processes' pids; \
 --replace renames a warmed identical copy over such a file. MADV_COLLAPSE is used \
 where the kernel allows it for file text.
@@ -30,8 +32,10 @@ are impossible. See doc/warm.md.
 Exit status (as for every command that changes state, see `hugetext --help`): 0 done: \
 a file was warmed (whatever stayed small is reported); 1 error: a file could not be \
 warmed (the others still are); 2 nothing to do: no file has a whole 2 MiB window of \
-text; 3 impossible here: this filesystem gives no PMD folios (route: none). An error \
-wins over done, done over impossible. Bad arguments: 2 (before anything is done).";
+text; 3 impossible here: this filesystem gives no PMD folios (route: none), or nothing \
+was warmed (running processes map every window; stderr names them), or the text cannot be \
+PMD-mapped when it runs (hugetext align). An error wins over \
+done, done over impossible. Bad arguments: 2 (before anything is done).";
 
 /// Arguments of `hugetext warm` (the long description is in [`ABOUT`]).
 #[derive(clap::Args, Debug)]
@@ -75,6 +79,13 @@ pub struct Args {
     #[arg(long)]
     pub no_collapse: bool,
 
+    /// Fill 2 MiB folios even for text no process can PMD-map when it runs
+    /// (segments not 2 MiB-congruent, or a PIE with p_align < 2 MiB). By
+    /// default such a file is left as it is, with exit status 3 and advice
+    /// to run `hugetext align` first.
+    #[arg(long)]
+    pub force: bool,
+
     /// Print a systemd .path unit that re-warms when any of the files (and
     /// the --config file) changes, and exit.
     #[arg(long)]
@@ -110,6 +121,7 @@ pub fn run(args: Args) -> Result<u8> {
     };
     let opts = WarmOptions {
         no_collapse: args.no_collapse,
+        force: args.force,
         replace: args.replace || cfg.replace,
         replace_allow: ReplaceAllow {
             hardlinked: args.replace_allow.contains(&Allow::Hardlinked),
@@ -154,6 +166,14 @@ pub fn run(args: Args) -> Result<u8> {
             }
         }
     }
+    for f in &report.files {
+        if let Some(why) = match f {
+            FileOutcome::Warmed(rep) => rep.nothing_warmed(),
+            FileOutcome::Failed { .. } => None,
+        } {
+            eprintln!("hugetext: {why}");
+        }
+    }
     Ok(report.outcome().exit_code())
 }
 
@@ -168,6 +188,7 @@ fn print_human(r: &FileReport) {
         warm::Route::PmdReadaheadCollapse => "PMD readahead + MADV_COLLAPSE",
         warm::Route::Replace => "replaced by a warmed copy",
         warm::Route::None => "none possible",
+        warm::Route::NeedsAlign => "none: not PMD-mappable at run time, align first",
     };
     println!(
         "{} ({kind}, {}, route: {route}, {:.0} ms)",

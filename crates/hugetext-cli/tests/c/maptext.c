@@ -1,6 +1,6 @@
 /* Map a file as text for the `hugetext explain` tests.
  *
- *   maptext FILE [prctl] [advised] [nohuge]
+ *   maptext FILE [prctl] [advised] [nohuge] [first=N]
  *
  * Maps FILE read+exec, private, at an address aligned to the kernel's PMD
  * size (hpage_pmd_size: 2 MiB on x86-64, 32 MiB on a 16 KiB-page arm64
@@ -10,10 +10,13 @@
  *   prctl    prctl(PR_SET_THP_DISABLE, 1) first
  *   advised  prctl(PR_SET_THP_DISABLE, 1, PR_THP_DISABLE_EXCEPT_ADVISED)
  *            first (Linux 6.18; what systemd's MemoryTHP=madvise sets)
- *   nohuge   madvise(MADV_NOHUGEPAGE) on the mapping before touching it */
+ *   nohuge   madvise(MADV_NOHUGEPAGE) on the mapping before touching it
+ *   first=N  touch only the first N PMD windows: the rest stays unmapped,
+ *            as text a program has not executed yet */
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
@@ -42,10 +45,11 @@ static size_t pmd_size(void) {
 
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fprintf(stderr, "usage: maptext FILE [prctl] [advised] [nohuge]\n");
+        fprintf(stderr, "usage: maptext FILE [prctl] [advised] [nohuge] [first=N]\n");
         return 2;
     }
     int nohuge = 0;
+    long first = -1;
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "prctl")) {
             if (prctl(PR_SET_THP_DISABLE, 1, 0, 0, 0)) die("prctl");
@@ -53,6 +57,8 @@ int main(int argc, char **argv) {
             if (prctl(PR_SET_THP_DISABLE, 1, PR_THP_DISABLE_EXCEPT_ADVISED, 0, 0)) die("prctl advised");
         } else if (!strcmp(argv[i], "nohuge")) {
             nohuge = 1;
+        } else if (!strncmp(argv[i], "first=", 6)) {
+            first = atol(argv[i] + 6);
         } else {
             fprintf(stderr, "maptext: unknown option %s\n", argv[i]);
             return 2;
@@ -69,7 +75,8 @@ int main(int argc, char **argv) {
     if (mmap(addr, size, PROT_READ | PROT_EXEC, MAP_PRIVATE | MAP_FIXED, fd, 0) != addr) die("mmap");
     if (nohuge && madvise(addr, size, MADV_NOHUGEPAGE)) die("madvise");
     volatile char sink = 0;
-    for (size_t off = 0; off < size; off += page) sink += addr[off];
+    size_t touched = first < 0 ? size : (size_t)first * M;
+    for (size_t off = 0; off < size && off < touched; off += page) sink += addr[off];
     (void)sink;
     printf("mapped %p\nready\n", (void *)addr);
     fflush(stdout);

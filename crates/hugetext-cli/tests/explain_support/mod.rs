@@ -18,7 +18,8 @@ pub fn cprogs() -> &'static Path {
 /// `file` read+exec at a PMD-aligned address congruent with offset 0,
 /// touches every page and waits; a `hugepage` line on its stdin switches the
 /// mapping to MADV_HUGEPAGE. Options: `prctl` (PR_SET_THP_DISABLE), `advised`
-/// (PR_THP_DISABLE_EXCEPT_ADVISED), `nohuge` (MADV_NOHUGEPAGE).
+/// (PR_THP_DISABLE_EXCEPT_ADVISED), `nohuge` (MADV_NOHUGEPAGE), `first=N`
+/// (touch only the first N PMD windows: the others stay unmapped).
 pub fn helper(file: &Path, opts: &[&str]) -> common::Running {
     let mut cmd = Command::new(cprogs().join("maptext"));
     cmd.arg(file).args(opts);

@@ -100,7 +100,7 @@ impl Keeper {
         if let Some(&e) = self.eligible.get(&id) {
             return Some(e);
         }
-        let e = warm::plan(path).ok()?.eligible_windows();
+        let e = warm::plan_exact(path).ok()?.eligible_windows();
         if self.eligible.len() > 10_000 {
             self.eligible.clear();
         }
@@ -151,7 +151,7 @@ impl Keeper {
             return Ok(());
         }
         self.blocked_logged.remove(path);
-        let t = warm::plan(path)?;
+        let t = warm::plan_exact(path)?;
         if let Err(e) = warm::check_memory(t.bytes(), limit) {
             m.action("warm", "memory_guard");
             self.attempts.insert(path.clone(), (id, now + Duration::from_secs(60)));
@@ -164,7 +164,7 @@ impl Keeper {
         }
         let opts = WarmOptions::default();
         let r = warm::warm_target(&t, &opts, &mut self.ctx)?;
-        let result = if r.route == warm::Route::None {
+        let result = if matches!(r.route, warm::Route::None | warm::Route::NeedsAlign) {
             "impossible"
         } else if r.pmd_windows > 0 {
             "done"

@@ -529,7 +529,7 @@ fn method_name(m: Method) -> &'static str {
 /// Eligible windows of `path` and (with PFN access) how many are PMD folios
 /// now, measured the way `warm` measures its result.
 pub fn file_state(path: &Path) -> Result<(u64, Option<u64>)> {
-    let t = warm::plan(path)?;
+    let t = warm::plan_exact(path)?;
     let eligible = t.eligible_windows();
     if !kernel::pfn_access() || eligible == 0 {
         return Ok((eligible, None));

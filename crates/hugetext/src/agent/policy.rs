@@ -102,13 +102,15 @@ fn duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Duration, D::Error
 }
 
 /// The files the policy names explicitly: `paths` and what `globs` match
-/// now (sorted, once each), and the patterns or paths that match nothing.
+/// now (sorted, once each; a symbolic link resolved to its file, which is
+/// what the agent then opens, never following a link again), and the
+/// patterns or paths that match nothing.
 pub fn explicit_files(cfg: &Config) -> (BTreeSet<PathBuf>, Vec<String>) {
     let mut files = BTreeSet::new();
     let mut missing = Vec::new();
     for p in &cfg.paths {
         if p.is_file() {
-            files.insert(p.clone());
+            files.insert(crate::warm::resolve_link(p));
         } else {
             missing.push(p.display().to_string());
         }
@@ -118,7 +120,7 @@ pub fn explicit_files(cfg: &Config) -> (BTreeSet<PathBuf>, Vec<String>) {
         if let Ok(it) = glob::glob(g) {
             for p in it.flatten().filter(|p| p.is_file()) {
                 matched = true;
-                files.insert(p);
+                files.insert(crate::warm::resolve_link(&p));
             }
         }
         if !matched {

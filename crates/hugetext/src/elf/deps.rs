@@ -57,7 +57,7 @@ struct DynInfo {
 }
 
 fn read_dyn(path: &Path) -> std::result::Result<DynInfo, String> {
-    let file = File::open(path).map_err(|e| e.to_string())?;
+    let file = crate::openfile::open_regular(path, crate::openfile::Follow::Yes).map_err(|e| e.to_string())?;
     let cache = ReadCache::new(&file);
     let ident = (&cache)
         .read_bytes_at(0, 16)

@@ -194,7 +194,7 @@ impl Segment {
 
 /// Open and parse an ELF file's headers without reading the rest of it.
 pub(crate) fn read_model(path: &Path) -> Result<(File, layout::Model)> {
-    let file = File::open(path).map_err(|e| Error::io(path, e))?;
+    let file = crate::openfile::open_nonblocking(path, crate::openfile::Follow::Yes).map_err(|e| Error::io(path, e))?;
     let meta = file.metadata().map_err(|e| Error::io(path, e))?;
     if !meta.is_file() {
         return Err(Error::Elf {
@@ -263,7 +263,7 @@ pub fn text_segments(path: &Path) -> Result<Vec<Segment>> {
 pub fn machine_of(path: &Path) -> Result<Option<(u16, bool)>> {
     use object::read::elf::FileHeader;
     use std::io::Read;
-    let f = File::open(path).map_err(|e| Error::io(path, e))?;
+    let f = crate::openfile::open_nonblocking(path, crate::openfile::Follow::Yes).map_err(|e| Error::io(path, e))?;
     let mut head = Vec::with_capacity(64);
     f.take(64).read_to_end(&mut head).map_err(|e| Error::io(path, e))?;
     let m = match head.get(layout::EI_CLASS) {
@@ -298,7 +298,8 @@ pub fn preload_mismatch(program: Option<(u16, bool)>, preload: Option<(u16, bool
 /// Is this file an ELF file (by its magic)? Errors only on I/O.
 pub fn is_elf(path: &Path) -> Result<bool> {
     use std::io::Read;
-    let mut f = File::open(path).map_err(|e| Error::io(path, e))?;
+    let mut f =
+        crate::openfile::open_nonblocking(path, crate::openfile::Follow::Yes).map_err(|e| Error::io(path, e))?;
     let mut magic = [0u8; 4];
     match f.read_exact(&mut magic) {
         Ok(()) => Ok(&magic == b"\x7fELF"),

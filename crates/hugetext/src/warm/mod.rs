@@ -30,7 +30,7 @@ mod report;
 mod run;
 
 pub use config::{check_memory, path_unit, Config, MemLimit};
-pub use plan::{open_regular, plan, plan_all, resolve_deps, Runtime, Target, WarmRange};
+pub use plan::{open_regular, plan, plan_all, plan_exact, resolve_deps, resolve_link, Runtime, Target, WarmRange};
 pub use replace::{replace_and_warm, replace_refusals, ReplaceAllow};
 pub use report::{human, FileReport, RangeReport, SmallReasons};
 pub use run::{warm_all, CollapseState, FileOutcome, WarmReport};
@@ -67,12 +67,18 @@ pub fn mapping_pids_of(dev: u64, ino: u64) -> Vec<ProcRef> {
     proc_refs(procfs::pids_mapping(dev, ino))
 }
 
-/// The processes that map `path` (see [`mapping_pids_of`]). The device is
-/// the one maps lines show ([`fsutil::maps_dev`]; on btrfs not `st_dev`).
+/// The processes that map `path` (see [`mapping_pids_of`]). `path` is
+/// opened as a path from `/proc` ([`open_regular`]): a FIFO or a symbolic
+/// link swapped in there is refused, without blocking.
 pub fn mapping_pids(path: &Path) -> Result<Vec<ProcRef>> {
-    let f = File::open(path).map_err(|e| Error::io(path, e))?;
-    let ino = f.metadata().map_err(|e| Error::io(path, e))?.ino();
-    let dev = fsutil::maps_dev(&f).map_err(|e| Error::io(path, e))?;
+    mapping_pids_file(&open_regular(path)?).map_err(|e| Error::io(path, e))
+}
+
+/// The processes that map the open file `f`. The device is the one maps
+/// lines show ([`fsutil::maps_dev`]; on btrfs not `st_dev`).
+pub fn mapping_pids_file(f: &File) -> std::io::Result<Vec<ProcRef>> {
+    let ino = f.metadata()?.ino();
+    let dev = fsutil::maps_dev(f)?;
     Ok(mapping_pids_of(dev, ino))
 }
 
@@ -125,6 +131,9 @@ pub enum Route {
     Replace,
     /// Nothing can give PMD folios here (see the notes).
     None,
+    /// Nothing filled: no window of the file can be PMD-mapped when it
+    /// runs (`hugetext align` first; `--force` fills anyway).
+    NeedsAlign,
 }
 
 /// Options of [`warm_target`].
@@ -137,6 +146,9 @@ pub struct WarmOptions {
     pub replace: bool,
     /// What `replace` may override.
     pub replace_allow: ReplaceAllow,
+    /// Fill PMD folios even for text no process can PMD-map
+    /// ([`Target::never_pmd_mapped`]).
+    pub force: bool,
 }
 
 /// Per-run state shared between files (what was learnt about the kernel).
@@ -156,6 +168,9 @@ pub fn warm_target(t: &Target, opts: &WarmOptions, ctx: &mut WarmContext) -> Res
     let f = open_regular(&t.path)?;
     let fs = fsutil::fs_name(&f);
     let mut notes = t.notes.clone();
+    if t.never_pmd_mapped() && !opts.force {
+        return needs_align(t, &fs, start);
+    }
 
     let mut stuck = BTreeSet::new();
     if fsutil::is_memory_fs(&fs) {
@@ -249,6 +264,7 @@ pub fn warm_target(t: &Target, opts: &WarmOptions, ctx: &mut WarmContext) -> Res
                 report.blocked_windows,
                 human(report.blocked_kb * KIB),
             ));
+            report::unblock(&mut report);
         } else {
             report.notes.push(format!(
                 "{} window(s) ({}) stay small: running processes map them ({}); they get PMD folios once those exit, \
@@ -260,6 +276,24 @@ pub fn warm_target(t: &Target, opts: &WarmOptions, ctx: &mut WarmContext) -> Res
         }
     }
     report::advise(t, &mut report);
+    report.millis = start.elapsed().as_secs_f64() * 1e3;
+    Ok(report)
+}
+
+/// The report of a file whose text no process can PMD-map: nothing filled,
+/// what the page cache holds measured as it is, and why.
+fn needs_align(t: &Target, fs: &str, start: Instant) -> Result<FileReport> {
+    let (mut report, _) = report::measure(t, fs, &BTreeSet::new())?;
+    report.route = Route::NeedsAlign;
+    // Small because nothing was filled, not for the filesystem's sake.
+    report.small.other_kb += std::mem::take(&mut report.small.no_large_folios_kb);
+    report.notes = t.notes.clone();
+    report.notes.push(format!(
+        "nothing filled: no window of its text can be PMD-mapped when it runs ({}); \
+         run `hugetext align {}` first, then warm the aligned file (--force fills it anyway)",
+        report::unmappable_why(t),
+        t.path.display()
+    ));
     report.millis = start.elapsed().as_secs_f64() * 1e3;
     Ok(report)
 }

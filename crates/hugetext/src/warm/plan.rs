@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 
 use super::page_out;
 use crate::kernel::{self, Mapping};
+use crate::openfile::{self, Follow};
 use crate::{pagecache, Error, Result};
 
 /// Whether a read-only segment's windows can be PMD-mapped when the program
@@ -67,6 +68,11 @@ pub struct Target {
     pub ranges: Vec<WarmRange>,
     /// Remarks from planning (e.g. "not a valid ELF file: warming all of it").
     pub notes: Vec<String>,
+    /// A shared library: ld.so places it, with one mapping of the whole
+    /// file, which ext4 and xfs place 2 MiB-aligned when it is at least
+    /// that large (`thp_get_unmapped_area`), so its congruent segments are
+    /// PMD-mapped in practice even with a small `p_align`.
+    pub placed_by_loader: bool,
 }
 
 impl Target {
@@ -77,6 +83,27 @@ impl Target {
             .iter()
             .map(|r| (r.offset + r.len).div_ceil(ps) * ps - r.offset / ps * ps)
             .sum()
+    }
+
+    /// True when no window can be PMD-mapped when the program runs, so
+    /// filling PMD folios would only cost memory: every range with a whole
+    /// window is not congruent ([`Runtime::Incongruent`]), or congruent with
+    /// a load base the kernel places only page-aligned (a PIE with a small
+    /// `p_align`: [`Runtime::LoadAddress`] in a file not placed by ld.so).
+    /// The facts are `check`'s ([`crate::elf::check::analyse`]).
+    pub fn never_pmd_mapped(&self) -> bool {
+        let with_windows: Vec<&WarmRange> = self
+            .ranges
+            .iter()
+            .filter(|r| !pagecache::pmd_windows_in(&r.range()).is_empty())
+            .collect();
+        self.elf
+            && !with_windows.is_empty()
+            && with_windows.iter().all(|r| match r.runtime {
+                Runtime::Incongruent => true,
+                Runtime::LoadAddress => !self.placed_by_loader,
+                Runtime::Congruent | Runtime::NotElf => false,
+            })
     }
 
     /// Whole PMD-size windows in the ranges: what warm can put in PMD folios.
@@ -92,50 +119,37 @@ impl Target {
     }
 }
 
-/// Check that `path` is something `warm` can work on, with one clear error
-/// line when it is not: missing, a directory, not a regular file, not
-/// readable.
+/// Open `path`, which must be a regular file, to warm it, with one clear
+/// error line when it is not: missing, a directory, a FIFO, a symbolic link
+/// (planned paths are resolved, so a link there was swapped in), not
+/// readable. Never blocks ([`openfile::open_regular`]).
 pub fn open_regular(path: &Path) -> Result<File> {
-    let meta = std::fs::metadata(path).map_err(|e| match e.kind() {
+    openfile::open_regular(path, Follow::No).map_err(|e| match e.kind() {
         std::io::ErrorKind::NotFound => Error::Invalid(format!("{}: no such file", path.display())),
-        std::io::ErrorKind::PermissionDenied => Error::Permission(format!(
-            "{}: permission denied (cannot look it up); run as root or as a user who can read it",
-            path.display()
-        )),
-        _ => Error::io(path, e),
-    })?;
-    let ft = meta.file_type();
-    if ft.is_dir() {
-        return Err(Error::Invalid(format!(
-            "{}: is a directory; warm takes files (programs, libraries)",
-            path.display()
-        )));
-    }
-    if !ft.is_file() {
-        use std::os::unix::fs::FileTypeExt;
-        let what = if ft.is_char_device() {
-            "a character device"
-        } else if ft.is_block_device() {
-            "a block device"
-        } else if ft.is_fifo() {
-            "a FIFO"
-        } else if ft.is_socket() {
-            "a socket"
-        } else {
-            "not a regular file"
-        };
-        return Err(Error::Invalid(format!(
-            "{}: not a regular file ({what}); warm takes programs, libraries and other regular files",
-            path.display()
-        )));
-    }
-    File::open(path).map_err(|e| match e.kind() {
         std::io::ErrorKind::PermissionDenied => Error::Permission(format!(
             "{}: permission denied (cannot read it); run as root or as a user who can read it",
             path.display()
         )),
+        std::io::ErrorKind::InvalidInput if e.to_string() == openfile::IS_A_DIRECTORY => Error::Invalid(format!(
+            "{}: is a directory; warm takes files (programs, libraries)",
+            path.display()
+        )),
+        std::io::ErrorKind::InvalidInput => Error::Invalid(format!(
+            "{}: {e}; warm takes programs, libraries and other regular files",
+            path.display()
+        )),
         _ => Error::io(path, e),
     })
+}
+
+/// A path a user gave, with a symbolic link at its last component resolved
+/// (`libfoo.so.1` → `libfoo.so.1.2.3`): warm then opens exactly that file,
+/// never following a link again.
+pub fn resolve_link(path: &Path) -> PathBuf {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_symlink() => path.canonicalize().unwrap_or_else(|_| path.to_path_buf()),
+        _ => path.to_path_buf(),
+    }
 }
 
 /// Work out what to warm in `path`: an ELF file's read-only `PT_LOAD`
@@ -146,7 +160,17 @@ pub fn open_regular(path: &Path) -> Result<File> {
 /// outside the ranges to warm (readahead past the headers, section headers
 /// at the end) is evicted again, so planning leaves the rest of the file's
 /// cache as it found it.
+///
+/// `path` is a user's: a symbolic link there is resolved first
+/// ([`resolve_link`]). For paths from `/proc` use [`plan_exact`].
 pub fn plan(path: &Path) -> Result<Target> {
+    plan_exact(&resolve_link(path))
+}
+
+/// [`plan`] for a path taken from `/proc` or a process (the agent's `auto`
+/// rule): a symbolic link, FIFO or anything but a regular file found there
+/// is refused, and opening it never blocks.
+pub fn plan_exact(path: &Path) -> Result<Target> {
     let f = open_regular(path)?;
     let size = f.metadata().map_err(|e| Error::io(path, e))?.len();
     let mut t = Target {
@@ -155,6 +179,7 @@ pub fn plan(path: &Path) -> Result<Target> {
         elf: false,
         ranges: Vec::new(),
         notes: Vec::new(),
+        placed_by_loader: false,
     };
     if size == 0 {
         return Ok(t);
@@ -168,9 +193,10 @@ pub fn plan(path: &Path) -> Result<Target> {
         t.ranges.push(whole(size));
     } else {
         match elf_ranges(path) {
-            Ok(ranges) => {
+            Ok((ranges, placed_by_loader)) => {
                 t.elf = true;
                 t.ranges = ranges;
+                t.placed_by_loader = placed_by_loader;
                 if t.ranges.is_empty() {
                     t.notes
                         .push("ELF file without read-only loadable segments: nothing to warm".into());
@@ -192,12 +218,14 @@ pub fn plan(path: &Path) -> Result<Target> {
 }
 
 /// The read-only segments of an ELF file as warm ranges, with whether each
-/// will be PMD-mapped at run time.
-fn elf_ranges(path: &Path) -> Result<Vec<WarmRange>> {
+/// will be PMD-mapped at run time, and whether ld.so places the file (a
+/// shared library).
+fn elf_ranges(path: &Path) -> Result<(Vec<WarmRange>, bool)> {
     let pmd = kernel::pmd_size() as u64;
     let segs = crate::elf::text_segments(path)?;
     let (_file, model) = crate::elf::read_model(path)?;
-    let base = crate::elf::check::analyse(path, &model, &crate::elf::Target::running()).base;
+    let facts = crate::elf::check::analyse(path, &model, &crate::elf::Target::running());
+    let (base, library) = (facts.base, facts.kind == crate::elf::check::FileKind::SharedLibrary);
     let keeps = !matches!(base, crate::elf::BaseAlignment::NotAligned);
     let size = model.file_size;
     let mut ranges: Vec<WarmRange> = segs
@@ -229,7 +257,7 @@ fn elf_ranges(path: &Path) -> Result<Vec<WarmRange>> {
             _ => merged.push(r),
         }
     }
-    Ok(merged)
+    Ok((merged, library))
 }
 
 fn whole(size: u64) -> WarmRange {

@@ -2,14 +2,13 @@
 //! stayed small is small, and what to do about it.
 
 use std::collections::BTreeSet;
-use std::fs::File;
 use std::ops::Range;
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 
 use super::{ProcRef, Route, Runtime, Target, WarmRange, KIB};
 use crate::kernel::{self, Mapping};
-use crate::{folio, pagecache, procfs, Error, Result};
+use crate::{folio, pagecache, procfs, Result};
 
 /// Kilobytes that stayed in small folios, by reason.
 #[derive(Debug, Clone, Default, serde::Serialize)]
@@ -87,18 +86,56 @@ pub struct FileReport {
 
 impl FileReport {
     /// In the convention of every state-changing command: no whole 2 MiB
-    /// window to warm is nothing to do, `route: none` (no PMD folios on
-    /// this filesystem) is impossible here, anything else is done (what
-    /// stayed small is reported).
+    /// window to warm is nothing to do; `route: none` (no PMD folios on
+    /// this filesystem), or no window in a PMD folio afterwards (running
+    /// processes map them all, see `blocked_by`), is impossible here;
+    /// anything else is done (what stayed small is reported).
     pub fn outcome(&self) -> crate::Outcome {
         if self.eligible_windows == 0 {
             crate::Outcome::NothingToDo
-        } else if self.route == Route::None {
+        } else if matches!(self.route, Route::None | Route::NeedsAlign) || self.pmd_windows == 0 {
             crate::Outcome::Impossible
         } else {
             crate::Outcome::Done
         }
     }
+
+    /// Why nothing was warmed, in one line, when [`FileReport::outcome`]
+    /// is impossible for a file with windows to warm.
+    pub fn nothing_warmed(&self) -> Option<String> {
+        if self.outcome() != crate::Outcome::Impossible {
+            return None;
+        }
+        let why = if self.route == Route::NeedsAlign {
+            format!(
+                "no window can be PMD-mapped when it runs; run `hugetext align {}` first (--force fills it anyway)",
+                self.path.display()
+            )
+        } else if self.route == Route::None {
+            format!("no PMD folios on this filesystem ({})", self.filesystem)
+        } else if !self.blocked_by.is_empty() {
+            format!(
+                "running processes map it ({}); they get PMD folios once those exit, or use --replace",
+                super::pid_list(&self.blocked_by)
+            )
+        } else {
+            "no window became a PMD folio (see the notes)".into()
+        };
+        Some(format!(
+            "{}: nothing warmed (0/{} windows): {why}",
+            self.path.display(),
+            self.eligible_windows
+        ))
+    }
+}
+
+/// No process maps the file after all: what could not be evicted stayed
+/// small for another reason (pages pinned or under I/O), not "blocked".
+pub(super) fn unblock(rep: &mut FileReport) {
+    rep.small.other_kb += rep.small.blocked_kb;
+    rep.small.blocked_kb = 0;
+    rep.blocked_kb = 0;
+    rep.blocked_windows = 0;
 }
 
 /// Read back the folio sizes of `t`'s ranges and classify what is small.
@@ -254,7 +291,7 @@ fn all_windows_pmd(path: &Path, w: &Range<u64>) -> Result<Option<u64>> {
     if n == 0 {
         return Ok(Some(0));
     }
-    let f = File::open(path).map_err(|e| Error::io(path, e))?;
+    let f = super::open_regular(path)?;
     let len = (w.end - w.start) as usize;
     let map = Mapping::file_congruent(f.as_fd(), w.start, len, libc::PROT_READ, pmd as usize)?;
     map.madvise(0, len, libc::MADV_RANDOM)?;
@@ -270,6 +307,17 @@ fn all_windows_pmd(path: &Path, w: &Range<u64>) -> Result<Option<u64>> {
     }
     let kb = procfs::own_file_pmd_kb(map.addr())?;
     Ok((kb == n * pmd / KIB).then_some(n))
+}
+
+/// Why no window of `t` can be PMD-mapped at run time, in words (for a
+/// target where [`Target::never_pmd_mapped`]).
+pub(super) fn unmappable_why(t: &Target) -> String {
+    let pmd_w = crate::elf::check::size_words(kernel::pmd_size() as u64);
+    if t.ranges.iter().any(|r| r.runtime == Runtime::Incongruent) {
+        format!("a segment's vaddr − offset is not a multiple of {pmd_w}")
+    } else {
+        format!("p_align < {pmd_w}: the kernel loads it at a base that is only page-aligned")
+    }
 }
 
 /// Add advice about the result (what to do about what stayed small).
@@ -292,7 +340,7 @@ pub(super) fn advise(t: &Target, rep: &mut FileReport) {
             human(rep.small.other_kb * KIB)
         ));
     }
-    if t.elf {
+    if t.elf && rep.route != Route::NeedsAlign {
         let inc = t.ranges.iter().any(|r| {
             r.runtime == Runtime::Incongruent
                 && pagecache::pmd_windows_in(&r.range()).end > pagecache::pmd_windows_in(&r.range()).start

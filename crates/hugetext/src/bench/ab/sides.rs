@@ -74,7 +74,13 @@ pub fn prepare(files: &[TextFile], side: Side) -> Result<TextState> {
         pagecache::evict(&f, 0..tf.size)?;
         match (side, &tf.plan) {
             (Side::Huge, Some(plan)) => {
-                warm::warm_target(plan, &warm::WarmOptions::default(), &mut ctx)?;
+                // The huge side is 2 MiB folios whether or not the text can be
+                // PMD-mapped where it runs (warm's default leaves such text).
+                let opts = warm::WarmOptions {
+                    force: true,
+                    ..Default::default()
+                };
+                warm::warm_target(plan, &opts, &mut ctx)?;
             }
             _ => {
                 for r in &tf.managed_ranges {
