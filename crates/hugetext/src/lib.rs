@@ -38,6 +38,7 @@ pub mod inspect;
 pub mod kernel;
 pub mod outcome;
 pub mod pagecache;
+pub mod prerun;
 pub mod procfs;
 pub mod progress;
 pub mod remap;
