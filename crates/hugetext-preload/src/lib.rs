@@ -88,10 +88,11 @@ extern "C" fn at_load(argc: c_int, argv: *const *const c_char, _envp: *const *co
             // SAFETY: the loader passes the process's argc and argv.
             false => unsafe { core::slice::from_raw_parts(argv, argc as usize) },
         };
-        if !via::at_start(&cfg, argv, || {
+        if via::at_start(&cfg, argv, || {
             pass(&cfg);
-        }) {
-            return;
+        }) != via::Start::Program
+        {
+            return; // a wrapper's hop says what it is; a forked helper runs plain
         }
     }
     if cfg.verbose {

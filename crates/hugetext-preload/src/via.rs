@@ -158,21 +158,34 @@ fn starts_with_hashbang(path: &[u8]) -> bool {
     n == 2 && &head == b"#!"
 }
 
+/// Where a process that loaded the preload without `--inherit` stands.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Start {
+    /// A process a wrapper forked: it runs plain, nothing more to say.
+    Plain,
+    /// A wrapper: no pass (it has no text in whole windows), the preload
+    /// stays for the program it execs.
+    Wrapper,
+    /// The program (or the last hop): the pass ran, the default applies.
+    Program,
+}
+
 /// The start-up decision around the pass, for a process that loaded the
 /// preload without `--inherit`: a wrapper's forked child runs plain; a
-/// wrapper keeps the preload for what it execs; a program with text (or the
-/// last hop) removes it, and with `-v` names the chain that led to it.
-/// Returns false in a wrapper's child (it runs plain: nothing more to say).
-pub fn at_start(cfg: &config::Config, argv: &[*const c_char], pass: impl FnOnce()) -> bool {
+/// wrapper keeps the preload for what it execs, without a pass of its own
+/// (nothing to remap, nothing to report but the hop); a program with text
+/// (or the last hop) runs the pass, removes the preload, and with `-v`
+/// names the chain that led to it.
+pub fn at_start(cfg: &config::Config, argv: &[*const c_char], pass: impl FnOnce()) -> Start {
     let via = Via::from_env();
     if via.forked_by_wrapper() {
         crate::PLAIN.store(true, Relaxed);
         config::strip_preload();
         config::remove(b"HUGETEXT_VIA=");
-        return false;
+        return Start::Plain;
     }
-    pass();
-    if next(has_text(), via.hops) == Next::Follow && via.follow(argv) {
+    let has_text = has_text();
+    if next(has_text, via.hops) == Next::Follow && via.follow(argv) {
         if cfg.verbose {
             let mut name = Out::<1100>::new(-1);
             name_self(&mut name, argv);
@@ -188,8 +201,9 @@ pub fn at_start(cfg: &config::Config, argv: &[*const c_char], pass: impl FnOnce(
                 .s(")");
             name.clear();
         }
-        return true;
+        return Start::Wrapper;
     }
+    pass();
     config::strip_preload();
     config::remove(b"HUGETEXT_VIA=");
     if cfg.verbose && via.hops > 0 {
@@ -205,11 +219,11 @@ pub fn at_start(cfg: &config::Config, argv: &[*const c_char], pass: impl FnOnce(
         exe(&mut name);
         o.bytes(name.contents());
         name.clear();
-        if !has_text() {
+        if !has_text {
             o.s(" (the last wrapper followed; it has no text in whole windows either)");
         }
     }
-    true
+    Start::Program
 }
 
 #[cfg(test)]

@@ -39,6 +39,7 @@ pub mod kernel;
 pub mod openfile;
 pub mod outcome;
 pub mod pagecache;
+pub mod prerun;
 pub mod procfs;
 pub mod progress;
 pub mod remap;

@@ -456,22 +456,15 @@ pub enum Injectable {
     Yes,
     /// Statically linked: there is no dynamic loader to inject anything.
     Static,
-    /// Set-user-ID, set-group-ID: secure-execution mode ignores a preload
-    /// given by path.
-    SetId,
 }
 
-/// Look at a program's ELF header and mode bits to tell whether the preload
-/// can reach it. Files that are not ELF (scripts) count as injectable.
+/// Look at a program's ELF header to tell whether the preload can reach it
+/// (secure execution: [`crate::prerun::secure_exec`]). Files that are not
+/// ELF (scripts) count as injectable.
 pub fn injectable(program: &Path) -> Injectable {
     use object::elf::{FileHeader64, PT_INTERP};
     use object::read::elf::{FileHeader, ProgramHeader};
     use std::io::Read;
-    if let Ok(md) = std::fs::metadata(program) {
-        if md.permissions().mode() & 0o6000 != 0 {
-            return Injectable::SetId;
-        }
-    }
     let mut head = Vec::with_capacity(65536);
     let Ok(f) = std::fs::File::open(program) else {
         return Injectable::Yes;

@@ -5,6 +5,7 @@ use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 
 use anyhow::Result;
+use hugetext::prerun;
 use hugetext::remap::{self, Injectable, RunOptions, Strategy};
 
 use super::exit_with;
@@ -185,16 +186,21 @@ pub fn run(args: Args) -> Result<u8> {
             ),
         ));
     }
-    match remap::injectable(&resolved) {
-        Injectable::Yes => {}
-        Injectable::Static => eprintln!(
-            "hugetext: warning: {} is statically linked: libhugetext.so cannot be injected, it runs unchanged",
-            program.to_string_lossy()
-        ),
-        Injectable::SetId => eprintln!(
-            "hugetext: warning: {} is set-user-ID or set-group-ID: the dynamic loader ignores the preload and LD_AUDIT, it runs unchanged",
-            program.to_string_lossy()
-        ),
+    let shown = program.to_string_lossy();
+    if remap::injectable(&resolved) == Injectable::Static {
+        let advice = prerun::static_advice(&shown, prerun::file_text(&resolved).as_ref());
+        eprintln!("hugetext: warning: {shown} is statically linked: libhugetext.so cannot be injected, it runs unchanged; {advice}");
+    }
+    if let Some(facts) = prerun::exec_facts(&resolved) {
+        match prerun::secure_exec(&facts) {
+            Some(why) => eprintln!("hugetext: warning: {}", prerun::secure_warning(&shown, why)),
+            None if args.verbose => {
+                if let Some(note) = prerun::not_secure_note(&shown, &facts) {
+                    eprintln!("hugetext: {note}");
+                }
+            }
+            None => {}
+        }
     }
     let script = remap::script_interpreter(&resolved);
     if args.verbose {
@@ -206,8 +212,24 @@ pub fn run(args: Args) -> Result<u8> {
             );
         }
     }
+    if args.verbose && args.inherit {
+        match &script {
+            Some(_) => {
+                eprintln!("hugetext: --inherit: what each child process costs depends on the program the script runs")
+            }
+            None => {
+                let files = prerun::start_text(&resolved);
+                let cost = prerun::copy_cost(&files, opts.strategy, opts.gdb);
+                eprintln!(
+                    "hugetext: {}",
+                    prerun::inherit_cost_line(&resolved.display().to_string(), &files, cost)
+                );
+            }
+        }
+    }
     let mut env = remap::environment(&opts, &preload, std::env::var_os("LD_PRELOAD").as_deref())
         .map_err(|e| exit_with(125, e.to_string()))?;
+    env.extend(naming(args.verbose));
     env.extend(remap::late_environment(
         &preload,
         args.no_dlopen,
@@ -231,9 +253,20 @@ pub fn run(args: Args) -> Result<u8> {
         .args(rest)
         .envs(env)
         .exec();
-    let shown = program.to_string_lossy();
     Err(match err.kind() {
         std::io::ErrorKind::NotFound => exit_with(127, format!("{shown}: cannot execute: {err}")),
         _ => exit_with(126, format!("{shown}: cannot execute: {err}")),
     })
+}
+
+/// Once per run, not in every process: where the kernel cannot name
+/// anonymous memory, the preload is told not to try, and `-v` says so.
+fn naming(verbose: bool) -> Option<(OsString, OsString)> {
+    let var = prerun::naming_environment()?;
+    if verbose {
+        eprintln!(
+            "hugetext: this kernel cannot name anonymous memory (built without CONFIG_ANON_VMA_NAME): text copied to anonymous memory shows unnamed in /proc/PID/maps"
+        );
+    }
+    Some(var)
 }

@@ -1,0 +1,368 @@
+//! What `hugetext run` can tell before it execs a program: whether the
+//! preload will reach it (static linking, secure-execution mode), whether
+//! the kernel can name copied text, and what the copy route costs each
+//! process that takes it. Decisions are pure functions of gathered facts.
+
+use std::ffi::OsString;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use crate::elf::{self, FileKind};
+use crate::remap::Strategy;
+
+/// Why the dynamic loader runs a program in secure-execution mode
+/// (`AT_SECURE`), ignoring `LD_PRELOAD` and `LD_AUDIT` given by path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Secure {
+    /// Set-user-ID to another user than the one starting it.
+    SetUid { owner: u32 },
+    /// Set-group-ID to another group than the starter's.
+    SetGid { group: u32 },
+    /// File capabilities, started by a user other than root.
+    FileCaps,
+}
+
+/// What decides secure execution: the file's mode, owner and capabilities,
+/// the mount's `nosuid`, and the credentials of the process that execs it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ExecFacts {
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    /// `security.capability` grants something (permitted or effective).
+    pub file_caps: bool,
+    pub nosuid: bool,
+    pub ruid: u32,
+    pub euid: u32,
+    pub rgid: u32,
+    pub egid: u32,
+}
+
+/// Pure: the kernel's rule (security/commoncap.c, `cap_bprm_creds_from_file`):
+/// secure execution when the new effective user (group) differs from the
+/// real one, or when a non-root user gains file capabilities.
+pub fn secure_exec(f: &ExecFacts) -> Option<Secure> {
+    let suid = f.mode & 0o4000 != 0 && !f.nosuid;
+    // Set-group-ID without group execute is mandatory locking, not set-id.
+    let sgid = f.mode & 0o2000 != 0 && f.mode & 0o010 != 0 && !f.nosuid;
+    let euid = if suid { f.uid } else { f.euid };
+    let egid = if sgid { f.gid } else { f.egid };
+    if euid != f.ruid {
+        Some(Secure::SetUid { owner: f.uid })
+    } else if egid != f.rgid {
+        Some(Secure::SetGid { group: f.gid })
+    } else if f.file_caps && f.ruid != 0 && !f.nosuid {
+        Some(Secure::FileCaps)
+    } else {
+        None
+    }
+}
+
+/// Pure: does a `security.capability` value grant anything? (`vfs_cap_data`:
+/// magic with the effective flag, then permitted/inheritable pairs.)
+pub fn caps_grant(xattr: &[u8]) -> bool {
+    let word = |i: usize| {
+        xattr
+            .get(i..i + 4)
+            .map_or(0, |b| u32::from_le_bytes(b.try_into().unwrap()))
+    };
+    word(0) & 1 != 0 || word(4) != 0 || word(12) != 0
+}
+
+/// The facts of `program` as the current process would exec it.
+pub fn exec_facts(program: &Path) -> Option<ExecFacts> {
+    let md = std::fs::metadata(program).ok()?;
+    let mut buf = [0u8; 64];
+    let file_caps = rustix::fs::getxattr(program, "security.capability", &mut buf[..])
+        .is_ok_and(|n| caps_grant(&buf[..n.min(buf.len())]));
+    let nosuid = rustix::fs::statvfs(program).is_ok_and(|s| s.f_flag.contains(rustix::fs::StatVfsMountFlags::NOSUID));
+    Some(ExecFacts {
+        mode: md.mode(),
+        uid: md.uid(),
+        gid: md.gid(),
+        file_caps,
+        nosuid,
+        ruid: rustix::process::getuid().as_raw(),
+        euid: rustix::process::geteuid().as_raw(),
+        rgid: rustix::process::getgid().as_raw(),
+        egid: rustix::process::getegid().as_raw(),
+    })
+}
+
+/// The warning `run` prints for a program in secure-execution mode.
+pub fn secure_warning(program: &str, why: Secure) -> String {
+    let what = match why {
+        Secure::SetUid { owner } => {
+            format!("is set-user-ID (owner uid {owner}, not the uid starting it)")
+        }
+        Secure::SetGid { group } => {
+            format!("is set-group-ID (group gid {group}, not the gid starting it)")
+        }
+        Secure::FileCaps => "has file capabilities and is started by a user other than root".to_string(),
+    };
+    format!(
+        "{program} {what}: it runs in secure-execution mode, where the dynamic loader ignores the preload and LD_AUDIT: it runs unchanged"
+    )
+}
+
+/// Pure: the `-v` note for a set-ID or file-capability program that is not
+/// in secure-execution mode (its owner starting it; root): the preload runs.
+pub fn not_secure_note(program: &str, f: &ExecFacts) -> Option<String> {
+    let setid = f.mode & 0o6000 != 0;
+    (secure_exec(f).is_none() && (setid || f.file_caps)).then(|| {
+        format!(
+            "{program} is {} but started by uid {} it does not run in secure-execution mode: the preload runs",
+            if setid { "set-ID" } else { "file-capability" },
+            f.ruid
+        )
+    })
+}
+
+/// Text of an ELF file's executable segments, in bytes of whole PMD
+/// windows: all of them, and those congruent in the file with a base
+/// that keeps them so (the zero-copy routes can serve those).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FileText {
+    pub path: PathBuf,
+    pub kind: FileKind,
+    pub whole: u64,
+    pub congruent: u64,
+    /// Congruent once rewritten by `hugetext align`.
+    pub after_align: u64,
+}
+
+/// Read `path`'s executable segments (`hugetext check`'s figures).
+pub fn file_text(path: &Path) -> Option<FileText> {
+    let r = elf::check_file(path).ok()?;
+    let pmd = r.target.pmd_size;
+    let exec = || r.segments.iter().filter(|s| s.executable);
+    Some(FileText {
+        path: path.to_path_buf(),
+        kind: r.kind,
+        whole: exec().map(|s| s.whole_windows * pmd).sum(),
+        congruent: exec().map(|s| s.pmd_mappable_bytes).sum(),
+        after_align: exec().map(|s| s.pmd_mappable_bytes_after_align).sum(),
+    })
+}
+
+/// Pure: what a statically linked program's warning adds: what does work.
+pub fn static_advice(program: &str, t: Option<&FileText>) -> String {
+    let mib = |b: u64| b as f64 / (1 << 20) as f64;
+    match t {
+        Some(t) if t.congruent > 0 => format!(
+            "its text is 2 MiB-congruent ({:.1} MiB in whole windows): `hugetext warm {program}` puts it in 2 MiB page-cache folios, which the kernel maps with PMDs at every start, no preload needed",
+            mib(t.congruent)
+        ),
+        Some(t) if t.after_align > 0 => format!(
+            "`hugetext align {program}`, then `hugetext warm {program}`, would get {:.1} MiB of its text mapped with PMDs at every start, no preload needed",
+            mib(t.after_align)
+        ),
+        Some(_) => "its text has no whole 2 MiB window: nothing to gain".to_string(),
+        None => format!("`hugetext check {program}` says whether `warm` (congruent text) or `align` helps"),
+    }
+}
+
+/// What one process of a program costs when it takes the copy route:
+/// private bytes (copied text) and bytes the zero-copy routes share.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CopyCost {
+    pub private: u64,
+    pub shared: u64,
+}
+
+/// Pure: the per-process cost of the program's and its libraries' text
+/// under `strategy` (`gdb`: nothing is ever copied).
+pub fn copy_cost(files: &[FileText], strategy: Strategy, gdb: bool) -> CopyCost {
+    let copies = !gdb && matches!(strategy, Strategy::Auto | Strategy::Copy);
+    files.iter().fold(CopyCost::default(), |c, f| {
+        let shareable = if strategy == Strategy::Copy { 0 } else { f.congruent };
+        let copied = if copies { f.whole - shareable } else { 0 };
+        CopyCost {
+            private: c.private + copied,
+            shared: c.shared + shareable,
+        }
+    })
+}
+
+/// The program and the libraries it needs at start, with their text.
+pub fn start_text(program: &Path) -> Vec<FileText> {
+    let deps = elf::deps::resolve_deps(program).unwrap_or_default();
+    std::iter::once(program.to_path_buf())
+        .chain(deps)
+        .filter_map(|p| file_text(&p))
+        .collect()
+}
+
+/// Pure: `run -v --inherit`'s line on what each child costs.
+pub fn inherit_cost_line(program: &str, files: &[FileText], cost: CopyCost) -> String {
+    let mib = |b: u64| b as f64 / (1 << 20) as f64;
+    let mut worst: Vec<&FileText> = files.iter().filter(|f| f.whole > f.congruent).collect();
+    worst.sort_by_key(|f| std::cmp::Reverse(f.whole - f.congruent));
+    let named: Vec<String> = worst
+        .iter()
+        .take(3)
+        .map(|f| {
+            let name = f
+                .path
+                .file_name()
+                .map_or_else(|| f.path.display().to_string(), |n| n.to_string_lossy().into());
+            format!("{name} {:.1}", mib(f.whole - f.congruent))
+        })
+        .collect();
+    let detail = match named.is_empty() {
+        true => String::new(),
+        false => format!(
+            " (not 2 MiB-congruent, MiB: {}; `hugetext align` makes them shareable)",
+            named.join(", ")
+        ),
+    };
+    format!(
+        "--inherit: every child process that execs {program} copies {:.1} MiB of text into private memory{detail}, and shares {:.1} MiB through the page cache; libraries it loads later (dlopen) come on top",
+        mib(cost.private),
+        mib(cost.shared)
+    )
+}
+
+/// `HUGETEXT_NAME=0` for the preload when this kernel cannot name
+/// anonymous memory ([`anon_vma_names`]) and the variable is not set.
+pub fn naming_environment() -> Option<(OsString, OsString)> {
+    let var = hugetext_abi::env::NAME;
+    (std::env::var_os(var).is_none() && !anon_vma_names()).then(|| (OsString::from(var), OsString::from("0")))
+}
+
+/// Can this kernel name anonymous memory (`PR_SET_VMA_ANON_NAME`, needs
+/// `CONFIG_ANON_VMA_NAME`)? Without it, copied text shows as unnamed
+/// anonymous memory in `/proc/PID/maps`.
+pub fn anon_vma_names() -> bool {
+    const PR_SET_VMA: libc::c_int = 0x5356_4d41;
+    const PR_SET_VMA_ANON_NAME: libc::c_ulong = 0;
+    let page = rustix::param::page_size();
+    let Ok(m) = crate::kernel::Mapping::anon_aligned(page, libc::PROT_READ, page) else {
+        return true;
+    };
+    // SAFETY: names our own fresh mapping; the name is NUL-terminated.
+    let r = unsafe {
+        libc::prctl(
+            PR_SET_VMA,
+            PR_SET_VMA_ANON_NAME,
+            m.addr() as libc::c_ulong,
+            m.len() as libc::c_ulong,
+            c"hugetext-probe".as_ptr(),
+        )
+    };
+    r == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn facts(mode: u32, uid: u32, ruid: u32) -> ExecFacts {
+        ExecFacts {
+            mode,
+            uid,
+            ruid,
+            euid: ruid,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn secure_execution_follows_the_kernel_rule() {
+        // root starting a set-uid-root program: not secure.
+        assert_eq!(secure_exec(&facts(0o104755, 0, 0)), None);
+        // a user starting it: secure.
+        assert_eq!(
+            secure_exec(&facts(0o104755, 0, 1000)),
+            Some(Secure::SetUid { owner: 0 })
+        );
+        // root starting a program set-uid to another user: secure.
+        assert_eq!(secure_exec(&facts(0o104755, 5, 0)), Some(Secure::SetUid { owner: 5 }));
+        // nosuid mounts ignore the bit.
+        let f = ExecFacts {
+            nosuid: true,
+            ..facts(0o104755, 0, 1000)
+        };
+        assert_eq!(secure_exec(&f), None);
+        // set-gid to another group; without group execute it is not set-gid.
+        let g = ExecFacts {
+            gid: 7,
+            ..facts(0o102755, 0, 0)
+        };
+        assert_eq!(secure_exec(&g), Some(Secure::SetGid { group: 7 }));
+        let g = ExecFacts {
+            gid: 7,
+            ..facts(0o102745, 0, 0)
+        };
+        assert_eq!(secure_exec(&g), None);
+        // file capabilities: secure for a user, not for root.
+        let c = ExecFacts {
+            file_caps: true,
+            ..facts(0o100755, 0, 1000)
+        };
+        assert_eq!(secure_exec(&c), Some(Secure::FileCaps));
+        let c = ExecFacts {
+            file_caps: true,
+            ..facts(0o100755, 0, 0)
+        };
+        assert_eq!(secure_exec(&c), None);
+        assert!(not_secure_note("p", &c).unwrap().contains("the preload runs"));
+        assert_eq!(not_secure_note("p", &facts(0o100755, 0, 0)), None);
+    }
+
+    #[test]
+    fn capability_values() {
+        // cap_net_raw+ep (revision 2): magic 0x02000001, permitted 1 << 13.
+        let mut v = vec![0u8; 20];
+        v[..4].copy_from_slice(&0x0200_0001u32.to_le_bytes());
+        v[4..8].copy_from_slice(&(1u32 << 13).to_le_bytes());
+        assert!(caps_grant(&v));
+        // inheritable only, no effective flag: grants nothing.
+        let mut i = vec![0u8; 20];
+        i[..4].copy_from_slice(&0x0200_0000u32.to_le_bytes());
+        i[8..12].copy_from_slice(&(1u32 << 13).to_le_bytes());
+        assert!(!caps_grant(&i));
+        assert!(!caps_grant(&[]));
+    }
+
+    fn ft(whole: u64, congruent: u64) -> FileText {
+        FileText {
+            path: PathBuf::from("/x/lib"),
+            kind: FileKind::SharedLibrary,
+            whole,
+            congruent,
+            after_align: whole,
+        }
+    }
+
+    #[test]
+    fn copy_cost_by_strategy() {
+        let files = [ft(10, 4), ft(6, 0)];
+        assert_eq!(
+            copy_cost(&files, Strategy::Auto, false),
+            CopyCost { private: 12, shared: 4 }
+        );
+        assert_eq!(
+            copy_cost(&files, Strategy::Copy, false),
+            CopyCost { private: 16, shared: 0 }
+        );
+        assert_eq!(
+            copy_cost(&files, Strategy::File, false),
+            CopyCost { private: 0, shared: 4 }
+        );
+        assert_eq!(
+            copy_cost(&files, Strategy::Auto, true),
+            CopyCost { private: 0, shared: 4 }
+        );
+    }
+
+    #[test]
+    fn static_advice_names_what_works() {
+        let mut t = ft(8 << 20, 8 << 20);
+        assert!(static_advice("p", Some(&t)).contains("`hugetext warm p`"));
+        t.congruent = 0;
+        assert!(static_advice("p", Some(&t)).contains("`hugetext align p`"));
+        t.after_align = 0;
+        assert!(static_advice("p", Some(&t)).contains("nothing to gain"));
+    }
+}

@@ -1,0 +1,371 @@
+#!/usr/bin/python3
+"""`hugetext run` on real programs (Debian's packages): text, route, huge-backed
+and private MiB, start-up time plain vs under `run`, and whether the output,
+the children's process titles and environments stay as they are.
+
+    cargo build --release
+    scripts/real-programs.py [PAIRS] [NAME...]      # default 5 pairs, every program
+
+NAME: chromium firefox postgres mariadb clang java python. Programs that are
+not installed are skipped with one line. Servers listen on 127.0.0.1 only and
+run as their own users (postgres, mysql) in scratch data directories under
+$HT_REAL_DIR (default /tmp/ht-real), made with initdb / mariadb-install-db.
+
+For each program: one `hugetext run -v` start (text MiB in whole 2 MiB
+windows, route, huge-backed MiB, from the preload's summaries, with objects
+loaded after start); PAIRS interleaved pairs plain / `hugetext run` (no -v;
+the order alternates), medians and the median of the per-pair ratios; one
+long-lived instance of each kind ("hold") whose process tree's smaps give the
+private MiB of executable anonymous memory (the text copies), plain and under
+`run`, with chromium's `--type=` values and the children's environment.
+Prints a Markdown table. A benchmark: it asserts nothing (the machine is
+shared and noisy: compare ratios).
+"""
+
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HT = os.environ.get("HUGETEXT", os.path.join(ROOT, "target/release/hugetext"))
+W = os.environ.get("HT_REAL_DIR", "/tmp/ht-real")
+PG = "/usr/lib/postgresql/15/bin"
+PYSHIM = os.environ.get("PYTHON_SHIM", os.path.expanduser("~/.pyenv/shims/python3"))
+PAGE = "file://" + os.path.join(W, "page.html")
+SUMMARY = re.compile(
+    r"pid (\d+)([^:]*): ([\d.]+) MiB of ([\d.]+) MiB text in whole 2 MiB windows is huge-backed "
+    r"\(already ([\d.]+) MiB, file ([\d.]+) MiB, collapse ([\d.]+) MiB, copy ([\d.]+) MiB\)"
+)
+LOADER_VARS = ("LD_PRELOAD=", "LD_AUDIT=", "GLIBC_TUNABLES=", "HUGETEXT_VIA=")
+
+
+def as_user(user):
+    return ["setpriv", f"--reuid={user}", f"--regid={user}", "--init-groups", "--"]
+
+
+def sh(cmd, **kw):
+    return subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **kw)
+
+
+def setup():
+    os.makedirs(W, exist_ok=True)
+    os.chmod(W, 0o755)
+    with open(os.path.join(W, "page.html"), "w") as f:
+        f.write('<html><body><p id="x">hello</p><script>document.getElementById("x").textContent += " from js";'
+                "</script></body></html>\n")
+    with open(os.path.join(W, "small.c"), "w") as f:
+        f.write("#include <stdio.h>\nint fib(int n){return n<2?n:fib(n-1)+fib(n-2);}\n"
+                'int main(void){printf("%d\\n", fib(20));return 0;}\n')
+    with open(os.path.join(W, "Hello.java"), "w") as f:
+        f.write('public class Hello { public static void main(String[] a) throws Exception {\n'
+                '  System.out.println("hello " + Runtime.version());\n'
+                '  if (a.length > 0) System.in.read(); } }\n')
+
+
+def installed(p):
+    return os.path.exists(p) or any(os.access(os.path.join(d, p), os.X_OK)
+                                    for d in os.environ.get("PATH", "").split(":"))
+
+
+def prepare_postgres():
+    data = os.path.join(W, "pgdata")
+    if not os.path.exists(os.path.join(data, "PG_VERSION")):
+        os.makedirs(data, exist_ok=True)
+        sh(["chown", "postgres:postgres", data])
+        sh(as_user("postgres") + [f"{PG}/initdb", "-D", data, "-A", "trust", "-U", "postgres"])
+    sock = os.path.join(W, "pgsock")
+    os.makedirs(sock, exist_ok=True)
+    sh(["chown", "postgres:postgres", sock])
+
+
+def prepare_mariadb():
+    data = os.path.join(W, "mydata")
+    if not os.path.exists(os.path.join(data, "mysql")):
+        os.makedirs(data, exist_ok=True)
+        sh(["mariadb-install-db", "--user=mysql", f"--datadir={data}", "--skip-test-db",
+            "--auth-root-authentication-method=socket"])
+    sh(["chown", "-R", "mysql:mysql", data])
+
+
+def prepare_java():
+    if not os.path.exists(os.path.join(W, "Hello.class")):
+        sh(["javac", "-d", W, os.path.join(W, "Hello.java")])
+
+
+def programs():
+    chrome = ["chromium", "--headless", "--no-sandbox"]
+    ff = ["firefox-esr", "--headless", "--no-remote"]
+    my = os.path.join(W, "mydata")
+    return [
+        dict(name="chromium", need="chromium", kind="exit",
+             start=chrome + [f"--user-data-dir={W}/chromium", "--dump-dom", PAGE],
+             hold=chrome + [f"--user-data-dir={W}/chromium-hold", "--remote-debugging-port=0", PAGE],
+             settle=5, shown="chromium --headless --no-sandbox --dump-dom file:///... (Debian's sh wrapper)"),
+        dict(name="firefox", need="firefox-esr", kind="exit", env={"HOME": W},
+             start=ff + ["--profile", f"{W}/ff", "--screenshot", f"{W}/ff.png", PAGE],
+             hold=ff + ["--profile", f"{W}/ff-hold", PAGE], settle=8,
+             shown="firefox-esr --headless --screenshot out.png file:///..."),
+        dict(name="postgres", need=f"{PG}/postgres", kind="server", prepare=prepare_postgres,
+             start=as_user("postgres") + [f"{PG}/postgres", "-D", f"{W}/pgdata", "-p", "54329",
+                                          "-c", "listen_addresses=127.0.0.1", "-k", f"{W}/pgsock"],
+             ready="ready to accept connections", stop=signal.SIGINT,
+             shown="setpriv (postgres) postgres -D pgdata: start to \"ready to accept connections\""),
+        dict(name="mariadb", need="/usr/sbin/mariadbd", kind="server", prepare=prepare_mariadb,
+             start=as_user("mysql") + ["/usr/sbin/mariadbd", "--no-defaults", f"--datadir={my}",
+                                       f"--socket={W}/my.sock", "--port=33069", "--bind-address=127.0.0.1",
+                                       f"--pid-file={W}/my.pid", "--innodb-buffer-pool-size=64M"],
+             ready="ready for connections", stop=signal.SIGTERM,
+             shown="setpriv (mysql) mariadbd --datadir=...: start to \"ready for connections\""),
+        dict(name="clang", need="clang", kind="exit",
+             start=["clang", "-O2", "-c", f"{W}/small.c", "-o", f"{W}/small.o"],
+             hold=["clang", "-x", "c", "-c", "-", "-o", f"{W}/hold.o"], settle=2,
+             shown="clang -O2 -c small.c"),
+        dict(name="java", need="java", kind="exit", prepare=prepare_java,
+             start=["java", "-cp", W, "Hello"], hold=["java", "-cp", W, "Hello", "hold"], settle=3,
+             shown="java -cp . Hello"),
+        dict(name="python", need=PYSHIM, kind="exit",
+             start=[PYSHIM, "-c", "import numpy; numpy.ones(4).dot(numpy.ones(4))"],
+             hold=[PYSHIM, "-c", "import numpy, sys; sys.stdin.read()"], settle=3,
+             shown="python3 (pyenv shim) -c 'import numpy'"),
+    ]
+
+
+def environ_of(p):
+    e = dict(os.environ)
+    e.update(p.get("env", {}))
+    return e
+
+
+def remove_perf_maps(pids):
+    for pid in pids:
+        try:
+            os.unlink(f"/tmp/perf-{pid}.map")
+        except OSError:
+            pass
+
+
+def run_exit(cmd, env):
+    t = time.perf_counter()
+    r = subprocess.run(cmd, env=env, stdin=subprocess.DEVNULL, capture_output=True)
+    ms = (time.perf_counter() - t) * 1000
+    return ms, r
+
+
+def server_log(name):
+    return os.path.join(W, f"{name}.log")
+
+
+def run_server(p, cmd, env, while_up=None):
+    """Start, wait for the ready line in its log, (measure), stop."""
+    log = server_log(p["name"])
+    with open(log, "wb") as f:
+        t = time.perf_counter()
+        proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=f, stderr=f)
+        ms = None
+        deadline = t + 120
+        while time.perf_counter() < deadline and proc.poll() is None:
+            with open(log, "rb") as r:
+                if p["ready"].encode() in r.read():
+                    ms = (time.perf_counter() - t) * 1000
+                    break
+            time.sleep(0.002)
+        extra = while_up(proc.pid) if (while_up and ms is not None) else None
+        if proc.poll() is None:
+            proc.send_signal(p["stop"])
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    remove_perf_maps([proc.pid])
+    with open(log, "rb") as r:
+        text = r.read().decode(errors="replace")
+    return ms, text, extra
+
+
+def tree(root):
+    """root and its descendants."""
+    kids = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+                kids.setdefault(ppid, []).append(int(d))
+            except (OSError, ValueError, IndexError):
+                pass
+    out, todo = [], [root]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(kids.get(p, []))
+    return out
+
+
+def smaps_text(pid):
+    """(private kB of executable anonymous mappings, huge kB of executable mappings)."""
+    priv = huge = 0
+    cur = None
+    try:
+        with open(f"/proc/{pid}/smaps") as f:
+            for line in f:
+                head = line.split()
+                if re.match(r"^[0-9a-f]+-[0-9a-f]+ ", line):
+                    perms, path = head[1], (head[5] if len(head) > 5 else "")
+                    cur = dict(x="x" in perms, anon=path == "" or path.startswith("[anon:"))
+                elif cur and cur["x"] and head[0] in ("Private_Clean:", "Private_Dirty:") and cur["anon"]:
+                    priv += int(head[1])
+                elif cur and cur["x"] and head[0] in ("AnonHugePages:", "FilePmdMapped:"):
+                    huge += int(head[1])
+    except OSError:
+        pass
+    return priv, huge
+
+
+def cmdline(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().split(b"\0")
+    except OSError:
+        return []
+
+
+def environ(pid):
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return [e.decode(errors="replace") for e in f.read().split(b"\0")]
+    except OSError:
+        return []
+
+
+def observe(root):
+    pids = tree(root)
+    priv = huge = 0
+    for pid in pids:
+        p, h = smaps_text(pid)
+        priv += p
+        huge += h
+    types = sorted(a.decode(errors="replace") for pid in pids for a in cmdline(pid) if a.startswith(b"--type="))
+    leaked = sorted({v.split("=")[0] for pid in pids if pid != root for v in environ(pid)
+                     if v.startswith(LOADER_VARS)})
+    return dict(pids=len(pids), private_mib=priv / 1024, huge_mib=huge / 1024, types=types, leaked=leaked)
+
+
+def hold(p, cmd, env):
+    if p["kind"] == "server":
+        _, _, seen = run_server(p, cmd, env, while_up=lambda pid: (time.sleep(1), observe(pid))[1])
+        return seen
+    proc = subprocess.Popen(cmd, env=env, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    time.sleep(p["settle"])
+    seen = observe(proc.pid)
+    pids = tree(proc.pid)
+    proc.stdin.close()
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except OSError:
+            pass
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    remove_perf_maps(pids)
+    return seen
+
+
+def facts(stderr):
+    """Sums of the preload's summaries (initial pass and objects loaded later)."""
+    text = huge = 0.0
+    routes = dict(already=0.0, file=0.0, collapse=0.0, copy=0.0)
+    for m in SUMMARY.finditer(stderr):
+        huge += float(m.group(3))
+        text += float(m.group(4))
+        for k, g in zip(routes, range(5, 9)):
+            routes[k] += float(m.group(g))
+    route = " + ".join(f"{k} {v:.0f}" for k, v in routes.items() if v > 0) or "none"
+    return text, huge, route
+
+
+def measure(p, pairs):
+    env = environ_of(p)
+    run = [HT, "run", "--"]
+    verbose = [HT, "run", "-v", "--"]
+    if p.get("prepare"):
+        p["prepare"]()
+    one = (lambda cmd: run_server(p, cmd, env)[:2]) if p["kind"] == "server" else \
+        (lambda cmd: (lambda ms, r: (ms, r))(*run_exit(cmd, env)))
+    # Warm-up (page cache), then the -v start.
+    one(p["start"])
+    if p["kind"] == "server":
+        _, err = run_server(p, verbose + p["start"], env)[:2]
+        same = None
+    else:
+        _, plain_r = run_exit(p["start"], env)
+        _, r = run_exit(verbose + p["start"], env)
+        err = r.stderr.decode(errors="replace")
+        same = r.stdout == plain_r.stdout and r.returncode == plain_r.returncode
+    text, huge, route = facts(err)
+    times = {"plain": [], "run": []}
+    ratios = []
+    for i in range(pairs):
+        order = [("plain", p["start"]), ("run", run + p["start"])]
+        if i % 2:
+            order.reverse()
+        got = {}
+        for k, cmd in order:
+            ms = one(cmd)[0]
+            got[k] = ms
+            times[k].append(ms)
+        if got["plain"] and got["run"]:
+            ratios.append(got["run"] / got["plain"])
+    held = {k: hold(p, c, env) for k, c in (("plain", p.get("hold", p["start"])),
+                                            ("run", run + p.get("hold", p["start"])))}
+    return dict(text=text, huge=huge, route=route, same=same, err=err,
+                plain_ms=statistics.median(times["plain"]), run_ms=statistics.median(times["run"]),
+                ratio=statistics.median(ratios), held=held)
+
+
+def main():
+    args = sys.argv[1:]
+    pairs = int(args.pop(0)) if args and args[0].isdigit() else 5
+    setup()
+    rows = []
+    for p in programs():
+        if args and p["name"] not in args:
+            continue
+        if not installed(p["need"]):
+            print(f"# {p['name']}: skipped, {p['need']} is not installed", file=sys.stderr)
+            continue
+        print(f"# {p['name']}: {pairs} pairs ...", file=sys.stderr)
+        m = measure(p, pairs)
+        for line in m["err"].splitlines():
+            if line.startswith("hugetext:") and ("via" in line or "is huge-backed" in line or "warning" in line):
+                print(f"#   {line[:300]}", file=sys.stderr)
+        h = m["held"]
+        notes = []
+        if m["same"] is not None:
+            notes.append("same output" if m["same"] else "OUTPUT DIFFERS")
+        if h["plain"]["types"] or h["run"]["types"]:
+            same_t = h["plain"]["types"] == h["run"]["types"]
+            notes.append(("same" if same_t else "DIFFERENT") + f" --type= values ({len(h['run']['types'])})")
+        notes.append("children's environment clean" if not h["run"]["leaked"]
+                     else "children see " + ",".join(h["run"]["leaked"]))
+        notes.append(f"{h['run']['pids']} processes")
+        rows.append((p["shown"], m["text"], m["route"], m["huge"], m["plain_ms"], m["run_ms"], m["ratio"],
+                     h["plain"]["private_mib"], h["run"]["private_mib"], "; ".join(notes)))
+    print(f"| program | text MiB (whole windows) | route (MiB) | huge-backed MiB | start plain ms | "
+          f"start `run` ms | ratio (median of {pairs} pairs) | private text MiB plain / `run` | notes |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r[0]} | {r[1]:.1f} | {r[2]} | {r[3]:.1f} | {r[4]:.0f} | {r[5]:.0f} | {r[6]:.2f} | "
+              f"{r[7]:.1f} / {r[8]:.1f} | {r[9]} |")
+
+
+if __name__ == "__main__":
+    main()
