@@ -360,3 +360,32 @@ fn another_users_process_is_not_permitted() {
     let _ = victim.wait();
     refused(&o, 1, "permission denied");
 }
+
+/// Text `run` copied into anonymous huge pages is still the program's: its
+/// samples are attributed to the file, at the file offsets it came from.
+#[test]
+fn samples_in_text_run_copied_are_attributed_to_the_file() {
+    let mut child = Command::new(common::bin())
+        .args(["run", "--strategy", "copy", "--"])
+        .arg(randcall())
+        .args(["0", "spin", "30"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as i32;
+    let exe = randcall().to_str().unwrap();
+    let copied = (0..100).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        hugetext::remap::text_mappings(pid).is_ok_and(|ms| ms.iter().any(|m| m.copied && m.path == exe))
+    });
+    let o = common::hugetext(&["profile", "--pid", &pid.to_string(), "--duration", "1", "--json"]);
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(copied, "run did not copy the text of {exe}");
+    let v = json_of(&o);
+    let s = &v["summary"];
+    let f = &s["files"][0];
+    assert_eq!(f["path"].as_str().unwrap(), exe, "{v}");
+    let (n, total) = (f["count"].as_u64().unwrap(), s["total"].as_u64().unwrap());
+    assert!(n >= 50 && n as f64 >= 0.9 * total as f64, "{n} of {total} samples in {exe}: {v}");
+}

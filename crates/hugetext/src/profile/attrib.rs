@@ -112,11 +112,28 @@ impl Space {
     }
 
     /// Re-read the process's maps. `exec_only`: only executable mappings
-    /// (a native process); else every file mapping (qemu-user maps the
+    /// (a native process), with the text `run` copied found as
+    /// [`crate::remap::text_mappings`] finds it (named, or unnamed next to
+    /// its file's mappings); else every file mapping (qemu-user maps the
     /// guest's text without PROT_EXEC).
     pub fn refresh(&mut self, exec_only: bool) -> Result<()> {
         let vmas = procfs::read_maps(self.pid)?;
         self.set_maps(&vmas, exec_only);
+        if let (true, Some(pid)) = (exec_only, self.pid) {
+            let copies: Vec<Region> = crate::remap::text_mappings(pid)
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|m| m.copied)
+                .map(|m| Region {
+                    start: m.start,
+                    end: m.end,
+                    offset: 0,
+                    path: m.path,
+                    copy: true,
+                })
+                .collect();
+            self.add_copies(&vmas, copies);
+        }
         Ok(())
     }
 
@@ -124,17 +141,26 @@ impl Space {
     pub fn set_maps(&mut self, vmas: &[Vma], exec_only: bool) {
         let wanted = |v: &&Vma| !exec_only || v.is_exec();
         self.regions = vmas.iter().filter(wanted).filter_map(region_of).collect();
-        // Copies need their file's other (non-exec) mappings for the bias.
-        if exec_only {
-            let named: Vec<Region> = vmas
-                .iter()
-                .filter(|v| !v.is_exec())
-                .filter_map(region_of)
-                .filter(|r| !r.copy && self.regions.iter().any(|c| c.copy && c.path == r.path))
-                .collect();
-            self.regions.extend(named);
+        let copies: Vec<Region> = self.regions.iter().filter(|r| r.copy).cloned().collect();
+        self.add_copies(vmas, copies);
+    }
+
+    /// Add copied text, and its file's other mappings (for the load bias).
+    fn add_copies(&mut self, vmas: &[Vma], copies: Vec<Region>) {
+        if copies.is_empty() {
+            return;
         }
+        let named: Vec<Region> = vmas
+            .iter()
+            .filter(|v| !v.is_exec())
+            .filter_map(region_of)
+            .filter(|r| !r.copy && copies.iter().any(|c| c.path == r.path))
+            .collect();
+        self.regions.retain(|r| !copies.iter().any(|c| c.start == r.start));
+        self.regions.extend(copies);
+        self.regions.extend(named);
         self.regions.sort_by_key(|r| r.start);
+        self.regions.dedup_by_key(|r| r.start);
     }
 
     fn file(&mut self, path: &str) -> FileRef {
