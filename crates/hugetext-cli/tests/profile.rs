@@ -101,35 +101,44 @@ fn exact(args: &[&str]) -> Value {
     json_of(&common::hugetext(&all))
 }
 
-/// The hand computation, Skylake (16 sets × 8 ways of 4 KiB L1 iTLB; STLB
-/// 128 sets × 12 ways): 2048 stub pages spread evenly over the sets, called
+/// The hand computation: 2048 stub pages spread evenly over the sets, called
 /// uniformly at random; the caller's page, touched between any two calls,
 /// keeps one way of its set. Under LRU a uniformly random reference hits
-/// with probability ways/pages of its set, so per call the L1 misses with
-/// probability 1 - (15·8 + 7)/2048 = 1921/2048; the STLB, filtered by the
-/// L1, is approximated the same way: 1 - (127·12 + 11)/2048 = 513/2048.
-/// With the 4 windows on 2 MiB pages, the 8-entry 2 MiB L1 iTLB holds them
-/// all: only the first touch of each misses.
+/// with probability ways/pages of its set, so per call:
+/// - Skylake (4 KiB L1 iTLB 16 sets × 8 ways; STLB 128 × 12): L1 misses
+///   1 - (15·8 + 7)/2048 = 1921/2048; walks 1 - (127·12 + 11)/2048 = 513/2048;
+/// - Zen 4 (L1 64 fully associative; L2 64 × 8): L1 1 - 63/2048; walks
+///   1 - 8/32 (the caller's page stays in the L1 and leaves the L2 alone);
+/// - Neoverse V2 (L1 48 fully associative; L2 256 × 8): L1 1 - 47/2048; the
+///   L2 holds all 2048 pages: 2048 walks in all, the first touches.
+///
+/// The second level sees only the L1's misses, which the formula ignores:
+/// 3% tolerance there; the L1 formula is exact up to the binomial noise of
+/// 200,000 calls (sd < 0.1%) and start-up code: 1%. With the 4 windows on
+/// 2 MiB pages, every core's L1 holds them all: only first touches miss.
 #[test]
 fn exact_model_matches_misses_computed_by_hand_for_random_calls() {
     let calls = 200_000u64;
-    let v = exact(&[&calls.to_string()]);
-    assert_eq!(v["itlb"]["model"], "skylake");
-    let f = itlb_of(&v, randcall());
-    let l1 = f["small"]["l1"].as_u64().unwrap() as f64;
-    let walks = f["small"]["walks"].as_u64().unwrap() as f64;
-    let want_l1 = calls as f64 * 1921.0 / 2048.0;
-    let want_walks = calls as f64 * 513.0 / 2048.0;
-    // L1: exact under the stated model, up to sampling noise of 200k calls
-    // (binomial sd 0.06%) and start-up code: 1%. STLB: the L1 filters its
-    // reference stream, which the hand formula ignores: 3%.
-    assert!((l1 / want_l1 - 1.0).abs() < 0.01, "L1 misses {l1}, by hand {want_l1:.0}");
-    assert!((walks / want_walks - 1.0).abs() < 0.03, "walks {walks}, by hand {want_walks:.0}");
-    let huge = f["huge"]["l1"].as_u64().unwrap();
-    assert!(huge <= 4 + 8, "with 2 MiB pages: {huge} misses, want the 4 windows' first touches (+ start-up)");
-    // Instructions: every call runs the stub's one `ret`, plus the loop.
-    let n = f["instructions"].as_u64().unwrap();
-    assert!(n > calls * 5, "{n} instructions for {calls} calls");
+    let c = calls as f64;
+    for (model, l1_rate, walks) in [
+        ("skylake", 1921.0 / 2048.0, c * 513.0 / 2048.0),
+        ("zen4", 1985.0 / 2048.0, c * 0.75),
+        ("neoverse-v2", 2001.0 / 2048.0, STUBS as f64),
+    ] {
+        let v = exact(&["--itlb", model, &calls.to_string()]);
+        assert_eq!(v["itlb"]["model"], model);
+        let f = itlb_of(&v, randcall());
+        let got_l1 = f["small"]["l1"].as_u64().unwrap() as f64;
+        let got_walks = f["small"]["walks"].as_u64().unwrap() as f64;
+        let want_l1 = c * l1_rate;
+        assert!((got_l1 / want_l1 - 1.0).abs() < 0.01, "{model}: L1 misses {got_l1}, by hand {want_l1:.0}");
+        assert!((got_walks / walks - 1.0).abs() < 0.03, "{model}: walks {got_walks}, by hand {walks:.0}");
+        let huge = f["huge"]["l1"].as_u64().unwrap();
+        assert!(huge <= 4 + 8, "{model}: {huge} misses with 2 MiB pages, want the 4 windows' first touches (+ start-up)");
+        // Instructions: every call runs the stub's one `ret`, plus the loop.
+        let n = f["instructions"].as_u64().unwrap();
+        assert!(n > calls * 5, "{n} instructions for {calls} calls");
+    }
 }
 
 /// Sequential calls cycle through 2048 pages: more than any L1 holds in a
