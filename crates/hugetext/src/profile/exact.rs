@@ -105,9 +105,19 @@ struct Model {
     geometry: Geometry,
     small: Itlb,
     huge: Itlb,
-    /// Per file path: (instructions, small misses, huge misses); "" = no file.
-    files: HashMap<String, (u64, Misses, Misses)>,
+    /// Per file (index 0: no file): path, instructions, small misses, huge misses.
+    files: Vec<(String, u64, Misses, Misses)>,
     pmd_shift: u32,
+}
+
+/// One 4 KiB code page seen: where it is, and what ran there.
+struct Slot {
+    loc: Option<Loc>,
+    /// Index in [`Model::files`].
+    file: usize,
+    /// The page as the huge model sees it.
+    huge_page: Page,
+    count: u64,
 }
 
 impl Model {
@@ -116,29 +126,49 @@ impl Model {
             geometry: g,
             small: Itlb::new(&g),
             huge: Itlb::new(&g),
-            files: HashMap::new(),
+            files: vec![(String::new(), 0, Misses::default(), Misses::default())],
             pmd_shift: pmd.trailing_zeros(),
         }
     }
 
-    /// `n` instructions executed in 4 KiB page `page` (one fetch stream).
-    fn run(&mut self, page: u64, n: u64, loc: Option<&Loc>) {
-        let addr = page << 12;
-        let huge_page = match loc {
-            Some(l) if l.huge => Page::Huge(addr >> self.pmd_shift),
+    /// The slot of 4 KiB page `page` at `loc`.
+    fn slot(&mut self, page: u64, loc: Option<Loc>) -> Slot {
+        let huge_page = match &loc {
+            Some(l) if l.huge => Page::Huge((page << 12) >> self.pmd_shift),
             _ => Page::Small(page),
         };
-        let (s, h) = (self.small.access(Page::Small(page)), self.huge.access(huge_page));
-        let key = loc.map_or(String::new(), |l| l.file.path.clone());
-        let e = self.files.entry(key).or_default();
-        e.0 += n;
-        e.1.count(s);
-        e.2.count(h);
+        let file = match &loc {
+            None => 0,
+            Some(l) => match self.files.iter().position(|f| f.0 == l.file.path) {
+                Some(i) => i,
+                None => {
+                    self.files
+                        .push((l.file.path.clone(), 0, Misses::default(), Misses::default()));
+                    self.files.len() - 1
+                }
+            },
+        };
+        Slot {
+            loc,
+            file,
+            huge_page,
+            count: 0,
+        }
+    }
+
+    /// `n` instructions executed in `page` (one fetch stream).
+    fn run(&mut self, page: u64, slot: &mut Slot, n: u64) {
+        slot.count += n;
+        let (s, h) = (self.small.access(Page::Small(page)), self.huge.access(slot.huge_page));
+        let f = &mut self.files[slot.file];
+        f.1 += n;
+        f.2.count(s);
+        f.3.count(h);
     }
 
     fn estimate(self, walk_cycles: u32) -> Estimate {
         let g = self.geometry;
-        let est = |path: String, (n, s, h): (u64, Misses, Misses)| FileEstimate {
+        let est = |path: String, n: u64, s: Misses, h: Misses| FileEstimate {
             path,
             instructions: n,
             small: s,
@@ -146,19 +176,19 @@ impl Model {
             small_cycles: s.cycles(&g, walk_cycles),
             huge_cycles: h.cycles(&g, walk_cycles),
         };
-        let mut all = (0, Misses::default(), Misses::default());
-        for (n, s, h) in self.files.values() {
-            all.0 += n;
-            all.1.l1 += s.l1;
-            all.1.walks += s.walks;
-            all.2.l1 += h.l1;
-            all.2.walks += h.walks;
+        let (mut n, mut s, mut h) = (0, Misses::default(), Misses::default());
+        for f in &self.files {
+            n += f.1;
+            s.l1 += f.2.l1;
+            s.walks += f.2.walks;
+            h.l1 += f.3.l1;
+            h.walks += f.3.walks;
         }
         let mut files: Vec<FileEstimate> = self
             .files
             .into_iter()
-            .filter(|(p, _)| !p.is_empty())
-            .map(|(p, v)| est(p, v))
+            .skip(1)
+            .map(|(p, n, s, h)| est(p, n, s, h))
             .collect();
         files.sort_by(|a, b| b.small.l1.cmp(&a.small.l1).then_with(|| a.path.cmp(&b.path)));
         Estimate {
@@ -167,7 +197,7 @@ impl Model {
             source: g.source.into(),
             walk_cycles,
             l2_hit_cycles: g.l2_hit_cycles,
-            all: est(String::new(), all),
+            all: est(String::new(), n, s, h),
             files,
         }
     }
@@ -209,8 +239,8 @@ pub fn run(command: &[OsString], opts: &Options) -> Result<(Profile, ExitStatus)
     let pmd = crate::kernel::pmd_size() as u64;
     let mut space = Space::new(Some(child.id() as i32), pmd);
     let mut model = Model::new(opts.geometry, pmd);
-    let mut tally = Tally::default();
-    let mut pages: HashMap<u64, Option<Loc>> = HashMap::new();
+    let mut slots: Vec<Slot> = Vec::new();
+    let mut index: HashMap<u64, usize> = HashMap::new();
     let mut input = BufReader::with_capacity(1 << 16, rd);
     let mut rec = [0u8; 8];
     while input.read_exact(&mut rec).is_ok() {
@@ -219,19 +249,21 @@ pub fn run(command: &[OsString], opts: &Options) -> Result<(Profile, ExitStatus)
         if n == 0 {
             continue;
         }
-        let loc = pages
-            .entry(page)
-            .or_insert_with(|| {
-                space.resolve(page << 12).or_else(|| {
-                    let _ = space.refresh(false);
-                    space.resolve(page << 12)
-                })
-            })
-            .clone();
-        tally.add(loc.as_ref(), n);
-        model.run(page, n, loc.as_ref());
+        let i = *index.entry(page).or_insert_with(|| {
+            let loc = space.resolve(page << 12).or_else(|| {
+                let _ = space.refresh(false);
+                space.resolve(page << 12)
+            });
+            slots.push(model.slot(page, loc));
+            slots.len() - 1
+        });
+        model.run(page, &mut slots[i], n);
     }
     let status = child.wait().map_err(|e| Error::Sys { call: "wait", source: e })?;
+    let mut tally = Tally::default();
+    for s in &slots {
+        tally.add(s.loc.as_ref(), s.count);
+    }
     if tally.total == 0 {
         return Err(Error::Other(format!(
             "{} ran no instruction under {} (exit {status}): is it a program for this machine?",
