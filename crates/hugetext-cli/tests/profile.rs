@@ -131,10 +131,19 @@ fn exact_model_matches_misses_computed_by_hand_for_random_calls() {
         let got_l1 = f["small"]["l1"].as_u64().unwrap() as f64;
         let got_walks = f["small"]["walks"].as_u64().unwrap() as f64;
         let want_l1 = c * l1_rate;
-        assert!((got_l1 / want_l1 - 1.0).abs() < 0.01, "{model}: L1 misses {got_l1}, by hand {want_l1:.0}");
-        assert!((got_walks / walks - 1.0).abs() < 0.03, "{model}: walks {got_walks}, by hand {walks:.0}");
+        assert!(
+            (got_l1 / want_l1 - 1.0).abs() < 0.01,
+            "{model}: L1 misses {got_l1}, by hand {want_l1:.0}"
+        );
+        assert!(
+            (got_walks / walks - 1.0).abs() < 0.03,
+            "{model}: walks {got_walks}, by hand {walks:.0}"
+        );
         let huge = f["huge"]["l1"].as_u64().unwrap();
-        assert!(huge <= 4 + 8, "{model}: {huge} misses with 2 MiB pages, want the 4 windows' first touches (+ start-up)");
+        assert!(
+            huge <= 4 + 8,
+            "{model}: {huge} misses with 2 MiB pages, want the 4 windows' first touches (+ start-up)"
+        );
         // Instructions: every call runs the stub's one `ret`, plus the loop.
         let n = f["instructions"].as_u64().unwrap();
         assert!(n > calls * 5, "{n} instructions for {calls} calls");
@@ -156,7 +165,10 @@ fn exact_model_misses_every_call_of_a_cycle_larger_than_the_tlbs() {
         let f = itlb_of(&v, randcall());
         for (k, want) in [("l1", calls), ("walks", walks)] {
             let m = f["small"][k].as_u64().unwrap();
-            assert!((want..want + 16).contains(&m), "{model}: {k} {m}, want {want} (+ start-up)");
+            assert!(
+                (want..want + 16).contains(&m),
+                "{model}: {k} {m}, want {want} (+ start-up)"
+            );
         }
         let huge = f["huge"]["walks"].as_u64().unwrap();
         assert!(huge <= 12, "{model}: {huge} walks with 2 MiB pages");
@@ -182,7 +194,10 @@ fn exact_counts_every_instruction_per_page() {
     assert!(o.status.success(), "{}", common::text(&o.stderr));
     assert!(common::text(&o.stdout).contains("iTLB model: Intel Skylake"));
     let p: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
-    assert_eq!((p["format"].as_str(), p["version"].as_u64()), (Some("hugetext-profile"), Some(1)));
+    assert_eq!(
+        (p["format"].as_str(), p["version"].as_u64()),
+        (Some("hugetext-profile"), Some(1))
+    );
     assert_eq!(p["unit"], "instructions");
     let f = file_of(&p, randcall());
     let stubs = stub_pages(randcall());
@@ -224,7 +239,12 @@ fn build_id(path: &Path) -> String {
     use object::Object;
     let data = std::fs::read(path).unwrap();
     let obj = object::File::parse(&*data).unwrap();
-    obj.build_id().unwrap().unwrap().iter().map(|b| format!("{b:02x}")).collect()
+    obj.build_id()
+        .unwrap()
+        .unwrap()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 #[test]
@@ -269,7 +289,14 @@ fn samples_a_command_and_writes_a_profile_run_can_read() {
     assert!(std::fs::read_to_string(&svg).unwrap().starts_with("<svg"));
 
     // The profile's hot windows, as `run --hot` will ask for them.
-    let v = json_of(&common::hugetext(&["profile", "--input", out.to_str().unwrap(), "--hot", "99", "--json"]));
+    let v = json_of(&common::hugetext(&[
+        "profile",
+        "--input",
+        out.to_str().unwrap(),
+        "--hot",
+        "99",
+        "--json",
+    ]));
     let hot = &v["hot"]["files"][0];
     assert_eq!(hot["build_id"].as_str().unwrap(), build_id(randcall()));
     let ranges = hot["ranges"].as_array().unwrap();
@@ -322,7 +349,12 @@ fn reads_perf_script_output() {
         .unwrap();
     let txt = dir.path().join("script.txt");
     std::fs::write(&txt, &script.stdout).unwrap();
-    let v = json_of(&common::hugetext(&["profile", "--perf-script", txt.to_str().unwrap(), "--json"]));
+    let v = json_of(&common::hugetext(&[
+        "profile",
+        "--perf-script",
+        txt.to_str().unwrap(),
+        "--json",
+    ]));
     assert_eq!(v["source"], "perf-script");
     let f = &v["summary"]["files"][0];
     assert_eq!(f["path"].as_str().unwrap(), randcall().to_str().unwrap());
@@ -340,19 +372,42 @@ fn refused(o: &std::process::Output, code: i32, what: &str) {
 
 #[test]
 fn bad_input_is_one_line_and_a_non_zero_exit() {
-    refused(&common::hugetext(&["profile", "--pid", "999999999"]), 1, "no process with pid 999999999");
     refused(
-        &common::hugetext(&["profile", "--exact", "--qemu", "/nonexistent/qemu-x86_64", "--", "/bin/true"]),
+        &common::hugetext(&["profile", "--pid", "999999999"]),
+        1,
+        "no process with pid 999999999",
+    );
+    refused(
+        &common::hugetext(&[
+            "profile",
+            "--exact",
+            "--qemu",
+            "/nonexistent/qemu-x86_64",
+            "--",
+            "/bin/true",
+        ]),
         1,
         "qemu-user",
     );
-    refused(&common::hugetext(&["profile", "--", "/nonexistent/program"]), 127, "/nonexistent/program");
+    refused(
+        &common::hugetext(&["profile", "--", "/nonexistent/program"]),
+        127,
+        "/nonexistent/program",
+    );
     refused(&common::hugetext(&["profile"]), 2, "nothing to profile");
     let dir = common::scratch();
     let junk = dir.path().join("junk");
     std::fs::write(&junk, "hello\n").unwrap();
-    refused(&common::hugetext(&["profile", "--input", junk.to_str().unwrap()]), 1, "not a hugetext profile");
-    refused(&common::hugetext(&["profile", "--perf-script", junk.to_str().unwrap()]), 1, "no samples");
+    refused(
+        &common::hugetext(&["profile", "--input", junk.to_str().unwrap()]),
+        1,
+        "not a hugetext profile",
+    );
+    refused(
+        &common::hugetext(&["profile", "--perf-script", junk.to_str().unwrap()]),
+        1,
+        "no samples",
+    );
 }
 
 /// Profiling another user's process is refused (perf_event_open and its
@@ -396,5 +451,8 @@ fn samples_in_text_run_copied_are_attributed_to_the_file() {
     let f = &s["files"][0];
     assert_eq!(f["path"].as_str().unwrap(), exe, "{v}");
     let (n, total) = (f["count"].as_u64().unwrap(), s["total"].as_u64().unwrap());
-    assert!(n >= 50 && n as f64 >= 0.9 * total as f64, "{n} of {total} samples in {exe}: {v}");
+    assert!(
+        n >= 50 && n as f64 >= 0.9 * total as f64,
+        "{n} of {total} samples in {exe}: {v}"
+    );
 }

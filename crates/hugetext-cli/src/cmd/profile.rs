@@ -126,7 +126,10 @@ fn parse_itlb(s: &str) -> std::result::Result<String, String> {
 }
 
 fn parse_percent(s: &str) -> std::result::Result<f64, String> {
-    let v: f64 = s.trim_end_matches('%').parse().map_err(|_| format!("'{s}' is not a percentage"))?;
+    let v: f64 = s
+        .trim_end_matches('%')
+        .parse()
+        .map_err(|_| format!("'{s}' is not a percentage"))?;
     if !(v > 0.0 && v <= 100.0) {
         return Err("must be in (0, 100]".into());
     }
@@ -185,7 +188,10 @@ fn gather(args: &Args) -> Result<Profile> {
     };
     if args.exact {
         if args.command.is_empty() {
-            return Err(exit_with(2, "--exact needs a program: hugetext profile --exact -- PROGRAM [ARGS]"));
+            return Err(exit_with(
+                2,
+                "--exact needs a program: hugetext profile --exact -- PROGRAM [ARGS]",
+            ));
         }
         let geometry = tlb::geometry(&args.itlb).unwrap_or_else(exact::default_geometry);
         let o = exact::Options {
@@ -303,11 +309,7 @@ fn print_hot(share: f64, h: &[profile::HotFile], pmd: u64) {
     println!();
     println!("windows holding {}: {} in {} files", pct(share), mib(total), h.len());
     for f in h {
-        let ranges: Vec<String> = f
-            .ranges
-            .iter()
-            .map(|r| format!("{:#x}-{:#x}", r[0], r[1]))
-            .collect();
+        let ranges: Vec<String> = f.ranges.iter().map(|r| format!("{:#x}-{:#x}", r[0], r[1])).collect();
         println!(
             "  {} ({} windows, build-id {}): {}",
             f.path,

@@ -259,7 +259,10 @@ pub fn run(command: &[OsString], opts: &Options) -> Result<(Profile, ExitStatus)
         });
         model.run(page, &mut slots[i], n);
     }
-    let status = child.wait().map_err(|e| Error::Sys { call: "wait", source: e })?;
+    let status = child.wait().map_err(|e| Error::Sys {
+        call: "wait",
+        source: e,
+    })?;
     let mut tally = Tally::default();
     for s in &slots {
         tally.add(s.loc.as_ref(), s.count);

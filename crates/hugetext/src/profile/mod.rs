@@ -210,7 +210,12 @@ pub fn hot_windows(p: &Profile, share: f64) -> Vec<HotFile> {
         .map(|(i, mut offs)| {
             let f = &p.files[i];
             offs.sort_unstable();
-            let count = f.windows.iter().filter(|w| offs.contains(&w.offset)).map(|w| w.count).sum();
+            let count = f
+                .windows
+                .iter()
+                .filter(|w| offs.contains(&w.offset))
+                .map(|w| w.count)
+                .sum();
             HotFile {
                 path: f.path.clone(),
                 build_id: f.build_id.clone(),
@@ -297,7 +302,10 @@ fn file_profile(f: &attrib::FileRef, pages: BTreeMap<u64, u64>, pmd: u64) -> Fil
         text: f.text.iter().map(|s| [s.offset, s.offset + s.file_size]).collect(),
         count: pages.values().sum(),
         pages: pages.into_iter().map(|(k, v)| [k, v]).collect(),
-        windows: windows.into_iter().map(|(offset, count)| Window { offset, count }).collect(),
+        windows: windows
+            .into_iter()
+            .map(|(offset, count)| Window { offset, count })
+            .collect(),
     }
 }
 
@@ -314,7 +322,13 @@ mod tests {
             text: vec![[0, 64 * M]],
             count: windows.iter().map(|w| w.1).sum(),
             pages: vec![],
-            windows: windows.iter().map(|&(k, c)| Window { offset: k * M, count: c }).collect(),
+            windows: windows
+                .iter()
+                .map(|&(k, c)| Window {
+                    offset: k * M,
+                    count: c,
+                })
+                .collect(),
         }
     }
 
@@ -337,7 +351,10 @@ mod tests {
 
     #[test]
     fn shares_count_the_hottest_first() {
-        assert_eq!(windows_for_shares(&[1, 50, 40, 9], &[0.5, 0.9, 0.99, 1.0]), vec![1, 2, 3, 4]);
+        assert_eq!(
+            windows_for_shares(&[1, 50, 40, 9], &[0.5, 0.9, 0.99, 1.0]),
+            vec![1, 2, 3, 4]
+        );
         assert_eq!(windows_for_shares(&[], &[0.5]), vec![0]);
         assert_eq!(windows_for_shares(&[10], &[0.99]), vec![1]);
     }
@@ -373,7 +390,9 @@ mod tests {
         let text = serde_json::to_string(&p).unwrap();
         assert_eq!(Profile::parse(&text).unwrap(), p);
         assert!(Profile::parse("{").unwrap_err().contains("not JSON"));
-        assert!(Profile::parse("{\"format\":\"x\"}").unwrap_err().contains("not a hugetext profile"));
+        assert!(Profile::parse("{\"format\":\"x\"}")
+            .unwrap_err()
+            .contains("not a hugetext profile"));
         let v2 = text.replace("\"version\":1", "\"version\":2");
         assert!(Profile::parse(&v2).unwrap_err().contains("version 2 is not supported"));
     }

@@ -124,7 +124,10 @@ fn merge_cells(heat: &[u64], width: usize) -> Vec<u64> {
 }
 
 fn xml_escape(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
 }
 
 /// An SVG of the heat strips of the `max_files` hottest files: one row per
@@ -156,7 +159,11 @@ pub fn svg(s: &Summary, max_files: usize) -> String {
         let per = f.heat.len().div_ceil(400).max(1) as u64;
         let max = cells.iter().copied().max().unwrap_or(0).max(1);
         for (k, &c) in cells.iter().enumerate() {
-            let a = if c == 0 { 0.0 } else { 0.1 + 0.9 * (c as f64 / max as f64) };
+            let a = if c == 0 {
+                0.0
+            } else {
+                0.1 + 0.9 * (c as f64 / max as f64)
+            };
             out += &format!(
                 "<rect x=\"{:.0}\" y=\"{y}\" width=\"{}\" height=\"16\" fill=\"#c0392b\" fill-opacity=\"{a:.3}\" stroke=\"#ddd\" stroke-width=\"0.5\"><title>window {} ({} MiB): {c}</title></rect>\n",
                 label + cell * k as f64,

@@ -160,7 +160,9 @@ impl Session {
 pub fn sample_pid(pid: i32, opts: &Options, stop: &AtomicBool) -> Result<(Profile, u64)> {
     let st = procfs::read_stat(pid)?;
     if st.is_zombie() || st.is_kernel_thread() {
-        return Err(Error::Invalid(format!("pid {pid} is a zombie or a kernel thread: nothing to sample")));
+        return Err(Error::Invalid(format!(
+            "pid {pid} is a zombie or a kernel thread: nothing to sample"
+        )));
     }
     procfs::read_maps(Some(pid))?; // permission to read its maps, or the reason
     let mut sess = Session::new();
@@ -191,9 +193,7 @@ pub fn sample_pid(pid: i32, opts: &Options, stop: &AtomicBool) -> Result<(Profil
 fn task_ids(pid: i32) -> Result<Vec<i32>> {
     let dir = format!("/proc/{pid}/task");
     let rd = std::fs::read_dir(&dir).map_err(|e| procfs::proc_error(Some(pid), dir.as_ref(), e))?;
-    let mut tids: Vec<i32> = rd
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-        .collect();
+    let mut tids: Vec<i32> = rd.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect();
     tids.sort_unstable();
     Ok(tids)
 }
@@ -220,12 +220,18 @@ pub fn sample_command(command: &[OsString], opts: &Options) -> Result<(Profile, 
     let status = loop {
         std::thread::sleep(DRAIN_EVERY);
         sess.drain();
-        if let Some(st) = child.try_wait().map_err(|e| Error::Sys { call: "wait", source: e })? {
+        if let Some(st) = child.try_wait().map_err(|e| Error::Sys {
+            call: "wait",
+            source: e,
+        })? {
             break st;
         }
         if opts.duration.is_some_and(|d| start.elapsed() >= d) {
             let _ = child.kill();
-            break child.wait().map_err(|e| Error::Sys { call: "wait", source: e })?;
+            break child.wait().map_err(|e| Error::Sys {
+                call: "wait",
+                source: e,
+            })?;
         }
     };
     let (mut p, lost) = sess.finish();

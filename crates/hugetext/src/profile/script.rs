@@ -84,7 +84,9 @@ pub fn read(input: impl BufRead, name: &str) -> Result<Profile> {
         match parse_line(&line) {
             Line::Mmap { pid, vma } => {
                 mmaps += 1;
-                let e = maps.entry(pid).or_insert_with(|| (Vec::new(), Space::new(None, pmd), false));
+                let e = maps
+                    .entry(pid)
+                    .or_insert_with(|| (Vec::new(), Space::new(None, pmd), false));
                 e.0.retain(|v| v.end <= vma.start || v.start >= vma.end);
                 e.0.push(vma);
                 e.2 = true;
@@ -126,14 +128,20 @@ mod tests {
     fn lines_parse() {
         assert_eq!(
             parse_line("   26420     7f7f338223e0 (/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2)"),
-            Line::Sample { pid: 26420, ip: 0x7f7f338223e0 }
+            Line::Sample {
+                pid: 26420,
+                ip: 0x7f7f338223e0
+            }
         );
         let m = parse_line(
             "26420 PERF_RECORD_MMAP2 26420/26420: [0x55fbe21a5000(0x16000) @ 0x4000 fe:00 247493 0]: r-xp /usr/bin/ls",
         );
         let Line::Mmap { pid, vma } = m else { panic!("{m:?}") };
         assert_eq!(pid, 26420);
-        assert_eq!((vma.start, vma.end, vma.offset), (0x55fbe21a5000, 0x55fbe21bb000, 0x4000));
+        assert_eq!(
+            (vma.start, vma.end, vma.offset),
+            (0x55fbe21a5000, 0x55fbe21bb000, 0x4000)
+        );
         assert_eq!((vma.perms.as_str(), vma.path.as_str()), ("r-xp", "/usr/bin/ls"));
         let m = parse_line("    0 PERF_RECORD_MMAP -1/0: [0xffffffff81000000(0x1209988) @ 0xffffffff81000000]: x [kernel.kallsyms]_text");
         assert!(matches!(m, Line::Mmap { .. }));

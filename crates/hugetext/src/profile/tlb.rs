@@ -62,7 +62,10 @@ pub const GEOMETRIES: [Geometry; 3] = [
         core: "Intel Skylake",
         l1: Level { entries: 128, ways: 8 },
         l1_2m: Some(Level { entries: 8, ways: 8 }),
-        l2: Level { entries: 1536, ways: 12 },
+        l2: Level {
+            entries: 1536,
+            ways: 12,
+        },
         l2_hit_cycles: 9,
         source: "Intel Optimization Reference Manual 248966-045, Table 2-15",
     },
@@ -295,7 +298,13 @@ mod tests {
                 miss.count(m.access(Page::Small(p)));
             }
         }
-        assert_eq!(miss, Misses { l1: 3 * 4096, walks: 3 * 4096 });
+        assert_eq!(
+            miss,
+            Misses {
+                l1: 3 * 4096,
+                walks: 3 * 4096
+            }
+        );
         // The same text as 8 huge pages fits Skylake's 8-entry 2 MiB L1.
         let mut m = Itlb::new(&g);
         let mut miss = Misses::default();
