@@ -11,6 +11,8 @@ mod align;
 mod bench;
 #[path = "hostile/preload.rs"]
 mod preload;
+#[path = "hostile/profile.rs"]
+mod profile;
 #[path = "hostile/procfs.rs"]
 mod procfs;
 #[path = "hostile/warm.rs"]

@@ -139,13 +139,13 @@ fn parse_percent(s: &str) -> std::result::Result<f64, String> {
 pub fn run(args: Args) -> Result<u8> {
     let profile = gather(&args)?;
     if let Some(out) = &args.output {
-        let text = serde_json::to_string(&profile)?;
-        std::fs::write(out, text + "\n").with_context(|| format!("{}: cannot write the profile", out.display()))?;
+        let text = serde_json::to_string(&profile)? + "\n";
+        profile::write_output(out, text.as_bytes()).context("cannot write the profile")?;
     }
     let summary = report::summarise(&profile);
     if let Some(svg) = &args.svg {
-        std::fs::write(svg, report::svg(&summary, args.top.max(1)))
-            .with_context(|| format!("{}: cannot write the SVG", svg.display()))?;
+        profile::write_output(svg, report::svg(&summary, args.top.max(1)).as_bytes())
+            .context("cannot write the SVG")?;
     }
     let hot = args.hot.map(|s| (s, profile::hot_windows(&profile, s)));
     if args.json {

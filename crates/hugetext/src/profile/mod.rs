@@ -151,6 +151,20 @@ impl Profile {
     }
 }
 
+/// Write an output file (the profile, the SVG) without following a link or
+/// truncating what is there: a new file beside it, mode 0644, renamed over it.
+pub fn write_output(path: &Path, bytes: &[u8]) -> Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::PermissionsExt;
+    let dir = crate::fsutil::dir_of(path);
+    let f = crate::fsutil::NewFile::beside(path, ".hugetext-profile-").map_err(|e| Error::io(&dir, e))?;
+    let mut w = f.file();
+    w.write_all(bytes).map_err(|e| Error::io(f.path(), e))?;
+    w.set_permissions(std::fs::Permissions::from_mode(0o644))
+        .map_err(|e| Error::io(f.path(), e))?;
+    f.commit(path).map_err(|e| Error::io(path, e))
+}
+
 /// How many of `counts` (largest first) it takes to hold each share of
 /// their sum. Pure.
 pub fn windows_for_shares(counts: &[u64], shares: &[f64]) -> Vec<usize> {
