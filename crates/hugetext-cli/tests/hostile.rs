@@ -11,9 +11,9 @@ mod align;
 mod bench;
 #[path = "hostile/preload.rs"]
 mod preload;
-#[path = "hostile/profile.rs"]
-mod profile;
 #[path = "hostile/procfs.rs"]
 mod procfs;
+#[path = "hostile/profile.rs"]
+mod profile;
 #[path = "hostile/warm.rs"]
 mod warm;

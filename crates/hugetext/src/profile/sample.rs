@@ -11,6 +11,7 @@
 
 use std::collections::HashMap;
 use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, ExitStatus};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -238,8 +239,6 @@ pub fn sample_command(command: &[OsString], opts: &Options) -> Result<(Profile, 
     p.command = command.iter().map(|a| a.to_string_lossy().into_owned()).collect();
     Ok((p, lost, status))
 }
-
-use std::os::unix::process::CommandExt;
 
 #[cfg(test)]
 mod tests {
