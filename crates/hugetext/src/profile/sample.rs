@@ -167,9 +167,9 @@ pub fn sample_pid(pid: i32, opts: &Options, stop: &AtomicBool) -> Result<(Profil
     }
     procfs::read_maps(Some(pid))?; // permission to read its maps, or the reason
     let mut sess = Session::new();
-    let tids = task_ids(pid)?;
-    for &tid in &tids {
-        for &cpu in &online_cpus() {
+    let cpus = online_cpus();
+    for tid in task_ids(pid)? {
+        for &cpu in &cpus {
             match open(tid, cpu, opts.frequency, false) {
                 Ok(s) => sess.samplers.push(s),
                 // A thread that ended meanwhile.
