@@ -64,7 +64,7 @@ complete -c hugetext -n "__fish_hugetext_using_subcommand check" -l page-size -d
 complete -c hugetext -n "__fish_hugetext_using_subcommand check" -l json -d 'Print a JSON array with one object per file (fields include pmd_mappable_bytes and pmd_mappable_bytes_after_align)'
 complete -c hugetext -n "__fish_hugetext_using_subcommand check" -s h -l help -d 'Print help'
 complete -c hugetext -n "__fish_hugetext_using_subcommand check" -s V -l version -d 'Print version'
-complete -c hugetext -n "__fish_hugetext_using_subcommand align" -s o -l output -d 'Write the aligned file here and leave FILE untouched' -r -F
+complete -c hugetext -n "__fish_hugetext_using_subcommand align" -s o -l output -d 'Write the aligned file here and leave FILE untouched. OUT must be a new name or a regular file you own (root: not another user\'s file in a sticky directory such as /tmp); a symlink, directory, device, FIFO or socket is refused' -r -F
 complete -c hugetext -n "__fish_hugetext_using_subcommand align" -l page-size -d 'Page size of the kernel the file is meant for: 4K, 16K or 64K (arm64); its PMD size is the alignment. Default: the running kernel\'s for a file of this machine, 4K for an AArch64 file on another machine (said in a note)' -r
 complete -c hugetext -n "__fish_hugetext_using_subcommand align" -l dry-run -d 'Only say what would be done'
 complete -c hugetext -n "__fish_hugetext_using_subcommand align" -l force -d 'Rewrite signed files too (their signature becomes invalid)'
@@ -124,9 +124,9 @@ complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and not __fish_
 complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and not __fish_seen_subcommand_from exec mprotect readahead ab help" -f -a "readahead" -d 'The effect of the Linux "batch folio insertion" readahead patches: readahead(2) throughput from N threads, into N distinct files vs disjoint slices of one shared file (page-cache lock contention)'
 complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and not __fish_seen_subcommand_from exec mprotect readahead ab help" -f -a "ab" -d 'Run a real command alternately with its text (and its libraries\', and its children\'s) in small and in PMD page-cache folios, paired'
 complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and not __fish_seen_subcommand_from exec mprotect readahead ab help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
-complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from exec" -l size -d 'Size of each variant\'s RET-stub file (K, M, G suffixes; whole 2 MiB units). A run keeps all three in the page cache' -r
+complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from exec" -l size -d 'Size of each variant\'s RET-stub file (K, M, G suffixes; whole 2 MiB units). A run keeps all three in the page cache: refused before anything is written when they do not fit in 90% of the free space of --dir or in half of the available memory' -r
 complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from exec" -l runs -d 'Runs (the minimum with --until-ci); each run measures every variant once' -r
-complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from exec" -l dir -d 'Directory for the stub files, on a disk filesystem (ext4, xfs). Default: $TMPDIR unless it is tmpfs, else the current directory' -r -F
+complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from exec" -l dir -d 'Directory for the stub files, on a disk filesystem (ext4, xfs). Default: $TMPDIR unless it is tmpfs, else the current directory. They are removed at the end, on an error, and on SIGINT, SIGTERM or SIGHUP' -r -F
 complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from exec" -l calls-per-page -d 'Random calls per page of the file' -r
 complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from exec" -l random-passes -d 'Passes of the random phase per run, variants alternating pass by pass; the fastest pass counts' -r
 complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from exec" -l seed -d 'Seed of the random phase and of the bootstrap' -r
@@ -157,7 +157,7 @@ complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen
 complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from readahead" -s h -l help -d 'Print help'
 complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from readahead" -s V -l version -d 'Print version'
 complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from ab" -l runs -d 'Pairs of runs (one small + one huge run each)' -r
-complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from ab" -l plot -d 'Write an SVG plot of every run\'s time to FILE' -r -F
+complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from ab" -l plot -d 'Write an SVG plot of every run\'s time to FILE (a new name or a regular file you own; mode 0666 less the umask)' -r -F
 complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from ab" -l files -d 'More files whose text to manage (e.g. code the warm-up run did not reach, or when ptrace is not permitted and discovery falls back to polling)' -r -F
 complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from ab" -l seed -d 'Seed of the side order and the bootstrap' -r
 complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from ab" -l json -d 'Print JSON instead of tables'

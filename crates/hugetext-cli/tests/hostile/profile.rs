@@ -4,8 +4,8 @@ use hugetext_testkit as tk;
 
 /// A link planted where `profile -o`/`--svg` will write (a world-writable
 /// directory, a name the victim uses) must not redirect root's write into
-/// the file it points to: the output replaces the link, the target keeps
-/// its bytes.
+/// the file it points to: hugetext refuses to write through or over a link,
+/// in one line; the target keeps its bytes and the link stays.
 #[test]
 fn output_through_a_planted_link_does_not_write_its_target() {
     let victim_dir = tk::scratch();
@@ -27,21 +27,33 @@ fn output_through_a_planted_link_does_not_write_its_target() {
     std::os::unix::fs::symlink(&victim, &out).unwrap();
     std::os::unix::fs::symlink(&victim, &svg).unwrap();
 
+    for (flag, link) in [("-o", &out), ("--svg", &svg)] {
+        let o = tk::hugetext(&[
+            "profile",
+            "--input",
+            profile.to_str().unwrap(),
+            flag,
+            link.to_str().unwrap(),
+        ]);
+        let err = tk::text(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{flag}: {err}");
+        assert!(
+            err.contains("refusing to write") && err.trim_end().lines().count() == 1,
+            "{flag}: {err}"
+        );
+        assert!(std::fs::symlink_metadata(link).unwrap().file_type().is_symlink());
+    }
+    assert_eq!(tk::tree_state(victim_dir.path()), before);
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "root:x:0:0\n");
+    // A plain name is written.
+    let plain = drop_dir.path().join("plain.json");
     let o = tk::hugetext(&[
         "profile",
         "--input",
         profile.to_str().unwrap(),
         "-o",
-        out.to_str().unwrap(),
-        "--svg",
-        svg.to_str().unwrap(),
+        plain.to_str().unwrap(),
     ]);
     assert!(o.status.success(), "{}", tk::text(&o.stderr));
-    assert_eq!(tk::tree_state(victim_dir.path()), before);
-    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "root:x:0:0\n");
-    for f in [&out, &svg] {
-        let m = std::fs::symlink_metadata(f).unwrap();
-        assert!(m.file_type().is_file(), "{} is still a link", f.display());
-    }
-    assert!(std::fs::read_to_string(&out).unwrap().contains("hugetext-profile"));
+    assert!(std::fs::read_to_string(&plain).unwrap().contains("hugetext-profile"));
 }

@@ -151,18 +151,16 @@ impl Profile {
     }
 }
 
-/// Write an output file (the profile, the SVG) without following a link or
-/// truncating what is there: a new file beside it, mode 0644, renamed over it.
+/// Write an output file (the profile, the SVG) by the rule for every file
+/// hugetext writes ([`crate::fsutil::check_output`]: never through or over
+/// a link): a new file beside it, mode 0666 less the umask, renamed over it.
 pub fn write_output(path: &Path, bytes: &[u8]) -> Result<()> {
     use std::io::Write;
-    use std::os::unix::fs::PermissionsExt;
-    let dir = crate::fsutil::dir_of(path);
-    let f = crate::fsutil::NewFile::beside(path, ".hugetext-profile-").map_err(|e| Error::io(&dir, e))?;
-    let mut w = f.file();
-    w.write_all(bytes).map_err(|e| Error::io(f.path(), e))?;
-    w.set_permissions(std::fs::Permissions::from_mode(0o644))
-        .map_err(|e| Error::io(f.path(), e))?;
-    f.commit(path).map_err(|e| Error::io(path, e))
+    let out = crate::fsutil::check_output(path).map_err(|e| Error::io(path, e))?;
+    let f = crate::fsutil::NewFile::beside_with_mode(&out, ".hugetext-profile-", 0o666)
+        .map_err(|e| Error::io(crate::fsutil::dir_of(path), e))?;
+    f.file().write_all(bytes).map_err(|e| Error::io(path, e))?;
+    f.commit(&out).map_err(|e| Error::io(path, e))
 }
 
 /// How many of `counts` (largest first) it takes to hold each share of
