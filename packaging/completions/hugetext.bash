@@ -46,6 +46,9 @@ _hugetext() {
             hugetext,man)
                 cmd="hugetext__subcmd__man"
                 ;;
+            hugetext,profile)
+                cmd="hugetext__subcmd__profile"
+                ;;
             hugetext,run)
                 cmd="hugetext__subcmd__run"
                 ;;
@@ -112,6 +115,9 @@ _hugetext() {
             hugetext__subcmd__help,man)
                 cmd="hugetext__subcmd__help__subcmd__man"
                 ;;
+            hugetext__subcmd__help,profile)
+                cmd="hugetext__subcmd__help__subcmd__profile"
+                ;;
             hugetext__subcmd__help,run)
                 cmd="hugetext__subcmd__help__subcmd__run"
                 ;;
@@ -137,7 +143,7 @@ _hugetext() {
 
     case "${cmd}" in
         hugetext)
-            opts="-h -V --help --version inspect doctor explain check align warm run agent bench completions man help"
+            opts="-h -V --help --version inspect doctor explain check align warm profile run agent bench completions man help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -529,7 +535,7 @@ _hugetext() {
             return 0
             ;;
         hugetext__subcmd__help)
-            opts="inspect doctor explain check align warm run agent bench completions man help"
+            opts="inspect doctor explain check align warm profile run agent bench completions man help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -738,6 +744,20 @@ _hugetext() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        hugetext__subcmd__help__subcmd__profile)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         hugetext__subcmd__help__subcmd__run)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
@@ -807,6 +827,72 @@ _hugetext() {
                 return 0
             fi
             case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        hugetext__subcmd__profile)
+            opts="-o -h -V --pid --perf-script --input --exact --duration --frequency --itlb --walk-cycles --qemu --output --svg --hot --json --top --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --pid)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --perf-script)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --input)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --duration)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --frequency)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --itlb)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --walk-cycles)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --qemu)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --output)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -o)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --svg)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --hot)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --top)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;

@@ -32,6 +32,7 @@ complete -c hugetext -n "__fish_hugetext_needs_command" -f -a "explain" -d 'Say 
 complete -c hugetext -n "__fish_hugetext_needs_command" -f -a "check" -d 'Tell whether ELF files\' text can be PMD-mapped, and what `align` would gain'
 complete -c hugetext -n "__fish_hugetext_needs_command" -f -a "align" -d 'Rewrite an ELF file so its read-only segments can be PMD-mapped'
 complete -c hugetext -n "__fish_hugetext_needs_command" -f -a "warm" -d 'Fill the page cache with PMD-sized folios for programs\' text'
+complete -c hugetext -n "__fish_hugetext_needs_command" -f -a "profile" -d 'Which text is hot, per 2 MiB window, and the iTLB misses huge pages would save'
 complete -c hugetext -n "__fish_hugetext_needs_command" -f -a "run" -d 'Run a program with its text (and its libraries\') remapped onto huge pages'
 complete -c hugetext -n "__fish_hugetext_needs_command" -f -a "agent" -d 'Serve Prometheus metrics about huge-page text, and keep a policy\'s programs warm'
 complete -c hugetext -n "__fish_hugetext_needs_command" -f -a "bench" -d 'Benchmarks: the Linux large-folio patches\' micro-benchmarks and A/B runs of real programs'
@@ -63,7 +64,7 @@ complete -c hugetext -n "__fish_hugetext_using_subcommand check" -l page-size -d
 complete -c hugetext -n "__fish_hugetext_using_subcommand check" -l json -d 'Print a JSON array with one object per file (fields include pmd_mappable_bytes and pmd_mappable_bytes_after_align)'
 complete -c hugetext -n "__fish_hugetext_using_subcommand check" -s h -l help -d 'Print help'
 complete -c hugetext -n "__fish_hugetext_using_subcommand check" -s V -l version -d 'Print version'
-complete -c hugetext -n "__fish_hugetext_using_subcommand align" -s o -l output -d 'Write the aligned file here and leave FILE untouched' -r -F
+complete -c hugetext -n "__fish_hugetext_using_subcommand align" -s o -l output -d 'Write the aligned file here and leave FILE untouched. OUT must be a new name or a regular file you own (root: not another user\'s file in a sticky directory such as /tmp); a symlink, directory, device, FIFO or socket is refused' -r -F
 complete -c hugetext -n "__fish_hugetext_using_subcommand align" -l page-size -d 'Page size of the kernel the file is meant for: 4K, 16K or 64K (arm64); its PMD size is the alignment. Default: the running kernel\'s for a file of this machine, 4K for an AArch64 file on another machine (said in a note)' -r
 complete -c hugetext -n "__fish_hugetext_using_subcommand align" -l dry-run -d 'Only say what would be done'
 complete -c hugetext -n "__fish_hugetext_using_subcommand align" -l force -d 'Rewrite signed files too (their signature becomes invalid)'
@@ -82,6 +83,22 @@ complete -c hugetext -n "__fish_hugetext_using_subcommand warm" -l no-collapse -
 complete -c hugetext -n "__fish_hugetext_using_subcommand warm" -l path-unit -d 'Print a systemd .path unit that re-warms when any of the files (and the --config file) changes, and exit'
 complete -c hugetext -n "__fish_hugetext_using_subcommand warm" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c hugetext -n "__fish_hugetext_using_subcommand warm" -s V -l version -d 'Print version'
+complete -c hugetext -n "__fish_hugetext_using_subcommand profile" -l pid -d 'Sample this running process' -r
+complete -c hugetext -n "__fish_hugetext_using_subcommand profile" -l perf-script -d 'Read samples from `perf script --show-mmap-events -F pid,ip,dso` output (\'-\': stdin)' -r -F
+complete -c hugetext -n "__fish_hugetext_using_subcommand profile" -l input -d 'Report a profile written earlier with --output' -r -F
+complete -c hugetext -n "__fish_hugetext_using_subcommand profile" -l duration -d 'Stop sampling after this many seconds (--pid: default 10)' -r
+complete -c hugetext -n "__fish_hugetext_using_subcommand profile" -l frequency -d 'Samples per second per running thread' -r
+complete -c hugetext -n "__fish_hugetext_using_subcommand profile" -l itlb -d 'iTLB geometry modelled by --exact: skylake, zen4 or neoverse-v2' -r
+complete -c hugetext -n "__fish_hugetext_using_subcommand profile" -l walk-cycles -d 'Cycles per page walk in the --exact estimate' -r
+complete -c hugetext -n "__fish_hugetext_using_subcommand profile" -l qemu -d 'The qemu-user binary for --exact (default: qemu-ARCH on PATH)' -r -F
+complete -c hugetext -n "__fish_hugetext_using_subcommand profile" -s o -l output -d 'Write the profile (JSON) to this file' -r -F
+complete -c hugetext -n "__fish_hugetext_using_subcommand profile" -l svg -d 'Write the heat strips as SVG to this file' -r -F
+complete -c hugetext -n "__fish_hugetext_using_subcommand profile" -l hot -d 'List the windows holding this percentage of the counts (what `run --hot` remaps)' -r
+complete -c hugetext -n "__fish_hugetext_using_subcommand profile" -l top -d 'Files shown in the text report' -r
+complete -c hugetext -n "__fish_hugetext_using_subcommand profile" -l exact -d 'Run PROGRAM under qemu-user: every instruction counted, and the iTLB model'
+complete -c hugetext -n "__fish_hugetext_using_subcommand profile" -l json -d 'Print JSON (summary, iTLB estimate, hot windows) instead of text'
+complete -c hugetext -n "__fish_hugetext_using_subcommand profile" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c hugetext -n "__fish_hugetext_using_subcommand profile" -s V -l version -d 'Print version'
 complete -c hugetext -n "__fish_hugetext_using_subcommand run" -l strategy -d 'Routes the preload may use' -r -f -a "auto\t'already huge, else file, else collapse, else copy (per 2 MiB window)'
 file\t'zero copy through 2 MiB page-cache folios (shared, no extra memory)'
 collapse\t'MADV_COLLAPSE of file text (needs CONFIG_READ_ONLY_THP_FOR_FS)'
@@ -107,9 +124,9 @@ complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and not __fish_
 complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and not __fish_seen_subcommand_from exec mprotect readahead ab help" -f -a "readahead" -d 'The effect of the Linux "batch folio insertion" readahead patches: readahead(2) throughput from N threads, into N distinct files vs disjoint slices of one shared file (page-cache lock contention)'
 complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and not __fish_seen_subcommand_from exec mprotect readahead ab help" -f -a "ab" -d 'Run a real command alternately with its text (and its libraries\', and its children\'s) in small and in PMD page-cache folios, paired'
 complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and not __fish_seen_subcommand_from exec mprotect readahead ab help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
-complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from exec" -l size -d 'Size of each variant\'s RET-stub file (K, M, G suffixes; whole 2 MiB units). A run keeps all three in the page cache' -r
+complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from exec" -l size -d 'Size of each variant\'s RET-stub file (K, M, G suffixes; whole 2 MiB units). A run keeps all three in the page cache: refused before anything is written when they do not fit in 90% of the free space of --dir or in half of the available memory' -r
 complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from exec" -l runs -d 'Runs (the minimum with --until-ci); each run measures every variant once' -r
-complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from exec" -l dir -d 'Directory for the stub files, on a disk filesystem (ext4, xfs). Default: $TMPDIR unless it is tmpfs, else the current directory' -r -F
+complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from exec" -l dir -d 'Directory for the stub files, on a disk filesystem (ext4, xfs). Default: $TMPDIR unless it is tmpfs, else the current directory. They are removed at the end, on an error, and on SIGINT, SIGTERM or SIGHUP' -r -F
 complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from exec" -l calls-per-page -d 'Random calls per page of the file' -r
 complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from exec" -l random-passes -d 'Passes of the random phase per run, variants alternating pass by pass; the fastest pass counts' -r
 complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from exec" -l seed -d 'Seed of the random phase and of the bootstrap' -r
@@ -140,7 +157,7 @@ complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen
 complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from readahead" -s h -l help -d 'Print help'
 complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from readahead" -s V -l version -d 'Print version'
 complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from ab" -l runs -d 'Pairs of runs (one small + one huge run each)' -r
-complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from ab" -l plot -d 'Write an SVG plot of every run\'s time to FILE' -r -F
+complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from ab" -l plot -d 'Write an SVG plot of every run\'s time to FILE (a new name or a regular file you own; mode 0666 less the umask)' -r -F
 complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from ab" -l files -d 'More files whose text to manage (e.g. code the warm-up run did not reach, or when ptrace is not permitted and discovery falls back to polling)' -r -F
 complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from ab" -l seed -d 'Seed of the side order and the bootstrap' -r
 complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from ab" -l json -d 'Print JSON instead of tables'
@@ -157,18 +174,19 @@ complete -c hugetext -n "__fish_hugetext_using_subcommand completions" -s h -l h
 complete -c hugetext -n "__fish_hugetext_using_subcommand completions" -s V -l version -d 'Print version'
 complete -c hugetext -n "__fish_hugetext_using_subcommand man" -s h -l help -d 'Print help'
 complete -c hugetext -n "__fish_hugetext_using_subcommand man" -s V -l version -d 'Print version'
-complete -c hugetext -n "__fish_hugetext_using_subcommand help; and not __fish_seen_subcommand_from inspect doctor explain check align warm run agent bench completions man help" -f -a "inspect" -d 'Show how text (or all memory) of processes, cgroups, files or the system is backed'
-complete -c hugetext -n "__fish_hugetext_using_subcommand help; and not __fish_seen_subcommand_from inspect doctor explain check align warm run agent bench completions man help" -f -a "doctor" -d 'Report what this kernel can do for huge text, and what it means for you'
-complete -c hugetext -n "__fish_hugetext_using_subcommand help; and not __fish_seen_subcommand_from inspect doctor explain check align warm run agent bench completions man help" -f -a "explain" -d 'Say why each text mapping of a process is or is not on huge pages, and the command that fixes it'
-complete -c hugetext -n "__fish_hugetext_using_subcommand help; and not __fish_seen_subcommand_from inspect doctor explain check align warm run agent bench completions man help" -f -a "check" -d 'Tell whether ELF files\' text can be PMD-mapped, and what `align` would gain'
-complete -c hugetext -n "__fish_hugetext_using_subcommand help; and not __fish_seen_subcommand_from inspect doctor explain check align warm run agent bench completions man help" -f -a "align" -d 'Rewrite an ELF file so its read-only segments can be PMD-mapped'
-complete -c hugetext -n "__fish_hugetext_using_subcommand help; and not __fish_seen_subcommand_from inspect doctor explain check align warm run agent bench completions man help" -f -a "warm" -d 'Fill the page cache with PMD-sized folios for programs\' text'
-complete -c hugetext -n "__fish_hugetext_using_subcommand help; and not __fish_seen_subcommand_from inspect doctor explain check align warm run agent bench completions man help" -f -a "run" -d 'Run a program with its text (and its libraries\') remapped onto huge pages'
-complete -c hugetext -n "__fish_hugetext_using_subcommand help; and not __fish_seen_subcommand_from inspect doctor explain check align warm run agent bench completions man help" -f -a "agent" -d 'Serve Prometheus metrics about huge-page text, and keep a policy\'s programs warm'
-complete -c hugetext -n "__fish_hugetext_using_subcommand help; and not __fish_seen_subcommand_from inspect doctor explain check align warm run agent bench completions man help" -f -a "bench" -d 'Benchmarks: the Linux large-folio patches\' micro-benchmarks and A/B runs of real programs'
-complete -c hugetext -n "__fish_hugetext_using_subcommand help; and not __fish_seen_subcommand_from inspect doctor explain check align warm run agent bench completions man help" -f -a "completions" -d 'Print shell completions (bash, zsh, fish, elvish, powershell) to stdout'
-complete -c hugetext -n "__fish_hugetext_using_subcommand help; and not __fish_seen_subcommand_from inspect doctor explain check align warm run agent bench completions man help" -f -a "man" -d 'Print the man page (roff) to stdout'
-complete -c hugetext -n "__fish_hugetext_using_subcommand help; and not __fish_seen_subcommand_from inspect doctor explain check align warm run agent bench completions man help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c hugetext -n "__fish_hugetext_using_subcommand help; and not __fish_seen_subcommand_from inspect doctor explain check align warm profile run agent bench completions man help" -f -a "inspect" -d 'Show how text (or all memory) of processes, cgroups, files or the system is backed'
+complete -c hugetext -n "__fish_hugetext_using_subcommand help; and not __fish_seen_subcommand_from inspect doctor explain check align warm profile run agent bench completions man help" -f -a "doctor" -d 'Report what this kernel can do for huge text, and what it means for you'
+complete -c hugetext -n "__fish_hugetext_using_subcommand help; and not __fish_seen_subcommand_from inspect doctor explain check align warm profile run agent bench completions man help" -f -a "explain" -d 'Say why each text mapping of a process is or is not on huge pages, and the command that fixes it'
+complete -c hugetext -n "__fish_hugetext_using_subcommand help; and not __fish_seen_subcommand_from inspect doctor explain check align warm profile run agent bench completions man help" -f -a "check" -d 'Tell whether ELF files\' text can be PMD-mapped, and what `align` would gain'
+complete -c hugetext -n "__fish_hugetext_using_subcommand help; and not __fish_seen_subcommand_from inspect doctor explain check align warm profile run agent bench completions man help" -f -a "align" -d 'Rewrite an ELF file so its read-only segments can be PMD-mapped'
+complete -c hugetext -n "__fish_hugetext_using_subcommand help; and not __fish_seen_subcommand_from inspect doctor explain check align warm profile run agent bench completions man help" -f -a "warm" -d 'Fill the page cache with PMD-sized folios for programs\' text'
+complete -c hugetext -n "__fish_hugetext_using_subcommand help; and not __fish_seen_subcommand_from inspect doctor explain check align warm profile run agent bench completions man help" -f -a "profile" -d 'Which text is hot, per 2 MiB window, and the iTLB misses huge pages would save'
+complete -c hugetext -n "__fish_hugetext_using_subcommand help; and not __fish_seen_subcommand_from inspect doctor explain check align warm profile run agent bench completions man help" -f -a "run" -d 'Run a program with its text (and its libraries\') remapped onto huge pages'
+complete -c hugetext -n "__fish_hugetext_using_subcommand help; and not __fish_seen_subcommand_from inspect doctor explain check align warm profile run agent bench completions man help" -f -a "agent" -d 'Serve Prometheus metrics about huge-page text, and keep a policy\'s programs warm'
+complete -c hugetext -n "__fish_hugetext_using_subcommand help; and not __fish_seen_subcommand_from inspect doctor explain check align warm profile run agent bench completions man help" -f -a "bench" -d 'Benchmarks: the Linux large-folio patches\' micro-benchmarks and A/B runs of real programs'
+complete -c hugetext -n "__fish_hugetext_using_subcommand help; and not __fish_seen_subcommand_from inspect doctor explain check align warm profile run agent bench completions man help" -f -a "completions" -d 'Print shell completions (bash, zsh, fish, elvish, powershell) to stdout'
+complete -c hugetext -n "__fish_hugetext_using_subcommand help; and not __fish_seen_subcommand_from inspect doctor explain check align warm profile run agent bench completions man help" -f -a "man" -d 'Print the man page (roff) to stdout'
+complete -c hugetext -n "__fish_hugetext_using_subcommand help; and not __fish_seen_subcommand_from inspect doctor explain check align warm profile run agent bench completions man help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c hugetext -n "__fish_hugetext_using_subcommand help; and __fish_seen_subcommand_from bench" -f -a "exec" -d 'The exec-readahead microbenchmark of the Linux "large folios for exec memory" patches: cold faults and random calls into a large executable file of RET stubs; baseline vs MADV_HUGEPAGE vs a warmed page cache'
 complete -c hugetext -n "__fish_hugetext_using_subcommand help; and __fish_seen_subcommand_from bench" -f -a "mprotect" -d 'The test program of the Linux "Optimize mprotect() for large folios" patches: mprotect() read-only/read-write 40 times over 1 GiB of PTE-mapped PMD THPs, of 64 KiB mTHPs, and of 4 KiB pages'
 complete -c hugetext -n "__fish_hugetext_using_subcommand help; and __fish_seen_subcommand_from bench" -f -a "readahead" -d 'The effect of the Linux "batch folio insertion" readahead patches: readahead(2) throughput from N threads, into N distinct files vs disjoint slices of one shared file (page-cache lock contention)'

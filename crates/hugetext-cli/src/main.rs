@@ -18,7 +18,7 @@ Exit status of the commands that change state (align, warm):
 Over several files, an error wins, then done, then impossible. Bad arguments exit 2
 before anything is done. `run` exits with PROGRAM's status (127/126 when it cannot be
 found or executed, 125 when hugetext fails before it starts). The reading commands
-(inspect, doctor, explain, check, bench) exit 0 or 1 (bench ab: the command's own status when
+(inspect, doctor, explain, check, profile, bench) exit 0 or 1 (bench ab: the command's own status when
 it fails). `agent` exits 0 when a signal stops it, 1 when it cannot start (bad config, address
 in use).";
 
@@ -50,6 +50,8 @@ enum Command {
     Align(cmd::align::Args),
     /// Fill the page cache with PMD-sized folios for programs' text.
     Warm(cmd::warm::Args),
+    /// Which text is hot, per 2 MiB window, and the iTLB misses huge pages would save.
+    Profile(cmd::profile::Args),
     /// Run a program with its text (and its libraries') remapped onto huge pages.
     Run(cmd::run::Args),
     /// Serve Prometheus metrics about huge-page text, and keep a policy's programs warm.
@@ -73,6 +75,7 @@ fn main() -> ExitCode {
         Command::Check(a) => cmd::check::run(a),
         Command::Align(a) => cmd::align::run(a),
         Command::Warm(a) => cmd::warm::run(a),
+        Command::Profile(a) => cmd::profile::run(a),
         Command::Run(a) => cmd::run::run(a),
         Command::Agent(a) => cmd::agent::run(a),
         Command::Bench(a) => cmd::bench::run(a),

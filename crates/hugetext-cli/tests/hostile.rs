@@ -13,5 +13,7 @@ mod bench;
 mod preload;
 #[path = "hostile/procfs.rs"]
 mod procfs;
+#[path = "hostile/profile.rs"]
+mod profile;
 #[path = "hostile/warm.rs"]
 mod warm;

@@ -29,7 +29,7 @@ fn shipped_man_page_matches_the_cli() {
 
 #[test]
 fn every_command_has_help() {
-    for cmd in ["inspect", "doctor", "check", "align", "warm", "run", "bench"] {
+    for cmd in ["inspect", "doctor", "check", "align", "warm", "profile", "run", "bench"] {
         let out = common::hugetext(&[cmd, "--help"]);
         assert!(out.status.success(), "{cmd} --help failed");
         let text = String::from_utf8(out.stdout).unwrap();

@@ -21,6 +21,7 @@
 //! | [`pagecache`] | evict and refill a file's page cache with PMD-order folios           |
 //! | [`warm`]      | `warm`: verified PMD page cache for programs and their libraries      |
 //! | [`progress`]  | the one progress interface of `bench`, `warm` and `inspect`          |
+//! | [`profile`]   | `profile`: hot text per 2 MiB window; the iTLB misses huge pages would save |
 //! | [`remap`]     | `run`: preload discovery, environment, verification of a process     |
 //! | [`bench`](mod@bench) | the kernel patches' benchmarks and paired A/B runs of real programs |
 //!
@@ -41,6 +42,7 @@ pub mod outcome;
 pub mod pagecache;
 pub mod prerun;
 pub mod procfs;
+pub mod profile;
 pub mod progress;
 pub mod remap;
 pub mod warm;

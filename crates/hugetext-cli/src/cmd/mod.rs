@@ -11,6 +11,7 @@ pub mod completions;
 pub mod doctor;
 pub mod explain;
 pub mod inspect;
+pub mod profile;
 pub mod run;
 pub mod warm;
 

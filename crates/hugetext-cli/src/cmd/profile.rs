@@ -1,0 +1,359 @@
+//! `hugetext profile`.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use hugetext::profile::report::{self, Summary};
+use hugetext::profile::tlb::{self, Estimate, FileEstimate};
+use hugetext::profile::{self, exact, sample, script, Profile};
+
+use super::check::mib;
+use super::exit_with;
+
+/// The long help of `hugetext profile`.
+const LONG_HELP: &str = "\
+Sources (one of):
+  --pid PID            sample a running process (all its threads) for --duration
+  -- PROGRAM [ARGS]    start PROGRAM and sample it until it exits
+  --exact -- PROGRAM   run PROGRAM under qemu-user and count every instruction
+  --perf-script FILE   read `perf script --show-mmap-events -F pid,ip,dso` output
+  --input PROFILE      report a profile written earlier with --output
+
+Sampling uses perf_event_open's software cpu-clock event: a timer, so it works
+in virtual machines that expose no hardware counters. Samples are attributed to
+the file behind the address, by file offset, and to its PMD windows (2 MiB of
+file offsets on x86-64): the pages the kernel or `run` would map huge.
+
+--exact also drives modelled instruction TLBs (--itlb: skylake, zen4,
+neoverse-v2; geometries from the vendors' manuals) twice: with every text page
+4 KiB, and with the whole 2 MiB windows of text on huge pages. It prints L1
+iTLB misses and page walks per 1,000 instructions and the estimated cycles
+spent on them, per file. It needs qemu-user (apt-get install qemu-user) and a C
+compiler (the plugin is built on first use); it is slow (tens of times slower
+than native) and does not follow programs the command execs.
+
+The report: per file, its share, its windows holding 50/90/99% of the counts,
+and a heat strip (one column per window, ' .:-=+*#%@' from cold to hot). --svg
+writes the strips as an image; --output writes the profile (JSON, format
+documented in doc/profile.md) that `run --hot` reads; --hot PCT lists the
+windows holding PCT% of the counts, the ones `run --hot` would remap.
+
+Exits 0, or 1 on error (no such process, not permitted, qemu missing),
+127/126 when PROGRAM cannot be found or executed.";
+
+/// Arguments of `hugetext profile`.
+#[derive(clap::Args, Debug)]
+#[command(after_long_help = LONG_HELP)]
+pub struct Args {
+    /// Sample this running process.
+    #[arg(long, value_name = "PID", value_parser = clap::value_parser!(i32).range(1..), conflicts_with_all = ["perf_script", "input", "exact"])]
+    pub pid: Option<i32>,
+
+    /// Read samples from `perf script --show-mmap-events -F pid,ip,dso` output ('-': stdin).
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["input", "exact"])]
+    pub perf_script: Option<PathBuf>,
+
+    /// Report a profile written earlier with --output.
+    #[arg(long, value_name = "PROFILE", conflicts_with = "exact")]
+    pub input: Option<PathBuf>,
+
+    /// Run PROGRAM under qemu-user: every instruction counted, and the iTLB model.
+    #[arg(long)]
+    pub exact: bool,
+
+    /// Stop sampling after this many seconds (--pid: default 10).
+    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds)]
+    pub duration: Option<Duration>,
+
+    /// Samples per second per running thread.
+    #[arg(long, value_name = "HZ", default_value_t = 999, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub frequency: u64,
+
+    /// iTLB geometry modelled by --exact: skylake, zen4 or neoverse-v2.
+    #[arg(long, value_name = "MODEL", default_value = "skylake", value_parser = parse_itlb)]
+    pub itlb: String,
+
+    /// Cycles per page walk in the --exact estimate.
+    #[arg(long, value_name = "N", default_value_t = tlb::WALK_CYCLES)]
+    pub walk_cycles: u32,
+
+    /// The qemu-user binary for --exact (default: qemu-ARCH on PATH).
+    #[arg(long, value_name = "PATH")]
+    pub qemu: Option<PathBuf>,
+
+    /// Write the profile (JSON) to this file.
+    #[arg(long, short = 'o', value_name = "PROFILE")]
+    pub output: Option<PathBuf>,
+
+    /// Write the heat strips as SVG to this file.
+    #[arg(long, value_name = "FILE")]
+    pub svg: Option<PathBuf>,
+
+    /// List the windows holding this percentage of the counts (what `run --hot` remaps).
+    #[arg(long, value_name = "PCT", value_parser = parse_percent)]
+    pub hot: Option<f64>,
+
+    /// Print JSON (summary, iTLB estimate, hot windows) instead of text.
+    #[arg(long)]
+    pub json: bool,
+
+    /// Files shown in the text report.
+    #[arg(long, value_name = "N", default_value_t = 15)]
+    pub top: usize,
+
+    /// Start PROGRAM with ARGS and profile it.
+    #[arg(last = true, value_name = "PROGRAM [ARGS]", conflicts_with_all = ["pid", "perf_script", "input"])]
+    pub command: Vec<OsString>,
+}
+
+fn parse_seconds(s: &str) -> std::result::Result<Duration, String> {
+    let v: f64 = s.parse().map_err(|_| format!("'{s}' is not a number of seconds"))?;
+    if !(v > 0.0 && v.is_finite()) {
+        return Err("must be a positive number of seconds".into());
+    }
+    Ok(Duration::from_secs_f64(v))
+}
+
+fn parse_itlb(s: &str) -> std::result::Result<String, String> {
+    tlb::geometry(s).map(|g| g.name.to_string()).ok_or_else(|| {
+        let names: Vec<&str> = tlb::GEOMETRIES.iter().map(|g| g.name).collect();
+        format!("unknown iTLB model '{s}' (one of: {})", names.join(", "))
+    })
+}
+
+fn parse_percent(s: &str) -> std::result::Result<f64, String> {
+    let v: f64 = s
+        .trim_end_matches('%')
+        .parse()
+        .map_err(|_| format!("'{s}' is not a percentage"))?;
+    if !(v > 0.0 && v <= 100.0) {
+        return Err("must be in (0, 100]".into());
+    }
+    Ok(v / 100.0)
+}
+
+pub fn run(args: Args) -> Result<u8> {
+    let profile = gather(&args)?;
+    if let Some(out) = &args.output {
+        let text = serde_json::to_string(&profile)? + "\n";
+        profile::write_output(out, text.as_bytes()).context("cannot write the profile")?;
+    }
+    let summary = report::summarise(&profile);
+    if let Some(svg) = &args.svg {
+        profile::write_output(svg, report::svg(&summary, args.top.max(1)).as_bytes())
+            .context("cannot write the SVG")?;
+    }
+    let hot = args.hot.map(|s| (s, profile::hot_windows(&profile, s)));
+    if args.json {
+        let v = serde_json::json!({
+            "source": profile.source,
+            "command": profile.command,
+            "pid": profile.pid,
+            "summary": summary,
+            "itlb": profile.itlb,
+            "hot": hot.as_ref().map(|(s, h)| serde_json::json!({ "share": s, "files": h })),
+        });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        print_text(&profile, &summary, args.top);
+        if let Some((s, h)) = &hot {
+            print_hot(*s, h, profile.pmd_size);
+        }
+        if let Some(e) = &profile.itlb {
+            print_itlb(e, args.top);
+        }
+    }
+    Ok(0)
+}
+
+/// The profile from the source the arguments name.
+fn gather(args: &Args) -> Result<Profile> {
+    if let Some(path) = &args.input {
+        return Ok(Profile::load(path)?);
+    }
+    if let Some(path) = &args.perf_script {
+        return from_perf_script(path);
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        signal_hook::flag::register(sig, stop.clone())?;
+    }
+    let opts = sample::Options {
+        frequency: args.frequency,
+        duration: args.duration,
+    };
+    if args.exact {
+        if args.command.is_empty() {
+            return Err(exit_with(
+                2,
+                "--exact needs a program: hugetext profile --exact -- PROGRAM [ARGS]",
+            ));
+        }
+        let geometry = tlb::geometry(&args.itlb).unwrap_or_else(exact::default_geometry);
+        let o = exact::Options {
+            qemu: args.qemu.clone(),
+            geometry,
+            walk_cycles: args.walk_cycles,
+        };
+        let (p, status) = exact::run(&args.command, &o)?;
+        note_status(status);
+        return Ok(p);
+    }
+    if let Some(pid) = args.pid {
+        let opts = sample::Options {
+            duration: Some(opts.duration.unwrap_or(Duration::from_secs(10))),
+            ..opts
+        };
+        let (p, lost) = sample::sample_pid(pid, &opts, &stop)?;
+        note_lost(lost);
+        return Ok(p);
+    }
+    if args.command.is_empty() {
+        return Err(exit_with(
+            2,
+            "nothing to profile: give --pid PID, -- PROGRAM [ARGS], --exact -- PROGRAM, --perf-script FILE or --input PROFILE",
+        ));
+    }
+    let (p, lost, status) = sample::sample_command(&args.command, &opts)?;
+    note_lost(lost);
+    note_status(status);
+    Ok(p)
+}
+
+fn from_perf_script(path: &std::path::Path) -> Result<Profile> {
+    if path.as_os_str() == "-" {
+        return Ok(script::read(std::io::stdin().lock(), "stdin")?);
+    }
+    let f = std::fs::File::open(path).with_context(|| format!("{}: cannot open", path.display()))?;
+    Ok(script::read(std::io::BufReader::new(f), &path.display().to_string())?)
+}
+
+fn note_lost(lost: u64) {
+    if lost > 0 {
+        eprintln!("note: the kernel dropped {lost} samples (ring buffer full); lower --frequency");
+    }
+}
+
+fn note_status(status: std::process::ExitStatus) {
+    if !status.success() {
+        eprintln!("note: the program ended with {status}; the profile covers what it ran");
+    }
+}
+
+/// Thousands separators.
+fn count(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn pct(x: f64) -> String {
+    format!("{:.1}%", x * 100.0)
+}
+
+fn print_text(p: &Profile, s: &Summary, top: usize) {
+    let attributed = p.attributed();
+    let what = match p.source {
+        profile::Source::Sampling => "samples (cpu-clock)",
+        profile::Source::PerfScript => "samples (perf script)",
+        profile::Source::Exact => "instructions (exact)",
+    };
+    println!(
+        "{} {what}: {} in {} files, {} in no file (JIT, vdso, exited processes)",
+        count(p.total),
+        pct(attributed as f64 / p.total.max(1) as f64),
+        p.files.len(),
+        pct(p.unattributed as f64 / p.total.max(1) as f64)
+    );
+    let w = mib(p.pmd_size);
+    let [a, b, c] = s.windows_for;
+    println!("windows of {w} holding 50% / 90% / 99% of them: {a} / {b} / {c} (all files)");
+    if s.files.is_empty() {
+        return;
+    }
+    println!();
+    println!(
+        "{:>6}  {:>12}  {:>10}  {:>7}  {:>10}  {:<32}  FILE",
+        "SHARE", "COUNT", "TEXT", "WINDOWS", "50/90/99", "HEAT (1 column = 1 window)"
+    );
+    for f in s.files.iter().take(top) {
+        let [a, b, c] = f.windows_for;
+        println!(
+            "{:>6}  {:>12}  {:>10}  {:>7}  {:>10}  |{:<30}|  {}",
+            pct(f.share),
+            count(f.count),
+            mib(f.text_bytes),
+            format!("{}/{}", f.hot_windows, f.text_windows),
+            format!("{a}/{b}/{c}"),
+            report::strip(&f.heat, 30),
+            f.path
+        );
+    }
+    if s.files.len() > top {
+        println!("… and {} more files (--top N, --json)", s.files.len() - top);
+    }
+}
+
+fn print_hot(share: f64, h: &[profile::HotFile], pmd: u64) {
+    let total: u64 = h.iter().flat_map(|f| f.ranges.iter()).map(|r| r[1] - r[0]).sum();
+    println!();
+    println!("windows holding {}: {} in {} files", pct(share), mib(total), h.len());
+    for f in h {
+        let ranges: Vec<String> = f.ranges.iter().map(|r| format!("{:#x}-{:#x}", r[0], r[1])).collect();
+        println!(
+            "  {} ({} windows, build-id {}): {}",
+            f.path,
+            f.ranges.iter().map(|r| (r[1] - r[0]) / pmd).sum::<u64>(),
+            f.build_id.as_deref().unwrap_or("none"),
+            ranges.join(" ")
+        );
+    }
+}
+
+fn itlb_line(label: &str, f: &FileEstimate) {
+    let (m4, mh) = f.mpki();
+    let (w4, wh) = f.walks_pki();
+    let saved = if f.small_cycles > 0 {
+        pct(1.0 - f.huge_cycles as f64 / f.small_cycles as f64)
+    } else {
+        "-".into()
+    };
+    println!(
+        "{:>14}  {:>8.3} {:>8.3}  {:>8.3} {:>8.3}  {:>12} {:>12}  {:>7}  {}",
+        count(f.instructions),
+        m4,
+        mh,
+        w4,
+        wh,
+        count(f.small_cycles),
+        count(f.huge_cycles),
+        saved,
+        label
+    );
+}
+
+fn print_itlb(e: &Estimate, top: usize) {
+    println!();
+    println!(
+        "iTLB model: {} ({}); second-level hit {} cycles, page walk {} cycles",
+        e.core, e.source, e.l2_hit_cycles, e.walk_cycles
+    );
+    println!(
+        "{:>14}  {:>17}  {:>17}  {:>25}  {:>7}  FILE",
+        "INSTRUCTIONS", "L1 MISS/1k 4K HUGE", "WALKS/1k 4K HUGE", "MISS CYCLES 4K HUGE", "SAVED"
+    );
+    itlb_line("(all code)", &e.all);
+    for f in e.files.iter().take(top) {
+        itlb_line(&f.path, f);
+    }
+}

@@ -1,0 +1,292 @@
+//! Attribution of code addresses to the file behind them: file, executable
+//! segment, file offset, and whether the address lies in a PMD window that
+//! hugetext would map (a whole window inside the segment's text at run
+//! time), from `/proc/PID/maps` and the file's program headers.
+//!
+//! Text `run` copied into anonymous memory (`[anon:hugetext:PATH]`) is
+//! attributed to PATH: the copy sits at the addresses of the text it
+//! replaced, so the load bias of PATH's other mappings places it.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::sync::Arc;
+
+use crate::elf::{self, Segment};
+use crate::procfs::{self, Vma};
+use crate::Result;
+
+/// What is known about one mapped file.
+#[derive(Debug, PartialEq, Eq)]
+pub struct FileInfo {
+    /// The path as the process's maps name it.
+    pub path: String,
+    /// GNU build-id in hex.
+    pub build_id: Option<String>,
+    /// Executable PT_LOAD segments.
+    pub text: Vec<Segment>,
+    /// Non-writable PT_LOAD segments (to find the load bias of a mapping).
+    pub loads: Vec<Segment>,
+}
+
+/// A shared [`FileInfo`].
+pub type FileRef = Arc<FileInfo>;
+
+/// Where an address is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Loc {
+    pub file: FileRef,
+    /// File offset of the address.
+    pub offset: u64,
+    /// In a whole PMD window of its segment's text at run time.
+    pub huge: bool,
+}
+
+/// The GNU build-id of an ELF file, hex; `None` if it has none or is not ELF.
+pub fn build_id(path: &str) -> Option<String> {
+    use object::Object;
+    let f = File::open(path).ok()?;
+    let cache = object::ReadCache::new(&f);
+    let obj = object::File::parse(&cache).ok()?;
+    let id = obj.build_id().ok()??;
+    Some(id.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Read `path`'s build-id and segments (`open` is where to read it: the
+/// path itself, or through `/proc/PID/root`). A file that is not ELF has none.
+pub fn file_info(path: &str, open: &str) -> FileInfo {
+    let segs = elf::text_segments(std::path::Path::new(open)).unwrap_or_default();
+    FileInfo {
+        path: path.to_string(),
+        build_id: build_id(open),
+        text: segs.iter().filter(|s| s.is_executable()).copied().collect(),
+        loads: segs,
+    }
+}
+
+/// One mapping that may hold code.
+#[derive(Debug, Clone)]
+struct Region {
+    start: u64,
+    end: u64,
+    offset: u64,
+    path: String,
+    /// Text `run` copied into anonymous memory.
+    copy: bool,
+}
+
+/// The code mappings of one process, and the files behind them.
+#[derive(Debug)]
+pub struct Space {
+    pid: Option<i32>,
+    regions: Vec<Region>,
+    files: HashMap<String, FileRef>,
+    pmd: u64,
+}
+
+/// The file a maps line names: a path, or PATH of `[anon:hugetext:PATH]`.
+fn region_of(v: &Vma) -> Option<Region> {
+    let (path, copy) = if v.path.starts_with('/') {
+        (v.path.trim_end_matches(" (deleted)").to_string(), false)
+    } else {
+        let p = v.path.strip_prefix("[anon:hugetext:")?.strip_suffix(']')?;
+        (p.to_string(), true)
+    };
+    Some(Region {
+        start: v.start,
+        end: v.end,
+        offset: v.offset,
+        path,
+        copy,
+    })
+}
+
+impl Space {
+    /// An empty space for process `pid` (files are read through its root).
+    pub fn new(pid: Option<i32>, pmd: u64) -> Space {
+        Space {
+            pid,
+            regions: Vec::new(),
+            files: HashMap::new(),
+            pmd,
+        }
+    }
+
+    /// Re-read the process's maps. `exec_only`: only executable mappings
+    /// (a native process), with the text `run` copied found as
+    /// [`crate::remap::text_mappings`] finds it (named, or unnamed next to
+    /// its file's mappings); else every file mapping (qemu-user maps the
+    /// guest's text without PROT_EXEC).
+    pub fn refresh(&mut self, exec_only: bool) -> Result<()> {
+        let vmas = procfs::read_maps(self.pid)?;
+        self.set_maps(&vmas, exec_only);
+        if let (true, Some(pid)) = (exec_only, self.pid) {
+            let copies: Vec<Region> = crate::remap::text_mappings(pid)
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|m| m.copied)
+                .map(|m| Region {
+                    start: m.start,
+                    end: m.end,
+                    offset: 0,
+                    path: m.path,
+                    copy: true,
+                })
+                .collect();
+            self.add_copies(&vmas, copies);
+        }
+        Ok(())
+    }
+
+    /// Use these maps lines.
+    pub fn set_maps(&mut self, vmas: &[Vma], exec_only: bool) {
+        let wanted = |v: &&Vma| !exec_only || v.is_exec();
+        self.regions = vmas.iter().filter(wanted).filter_map(region_of).collect();
+        let copies: Vec<Region> = self.regions.iter().filter(|r| r.copy).cloned().collect();
+        self.add_copies(vmas, copies);
+    }
+
+    /// Add copied text, and its file's other mappings (for the load bias).
+    fn add_copies(&mut self, vmas: &[Vma], copies: Vec<Region>) {
+        if copies.is_empty() {
+            return;
+        }
+        let named: Vec<Region> = vmas
+            .iter()
+            .filter(|v| !v.is_exec())
+            .filter_map(region_of)
+            .filter(|r| !r.copy && copies.iter().any(|c| c.path == r.path))
+            .collect();
+        self.regions.retain(|r| !copies.iter().any(|c| c.start == r.start));
+        self.regions.extend(copies);
+        self.regions.extend(named);
+        self.regions.sort_by_key(|r| r.start);
+        self.regions.dedup_by_key(|r| r.start);
+    }
+
+    fn file(&mut self, path: &str) -> FileRef {
+        let pid = self.pid;
+        self.files
+            .entry(path.to_string())
+            .or_insert_with(|| {
+                let via_root = pid.map(|p| format!("/proc/{p}/root{path}"));
+                let open = via_root.filter(|p| std::path::Path::new(p).exists());
+                Arc::new(file_info(path, open.as_deref().unwrap_or(path)))
+            })
+            .clone()
+    }
+
+    /// Where `addr` is, if a file backs it.
+    pub fn resolve(&mut self, addr: u64) -> Option<Loc> {
+        let i = self.regions.partition_point(|r| r.start <= addr).checked_sub(1)?;
+        let r = self.regions[i].clone();
+        if addr >= r.end {
+            return None;
+        }
+        let file = self.file(&r.path);
+        let bias = if r.copy {
+            self.regions
+                .iter()
+                .filter(|o| !o.copy && o.path == r.path)
+                .find_map(|o| bias_of(&file, o))
+        } else {
+            bias_of(&file, &r)
+        };
+        let placed = bias.and_then(|b| place(&file, addr, b, self.pmd));
+        match placed {
+            Some((offset, huge)) => Some(Loc { file, offset, huge }),
+            None if !r.copy => Some(Loc {
+                file,
+                offset: addr - r.start + r.offset,
+                huge: false,
+            }),
+            None => None,
+        }
+    }
+}
+
+/// Load bias of a file-backed mapping: its start minus the link-time
+/// address of its first byte. Pure.
+fn bias_of(f: &FileInfo, r: &Region) -> Option<u64> {
+    let s = f
+        .loads
+        .iter()
+        .find(|s| s.offset <= r.offset && r.offset < s.offset + s.file_size.max(1))?;
+    Some(r.start.wrapping_sub(s.vaddr + (r.offset - s.offset)))
+}
+
+/// File offset of `addr` in an executable segment of `f` loaded at `bias`,
+/// and whether it lies in a whole PMD window of that segment's text. Pure.
+fn place(f: &FileInfo, addr: u64, bias: u64, pmd: u64) -> Option<(u64, bool)> {
+    let lv = addr.wrapping_sub(bias);
+    let s = f.text.iter().find(|s| s.vaddr <= lv && lv < s.vaddr + s.file_size)?;
+    let (lo, hi) = (bias.wrapping_add(s.vaddr), bias.wrapping_add(s.vaddr + s.file_size));
+    let w = addr / pmd * pmd;
+    Some((s.offset + (lv - s.vaddr), w >= lo && w + pmd <= hi))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const M: u64 = 2 << 20;
+
+    fn seg(offset: u64, vaddr: u64, size: u64, flags: u32) -> Segment {
+        Segment {
+            index: 0,
+            offset,
+            file_size: size,
+            vaddr,
+            mem_size: size,
+            flags,
+            align: M,
+        }
+    }
+
+    fn info() -> FileInfo {
+        // r-- [0, 4K) at 0; r-x [M, 3.5 M) at M (congruent; M = one PMD).
+        let loads = vec![seg(0, 0, 4096, 4), seg(M, M, 5 * M / 2, 5)];
+        FileInfo {
+            path: "/x".into(),
+            build_id: None,
+            text: vec![loads[1]],
+            loads,
+        }
+    }
+
+    #[test]
+    fn place_gives_offsets_and_whole_windows() {
+        let f = info();
+        let base = 0x7f00_0000_0000;
+        // Text at base + [M, 3.5 M) (M = one PMD): windows 1 and 2 are whole, 3 is not.
+        assert_eq!(place(&f, base + M + 5, base, M), Some((M + 5, true)));
+        assert_eq!(place(&f, base + 2 * M + 7, base, M), Some((2 * M + 7, true)));
+        assert_eq!(place(&f, base + 3 * M + 7, base, M), Some((3 * M + 7, false)));
+        assert_eq!(place(&f, base + 100, base, M), None);
+        // A base off by one page: no whole window.
+        assert_eq!(place(&f, base + 4096 + M + 5, base + 4096, M), Some((M + 5, false)));
+    }
+
+    #[test]
+    fn copies_take_the_bias_of_their_files_other_mappings() {
+        let mut s = Space::new(None, M);
+        let base = 0x5500_0000_0000u64;
+        s.files.insert("/x".into(), Arc::new(info()));
+        let line = |a: u64, b: u64, perms: &str, off: u64, path: &str| {
+            procfs::parse_vma_line(&format!("{a:x}-{b:x} {perms} {off:08x} 08:01 12 {path}")).unwrap()
+        };
+        s.set_maps(
+            &[
+                line(base, base + 4096, "r--p", 0, "/x"),
+                line(base + M, base + 2 * M, "r-xp", 0, "[anon:hugetext:/x]"),
+                line(base + 2 * M, base + 9 * M / 2, "r-xp", 2 * M, "/x"),
+            ],
+            true,
+        );
+        let l = s.resolve(base + M + 12).unwrap();
+        assert_eq!((l.file.path.as_str(), l.offset, l.huge), ("/x", M + 12, true));
+        let l = s.resolve(base + 2 * M + 12).unwrap();
+        assert_eq!((l.offset, l.huge), (2 * M + 12, true));
+        assert!(s.resolve(base + 5 * M).is_none());
+        assert!(s.resolve(1).is_none());
+    }
+}

@@ -1,0 +1,411 @@
+//! `profile`: which text is hot, and what 2 MiB pages would save there.
+//!
+//! Three sources fill one [`Profile`]:
+//! - [`sample`]: instruction pointers of a live process or a command, from
+//!   `perf_event_open(2)` with the software `cpu-clock` event (no PMU needed);
+//! - [`script`]: the output of `perf script` (an existing `perf.data`);
+//! - [`exact`]: every executed instruction, counted by a TCG plugin in
+//!   `qemu-user`, which also drives the modelled iTLBs of [`tlb`].
+//!
+//! Addresses are attributed ([`attrib`]) to the file behind them, by file
+//! offset, so a profile holds across ASLR, copies of the file and `run`'s
+//! remapping; files are keyed by their GNU build-id where they have one.
+//! A window is a PMD-sized range of file offsets `[k × PMD, (k + 1) × PMD)`:
+//! where text is congruent (what `align` ensures) it is exactly the 2 MiB
+//! page the kernel or `run` maps.
+//!
+//! The profile file (JSON, `"format": "hugetext-profile"`, `"version": 1`)
+//! is described in doc/profile.md; [`hot_windows`] turns one into the file
+//! ranges to remap for a share of the samples.
+
+pub mod attrib;
+pub mod exact;
+pub mod report;
+pub mod sample;
+pub mod script;
+pub mod tlb;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{Error, Result};
+
+/// The `format` value of every profile file.
+pub const FORMAT: &str = "hugetext-profile";
+/// The profile file version this library writes and reads.
+pub const VERSION: u32 = 1;
+
+/// Where a profile's counts come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Source {
+    /// `perf_event_open` cpu-clock samples of a live process or command.
+    Sampling,
+    /// `perf script` output.
+    PerfScript,
+    /// Every executed instruction, under qemu-user.
+    Exact,
+}
+
+/// A profile: per file, counts per 4 KiB page and per PMD window.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Profile {
+    /// Always [`FORMAT`].
+    pub format: String,
+    /// [`VERSION`].
+    pub version: u32,
+    pub source: Source,
+    /// What is counted: `samples` (sampling, perf script) or `instructions` (exact).
+    pub unit: String,
+    /// The command profiled, or empty.
+    #[serde(default)]
+    pub command: Vec<String>,
+    /// The process profiled (`--pid`), if any.
+    #[serde(default)]
+    pub pid: Option<i32>,
+    /// Granule of `pages` (bytes): 4096.
+    pub page_size: u64,
+    /// Window size (bytes): the PMD size, 2 MiB on x86-64.
+    pub pmd_size: u64,
+    /// All counts seen, attributed or not.
+    pub total: u64,
+    /// Counts at addresses no file backs (JIT code, vdso, a process gone before its maps were read).
+    pub unattributed: u64,
+    /// Files, hottest first.
+    pub files: Vec<FileProfile>,
+    /// The iTLB model's estimate (exact source only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub itlb: Option<tlb::Estimate>,
+}
+
+/// One file's counts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FileProfile {
+    /// The path it was mapped from (as `/proc/PID/maps` names it).
+    pub path: String,
+    /// GNU build-id (hex), the key that survives copies and rebuilds' renames.
+    pub build_id: Option<String>,
+    /// File ranges `[start, end)` of its executable segments.
+    pub text: Vec<[u64; 2]>,
+    /// Counts in this file.
+    pub count: u64,
+    /// `[page index, count]` by file offset / `page_size`, ascending.
+    pub pages: Vec<[u64; 2]>,
+    /// Windows with counts, ascending by offset.
+    pub windows: Vec<Window>,
+}
+
+/// One PMD window of a file: file offsets `[offset, offset + pmd_size)`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Window {
+    pub offset: u64,
+    pub count: u64,
+}
+
+/// The windows of one file to remap for a share of a profile's counts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HotFile {
+    pub path: String,
+    pub build_id: Option<String>,
+    /// Merged file ranges `[start, end)`, PMD-aligned, ascending.
+    pub ranges: Vec<[u64; 2]>,
+    /// Counts inside them.
+    pub count: u64,
+}
+
+impl Profile {
+    /// Read and check a profile file.
+    pub fn load(path: &Path) -> Result<Profile> {
+        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+        Profile::parse(&text).map_err(|msg| Error::Invalid(format!("{}: {msg}", path.display())))
+    }
+
+    /// Parse a profile's JSON; Err says what is wrong with it.
+    pub fn parse(text: &str) -> std::result::Result<Profile, String> {
+        let v: serde_json::Value =
+            serde_json::from_str(text).map_err(|e| format!("not a hugetext profile (not JSON: {e})"))?;
+        if v.get("format").and_then(|f| f.as_str()) != Some(FORMAT) {
+            return Err(format!("not a hugetext profile (no \"format\": \"{FORMAT}\")"));
+        }
+        match v.get("version").and_then(|f| f.as_u64()) {
+            Some(n) if n == VERSION as u64 => {}
+            other => {
+                return Err(format!(
+                    "profile version {} is not supported (this hugetext reads version {VERSION}); profile again",
+                    other.map_or("?".to_string(), |n| n.to_string())
+                ))
+            }
+        }
+        let p: Profile = serde_json::from_value(v).map_err(|e| format!("malformed profile: {e}"))?;
+        if p.pmd_size == 0 || !p.pmd_size.is_power_of_two() || p.page_size == 0 {
+            return Err("malformed profile: page_size and pmd_size must be powers of two".into());
+        }
+        Ok(p)
+    }
+
+    /// The counts attributed to files.
+    pub fn attributed(&self) -> u64 {
+        self.files.iter().map(|f| f.count).sum()
+    }
+}
+
+/// Write an output file (the profile, the SVG) by the rule for every file
+/// hugetext writes ([`crate::fsutil::check_output`]: never through or over
+/// a link): a new file beside it, mode 0666 less the umask, renamed over it.
+pub fn write_output(path: &Path, bytes: &[u8]) -> Result<()> {
+    use std::io::Write;
+    let out = crate::fsutil::check_output(path).map_err(|e| Error::io(path, e))?;
+    let f = crate::fsutil::NewFile::beside_with_mode(&out, ".hugetext-profile-", 0o666)
+        .map_err(|e| Error::io(crate::fsutil::dir_of(path), e))?;
+    f.file().write_all(bytes).map_err(|e| Error::io(path, e))?;
+    f.commit(&out).map_err(|e| Error::io(path, e))
+}
+
+/// How many of `counts` (largest first) it takes to hold each share of
+/// their sum. Pure.
+pub fn windows_for_shares(counts: &[u64], shares: &[f64]) -> Vec<usize> {
+    let mut sorted = counts.to_vec();
+    sorted.sort_unstable_by(|a, b| b.cmp(a));
+    let total: u64 = sorted.iter().sum();
+    shares
+        .iter()
+        .map(|&s| {
+            if total == 0 {
+                return 0;
+            }
+            let need = (s * total as f64).ceil() as u64;
+            let mut acc = 0;
+            sorted
+                .iter()
+                .position(|&c| {
+                    acc += c;
+                    acc >= need
+                })
+                .map_or(sorted.len(), |i| i + 1)
+        })
+        .collect()
+}
+
+/// The windows to remap so that they hold at least `share` (0..=1) of the
+/// profile's attributed counts: the hottest windows over all files, taken
+/// in order of count (ties: path, then offset) until the share is reached;
+/// grouped per file, adjacent windows merged. Pure.
+pub fn hot_windows(p: &Profile, share: f64) -> Vec<HotFile> {
+    let mut all: Vec<(usize, &Window)> = p
+        .files
+        .iter()
+        .enumerate()
+        .flat_map(|(i, f)| f.windows.iter().map(move |w| (i, w)))
+        .filter(|(_, w)| w.count > 0)
+        .collect();
+    all.sort_by(|a, b| {
+        b.1.count
+            .cmp(&a.1.count)
+            .then_with(|| p.files[a.0].path.cmp(&p.files[b.0].path))
+            .then_with(|| a.1.offset.cmp(&b.1.offset))
+    });
+    let total: u64 = all.iter().map(|(_, w)| w.count).sum();
+    let need = (share.clamp(0.0, 1.0) * total as f64).ceil() as u64;
+    let mut acc = 0;
+    let mut chosen: BTreeMap<usize, Vec<u64>> = BTreeMap::new();
+    for (i, w) in all {
+        if acc >= need {
+            break;
+        }
+        acc += w.count;
+        chosen.entry(i).or_default().push(w.offset);
+    }
+    chosen
+        .into_iter()
+        .map(|(i, mut offs)| {
+            let f = &p.files[i];
+            offs.sort_unstable();
+            let count = f
+                .windows
+                .iter()
+                .filter(|w| offs.contains(&w.offset))
+                .map(|w| w.count)
+                .sum();
+            HotFile {
+                path: f.path.clone(),
+                build_id: f.build_id.clone(),
+                ranges: merge_windows(&offs, p.pmd_size),
+                count,
+            }
+        })
+        .collect()
+}
+
+/// Ascending window offsets → merged `[start, end)` ranges. Pure.
+fn merge_windows(offs: &[u64], pmd: u64) -> Vec<[u64; 2]> {
+    let mut out: Vec<[u64; 2]> = Vec::new();
+    for &o in offs {
+        match out.last_mut() {
+            Some(r) if r[1] == o => r[1] = o + pmd,
+            _ => out.push([o, o + pmd]),
+        }
+    }
+    out
+}
+
+/// Counts being gathered: per file path, per 4 KiB page of file offset.
+#[derive(Debug, Default)]
+pub struct Tally {
+    files: HashMap<String, (attrib::FileRef, BTreeMap<u64, u64>)>,
+    /// All counts seen.
+    pub total: u64,
+    /// Counts no file backs.
+    pub unattributed: u64,
+}
+
+/// The profile's page granule.
+pub const PAGE: u64 = 4096;
+
+impl Tally {
+    /// Count `n` at `loc` (or unattributed).
+    pub fn add(&mut self, loc: Option<&attrib::Loc>, n: u64) {
+        self.total += n;
+        let Some(loc) = loc else {
+            self.unattributed += n;
+            return;
+        };
+        let e = self
+            .files
+            .entry(loc.file.path.clone())
+            .or_insert_with(|| (loc.file.clone(), BTreeMap::new()));
+        *e.1.entry(loc.offset / PAGE).or_default() += n;
+    }
+
+    /// The profile of what was counted, hottest file first.
+    pub fn finish(self, source: Source, unit: &str, pmd: u64) -> Profile {
+        let mut files: Vec<FileProfile> = self
+            .files
+            .into_values()
+            .map(|(f, pages)| file_profile(&f, pages, pmd))
+            .collect();
+        files.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.path.cmp(&b.path)));
+        Profile {
+            format: FORMAT.into(),
+            version: VERSION,
+            source,
+            unit: unit.into(),
+            command: Vec::new(),
+            pid: None,
+            page_size: PAGE,
+            pmd_size: pmd,
+            total: self.total,
+            unattributed: self.unattributed,
+            files,
+            itlb: None,
+        }
+    }
+}
+
+fn file_profile(f: &attrib::FileRef, pages: BTreeMap<u64, u64>, pmd: u64) -> FileProfile {
+    let mut windows: BTreeMap<u64, u64> = BTreeMap::new();
+    for (&pg, &n) in &pages {
+        *windows.entry(pg * PAGE / pmd * pmd).or_default() += n;
+    }
+    FileProfile {
+        path: f.path.clone(),
+        build_id: f.build_id.clone(),
+        text: f.text.iter().map(|s| [s.offset, s.offset + s.file_size]).collect(),
+        count: pages.values().sum(),
+        pages: pages.into_iter().map(|(k, v)| [k, v]).collect(),
+        windows: windows
+            .into_iter()
+            .map(|(offset, count)| Window { offset, count })
+            .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const M: u64 = 2 << 20;
+
+    fn file(path: &str, windows: &[(u64, u64)]) -> FileProfile {
+        FileProfile {
+            path: path.into(),
+            build_id: Some(format!("id-{path}")),
+            text: vec![[0, 64 * M]],
+            count: windows.iter().map(|w| w.1).sum(),
+            pages: vec![],
+            windows: windows
+                .iter()
+                .map(|&(k, c)| Window {
+                    offset: k * M,
+                    count: c,
+                })
+                .collect(),
+        }
+    }
+
+    fn profile(files: Vec<FileProfile>) -> Profile {
+        Profile {
+            format: FORMAT.into(),
+            version: VERSION,
+            source: Source::Sampling,
+            unit: "samples".into(),
+            command: vec![],
+            pid: None,
+            page_size: PAGE,
+            pmd_size: M,
+            total: files.iter().map(|f| f.count).sum(),
+            unattributed: 0,
+            files,
+            itlb: None,
+        }
+    }
+
+    #[test]
+    fn shares_count_the_hottest_first() {
+        assert_eq!(
+            windows_for_shares(&[1, 50, 40, 9], &[0.5, 0.9, 0.99, 1.0]),
+            vec![1, 2, 3, 4]
+        );
+        assert_eq!(windows_for_shares(&[], &[0.5]), vec![0]);
+        assert_eq!(windows_for_shares(&[10], &[0.99]), vec![1]);
+    }
+
+    #[test]
+    fn hot_windows_take_the_share_over_all_files_and_merge() {
+        let p = profile(vec![
+            file("/a", &[(0, 500), (1, 300), (5, 1)]),
+            file("/b", &[(2, 150), (3, 49)]),
+        ]);
+        // 1000 in all: 50% = /a w0; 90% adds /a w1 and /b w2 (950);
+        // 99% adds /b w3 (999); 100% adds /a w5.
+        let h = hot_windows(&p, 0.5);
+        assert_eq!(h.len(), 1);
+        assert_eq!(h[0].ranges, vec![[0, M]]);
+        let h = hot_windows(&p, 0.9);
+        assert_eq!(h[0].ranges, vec![[0, 2 * M]]);
+        assert_eq!(h[0].count, 800);
+        assert_eq!(h[1].path, "/b");
+        assert_eq!(h[1].ranges, vec![[2 * M, 3 * M]]);
+        let h = hot_windows(&p, 0.99);
+        assert_eq!(h[1].ranges, vec![[2 * M, 4 * M]]);
+        assert_eq!(h[0].ranges, vec![[0, 2 * M]]);
+        let h = hot_windows(&p, 1.0);
+        assert_eq!(h[0].ranges, vec![[0, 2 * M], [5 * M, 6 * M]]);
+        assert_eq!(h[0].build_id.as_deref(), Some("id-/a"));
+        assert!(hot_windows(&p, 0.0).is_empty());
+    }
+
+    #[test]
+    fn a_profile_round_trips_and_bad_files_are_refused() {
+        let p = profile(vec![file("/a", &[(0, 5)])]);
+        let text = serde_json::to_string(&p).unwrap();
+        assert_eq!(Profile::parse(&text).unwrap(), p);
+        assert!(Profile::parse("{").unwrap_err().contains("not JSON"));
+        assert!(Profile::parse("{\"format\":\"x\"}")
+            .unwrap_err()
+            .contains("not a hugetext profile"));
+        let v2 = text.replace("\"version\":1", "\"version\":2");
+        assert!(Profile::parse(&v2).unwrap_err().contains("version 2 is not supported"));
+    }
+}

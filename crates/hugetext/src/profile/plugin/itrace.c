@@ -1,0 +1,183 @@
+/*
+ * hugetext's qemu-user TCG plugin: the executed instructions of a program, as
+ * runs of instructions per 4 KiB page, streamed to a file descriptor.
+ *
+ *   qemu-x86_64 -plugin itrace.so,fd=N PROGRAM ARGS...
+ *
+ * Each record is one little-endian u64: (virtual page number << 24) | n, for
+ * n (< 2^24) instructions executed in that page one after another. Two
+ * records in a row name different pages unless n overflowed. Records are
+ * written 512 at a time (4096 bytes, atomic on a pipe), so the processes of a
+ * program that forks write whole blocks to the same pipe.
+ *
+ * No header for the plugin API is packaged, so the few functions used are
+ * declared here, as qemu 7.2's include/qemu/qemu-plugin.h declares them
+ * (QEMU_PLUGIN_VERSION 1). The translation-block callback records, per block,
+ * the runs of its instructions per page; the block's execution callback
+ * replays them: one callback per executed block, not per instruction.
+ */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef uint64_t qemu_plugin_id_t;
+typedef struct qemu_info_t qemu_info_t;
+struct qemu_plugin_tb;
+struct qemu_plugin_insn;
+enum qemu_plugin_cb_flags { QEMU_PLUGIN_CB_NO_REGS, QEMU_PLUGIN_CB_R_REGS, QEMU_PLUGIN_CB_RW_REGS };
+typedef void (*qemu_plugin_vcpu_tb_trans_cb_t)(qemu_plugin_id_t id, struct qemu_plugin_tb *tb);
+typedef void (*qemu_plugin_vcpu_udata_cb_t)(unsigned int vcpu_index, void *userdata);
+typedef void (*qemu_plugin_udata_cb_t)(qemu_plugin_id_t id, void *userdata);
+
+void qemu_plugin_register_vcpu_tb_trans_cb(qemu_plugin_id_t id, qemu_plugin_vcpu_tb_trans_cb_t cb);
+void qemu_plugin_register_vcpu_tb_exec_cb(struct qemu_plugin_tb *tb, qemu_plugin_vcpu_udata_cb_t cb,
+                                          enum qemu_plugin_cb_flags flags, void *userdata);
+void qemu_plugin_register_atexit_cb(qemu_plugin_id_t id, qemu_plugin_udata_cb_t cb, void *userdata);
+size_t qemu_plugin_tb_n_insns(const struct qemu_plugin_tb *tb);
+struct qemu_plugin_insn *qemu_plugin_tb_get_insn(const struct qemu_plugin_tb *tb, size_t idx);
+uint64_t qemu_plugin_insn_vaddr(const struct qemu_plugin_insn *insn);
+
+__attribute__((visibility("default"))) int qemu_plugin_version = 1;
+
+#define PAGE_SHIFT 12
+#define COUNT_BITS 24
+#define COUNT_MAX ((1u << COUNT_BITS) - 1)
+#define BLOCK 512 /* records per write: 4096 bytes */
+#define MAX_THREADS 4096
+
+/* The runs of one translation block: (page, instructions) in order. */
+struct run { uint64_t page; uint32_t n; };
+struct tbinfo { uint32_t nruns; struct run runs[]; };
+
+/* Per guest thread (qemu-user runs each on its own host thread). */
+struct stream {
+    uint64_t page, n; /* the run being counted */
+    uint32_t used;
+    uint64_t buf[BLOCK];
+};
+
+static int out_fd = -1;
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static struct stream *streams[MAX_THREADS];
+static unsigned nstreams;
+static __thread struct stream *mine;
+
+static void flush_block(struct stream *s) {
+    size_t len = (size_t)s->used * sizeof(uint64_t), off = 0;
+    while (off < len) {
+        ssize_t w = write(out_fd, (char *)s->buf + off, len - off);
+        if (w <= 0)
+            break; /* the reader is gone: drop the rest */
+        off += (size_t)w;
+    }
+    s->used = 0;
+}
+
+static void put(struct stream *s, uint64_t page, uint64_t n) {
+    while (n > 0) {
+        uint64_t k = n > COUNT_MAX ? COUNT_MAX : n;
+        s->buf[s->used++] = (page << COUNT_BITS) | k;
+        if (s->used == BLOCK)
+            flush_block(s);
+        n -= k;
+    }
+}
+
+static struct stream *stream_of_thread(void) {
+    if (mine)
+        return mine;
+    mine = calloc(1, sizeof *mine);
+    if (!mine)
+        abort();
+    pthread_mutex_lock(&lock);
+    if (nstreams < MAX_THREADS)
+        streams[nstreams++] = mine;
+    pthread_mutex_unlock(&lock);
+    return mine;
+}
+
+static void on_exec(unsigned int vcpu, void *udata) {
+    (void)vcpu;
+    struct tbinfo *t = udata;
+    struct stream *s = stream_of_thread();
+    for (uint32_t i = 0; i < t->nruns; i++) {
+        if (t->runs[i].page == s->page) {
+            s->n += t->runs[i].n;
+        } else {
+            put(s, s->page, s->n);
+            s->page = t->runs[i].page;
+            s->n = t->runs[i].n;
+        }
+    }
+}
+
+static void on_translate(qemu_plugin_id_t id, struct qemu_plugin_tb *tb) {
+    (void)id;
+    size_t n = qemu_plugin_tb_n_insns(tb);
+    if (n == 0)
+        return;
+    /* A block spans at most a few pages; n runs is the worst case. */
+    struct tbinfo *t = calloc(1, sizeof *t + n * sizeof(struct run));
+    if (!t)
+        abort();
+    for (size_t i = 0; i < n; i++) {
+        uint64_t page = qemu_plugin_insn_vaddr(qemu_plugin_tb_get_insn(tb, i)) >> PAGE_SHIFT;
+        if (t->nruns > 0 && t->runs[t->nruns - 1].page == page) {
+            t->runs[t->nruns - 1].n++;
+        } else {
+            t->runs[t->nruns].page = page;
+            t->runs[t->nruns].n = 1;
+            t->nruns++;
+        }
+    }
+    qemu_plugin_register_vcpu_tb_exec_cb(tb, on_exec, QEMU_PLUGIN_CB_NO_REGS, t);
+}
+
+static void flush_all(void) {
+    pthread_mutex_lock(&lock);
+    for (unsigned i = 0; i < nstreams; i++) {
+        struct stream *s = streams[i];
+        put(s, s->page, s->n);
+        s->n = 0;
+        flush_block(s);
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+static void on_exit_cb(qemu_plugin_id_t id, void *udata) {
+    (void)id;
+    (void)udata;
+    flush_all();
+}
+
+/* A forked child starts with the parent's unwritten records: the parent
+ * writes those, so the child forgets them (only the forking thread lives on). */
+static void after_fork_child(void) {
+    nstreams = 0;
+    pthread_mutex_init(&lock, NULL);
+    if (mine) {
+        mine->used = 0;
+        mine->n = 0;
+        streams[nstreams++] = mine;
+    }
+}
+
+__attribute__((visibility("default"))) int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_t *info,
+                                                               int argc, char **argv) {
+    (void)info;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (strncmp(a, "arg=", 4) == 0)
+            a += 4;
+        if (strncmp(a, "fd=", 3) == 0)
+            out_fd = atoi(a + 3);
+    }
+    if (out_fd < 0)
+        return -1;
+    pthread_atfork(NULL, NULL, after_fork_child);
+    qemu_plugin_register_vcpu_tb_trans_cb(id, on_translate);
+    qemu_plugin_register_atexit_cb(id, on_exit_cb, NULL);
+    return 0;
+}
