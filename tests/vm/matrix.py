@@ -350,8 +350,10 @@ Sizes are MiB huge-backed / MiB of text in whole 2 MiB windows, or kB
 `FilePmdMapped`, of an lld-linked 20 MiB-text PIE after `hugetext align`
 (`aligned`), the same PIE unaligned (`unaligned`), and a bfd-linked program
 with a 20 MiB-text shared library (`DSO`); every file a fresh, evicted copy.
-On the aarch64 kernels (`6.12-arm64`: 4 KiB pages; `6.12-arm64-16k`: 16 KiB
-pages, 32 MiB PMD) the fixtures are the same programs built for aarch64 with
+The kernels are the newest Debian cloud kernel of each series: `5.10`
+(Debian 11), `6.1` (Debian 12), `6.12` (Debian 12 security), `7.x` (Debian 13
+backports). On the aarch64 kernels (`6.12-arm64`, `7.x-arm64`: 4 KiB pages;
+`6.12-arm64-16k`, `7.x-arm64-16k`: 16 KiB pages, 32 MiB PMD) the fixtures are the same programs built for aarch64 with
 70 MiB of text, and "whole 2 MiB windows" are whole PMD windows.
 
 | kernel | fs | THP | tests passed | large folios | PAGEMAP_SCAN | MADV_COLLAPSE | plain exec: the kernel's own share | warm: route, then exec kB PMD | run file, aligned | run auto, aligned | run copy, aligned | run collapse, aligned | run auto, unaligned | run auto, DSO |
