@@ -9,16 +9,19 @@
 #                            [--kernel NAME=BZIMAGE]... [--probe FILE] [--extra DIR]
 #                            [--results DIR] [--append ARGS] [--pending FILE]
 #
-#   KERNEL   6.1 or 6.12 (newest linux-image-*-cloud-amd64 of that series apt knows),
-#            6.12-arm64 (linux-image-6.12.*-cloud-arm64-unsigned: 4 KiB pages,
-#            2 MiB PMD) or 6.12-arm64-16k (linux-image-6.12.*-arm64-16k-unsigned:
-#            16 KiB pages, 32 MiB PMD), or a NAME given with --kernel
+#   KERNEL   5.10, 6.1, 6.12 or 7.x (the newest linux-image-*-cloud-amd64 of that
+#            series: Debian 11, 12, 12 security, 13 backports),
+#            6.12-arm64 / 7.x-arm64 (the cloud-arm64 image: 4 KiB pages, 2 MiB
+#            PMD) or 6.12-arm64-16k / 7.x-arm64-16k (the arm64-16k image: 16 KiB
+#            pages, 32 MiB PMD), or a NAME given with --kernel. The suites are
+#            in a private apt configuration under target/vm/apt (never the
+#            system's sources list).
 #   FS       ext4 or xfs
-#   --all        every x86-64 cell: 6.1:ext4 6.1:xfs 6.12:ext4 6.12:xfs
-#   --arm64      every aarch64 cell: 6.12-arm64:ext4 6.12-arm64:xfs
-#                6.12-arm64-16k:ext4 6.12-arm64-16k:xfs (qemu-system-aarch64
-#                -M virt, the workspace cross-built for aarch64-unknown-linux-gnu)
-#   (default)    the CI cell: 6.1:xfs
+#   --all        every x86-64 cell: 5.10, 6.1, 6.12 and 7.x × ext4 and xfs
+#   --arm64      every aarch64 cell: 6.12-arm64, 6.12-arm64-16k, 7.x-arm64 and
+#                7.x-arm64-16k × ext4 and xfs (qemu-system-aarch64 -M virt, the
+#                workspace cross-built for aarch64-unknown-linux-gnu)
+#   (default)    the CI cells of x86-64: 7.x:ext4 6.1:xfs
 #   --plan FILE  the tests to run in the guests (default tests/vm/plan.txt)
 #   --write-doc  regenerate doc/kernels.md and doc/kernels.json from the results
 #   --kernel NAME=BZIMAGE  boot this kernel (everything the guest needs built
@@ -63,8 +66,9 @@ pending=
 declare -A custom=()
 while [ $# -gt 0 ]; do
   case $1 in
-    --all) cells=(6.1:ext4 6.1:xfs 6.12:ext4 6.12:xfs) ;;
-    --arm64) cells=(6.12-arm64:ext4 6.12-arm64:xfs 6.12-arm64-16k:ext4 6.12-arm64-16k:xfs) ;;
+    --all) cells=(5.10:ext4 5.10:xfs 6.1:ext4 6.1:xfs 6.12:ext4 6.12:xfs 7.x:ext4 7.x:xfs) ;;
+    --arm64) cells=(6.12-arm64:ext4 6.12-arm64:xfs 6.12-arm64-16k:ext4 6.12-arm64-16k:xfs
+                    7.x-arm64:ext4 7.x-arm64:xfs 7.x-arm64-16k:ext4 7.x-arm64-16k:xfs) ;;
     --cell) shift; [ $# -gt 0 ] || die "--cell needs KERNEL:FS"; cells+=("$1") ;;
     --thp) shift; thp=${1:?--thp needs a list}; ;;
     --timeout) shift; timeout_s=${1:?--timeout needs seconds} ;;
@@ -84,14 +88,14 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
-[ ${#cells[@]} -gt 0 ] || cells=(6.1:xfs)
+[ ${#cells[@]} -gt 0 ] || cells=(7.x:ext4 6.1:xfs)
+known='5.10|6.1|6.12|7.x|6.12-arm64|6.12-arm64-16k|7.x-arm64|7.x-arm64-16k'
 for c in "${cells[@]}"; do
-  case $c in
-    6.1:ext4|6.1:xfs|6.12:ext4|6.12:xfs) ;;
-    6.12-arm64:ext4|6.12-arm64:xfs|6.12-arm64-16k:ext4|6.12-arm64-16k:xfs) ;;
-    *:ext4|*:xfs) [ -n "${custom[${c%%:*}]:-}" ] || die "unknown cell '$c' (KERNEL 6.1|6.12|6.12-arm64|6.12-arm64-16k or a --kernel NAME, FS ext4|xfs)" ;;
-    *) die "unknown cell '$c' (KERNEL 6.1|6.12|6.12-arm64|6.12-arm64-16k or a --kernel NAME, FS ext4|xfs)" ;;
+  case ${c%%:*} in
+    5.10|6.1|6.12|7.x|6.12-arm64|6.12-arm64-16k|7.x-arm64|7.x-arm64-16k) ;;
+    *) [ -n "${custom[${c%%:*}]:-}" ] || die "unknown cell '$c' (KERNEL $known or a --kernel NAME, FS ext4|xfs)" ;;
   esac
+  case $c in *:ext4|*:xfs) ;; *) die "unknown cell '$c' (KERNEL $known or a --kernel NAME, FS ext4|xfs)" ;; esac
 done
 # The guest's machine: aarch64 for the arm64 kernels, x86-64 otherwise
 # (--kernel images are x86-64 bzImages).
@@ -129,6 +133,11 @@ else
   qemu=(qemu-system-x86_64)
   console=ttyS0
 fi
+# x86-64: no_timer_check, as cloud images boot under a hypervisor. Under TCG
+# on a loaded host the kernel's test of the IO-APIC timer can fail ("8254
+# timer not connected to IO-APIC") and the boot then stops there.
+kargs=
+[ "$arch" = aarch64 ] || kargs=" no_timer_check"
 for t in "${qemu[0]}" busybox cpio modinfo xz mkfs.ext4 mkfs.xfs apt-get dpkg-deb python3 "${cross}strip" "${cross:-}gcc"; do
   command -v "$t" >/dev/null 2>&1 || die "'$t' not found: run scripts/install-deps.sh"
 done
@@ -308,30 +317,75 @@ cp tests/vm/guest-init.sh "$root/init"
 chmod 755 "$root/init"
 
 # --- 4. per kernel: fetch with apt, extract, add the modules -----------------
+# A private apt configuration: Debian's suites that carry the kernels, lists
+# and cache under target/vm/apt; the system's sources list is never read or
+# changed. Its lists are refreshed once a day (the newest image of a series).
+aptd=$vm/apt
+apt_opts=(-o "Dir::Etc::SourceList=$aptd/sources.list" -o "Dir::Etc::SourceParts=$aptd/sources.list.d"
+  -o "Dir::State::Lists=$aptd/lists" -o "Dir::Cache=$aptd/cache"
+  -o "Dir::Etc::Preferences=$aptd/preferences" -o "Dir::Etc::PreferencesParts=$aptd/preferences.d"
+  -o "APT::Sandbox::User=root")
+apt_sources() {
+  local key=/usr/share/keyrings/debian-archive-keyring.gpg mirror=${HT_DEBIAN_MIRROR:-http://deb.debian.org}
+  printf 'deb [arch=amd64,arm64 signed-by=%s] %s/%s %s main\n' \
+    "$key" "$mirror" debian bookworm "$key" "$mirror" debian-security bookworm-security \
+    "$key" "$mirror" debian trixie-backports "$key" "$mirror" debian bullseye \
+    "$key" "$mirror" debian-security bullseye-security
+}
+apt_ready() { # refresh the private lists when missing, changed or a day old
+  mkdir -p "$aptd"/{sources.list.d,preferences.d,lists/partial,cache/archives/partial}
+  if [ "$(apt_sources)" != "$(cat "$aptd/sources.list" 2>/dev/null)" ] ||
+     [ -z "$(find "$aptd/lists" -maxdepth 1 -name '*Packages*' -mmin -1440 -print -quit)" ]; then
+    apt_sources > "$aptd/sources.list"
+    say "apt-get update (private configuration: target/vm/apt)"
+    apt-get "${apt_opts[@]}" update -qq >&2 ||
+      [ -n "$(find "$aptd/lists" -maxdepth 1 -name '*Packages*' -print -quit)" ] ||
+      die "apt-get update of the kernel suites failed (no network?)"
+  fi
+}
 fetch_kernel() { # SERIES -> prints the extracted directory
-  local series=$1 re pkg deb dir
+  local series=$1 re pkg dir p debs=() abi
   case $series in
+    5.10) re='^linux-image-5\.10\.0-[0-9]+-cloud-amd64$' ;;
     6.1) re='^linux-image-6\.1\.0-[0-9]+-cloud-amd64$' ;;
     6.12) re='^linux-image-6\.12\.[0-9]+\+deb[0-9]+-cloud-amd64$' ;;
+    7.x) re='^linux-image-7\.[0-9]+\.[0-9]+\+deb[0-9]+-cloud-amd64$' ;;
     6.12-arm64) re='^linux-image-6\.12\.[0-9]+\+deb[0-9]+-cloud-arm64-unsigned$' ;;
     6.12-arm64-16k) re='^linux-image-6\.12\.[0-9]+\+deb[0-9]+-arm64-16k-unsigned$' ;;
+    7.x-arm64) re='^linux-image-7\.[0-9]+\.[0-9]+\+deb[0-9]+-cloud-arm64$' ;;
+    7.x-arm64-16k) re='^linux-image-7\.[0-9]+\.[0-9]+\+deb[0-9]+-arm64-16k$' ;;
   esac
-  pkg=$(apt-cache pkgnames linux-image-6 2>/dev/null | grep -E "$re" | sort -V | tail -n 1 || true)
-  if [ -z "$pkg" ]; then
-    apt-get update -qq >&2 || true
-    pkg=$(apt-cache pkgnames linux-image-6 2>/dev/null | grep -E "$re" | sort -V | tail -n 1 || true)
-  fi
-  [ -n "$pkg" ] || die "apt knows no package matching $re (is Debian's archive in sources.list?)"
+  apt_ready
+  pkg=$(apt-cache "${apt_opts[@]}" pkgnames linux-image- 2>/dev/null | grep -E "$re" | sort -V | tail -n 1 || true)
+  [ -n "$pkg" ] || die "apt knows no package matching $re (target/vm/apt/sources.list)"
   dir=$vm/kernels/$pkg
   if [ ! -e "$dir/.done" ]; then
-    say "fetching $pkg"
+    # Since 7.x, linux-image-ABI is an empty package: the kernel is in
+    # linux-binary-ABI, the modules in linux-modules-ABI.
+    abi=${pkg#linux-image-}
+    if apt-cache "${apt_opts[@]}" pkgnames "linux-binary-$abi" 2>/dev/null | grep -qx "linux-binary-$abi"; then
+      debs=("linux-binary-$abi" "linux-modules-$abi")
+    else
+      debs=("$pkg")
+    fi
+    say "fetching ${debs[*]}"
     rm -rf "$dir" && mkdir -p "$dir"
-    ( cd "$vm/cache" && apt-get download -q "$pkg${rust_target:+:arm64}" >/dev/null 2>&1 ) || die "apt-get download $pkg failed (no network or no such package)"
-    deb=$(ls -t "$vm/cache/${pkg}"_*.deb | head -n 1)
-    dpkg-deb -x "$deb" "$dir"
+    ( cd "$vm/cache" && apt-get "${apt_opts[@]}" download -q "${debs[@]/%/${rust_target:+:arm64}}" >/dev/null 2>&1 ) ||
+      die "apt-get download ${debs[*]} failed (no network or no such package)"
+    for p in "${debs[@]}"; do
+      dpkg-deb -x "$(ls -t "$vm/cache/${p}"_*.deb | head -n 1)" "$dir"
+    done
     touch "$dir/.done"
   fi
   echo "$dir"
+}
+first_of() { # PATH... -> the first that exists (globs that matched nothing stay unexpanded)
+  local p
+  for p in "$@"; do [ -e "$p" ] && { echo "$p"; return 0; }; done
+  return 0
+}
+kdir_image() { # KDIR -> the kernel image in it (/boot, or /usr/lib/modules/VER/ since 7.x)
+  first_of "$1"/boot/vmlinuz-* "$1"/usr/lib/modules/*/vmlinuz
 }
 
 # Modules a guest needs, in load order (each after its depends= from .modinfo).
@@ -342,7 +396,7 @@ want_modules=(virtio_pci virtio_blk loop xfs)
 [ "$arch" = x86_64 ] || want_modules=(crc32c_generic virtio_pci virtio_mmio virtio_blk loop ext4 xfs)
 add_modules() { # KDIR -> copies decompressed modules into the root, writes /modules.order
   local kdir=$1 mdir ver
-  mdir=$(ls -d "$kdir"/lib/modules/*/ | head -n 1)
+  mdir=$(first_of "$kdir"/lib/modules/*/ "$kdir"/usr/lib/modules/*/)
   ver=$(basename "$mdir")
   rm -rf "$root/lib/modules"
   mkdir -p "$root/lib/modules/$ver"
@@ -364,13 +418,14 @@ add_modules() { # KDIR -> copies decompressed modules into the root, writes /mod
   }
   local m
   for m in "${want_modules[@]}"; do add_one "$m"; done
-  # Modules the kernel loads by name (libcrc32c asks for crc32c).
-  for m in crc32c_generic crc32c-intel crc32c_intel; do add_one "$m"; done
+  # Modules the kernel loads by name (libcrc32c asks for crc32c; since 6.15
+  # the crypto API's crc32c is crc32c-cryptoapi).
+  for m in crc32c_generic crc32c-intel crc32c_intel crc32c-cryptoapi; do add_one "$m"; done
 }
 
 # --- 5. KVM when it works, TCG otherwise --------------------------------------
 kernel_image() { # SERIES-or-NAME -> the kernel to boot
-  if [ -n "${custom[$1]:-}" ]; then echo "${custom[$1]}"; else ls "$(fetch_kernel "$1")"/boot/vmlinuz-* | head -n 1; fi
+  if [ -n "${custom[$1]:-}" ]; then echo "${custom[$1]}"; else kdir_image "$(fetch_kernel "$1")"; fi
 }
 accel=(-accel tcg -cpu max)
 # arm64 under TCG: pointer authentication with QEMU's own cheap hash instead
@@ -397,7 +452,7 @@ for cell in "${cells[@]}"; do
   else
     kdir=$(fetch_kernel "$series")
     add_modules "$kdir"
-    kimg=$(ls "$kdir"/boot/vmlinuz-* | head -n 1)
+    kimg=$(kdir_image "$kdir")
     kname=$(basename "$kdir")
   fi
   cat > "$root/ht.env" <<EOF
@@ -419,7 +474,7 @@ EOF
   timeout --foreground -k 10 "$timeout_s" nice "${qemu[@]}" "${accel[@]}" -m 3G -smp 2 -nographic -no-reboot \
     -kernel "$kimg" \
     -initrd "$vm/root-$series.cpio.gz" \
-    -append "console=$console panic=-1 quiet${append:+ $append}" \
+    -append "console=$console panic=-1 quiet$kargs${append:+ $append}" \
     -drive "file=$disk,if=virtio,format=raw,cache=unsafe" \
     -drive "file=$vm/payload.img,if=virtio,format=raw,readonly=on" \
     < /dev/null > "$log" 2>&1

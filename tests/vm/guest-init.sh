@@ -43,21 +43,36 @@ emit "{\"kind\":\"guest\",\"release\":\"$(uname -r)\",\"fs\":\"$HT_FS\",\"thp_de
 export HOME=/root HUGETEXT_TEST_PREBUILT=1 RUST_BACKTRACE=0
 for mode in $HT_THP; do
   echo "$mode" > /sys/kernel/mm/transparent_hugepage/enabled || finish error "cannot set THP $mode"
-  # Does the disk under test give PMD-order page-cache folios? (doctor's
-  # verdict; the first test of the plan checks it against an experiment.)
+  # What this kernel and the disk under test can do, by doctor's experiments
+  # (the first test of the plan checks doctor against experiments of its
+  # own): a capability is in $caps when doctor's check says "ok".
+  #   large-folios   fs-large-folios: PMD-order page-cache folios on the disk
+  #   madv-collapse  madv-collapse: MADV_COLLAPSE collapses file text in place
+  #   pagemap-scan   pagemap-scan: the PAGEMAP_SCAN ioctl
+  #   anon-vma-name  anon-vma-name: anonymous memory can be named
   mkdir -p target/scratch
-  lf=$(target/release/hugetext doctor --json --path target/scratch |
-    awk '/"id": "fs-large-folios"/ {f = 1} f && /"status"/ {gsub(/[",]/, ""); print $2; exit}')
-  [ "$lf" = ok ] && caps=large-folios || caps=
-  emit "{\"kind\":\"caps\",\"thp\":\"$mode\",\"large_folios\":\"$lf\"}"
+  target/release/hugetext doctor --json --path target/scratch > /tmp/doctor.json
+  status_of() {
+    awk -v id="\"id\": \"$1\"" 'index($0, id) {f = 1} f && /"status"/ {gsub(/[",]/, ""); print $2; exit}' /tmp/doctor.json
+  }
+  caps=
+  for c in fs-large-folios:large-folios madv-collapse:madv-collapse pagemap-scan:pagemap-scan anon-vma-name:anon-vma-name; do
+    [ "$(status_of "${c%%:*}")" = ok ] && caps="${caps:+$caps }${c#*:}"
+  done
+  lf=$(status_of fs-large-folios)
+  emit "{\"kind\":\"caps\",\"thp\":\"$mode\",\"large_folios\":\"$lf\",\"caps\":\"$caps\"}"
   grep -v '^#' tests/vm/plan.txt | grep . | while read -r key names; do
     need=
     case $key in needs=*) need=${key#needs=}; key=${names%% *}; names=${names#* } ;; esac
     # needs=A,B: every one of them among the guest's capabilities and its
     # machine (x86_64, aarch64); the first one missing is the reason.
+    # needs=!A: a test about what hugetext does where the kernel lacks A.
     missing=
     for n in $(echo "$need" | tr , ' '); do
-      case " $caps $(uname -m) " in *" $n "*) ;; *) missing=${missing:-$n} ;; esac
+      case $n in
+        !*) case " $caps " in *" ${n#!} "*) missing=${missing:-"a kernel without ${n#!}"} ;; esac ;;
+        *) case " $caps $(uname -m) " in *" $n "*) ;; *) missing=${missing:-$n} ;; esac ;;
+      esac
     done
     need=$missing
     if [ -n "$need" ]; then

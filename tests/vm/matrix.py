@@ -64,13 +64,16 @@ def collect(log, plan_path, meta):
     tests = {}
     for f in facts:
         if f.get("kind") == "test":
-            tests[(f["thp"], f["suite"], f["test"])] = f["result"]
+            tests[(f["thp"], f["suite"], f["test"])] = f
     cell["tests"] = []
     for mode in modes:
         for key, name in parse_plan(plan_path):
-            cell["tests"].append(
-                {"thp": mode, "suite": key, "test": name, "result": tests.get((mode, key, name), "missing")}
-            )
+            f = tests.get((mode, key, name), {})
+            t = {"thp": mode, "suite": key, "test": name, "result": f.get("result", "missing")}
+            if "why" in f:
+                t["why"] = f["why"]
+            cell["tests"].append(t)
+    cell["caps"] = {f["thp"]: f.get("caps", "") for f in facts if f.get("kind") == "caps"}
     cell["suites"] = [f for f in facts if f.get("kind") == "suite"]
     cell["probes"] = {}
     for f in facts:
@@ -195,11 +198,13 @@ def summary(path):
         print(f"{cell['cell']}: unsupported: {cell['unsupported']}")
         return 0
     ok = sum(1 for t in cell["tests"] if t["result"] == "ok")
-    na = sum(1 for t in cell["tests"] if t["result"] == "n/a")
+    na = [t.get("why", "n/a") for t in cell["tests"] if t["result"] == "n/a"]
+    why = ", ".join(f"{na.count(w)} {w}" for w in sorted(set(na)))
     bad = failures(cell)
     print(
-        f"{cell['cell']} ({cell.get('guest', {}).get('release', '?')}): {ok} of {len(cell['tests']) - na} tests passed"
-        f" ({na} n/a: needs large folios, x86-64 or pending), {cell['seconds']} s"
+        f"{cell['cell']} ({cell.get('guest', {}).get('release', '?')}): {ok} of {len(cell['tests']) - len(na)} tests passed"
+        + (f" ({len(na)} n/a: {why})" if na else "")
+        + f", {cell['seconds']} s"
     )
     for mode, probes in cell.get("probes", {}).items():
         print(f"  THP {mode}: " + "; ".join(describe(n, p) for n, p in probes.items() if n != "doctor"))
@@ -223,6 +228,16 @@ def describe(name, p):
     return f"{name} rc={p.get('rc')}"
 
 
+def own_share(p, plain):
+    """What a plain exec gets with no hugetext step: kB PMD-mapped, and on
+    arm64 the kB of contpte blocks of the lld fixture (its own probe)."""
+    out = f"{plain.get('file_pmd_kb', '?')} kB PMD"
+    fx = p.get("fixture-plain-lld") or {}
+    if fx.get("contpte_kb") is not None:
+        out += f", {fx['contpte_kb']}/{fx.get('text_kb', '?')} kB contpte"
+    return out
+
+
 def check_of(probes, cid):
     return probes.get("doctor", {}).get("checks", {}).get(cid, {})
 
@@ -235,7 +250,7 @@ def doc(paths):
     old = Path("doc/kernels.json")
     if old.exists():
         cells += [c for c in json.loads(old.read_text()) if c["cell"] not in ran]
-    order = {"6.1": 0, "6.12": 1, "6.12-arm64": 2, "6.12-arm64-16k": 3}
+    order = {k: i for i, k in enumerate(["5.10", "6.1", "6.12", "7.x", "6.12-arm64", "6.12-arm64-16k", "7.x-arm64", "7.x-arm64-16k"])}
     cells.sort(key=lambda c: (order.get(c["cell"].split(":")[0], 9), c["cell"]))
     Path("doc/kernels.json").write_text(json.dumps(cells, indent=1, sort_keys=True) + "\n")
     rows = []
@@ -243,7 +258,7 @@ def doc(paths):
         k, fs = c["cell"].split(":")
         rel = c.get("guest", {}).get("release", "?")
         if c.get("unsupported"):
-            rows.append(f"| {k} ({rel}) | {fs} | — | unsupported: {c['unsupported']} |" + " |" * 10)
+            rows.append(f"| {k} ({rel}) | {fs} | — | unsupported: {c['unsupported']} |" + " |" * 11)
             continue
         for mode, p in sorted(c.get("probes", {}).items()):
             tests = [t for t in c["tests"] if t["thp"] == mode and t["result"] != "n/a"]
@@ -266,8 +281,9 @@ def doc(paths):
 
             rows.append(
                 f"| {k} ({rel}) | {fs} | {mode} | {ran} | {lf.split(' (')[0]} | {scan} | {col} | "
-                f"{plain.get('file_pmd_kb', '?')} | {warm.get('route', '?')}: {we.get('file_pmd_kb', '?')} | "
+                f"{own_share(p, plain)} | {warm.get('route', '?')}: {we.get('file_pmd_kb', '?')} | "
                 f"{run('run-file-aligned')}{replaced(p.get('run-file-aligned', {}))} | {run('run-auto-aligned')} | {run('run-copy-aligned')} | "
+                f"{run('run-collapse-aligned')} | "
                 f"{run('run-auto-unaligned')} | {run('run-auto-dso')} |"
             )
     fixture_rows = []
@@ -334,12 +350,14 @@ Sizes are MiB huge-backed / MiB of text in whole 2 MiB windows, or kB
 `FilePmdMapped`, of an lld-linked 20 MiB-text PIE after `hugetext align`
 (`aligned`), the same PIE unaligned (`unaligned`), and a bfd-linked program
 with a 20 MiB-text shared library (`DSO`); every file a fresh, evicted copy.
-On the aarch64 kernels (`6.12-arm64`: 4 KiB pages; `6.12-arm64-16k`: 16 KiB
-pages, 32 MiB PMD) the fixtures are the same programs built for aarch64 with
+The kernels are the newest Debian cloud kernel of each series: `5.10`
+(Debian 11), `6.1` (Debian 12), `6.12` (Debian 12 security), `7.x` (Debian 13
+backports). On the aarch64 kernels (`6.12-arm64`, `7.x-arm64`: 4 KiB pages;
+`6.12-arm64-16k`, `7.x-arm64-16k`: 16 KiB pages, 32 MiB PMD) the fixtures are the same programs built for aarch64 with
 70 MiB of text, and "whole 2 MiB windows" are whole PMD windows.
 
-| kernel | fs | THP | tests passed | large folios | PAGEMAP_SCAN | MADV_COLLAPSE | plain exec, kB PMD | warm: route, then exec kB PMD | run file, aligned | run auto, aligned | run copy, aligned | run auto, unaligned | run auto, DSO |
-|---|---|---|---|---|---|---|---|---|---|---|---|---|---|
+| kernel | fs | THP | tests passed | large folios | PAGEMAP_SCAN | MADV_COLLAPSE | plain exec: the kernel's own share | warm: route, then exec kB PMD | run file, aligned | run auto, aligned | run copy, aligned | run collapse, aligned | run auto, unaligned | run auto, DSO |
+|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|
 """ + "\n".join(rows) + """
 
 How to read it:
@@ -351,19 +369,28 @@ How to read it:
   process.
 - **PAGEMAP_SCAN** (6.7+): without it `inspect` and the preload read smaps
   instead; the numbers are the same.
-- **MADV_COLLAPSE** of file text needs `CONFIG_READ_ONLY_THP_FOR_FS`, which
-  Debian's cloud kernels do not set.
-- **plain exec**: no hugetext step at all. The exec fault path of these
-  kernels reads text into small folios, so nothing is PMD-mapped.
+- **MADV_COLLAPSE** of file text (doctor's experiment: small folios,
+  collapsed, then faulted again): up to 6.x it needs
+  `CONFIG_READ_ONLY_THP_FOR_FS`, which Debian's cloud kernels do not set;
+  since 7.x the kernel collapses the page cache of any file whose mapping
+  supports PMD folios (ext4 since 6.16, xfs); 5.10 has no `MADV_COLLAPSE`
+  at all. **run collapse** is `run --strategy collapse` on the aligned PIE.
+- **plain exec: the kernel's own share**: no hugetext step at all, kB
+  `FilePmdMapped` of the aligned PIE; on aarch64 also the kB of contpte
+  blocks of the lld fixture out of its text kB (the arm64 exec fault path
+  reads text in 64 KiB folios since 7.x, which the kernel maps with the
+  contiguous bit). x86-64 exec faults read small folios: nothing is
+  PMD-mapped.
 - **run file**, "(N replaced)": kernels before 6.14 keep an emptied page
   table after `MADV_DONTNEED`, so a dropped window would refault in 4 KiB
   pages; the preload detects that and replaces each window with one
   `mmap(MAP_FIXED)` of the same file range (see [run.md](run.md)). N MiB of
   text went through that replacement, detected at run time, not forced.
-- **tests passed**: "n/a" counts tests about PMD-order page-cache folios, which
-  cannot run where the filesystem has none (see
-  [tests/vm/README.md](../tests/vm/README.md)); what hugetext must say and do
-  there is tested by the others.
+- **tests passed**: "n/a" counts tests that need a capability this kernel
+  or disk lacks, found by `hugetext doctor` in the guest (PMD-order
+  page-cache folios, `MADV_COLLAPSE` of file text, `PAGEMAP_SCAN`, anonymous
+  VMA names; see [tests/vm/README.md](../tests/vm/README.md)); what
+  hugetext must say and do without them is tested by the others.
 """ + fixtures_md
     Path("doc/kernels.md").write_text(md)
 

@@ -5,7 +5,8 @@
 # and reports its output (@@OUT lines) and status (@@HT lines); the host's
 # tests/vm/matrix.py reads the route and the PMD-mapped kB from them.
 mode=$1
-caps=$2   # "large-folios" where the disk under test gives PMD-order folios
+caps=$2   # the guest's capabilities (guest-init.sh), e.g. "large-folios madv-collapse"
+has() { case " $caps " in *" $1 "*) return 0 ;; esac; return 1; }
 ht=$PWD/target/release/hugetext
 dir=$PWD/target/scratch/probe-$mode
 rm -rf "$dir" && mkdir -p "$dir"
@@ -51,7 +52,7 @@ capture warm-exec pmd_kb_of "$dir/warm.pie"
 
 # run: each route on a never-read copy (aligned: file route possible; the
 # lld original: not congruent, only a copy helps).
-for s in auto file copy; do
+for s in auto file copy collapse; do
   fresh "run-$s.pie" "$dir/pie.aligned"
   capture "run-$s-aligned" "$ht" run -v --strategy "$s" -- "$dir/run-$s.pie"
 done
@@ -95,7 +96,7 @@ if [ "$(uname -m)" = aarch64 ]; then
     [ -x "target/fixtures/$l/pie" ] || continue
     fresh "fx-$l.pie" "target/fixtures/$l/pie"
     capture "fixture-plain-$l" measure_of "$dir/fx-$l.pie"
-    if [ "$caps" = large-folios ]; then
+    if has large-folios; then
       fresh "fx-warm-$l.pie" "target/fixtures/$l/pie"
       "$ht" warm "$dir/fx-warm-$l.pie" > /dev/null 2>&1
       capture "fixture-warm-$l" measure_of "$dir/fx-warm-$l.pie"
@@ -115,5 +116,5 @@ fi
 # The exec benchmark, short (timings are emulated under TCG: states only).
 # It needs PMD folios for its huge and warm variants, and x86-64 (it runs
 # x86-64 RET stubs).
-[ "$caps" = large-folios ] && [ "$(uname -m)" = x86_64 ] && capture bench-exec "$ht" bench exec --size 32M --runs 1 --random-passes 1 --dir "$dir" --json
+has large-folios && [ "$(uname -m)" = x86_64 ] && capture bench-exec "$ht" bench exec --size 32M --runs 1 --random-passes 1 --dir "$dir" --json
 rm -rf "$dir"

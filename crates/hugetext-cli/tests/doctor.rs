@@ -3,6 +3,9 @@
 
 use hugetext_testkit as common;
 
+use std::io::Write;
+use std::os::fd::AsFd;
+use std::path::Path;
 use std::process::Command;
 
 use hugetext::kernel;
@@ -21,6 +24,82 @@ fn check<'a>(v: &'a Value, id: &str) -> &'a Value {
         .iter()
         .find(|c| c["id"] == id)
         .unwrap_or_else(|| panic!("no check {id} in {v}"))
+}
+
+/// What `MADV_COLLAPSE` does to file text here, found without doctor.
+#[derive(Debug)]
+enum Collapse {
+    /// The kernel does not know the advice (EINVAL even for anonymous memory).
+    NoAdvice,
+    /// Refused for file text (what the kernel said).
+    Refused(String),
+    /// A fresh, unadvised, congruent mapping of the collapsed range is PMD-mapped.
+    PmdMapped,
+    /// Accepted, and yet a fresh mapping is not PMD-mapped.
+    NotMapped,
+}
+
+/// Fill a file in small folios (a cold fault through a PROT_EXEC mapping),
+/// `MADV_COLLAPSE` it, then look at the page cache through a second, fresh
+/// mapping: PMD-mapped whole exactly when the collapse made PMD folios.
+fn collapse_here(dir: &Path) -> Collapse {
+    let pmd = kernel::pmd_size();
+    let path = dir.join("collapse-me");
+    let mut w = std::fs::File::create(&path).unwrap();
+    w.write_all(&vec![0xc3u8; 2 * pmd]).unwrap();
+    w.sync_all().unwrap();
+    drop(w);
+    // Read-only: the kernel does not collapse files open for writing.
+    let f = std::fs::File::open(&path).unwrap();
+    kernel::fadvise_dontneed(f.as_fd(), 0, None).unwrap();
+    let rx = libc::PROT_READ | libc::PROT_EXEC;
+    let small = kernel::Mapping::file_congruent(f.as_fd(), 0, 2 * pmd, rx, pmd).unwrap();
+    small.populate_read(0, 2 * pmd).unwrap();
+    let r = small.madvise(0, 2 * pmd, kernel::MADV_COLLAPSE);
+    drop(small);
+    match r {
+        Err(hugetext::Error::Sys { source, .. }) if source.raw_os_error() == Some(libc::EINVAL) => {
+            if kernel::madv_collapse_known() {
+                Collapse::Refused("EINVAL".into())
+            } else {
+                Collapse::NoAdvice
+            }
+        }
+        Err(hugetext::Error::Sys { source, .. }) => Collapse::Refused(source.to_string()),
+        Err(e) => panic!("MADV_COLLAPSE: {e}"),
+        Ok(()) => {
+            let fresh = kernel::Mapping::file_congruent(f.as_fd(), 0, 2 * pmd, rx, pmd).unwrap();
+            fresh.populate_read(0, 2 * pmd).unwrap();
+            let kb = hugetext::procfs::own_file_pmd_kb(fresh.addr()).unwrap();
+            if kb == (2 * pmd / 1024) as u64 {
+                Collapse::PmdMapped
+            } else {
+                Collapse::NotMapped
+            }
+        }
+    }
+}
+
+/// Name a page of anonymous memory and look for the name in /proc/self/maps.
+fn anon_name_shows_in_maps() -> bool {
+    const PR_SET_VMA: libc::c_int = 0x5356_4d41;
+    let ps = kernel::page_size();
+    let m = kernel::Mapping::anon_aligned(ps, libc::PROT_READ | libc::PROT_WRITE, ps).unwrap();
+    let name = c"doctor-test-name";
+    // SAFETY: names our own mapping; the kernel copies the string.
+    unsafe {
+        libc::prctl(
+            PR_SET_VMA,
+            0 as libc::c_ulong,
+            m.addr() as libc::c_ulong,
+            ps as libc::c_ulong,
+            name.as_ptr(),
+        )
+    };
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    let shown = maps.lines().any(|l| l.ends_with("[anon:doctor-test-name]"));
+    drop(m);
+    shown
 }
 
 #[test]
@@ -54,12 +133,30 @@ fn findings_match_the_kernel() {
     if huge {
         assert_eq!(check(&v, "pmd-map")["status"], "ok");
     }
-    // MADV_COLLAPSE on file text needs CONFIG_READ_ONLY_THP_FOR_FS.
-    match kernel::kernel_config("CONFIG_READ_ONLY_THP_FOR_FS").as_deref() {
-        Some("n") => assert_eq!(check(&v, "madv-collapse")["status"], "no"),
-        Some("y") => assert_ne!(check(&v, "madv-collapse")["status"], "no"),
-        _ => {}
+    // MADV_COLLAPSE on file text, tried here too (up to 6.x it needs
+    // CONFIG_READ_ONLY_THP_FOR_FS; since 7.x any file whose mapping has PMD
+    // folios; before 6.1 the advice does not exist).
+    let collapse = check(&v, "madv-collapse");
+    let value = collapse["value"].as_str().unwrap();
+    match collapse_here(dir.path()) {
+        Collapse::NoAdvice => {
+            assert_eq!(collapse["status"], "no", "{collapse}");
+            assert!(value.contains("has no MADV_COLLAPSE"), "{collapse}");
+        }
+        Collapse::Refused(why) => {
+            assert_eq!(collapse["status"], "no", "{collapse}");
+            assert!(
+                value.starts_with(why.as_str()) && !value.contains("has no"),
+                "{why}: {collapse}"
+            );
+        }
+        Collapse::PmdMapped => assert_eq!(collapse["status"], "ok", "{collapse}"),
+        Collapse::NotMapped => assert_eq!(collapse["status"], "warn", "{collapse}"),
     }
+    assert_eq!(
+        check(&v, "anon-vma-name")["value"],
+        if anon_name_shows_in_maps() { "yes" } else { "no" }
+    );
     assert_eq!(
         check(&v, "pfn-access")["status"],
         if kernel::pfn_access() { "ok" } else { "warn" }

@@ -146,7 +146,7 @@ pub fn probe_fs(path: &Path) -> Result<FsProbe> {
     {
         let rx = libc::PROT_READ | libc::PROT_EXEC;
         let m = Mapping::file_congruent(f.as_fd(), 0, len, rx, pmd)?;
-        m.madvise(0, len, kernel::MADV_POPULATE_READ)?;
+        m.populate_read(0, len)?;
         probe.pmd_mapped_kb = procfs::own_file_pmd_kb(m.addr())?;
     }
 
@@ -154,20 +154,35 @@ pub fn probe_fs(path: &Path) -> Result<FsProbe> {
     pagecache::evict(&f, 0..0)?;
     let rx = libc::PROT_READ | libc::PROT_EXEC;
     let m = Mapping::file_congruent(f.as_fd(), 0, len, rx, pmd)?;
-    m.madvise(0, len, kernel::MADV_POPULATE_READ)?;
+    m.populate_read(0, len)?;
     match m.madvise(0, len, kernel::MADV_COLLAPSE) {
-        Ok(()) => probe.collapse_kb = Some(procfs::own_file_pmd_kb(m.addr())?),
-        Err(Error::Sys { source, .. }) => {
-            probe.collapse_error = Some(match source.raw_os_error() {
-                Some(libc::EINVAL) => "EINVAL (not supported for file text on this kernel)".to_string(),
-                _ => source.to_string(),
-            })
+        Ok(()) => {
+            // A file collapse puts a PMD folio in the page cache and drops
+            // the page tables that mapped the small ones, ours included
+            // (Linux 7.x): the text is PMD-mapped again at its next fault,
+            // as it is in a process that runs it. Read smaps after that.
+            m.populate_read(0, len)?;
+            probe.collapse_kb = Some(procfs::own_file_pmd_kb(m.addr())?);
         }
+        Err(Error::Sys { source, .. }) => probe.collapse_error = Some(collapse_error(&source)),
         Err(e) => probe.collapse_error = Some(e.to_string()),
     }
     drop(m);
     pagecache::evict(&f, 0..0)?;
     Ok(probe)
+}
+
+/// Why `MADV_COLLAPSE` refused file text, in words: EINVAL on a kernel that
+/// does not know the advice at all ([`kernel::madv_collapse_known`]) is not
+/// the same fact as EINVAL for file text only.
+fn collapse_error(e: &std::io::Error) -> String {
+    match e.raw_os_error() {
+        Some(libc::EINVAL) if !kernel::madv_collapse_known() => {
+            "EINVAL: this kernel has no MADV_COLLAPSE (Linux 6.1 added it)".to_string()
+        }
+        Some(libc::EINVAL) => "EINVAL (not supported for file text on this kernel)".to_string(),
+        _ => e.to_string(),
+    }
 }
 
 /// Everything `doctor` looks at, gathered once (all the I/O and the
@@ -194,6 +209,8 @@ pub struct Facts {
     pub cap_sys_admin: bool,
     pub pfn_access: bool,
     pub pagemap_scan: bool,
+    /// Anonymous memory can be named (`PR_SET_VMA_ANON_NAME`).
+    pub anon_vma_name: bool,
     /// glibc (major, minor); `None` for another C library.
     pub glibc: Option<(u32, u32)>,
 }
@@ -215,6 +232,7 @@ impl Facts {
             cap_sys_admin: kernel::has_cap_sys_admin(),
             pfn_access: kernel::pfn_access(),
             pagemap_scan: kernel::pagemap_scan_supported(),
+            anon_vma_name: kernel::anon_vma_name_supported(),
             glibc: kernel::glibc_version(),
         }
     }
@@ -241,6 +259,7 @@ pub fn findings(f: &Facts) -> Vec<Finding> {
     }
     out.push(pfn_access(f.pfn_access, f.cap_sys_admin));
     out.push(pagemap_scan(f.pagemap_scan));
+    out.push(anon_vma_name(f.anon_vma_name));
     out.push(glibc(f.glibc, &pmd_w));
     out
 }
@@ -423,7 +442,7 @@ fn filesystem(p: &FsProbe, pmd: usize, ro_thp: Option<&str>) -> [Finding; 3] {
         ),
         (Some(_), _) => (
             Status::Warn,
-            format!("accepted but nothing PMD-mapped{cfg_note}"),
+            format!("accepted but nothing PMD-mapped after a refault{cfg_note}"),
             "MADV_COLLAPSE did not give PMD mappings here; use `warm` (evict + refill)",
         ),
         (None, e) => (
@@ -481,6 +500,20 @@ fn pagemap_scan(scan: bool) -> Finding {
     )
 }
 
+fn anon_vma_name(named: bool) -> Finding {
+    finding(
+        "anon-vma-name",
+        "anonymous VMA names",
+        if named { "yes" } else { "no" },
+        if named { Status::Ok } else { Status::Info },
+        if named {
+            "text `run` copies shows in /proc/PID/maps as [anon:hugetext:PATH]"
+        } else {
+            "text `run` copies shows in /proc/PID/maps as unnamed anonymous memory (perf and gdb read /tmp/perf-PID.map)"
+        },
+    )
+}
+
 fn glibc(version: Option<(u32, u32)>, pmd_w: &str) -> Finding {
     match version {
         Some((a, b)) => finding(
@@ -533,6 +566,7 @@ mod tests {
             cap_sys_admin: true,
             pfn_access: true,
             pagemap_scan: true,
+            anon_vma_name: false,
             glibc: Some((2, 36)),
         }
     }
@@ -563,6 +597,7 @@ mod tests {
                 "madv-collapse",
                 "pfn-access",
                 "pagemap-scan",
+                "anon-vma-name",
                 "glibc"
             ]
         );
@@ -662,7 +697,7 @@ mod tests {
         let c = get(&findings(&f), "madv-collapse").clone();
         assert_eq!(
             (c.status, c.value.as_str()),
-            (Status::Warn, "accepted but nothing PMD-mapped")
+            (Status::Warn, "accepted but nothing PMD-mapped after a refault")
         );
     }
 

@@ -507,6 +507,57 @@ pub fn pagemap_scan_supported() -> bool {
     })
 }
 
+/// True when this kernel knows `MADV_COLLAPSE` at all (Linux 6.1+), asked
+/// of one PMD-aligned window of this process's own anonymous memory with one
+/// page touched: a kernel without the advice refuses it with EINVAL whatever
+/// the memory, while one that has it collapses (or fails for another reason).
+/// Whether it also collapses *file* text is a separate experiment
+/// (`doctor::probe_fs`).
+pub fn madv_collapse_known() -> bool {
+    static ONCE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ONCE.get_or_init(|| {
+        let pmd = pmd_size();
+        let Ok(m) = Mapping::anon_aligned(pmd, libc::PROT_READ | libc::PROT_WRITE, pmd) else {
+            return false;
+        };
+        // SAFETY: the first byte of our own fresh, writable mapping.
+        unsafe { std::ptr::write_volatile(m.as_ptr(), 1) };
+        !is_einval(&m.madvise(0, pmd, MADV_COLLAPSE))
+    })
+}
+
+/// True when this kernel names anonymous memory (`CONFIG_ANON_VMA_NAME`,
+/// Linux 5.17+): `prctl(PR_SET_VMA, PR_SET_VMA_ANON_NAME)` on one page of
+/// this process's own anonymous memory succeeds. Where it does, the text
+/// `run` copies shows in `/proc/PID/maps` as `[anon:hugetext:PATH]`.
+pub fn anon_vma_name_supported() -> bool {
+    static ONCE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ONCE.get_or_init(|| {
+        const PR_SET_VMA: libc::c_int = 0x5356_4d41;
+        const PR_SET_VMA_ANON_NAME: libc::c_ulong = 0;
+        let ps = page_size();
+        let Ok(m) = Mapping::anon_aligned(ps, libc::PROT_READ | libc::PROT_WRITE, ps) else {
+            return false;
+        };
+        let name = c"hugetext-probe";
+        // SAFETY: names our own mapping; the kernel copies the string.
+        let r = unsafe {
+            libc::prctl(
+                PR_SET_VMA,
+                PR_SET_VMA_ANON_NAME,
+                m.addr() as libc::c_ulong,
+                ps as libc::c_ulong,
+                name.as_ptr(),
+            )
+        };
+        r == 0
+    })
+}
+
+fn is_einval(r: &Result<()>) -> bool {
+    matches!(r, Err(Error::Sys { source, .. }) if source.raw_os_error() == Some(libc::EINVAL))
+}
+
 /// True when this process can see page frame numbers: `/proc/kpageflags`
 /// opens and this process's own pagemap shows a non-zero PFN for a page it
 /// has just touched. Without CAP_SYS_ADMIN the kernel hides PFNs (reads 0).
