@@ -931,7 +931,7 @@ _hugetext() {
             return 0
             ;;
         hugetext__subcmd__warm)
-            opts="-h -V --deps --json --config --max-mem --replace --replace-allow --no-collapse --path-unit --help --version"
+            opts="-h -V --deps --json --config --max-mem --replace --replace-allow --no-collapse --force --path-unit --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

@@ -80,6 +80,7 @@ complete -c hugetext -n "__fish_hugetext_using_subcommand warm" -l deps -d 'Also
 complete -c hugetext -n "__fish_hugetext_using_subcommand warm" -l json -d 'Print the result as JSON: {"files":[{"path", "pmd_kb", "blocked_kb", ...}]}'
 complete -c hugetext -n "__fish_hugetext_using_subcommand warm" -l replace -d 'Files whose windows running processes block: write an identical copy (mode, owner, xattrs, capabilities, times kept), warm it and rename it over the original. Running processes keep the old file; new ones get huge folios'
 complete -c hugetext -n "__fish_hugetext_using_subcommand warm" -l no-collapse -d 'Do not try MADV_COLLAPSE on windows that stayed small'
+complete -c hugetext -n "__fish_hugetext_using_subcommand warm" -l force -d 'Fill 2 MiB folios even for text no process can PMD-map when it runs (segments not 2 MiB-congruent, or a PIE with p_align < 2 MiB). By default such a file is left as it is, with exit status 3 and advice to run `hugetext align` first'
 complete -c hugetext -n "__fish_hugetext_using_subcommand warm" -l path-unit -d 'Print a systemd .path unit that re-warms when any of the files (and the --config file) changes, and exit'
 complete -c hugetext -n "__fish_hugetext_using_subcommand warm" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c hugetext -n "__fish_hugetext_using_subcommand warm" -s V -l version -d 'Print version'
