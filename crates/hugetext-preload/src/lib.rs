@@ -90,10 +90,13 @@ extern "C" fn at_load(argc: c_int, argv: *const *const c_char, _envp: *const *co
         };
         if via::at_start(&cfg, argv, || {
             pass(&cfg);
-        }) != via::Start::Program
+        }) == via::Start::Plain
         {
-            return; // a wrapper's hop says what it is; a forked helper runs plain
+            return; // a helper a wrapper forked runs plain
         }
+        // A wrapper has said what it is; it may still load objects after
+        // start (a program with all its text in libraries it dlopens looks
+        // like one), so what happens to those is said for it too.
     }
     if cfg.verbose {
         let mut o = out::line();
