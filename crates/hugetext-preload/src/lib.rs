@@ -78,8 +78,8 @@ extern "C" fn at_load(argc: c_int, argv: *const *const c_char, _envp: *const *co
     if !cfg.preloaded || cfg.disabled {
         return;
     }
-    let named_in_audit = config::getenv(hugetext_abi::env::LD_AUDIT.as_bytes())
-        .is_some_and(|v| hugetext_abi::env::preload_entries(v).any(hugetext_abi::env::is_hugetext_preload));
+    // Before the pass: it takes libhugetext.so out of LD_AUDIT.
+    let late = late_state(&cfg);
     if cfg.inherit {
         pass(&cfg);
     } else {
@@ -88,27 +88,33 @@ extern "C" fn at_load(argc: c_int, argv: *const *const c_char, _envp: *const *co
             // SAFETY: the loader passes the process's argc and argv.
             false => unsafe { core::slice::from_raw_parts(argv, argc as usize) },
         };
-        if via::at_start(&cfg, argv, || {
+        match via::at_start(&cfg, argv, late, || {
             pass(&cfg);
-        }) == via::Start::Plain
-        {
-            return; // a helper a wrapper forked runs plain
+        }) {
+            via::Start::Program => {}
+            // A helper a wrapper forked runs plain; a wrapper's hop line
+            // said what happens to what it dlopens (a program with all its
+            // text in libraries it loads later looks like a wrapper).
+            via::Start::Plain | via::Start::Wrapper => return,
         }
-        // A wrapper has said what it is; it may still load objects after
-        // start (a program with all its text in libraries it dlopens looks
-        // like one), so what happens to those is said for it too.
     }
     if cfg.verbose {
-        let mut o = out::line();
-        if AUDITED.load(Ordering::Relaxed) {
-            o.s("objects loaded after start (dlopen) are followed (LD_AUDIT)");
-        } else if !cfg.late {
-            o.s("objects loaded after start (dlopen) are not followed: HUGETEXT_LATE=0");
-        } else if !named_in_audit {
-            o.s("objects loaded after start (dlopen) are not followed: LD_AUDIT does not name libhugetext.so");
-        } else {
-            o.s("objects loaded after start (dlopen) are not followed: the dynamic loader did not load libhugetext.so from LD_AUDIT (secure-execution mode, or a C library without the rtld audit interface)");
-        }
+        out::line().s("objects loaded after start (dlopen) ").s(late);
+    }
+}
+
+/// What happens to objects this process loads after start, for `-v`.
+fn late_state(cfg: &config::Config) -> &'static str {
+    let named_in_audit = config::getenv(hugetext_abi::env::LD_AUDIT.as_bytes())
+        .is_some_and(|v| hugetext_abi::env::preload_entries(v).any(hugetext_abi::env::is_hugetext_preload));
+    if AUDITED.load(Ordering::Relaxed) {
+        "are followed (LD_AUDIT)"
+    } else if !cfg.late {
+        "are not followed: HUGETEXT_LATE=0"
+    } else if !named_in_audit {
+        "are not followed: LD_AUDIT does not name libhugetext.so"
+    } else {
+        "are not followed: the dynamic loader did not load libhugetext.so from LD_AUDIT (secure-execution mode, or a C library without the rtld audit interface)"
     }
 }
 

@@ -173,10 +173,11 @@ pub enum Start {
 /// The start-up decision around the pass, for a process that loaded the
 /// preload without `--inherit`: a wrapper's forked child runs plain; a
 /// wrapper keeps the preload for what it execs, without a pass of its own
-/// (nothing to remap, nothing to report but the hop); a program with text
+/// (nothing to remap, nothing to report but the hop and what happens to
+/// objects it loads after start, `late`); a program with text
 /// (or the last hop) runs the pass, removes the preload, and with `-v`
 /// names the chain that led to it.
-pub fn at_start(cfg: &config::Config, argv: &[*const c_char], pass: impl FnOnce()) -> Start {
+pub fn at_start(cfg: &config::Config, argv: &[*const c_char], late: &str, pass: impl FnOnce()) -> Start {
     let via = Via::from_env();
     if via.forked_by_wrapper() {
         crate::PLAIN.store(true, Relaxed);
@@ -198,7 +199,8 @@ pub fn at_start(cfg: &config::Config, argv: &[*const c_char], pass: impl FnOnce(
                 .u(via.hops as u64 + 1)
                 .s(" of at most ")
                 .u(env::MAX_HOPS as u64)
-                .s(")");
+                .s("); objects it dlopens ")
+                .s(late);
             name.clear();
         }
         return Start::Wrapper;
