@@ -51,8 +51,9 @@ fi
 if [ "$(cat "$tree/.check-series" 2> /dev/null)" != "$stamp" ]; then
   rm -f "$tree/.check-series"
   # Back to pristine: changed files restored, files the series added removed
-  # (the objects are out of tree; files that do not change keep their times).
-  (cd "$tree" && git checkout -q -f pristine && git clean -q -f -d -e /.check-source) ||
+  # (-x: the top-level .gitignore ignores everything new; the objects are
+  # out of tree; files that do not change keep their times).
+  (cd "$tree" && git checkout -q -f pristine && git clean -q -f -d -x -e /.check-source) ||
     die "resetting ${tree#"$repo"/} to the pristine source failed"
   for p in "${series[@]}"; do
     (cd "$tree" && git apply --check "$p") 2> "$check/$name-apply.log" ||
@@ -98,11 +99,14 @@ configure() { # ARCH OUT: configure OUT when its inputs changed
 
 # The kernel C files the series changes, as objects: a KUnit file under
 # fs/tests/ is #included by the loader it tests; the 32-bit ELF loader
-# includes binfmt_elf.c.
+# includes binfmt_elf.c; a changed header brings the object that uses what
+# the series changes in it (include/linux/pgtable.h: the batched PTE
+# helpers of mm/mprotect.c).
 objects() { # OUT -> the objects to build
   local objs
-  objs=$(cat "${series[@]}" | sed -n 's#^+++ b/\(.*\)\.c$#\1.o#p' | grep -v '^tools/' |
-    sed 's#^fs/tests/binfmt_elf_kunit\.o$#fs/binfmt_elf.o#' | sort -u | tr '\n' ' ')
+  objs=$(cat "${series[@]}" | sed -n 's#^+++ b/\(.*\)\.[ch]$#&#p' | sed 's#^+++ b/##' | grep -v '^tools/' |
+    sed -e 's#^fs/tests/binfmt_elf_kunit\.c$#fs/binfmt_elf.c#' -e 's#^include/linux/pgtable\.h$#mm/mprotect.c#' |
+    sed -n 's#\.c$#.o#p' | sort -u | tr '\n' ' ')
   grep -q 'fs/binfmt_elf.o' <<< "$objs" && grep -q '^CONFIG_COMPAT_BINFMT_ELF=y' "$1/.config" && objs="$objs fs/compat_binfmt_elf.o"
   echo "$objs"
 }
