@@ -43,10 +43,13 @@ setting() { # NAME: set the patches' sysctls
     congruent) v="9 1 2" ;;
     *) return 0 ;;
   esac
+  # Only the switches this kernel has (the 7.x series has no
+  # thp_readahead_cap or elf_pmd_align: its alignment follows exec folios).
   set -- $v
-  echo "$1" > /proc/sys/vm/exec_folio_order
-  echo "$2" > /proc/sys/vm/thp_readahead_cap
-  echo "$3" > /proc/sys/vm/elf_pmd_align
+  [ -e /proc/sys/vm/exec_folio_order ] && echo "$1" > /proc/sys/vm/exec_folio_order
+  [ -e /proc/sys/vm/thp_readahead_cap ] && echo "$2" > /proc/sys/vm/thp_readahead_cap
+  [ -e /proc/sys/vm/elf_pmd_align ] && echo "$3" > /proc/sys/vm/elf_pmd_align
+  return 0
 }
 
 # out ID CMD...: run CMD, its output as @@LAB lines, then its status.
