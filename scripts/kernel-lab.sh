@@ -15,18 +15,25 @@
 #   --rebuild     run make even when the cached kernel is up to date
 #   --cell        patched:xfs stock:xfs patched:ext4 stock:ext4 (default: all four)
 #   --thp MODE    THP mode(s) in the guests (default always, Debian's default)
-#   --bench       instead of the exec measurements: `bench mprotect` and
-#                 `bench readahead` with the batching switches off and on
-#                 (default cell patched:xfs; results in results-bench/)
+#   --bench       instead of the exec measurements: `bench mprotect` with
+#                 vm.mprotect_pte_batch off and on (default cell
+#                 patched:xfs; results in results-bench/; under TCG the
+#                 times are emulated)
 #   --write-doc   regenerate doc/kernel.md and doc/kernel.json from the results
 #                 (the last exec run's and the last --bench run's)
-#   --check       the CI check: the series applies to a fresh tree of the
-#                 packaged source (git apply --check), is clean under its
-#                 scripts/checkpatch.pl, and the files it changes compile
-#                 (make fs/binfmt_elf.o mm/filemap.o mm/mprotect.o
-#                 mm/readahead.o ...); no full build, no boot
+#   --check       the CI check, for both series: kernel/6.12/ against
+#                 linux-source-6.12 and kernel/7.x/ against linux-source-7.3.
+#                 Each applies to the pristine packaged source (git apply
+#                 --check), is clean under that tree's scripts/checkpatch.pl
+#                 --strict, the C files it changes (and its KUnit tests)
+#                 compile for x86-64 and for arm64 (cross, 4 KiB pages), and
+#                 the selftests it changes compile; no full build, no boot
 #
-# Caches (target/kernel-lab/): the source package (cache/), one source tree
+# Caches (target/kernel-lab/): the source packages (cache/; fetched with a
+# private apt configuration, scripts/lib/debian-apt.sh), the --check trees
+# (check/VERSION: a git repository of the pristine source, built out of
+# tree in check/VERSION-x86_64 and check/VERSION-arm64, so that a later
+# check only recompiles what the series changes), one source tree
 # per variant (src-stock/, src-patched/) built in place, each a git
 # repository of the pristine source (stock: that commit; patched: the series
 # on top). Whichever tree is built first, the other is a copy of it
@@ -88,23 +95,27 @@ series=("$repo"/kernel/6.12/*.patch)
 [ -e "${series[0]}" ] || die "no patches in kernel/6.12/"
 jobs=$(nproc)
 
-# --- the source: linux-source-6.12, fetched with apt and cached ------------
-source_tarball() { # -> the path of the cached linux-source-6.12 tarball
-  local deb tb
-  deb=$(ls -t "$cache"/linux-source-6.12_*.deb 2> /dev/null | head -n 1 || true)
+# --- the sources: linux-source-VERSION, fetched with apt and cached --------
+# A private apt configuration (Debian's suites with the kernels: bookworm-
+# security has linux-source-6.12, trixie-backports linux-source-7.3), shared
+# with scripts/kernel-matrix.sh; the system's sources list is not used.
+aptd=$repo/target/vm/apt
+# shellcheck source=scripts/lib/debian-apt.sh
+. scripts/lib/debian-apt.sh
+source_tarball() { # VERSION -> the path of the cached linux-source-VERSION tarball
+  local v=$1 deb tb
+  deb=$(ls -t "$cache"/linux-source-"$v"_*.deb 2> /dev/null | head -n 1 || true)
   if [ -z "$deb" ]; then
-    say "fetching linux-source-6.12 with apt"
-    if ! (cd "$cache" && apt-get download -q linux-source-6.12 > /dev/null 2>&1); then
-      apt-get update -qq > /dev/null 2>&1 || true
-      (cd "$cache" && apt-get download -q linux-source-6.12 > /dev/null 2>&1) ||
-        die "apt-get download linux-source-6.12 failed (no network, or no such package in sources.list)"
-    fi
-    deb=$(ls -t "$cache"/linux-source-6.12_*.deb | head -n 1)
+    say "fetching linux-source-$v with apt (private configuration: ${aptd#"$repo"/})"
+    debian_apt_ready
+    (cd "$cache" && debian_apt download -q "linux-source-$v" > /dev/null 2>&1) ||
+      die "apt-get download linux-source-$v failed (no network, or no such package in ${aptd#"$repo"/}/sources.list)"
+    deb=$(ls -t "$cache"/linux-source-"$v"_*.deb | head -n 1)
   fi
   tb=$cache/$(basename "$deb" .deb).tar.xz
   if [ ! -s "$tb" ]; then
-    dpkg-deb --fsys-tarfile "$deb" | tar -xO ./usr/src/linux-source-6.12.tar.xz > "$tb.tmp" ||
-      die "$deb holds no usr/src/linux-source-6.12.tar.xz"
+    dpkg-deb --fsys-tarfile "$deb" | tar -xO "./usr/src/linux-source-$v.tar.xz" > "$tb.tmp" ||
+      die "$deb holds no usr/src/linux-source-$v.tar.xz"
     mv "$tb.tmp" "$tb"
   fi
   echo "$tb"
@@ -117,7 +128,7 @@ first_error() { # LOG: the first compiler or make error in LOG
 unpack() { # TARBALL DIR: a fresh tree in DIR
   rm -rf "$2" "$2.tmp" && mkdir -p "$2.tmp"
   tar -xf "$1" -C "$2.tmp" || die "unpacking $1 failed"
-  mv "$2.tmp"/linux-source-6.12 "$2" && rmdir "$2.tmp"
+  mv "$2.tmp"/linux-source-* "$2" && rmdir "$2.tmp"
 }
 
 # The lab configuration, written only when it differs from the tree's, so
@@ -142,35 +153,14 @@ configure() { # TREE
   ) || die "configuring $t failed"
 }
 
-# --- the CI check: the series applies and what it changes compiles ----------
+# --- the CI check: each series applies, is clean, and what it changes compiles
 if [ $check = 1 ]; then
   t0=$(date +%s)
-  tb=$(source_tarball)
-  tree=$lab/check
-  unpack "$tb" "$tree"
-  # A repository of its own: git apply inside another repository's work tree
-  # would take paths relative to that one and skip the rest silently.
-  (cd "$tree" && git init -q) || die "git init of ${tree#"$repo"/} failed"
-  for p in "${series[@]}"; do
-    (cd "$tree" && git apply --check "$p") 2> "$lab/check-apply.log" ||
-      die "$(basename "$p") does not apply to $(basename "$tb" .tar.xz): $(head -n 1 "$lab/check-apply.log")"
-    (cd "$tree" && git apply "$p")
-  done
-  say "the series (${#series[@]} patches) applies to $(basename "$tb" .tar.xz)"
-  for p in "${series[@]}"; do
-    (cd "$tree" && perl scripts/checkpatch.pl -q --no-tree "$p") > "$lab/check-style.log" 2>&1 ||
-      die "$(basename "$p") is not clean under the tree's scripts/checkpatch.pl: $(grep -m 1 -E '^(ERROR|WARNING|CHECK)' "$lab/check-style.log" || head -n 1 "$lab/check-style.log")"
-  done
-  say "scripts/checkpatch.pl: no errors or warnings"
-  configure "$tree"
-  # Every C file the series changes, plus the 32-bit ELF loader that includes binfmt_elf.c.
-  objs=$(cat "${series[@]}" | sed -n 's#^+++ b/\(.*\)\.c$#\1.o#p' | sort -u | tr '\n' ' ')
-  grep -q 'fs/binfmt_elf.o' <<< "$objs" && grep -q '^CONFIG_COMPAT_BINFMT_ELF=y' "$tree/.config" && objs="$objs fs/compat_binfmt_elf.o"
-  say "compiling $objs"
-  # shellcheck disable=SC2086 # one argument per object
-  (cd "$tree" && nice -n 5 make -j"$jobs" KCFLAGS=-Werror $objs > "$lab/check-build.log" 2>&1) ||
-    die "the patched files do not compile: $(first_error "$lab/check-build.log") (see ${lab#"$repo"/}/check-build.log)"
-  rm -rf "$tree"
+  command -v aarch64-linux-gnu-gcc > /dev/null 2>&1 || die "'aarch64-linux-gnu-gcc' not found: run scripts/install-deps.sh"
+  tb612=$(source_tarball 6.12) || exit 2
+  tb73=$(source_tarball 7.3) || exit 2
+  bash scripts/lib/kernel-check.sh 6.12 "$tb612" kernel/6.12 || exit 2
+  bash scripts/lib/kernel-check.sh 7.x "$tb73" kernel/7.x || exit 2
   say "check passed in $(( $(date +%s) - t0 )) s"
   exit 0
 fi
@@ -244,7 +234,7 @@ build() { # VARIANT -> builds target/kernel-lab/src-VARIANT/arch/x86/boot/bzImag
   say "$v kernel built in $secs s"
 }
 
-tb=$(source_tarball)
+tb=$(source_tarball 6.12)
 t_all=$(date +%s)
 # Build what the cells boot (--build-only: both); the tree that is built
 # already first, so the other is derived from it.

@@ -317,32 +317,11 @@ cp tests/vm/guest-init.sh "$root/init"
 chmod 755 "$root/init"
 
 # --- 4. per kernel: fetch with apt, extract, add the modules -----------------
-# A private apt configuration: Debian's suites that carry the kernels, lists
-# and cache under target/vm/apt; the system's sources list is never read or
-# changed. Its lists are refreshed once a day (the newest image of a series).
+# A private apt configuration (scripts/lib/debian-apt.sh): Debian's suites
+# that carry the kernels, lists and cache under target/vm/apt.
 aptd=$vm/apt
-apt_opts=(-o "Dir::Etc::SourceList=$aptd/sources.list" -o "Dir::Etc::SourceParts=$aptd/sources.list.d"
-  -o "Dir::State::Lists=$aptd/lists" -o "Dir::Cache=$aptd/cache"
-  -o "Dir::Etc::Preferences=$aptd/preferences" -o "Dir::Etc::PreferencesParts=$aptd/preferences.d"
-  -o "APT::Sandbox::User=root")
-apt_sources() {
-  local key=/usr/share/keyrings/debian-archive-keyring.gpg mirror=${HT_DEBIAN_MIRROR:-http://deb.debian.org}
-  printf 'deb [arch=amd64,arm64 signed-by=%s] %s/%s %s main\n' \
-    "$key" "$mirror" debian bookworm "$key" "$mirror" debian-security bookworm-security \
-    "$key" "$mirror" debian trixie-backports "$key" "$mirror" debian bullseye \
-    "$key" "$mirror" debian-security bullseye-security
-}
-apt_ready() { # refresh the private lists when missing, changed or a day old
-  mkdir -p "$aptd"/{sources.list.d,preferences.d,lists/partial,cache/archives/partial}
-  if [ "$(apt_sources)" != "$(cat "$aptd/sources.list" 2>/dev/null)" ] ||
-     [ -z "$(find "$aptd/lists" -maxdepth 1 -name '*Packages*' -mmin -1440 -print -quit)" ]; then
-    apt_sources > "$aptd/sources.list"
-    say "apt-get update (private configuration: target/vm/apt)"
-    apt-get "${apt_opts[@]}" update -qq >&2 ||
-      [ -n "$(find "$aptd/lists" -maxdepth 1 -name '*Packages*' -print -quit)" ] ||
-      die "apt-get update of the kernel suites failed (no network?)"
-  fi
-}
+# shellcheck source=scripts/lib/debian-apt.sh
+. scripts/lib/debian-apt.sh
 fetch_kernel() { # SERIES -> prints the extracted directory
   local series=$1 re pkg dir p debs=() abi
   case $series in
@@ -355,22 +334,22 @@ fetch_kernel() { # SERIES -> prints the extracted directory
     7.x-arm64) re='^linux-image-7\.[0-9]+\.[0-9]+\+deb[0-9]+-cloud-arm64$' ;;
     7.x-arm64-16k) re='^linux-image-7\.[0-9]+\.[0-9]+\+deb[0-9]+-arm64-16k$' ;;
   esac
-  apt_ready
-  pkg=$(apt-cache "${apt_opts[@]}" pkgnames linux-image- 2>/dev/null | grep -E "$re" | sort -V | tail -n 1 || true)
+  debian_apt_ready
+  pkg=$(debian_apt_cache pkgnames linux-image- 2>/dev/null | grep -E "$re" | sort -V | tail -n 1 || true)
   [ -n "$pkg" ] || die "apt knows no package matching $re (target/vm/apt/sources.list)"
   dir=$vm/kernels/$pkg
   if [ ! -e "$dir/.done" ]; then
     # Since 7.x, linux-image-ABI is an empty package: the kernel is in
     # linux-binary-ABI, the modules in linux-modules-ABI.
     abi=${pkg#linux-image-}
-    if apt-cache "${apt_opts[@]}" pkgnames "linux-binary-$abi" 2>/dev/null | grep -qx "linux-binary-$abi"; then
+    if debian_apt_cache pkgnames "linux-binary-$abi" 2>/dev/null | grep -qx "linux-binary-$abi"; then
       debs=("linux-binary-$abi" "linux-modules-$abi")
     else
       debs=("$pkg")
     fi
     say "fetching ${debs[*]}"
     rm -rf "$dir" && mkdir -p "$dir"
-    ( cd "$vm/cache" && apt-get "${apt_opts[@]}" download -q "${debs[@]/%/${rust_target:+:arm64}}" >/dev/null 2>&1 ) ||
+    ( cd "$vm/cache" && debian_apt download -q "${debs[@]/%/${rust_target:+:arm64}}" >/dev/null 2>&1 ) ||
       die "apt-get download ${debs[*]} failed (no network or no such package)"
     for p in "${debs[@]}"; do
       dpkg-deb -x "$(ls -t "$vm/cache/${p}"_*.deb | head -n 1)" "$dir"

@@ -8,9 +8,11 @@ export PATH="$HOME/.cargo/bin:$PATH"
 cargo build --release --workspace --locked
 bash tests/fixtures/mkfixtures.sh target/fixtures
 cargo test --release --workspace --locked -- --test-threads=2
-# The kernel patch series (kernel/6.12/): it applies to Debian's packaged
-# linux-source-6.12 and the files it changes compile (doc/kernel.md; the
-# full build, boot and measurement is scripts/kernel-lab.sh).
+# The kernel patch series (kernel/6.12/, kernel/7.x/): each applies to
+# Debian's packaged source (linux-source-6.12, linux-source-7.3), is clean
+# under checkpatch --strict, and the files it changes compile for x86-64 and
+# arm64 (doc/kernel.md; the full build, boot and measurement is
+# scripts/kernel-lab.sh).
 bash scripts/kernel-lab.sh --check
 # The kernel matrix's CI cells (tests/vm/README.md says why these):
 # Debian 13's newest 7.x on ext4 (the common new setup: large folios on
