@@ -54,6 +54,9 @@ def sh(cmd, **kw):
 def setup():
     os.makedirs(W, exist_ok=True)
     os.chmod(W, 0o755)
+    # firefox-esr --profile DIR waits forever, headless, when DIR is missing.
+    for d in ("ff", "ff-hold"):
+        os.makedirs(os.path.join(W, d), exist_ok=True)
     with open(os.path.join(W, "page.html"), "w") as f:
         f.write('<html><body><p id="x">hello</p><script>document.getElementById("x").textContent += " from js";'
                 "</script></body></html>\n")
@@ -148,11 +151,34 @@ def remove_perf_maps(pids):
             pass
 
 
-def run_exit(cmd, env):
+def unlock_profiles():
+    """firefox-esr waits forever (headless: no dialog to answer) when its
+    profile holds the lock of an instance that was killed: remove stale
+    locks before every start (no firefox of ours runs at that point)."""
+    for d in ("ff", "ff-hold"):
+        for f in ("lock", ".parentlock", "parent.lock"):
+            try:
+                os.unlink(os.path.join(W, d, f))
+            except OSError:
+                pass
+
+
+def run_exit(cmd, env, limit=180):
+    """Run to exit; a start that takes over `limit` seconds (firefox-esr
+    --screenshot sometimes waits forever, plain or not) is killed with its
+    process group and returns ms None."""
+    unlock_profiles()
     t = time.perf_counter()
-    r = subprocess.run(cmd, env=env, stdin=subprocess.DEVNULL, capture_output=True)
+    proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=limit)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        return None, subprocess.CompletedProcess(cmd, -9, out, err)
     ms = (time.perf_counter() - t) * 1000
-    return ms, r
+    return ms, subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
 def server_log(name):
@@ -259,6 +285,7 @@ def hold(p, cmd, env):
     if p["kind"] == "server":
         _, _, seen = run_server(p, cmd, env, while_up=lambda pid: (time.sleep(1), observe(pid))[1])
         return seen
+    unlock_profiles()
     proc = subprocess.Popen(cmd, env=env, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     time.sleep(p["settle"])
@@ -321,14 +348,19 @@ def measure(p, pairs):
         for k, cmd in order:
             ms = one(cmd)[0]
             got[k] = ms
-            times[k].append(ms)
+            if ms is not None:
+                times[k].append(ms)
         if got["plain"] and got["run"]:
             ratios.append(got["run"] / got["plain"])
     held = {k: hold(p, c, env) for k, c in (("plain", p.get("hold", p["start"])),
                                             ("run", run + p.get("hold", p["start"])))}
     return dict(text=text, huge=huge, route=route, same=same, err=err,
-                plain_ms=statistics.median(times["plain"]), run_ms=statistics.median(times["run"]),
-                ratio=statistics.median(ratios), held=held)
+                plain_ms=median(times["plain"]), run_ms=median(times["run"]),
+                ratio=median(ratios), held=held, timeouts=2 * pairs - len(times["plain"]) - len(times["run"]))
+
+
+def median(xs):
+    return statistics.median(xs) if xs else float("nan")
 
 
 def main():
@@ -357,8 +389,16 @@ def main():
         notes.append("children's environment clean" if not h["run"]["leaked"]
                      else "children see " + ",".join(h["run"]["leaked"]))
         notes.append(f"{h['run']['pids']} processes")
+        if m["timeouts"]:
+            notes.append(f"{m['timeouts']} starts killed after 180 s")
         rows.append((p["shown"], m["text"], m["route"], m["huge"], m["plain_ms"], m["run_ms"], m["ratio"],
                      h["plain"]["private_mib"], h["run"]["private_mib"], "; ".join(notes)))
+        print_table(rows[-1:], pairs)  # as it comes (a benchmark of several minutes)
+        print("", flush=True)
+    print_table(rows, pairs)
+
+
+def print_table(rows, pairs):
     print(f"| program | text MiB (whole windows) | route (MiB) | huge-backed MiB | start plain ms | "
           f"start `run` ms | ratio (median of {pairs} pairs) | private text MiB plain / `run` | notes |")
     print("|---|---|---|---|---|---|---|---|---|")
