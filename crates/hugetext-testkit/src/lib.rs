@@ -611,3 +611,25 @@ pub fn tree_state(dir: &Path) -> Vec<(PathBuf, u64, u32, u32, i64, i64)> {
     out.sort();
     out
 }
+
+/// The hot-windows fixture (tests/fixtures/hotcold.c): 100 MiB of text in
+/// whole 2 MiB windows whose hot path is 8 MiB (four windows). Built once per
+/// test binary with gcc into `target/<profile>/hotcold/`.
+pub fn hotcold() -> &'static Path {
+    static P: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    P.get_or_init(|| {
+        let dir = target_profile_dir().join("hotcold");
+        std::fs::create_dir_all(&dir).unwrap();
+        let exe = dir.join(format!("hotcold-{}", std::process::id()));
+        let st = Command::new("gcc")
+            .args(["-O2", "-Wl,-z,max-page-size=0x200000", "-o"])
+            .arg(&exe)
+            .arg(root().join("tests/fixtures/hotcold.c"))
+            .status()
+            .expect("gcc (scripts/install-deps.sh)");
+        assert!(st.success(), "building the hotcold fixture failed");
+        let fixed = dir.join("hotcold");
+        std::fs::rename(&exe, &fixed).unwrap();
+        fixed
+    })
+}
