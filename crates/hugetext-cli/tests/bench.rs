@@ -508,16 +508,7 @@ fn ab_hot_is_a_third_side_with_only_the_hot_windows_in_pmd_folios() {
     let exe = common::hotcold();
     let dir = common::scratch();
     let path = exe.to_str().unwrap();
-    let id = hugetext::profile::attrib::build_id(path);
-    let prof = serde_json::json!({
-        "format": "hugetext-profile", "version": 1, "source": "sampling", "unit": "samples",
-        "page_size": 4096, "pmd_size": common::pmd(), "total": 100, "unattributed": 0,
-        "files": [{ "path": path, "build_id": id, "text": [[0x200000, 0x6600000]], "count": 100,
-                    "pages": [], "windows": [{ "offset": 0x400000, "count": 40 }, { "offset": 0x600000, "count": 20 },
-                                             { "offset": 0x800000, "count": 20 }, { "offset": 0xa00000, "count": 20 }] }]
-    });
-    let pf = dir.path().join("hot.json");
-    std::fs::write(&pf, prof.to_string()).unwrap();
+    let pf = common::hotcold_profile(dir.path());
     let out = common::hugetext(&[
         "bench",
         "ab",

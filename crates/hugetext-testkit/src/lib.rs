@@ -633,3 +633,24 @@ pub fn hotcold() -> &'static Path {
         fixed
     })
 }
+
+/// A profile of [`hotcold`] written by hand into `dir`: its hot path (main's
+/// window and the three windows of stubs, file offsets 4–12 MiB) holds every
+/// sample. Returns its path.
+pub fn hotcold_profile(dir: &Path) -> PathBuf {
+    let exe = hotcold().to_str().unwrap().to_string();
+    let id = hugetext::profile::attrib::build_id(&exe);
+    let windows: Vec<_> = [(0x400000u64, 40u64), (0x600000, 20), (0x800000, 20), (0xa00000, 20)]
+        .iter()
+        .map(|&(offset, count)| serde_json::json!({ "offset": offset, "count": count }))
+        .collect();
+    let prof = serde_json::json!({
+        "format": "hugetext-profile", "version": 1, "source": "sampling", "unit": "samples",
+        "page_size": 4096, "pmd_size": pmd(), "total": 100, "unattributed": 0,
+        "files": [{ "path": exe, "build_id": id, "text": [[0x200000, 0x6600000]], "count": 100,
+                    "pages": [], "windows": windows }]
+    });
+    let p = dir.join("hotcold-profile.json");
+    std::fs::write(&p, prof.to_string()).unwrap();
+    p
+}

@@ -271,6 +271,18 @@ pub fn hot_list(p: &Profile, share: f64) -> String {
 /// Read the profile at `path` and compile the hot-window list for `share`
 /// of its counts, for a machine whose PMD size is `pmd`.
 pub fn load_hot_list(path: &Path, share: f64, pmd: u64) -> Result<(String, Vec<HotFile>)> {
+    let p = load_for(path, pmd)?;
+    Ok((hot_list(&p, share), hot_windows(&p, share)))
+}
+
+/// The hot windows of the profile at `path` for `share` of its counts, for
+/// a machine whose PMD size is `pmd` (`warm` and `agent`'s `hot` key).
+pub fn load_hot(path: &Path, share: f64, pmd: u64) -> Result<Vec<HotFile>> {
+    Ok(hot_windows(&load_for(path, pmd)?, share))
+}
+
+/// Read a profile and check that its windows are this machine's.
+fn load_for(path: &Path, pmd: u64) -> Result<Profile> {
     let p = Profile::load(path)?;
     if p.pmd_size != pmd {
         return Err(Error::Invalid(format!(
@@ -280,7 +292,19 @@ pub fn load_hot_list(path: &Path, share: f64, pmd: u64) -> Result<(String, Vec<H
             pmd >> 10
         )));
     }
-    Ok((hot_list(&p, share), hot_windows(&p, share)))
+    Ok(p)
+}
+
+/// The hot ranges of the file at `path` with `build_id` among `hot`: by
+/// build-id, then by path (not when both have build-ids that differ). Pure.
+pub fn hot_ranges_of<'a>(hot: &'a [HotFile], path: &str, build_id: Option<&str>) -> Option<&'a [[u64; 2]]> {
+    hot.iter()
+        .find(|h| build_id.is_some() && h.build_id.as_deref() == build_id)
+        .or_else(|| {
+            hot.iter()
+                .find(|h| h.path == path && (h.build_id.is_none() || build_id.is_none()))
+        })
+        .map(|h| h.ranges.as_slice())
 }
 
 /// Ascending window offsets → merged `[start, end)` ranges. Pure.

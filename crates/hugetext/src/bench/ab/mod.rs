@@ -342,3 +342,23 @@ fn run_pairs(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn three_sides_run_first_second_and_last_equally_often() {
+        let mut at = [[0u32; 3]; 3];
+        for i in 0..6 {
+            let o = side_order(i, true, true);
+            assert_eq!(o.len(), 3);
+            for (pos, s) in o.iter().enumerate() {
+                at[*s as usize][pos] += 1;
+            }
+        }
+        assert_eq!(at, [[2; 3]; 3]);
+        assert_eq!(side_order(0, true, false), vec![Side::Small, Side::Huge]);
+        assert_eq!(side_order(1, true, false), vec![Side::Huge, Side::Small]);
+    }
+}

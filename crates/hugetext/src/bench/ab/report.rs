@@ -264,6 +264,7 @@ mod tests {
             order: "small,huge".into(),
             small: record(Side::Small, small_pct, others_kb),
             huge: record(Side::Huge, 100.0, others_kb),
+            hot: None,
         }
     }
 

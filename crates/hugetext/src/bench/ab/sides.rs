@@ -68,11 +68,7 @@ fn read_all(file: &File, path: &Path) -> Result<()> {
 fn hot_ranges<'a>(tf: &TextFile, hot: &'a [crate::profile::HotFile]) -> &'a [[u64; 2]] {
     let path = tf.path.to_string_lossy();
     let id = crate::profile::attrib::build_id(&path);
-    let found = hot.iter().find(|h| id.is_some() && h.build_id == id).or_else(|| {
-        hot.iter()
-            .find(|h| h.path == path && (h.build_id.is_none() || id.is_none()))
-    });
-    found.map(|h| h.ranges.as_slice()).unwrap_or_default()
+    crate::profile::hot_ranges_of(hot, &path, id.as_deref()).unwrap_or_default()
 }
 
 /// Put every managed file's text in `side`'s folios and verify the result
