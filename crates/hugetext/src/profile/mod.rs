@@ -272,7 +272,21 @@ pub fn hot_list(p: &Profile, share: f64) -> String {
 /// of its counts, for a machine whose PMD size is `pmd`.
 pub fn load_hot_list(path: &Path, share: f64, pmd: u64) -> Result<(String, Vec<HotFile>)> {
     let p = load_for(path, pmd)?;
-    Ok((hot_list(&p, share), hot_windows(&p, share)))
+    let list = fits(hot_list(&p, share)).map_err(|e| Error::Invalid(format!("{}: {e}", path.display())))?;
+    Ok((list, hot_windows(&p, share)))
+}
+
+/// A hot-window list the preload can read (at most
+/// `hugetext_abi::hot::MAX_LEN` bytes), or why not.
+pub fn fits(list: String) -> std::result::Result<String, String> {
+    match list.len() <= hugetext_abi::hot::MAX_LEN {
+        true => Ok(list),
+        false => Err(format!(
+            "the hot-window list would take {} KiB, more than the {} KiB the preload reads: give a smaller share",
+            list.len().div_ceil(1024),
+            hugetext_abi::hot::MAX_LEN / 1024
+        )),
+    }
 }
 
 /// The hot windows of the profile at `path` for `share` of its counts, for
@@ -482,6 +496,9 @@ mod tests {
         assert_eq!(e.len(), 1);
         assert_eq!(e[0].path, b"/a");
         assert_eq!(e[0].ranges, format!("0-{M},{}-{}", 3 * M, 4 * M).as_bytes());
+        assert_eq!(fits(list.clone()), Ok(list));
+        let big = "x".repeat(hugetext_abi::hot::MAX_LEN + 1);
+        assert!(fits(big).unwrap_err().contains("give a smaller share"));
         assert!(Profile::parse(&v2).unwrap_err().contains("version 2 is not supported"));
     }
 }
