@@ -219,7 +219,7 @@ _hugetext() {
             return 0
             ;;
         hugetext__subcmd__bench__subcmd__ab)
-            opts="-h -V --runs --json --plot --files --no-discover --seed --show-output --help --version"
+            opts="-h -V --runs --json --plot --files --no-discover --seed --show-output --hot --hot-share --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -238,6 +238,14 @@ _hugetext() {
                     return 0
                     ;;
                 --seed)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --hot)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --hot-share)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -835,7 +843,7 @@ _hugetext() {
             return 0
             ;;
         hugetext__subcmd__profile)
-            opts="-o -h -V --pid --perf-script --input --exact --duration --frequency --itlb --walk-cycles --qemu --output --svg --hot --json --top --help --version"
+            opts="-o -h -V --pid --perf-script --input --exact --duration --frequency --itlb --walk-cycles --qemu --output --svg --hot --hot-out --json --top --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -889,6 +897,10 @@ _hugetext() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --hot-out)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --top)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -901,7 +913,7 @@ _hugetext() {
             return 0
             ;;
         hugetext__subcmd__run)
-            opts="-v -h -V --strategy --include --exclude --verbose --inherit --gdb --no-dlopen --preload --help --version"
+            opts="-v -h -V --strategy --include --exclude --verbose --inherit --gdb --no-dlopen --preload --hot --hot-share --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -920,6 +932,14 @@ _hugetext() {
                     return 0
                     ;;
                 --preload)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --hot)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --hot-share)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -95,6 +95,7 @@ complete -c hugetext -n "__fish_hugetext_using_subcommand profile" -l qemu -d 'T
 complete -c hugetext -n "__fish_hugetext_using_subcommand profile" -s o -l output -d 'Write the profile (JSON) to this file' -r -F
 complete -c hugetext -n "__fish_hugetext_using_subcommand profile" -l svg -d 'Write the heat strips as SVG to this file' -r -F
 complete -c hugetext -n "__fish_hugetext_using_subcommand profile" -l hot -d 'List the windows holding this percentage of the counts (what `run --hot` remaps)' -r
+complete -c hugetext -n "__fish_hugetext_using_subcommand profile" -l hot-out -d 'Write the windows of --hot (default 99%) as a hot-window list for HUGETEXT_HOT' -r -F
 complete -c hugetext -n "__fish_hugetext_using_subcommand profile" -l top -d 'Files shown in the text report' -r
 complete -c hugetext -n "__fish_hugetext_using_subcommand profile" -l exact -d 'Run PROGRAM under qemu-user: every instruction counted, and the iTLB model'
 complete -c hugetext -n "__fish_hugetext_using_subcommand profile" -l json -d 'Print JSON (summary, iTLB estimate, hot windows) instead of text'
@@ -107,6 +108,8 @@ copy\t'copy into anonymous huge pages, mremap over the text (private memory)'"
 complete -c hugetext -n "__fish_hugetext_using_subcommand run" -l include -d 'Only remap mappings whose file path matches RE (literals . [..] \\d \\w \\s * + ? ^ $ |)' -r
 complete -c hugetext -n "__fish_hugetext_using_subcommand run" -l exclude -d 'Leave mappings whose file path matches RE alone' -r
 complete -c hugetext -n "__fish_hugetext_using_subcommand run" -l preload -d 'The libhugetext.so to inject' -r -F
+complete -c hugetext -n "__fish_hugetext_using_subcommand run" -l hot -d 'Remap only the windows holding the hot share of this profile\'s samples (`hugetext profile -o`)' -r -F
+complete -c hugetext -n "__fish_hugetext_using_subcommand run" -l hot-share -d 'With --hot: the share of the profile\'s samples the remapped windows hold' -r
 complete -c hugetext -n "__fish_hugetext_using_subcommand run" -s v -l verbose -d 'Report on stderr, per text mapping, what was done and why not'
 complete -c hugetext -n "__fish_hugetext_using_subcommand run" -l inherit -d 'Let child processes inherit the preload (default: they do not)'
 complete -c hugetext -n "__fish_hugetext_using_subcommand run" -l gdb -d 'gdb/perf-friendly: never copy text to anonymous memory (zero-copy routes only)'
@@ -161,6 +164,8 @@ complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen
 complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from ab" -l plot -d 'Write an SVG plot of every run\'s time to FILE (a new name or a regular file you own; mode 0666 less the umask)' -r -F
 complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from ab" -l files -d 'More files whose text to manage (e.g. code the warm-up run did not reach, or when ptrace is not permitted and discovery falls back to polling)' -r -F
 complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from ab" -l seed -d 'Seed of the side order and the bootstrap' -r
+complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from ab" -l hot -d 'A third side: only the windows holding --hot-share of this profile\'s samples (`hugetext profile -o`) in PMD folios, the rest small' -r -F
+complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from ab" -l hot-share -d 'With --hot: the share of the profile\'s samples its windows hold' -r
 complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from ab" -l json -d 'Print JSON instead of tables'
 complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from ab" -l no-discover -d 'Do not discover files from the warm-up run; manage only the executable and --files'
 complete -c hugetext -n "__fish_hugetext_using_subcommand bench; and __fish_seen_subcommand_from ab" -l show-output -d 'Show the command\'s standard output (default: discarded)'

@@ -15,6 +15,7 @@ pub mod compat;
 pub mod env;
 pub mod fs;
 pub mod geometry;
+pub mod hot;
 pub mod kpf;
 pub mod madv;
 pub mod maps;

@@ -502,6 +502,44 @@ fn ab_json_shape_verified_sides_and_plot() {
 }
 
 #[test]
+fn ab_hot_is_a_third_side_with_only_the_hot_windows_in_pmd_folios() {
+    let _turn = ab_turn();
+    // The hotcold fixture: 100 MiB of text, hot path 8 MiB (4 windows).
+    let exe = common::hotcold();
+    let dir = common::scratch();
+    let path = exe.to_str().unwrap();
+    let pf = common::hotcold_profile(dir.path());
+    let out = common::hugetext(&[
+        "bench",
+        "ab",
+        "--runs",
+        "2",
+        "--json",
+        "--hot",
+        pf.to_str().unwrap(),
+        "--",
+        path,
+        "1000",
+    ]);
+    let v = json_of(&out);
+    let hot = &v["hot"];
+    assert!(num(&hot["side"]["median_s"]) > 0.0, "{v}");
+    assert_eq!(hot["side"]["runs_s"].as_array().unwrap().len(), 2);
+    let ci = hot["ci95"].as_array().unwrap();
+    assert!(
+        num(&ci[0]) <= num(&hot["ratio"]) && num(&hot["ratio"]) <= num(&ci[1]),
+        "{hot}"
+    );
+    for p in v["pairs"].as_array().unwrap() {
+        assert_eq!(p["order"].as_str().unwrap().split(',').count(), 3, "{p}");
+        let st = &p["hot"]["state"];
+        assert_eq!(st["pmd_windows"], 4, "only the hot windows are in PMD folios: {st}");
+        assert!(p["huge"]["state"]["pmd_windows"].as_u64().unwrap() >= 49, "{p}");
+        assert_eq!(p["small"]["state"]["pmd_kb"], 0, "{p}");
+    }
+}
+
+#[test]
 fn ab_tables_for_a_tiny_command() {
     let _turn = ab_turn();
     let out = common::hugetext(&["bench", "ab", "--runs", "1", "--", "true"]);

@@ -9,6 +9,8 @@ mod agent;
 mod align;
 #[path = "hostile/bench.rs"]
 mod bench;
+#[path = "hostile/hot.rs"]
+mod hot;
 #[path = "hostile/preload.rs"]
 mod preload;
 #[path = "hostile/procfs.rs"]

@@ -376,6 +376,46 @@ fn memory_guard_refuses_and_touches_nothing() {
 }
 
 #[test]
+fn config_hot_warms_only_the_profiles_hot_windows() {
+    let dir = common::scratch();
+    // A copy of the fixture: matched by build-id; and a file the profile does not name.
+    let exe = dir.path().join("hotcold");
+    std::fs::copy(common::hotcold(), &exe).unwrap();
+    let other = common::scratch_file(dir.path(), "other", 4);
+    let prof = common::hotcold_profile(dir.path());
+    let conf = dir.path().join("warm.conf");
+    std::fs::write(&conf, format!("paths = [{exe:?}, {other:?}]\nhot = {prof:?}\n")).unwrap();
+    let (v, err) = warm_json_exit(&["--config", conf.to_str().unwrap()], 0);
+    assert_eq!(file_entry(&v, "/hotcold")["pmd_windows"], 4, "{v:#} {err}");
+    assert_eq!(file_entry(&v, "/other")["pmd_windows"], 0, "{v:#}");
+    // Half the samples: main's window alone (40 of 100) is not enough, two are.
+    std::fs::write(&conf, format!("paths = [{exe:?}]\nhot = {prof:?}\nhot_share = 50\n")).unwrap();
+    let v = warm_json(&["--config", conf.to_str().unwrap()]);
+    assert_eq!(file_entry(&v, "/hotcold")["pmd_windows"], 2, "{v:#}");
+    // A bad share, a relative path, a missing profile: one line, exit 1.
+    for (bad, want) in [
+        (
+            format!("paths = [{exe:?}]\nhot = {prof:?}\nhot_share = 0\n"),
+            "hot_share must be a percentage",
+        ),
+        (
+            format!("paths = [{exe:?}]\nhot = \"rel.json\"\n"),
+            "is not an absolute path",
+        ),
+        (
+            format!("paths = [{exe:?}]\nhot = \"/nonexistent/p.json\"\n"),
+            "/nonexistent/p.json",
+        ),
+    ] {
+        std::fs::write(&conf, bad).unwrap();
+        let out = common::hugetext(&["warm", "--config", conf.to_str().unwrap()]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(err.contains(want) && err.trim().lines().count() == 1, "{err}");
+    }
+}
+
+#[test]
 fn config_file_lists_what_to_warm() {
     let dir = common::scratch();
     let a = common::scratch_file(dir.path(), "a", 4);

@@ -37,6 +37,9 @@ pub struct Config {
     pub late_min: u64,
     /// `HUGETEXT_LATE_MIN` that could not be parsed (reported in verbose mode).
     pub bad_late_min: Option<&'static [u8]>,
+    /// `HUGETEXT_HOT_LIST` (the hot-window list inline, what `run --hot`
+    /// sets) or `HUGETEXT_HOT` (a file holding it): remap only those windows.
+    pub hot: crate::hot::Setting,
 }
 
 /// Kernel features the pass must not use (`HUGETEXT_COMPAT`), as if the
@@ -135,6 +138,10 @@ impl Config {
             late: flag(get(env::LATE), true),
             late_min,
             bad_late_min,
+            hot: crate::hot::Setting::from(
+                nonempty(get(hugetext_abi::hot::LIST_VAR)),
+                nonempty(get(hugetext_abi::hot::VAR)),
+            ),
         }
     }
 }

@@ -388,7 +388,7 @@ struct Windows {
 
 impl Windows {
     fn done(&self) -> bool {
-        self.huge == self.all
+        self.huge & self.all == self.all
     }
 }
 
@@ -806,6 +806,9 @@ impl Pass<'_> {
             }
             return;
         }
+        if !crate::hot::select(self.st.path(c), c.start, c.off, total, self.cfg.verbose) {
+            return;
+        }
         match self.scan.has_private_pages(c.start, c.end) {
             Ok(false) => {}
             Ok(true) => {
@@ -889,6 +892,7 @@ impl Pass<'_> {
         let Some(mut w) = w else {
             return;
         };
+        w.all &= crate::hot::mask(a, n);
         let plan = plan(&Facts {
             strategy: self.cfg.strategy,
             congruent,
@@ -1455,6 +1459,9 @@ pub fn remap_in(cfg: &Config, scope: &Scope) -> isize {
                 .s("); ignored");
         }
     }
+    if let Err(e) = crate::hot::load(cfg.hot, cfg.verbose) {
+        return e;
+    }
     let thp_off = sys::prctl(sys::PR_GET_THP_DISABLE, 0, 0, 0, 0) > 0;
     let scan = match cfg.compat.no_pagemap_scan {
         true => Err(0),
@@ -1593,6 +1600,7 @@ pub fn remap_in(cfg: &Config, scope: &Scope) -> isize {
                     .s(" text mappings have no whole ")
                     .size(scan::pmd() as u64)
                     .s(" window");
+                crate::hot::summary(&mut o);
                 if pass.scan.is_smaps() {
                     o.s("; verified with /proc/self/smaps totals");
                 }

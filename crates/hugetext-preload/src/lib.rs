@@ -21,6 +21,7 @@
 mod audit;
 mod config;
 mod engine;
+mod hot;
 mod maps;
 mod out;
 mod pattern;

@@ -611,3 +611,46 @@ pub fn tree_state(dir: &Path) -> Vec<(PathBuf, u64, u32, u32, i64, i64)> {
     out.sort();
     out
 }
+
+/// The hot-windows fixture (tests/fixtures/hotcold.c): 100 MiB of text in
+/// whole 2 MiB windows whose hot path is 8 MiB (four windows). Built once per
+/// test binary with gcc into `target/<profile>/hotcold/`.
+pub fn hotcold() -> &'static Path {
+    static P: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    P.get_or_init(|| {
+        let dir = target_profile_dir().join("hotcold");
+        std::fs::create_dir_all(&dir).unwrap();
+        let exe = dir.join(format!("hotcold-{}", std::process::id()));
+        let st = Command::new("gcc")
+            .args(["-O2", "-Wl,-z,max-page-size=0x200000", "-o"])
+            .arg(&exe)
+            .arg(root().join("tests/fixtures/hotcold.c"))
+            .status()
+            .expect("gcc (scripts/install-deps.sh)");
+        assert!(st.success(), "building the hotcold fixture failed");
+        let fixed = dir.join("hotcold");
+        std::fs::rename(&exe, &fixed).unwrap();
+        fixed
+    })
+}
+
+/// A profile of [`hotcold`] written by hand into `dir`: its hot path (main's
+/// window and the three windows of stubs, file offsets 4–12 MiB) holds every
+/// sample. Returns its path.
+pub fn hotcold_profile(dir: &Path) -> PathBuf {
+    let exe = hotcold().to_str().unwrap().to_string();
+    let id = hugetext::profile::attrib::build_id(&exe);
+    let windows: Vec<_> = [(0x400000u64, 40u64), (0x600000, 20), (0x800000, 20), (0xa00000, 20)]
+        .iter()
+        .map(|&(offset, count)| serde_json::json!({ "offset": offset, "count": count }))
+        .collect();
+    let prof = serde_json::json!({
+        "format": "hugetext-profile", "version": 1, "source": "sampling", "unit": "samples",
+        "page_size": 4096, "pmd_size": pmd(), "total": 100, "unattributed": 0,
+        "files": [{ "path": exe, "build_id": id, "text": [[0x200000, 0x6600000]], "count": 100,
+                    "pages": [], "windows": windows }]
+    });
+    let p = dir.join("hotcold-profile.json");
+    std::fs::write(&p, prof.to_string()).unwrap();
+    p
+}

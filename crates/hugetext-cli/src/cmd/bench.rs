@@ -212,6 +212,13 @@ struct AbArgs {
     /// Show the command's standard output (default: discarded).
     #[arg(long)]
     show_output: bool,
+    /// A third side: only the windows holding --hot-share of this profile's
+    /// samples (`hugetext profile -o`) in PMD folios, the rest small.
+    #[arg(long, value_name = "PROFILE")]
+    hot: Option<PathBuf>,
+    /// With --hot: the share of the profile's samples its windows hold.
+    #[arg(long, value_name = "PCT", default_value = "99", requires = "hot", value_parser = super::profile::parse_percent)]
+    hot_share: f64,
     /// The command to run, after `--`.
     #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_name = "COMMAND")]
     command: Vec<OsString>,
@@ -593,6 +600,17 @@ fn run_ab(a: AbArgs) -> Result<u8> {
         discover: !a.no_discover,
         seed: a.seed,
         show_output: a.show_output,
+        hot: match &a.hot {
+            Some(p) => {
+                let profile = hugetext::profile::Profile::load(p).map_err(|e| exit_with(2, e.to_string()))?;
+                Some((
+                    p.clone(),
+                    a.hot_share,
+                    hugetext::profile::hot_windows(&profile, a.hot_share),
+                ))
+            }
+            None => None,
+        },
     };
     if let Some(path) = &a.plot {
         // Refused before the runs, not after them.
@@ -677,7 +695,8 @@ fn print_ab(r: &ab::Report) {
         "iTLB misses",
         "Text in PMD folios",
     ]);
-    for (name, s) in [("small", &r.small), ("huge", &r.huge)] {
+    let hot = r.hot.as_ref().map(|h| ("hot", &h.side));
+    for (name, s) in [("small", &r.small), ("huge", &r.huge)].into_iter().chain(hot) {
         t.add_row(vec![
             name.to_string(),
             format!("{:.4} s", s.median_s),
@@ -701,6 +720,17 @@ fn print_ab(r: &ab::Report) {
         "huge/small CPU time (user+sys) = {:.3}, 95% CI [{:.3}, {:.3}]",
         r.cpu_ratio, r.cpu_ci95[0], r.cpu_ci95[1]
     );
+    if let Some(h) = &r.hot {
+        println!(
+            "hot/small wall time = {:.3}, 95% CI [{:.3}, {:.3}]; hot/huge = {:.3} (hot: the windows holding {}% of {}'s samples)",
+            h.ratio,
+            h.ci95[0],
+            h.ci95[1],
+            h.over_huge,
+            h.share * 100.0,
+            h.profile.display()
+        );
+    }
     if let Some(why) = &r.itlb.reason {
         println!("iTLB misses: {why}");
     }

@@ -40,7 +40,9 @@ The report: per file, its share, its windows holding 50/90/99% of the counts,
 and a heat strip (one column per window, ' .:-=+*#%@' from cold to hot). --svg
 writes the strips as an image; --output writes the profile (JSON, format
 documented in doc/profile.md) that `run --hot` reads; --hot PCT lists the
-windows holding PCT% of the counts, the ones `run --hot` would remap.
+windows holding PCT% of the counts, the ones `run --hot` would remap;
+--hot-out FILE writes them (default 99%) as the hot-window list HUGETEXT_HOT
+names, for programs started with libhugetext.so without `run`.
 
 Exits 0, or 1 on error (no such process, not permitted, qemu missing),
 127/126 when PROGRAM cannot be found or executed.";
@@ -97,6 +99,10 @@ pub struct Args {
     #[arg(long, value_name = "PCT", value_parser = parse_percent)]
     pub hot: Option<f64>,
 
+    /// Write the windows of --hot (default 99%) as a hot-window list for HUGETEXT_HOT.
+    #[arg(long, value_name = "FILE")]
+    pub hot_out: Option<PathBuf>,
+
     /// Print JSON (summary, iTLB estimate, hot windows) instead of text.
     #[arg(long)]
     pub json: bool,
@@ -125,7 +131,7 @@ fn parse_itlb(s: &str) -> std::result::Result<String, String> {
     })
 }
 
-fn parse_percent(s: &str) -> std::result::Result<f64, String> {
+pub(crate) fn parse_percent(s: &str) -> std::result::Result<f64, String> {
     let v: f64 = s
         .trim_end_matches('%')
         .parse()
@@ -146,6 +152,10 @@ pub fn run(args: Args) -> Result<u8> {
     if let Some(svg) = &args.svg {
         profile::write_output(svg, report::svg(&summary, args.top.max(1)).as_bytes())
             .context("cannot write the SVG")?;
+    }
+    if let Some(out) = &args.hot_out {
+        let list = profile::fits(profile::hot_list(&profile, args.hot.unwrap_or(0.99))).map_err(|e| exit_with(1, e))?;
+        profile::write_output(out, list.as_bytes()).context("cannot write the hot-window list")?;
     }
     let hot = args.hot.map(|s| (s, profile::hot_windows(&profile, s)));
     if args.json {

@@ -65,6 +65,12 @@ five from its options):
                            no-populate too
   (A set-ID or file-capability program that calls hugetext_remap_text()
   ignores every HUGETEXT_* variable and writes no perf map.)
+  HUGETEXT_HOT=FILE        remap only the 2 MiB windows a hot-window list names
+                           (written by `hugetext profile --input PROFILE
+                           --hot-out FILE`; opened without following a
+                           symbolic link; a list that cannot be read leaves
+                           all text as it is). --hot sets the list itself,
+                           compiled from the profile, as HUGETEXT_HOT_LIST
   HUGETEXT_PRELOAD=PATH    libhugetext.so to inject (default: next to the
                            hugetext binary, ../lib/hugetext/, /usr/local/lib)
 
@@ -82,8 +88,18 @@ them in this order; a window that is already PMD-mapped is left alone):
   copy      copy into anonymous 2 MiB pages, make them r-x, and move them over
             the text with one mremap: private memory per process.
 
+Hot windows only (--hot PROFILE): the profile (`hugetext profile -o`) names
+the windows that hold the samples; run remaps those holding --hot-share of
+them (default 99%) and leaves the others as they are: with the copy route,
+private memory and start-up time follow the hot text, not the whole text.
+Files are matched by GNU build-id, then by path (a file whose build-id
+differs from the profile's is left alone); files not in the profile are left
+alone. -v prints the MiB of hot windows remapped and of cold windows left.
+
 Examples:
   hugetext run -v -- ./server --port 8080
+  hugetext profile -o app.json -- ./app --typical-load
+  hugetext run --hot app.json --strategy copy -v -- ./app
   hugetext run --strategy file --exclude 'libc\\.so' -- python3 app.py";
 
 /// Which routes the preload may use.
@@ -146,6 +162,14 @@ pub struct Args {
     #[arg(long, value_name = "PATH", env = "HUGETEXT_PRELOAD")]
     pub preload: Option<PathBuf>,
 
+    /// Remap only the windows holding the hot share of this profile's samples (`hugetext profile -o`)
+    #[arg(long, value_name = "PROFILE")]
+    pub hot: Option<PathBuf>,
+
+    /// With --hot: the share of the profile's samples the remapped windows hold
+    #[arg(long, value_name = "PCT", default_value = "99", requires = "hot", value_parser = super::profile::parse_percent)]
+    pub hot_share: f64,
+
     /// The program to run, and its arguments
     #[arg(
         value_name = "PROGRAM",
@@ -169,6 +193,7 @@ pub fn run(args: Args) -> Result<u8> {
         remap::check_pattern(re).map_err(|e| exit_with(2, e.to_string()))?;
     }
     let preload = remap::find_preload(args.preload.as_deref()).map_err(|e| exit_with(125, e.to_string()))?;
+    let hot = hot_environment(args.hot.as_deref(), args.hot_share, args.verbose)?;
     let (program, rest) = args.command.split_first().expect("clap requires PROGRAM");
     let path_var = std::env::var_os("PATH");
     let resolved = remap::resolve_program(program, path_var.as_deref())?;
@@ -230,6 +255,7 @@ pub fn run(args: Args) -> Result<u8> {
     let mut env = remap::environment(&opts, &preload, std::env::var_os("LD_PRELOAD").as_deref())
         .map_err(|e| exit_with(125, e.to_string()))?;
     env.extend(naming(args.verbose));
+    env.extend(hot);
     env.extend(remap::late_environment(
         &preload,
         args.no_dlopen,
@@ -257,6 +283,33 @@ pub fn run(args: Args) -> Result<u8> {
         std::io::ErrorKind::NotFound => exit_with(127, format!("{shown}: cannot execute: {err}")),
         _ => exit_with(126, format!("{shown}: cannot execute: {err}")),
     })
+}
+
+/// `--hot PROFILE`: the hot-window list the preload reads, compiled from the
+/// profile (exit 125 when it cannot be read); `-v` says what it holds.
+fn hot_environment(
+    profile: Option<&std::path::Path>,
+    share: f64,
+    verbose: bool,
+) -> Result<Option<(OsString, OsString)>> {
+    let Some(path) = profile else {
+        return Ok(None);
+    };
+    let pmd = hugetext::kernel::pmd_size() as u64;
+    let (list, files) =
+        hugetext::profile::load_hot_list(path, share, pmd).map_err(|e| exit_with(125, e.to_string()))?;
+    if verbose {
+        let bytes: u64 = files.iter().flat_map(|f| &f.ranges).map(|r| r[1] - r[0]).sum();
+        eprintln!(
+            "hugetext: {}: {} windows in {} files hold {}% of the profile's samples ({} MiB): only they are remapped",
+            path.display(),
+            bytes / pmd,
+            files.len(),
+            share * 100.0,
+            bytes >> 20
+        );
+    }
+    Ok(Some((hugetext::profile::HOT_LIST_VAR.into(), list.into())))
 }
 
 /// Once per run, not in every process: where the kernel cannot name

@@ -131,6 +131,14 @@ pub fn run(args: Args) -> Result<u8> {
     };
 
     let plans = warm::plan_all(&paths, deps);
+    // The `hot` key: only the profile's hot windows.
+    let plans = match cfg.hot_windows()? {
+        Some(hot) => plans
+            .into_iter()
+            .map(|(p, t)| (p, t.map(|t| warm::restrict_to_hot(t, &hot))))
+            .collect(),
+        None => plans,
+    };
     if args.path_unit {
         let files: Vec<PathBuf> = plans
             .iter()

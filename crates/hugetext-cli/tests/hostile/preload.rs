@@ -16,7 +16,7 @@ use hugetext_testkit as tk;
 
 /// A scratch directory the attacker can reach, with `tmp/` (mode 1777,
 /// root's, like /tmp) to bind over /tmp.
-fn scratch_with_tmp() -> (tempfile::TempDir, PathBuf) {
+pub(super) fn scratch_with_tmp() -> (tempfile::TempDir, PathBuf) {
     let d = tk::scratch();
     std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let tmp = d.path().join("tmp");
@@ -28,7 +28,7 @@ fn scratch_with_tmp() -> (tempfile::TempDir, PathBuf) {
 /// `unshare` running what the caller appends with `tmp` bound over /tmp;
 /// with `pid_ns`, as pid 1 of a new pid namespace with its own /proc (and
 /// killed when unshare is).
-fn with_private_tmp(tmp: &Path, pid_ns: bool) -> Command {
+pub(super) fn with_private_tmp(tmp: &Path, pid_ns: bool) -> Command {
     let mut cmd = Command::new("unshare");
     cmd.arg("--mount");
     if pid_ns {
@@ -42,7 +42,7 @@ fn with_private_tmp(tmp: &Path, pid_ns: bool) -> Command {
 
 /// Run `cmd`, killing it if it has not finished within `limit`. Returns
 /// its output, or None when it had to be killed (it hung).
-fn output_within(cmd: &mut Command, limit: Duration) -> Option<Output> {
+pub(super) fn output_within(cmd: &mut Command, limit: Duration) -> Option<Output> {
     let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -155,7 +155,7 @@ fn a_hard_link_at_the_perf_map_path_leaves_its_target_unchanged() {
 
 /// A set-user-ID-root program that calls `hugetext_remap_text()` and runs
 /// code of the fixtures' libbig.so (whose text has whole windows to copy).
-fn setuid_capi_program(dir: &Path) -> PathBuf {
+pub(super) fn setuid_capi_program(dir: &Path) -> PathBuf {
     let src = dir.join("suid.c");
     std::fs::write(
         &src,

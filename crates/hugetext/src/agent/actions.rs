@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use super::collect::AgentMetrics;
 use super::policy::{self, Candidate, Decision, FileId, RateLimit, RecentlyRan};
+use crate::profile::HotFile;
 use crate::warm::{self, Config, MemLimit, WarmContext, WarmOptions};
 use crate::{procfs, Result};
 
@@ -111,22 +112,36 @@ impl Keeper {
     /// Evaluate the policy once: warm what may be warmed now.
     pub fn evaluate(&mut self, cfg: &Config, files: &[PathBuf], m: &AgentMetrics) {
         let limit: MemLimit = cfg.max_mem.as_deref().and_then(|s| s.parse().ok()).unwrap_or_default();
+        // The `hot` key: only the profile's hot windows; a profile that
+        // cannot be used stops warming until the config is fixed.
+        let hot = match cfg.hot_windows() {
+            Ok(h) => h,
+            Err(e) => {
+                m.action("warm", "failed");
+                log(&format!("hot: {e}; nothing warmed"));
+                return;
+            }
+        };
         for path in files {
-            if let Err(e) = self.consider(path, limit, m) {
+            if let Err(e) = self.consider(path, limit, hot.as_deref(), m) {
                 m.action("warm", "failed");
                 log(&format!("{}: {e}", path.display()));
             }
         }
     }
 
-    fn consider(&mut self, path: &PathBuf, limit: MemLimit, m: &AgentMetrics) -> Result<()> {
+    fn consider(&mut self, path: &PathBuf, limit: MemLimit, hot: Option<&[HotFile]>, m: &AgentMetrics) -> Result<()> {
         let id = FileId::of(path).map_err(|e| crate::Error::io(path, e))?;
         let now = Instant::now();
         let attempted = self
             .attempts
             .get(path)
             .is_some_and(|(i, until)| *i == id && now < *until);
-        let (eligible, pmd) = super::collect::file_state(path)?;
+        let t = match hot {
+            Some(h) => warm::restrict_to_hot(warm::plan_exact(path)?, h),
+            None => warm::plan_exact(path)?,
+        };
+        let (eligible, pmd) = super::collect::target_state(&t)?;
         let mut c = Candidate {
             eligible_windows: eligible,
             pmd_windows: pmd,
@@ -151,7 +166,6 @@ impl Keeper {
             return Ok(());
         }
         self.blocked_logged.remove(path);
-        let t = warm::plan_exact(path)?;
         if let Err(e) = warm::check_memory(t.bytes(), limit) {
             m.action("warm", "memory_guard");
             self.attempts.insert(path.clone(), (id, now + Duration::from_secs(60)));

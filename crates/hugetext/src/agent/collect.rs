@@ -529,12 +529,16 @@ fn method_name(m: Method) -> &'static str {
 /// Eligible windows of `path` and (with PFN access) how many are PMD folios
 /// now, measured the way `warm` measures its result.
 pub fn file_state(path: &Path) -> Result<(u64, Option<u64>)> {
-    let t = warm::plan_exact(path)?;
+    target_state(&warm::plan_exact(path)?)
+}
+
+/// [`file_state`] of a planned target (the agent's, cut to hot windows).
+pub fn target_state(t: &warm::Target) -> Result<(u64, Option<u64>)> {
     let eligible = t.eligible_windows();
     if !kernel::pfn_access() || eligible == 0 {
         return Ok((eligible, None));
     }
-    Ok((eligible, Some(warm::pmd_windows_now(&t)?)))
+    Ok((eligible, Some(warm::pmd_windows_now(t)?)))
 }
 
 #[cfg(test)]

@@ -36,6 +36,8 @@ use crate::{Error, Result};
 pub const FORMAT: &str = "hugetext-profile";
 /// The profile file version this library writes and reads.
 pub const VERSION: u32 = 1;
+/// The variable `run --hot` sets to the hot-window list ([`hot_list`]).
+pub use hugetext_abi::hot::LIST_VAR as HOT_LIST_VAR;
 
 /// Where a profile's counts come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -238,6 +240,87 @@ pub fn hot_windows(p: &Profile, share: f64) -> Vec<HotFile> {
         .collect()
 }
 
+/// The hot-window list (`hugetext_abi::hot`) of the windows holding
+/// `share` of the profile's counts: what `run --hot` hands the preload.
+/// A path that cannot be written on one line is left out (the file still
+/// matches by build-id; without one it cannot match). Pure.
+pub fn hot_list(p: &Profile, share: f64) -> String {
+    use std::fmt::Write;
+    let mut out = format!(
+        "{} {} {}\n",
+        String::from_utf8_lossy(hugetext_abi::hot::MAGIC),
+        hugetext_abi::hot::VERSION,
+        p.pmd_size
+    );
+    for f in hot_windows(p, share) {
+        let id = f
+            .build_id
+            .as_deref()
+            .filter(|i| !i.is_empty() && i.bytes().all(|b| b.is_ascii_hexdigit()));
+        let path = match f.path.contains('\n') || f.path.is_empty() {
+            true if id.is_none() => continue,
+            true => "?",
+            false => f.path.as_str(),
+        };
+        let ranges: Vec<String> = f.ranges.iter().map(|r| format!("{}-{}", r[0], r[1])).collect();
+        let _ = writeln!(out, "{} {} {path}", id.unwrap_or("-"), ranges.join(","));
+    }
+    out
+}
+
+/// Read the profile at `path` and compile the hot-window list for `share`
+/// of its counts, for a machine whose PMD size is `pmd`.
+pub fn load_hot_list(path: &Path, share: f64, pmd: u64) -> Result<(String, Vec<HotFile>)> {
+    let p = load_for(path, pmd)?;
+    let list = fits(hot_list(&p, share)).map_err(|e| Error::Invalid(format!("{}: {e}", path.display())))?;
+    Ok((list, hot_windows(&p, share)))
+}
+
+/// A hot-window list the preload can read (at most
+/// `hugetext_abi::hot::MAX_LEN` bytes), or why not.
+pub fn fits(list: String) -> std::result::Result<String, String> {
+    match list.len() <= hugetext_abi::hot::MAX_LEN {
+        true => Ok(list),
+        false => Err(format!(
+            "the hot-window list would take {} KiB, more than the {} KiB the preload reads: give a smaller share",
+            list.len().div_ceil(1024),
+            hugetext_abi::hot::MAX_LEN / 1024
+        )),
+    }
+}
+
+/// The hot windows of the profile at `path` for `share` of its counts, for
+/// a machine whose PMD size is `pmd` (`warm` and `agent`'s `hot` key).
+pub fn load_hot(path: &Path, share: f64, pmd: u64) -> Result<Vec<HotFile>> {
+    Ok(hot_windows(&load_for(path, pmd)?, share))
+}
+
+/// Read a profile and check that its windows are this machine's.
+fn load_for(path: &Path, pmd: u64) -> Result<Profile> {
+    let p = Profile::load(path)?;
+    if p.pmd_size != pmd {
+        return Err(Error::Invalid(format!(
+            "{}: the profile counts windows of {} KiB, this machine's huge pages are {} KiB: profile on this machine",
+            path.display(),
+            p.pmd_size >> 10,
+            pmd >> 10
+        )));
+    }
+    Ok(p)
+}
+
+/// The hot ranges of the file at `path` with `build_id` among `hot`: by
+/// build-id, then by path (not when both have build-ids that differ). Pure.
+pub fn hot_ranges_of<'a>(hot: &'a [HotFile], path: &str, build_id: Option<&str>) -> Option<&'a [[u64; 2]]> {
+    hot.iter()
+        .find(|h| build_id.is_some() && h.build_id.as_deref() == build_id)
+        .or_else(|| {
+            hot.iter()
+                .find(|h| h.path == path && (h.build_id.is_none() || build_id.is_none()))
+        })
+        .map(|h| h.ranges.as_slice())
+}
+
 /// Ascending window offsets → merged `[start, end)` ranges. Pure.
 fn merge_windows(offs: &[u64], pmd: u64) -> Vec<[u64; 2]> {
     let mut out: Vec<[u64; 2]> = Vec::new();
@@ -406,6 +489,16 @@ mod tests {
             .unwrap_err()
             .contains("not a hugetext profile"));
         let v2 = text.replace("\"version\":1", "\"version\":2");
+        let list = hot_list(&profile(vec![file("/a", &[(0, 5), (3, 1)])]), 0.99);
+        let parsed = hugetext_abi::hot::parse(list.as_bytes()).unwrap();
+        assert_eq!(parsed.pmd, M);
+        let e: Vec<_> = parsed.entries().collect();
+        assert_eq!(e.len(), 1);
+        assert_eq!(e[0].path, b"/a");
+        assert_eq!(e[0].ranges, format!("0-{M},{}-{}", 3 * M, 4 * M).as_bytes());
+        assert_eq!(fits(list.clone()), Ok(list));
+        let big = "x".repeat(hugetext_abi::hot::MAX_LEN + 1);
+        assert!(fits(big).unwrap_err().contains("give a smaller share"));
         assert!(Profile::parse(&v2).unwrap_err().contains("version 2 is not supported"));
     }
 }

@@ -92,6 +92,8 @@ pub fn check_memory(bytes: u64, limit: MemLimit) -> Result<()> {
 /// deps = true          # also every shared library they load
 /// max_mem = "25%"      # memory guard: share of MemAvailable, or a size ("4G")
 /// replace = false      # --replace for files running processes block
+/// hot = "/etc/hugetext/clang.json"   # only the windows holding hot_share
+/// hot_share = 99                     # percent of this profile's samples
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -108,6 +110,13 @@ pub struct Config {
     /// Replace blocked files with warmed copies.
     #[serde(default)]
     pub replace: bool,
+    /// A profile (`hugetext profile -o`): warm only the windows holding
+    /// `hot_share` of its samples; files it does not name are not warmed.
+    #[serde(default, deserialize_with = "absolute_path")]
+    pub hot: Option<PathBuf>,
+    /// Percent of the profile's samples (default 99).
+    #[serde(default, deserialize_with = "percent")]
+    pub hot_share: Option<f64>,
     /// `hugetext agent`: what to keep warm besides `paths`, and its settings.
     #[serde(default)]
     pub agent: crate::agent::AgentConfig,
@@ -123,6 +132,25 @@ fn absolute_paths<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result
         )));
     }
     Ok(v)
+}
+
+fn absolute_path<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Option<PathBuf>, D::Error> {
+    let p: PathBuf = serde::Deserialize::deserialize(d)?;
+    if !p.is_absolute() {
+        return Err(serde::de::Error::custom(format!(
+            "{:?} is not an absolute path",
+            p.display().to_string()
+        )));
+    }
+    Ok(Some(p))
+}
+
+fn percent<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Option<f64>, D::Error> {
+    let v: f64 = serde::Deserialize::deserialize(d)?;
+    if !(v > 0.0 && v <= 100.0) {
+        return Err(serde::de::Error::custom("hot_share must be a percentage in (0, 100]"));
+    }
+    Ok(Some(v))
 }
 
 fn mem_limit<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Option<String>, D::Error> {
@@ -146,6 +174,16 @@ fn parse_error(s: &str, e: toml::de::Error) -> (Option<(usize, usize)>, String) 
 }
 
 impl Config {
+    /// The `hot` key's windows (None without it); a profile that cannot be
+    /// used is an error.
+    pub fn hot_windows(&self) -> Result<Option<Vec<crate::profile::HotFile>>> {
+        let Some(p) = &self.hot else {
+            return Ok(None);
+        };
+        let share = self.hot_share.unwrap_or(99.0) / 100.0;
+        crate::profile::load_hot(p, share, crate::kernel::pmd_size() as u64).map(Some)
+    }
+
     /// Read and parse a config file; errors are one line,
     /// `FILE:LINE:COLUMN: what`.
     pub fn load(path: &Path) -> Result<Config> {

@@ -30,7 +30,10 @@ mod report;
 mod run;
 
 pub use config::{check_memory, path_unit, Config, MemLimit};
-pub use plan::{open_regular, plan, plan_all, plan_exact, resolve_deps, resolve_link, Runtime, Target, WarmRange};
+pub use plan::{
+    cut_ranges, open_regular, plan, plan_all, plan_exact, resolve_deps, resolve_link, restrict_to_hot, Runtime, Target,
+    WarmRange,
+};
 pub use replace::{replace_and_warm, replace_refusals, ReplaceAllow};
 pub use report::{human, FileReport, RangeReport, SmallReasons};
 pub use run::{warm_all, CollapseState, FileOutcome, WarmReport};

@@ -119,6 +119,42 @@ impl Target {
     }
 }
 
+/// Only the profile's hot windows of `t` (`hot`, the `hot` config key):
+/// its ranges cut to the hot ranges of its file (matched by build-id, then
+/// path); a file the profile does not name keeps no range.
+pub fn restrict_to_hot(mut t: Target, hot: &[crate::profile::HotFile]) -> Target {
+    let path = t.path.to_string_lossy().into_owned();
+    let id = crate::profile::attrib::build_id(&path);
+    match crate::profile::hot_ranges_of(hot, &path, id.as_deref()) {
+        Some(h) => t.ranges = cut_ranges(&t.ranges, h),
+        None => {
+            t.ranges.clear();
+            t.notes.push("no hot windows in the profile (`hot`): not warmed".into());
+        }
+    }
+    t
+}
+
+/// `ranges` cut to the parts inside `hot` (`[start, end)` file ranges). Pure.
+pub fn cut_ranges(ranges: &[WarmRange], hot: &[[u64; 2]]) -> Vec<WarmRange> {
+    let mut out = Vec::new();
+    for r in ranges {
+        for h in hot {
+            let (s, e) = (r.offset.max(h[0]), (r.offset + r.len).min(h[1]));
+            if s < e {
+                out.push(WarmRange {
+                    offset: s,
+                    len: e - s,
+                    vaddr: r.vaddr.map(|v| v + (s - r.offset)),
+                    ..r.clone()
+                });
+            }
+        }
+    }
+    out.sort_by_key(|r| r.offset);
+    out
+}
+
 /// Open `path`, which must be a regular file, to warm it, with one clear
 /// error line when it is not: missing, a directory, a FIFO, a symbolic link
 /// (planned paths are resolved, so a link there was swapped in), not
@@ -343,4 +379,28 @@ pub fn plan_all(paths: &[PathBuf], deps: bool) -> Vec<(PathBuf, Result<Target>)>
         }
     }
     out
+}
+
+#[cfg(test)]
+mod hot_tests {
+    use super::*;
+
+    #[test]
+    fn ranges_are_cut_to_the_hot_windows() {
+        const M: u64 = 1 << 20;
+        let r = WarmRange {
+            offset: M,
+            len: 9 * M,
+            vaddr: Some(0x40_0000 + M),
+            flags: Some("r-x".into()),
+            runtime: Runtime::Congruent,
+        };
+        let cut = cut_ranges(&[r], &[[4 * M, 6 * M], [0, 2 * M], [12 * M, 14 * M]]);
+        let got: Vec<_> = cut.iter().map(|c| (c.offset, c.len, c.vaddr)).collect();
+        assert_eq!(
+            got,
+            vec![(M, M, Some(0x40_0000 + M)), (4 * M, 2 * M, Some(0x40_0000 + 4 * M))]
+        );
+        assert!(cut_ranges(&cut, &[]).is_empty());
+    }
 }

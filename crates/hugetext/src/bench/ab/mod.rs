@@ -61,7 +61,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 pub use files::TextFile;
-pub use report::{notes, Failure, ItlbInfo, Pair, Report, RunRecord, SideReport};
+pub use report::{notes, Failure, HotSide, ItlbInfo, Pair, Report, RunRecord, SideReport};
 pub use sides::{prepare, record, restore, restored_note, verify, Found, Restored, TextState};
 
 use super::perf::ItlbCounter;
@@ -84,6 +84,9 @@ pub struct Options {
     pub seed: u64,
     /// Let the command write to hugetext's stdout (default: discarded).
     pub show_output: bool,
+    /// A third side: only these windows (a profile's hot windows) in PMD
+    /// folios, the rest of the text small; with the profile and its share.
+    pub hot: Option<(PathBuf, f64, Vec<crate::profile::HotFile>)>,
 }
 
 impl Default for Options {
@@ -95,6 +98,7 @@ impl Default for Options {
             discover: true,
             seed: 0xab,
             show_output: false,
+            hot: None,
         }
     }
 }
@@ -107,6 +111,8 @@ pub enum Side {
     Small,
     /// Text in PMD-size folios.
     Huge,
+    /// Only a profile's hot windows in PMD-size folios.
+    Hot,
 }
 
 impl Side {
@@ -115,6 +121,7 @@ impl Side {
         match self {
             Side::Small => "small",
             Side::Huge => "huge",
+            Side::Hot => "hot",
         }
     }
 }
@@ -145,7 +152,8 @@ pub fn run(opts: &Options, progress: &dyn Progress) -> Result<Report> {
     let path = std::env::var_os("PATH");
     let exe = remap::resolve_program(argv0, path.as_deref())?;
     let exe = exe.canonicalize().unwrap_or(exe);
-    progress.start(1 + 2 * u64::from(opts.runs));
+    let sides = if opts.hot.is_some() { 3 } else { 2 };
+    progress.start(1 + sides * u64::from(opts.runs));
     let mut seen = Vec::new();
     let (warm, discovery) = if opts.discover {
         trace::discover_run(&exe, opts, &mut seen)?
@@ -172,6 +180,7 @@ pub fn run(opts: &Options, progress: &dyn Progress) -> Result<Report> {
             supported: false,
             reason: None,
         },
+        hot: None,
         pairs: Vec::new(),
         notes: Vec::new(),
         restored: None,
@@ -228,8 +237,45 @@ pub fn run(opts: &Options, progress: &dyn Progress) -> Result<Report> {
         let (lo, hi) = stats::ratio_ci95(&cs, &ch, opts.seed);
         report.cpu_ratio = stats::median(&ch) / stats::median(&cs);
         report.cpu_ci95 = [lo, hi];
+        report.hot = hot_side(opts, &report);
     }
     Ok(report)
+}
+
+/// The `--hot` side's summary and ratios, when it ran.
+fn hot_side(opts: &Options, report: &Report) -> Option<HotSide> {
+    let (profile, share, _) = opts.hot.as_ref()?;
+    let hots: Vec<&RunRecord> = report.pairs.iter().filter_map(|p| p.hot.as_ref()).collect();
+    let side = report::summarize(&hots);
+    let (lo, hi) = stats::ratio_ci95(&report.small.runs_s, &side.runs_s, opts.seed);
+    Some(HotSide {
+        profile: profile.clone(),
+        share: *share,
+        ratio: side.median_s / report.small.median_s,
+        ci95: [lo, hi],
+        over_huge: side.median_s / report.huge.median_s,
+        side,
+    })
+}
+
+/// The order of the sides in run `i`: pairs alternate small-first and
+/// huge-first (ABBA...) from a seeded coin toss; with a third side, the
+/// three rotate, and every other run reverses (each side runs first, second
+/// and last equally often over six runs). Pure.
+pub fn side_order(i: u32, first_small: bool, hot: bool) -> Vec<Side> {
+    if !hot {
+        return if (i % 2 == 0) == first_small {
+            vec![Side::Small, Side::Huge]
+        } else {
+            vec![Side::Huge, Side::Small]
+        };
+    }
+    let mut v = vec![Side::Small, Side::Huge, Side::Hot];
+    v.rotate_left((i / 2 % 3) as usize);
+    if (i % 2 == 0) != first_small {
+        v.reverse();
+    }
+    v
 }
 
 /// The timed pairs, recorded in `report` (a failing command ends them with
@@ -245,15 +291,12 @@ fn run_pairs(
     for i in 0..opts.runs {
         // Balanced order: pairs alternate small-first and huge-first
         // (ABBA...), starting with a seeded coin toss.
-        let order = if (i % 2 == 0) == first_small {
-            [Side::Small, Side::Huge]
-        } else {
-            [Side::Huge, Side::Small]
-        };
+        let order = side_order(i, first_small, opts.hot.is_some());
         let mut recs: Vec<RunRecord> = Vec::new();
-        for side in order {
+        for &side in &order {
             let t = Instant::now();
-            let state = sides::prepare(&report.files, side)?;
+            let hot = opts.hot.as_ref().map(|h| h.2.as_slice()).unwrap_or_default();
+            let state = sides::prepare(&report.files, side, hot)?;
             let prepare_s = t.elapsed().as_secs_f64();
             if let Some(c) = counter {
                 c.start();
@@ -282,16 +325,40 @@ fn run_pairs(
                 state,
             });
         }
-        if recs.len() < 2 {
+        if recs.len() < order.len() {
             break;
         }
-        let (a, b) = (recs.remove(0), recs.remove(0));
-        let (small, huge) = if a.side == Side::Small { (a, b) } else { (b, a) };
+        let mut take = |s: Side| recs.iter().position(|r| r.side == s).map(|i| recs.remove(i));
+        let (Some(small), Some(huge)) = (take(Side::Small), take(Side::Huge)) else {
+            break;
+        };
+        let hot = take(Side::Hot);
         report.pairs.push(Pair {
-            order: format!("{},{}", order[0].name(), order[1].name()),
+            order: order.iter().map(|s| s.name()).collect::<Vec<_>>().join(","),
             small,
             huge,
+            hot,
         });
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn three_sides_run_first_second_and_last_equally_often() {
+        let mut at = [[0u32; 3]; 3];
+        for i in 0..6 {
+            let o = side_order(i, true, true);
+            assert_eq!(o.len(), 3);
+            for (pos, s) in o.iter().enumerate() {
+                at[*s as usize][pos] += 1;
+            }
+        }
+        assert_eq!(at, [[2; 3]; 3]);
+        assert_eq!(side_order(0, true, false), vec![Side::Small, Side::Huge]);
+        assert_eq!(side_order(1, true, false), vec![Side::Huge, Side::Small]);
+    }
 }

@@ -30,6 +30,9 @@ pub struct Pair {
     pub order: String,
     pub small: RunRecord,
     pub huge: RunRecord,
+    /// The third side (`--hot`): only the profile's hot windows in PMD folios.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hot: Option<RunRecord>,
 }
 
 /// Summary of one side.
@@ -122,6 +125,10 @@ pub struct Report {
     /// 95% bootstrap confidence interval of `cpu_ratio`.
     pub cpu_ci95: [f64; 2],
     pub itlb: ItlbInfo,
+    /// The `--hot` side, and its wall time over the small side's (ratio of
+    /// medians, 95% CI), when a profile was given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hot: Option<HotSide>,
     pub pairs: Vec<Pair>,
     /// Things the reader should know to judge the result.
     pub notes: Vec<String>,
@@ -130,6 +137,20 @@ pub struct Report {
     pub restored: Option<super::sides::Restored>,
     /// Set when a run of the command failed; the run stopped there.
     pub failure: Option<Failure>,
+}
+
+/// The `--hot` side's summary.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct HotSide {
+    /// The profile, and the share of its samples the hot windows hold.
+    pub profile: PathBuf,
+    pub share: f64,
+    pub side: SideReport,
+    /// median(hot) / median(small) wall time, and its 95% CI.
+    pub ratio: f64,
+    pub ci95: [f64; 2],
+    /// median(hot) / median(huge).
+    pub over_huge: f64,
 }
 
 pub(super) fn summarize(runs: &[&RunRecord]) -> SideReport {
@@ -243,6 +264,7 @@ mod tests {
             order: "small,huge".into(),
             small: record(Side::Small, small_pct, others_kb),
             huge: record(Side::Huge, 100.0, others_kb),
+            hot: None,
         }
     }
 

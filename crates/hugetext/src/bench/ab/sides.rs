@@ -63,8 +63,17 @@ fn read_all(file: &File, path: &Path) -> Result<()> {
     }
 }
 
-/// Put every managed file's text in `side`'s folios and verify the result.
-pub fn prepare(files: &[TextFile], side: Side) -> Result<TextState> {
+/// The hot ranges of `tf` among a profile's hot windows: by build-id, then
+/// by path (not when the build-ids differ).
+fn hot_ranges<'a>(tf: &TextFile, hot: &'a [crate::profile::HotFile]) -> &'a [[u64; 2]] {
+    let path = tf.path.to_string_lossy();
+    let id = crate::profile::attrib::build_id(&path);
+    crate::profile::hot_ranges_of(hot, &path, id.as_deref()).unwrap_or_default()
+}
+
+/// Put every managed file's text in `side`'s folios and verify the result
+/// (`hot`: the windows the `hot` side puts in PMD folios).
+pub fn prepare(files: &[TextFile], side: Side, hot: &[crate::profile::HotFile]) -> Result<TextState> {
     let mut ctx = warm::WarmContext::default();
     for tf in files {
         let f = File::open(&tf.path).map_err(|e| Error::io(&tf.path, e))?;
@@ -85,8 +94,15 @@ pub fn prepare(files: &[TextFile], side: Side) -> Result<TextState> {
             _ => {
                 for r in &tf.managed_ranges {
                     match side {
-                        Side::Small => fill_small(&f, r[0]..r[1])?,
+                        Side::Small | Side::Hot => fill_small(&f, r[0]..r[1])?,
                         Side::Huge => pagecache::fill_huge(&f, r[0]..r[1])?,
+                    }
+                }
+                if side == Side::Hot {
+                    for r in hot_ranges(tf, hot) {
+                        let r = r[0]..r[1].min(tf.size);
+                        pagecache::evict(&f, r.clone())?;
+                        pagecache::fill_huge(&f, r)?;
                     }
                 }
             }
