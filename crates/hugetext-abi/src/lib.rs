@@ -12,6 +12,7 @@
 #![forbid(unsafe_code)]
 
 pub mod compat;
+pub mod copyname;
 pub mod env;
 pub mod fs;
 pub mod geometry;
@@ -20,4 +21,6 @@ pub mod madv;
 pub mod maps;
 pub mod pagemap;
 pub mod pagemap_scan;
+pub mod pattern;
 pub mod smaps;
+pub mod thp;

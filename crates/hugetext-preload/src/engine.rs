@@ -35,7 +35,6 @@
 
 use crate::config::{Config, Strategy};
 use crate::out::{line, Out};
-use crate::pattern;
 use crate::perfmap::{self, ElfFile};
 use crate::scan::{self, Scanner};
 use crate::smaps::Smaps;
@@ -43,6 +42,9 @@ use crate::sys;
 use crate::verify::Verifier;
 use crate::zeroed::{Zeroable, Zeroed};
 use core::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering::Relaxed};
+use hugetext_abi::copyname;
+use hugetext_abi::pattern;
+use hugetext_abi::thp::ThpMode;
 
 /// The kernel refused `MADV_POPULATE_READ` (EINVAL: before Linux 5.14);
 /// remembered for later passes.
@@ -111,11 +113,7 @@ impl Scope<'_> {
 
 /// Bytes of `[start, end)` in whole PMD-size windows.
 pub fn window_bytes(start: usize, end: usize) -> u64 {
-    #[allow(non_snake_case)]
-    let PMD = scan::pmd();
-    let ws = (start + PMD - 1) & !(PMD - 1);
-    let we = end & !(PMD - 1);
-    we.saturating_sub(ws) as u64
+    scan::windows(start, end).bytes() as u64
 }
 
 /// Does a late pass with `scope` handle a text mapping of `key` with
@@ -225,9 +223,9 @@ fn thp_never() -> bool {
         return true; // no THP support built in
     }
     let mut b = [0u8; 128];
-    let n = sys::read(fd as i32, &mut b);
+    let n = sys::read(fd as i32, &mut b).max(0) as usize;
     sys::close(fd as i32);
-    n > 0 && b[..n as usize].windows(7).any(|w| w == b"[never]")
+    ThpMode::parse(&b[..n]) == Some(ThpMode::Never)
 }
 
 impl State {
@@ -256,7 +254,7 @@ impl State {
             if &l.perms != b"r-xp" {
                 return; // writable, execute-only, shared, or not code
             }
-            let copied = l.path.starts_with(b"[anon:hugetext:") || (l.path.is_empty() && was_copied(l.start, l.end));
+            let copied = copyname::is_copy(l.path) || (l.path.is_empty() && was_copied(l.start, l.end));
             if !copied && !l.path.starts_with(b"/") {
                 return; // [vdso], anonymous (JIT) code
             }
@@ -562,8 +560,7 @@ impl Pass<'_> {
     /// window that tells (process-wide, see [`PT`]). Returns (0 or
     /// `-errno`, whether the page cache was evicted, what failed).
     fn window(&mut self, c: &Cand, f: i32, s: usize) -> (isize, bool, &'static str) {
-        #[allow(non_snake_case)]
-        let PMD = scan::pmd();
+        let pmd = scan::pmd();
         let off = Self::file_off(c, s);
         let (detect, replace) = window_mode(PT.load(Relaxed), self.checks, self.probes);
         // The window's huge bytes before (outside the critical section: smaps
@@ -589,7 +586,7 @@ impl Pass<'_> {
         // may fault the window back in after the eviction — from a 2 MiB
         // folio, which a kept table then maps with PTEs.)
         let huge_now = match self.scan.measure(s, 1, c.start, c.end) {
-            Ok((m, b)) => m & 1 != 0 || b >= bytes_before + PMD as u64,
+            Ok((m, b)) => m & 1 != 0 || b >= bytes_before + pmd as u64,
             Err(_) => return (r, gone, what),
         };
         if huge_now {
@@ -628,8 +625,7 @@ impl Pass<'_> {
 
     /// The critical section of one window (see [`Pass::window`]).
     fn refault(&mut self, f: i32, s: usize, off: u64, replace: bool) -> (isize, bool, &'static str) {
-        #[allow(non_snake_case)]
-        let PMD = scan::pmd();
+        let pmd = scan::pmd();
         // One byte per page of the window (the rest stays 0).
         let mut resident = [0u8; scan::MAX_PMD_PAGES];
         let mask = sys::block_signals();
@@ -645,12 +641,12 @@ impl Pass<'_> {
             // reclaim_pt_is_enabled: end - start >= PMD_SIZE), so the table
             // stays, as on every kernel before 6.14.
             if self.cfg.compat.no_pt_reclaim {
-                match sys::madvise(s, PMD / 2, sys::MADV_DONTNEED) {
-                    0 => sys::madvise(s + PMD / 2, PMD / 2, sys::MADV_DONTNEED),
+                match sys::madvise(s, pmd / 2, sys::MADV_DONTNEED) {
+                    0 => sys::madvise(s + pmd / 2, pmd / 2, sys::MADV_DONTNEED),
                     e => e,
                 }
             } else {
-                sys::madvise(s, PMD, sys::MADV_DONTNEED)
+                sys::madvise(s, pmd, sys::MADV_DONTNEED)
             }
         };
         // MADV_DONTNEED also decides, before the mapping is replaced, that
@@ -659,9 +655,9 @@ impl Pass<'_> {
         let (mut r, mut what) = (r, "file route: madvise(MADV_DONTNEED)");
         let mut gone = false;
         if r == 0 {
-            sys::fadvise(f, off, PMD as u64, sys::POSIX_FADV_DONTNEED);
+            sys::fadvise(f, off, pmd as u64, sys::POSIX_FADV_DONTNEED);
             // With our PTEs gone, mincore reports the page cache.
-            gone = sys::mincore(s, PMD, &mut resident) == 0 && resident.iter().all(|b| b & 1 == 0);
+            gone = sys::mincore(s, pmd, &mut resident) == 0 && resident.iter().all(|b| b & 1 == 0);
             // Replaced after the eviction: a thread faulting the old window
             // from now on reads a 2 MiB folio (the old VMA is VM_HUGEPAGE),
             // which the replacement then maps with a PMD; only a fault in the
@@ -673,7 +669,7 @@ impl Pass<'_> {
             }
         }
         if r == 0 {
-            (r, what) = (self.populate(s, PMD), "file route: madvise(MADV_POPULATE_READ)");
+            (r, what) = (self.populate(s, pmd), "file route: madvise(MADV_POPULATE_READ)");
         }
         sys::restore_signals(mask);
         (r, gone, what)
@@ -727,13 +723,12 @@ impl Pass<'_> {
     /// and may then fail allocating the new VMA (`ENOMEM`, in practice only
     /// for a task being OOM-killed), leaving a hole: map the range again.
     fn replace(&mut self, f: i32, s: usize, off: u64) -> (isize, &'static str) {
-        #[allow(non_snake_case)]
-        let PMD = scan::pmd();
+        let pmd = scan::pmd();
         let prot = libc::PROT_READ | libc::PROT_EXEC;
         let flags = libc::MAP_PRIVATE | libc::MAP_FIXED;
         // SAFETY: the same bytes as before, the window's range of the very
         // file mapped there (`open_mapped` checked it), `r-x` like the text.
-        let r = unsafe { sys::mmap_fixed(s, PMD, prot, flags, f, off) };
+        let r = unsafe { sys::mmap_fixed(s, pmd, prot, flags, f, off) };
         if r < 0 {
             let mut v = [0u8; 1];
             for _ in 0..8 {
@@ -741,13 +736,13 @@ impl Pass<'_> {
                     break; // still mapped
                 }
                 // SAFETY: as above, into the hole the failed call left.
-                unsafe { sys::mmap_fixed(s, PMD, prot, flags, f, off) };
+                unsafe { sys::mmap_fixed(s, pmd, prot, flags, f, off) };
             }
             return (r, "file route: mmap(MAP_FIXED) of the window");
         }
-        self.t.replaced += PMD as u64;
+        self.t.replaced += pmd as u64;
         (
-            sys::advise(s, PMD, sys::Keep::Hugepage),
+            sys::advise(s, pmd, sys::Keep::Hugepage),
             "file route: madvise(MADV_HUGEPAGE) of the replaced window",
         )
     }
@@ -758,10 +753,9 @@ impl Pass<'_> {
     /// with a PMD (`do_set_pmd()`), small folios with PTEs. Read-only, and
     /// the pages are resident (just populated): nothing is read from disk.
     fn cache_is_pmd(&self, f: i32, off: u64) -> bool {
-        #[allow(non_snake_case)]
-        let PMD = scan::pmd();
+        let pmd = scan::pmd();
         let m = sys::mmap(
-            2 * PMD,
+            2 * pmd,
             libc::PROT_NONE,
             libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
             -1,
@@ -770,10 +764,10 @@ impl Pass<'_> {
         if m < 0 {
             return false;
         }
-        let p = (m as usize + PMD - 1) & !(PMD - 1);
+        let p = (m as usize + pmd - 1) & !(pmd - 1);
         // SAFETY: [p, p + 2M) lies inside our own PROT_NONE reservation.
-        let ok = unsafe { sys::mmap_fixed(p, PMD, libc::PROT_READ, libc::MAP_PRIVATE | libc::MAP_FIXED, f, off) } >= 0
-            && sys::advise(p, PMD, sys::Keep::Hugepage) == 0
+        let ok = unsafe { sys::mmap_fixed(p, pmd, libc::PROT_READ, libc::MAP_PRIVATE | libc::MAP_FIXED, f, off) } >= 0
+            && sys::advise(p, pmd, sys::Keep::Hugepage) == 0
             && {
                 // SAFETY: the first page of the file range just mapped
                 // PROT_READ at `p`, inside the file (`off` is a window of it).
@@ -782,22 +776,20 @@ impl Pass<'_> {
             };
         // SAFETY: our reservation and the probe mapping in it; nothing
         // refers to them.
-        unsafe { sys::munmap(m as usize, 2 * PMD) };
+        unsafe { sys::munmap(m as usize, 2 * pmd) };
         ok
     }
 
     /// One text mapping.
     fn mapping(&mut self, c: &Cand) {
-        #[allow(non_snake_case)]
-        let PMD = scan::pmd();
-        let ws = (c.start + PMD - 1) & !(PMD - 1);
-        let we = c.end & !(PMD - 1);
-        if ws >= we {
+        let w = scan::windows(c.start, c.end);
+        let (ws, we, pmd) = (w.start(), w.end(), w.pmd());
+        if w.is_empty() {
             self.t.small_mappings += 1;
             return;
         }
         self.t.mappings += 1;
-        let total = (we - ws) as u64;
+        let total = w.bytes() as u64;
         self.t.windows += total;
         let before = (self.t.already, self.t.file, self.t.collapse, self.t.copy);
         if c.copied {
@@ -817,15 +809,12 @@ impl Pass<'_> {
             }
             Err(e) => return self.fail(c, self.verifier_name(), e),
         }
-        let congruent = (c.start as u64).wrapping_sub(c.off) % PMD as u64 == 0;
+        let congruent = (c.start as u64).wrapping_sub(c.off) % pmd as u64 == 0;
         let mut fd: isize = 0; // 0 = not opened yet
         let mut elf: Option<ElfFile> = None;
         let mut advised = false;
-        let mut a = ws;
-        while a < we {
-            let n = ((we - a) / PMD).min(64);
+        for (a, n) in w.batches(64) {
             self.chunk(c, a, n, a == ws, congruent, &mut fd, &mut elf, &mut advised);
-            a += n * PMD;
         }
         drop(elf);
         if fd > 0 {
@@ -959,8 +948,7 @@ impl Pass<'_> {
 
     /// Route 2, `file`, zero copy (congruent text only).
     fn route_file(&mut self, c: &Cand, w: &mut Windows, fd: &mut isize, advised: &mut bool) {
-        #[allow(non_snake_case)]
-        let PMD = scan::pmd();
+        let pmd = scan::pmd();
         let (a, all) = (w.a, w.all);
         if !*advised {
             *advised = true;
@@ -971,7 +959,7 @@ impl Pass<'_> {
         }
         // 2a: the page cache may already hold 2 MiB folios.
         for (i, k) in runs(all & !w.huge) {
-            self.populate(a + i * PMD, k * PMD);
+            self.populate(a + i * pmd, k * pmd);
         }
         self.t.file += self.remeasure(c, w);
         // 2b: drop, evict, refault.
@@ -997,7 +985,7 @@ impl Pass<'_> {
         for _attempt in 0..3 {
             for (i, k) in runs(all & !w.huge) {
                 for win in i..i + k {
-                    let (r, gone, at) = self.window(c, f as i32, a + win * PMD);
+                    let (r, gone, at) = self.window(c, f as i32, a + win * pmd);
                     if gone {
                         evicted |= 1u64 << win;
                     }
@@ -1047,11 +1035,10 @@ impl Pass<'_> {
     /// Route 3, `collapse`: `MADV_COLLAPSE` (file text needs
     /// `CONFIG_READ_ONLY_THP_FOR_FS`; a refusal is remembered for the pass).
     fn route_collapse(&mut self, c: &Cand, w: &mut Windows) {
-        #[allow(non_snake_case)]
-        let PMD = scan::pmd();
+        let pmd = scan::pmd();
         let mut err = 0;
         for (i, k) in runs(w.all & !w.huge) {
-            let r = sys::advise(w.a + i * PMD, k * PMD, sys::Keep::Collapse);
+            let r = sys::advise(w.a + i * pmd, k * pmd, sys::Keep::Collapse);
             if r == -(libc::EINVAL as isize) {
                 self.t.collapse_unsupported = true;
                 if self.cfg.verbose {
@@ -1074,14 +1061,13 @@ impl Pass<'_> {
     /// Route 4, `copy`: every window not yet huge into anonymous huge
     /// pages ([`Pass::copy`]).
     fn route_copy(&mut self, c: &Cand, w: &mut Windows, fd: &mut isize, elf: &mut Option<ElfFile>) {
-        #[allow(non_snake_case)]
-        let PMD = scan::pmd();
+        let pmd = scan::pmd();
         let f = self.ensure_fd(c, fd);
         if self.cfg.perf_map && elf.is_none() && f > 0 {
             *elf = ElfFile::map(f as i32).ok();
         }
         for (i, k) in runs(w.all & !w.huge) {
-            self.copy(c, f, w.a + i * PMD, k, elf.as_ref());
+            self.copy(c, f, w.a + i * pmd, k, elf.as_ref());
         }
         self.t.copy += self.remeasure(c, w);
     }
@@ -1089,11 +1075,10 @@ impl Pass<'_> {
     /// Copy `k` windows at `dst` into anonymous huge pages and move them over
     /// the original with one mremap per run of huge windows.
     fn copy(&mut self, c: &Cand, fd: isize, dst: usize, k: usize, elf: Option<&ElfFile>) {
-        #[allow(non_snake_case)]
-        let PMD = scan::pmd();
-        let len = k * PMD;
+        let pmd = scan::pmd();
+        let len = k * pmd;
         let m = sys::mmap(
-            len + PMD,
+            len + pmd,
             libc::PROT_READ | libc::PROT_WRITE,
             libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
             -1,
@@ -1103,7 +1088,7 @@ impl Pass<'_> {
             return self.fail(c, "copy: mmap", m);
         }
         let m = m as usize;
-        let new = (m + PMD - 1) & !(PMD - 1);
+        let new = (m + pmd - 1) & !(pmd - 1);
         // SAFETY (every munmap and the mprotect of this function): the
         // ranges are parts of our own fresh mapping `m`, which nothing else
         // refers to, until mremap moves them over the text.
@@ -1111,8 +1096,8 @@ impl Pass<'_> {
             if new > m {
                 sys::munmap(m, new - m);
             }
-            if m + PMD > new {
-                sys::munmap(new + len, m + PMD - new);
+            if m + pmd > new {
+                sys::munmap(new + len, m + pmd - new);
             }
         }
         let r = sys::advise(new, len, sys::Keep::Hugepage);
@@ -1142,25 +1127,15 @@ impl Pass<'_> {
             return self.fail(c, "copy: mprotect", r);
         }
         if self.cfg.name_vmas {
-            let mut name = Out::<96>::new(-1);
-            let p = self.st.path(c);
-            let room = 79 - "hugetext:".len();
-            let p = &p[p.len().saturating_sub(room)..];
-            name.s("hugetext:");
-            for &b in p {
-                // Characters the kernel refuses in anon VMA names.
-                let ok = (0x20..0x7f).contains(&b) && !matches!(b, b'[' | b']' | b'\\' | b'$' | b'`');
-                name.bytes(&[if ok { b } else { b'?' }]);
-            }
-            name.s("\0");
+            let mut name = [0u8; copyname::BUF_LEN];
+            copyname::write(self.st.path(c), &mut name);
             let r = sys::prctl(
                 sys::PR_SET_VMA,
                 sys::PR_SET_VMA_ANON_NAME,
                 new,
                 len,
-                name.contents().as_ptr() as usize,
+                name.as_ptr() as usize,
             );
-            name.clear();
             if r < 0 && !self.t.naming_failed {
                 self.t.naming_failed = true;
                 if self.cfg.verbose {
@@ -1172,10 +1147,10 @@ impl Pass<'_> {
         }
         for (i, kk) in runs(full(k) & !hm) {
             // SAFETY: see above.
-            unsafe { sys::munmap(new + i * PMD, kk * PMD) };
+            unsafe { sys::munmap(new + i * pmd, kk * pmd) };
         }
         for (i, kk) in runs(hm) {
-            let (from, to, l) = (new + i * PMD, dst + i * PMD, kk * PMD);
+            let (from, to, l) = (new + i * pmd, dst + i * pmd, kk * pmd);
             // SAFETY: moves our copy (the same bytes, `r-x`) over the text
             // windows in one step: code running there keeps finding the
             // same instructions; `from` is ours.
@@ -1239,21 +1214,20 @@ impl Pass<'_> {
     /// pages and copying). Returns the bytes filled from the start of `new`
     /// (less than `len` when a read failed or stopped short).
     fn fill_from_file(&mut self, fd: i32, off: u64, new: usize, len: usize) -> usize {
-        #[allow(non_snake_case)]
-        let PMD = scan::pmd();
-        let head = (off % PMD as u64) as usize;
+        let pmd = scan::pmd();
+        let head = (off % pmd as u64) as usize;
         let base = off - head as u64;
         // File 2 MiB blocks the range touches (`<= 65`).
-        let blocks = (head + len).div_ceil(PMD);
+        let blocks = (head + len).div_ceil(pmd);
         // A mask of the blocks held by 2 MiB folios, when it can be learned
         // cheaply (PAGEMAP_SCAN, MADV_POPULATE_READ not refused).
-        let mut pmd = [0u64; 2];
+        let mut huge = [0u64; 2];
         let mut view = 0usize;
         let res = if self.touch || self.scan.is_smaps() {
             -1
         } else {
             sys::mmap(
-                blocks * PMD + PMD,
+                blocks * pmd + pmd,
                 libc::PROT_NONE,
                 libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
                 -1,
@@ -1261,36 +1235,36 @@ impl Pass<'_> {
             )
         };
         if res >= 0 {
-            let t = (res as usize + PMD - 1) & !(PMD - 1);
+            let t = (res as usize + pmd - 1) & !(pmd - 1);
             // SAFETY: `[t, t + blocks·2M)` lies inside our own PROT_NONE
             // reservation `res`, which nothing else uses.
             let m = unsafe {
                 sys::mmap_fixed(
                     t,
-                    blocks * PMD,
+                    blocks * pmd,
                     libc::PROT_READ,
                     libc::MAP_PRIVATE | libc::MAP_FIXED,
                     fd,
                     base,
                 )
             };
-            if m >= 0 && sys::advise(t, blocks * PMD, sys::Keep::Hugepage) == 0 {
+            if m >= 0 && sys::advise(t, blocks * pmd, sys::Keep::Hugepage) == 0 {
                 view = t;
                 for b in 0..blocks {
                     // SAFETY: the first page of block `b`, mapped PROT_READ
                     // just above, inside the file: it is at or before
                     // `off + len`, within the text.
-                    unsafe { sys::touch(t + b * PMD, 4096) };
+                    unsafe { sys::touch(t + b * pmd, 4096) };
                 }
-                for (i, m) in pmd.iter_mut().enumerate() {
+                for (i, m) in huge.iter_mut().enumerate() {
                     let n = blocks.saturating_sub(i * 64).min(64);
                     if n > 0 {
-                        *m = self.scan.huge_windows(t + i * 64 * PMD, n).unwrap_or(0);
+                        *m = self.scan.huge_windows(t + i * 64 * pmd, n).unwrap_or(0);
                     }
                 }
             }
         }
-        let is_pmd = |b: usize| view != 0 && pmd[b / 64] & (1 << (b % 64)) != 0;
+        let is_pmd = |b: usize| view != 0 && huge[b / 64] & (1 << (b % 64)) != 0;
         // Runs of blocks of one kind, in order: copy or read.
         let mut done = 0;
         let mut b = 0;
@@ -1301,8 +1275,8 @@ impl Pass<'_> {
                 e += 1;
             }
             // The bytes of `new` that blocks `[b, e)` hold.
-            let lo = (b * PMD).saturating_sub(head);
-            let hi = (e * PMD - head).min(len);
+            let lo = (b * pmd).saturating_sub(head);
+            let hi = (e * pmd - head).min(len);
             if kind {
                 // SAFETY: `view + head + lo..hi` is our own mapping of the
                 // file, PMD-mapped (2 MiB folios, resident); `new + lo..hi`
@@ -1325,7 +1299,7 @@ impl Pass<'_> {
         if res >= 0 {
             // SAFETY: our reservation and the view in it; nothing refers to
             // them (the copy is done).
-            unsafe { sys::munmap(res as usize, blocks * PMD + PMD) };
+            unsafe { sys::munmap(res as usize, blocks * pmd + pmd) };
         }
         done
     }
@@ -1434,8 +1408,8 @@ pub fn remap(cfg: &Config) -> isize {
 
 /// [`remap`] limited to the mappings `scope` names.
 pub fn remap_in(cfg: &Config, scope: &Scope) -> isize {
-    #[allow(non_snake_case)]
-    let PMD = scan::pmd();
+    // The PMD size is known before any critical section.
+    scan::pmd();
     let t0 = sys::now_ns();
     if let Some(s) = cfg.bad_strategy {
         if cfg.verbose {
@@ -1550,11 +1524,7 @@ pub fn remap_in(cfg: &Config, scope: &Scope) -> isize {
                 let c = st.cands[i];
                 if thp_off {
                     // Count only.
-                    let ws = (c.start + PMD - 1) & !(PMD - 1);
-                    let we = c.end & !(PMD - 1);
-                    if ws < we {
-                        pass.t.windows += (we - ws) as u64;
-                    }
+                    pass.t.windows += window_bytes(c.start, c.end);
                     continue;
                 }
                 pass.mapping(&c);

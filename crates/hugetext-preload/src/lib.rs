@@ -23,7 +23,6 @@ mod config;
 mod engine;
 mod maps;
 mod out;
-mod pattern;
 mod perfmap;
 mod scan;
 mod smaps;

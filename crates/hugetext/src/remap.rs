@@ -153,62 +153,21 @@ fn check_preload_path(p: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Check that `re` is a regular expression the preload understands: valid
-/// Rust `regex` syntax restricted to literals, `.`, bracket classes, the
-/// escapes `\d \w \s` and escaped punctuation, `* + ?`, `^ $` and top-level
-/// `|` (no groups, no counted repetition).
+/// Check that `re` is a regular expression the preload understands
+/// ([`hugetext_abi::pattern::check`]: literals, `.`, bracket classes, the
+/// escapes `\d \w \s` and escaped punctuation, `* + ?`, `^ $` and
+/// top-level `|`; no groups, no counted repetition).
 pub fn check_pattern(re: &str) -> Result<()> {
-    regex::Regex::new(re).map_err(|e| {
-        Error::Invalid(format!(
-            "invalid regular expression {re:?}: {}",
-            e.to_string().lines().last().unwrap_or("syntax error").trim()
-        ))
-    })?;
-    let unsupported = |what: &str| {
-        Err(Error::Invalid(format!(
-            "regular expression {re:?} uses {what}, which the preload does not support (supported: literals . [classes] \\d \\w \\s * + ? ^ $ and top-level |)"
-        )))
-    };
-    let b = re.as_bytes();
-    let mut i = 0;
-    let mut in_class = false;
-    while i < b.len() {
-        match b[i] {
-            b'\\' => {
-                match b.get(i + 1) {
-                    Some(c) if c.is_ascii_punctuation() || matches!(c, b'd' | b'w' | b's') => {}
-                    _ => return unsupported("an escape other than \\d \\w \\s or escaped punctuation"),
-                }
-                i += 2;
-                continue;
-            }
-            b'[' if !in_class => {
-                in_class = true;
-                if b.get(i + 1) == Some(&b'^') {
-                    i += 1;
-                }
-                if b.get(i + 1) == Some(&b']') {
-                    i += 1;
-                }
-                if b.get(i + 1) == Some(&b'[') && b.get(i + 2) == Some(&b':') {
-                    return unsupported("a POSIX class [:name:]");
-                }
-            }
-            b']' if in_class => in_class = false,
-            b'(' | b')' if !in_class => return unsupported("a group"),
-            b'{' | b'}' if !in_class => return unsupported("counted repetition {n,m}"),
-            b'^' if !in_class && i != 0 && b[i - 1] != b'|' => return unsupported("^ inside the pattern"),
-            b'$' if !in_class && i + 1 != b.len() && b.get(i + 1) != Some(&b'|') => {
-                return unsupported("$ inside the pattern")
-            }
-            b'&' | b'~' | b'-' if in_class && b.get(i + 1) == Some(&b[i]) => {
-                return unsupported("class set operations")
-            }
-            _ => {}
-        }
-        i += 1;
-    }
-    Ok(())
+    use hugetext_abi::pattern::{self, PatternError};
+    pattern::check(re.as_bytes()).map_err(|e| {
+        Error::Invalid(match e {
+            PatternError::Syntax(what) => format!("invalid regular expression {re:?}: {what}"),
+            PatternError::Unsupported(what) => format!(
+                "regular expression {re:?} uses {what}, which the preload does not support (supported: {})",
+                pattern::SUPPORTED
+            ),
+        })
+    })
 }
 
 /// The environment changes that inject the preload with `opts`: pairs to
@@ -545,7 +504,7 @@ pub fn text_mappings(pid: i32) -> Result<Vec<TextMapping>> {
             prev_file = Some((end, name.clone()));
             exec.then(|| (name.clone(), false))
         } else if exec && !name.starts_with("[v") {
-            let copied = if let Some(p) = name.strip_prefix("[anon:hugetext:").and_then(|n| n.strip_suffix(']')) {
+            let copied = if let Some(p) = hugetext_abi::copyname::parse_str(name) {
                 Some(p.to_string())
             } else if name.is_empty() {
                 prev_file
@@ -637,6 +596,39 @@ mod tests {
         }
         let e = check_pattern("(a").unwrap_err().to_string();
         assert!(!e.contains('\n'), "{e}");
+    }
+
+    /// Whatever the preload's language accepts, `regex` reads as a valid
+    /// regular expression too, with the same matches on sample paths.
+    #[test]
+    fn pattern_language_agrees_with_regex() {
+        let paths = ["/usr/lib/libc.so.6", "/x/libbig.so", "/opt/a-b/[x]", "", "/lib/lib_x9"];
+        for re in [
+            "libbig",
+            "^/usr/.*/libc",
+            "so\\.\\d$",
+            "[]x]",
+            "[^a-z]",
+            "[a-]",
+            "a|",
+            "lib[a-c_]+",
+            "\\[x\\]",
+            "a?b",
+            "^$",
+            "[\\d.]+",
+            "[-a]",
+            "x*|^/o",
+        ] {
+            check_pattern(re).unwrap_or_else(|e| panic!("{re}: {e}"));
+            let r = regex::Regex::new(re).unwrap_or_else(|e| panic!("{re}: {e}"));
+            for p in paths {
+                let ours = hugetext_abi::pattern::is_match(re.as_bytes(), p.as_bytes());
+                assert_eq!(ours, r.is_match(p), "{re} on {p}");
+            }
+        }
+        for re in ["*", "a**", "[z-a]", "[", "\\", "a{2}"] {
+            assert!(check_pattern(re).is_err(), "{re} accepted");
+        }
     }
 
     #[test]

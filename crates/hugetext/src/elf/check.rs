@@ -2,6 +2,7 @@
 //! stands, and what would `align` achieve? Also computes the `align` plan, so
 //! `check` and `align` can never disagree.
 
+use hugetext_abi::geometry::Windows;
 use std::path::{Path, PathBuf};
 
 use object::elf;
@@ -169,9 +170,7 @@ pub struct CheckReport {
 
 /// Whole `pmd`-size windows inside `[start, start+len)`.
 pub fn whole_windows(start: u64, len: u64, pmd: u64) -> u64 {
-    let first = start.div_ceil(pmd);
-    let end = start.saturating_add(len) / pmd;
-    end.saturating_sub(first)
+    Windows::<u64>::new(start, start.saturating_add(len), pmd).count()
 }
 
 /// Bytes of the whole PMD windows (by virtual address) of the segments
@@ -181,7 +180,8 @@ fn distinct_window_bytes(segments: &[SegmentReport], pmd: u64, bytes: impl Fn(&S
     let mut windows: Vec<(u64, u64)> = segments
         .iter()
         .filter(|s| bytes(s) > 0)
-        .map(|s| (s.vaddr.div_ceil(pmd), s.vaddr.saturating_add(s.filesz) / pmd))
+        .map(|s| Windows::<u64>::new(s.vaddr, s.vaddr.saturating_add(s.filesz), pmd))
+        .map(|w| (w.first_index(), w.end_index()))
         .collect();
     windows.sort_unstable();
     let (mut total, mut covered) = (0u64, 0u64);
