@@ -181,3 +181,61 @@ pub(super) fn fs_name(fd: i32) -> &'static str {
     }
     hugetext_abi::fs::name(st.f_type as u64).unwrap_or("this filesystem")
 }
+
+/// The verifier of a pass: `PAGEMAP_SCAN` where the kernel has it (and
+/// `HUGETEXT_COMPAT` allows it), else `/proc/self/smaps`; `Err(-errno)`
+/// when neither can be read (text is then left as it is).
+pub(super) fn open_verifier(cfg: &Config) -> Result<Verifier, isize> {
+    let scan = match cfg.compat.no_pagemap_scan {
+        true => Err(0),
+        false => Scanner::open(),
+    };
+    let e = match scan {
+        Ok(s) => return Ok(Verifier::Scan(s)),
+        Err(e) => e,
+    };
+    match Smaps::open() {
+        Ok(s) => {
+            if cfg.verbose {
+                let mut o = line();
+                if e == 0 {
+                    o.s("HUGETEXT_COMPAT=no-pagemap-scan");
+                } else {
+                    o.s("PAGEMAP_SCAN is not available (Linux 6.7+)").err(e);
+                }
+                o.s(": verifying with the per-mapping totals of /proc/self/smaps");
+            }
+            Ok(Verifier::Smaps(s))
+        }
+        Err(e2) => {
+            if cfg.verbose {
+                line()
+                    .s("cannot read this process's page tables (PAGEMAP_SCAN needs Linux 6.7; /proc/self/smaps")
+                    .err(e2)
+                    .s("); text left as it is");
+            }
+            Err(if e < 0 { e } else { e2 })
+        }
+    }
+}
+
+impl State {
+    /// Never touch this library's own code: drop the candidates that map
+    /// its file (copies of other text stay).
+    pub(super) fn skip_own(&mut self) {
+        if !self.own_known {
+            return;
+        }
+        let own = self.own;
+        let mut w = 0;
+        for i in 0..self.n {
+            let c = self.cands[i];
+            if !c.copied && (c.dev, c.ino) == own {
+                continue;
+            }
+            self.cands[w] = c;
+            w += 1;
+        }
+        self.n = w;
+    }
+}

@@ -56,7 +56,6 @@ mod report;
 
 use collect::{fs_name, open_mapped, remember_copy, thp_never};
 use plan::{plan, window_mode};
-use report::route_times;
 
 /// The kernel refused `MADV_POPULATE_READ` (EINVAL: before Linux 5.14);
 /// remembered for later passes.
@@ -177,6 +176,13 @@ struct Totals {
     collapse_unsupported: bool,
     perf_map_fd: isize,
     naming_failed: bool,
+}
+
+impl Totals {
+    /// Bytes huge-backed after the pass, whichever route made them so.
+    fn huge(&self) -> u64 {
+        self.already + self.file + self.collapse + self.copy
+    }
 }
 
 /// Maximal runs of set bits in `mask`: (first window, count).
@@ -362,62 +368,14 @@ pub fn remap_in(cfg: &Config, scope: &Scope) -> isize {
     // The PMD size is known before any critical section.
     scan::pmd();
     let t0 = sys::now_ns();
-    if let Some(s) = cfg.bad_strategy {
-        if cfg.verbose {
-            line()
-                .s("unknown HUGETEXT_STRATEGY=")
-                .bytes(s)
-                .s(" (expected auto, file, collapse or copy); using auto");
-        }
-    }
-    if let Some(w) = cfg.compat.unknown {
-        if cfg.verbose {
-            line()
-                .s("unknown word in HUGETEXT_COMPAT: ")
-                .bytes(w)
-                .s(" (expected ")
-                .s(hugetext_abi::compat::WORDS)
-                .s("); ignored");
-        }
-    }
+    report::config_notes(cfg);
     let thp_off = sys::prctl(sys::PR_GET_THP_DISABLE, 0, 0, 0, 0) > 0;
-    let scan = match cfg.compat.no_pagemap_scan {
-        true => Err(0),
-        false => Scanner::open(),
-    };
-    let scan = match scan {
-        Ok(s) => Verifier::Scan(s),
-        Err(e) => match Smaps::open() {
-            Ok(s) => {
-                if cfg.verbose {
-                    let mut o = line();
-                    if e == 0 {
-                        o.s("HUGETEXT_COMPAT=no-pagemap-scan");
-                    } else {
-                        o.s("PAGEMAP_SCAN is not available (Linux 6.7+)").err(e);
-                    }
-                    o.s(": verifying with the per-mapping totals of /proc/self/smaps");
-                }
-                Verifier::Smaps(s)
-            }
-            Err(e2) => {
-                if cfg.verbose {
-                    line()
-                        .s("cannot read this process's page tables (PAGEMAP_SCAN needs Linux 6.7; /proc/self/smaps")
-                        .err(e2)
-                        .s("); text left as it is");
-                }
-                return if e < 0 { e } else { e2 };
-            }
-        },
+    let scan = match collect::open_verifier(cfg) {
+        Ok(v) => v,
+        Err(e) => return e,
     };
     let touch = cfg.compat.no_populate || NO_POPULATE.load(Relaxed);
-    if cfg.compat.no_populate && cfg.verbose {
-        line().s("HUGETEXT_COMPAT=no-populate: faulting text in by touching every page, not MADV_POPULATE_READ");
-    }
-    if cfg.compat.no_pt_reclaim && cfg.verbose {
-        line().s("HUGETEXT_COMPAT=no-pt-reclaim: dropping windows with two MADV_DONTNEED calls, which leave the emptied page table as kernels before 6.14 do");
-    }
+    report::compat_notes(cfg);
     let mut mem = match Zeroed::<State>::map() {
         Ok(m) => m,
         Err(e) => {
@@ -428,116 +386,69 @@ pub fn remap_in(cfg: &Config, scope: &Scope) -> isize {
         }
     };
     let st: &mut State = &mut mem;
-    let result = match st.collect(cfg, scope) {
-        Err(e) => {
-            if cfg.verbose {
-                line().s("cannot read /proc/self/maps").err(e).s("; text left as it is");
-            }
-            e
+    if let Err(e) = st.collect(cfg, scope) {
+        if cfg.verbose {
+            line().s("cannot read /proc/self/maps").err(e).s("; text left as it is");
         }
-        Ok(()) => {
-            if st.own_known {
-                let own = st.own;
-                // Never touch this library's own code.
-                let n = st.n;
-                let mut w = 0;
-                for i in 0..n {
-                    let c = st.cands[i];
-                    if !c.copied && (c.dev, c.ino) == own {
-                        continue;
-                    }
-                    st.cands[w] = c;
-                    w += 1;
-                }
-                st.n = w;
-            }
-            if st.truncated && cfg.verbose {
-                line()
-                    .s("too many text mappings: only the first ")
-                    .u(st.n as u64)
-                    .s(" are handled");
-            }
-            let st: &State = st;
-            let mut pass = Pass {
-                cfg,
-                st,
-                scan,
-                t: Totals::default(),
-                no_anon_thp: thp_never(),
-                touch,
-                checks: 0,
-                probes: 0,
-            };
-            if thp_off && cfg.verbose {
-                line().s("huge pages are disabled for this process (prctl PR_SET_THP_DISABLE): text left as it is");
-            }
-            for i in 0..st.n {
-                let c = st.cands[i];
-                if thp_off {
-                    // Count only.
-                    pass.t.windows += window_bytes(c.start, c.end);
-                    continue;
-                }
-                pass.mapping(&c);
-            }
-            if pass.t.perf_map_fd > 0 {
-                sys::close(pass.t.perf_map_fd as i32);
-            }
-            let t = &pass.t;
-            let huge = t.already + t.file + t.collapse + t.copy;
-            // A late pass whose objects were all filtered out says nothing.
-            if cfg.verbose && (scope.only.is_none() || t.windows > 0) {
-                let mut o = line();
-                let (outer, own) = perfmap::map_pid();
-                o.s("pid ").u(own as u64);
-                if outer != own {
-                    o.s(" (pid ").u(outer as u64).s(" outside its pid namespace)");
-                }
-                if scope.only.is_some() {
-                    o.s(", loaded after start (dlopen)");
-                }
-                o.s(": ").mib(huge).s(" of ").mib(t.windows);
-                o.s(" text in whole ")
-                    .size(scan::pmd() as u64)
-                    .s(" windows is huge-backed (already ")
-                    .mib(t.already);
-                o.s(", file ")
-                    .mib(t.file)
-                    .s(", collapse ")
-                    .mib(t.collapse)
-                    .s(", copy ")
-                    .mib(t.copy);
-                o.s(") in ")
-                    .ms(sys::now_ns() - t0)
-                    .s("; ")
-                    .u(t.small_mappings as u64)
-                    .s(" text mappings have no whole ")
-                    .size(scan::pmd() as u64)
-                    .s(" window");
-                if pass.scan.is_smaps() {
-                    o.s("; verified with /proc/self/smaps totals");
-                }
-                if pass.touch {
-                    o.s("; pages touched, no MADV_POPULATE_READ");
-                }
-                if t.replaced > 0 {
-                    o.s("; ")
-                        .mib(t.replaced)
-                        .s(" in windows replaced with mmap(MAP_FIXED) (MADV_DONTNEED keeps page tables)");
-                }
-                route_times(&mut o, t);
-            }
-            if huge == 0 && t.first_err < 0 {
-                t.first_err
-            } else if huge == 0 && thp_off {
-                -(libc::EPERM as isize)
-            } else {
-                huge as isize
-            }
-        }
+        return e;
+    }
+    st.skip_own();
+    if st.truncated && cfg.verbose {
+        line()
+            .s("too many text mappings: only the first ")
+            .u(st.n as u64)
+            .s(" are handled");
+    }
+    let mut pass = Pass {
+        cfg,
+        st,
+        scan,
+        t: Totals::default(),
+        no_anon_thp: thp_never(),
+        touch,
+        checks: 0,
+        probes: 0,
     };
-    drop(mem);
-    result
+    pass.run(scope, thp_off, t0)
+}
+
+impl Pass<'_> {
+    /// Every candidate mapping (only counted when THP is disabled for this
+    /// process), then the summary; returns what [`remap_in`] does.
+    fn run(&mut self, scope: &Scope, thp_off: bool, t0: u64) -> isize {
+        if thp_off && self.cfg.verbose {
+            line().s("huge pages are disabled for this process (prctl PR_SET_THP_DISABLE): text left as it is");
+        }
+        let st = self.st;
+        for c in &st.cands[..st.n] {
+            if thp_off {
+                self.t.windows += window_bytes(c.start, c.end);
+            } else {
+                self.mapping(c);
+            }
+        }
+        if self.t.perf_map_fd > 0 {
+            sys::close(self.t.perf_map_fd as i32);
+        }
+        // A late pass whose objects were all filtered out says nothing.
+        if self.cfg.verbose && (scope.only.is_none() || self.t.windows > 0) {
+            report::summary(self, scope, t0);
+        }
+        outcome(&self.t, thp_off)
+    }
+}
+
+/// The pass's result: the bytes made (or found) huge, else its first error,
+/// else `-EPERM` when THP is disabled for the process. Pure.
+fn outcome(t: &Totals, thp_off: bool) -> isize {
+    let huge = t.huge();
+    if huge == 0 && t.first_err < 0 {
+        t.first_err
+    } else if huge == 0 && thp_off {
+        -(libc::EPERM as isize)
+    } else {
+        huge as isize
+    }
 }
 
 #[cfg(test)]

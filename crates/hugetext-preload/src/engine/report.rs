@@ -56,3 +56,82 @@ pub(super) fn route_times<const N: usize>(o: &mut Out<N>, t: &Totals) {
         }
     }
 }
+
+/// Say what in the configuration is not understood (`-v`).
+pub(super) fn config_notes(cfg: &Config) {
+    if !cfg.verbose {
+        return;
+    }
+    if let Some(s) = cfg.bad_strategy {
+        line()
+            .s("unknown HUGETEXT_STRATEGY=")
+            .bytes(s)
+            .s(" (expected auto, file, collapse or copy); using auto");
+    }
+    if let Some(w) = cfg.compat.unknown {
+        line()
+            .s("unknown word in HUGETEXT_COMPAT: ")
+            .bytes(w)
+            .s(" (expected ")
+            .s(hugetext_abi::compat::WORDS)
+            .s("); ignored");
+    }
+}
+
+/// Say which older-kernel behaviours `HUGETEXT_COMPAT` asks for (`-v`).
+pub(super) fn compat_notes(cfg: &Config) {
+    if !cfg.verbose {
+        return;
+    }
+    if cfg.compat.no_populate {
+        line().s("HUGETEXT_COMPAT=no-populate: faulting text in by touching every page, not MADV_POPULATE_READ");
+    }
+    if cfg.compat.no_pt_reclaim {
+        line().s("HUGETEXT_COMPAT=no-pt-reclaim: dropping windows with two MADV_DONTNEED calls, which leave the emptied page table as kernels before 6.14 do");
+    }
+}
+
+/// The `-v` summary line of a pass: "pid N: X of Y text in whole 2 MiB
+/// windows is huge-backed (already, file, collapse, copy) in T; ...".
+pub(super) fn summary(pass: &Pass, scope: &Scope, t0: u64) {
+    let t = &pass.t;
+    let mut o = line();
+    let (outer, own) = perfmap::map_pid();
+    o.s("pid ").u(own as u64);
+    if outer != own {
+        o.s(" (pid ").u(outer as u64).s(" outside its pid namespace)");
+    }
+    if scope.only.is_some() {
+        o.s(", loaded after start (dlopen)");
+    }
+    o.s(": ").mib(t.huge()).s(" of ").mib(t.windows);
+    o.s(" text in whole ")
+        .size(scan::pmd() as u64)
+        .s(" windows is huge-backed (already ")
+        .mib(t.already);
+    o.s(", file ")
+        .mib(t.file)
+        .s(", collapse ")
+        .mib(t.collapse)
+        .s(", copy ")
+        .mib(t.copy);
+    o.s(") in ")
+        .ms(sys::now_ns() - t0)
+        .s("; ")
+        .u(t.small_mappings as u64)
+        .s(" text mappings have no whole ")
+        .size(scan::pmd() as u64)
+        .s(" window");
+    if pass.scan.is_smaps() {
+        o.s("; verified with /proc/self/smaps totals");
+    }
+    if pass.touch {
+        o.s("; pages touched, no MADV_POPULATE_READ");
+    }
+    if t.replaced > 0 {
+        o.s("; ")
+            .mib(t.replaced)
+            .s(" in windows replaced with mmap(MAP_FIXED) (MADV_DONTNEED keeps page tables)");
+    }
+    route_times(&mut o, t);
+}
