@@ -101,10 +101,7 @@ pub fn run(args: Args) -> Result<u8> {
     Ok(code)
 }
 
-/// Bytes as MiB with one decimal.
-pub fn mib(b: u64) -> String {
-    format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64)
-}
+pub use hugetext::units::mib;
 
 fn print_report(out: &mut impl Write, r: &CheckReport) -> Result<()> {
     let kind = serde_json::to_value(r.kind)?.as_str().unwrap_or("").to_string();

@@ -29,10 +29,11 @@ mod replace;
 mod report;
 mod run;
 
+pub use crate::units::human;
 pub use config::{check_memory, path_unit, Config, MemLimit};
 pub use plan::{open_regular, plan, plan_all, plan_exact, resolve_deps, resolve_link, Runtime, Target, WarmRange};
 pub use replace::{replace_and_warm, replace_refusals, ReplaceAllow};
-pub use report::{human, FileReport, RangeReport, SmallReasons};
+pub use report::{FileReport, RangeReport, SmallReasons};
 pub use run::{warm_all, CollapseState, FileOutcome, WarmReport};
 
 use std::collections::BTreeSet;
