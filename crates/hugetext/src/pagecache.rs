@@ -1,6 +1,6 @@
 //! Page cache: evict a file's clean, unmapped folios and refill ranges with
 //! PMD-order folios through a 2 MiB-congruent `MADV_HUGEPAGE` mapping
-//! (KERNEL-NOTES §1).
+//! (doc/kernel-facts.md §1).
 //!
 //! Pages are faulted in with `MADV_POPULATE_READ`, or, on kernels before
 //! 5.14 (or with `HUGETEXT_COMPAT=no-populate`), by loading one byte per

@@ -7,7 +7,7 @@
 //! folios ([`crate::pagecache::fill_bounded`]), and read the folio sizes back
 //! ([`crate::folio::scan_file`]). Every later process that maps a warmed
 //! window at a 2 MiB-congruent address gets it PMD-mapped, with no copy
-//! (KERNEL-NOTES §1).
+//! (doc/kernel-facts.md §1).
 //!
 //! What can stay small, and why, is reported per file:
 //! - the head and tail of a range (parts of a 2 MiB window) never fit a PMD;
