@@ -88,7 +88,7 @@ pub struct Config {
     pub deps: bool,
     /// Memory guard (`50%`, `4G`).
     #[serde(default, deserialize_with = "mem_limit")]
-    pub max_mem: Option<String>,
+    pub max_mem: Option<MemLimit>,
     /// Replace blocked files with warmed copies.
     #[serde(default)]
     pub replace: bool,
@@ -109,10 +109,9 @@ fn absolute_paths<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result
     Ok(v)
 }
 
-fn mem_limit<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Option<String>, D::Error> {
+fn mem_limit<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Option<MemLimit>, D::Error> {
     let s: String = serde::Deserialize::deserialize(d)?;
-    s.parse::<MemLimit>().map_err(serde::de::Error::custom)?;
-    Ok(Some(s))
+    s.parse::<MemLimit>().map(Some).map_err(serde::de::Error::custom)
 }
 
 /// 1-based line and column of byte `offset` in `s`.
@@ -292,7 +291,7 @@ mod tests {
     fn shipped_example_config_parses() {
         let c = Config::parse(include_str!("../../../packaging/warm.conf.example")).unwrap();
         assert!(c.deps && !c.replace && c.paths.len() == 2);
-        assert_eq!(c.max_mem.unwrap().parse::<MemLimit>().unwrap(), MemLimit::Percent(25.0));
+        assert_eq!(c.max_mem, Some(MemLimit::Percent(25.0)));
     }
 
     #[test]

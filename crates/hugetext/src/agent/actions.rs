@@ -110,7 +110,7 @@ impl Keeper {
 
     /// Evaluate the policy once: warm what may be warmed now.
     pub fn evaluate(&mut self, cfg: &Config, files: &[PathBuf], m: &AgentMetrics) {
-        let limit: MemLimit = cfg.max_mem.as_deref().and_then(|s| s.parse().ok()).unwrap_or_default();
+        let limit: MemLimit = cfg.max_mem.unwrap_or_default();
         for path in files {
             if let Err(e) = self.consider(path, limit, m) {
                 m.action("warm", "failed");

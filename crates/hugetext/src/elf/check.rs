@@ -27,6 +27,19 @@ pub enum FileKind {
     Other,
 }
 
+impl FileKind {
+    /// The name `check --json` gives it.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            FileKind::Executable => "executable",
+            FileKind::Pie => "pie",
+            FileKind::StaticPie => "static-pie",
+            FileKind::SharedLibrary => "shared-library",
+            FileKind::Other => "other",
+        }
+    }
+}
+
 /// Whether the runtime load base keeps `p_vaddr ≡ p_offset (mod PMD)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -53,6 +66,17 @@ pub enum Verdict {
     Improvable,
     /// Nothing can be done (the reasons say why).
     NotImprovable,
+}
+
+impl Verdict {
+    /// The name `check --json` gives it.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Verdict::PmdMappable => "pmd-mappable",
+            Verdict::Improvable => "improvable",
+            Verdict::NotImprovable => "not-improvable",
+        }
+    }
 }
 
 /// Per-PT_LOAD findings.
@@ -618,6 +642,17 @@ fn check_plan(m: &Model, plan: &AlignPlan, page: u64) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn names_are_the_json_names() {
+        use FileKind::*;
+        for k in [Executable, Pie, StaticPie, SharedLibrary, Other] {
+            assert_eq!(serde_json::to_value(k).unwrap(), k.as_str());
+        }
+        for v in [Verdict::PmdMappable, Verdict::Improvable, Verdict::NotImprovable] {
+            assert_eq!(serde_json::to_value(v).unwrap(), v.as_str());
+        }
+    }
 
     #[test]
     fn whole_windows_counts_only_complete_aligned_windows() {
