@@ -40,8 +40,7 @@ pub fn windows(lo: usize, hi: usize) -> Windows<usize> {
 /// The running kernel's base page size (`AT_PAGESZ`: 4 KiB on x86-64; 4,
 /// 16 or 64 KiB on arm64), for messages.
 pub fn page() -> usize {
-    // SAFETY: getauxval has no preconditions.
-    (unsafe { libc::getauxval(libc::AT_PAGESZ) } as usize).max(4096)
+    sys::page_size()
 }
 
 /// Read the PMD size (see [`pmd`]) and remember it; returns it.
@@ -103,7 +102,10 @@ impl Scanner {
             return_mask: PAGE_IS_HUGE | PAGE_IS_FILE | PAGE_IS_PRESENT,
             ..PmScanArg::new(start as u64, end as u64, regs.as_mut_ptr() as u64, regs.len() as u64)
         };
-        let r = sys::ioctl(self.fd, PAGEMAP_SCAN as usize, &mut arg as *mut PmScanArg as usize);
+        // SAFETY: `arg` is a PAGEMAP_SCAN argument of the size the request
+        // encodes; the region vector it names is `regs`, whose length it
+        // carries, borrowed mutably for the call.
+        let r = unsafe { sys::ioctl(self.fd, PAGEMAP_SCAN as usize, &mut arg as *mut PmScanArg as usize) };
         if r < 0 {
             Err(r)
         } else {

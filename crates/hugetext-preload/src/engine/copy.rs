@@ -74,14 +74,8 @@ impl Pass<'_> {
         }
         if self.cfg.name_vmas {
             let mut name = [0u8; copyname::BUF_LEN];
-            copyname::write(self.st.path(c), &mut name);
-            let r = sys::prctl(
-                sys::PR_SET_VMA,
-                sys::PR_SET_VMA_ANON_NAME,
-                new,
-                len,
-                name.as_ptr() as usize,
-            );
+            let n = copyname::write(self.st.path(c), &mut name);
+            let r = sys::name_anon(new, len, &name[..=n]);
             if r < 0 && !self.t.naming_failed {
                 self.t.naming_failed = true;
                 if self.cfg.verbose {

@@ -369,7 +369,7 @@ pub fn remap_in(cfg: &Config, scope: &Scope) -> isize {
     scan::pmd();
     let t0 = sys::now_ns();
     report::config_notes(cfg);
-    let thp_off = sys::prctl(sys::PR_GET_THP_DISABLE, 0, 0, 0, 0) > 0;
+    let thp_off = sys::thp_disabled();
     let scan = match collect::open_verifier(cfg) {
         Ok(v) => v,
         Err(e) => return e,
