@@ -11,6 +11,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
+pub use crate::error::LaunchError;
 use crate::{procfs, Error, Result};
 use hugetext_abi::env;
 
@@ -313,30 +314,6 @@ pub fn tunables_environment(current: Option<&OsStr>, need: u64) -> Vec<(OsString
         (OsString::from(env::GLIBC_TUNABLES), t),
         (OsString::from(env::TUNABLES), OsString::from(was)),
     ]
-}
-
-/// Why a program cannot be started.
-#[derive(Debug, thiserror::Error)]
-pub enum LaunchError {
-    /// Exit status 127.
-    #[error("{0}: command not found")]
-    NotFound(String),
-    /// Exit status 127.
-    #[error("{0}: no such file")]
-    NoSuchFile(String),
-    /// Exit status 126.
-    #[error("{0}: cannot execute: {1}")]
-    NotExecutable(String, String),
-}
-
-impl LaunchError {
-    /// The conventional shell exit status: 127 not found, 126 not executable.
-    pub fn exit_code(&self) -> u8 {
-        match self {
-            LaunchError::NotFound(_) | LaunchError::NoSuchFile(_) => 127,
-            LaunchError::NotExecutable(..) => 126,
-        }
-    }
 }
 
 fn executable(p: &Path) -> std::result::Result<(), String> {
