@@ -5,7 +5,7 @@ use super::*;
 impl Pass<'_> {
     /// Route 3, `collapse`: `MADV_COLLAPSE` (file text needs
     /// `CONFIG_READ_ONLY_THP_FOR_FS`; a refusal is remembered for the pass).
-    pub(super) fn route_collapse(&mut self, c: &Cand, w: &mut Windows) {
+    pub(super) fn route_collapse(&mut self, c: &Cand, w: &mut Chunk) {
         let pmd = scan::pmd();
         let mut err = 0;
         for (i, k) in runs(w.all & !w.huge) {

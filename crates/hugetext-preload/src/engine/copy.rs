@@ -6,7 +6,7 @@ use super::*;
 impl Pass<'_> {
     /// Route 4, `copy`: every window not yet huge into anonymous huge
     /// pages ([`Pass::copy`]).
-    pub(super) fn route_copy(&mut self, c: &Cand, w: &mut Windows, fd: &mut isize, elf: &mut Option<ElfFile>) {
+    pub(super) fn route_copy(&mut self, c: &Cand, w: &mut Chunk, fd: &mut isize, elf: &mut Option<ElfFile>) {
         let pmd = scan::pmd();
         let f = self.ensure_fd(c, fd);
         if self.cfg.perf_map && elf.is_none() && f > 0 {

@@ -5,7 +5,7 @@ use super::*;
 
 impl Pass<'_> {
     /// Route 2, `file`, zero copy (congruent text only).
-    pub(super) fn route_file(&mut self, c: &Cand, w: &mut Windows, fd: &mut isize, advised: &mut bool) {
+    pub(super) fn route_file(&mut self, c: &Cand, w: &mut Chunk, fd: &mut isize, advised: &mut bool) {
         let pmd = scan::pmd();
         let (a, all) = (w.a, w.all);
         if !*advised {

@@ -147,7 +147,7 @@ impl Pass<'_> {
     /// Route 1, already huge: measure the windows `[a, a + n·2M)` and count
     /// what is PMD-mapped before any route runs. `None` when they cannot be
     /// measured (reported).
-    pub(super) fn route_already(&mut self, c: &Cand, a: usize, n: usize, first: bool) -> Option<Windows> {
+    pub(super) fn route_already(&mut self, c: &Cand, a: usize, n: usize, first: bool) -> Option<Chunk> {
         // `huge`: windows proved huge; `hb`: huge bytes of the accounting
         // scope (Verifier::measure), the base of every route's gain.
         let (huge, hb) = match self.scan.measure(a, n, c.start, c.end) {
@@ -161,7 +161,7 @@ impl Pass<'_> {
         if first || !self.scan.is_smaps() {
             self.t.already += hb;
         }
-        Some(Windows {
+        Some(Chunk {
             a,
             n,
             all: full(n),

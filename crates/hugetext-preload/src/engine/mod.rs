@@ -210,8 +210,10 @@ fn full(n: usize) -> u64 {
     }
 }
 
-/// The windows of one chunk of a text mapping and what is known of them.
-struct Windows {
+/// A chunk of (up to 64) windows of one text mapping and what is known of
+/// them (not to be confused with `hugetext_abi::geometry::Windows`, the
+/// geometry of a whole range).
+struct Chunk {
     /// First window (2 MiB-aligned).
     a: usize,
     /// Number of windows (`<= 64`).
@@ -225,7 +227,7 @@ struct Windows {
     hb: u64,
 }
 
-impl Windows {
+impl Chunk {
     fn done(&self) -> bool {
         self.huge == self.all
     }
@@ -339,7 +341,7 @@ impl Pass<'_> {
     /// chunk's windows are being worked on, so the gain is theirs). A loss
     /// (a huge window dropped and refaulted small) is not subtracted, so a
     /// window is never counted twice.
-    fn remeasure(&self, c: &Cand, w: &mut Windows) -> u64 {
+    fn remeasure(&self, c: &Cand, w: &mut Chunk) -> u64 {
         match self.scan.measure(w.a, w.n, c.start, c.end) {
             Ok((m, b)) => {
                 w.huge |= m;
