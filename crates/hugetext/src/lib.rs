@@ -28,6 +28,11 @@
 //! | [`units`]     | the byte formatter of reports and messages                           |
 //!
 //! Everything talks to the real kernel; nothing here mocks `/proc`.
+//!
+//! Cargo features: `agent` and `bench` (off by default; the `hugetext`
+//! command turns both on) add those two modules and their dependencies (an
+//! HTTP server, an async runtime, a plotting library); without them the
+//! library is what `inspect`, `check`, `align`, `warm` and `run` need.
 
 #[cfg(feature = "agent")]
 pub mod agent;
