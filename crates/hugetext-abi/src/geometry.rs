@@ -50,6 +50,133 @@ pub fn parse_pmd_size(text: &[u8]) -> Option<usize> {
     (digits > 0 && v.is_power_of_two()).then_some(v)
 }
 
+/// The whole PMD-size windows of a range `[lo, hi)`: the aligned windows
+/// from `lo` rounded up to `hi` rounded down, and what is left outside them
+/// (the head before the first window, the tail after the last). The central
+/// quantity of the project: only a whole, aligned window can be mapped with
+/// one PMD. `T` is `u64` (file offsets, ELF addresses) or `usize` (this
+/// process's addresses); `pmd` is a power of two.
+///
+/// Arithmetic is on window indices, so a range near the top of the address
+/// space (a hostile ELF header) cannot overflow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Windows<T> {
+    lo: T,
+    hi: T,
+    first: T,
+    last: T,
+    pmd: T,
+}
+
+/// `(start, n)` runs of at most `max` consecutive windows of a
+/// [`Windows`], in order (the preload measures 64 at a time).
+pub struct Batches<T> {
+    at: T,
+    left: T,
+    max: T,
+    pmd: T,
+}
+
+macro_rules! windows_of {
+    ($t:ty) => {
+        impl Windows<$t> {
+            /// The windows of `[lo, hi)` (`hi < lo` counts as empty).
+            pub const fn new(lo: $t, hi: $t, pmd: $t) -> Self {
+                let hi = if hi < lo { lo } else { hi };
+                let first = lo.div_ceil(pmd);
+                let last = hi / pmd;
+                let last = if last < first { first } else { last };
+                Windows {
+                    lo,
+                    hi,
+                    first,
+                    last,
+                    pmd,
+                }
+            }
+            /// The window size.
+            pub const fn pmd(&self) -> $t {
+                self.pmd
+            }
+            /// How many whole windows.
+            pub const fn count(&self) -> $t {
+                self.last - self.first
+            }
+            /// Is there no whole window?
+            pub const fn is_empty(&self) -> bool {
+                self.last == self.first
+            }
+            /// Bytes in whole windows.
+            pub const fn bytes(&self) -> $t {
+                self.count() * self.pmd
+            }
+            /// Index (address / PMD size) of the first window.
+            pub const fn first_index(&self) -> $t {
+                self.first
+            }
+            /// Index of the window after the last one.
+            pub const fn end_index(&self) -> $t {
+                self.last
+            }
+            /// Start of the first window (`lo` rounded up).
+            pub const fn start(&self) -> $t {
+                self.first.saturating_mul(self.pmd)
+            }
+            /// End of the last window (`hi` rounded down; the start when
+            /// empty).
+            pub const fn end(&self) -> $t {
+                self.last.saturating_mul(self.pmd)
+            }
+            /// Start of window `i` (`i < count()`).
+            pub const fn at(&self, i: $t) -> $t {
+                self.start() + i * self.pmd
+            }
+            /// Bytes before the first window (all of them when empty).
+            pub const fn head(&self) -> $t {
+                if self.is_empty() {
+                    self.hi - self.lo
+                } else {
+                    self.start() - self.lo
+                }
+            }
+            /// Bytes after the last window (none when empty: see `head`).
+            pub const fn tail(&self) -> $t {
+                if self.is_empty() {
+                    0
+                } else {
+                    self.hi - self.end()
+                }
+            }
+            /// The windows in runs of at most `max` (`max > 0`).
+            pub const fn batches(&self, max: $t) -> Batches<$t> {
+                Batches {
+                    at: self.start(),
+                    left: self.count(),
+                    max,
+                    pmd: self.pmd,
+                }
+            }
+        }
+
+        impl Iterator for Batches<$t> {
+            type Item = ($t, $t);
+            fn next(&mut self) -> Option<($t, $t)> {
+                if self.left == 0 {
+                    return None;
+                }
+                let n = if self.left < self.max { self.left } else { self.max };
+                let run = (self.at, n);
+                self.at += n * self.pmd;
+                self.left -= n;
+                Some(run)
+            }
+        }
+    };
+}
+
+windows_of!(u64);
+windows_of!(usize);
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -78,5 +205,30 @@ mod tests {
         assert_eq!(parse_pmd_size(b"\n"), None);
         assert_eq!(parse_pmd_size(b"2097153\n"), None);
         assert_eq!(parse_pmd_size(b"12x\n"), None);
+    }
+
+    #[test]
+    fn windows_of_a_range() {
+        const M: u64 = 2 << 20;
+        let w = Windows::<u64>::new(0x1000, 4 * M + 0x1000, M);
+        assert_eq!((w.count(), w.bytes(), w.start(), w.end()), (3, 3 * M, M, 4 * M));
+        assert_eq!((w.head(), w.tail(), w.at(1)), (M - 0x1000, 0x1000, 2 * M));
+        assert_eq!((w.first_index(), w.end_index()), (1, 4));
+        let e = Windows::<u64>::new(M + 1, 2 * M + 5, M);
+        assert!(e.is_empty());
+        assert_eq!(
+            (e.count(), e.head(), e.tail(), e.start(), e.end()),
+            (0, M + 4, 0, 2 * M, 2 * M)
+        );
+        let exact = Windows::<u64>::new(M, 3 * M, M);
+        assert_eq!((exact.count(), exact.head(), exact.tail()), (2, 0, 0));
+        assert!(Windows::<u64>::new(5 * M, M, M).is_empty());
+        // No overflow near the top of the address space.
+        let top = Windows::<u64>::new(u64::MAX - 5, u64::MAX, M);
+        assert_eq!(top.count(), 0);
+        let w = Windows::<usize>::new(0, 130 * (2 << 20), 2 << 20);
+        let runs: [(usize, usize); 3] = [(0, 64), (64 * (2 << 20), 64), (128 * (2 << 20), 2)];
+        assert!(w.batches(64).eq(runs.iter().copied()));
+        assert_eq!(Windows::<usize>::new(1, 2, 2 << 20).batches(64).next(), None);
     }
 }

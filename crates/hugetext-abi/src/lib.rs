@@ -12,6 +12,7 @@
 #![forbid(unsafe_code)]
 
 pub mod compat;
+pub mod copyname;
 pub mod env;
 pub mod fs;
 pub mod geometry;
@@ -21,4 +22,6 @@ pub mod madv;
 pub mod maps;
 pub mod pagemap;
 pub mod pagemap_scan;
+pub mod pattern;
 pub mod smaps;
+pub mod thp;

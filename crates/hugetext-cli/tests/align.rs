@@ -14,7 +14,7 @@ use std::process::{Command, Stdio};
 
 const MIB: u64 = 1 << 20;
 
-/// KERNEL-NOTES §1: evict the file's page cache, then fault it in through a
+/// doc/kernel-facts.md §1: evict the file's page cache, then fault it in through a
 /// 2 MiB-congruent MADV_HUGEPAGE mapping, so the page cache holds PMD-order
 /// folios. Local to this test on purpose: `warm` is another module.
 fn fill_pmd_page_cache(path: &Path) {

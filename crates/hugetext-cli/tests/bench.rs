@@ -168,7 +168,7 @@ fn exec_json_shape_and_verified_states() {
             assert_eq!(total, 32 * 1024, "{name}: {state}");
             let (pmd_folios, pmd_mapped) = (num(&state["pmd_folio_pct"]), num(&state["pmd_mapped_pct"]));
             if name == "baseline" {
-                // Exec faults read 4 KiB folios on x86 (KERNEL-NOTES §1).
+                // Exec faults read 4 KiB folios on x86 (doc/kernel-facts.md §1).
                 assert_eq!(state["cached_before_kb"], 0);
                 assert_eq!(pmd_folios, 0.0, "{state}");
                 assert_eq!(pmd_mapped, 0.0, "{state}");

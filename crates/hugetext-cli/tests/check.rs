@@ -60,15 +60,24 @@ fn fixtures_report_what_align_can_do() {
             if linker == "bfd" && name == "nopie" {
                 assert_eq!(now, 18 * MIB);
                 assert_eq!(r["verdict"], "pmd-mappable");
+                assert_eq!(r["reason_codes"], serde_json::json!(["already-pmd-mappable"]));
                 assert_eq!(r["base"], "fixed");
             } else {
                 assert_eq!(now, 0, "{linker}/{name}");
                 assert_eq!(r["verdict"], "improvable");
                 assert!(!r["reasons"].as_array().unwrap().is_empty());
+                // One stable code per reason, the padding among them.
+                let codes = r["reason_codes"].as_array().unwrap();
+                assert_eq!(codes.len(), r["reasons"].as_array().unwrap().len());
+                assert!(
+                    codes.iter().any(|c| c == "align-pads" || c == "align-raises-p-align"),
+                    "{codes:?}"
+                );
             }
         }
         let small = one(&common::fixture(linker, "small"));
         assert_eq!(small["verdict"], "not-improvable");
+        assert_eq!(small["reason_codes"][0], "no-whole-window");
         assert_eq!(u(&small, "pmd_mappable_bytes_after_align"), 0);
         assert!(small["reasons"][0].as_str().unwrap().contains(&format!(
             "whole {} window",

@@ -283,7 +283,7 @@ fn anon_thp_equals_anon_huge_pages() {
 fn exec_faulted_file_is_in_base_pages() {
     // A cold fault through a PROT_EXEC mapping reads order-0 folios on x86
     // from Linux 6.16 on (exec readahead asks for exec_folio_order(), 0 on
-    // x86); KERNEL-NOTES §1. Before it, exec faults take ordinary mmap
+    // x86); doc/kernel-facts.md §1. Before it, exec faults take ordinary mmap
     // readahead, whose folio orders ramp up on a filesystem with large folios
     // (Debian 6.12 on xfs: 16-128 KiB folios; the kernel matrix shows it) —
     // but no fault-around maps them with PMDs.

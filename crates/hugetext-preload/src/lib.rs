@@ -24,7 +24,6 @@ mod engine;
 mod hot;
 mod maps;
 mod out;
-mod pattern;
 mod perfmap;
 mod scan;
 mod smaps;

@@ -7,6 +7,7 @@
 use crate::sys;
 
 use core::sync::atomic::{AtomicUsize, Ordering};
+use hugetext_abi::geometry::Windows;
 use hugetext_abi::pagemap_scan::{
     PageRegion, PmScanArg, PAGEMAP_SCAN, PAGE_IS_FILE, PAGE_IS_HUGE, PAGE_IS_PRESENT, PAGE_IS_SWAPPED,
 };
@@ -30,11 +31,16 @@ pub fn pmd() -> usize {
     }
 }
 
+/// The whole windows of `[lo, hi)` at the running kernel's PMD size.
+#[inline]
+pub fn windows(lo: usize, hi: usize) -> Windows<usize> {
+    Windows::<usize>::new(lo, hi, pmd())
+}
+
 /// The running kernel's base page size (`AT_PAGESZ`: 4 KiB on x86-64; 4,
 /// 16 or 64 KiB on arm64), for messages.
 pub fn page() -> usize {
-    // SAFETY: getauxval has no preconditions.
-    (unsafe { libc::getauxval(libc::AT_PAGESZ) } as usize).max(4096)
+    sys::page_size()
 }
 
 /// Read the PMD size (see [`pmd`]) and remember it; returns it.
@@ -96,7 +102,10 @@ impl Scanner {
             return_mask: PAGE_IS_HUGE | PAGE_IS_FILE | PAGE_IS_PRESENT,
             ..PmScanArg::new(start as u64, end as u64, regs.as_mut_ptr() as u64, regs.len() as u64)
         };
-        let r = sys::ioctl(self.fd, PAGEMAP_SCAN as usize, &mut arg as *mut PmScanArg as usize);
+        // SAFETY: `arg` is a PAGEMAP_SCAN argument of the size the request
+        // encodes; the region vector it names is `regs`, whose length it
+        // carries, borrowed mutably for the call.
+        let r = unsafe { sys::ioctl(self.fd, PAGEMAP_SCAN as usize, &mut arg as *mut PmScanArg as usize) };
         if r < 0 {
             Err(r)
         } else {
@@ -107,18 +116,17 @@ impl Scanner {
     /// Bit `i` set ⇔ the window `[start + i·2M, start + (i+1)·2M)` is
     /// PMD-mapped. `start` is 2 MiB-aligned, `n <= 64`.
     pub fn huge_windows(&self, start: usize, n: usize) -> Result<u64, isize> {
-        #[allow(non_snake_case)]
-        let PMD = pmd();
-        debug_assert!(start % PMD == 0 && n <= 64);
+        let pmd = pmd();
+        debug_assert!(start % pmd == 0 && n <= 64);
         let mut regs = [PageRegion::default(); 64];
-        let end = start + n * PMD;
+        let end = start + n * pmd;
         let got = self.scan(start, end, PAGE_IS_HUGE, 0, 0, &mut regs)?;
         let mut mask = 0u64;
         for r in regs.iter().take(got) {
             let (s, e) = (r.start as usize, r.end as usize);
             for i in 0..n {
-                let ws = start + i * PMD;
-                if s <= ws && ws + PMD <= e {
+                let ws = start + i * pmd;
+                if s <= ws && ws + pmd <= e {
                     mask |= 1 << i;
                 }
             }

@@ -42,11 +42,8 @@ pub struct Vma {
 impl Vma {
     /// The whole 2 MiB windows inside `[max(start, lo), min(end, hi))`.
     fn windows_within(&self, lo: usize, hi: usize) -> (usize, usize) {
-        #[allow(non_snake_case)]
-        let PMD = scan::pmd();
-        let s = (self.start.max(lo) + PMD - 1) & !(PMD - 1);
-        let e = self.end.min(hi) & !(PMD - 1);
-        (s, e.max(s))
+        let w = scan::windows(self.start.max(lo), self.end.min(hi));
+        (w.start(), w.end())
     }
 
     /// Are all of this VMA's whole windows PMD-mapped (and is there one)?
@@ -129,9 +126,8 @@ impl Smaps {
     /// returns the PMD-mapped bytes of `[lo, hi)`: per intersecting VMA its
     /// total, at most its whole windows inside `[lo, hi)`.
     pub fn measure(&self, start: usize, n: usize, lo: usize, hi: usize) -> Result<(u64, u64), isize> {
-        #[allow(non_snake_case)]
-        let PMD = scan::pmd();
-        let end = start + n * PMD;
+        let pmd = scan::pmd();
+        let end = start + n * pmd;
         let (mut mask, mut bytes) = (0u64, 0u64);
         self.each(start.min(lo), end.max(hi), |v| {
             if v.start < hi && lo < v.end {
@@ -140,8 +136,8 @@ impl Smaps {
             }
             if v.start < end && start < v.end && v.all_huge() {
                 for i in 0..n {
-                    let ws = start + i * PMD;
-                    if v.start <= ws && ws + PMD <= v.end {
+                    let ws = start + i * pmd;
+                    if v.start <= ws && ws + pmd <= v.end {
                         mask |= 1 << i;
                     }
                 }
@@ -190,19 +186,18 @@ mod tests {
     /// mapping of 4 windows, all touched, then 2 of 4.
     #[test]
     fn measures_a_real_anonymous_mapping() {
-        #[allow(non_snake_case)]
-        let PMD = scan::pmd();
+        let pmd = scan::pmd();
         let s = Smaps::open().unwrap();
-        let len = 4 * PMD;
+        let len = 4 * pmd;
         let m = sys::mmap(
-            len + PMD,
+            len + pmd,
             libc::PROT_READ | libc::PROT_WRITE,
             libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
             -1,
             0,
         );
         assert!(m > 0);
-        let a = (m as usize + PMD - 1) & !(PMD - 1);
+        let a = (m as usize + pmd - 1) & !(pmd - 1);
         if sys::advise(a, len, sys::Keep::Hugepage) < 0 {
             return; // THP not built in
         }
@@ -210,13 +205,13 @@ mod tests {
         // SAFETY: the parts of our own mapping outside [a, a + len).
         unsafe {
             sys::mprotect(m as usize, a - m as usize, libc::PROT_NONE);
-            sys::mprotect(a + len, m as usize + PMD - a, libc::PROT_NONE);
+            sys::mprotect(a + len, m as usize + pmd - a, libc::PROT_NONE);
         }
         let (mask, bytes) = s.measure(a, 4, a, a + len).unwrap();
         assert_eq!((mask, bytes), (0, 0));
         for w in 0..4 {
             // SAFETY: inside our writable mapping.
-            unsafe { core::ptr::write_volatile((a + w * PMD) as *mut u8, 1) };
+            unsafe { core::ptr::write_volatile((a + w * pmd) as *mut u8, 1) };
         }
         // THP `enabled` is `madvise` or `always` on the machines we test on.
         let (mask, bytes) = s.measure(a, 4, a, a + len).unwrap();
@@ -224,13 +219,13 @@ mod tests {
         // Split one window into 4 KiB pages: the count drops, and no window
         // can be claimed any more.
         // SAFETY: our own mapping; only this test reads it.
-        unsafe { sys::madvise(a + PMD, 4096, sys::MADV_DONTNEED) };
+        unsafe { sys::madvise(a + pmd, 4096, sys::MADV_DONTNEED) };
         let (mask, bytes) = s.measure(a, 4, a, a + len).unwrap();
-        assert_eq!((mask, bytes), (0, 3 * PMD as u64));
+        assert_eq!((mask, bytes), (0, 3 * pmd as u64));
         // A range inside the VMA: its windows are not claimed either.
-        assert_eq!(s.measure(a + 2 * PMD, 2, a, a + len).unwrap(), (0, 3 * PMD as u64));
+        assert_eq!(s.measure(a + 2 * pmd, 2, a, a + len).unwrap(), (0, 3 * pmd as u64));
         assert!(s.has_private_pages(a, a + len).unwrap());
         // SAFETY: our own mapping, no longer used.
-        unsafe { sys::munmap(m as usize, len + PMD) };
+        unsafe { sys::munmap(m as usize, len + pmd) };
     }
 }

@@ -125,7 +125,9 @@ pub fn sleep_ns(ns: u64) {
 
 /// `openat(AT_FDCWD, path, flags, mode)`; `path` must be NUL-terminated.
 pub fn open(path: &[u8], flags: i32, mode: u32) -> isize {
-    debug_assert!(path.last() == Some(&0));
+    if path.last() != Some(&0) {
+        return -(libc::EINVAL as isize); // the kernel would read past the slice
+    }
     call(
         libc::SYS_openat,
         libc::AT_FDCWD as isize as usize,
@@ -140,7 +142,9 @@ pub fn open(path: &[u8], flags: i32, mode: u32) -> isize {
 /// `readlinkat(AT_FDCWD, path, buf)`; `path` must be NUL-terminated.
 /// Returns the bytes written (not NUL-terminated) or `-errno`.
 pub fn readlink(path: &[u8], buf: &mut [u8]) -> isize {
-    debug_assert!(path.last() == Some(&0));
+    if path.last() != Some(&0) {
+        return -(libc::EINVAL as isize); // the kernel would read past the slice
+    }
     call(
         libc::SYS_readlinkat,
         libc::AT_FDCWD as isize as usize,
@@ -258,7 +262,18 @@ pub fn fadvise(fd: i32, off: u64, len: u64, advice: i32) -> isize {
     )
 }
 
+/// The base page size (`AT_PAGESZ`, at least 4 KiB).
+pub fn page_size() -> usize {
+    // SAFETY: getauxval has no preconditions.
+    (unsafe { libc::getauxval(libc::AT_PAGESZ) } as usize).max(4096)
+}
+
+/// `mincore(addr, len, vec)`: one byte of `vec` per page of the range;
+/// `-EINVAL` without a call when `vec` is shorter than that.
 pub fn mincore(addr: usize, len: usize, vec: &mut [u8]) -> isize {
+    if vec.len() < len.div_ceil(page_size()) {
+        return -(libc::EINVAL as isize);
+    }
     call(libc::SYS_mincore, addr, len, vec.as_mut_ptr() as usize, 0, 0, 0)
 }
 
@@ -282,12 +297,44 @@ pub fn fdatasync(fd: i32) -> isize {
     call(libc::SYS_fdatasync, fd as usize, 0, 0, 0, 0, 0)
 }
 
-pub fn ioctl(fd: i32, req: usize, arg: usize) -> isize {
+/// `ioctl(fd, req, arg)`.
+///
+/// # Safety
+///
+/// When `req` takes a pointer, `arg` must point to memory the kernel may
+/// read and write as `req` does, for the length `req` implies (including
+/// buffers the argument itself points to), for the duration of the call.
+pub unsafe fn ioctl(fd: i32, req: usize, arg: usize) -> isize {
     call(libc::SYS_ioctl, fd as usize, req, arg, 0, 0, 0)
 }
 
-pub fn prctl(op: i32, a: usize, b: usize, c: usize, d: usize) -> isize {
+/// `prctl(op, a, b, c, d)`.
+///
+/// # Safety
+///
+/// Where `op` takes pointers, they must be valid as `op` requires for the
+/// duration of the call; where it changes memory or the process (e.g.
+/// `PR_SET_VMA`), the caller answers for the range it names.
+pub unsafe fn prctl(op: i32, a: usize, b: usize, c: usize, d: usize) -> isize {
     call(libc::SYS_prctl, op as usize, a, b, c, d, 0)
+}
+
+/// Is THP disabled for this process (`PR_GET_THP_DISABLE`)?
+pub fn thp_disabled() -> bool {
+    // SAFETY: PR_GET_THP_DISABLE takes no pointer and changes nothing.
+    unsafe { prctl(PR_GET_THP_DISABLE, 0, 0, 0, 0) > 0 }
+}
+
+/// Name the anonymous memory `[addr, addr + len)` (`PR_SET_VMA_ANON_NAME`;
+/// `/proc/PID/maps` shows `[anon:NAME]`). `name` must end with a NUL:
+/// `-EINVAL` without a call otherwise.
+pub fn name_anon(addr: usize, len: usize, name: &[u8]) -> isize {
+    if name.last() != Some(&0) {
+        return -(libc::EINVAL as isize);
+    }
+    // SAFETY: `name` is a NUL-terminated string the kernel only reads
+    // (copying at most 80 bytes); naming changes no memory contents.
+    unsafe { prctl(PR_SET_VMA, PR_SET_VMA_ANON_NAME, addr, len, name.as_ptr() as usize) }
 }
 
 pub fn getpid() -> i32 {
@@ -396,5 +443,38 @@ pub fn errno_name(e: isize) -> &'static str {
         libc::ELOOP => "a symbolic link (not followed)",
         libc::ENXIO => "no reader on that FIFO, or no such device",
         _ => "error",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The safe wrappers refuse arguments the kernel would read or write
+    /// past, without making the call.
+    #[test]
+    fn checked_lengths_refuse_short_buffers() {
+        let einval = -(libc::EINVAL as isize);
+        assert_eq!(open(b"/proc/self/maps", libc::O_RDONLY, 0), einval);
+        let mut buf = [0u8; 16];
+        assert_eq!(readlink(b"/proc/self/exe", &mut buf), einval);
+        let page = page_size();
+        let m = mmap(
+            4 * page,
+            libc::PROT_READ,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        );
+        assert!(m > 0);
+        let mut vec = [0u8; 4];
+        assert_eq!(mincore(m as usize, 4 * page, &mut vec[..3]), einval);
+        assert_eq!(mincore(m as usize, 4 * page, &mut vec), 0);
+        assert_eq!(name_anon(m as usize, page, b"x"), einval);
+        let fd = open(b"/proc/self/maps\0", libc::O_RDONLY, 0);
+        assert!(fd >= 0);
+        close(fd as i32);
+        // SAFETY: our own mapping, unused.
+        unsafe { munmap(m as usize, 4 * page) };
     }
 }

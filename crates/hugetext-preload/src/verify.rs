@@ -25,12 +25,11 @@ impl Verifier {
     /// windows). Differences of the bytes between two calls with the same
     /// arguments are what happened in between.
     pub fn measure(&self, start: usize, n: usize, lo: usize, hi: usize) -> Result<(u64, u64), isize> {
-        #[allow(non_snake_case)]
-        let PMD = scan::pmd();
+        let pmd = scan::pmd();
         match self {
             Verifier::Scan(s) => {
                 let m = s.huge_windows(start, n)?;
-                Ok((m, m.count_ones() as u64 * PMD as u64))
+                Ok((m, m.count_ones() as u64 * pmd as u64))
             }
             Verifier::Smaps(s) => s.measure(start, n, lo, hi),
         }
@@ -38,23 +37,18 @@ impl Verifier {
 
     /// The windows of `[start, start + n·2M)` proved PMD-mapped.
     pub fn huge_windows(&self, start: usize, n: usize) -> Result<u64, isize> {
-        #[allow(non_snake_case)]
-        let PMD = scan::pmd();
-        self.measure(start, n, start, start + n * PMD).map(|(m, _)| m)
+        let pmd = scan::pmd();
+        self.measure(start, n, start, start + n * pmd).map(|(m, _)| m)
     }
 
     /// PMD-mapped bytes of the whole windows `[ws, we)` (2 MiB-aligned).
     pub fn huge_bytes(&self, ws: usize, we: usize) -> Result<u64, isize> {
-        #[allow(non_snake_case)]
-        let PMD = scan::pmd();
+        let pmd = scan::pmd();
         match self {
             Verifier::Scan(_) => {
                 let mut total = 0;
-                let mut a = ws;
-                while a < we {
-                    let n = ((we - a) / PMD).min(64);
-                    total += self.measure(a, n, a, a + n * PMD)?.1;
-                    a += n * PMD;
+                for (a, n) in scan::windows(ws, we).batches(64) {
+                    total += self.measure(a, n, a, a + n * pmd)?.1;
                 }
                 Ok(total)
             }

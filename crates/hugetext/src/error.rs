@@ -39,12 +39,36 @@ pub enum Error {
     #[error("{0}")]
     Invalid(String),
     /// A program to run cannot be found or executed (exit status 127 or
-    /// 126, [`crate::remap::LaunchError::exit_code`]).
+    /// 126, [`LaunchError::exit_code`]).
     #[error(transparent)]
-    Launch(#[from] crate::remap::LaunchError),
+    Launch(#[from] LaunchError),
     /// Anything else, already phrased for the user.
     #[error("{0}")]
     Other(String),
+}
+
+/// Why a program cannot be started.
+#[derive(Debug, thiserror::Error)]
+pub enum LaunchError {
+    /// Exit status 127.
+    #[error("{0}: command not found")]
+    NotFound(String),
+    /// Exit status 127.
+    #[error("{0}: no such file")]
+    NoSuchFile(String),
+    /// Exit status 126.
+    #[error("{0}: cannot execute: {1}")]
+    NotExecutable(String, String),
+}
+
+impl LaunchError {
+    /// The conventional shell exit status: 127 not found, 126 not executable.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            LaunchError::NotFound(_) | LaunchError::NoSuchFile(_) => 127,
+            LaunchError::NotExecutable(..) => 126,
+        }
+    }
 }
 
 impl Error {

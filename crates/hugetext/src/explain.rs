@@ -518,7 +518,7 @@ pub fn system_notes(sys: &SystemFacts) -> Vec<String> {
 }
 
 fn human_kb(kb: u64) -> String {
-    warm::human(kb * 1024)
+    crate::units::human(kb * 1024)
 }
 
 /// One line for a process, from its mappings and their verdicts. Pure.

@@ -7,6 +7,7 @@
 //!   the file, ask `mincore` which pages are cached, touch only those, and read
 //!   this process's own pagemap (what the kernel's `page-types -f` does).
 
+use hugetext_abi::geometry::Windows;
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::ops::Range;
@@ -188,9 +189,7 @@ pub fn scan_file(path: &Path, range: Option<Range<u64>>) -> Result<FileFolios> {
         pmd_windows: Vec::new(),
         total_windows: 0,
     };
-    let first_window = range.start.div_ceil(pmd);
-    let last_window = range.end / pmd;
-    out.total_windows = last_window.saturating_sub(first_window);
+    out.total_windows = Windows::<u64>::new(range.start, range.end, pmd).count();
     if range.is_empty() {
         return Ok(out);
     }

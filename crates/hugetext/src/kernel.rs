@@ -26,6 +26,7 @@
 //!   ([`write_back`]), the `PAGEMAP_SCAN` ioctl (its number and structs are
 //!   `hugetext_abi::pagemap_scan`), and glibc's `confstr`.
 
+use hugetext_abi::thp::{self, ThpMode};
 use std::ffi::c_void;
 use std::num::NonZeroU64;
 use std::os::fd::{AsRawFd, BorrowedFd};
@@ -123,10 +124,16 @@ pub fn sysfs_choice(path: impl AsRef<Path>) -> Option<String> {
     Some(s[start + 1..end].to_string())
 }
 
-/// The global THP mode for anonymous memory (`always`, `madvise`, `never`),
-/// or `None` when the kernel has no THP.
+/// The global THP mode for anonymous memory, or `None` when the kernel has
+/// no THP.
+pub fn thp_mode() -> Option<ThpMode> {
+    ThpMode::parse(&std::fs::read(thp::ENABLED_PATH).ok()?)
+}
+
+/// [`thp_mode`] as the kernel's word (`always`, `madvise`, `never`), for
+/// reports.
 pub fn thp_enabled() -> Option<String> {
-    sysfs_choice("/sys/kernel/mm/transparent_hugepage/enabled")
+    thp_mode().map(|m| m.as_str().to_string())
 }
 
 /// A memory mapping owned by this process, unmapped on drop.

@@ -8,7 +8,8 @@
 //!
 //! | module        | capability                                                          |
 //! |---------------|---------------------------------------------------------------------|
-//! | [`agent`]     | `agent`: Prometheus metrics at scrape time, and a policy kept warm   |
+//! | `agent`       | `agent`: Prometheus metrics at scrape time, and a policy kept warm (feature `agent`) |
+//! | [`config`]    | the config file `warm` and `agent` read (TOML), the memory guard's limit |
 //! | [`kernel`]    | kernel interfaces: version, page/PMD size, THP modes, syscalls       |
 //! | [`procfs`]    | `/proc/PID/{maps,smaps,fd}`, meminfo, processes, who maps a file     |
 //! | [`folio`]     | folio scanning: pagemap + kpageflags, thpmaps-style classes          |
@@ -23,12 +24,21 @@
 //! | [`progress`]  | the one progress interface of `bench`, `warm` and `inspect`          |
 //! | [`profile`]   | `profile`: hot text per 2 MiB window; the iTLB misses huge pages would save |
 //! | [`remap`]     | `run`: preload discovery, environment, verification of a process     |
-//! | [`bench`](mod@bench) | the kernel patches' benchmarks and paired A/B runs of real programs |
+//! | `bench`       | the kernel patches' benchmarks and paired A/B runs of real programs (feature `bench`) |
+//! | [`units`]     | the byte formatter of reports and messages                           |
 //!
 //! Everything talks to the real kernel; nothing here mocks `/proc`.
+//!
+//! Cargo features: `agent` and `bench` (off by default; the `hugetext`
+//! command turns both on) add those two modules and their dependencies (an
+//! HTTP server, an async runtime, a plotting library); without them the
+//! library is what `inspect`, `check`, `align`, `warm` and `run` need.
 
+#[cfg(feature = "agent")]
 pub mod agent;
+#[cfg(feature = "bench")]
 pub mod bench;
+pub mod config;
 pub mod doctor;
 pub mod elf;
 pub mod error;
@@ -45,6 +55,7 @@ pub mod procfs;
 pub mod profile;
 pub mod progress;
 pub mod remap;
+pub mod units;
 pub mod warm;
 
 pub use error::{Error, Result};

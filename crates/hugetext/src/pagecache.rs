@@ -1,6 +1,6 @@
 //! Page cache: evict a file's clean, unmapped folios and refill ranges with
 //! PMD-order folios through a 2 MiB-congruent `MADV_HUGEPAGE` mapping
-//! (KERNEL-NOTES §1).
+//! (doc/kernel-facts.md §1).
 //!
 //! Pages are faulted in with `MADV_POPULATE_READ`, or, on kernels before
 //! 5.14 (or with `HUGETEXT_COMPAT=no-populate`), by loading one byte per
@@ -24,6 +24,7 @@
 //!   but only on kernels with `CONFIG_READ_ONLY_THP_FOR_FS`
 //!   ([`collapse_supported`] tells).
 
+use hugetext_abi::geometry::Windows;
 use std::fs::File;
 use std::io::Write;
 use std::num::NonZeroU64;
@@ -87,14 +88,8 @@ pub fn fill_huge(file: &File, range: Range<u64>) -> Result<()> {
 /// The whole PMD-size windows inside `range`: `[ceil(start), floor(end))`
 /// rounded to the PMD size (empty when the range holds no whole window).
 pub fn pmd_windows_in(range: &Range<u64>) -> Range<u64> {
-    let pmd = kernel::pmd_size() as u64;
-    let ws = range.start.div_ceil(pmd) * pmd;
-    let we = range.end / pmd * pmd;
-    if ws < we {
-        ws..we
-    } else {
-        ws..ws
-    }
+    let w = Windows::<u64>::new(range.start, range.end, kernel::pmd_size() as u64);
+    w.start()..w.end()
 }
 
 /// Fill `range` of `file` reading nothing outside it: whole PMD windows as

@@ -11,6 +11,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
+pub use crate::error::LaunchError;
 use crate::{procfs, Error, Result};
 use hugetext_abi::env;
 
@@ -153,62 +154,21 @@ fn check_preload_path(p: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Check that `re` is a regular expression the preload understands: valid
-/// Rust `regex` syntax restricted to literals, `.`, bracket classes, the
-/// escapes `\d \w \s` and escaped punctuation, `* + ?`, `^ $` and top-level
-/// `|` (no groups, no counted repetition).
+/// Check that `re` is a regular expression the preload understands
+/// ([`hugetext_abi::pattern::check`]: literals, `.`, bracket classes, the
+/// escapes `\d \w \s` and escaped punctuation, `* + ?`, `^ $` and
+/// top-level `|`; no groups, no counted repetition).
 pub fn check_pattern(re: &str) -> Result<()> {
-    regex::Regex::new(re).map_err(|e| {
-        Error::Invalid(format!(
-            "invalid regular expression {re:?}: {}",
-            e.to_string().lines().last().unwrap_or("syntax error").trim()
-        ))
-    })?;
-    let unsupported = |what: &str| {
-        Err(Error::Invalid(format!(
-            "regular expression {re:?} uses {what}, which the preload does not support (supported: literals . [classes] \\d \\w \\s * + ? ^ $ and top-level |)"
-        )))
-    };
-    let b = re.as_bytes();
-    let mut i = 0;
-    let mut in_class = false;
-    while i < b.len() {
-        match b[i] {
-            b'\\' => {
-                match b.get(i + 1) {
-                    Some(c) if c.is_ascii_punctuation() || matches!(c, b'd' | b'w' | b's') => {}
-                    _ => return unsupported("an escape other than \\d \\w \\s or escaped punctuation"),
-                }
-                i += 2;
-                continue;
-            }
-            b'[' if !in_class => {
-                in_class = true;
-                if b.get(i + 1) == Some(&b'^') {
-                    i += 1;
-                }
-                if b.get(i + 1) == Some(&b']') {
-                    i += 1;
-                }
-                if b.get(i + 1) == Some(&b'[') && b.get(i + 2) == Some(&b':') {
-                    return unsupported("a POSIX class [:name:]");
-                }
-            }
-            b']' if in_class => in_class = false,
-            b'(' | b')' if !in_class => return unsupported("a group"),
-            b'{' | b'}' if !in_class => return unsupported("counted repetition {n,m}"),
-            b'^' if !in_class && i != 0 && b[i - 1] != b'|' => return unsupported("^ inside the pattern"),
-            b'$' if !in_class && i + 1 != b.len() && b.get(i + 1) != Some(&b'|') => {
-                return unsupported("$ inside the pattern")
-            }
-            b'&' | b'~' | b'-' if in_class && b.get(i + 1) == Some(&b[i]) => {
-                return unsupported("class set operations")
-            }
-            _ => {}
-        }
-        i += 1;
-    }
-    Ok(())
+    use hugetext_abi::pattern::{self, PatternError};
+    pattern::check(re.as_bytes()).map_err(|e| {
+        Error::Invalid(match e {
+            PatternError::Syntax(what) => format!("invalid regular expression {re:?}: {what}"),
+            PatternError::Unsupported(what) => format!(
+                "regular expression {re:?} uses {what}, which the preload does not support (supported: {})",
+                pattern::SUPPORTED
+            ),
+        })
+    })
 }
 
 /// The environment changes that inject the preload with `opts`: pairs to
@@ -354,30 +314,6 @@ pub fn tunables_environment(current: Option<&OsStr>, need: u64) -> Vec<(OsString
         (OsString::from(env::GLIBC_TUNABLES), t),
         (OsString::from(env::TUNABLES), OsString::from(was)),
     ]
-}
-
-/// Why a program cannot be started.
-#[derive(Debug, thiserror::Error)]
-pub enum LaunchError {
-    /// Exit status 127.
-    #[error("{0}: command not found")]
-    NotFound(String),
-    /// Exit status 127.
-    #[error("{0}: no such file")]
-    NoSuchFile(String),
-    /// Exit status 126.
-    #[error("{0}: cannot execute: {1}")]
-    NotExecutable(String, String),
-}
-
-impl LaunchError {
-    /// The conventional shell exit status: 127 not found, 126 not executable.
-    pub fn exit_code(&self) -> u8 {
-        match self {
-            LaunchError::NotFound(_) | LaunchError::NoSuchFile(_) => 127,
-            LaunchError::NotExecutable(..) => 126,
-        }
-    }
 }
 
 fn executable(p: &Path) -> std::result::Result<(), String> {
@@ -545,7 +481,7 @@ pub fn text_mappings(pid: i32) -> Result<Vec<TextMapping>> {
             prev_file = Some((end, name.clone()));
             exec.then(|| (name.clone(), false))
         } else if exec && !name.starts_with("[v") {
-            let copied = if let Some(p) = name.strip_prefix("[anon:hugetext:").and_then(|n| n.strip_suffix(']')) {
+            let copied = if let Some(p) = hugetext_abi::copyname::parse_str(name) {
                 Some(p.to_string())
             } else if name.is_empty() {
                 prev_file
@@ -621,22 +557,50 @@ mod tests {
     }
 
     #[test]
-    fn patterns_in_the_preload_subset() {
-        for ok in [
-            "libbig",
-            "^/usr/lib/.*\\.so",
-            "libc\\.so|libm\\.so$",
-            "[a-z_]+\\d",
-            "^$",
-            "x?y*z+",
-        ] {
-            check_pattern(ok).unwrap_or_else(|e| panic!("{ok}: {e}"));
-        }
-        for bad in ["(a|b)", "a{2}", "a(", "\\bword", "a^b", "a$b", "[[:alpha:]]"] {
-            assert!(check_pattern(bad).is_err(), "{bad} accepted");
-        }
+    fn pattern_errors_are_one_line_and_say_what() {
         let e = check_pattern("(a").unwrap_err().to_string();
-        assert!(!e.contains('\n'), "{e}");
+        assert!(
+            !e.contains('\n') && e.contains("a group") && e.contains("supported:"),
+            "{e}"
+        );
+        let e = check_pattern("[z-a]").unwrap_err().to_string();
+        assert!(
+            e.starts_with("invalid regular expression \"[z-a]\": invalid range"),
+            "{e}"
+        );
+    }
+
+    /// Whatever the preload's language accepts, `regex` reads as a valid
+    /// regular expression too, with the same matches on sample paths.
+    #[test]
+    fn pattern_language_agrees_with_regex() {
+        let paths = ["/usr/lib/libc.so.6", "/x/libbig.so", "/opt/a-b/[x]", "", "/lib/lib_x9"];
+        for re in [
+            "libbig",
+            "^/usr/.*/libc",
+            "so\\.\\d$",
+            "[]x]",
+            "[^a-z]",
+            "[a-]",
+            "a|",
+            "lib[a-c_]+",
+            "\\[x\\]",
+            "a?b",
+            "^$",
+            "[\\d.]+",
+            "[-a]",
+            "x*|^/o",
+        ] {
+            check_pattern(re).unwrap_or_else(|e| panic!("{re}: {e}"));
+            let r = regex::Regex::new(re).unwrap_or_else(|e| panic!("{re}: {e}"));
+            for p in paths {
+                let ours = hugetext_abi::pattern::is_match(re.as_bytes(), p.as_bytes());
+                assert_eq!(ours, r.is_match(p), "{re} on {p}");
+            }
+        }
+        for re in ["*", "a**", "[z-a]", "[", "\\", "a{2}"] {
+            assert!(check_pattern(re).is_err(), "{re} accepted");
+        }
     }
 
     #[test]

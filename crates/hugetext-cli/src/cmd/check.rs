@@ -101,13 +101,10 @@ pub fn run(args: Args) -> Result<u8> {
     Ok(code)
 }
 
-/// Bytes as MiB with one decimal.
-pub fn mib(b: u64) -> String {
-    format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64)
-}
+pub use hugetext::units::mib;
 
 fn print_report(out: &mut impl Write, r: &CheckReport) -> Result<()> {
-    let kind = serde_json::to_value(r.kind)?.as_str().unwrap_or("").to_string();
+    let kind = r.kind.as_str();
     writeln!(
         out,
         "{}: {} {} {}, {} bytes, max p_align {:#x}",
@@ -150,7 +147,7 @@ fn print_report(out: &mut impl Write, r: &CheckReport) -> Result<()> {
         }
     }
     writeln!(out, "  base: {}", r.base_note)?;
-    let verdict = serde_json::to_value(r.verdict)?.as_str().unwrap_or("").to_string();
+    let verdict = r.verdict.as_str();
     writeln!(
         out,
         "  verdict: {verdict}: PMD-mappable now {}, after align {}",

@@ -114,11 +114,7 @@ pub fn run(args: Args) -> Result<u8> {
         bail!("nothing to warm: give files (PATH...) or --config FILE");
     }
     let deps = args.deps || cfg.deps;
-    let max_mem = match (args.max_mem, &cfg.max_mem) {
-        (Some(m), _) => m,
-        (None, Some(s)) => s.parse()?,
-        (None, None) => MemLimit::default(),
-    };
+    let max_mem = args.max_mem.or(cfg.max_mem).unwrap_or_default();
     let opts = WarmOptions {
         no_collapse: args.no_collapse,
         force: args.force,

@@ -111,7 +111,7 @@ impl Keeper {
 
     /// Evaluate the policy once: warm what may be warmed now.
     pub fn evaluate(&mut self, cfg: &Config, files: &[PathBuf], m: &AgentMetrics) {
-        let limit: MemLimit = cfg.max_mem.as_deref().and_then(|s| s.parse().ok()).unwrap_or_default();
+        let limit: MemLimit = cfg.max_mem.unwrap_or_default();
         // The `hot` key: only the profile's hot windows; a profile that
         // cannot be used stops warming until the config is fixed.
         let hot = match cfg.hot_windows() {

@@ -6,100 +6,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::warm::Config;
+use crate::config::Config;
+pub use crate::config::{AgentConfig, AutoRule};
 
 /// Where the agent listens unless told otherwise.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:9437";
-
-/// The `[agent]` table of the config file.
-///
-/// ```toml
-/// [agent]
-/// listen = "127.0.0.1:9437"
-/// max_series = 5000
-/// globs = ["/usr/lib/x86_64-linux-gnu/libLLVM*.so*"]
-/// rate_limit = 6          # warm actions per minute at most
-/// poll_interval = "2s"    # where the proc connector is not available
-/// [agent.auto]            # every program or library that ran recently…
-/// min_eligible_mib = 8    # …with at least this much eligible text
-/// ran_within = "1h"
-/// ```
-#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct AgentConfig {
-    /// `ADDR:PORT` for `/metrics` and `/healthz` (`--listen` wins).
-    #[serde(deserialize_with = "socket_addr")]
-    pub listen: Option<String>,
-    /// At most this many labelled series per metric family; the rest are
-    /// dropped (largest text first is kept) and counted.
-    pub max_series: usize,
-    /// Glob patterns of files to keep warm (besides `paths`).
-    #[serde(deserialize_with = "globs")]
-    pub globs: Vec<String>,
-    /// Keep warm what ran recently and is large enough.
-    pub auto: Option<AutoRule>,
-    /// At most this many warm actions per minute.
-    pub rate_limit: u32,
-    /// How often to look at processes when exec/exit events are not
-    /// available (and to re-check the policy in any case).
-    #[serde(deserialize_with = "duration")]
-    pub poll_interval: Duration,
-}
-
-impl Default for AgentConfig {
-    fn default() -> Self {
-        AgentConfig {
-            listen: None,
-            max_series: 5000,
-            globs: Vec::new(),
-            auto: None,
-            rate_limit: 6,
-            poll_interval: Duration::from_secs(2),
-        }
-    }
-}
-
-/// "every executable and library with at least N MiB of eligible text that
-/// ran in the last T".
-#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct AutoRule {
-    /// Minimum eligible text (whole 2 MiB windows of read-only segments), MiB.
-    pub min_eligible_mib: u64,
-    /// Mapped by a process within this long (`"1h"`).
-    #[serde(deserialize_with = "duration")]
-    pub ran_within: Duration,
-}
-
-fn socket_addr<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
-    let s: String = serde::Deserialize::deserialize(d)?;
-    s.parse::<std::net::SocketAddr>()
-        .map_err(|e| serde::de::Error::custom(format!("listen {s:?}: {e} (give ADDR:PORT, e.g. 127.0.0.1:9437)")))?;
-    Ok(Some(s))
-}
-
-fn globs<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
-    let v: Vec<String> = serde::Deserialize::deserialize(d)?;
-    for g in &v {
-        if !g.starts_with('/') {
-            return Err(serde::de::Error::custom(format!("glob {g:?} is not an absolute path")));
-        }
-        glob::Pattern::new(g).map_err(|e| serde::de::Error::custom(format!("glob {g:?}: {e}")))?;
-    }
-    Ok(v)
-}
-
-fn duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-    let s: String = serde::Deserialize::deserialize(d)?;
-    let v = humantime::parse_duration(&s)
-        .map_err(|e| serde::de::Error::custom(format!("duration {s:?}: {e} (e.g. \"2s\", \"1h\")")))?;
-    if v.is_zero() {
-        return Err(serde::de::Error::custom(format!(
-            "duration {s:?} must be more than zero"
-        )));
-    }
-    Ok(v)
-}
 
 /// The files the policy names explicitly: `paths` and what `globs` match
 /// now (sorted, once each; a symbolic link resolved to its file, which is
@@ -266,52 +177,6 @@ pub fn decide(c: &Candidate) -> Decision {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn agent_table_parses_with_defaults_and_rejects_with_positions() {
-        let c = Config::parse("paths = [\"/bin/true\"]\n").unwrap();
-        assert_eq!(c.agent, AgentConfig::default());
-        let c = Config::parse(
-            "[agent]\nlisten = \"127.0.0.1:1\"\nglobs = [\"/usr/lib/*.so\"]\nrate_limit = 2\npoll_interval = \"500ms\"\n\
-             [agent.auto]\nmin_eligible_mib = 8\nran_within = \"1h\"\n",
-        )
-        .unwrap();
-        assert_eq!(c.agent.listen.as_deref(), Some("127.0.0.1:1"));
-        assert_eq!(c.agent.poll_interval, Duration::from_millis(500));
-        assert_eq!(
-            c.agent.auto,
-            Some(AutoRule {
-                min_eligible_mib: 8,
-                ran_within: Duration::from_secs(3600)
-            })
-        );
-        for (text, want) in [
-            (
-                "[agent]\nlisten = \"nowhere\"\n",
-                "line 2, column 10: listen \"nowhere\"",
-            ),
-            (
-                "[agent]\nglobs = [\"rel/*\"]\n",
-                "line 2, column 9: glob \"rel/*\" is not an absolute path",
-            ),
-            (
-                "[agent]\npoll_interval = \"soon\"\n",
-                "line 2, column 17: duration \"soon\"",
-            ),
-            (
-                "[agent]\npoll_interval = \"0s\"\n",
-                "line 2, column 17: duration \"0s\" must be",
-            ),
-            ("[agent]\nfrob = 1\n", "line 2, column 1: unknown field `frob`"),
-            (
-                "[agent.auto]\nran_within = \"1h\"\n",
-                "missing field `min_eligible_mib`",
-            ),
-        ] {
-            let e = Config::parse(text).unwrap_err().to_string();
-            assert!(e.contains(want) && !e.contains('\n'), "{text:?}: {e}");
-        }
-    }
 
     #[test]
     fn decisions() {

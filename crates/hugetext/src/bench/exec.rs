@@ -11,7 +11,7 @@
 //!
 //! Variants:
 //! - `baseline`: a plain exec mapping; the exec readahead path gives 4 KiB
-//!   folios on x86 (KERNEL-NOTES §1);
+//!   folios on x86 (doc/kernel-facts.md §1);
 //! - `huge`: `MADV_HUGEPAGE` on the exec mapping before the cold sweep, so
 //!   page-cache misses read PMD folios;
 //! - `warm`: the page cache is prepared by hugetext's warm

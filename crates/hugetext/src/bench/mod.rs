@@ -269,7 +269,7 @@ mod tests {
             .expect("mapping is in smaps")
             .anon_huge_kb;
         // THP may be disabled on some machines; here (madvise) both are PMDs.
-        if crate::kernel::thp_enabled().as_deref() != Some("never") {
+        if crate::kernel::thp_mode() != Some(hugetext_abi::thp::ThpMode::Never) {
             assert_eq!(v, 2 * pmd as u64 / 1024);
         }
         assert!(crate::procfs::own_mapping_stats(m.addr() as u64 + 4096)

@@ -22,6 +22,7 @@
 //! machine hits all cases alike, and each case's ratio to `small-4k` is
 //! taken run by run ([`stats::paired_ratio`]).
 
+use hugetext_abi::thp::ThpMode;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Instant;
@@ -259,12 +260,12 @@ fn mthp_64k_usable() -> std::result::Result<(), String> {
             "this kernel has no 64 KiB mTHP size (no hugepages-64kB in /sys/kernel/mm/transparent_hugepage)".into(),
         );
     };
-    let top = kernel::thp_enabled().unwrap_or_else(|| "never".into());
+    let top = kernel::thp_mode().unwrap_or(ThpMode::Never);
     match v.as_str() {
         "never" => Err(format!(
             "hugepages-64kB/enabled=never; enable with `echo madvise > {path}` or run with --allow-sysfs"
         )),
-        "inherit" if top == "never" => Err(format!(
+        "inherit" if top == ThpMode::Never => Err(format!(
             "hugepages-64kB/enabled=inherit and transparent_hugepage/enabled=never; enable with `echo madvise > {path}` or run with --allow-sysfs"
         )),
         _ => Ok(()),

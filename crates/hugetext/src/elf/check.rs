@@ -2,6 +2,7 @@
 //! stands, and what would `align` achieve? Also computes the `align` plan, so
 //! `check` and `align` can never disagree.
 
+use hugetext_abi::geometry::Windows;
 use std::path::{Path, PathBuf};
 
 use object::elf;
@@ -24,6 +25,19 @@ pub enum FileKind {
     SharedLibrary,
     /// `ET_REL`, `ET_CORE` or anything else: never mapped as a program.
     Other,
+}
+
+impl FileKind {
+    /// The name `check --json` gives it.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            FileKind::Executable => "executable",
+            FileKind::Pie => "pie",
+            FileKind::StaticPie => "static-pie",
+            FileKind::SharedLibrary => "shared-library",
+            FileKind::Other => "other",
+        }
+    }
 }
 
 /// Whether the runtime load base keeps `p_vaddr ≡ p_offset (mod PMD)`.
@@ -52,6 +66,49 @@ pub enum Verdict {
     Improvable,
     /// Nothing can be done (the reasons say why).
     NotImprovable,
+}
+
+impl Verdict {
+    /// The name `check --json` gives it.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Verdict::PmdMappable => "pmd-mappable",
+            Verdict::Improvable => "improvable",
+            Verdict::NotImprovable => "not-improvable",
+        }
+    }
+}
+
+/// Why `check` reached its verdict, as a stable name (`reason_codes` in
+/// `check --json`, one per entry of `reasons`, the human text).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReasonCode {
+    /// A 32-bit file.
+    Elf32,
+    /// A machine other than x86-64 and AArch64.
+    UnsupportedMachine,
+    /// A big-endian file.
+    BigEndian,
+    /// The target's PMD is larger than hugetext aligns to.
+    PmdTooLarge,
+    /// Not an executable or a shared library.
+    NotAProgram,
+    /// No `PT_LOAD` segment.
+    NoLoadSegment,
+    /// The text is in a writable (RWX) segment.
+    WritableText,
+    /// No read-only segment holds a whole window.
+    NoWholeWindow,
+    /// Every eligible segment can be PMD-mapped already.
+    AlreadyPmdMappable,
+    /// `align` would insert padding.
+    AlignPads,
+    /// `align` would raise `p_align`.
+    AlignRaisesPAlign,
+    /// Padding cannot be inserted without splitting a file structure (or
+    /// the segment is malformed).
+    CannotPad,
 }
 
 /// Per-PT_LOAD findings.
@@ -161,6 +218,8 @@ pub struct CheckReport {
     pub verdict: Verdict,
     /// Why, in plain words.
     pub reasons: Vec<String>,
+    /// Why, as stable names: one per entry of `reasons`, in the same order.
+    pub reason_codes: Vec<ReasonCode>,
     /// What a rewrite would invalidate or what else the user should know.
     pub warnings: Vec<String>,
     /// What `align` would do (empty unless the verdict is `improvable`).
@@ -169,9 +228,7 @@ pub struct CheckReport {
 
 /// Whole `pmd`-size windows inside `[start, start+len)`.
 pub fn whole_windows(start: u64, len: u64, pmd: u64) -> u64 {
-    let first = start.div_ceil(pmd);
-    let end = start.saturating_add(len) / pmd;
-    end.saturating_sub(first)
+    Windows::<u64>::new(start, start.saturating_add(len), pmd).count()
 }
 
 /// Bytes of the whole PMD windows (by virtual address) of the segments
@@ -181,7 +238,8 @@ fn distinct_window_bytes(segments: &[SegmentReport], pmd: u64, bytes: impl Fn(&S
     let mut windows: Vec<(u64, u64)> = segments
         .iter()
         .filter(|s| bytes(s) > 0)
-        .map(|s| (s.vaddr.div_ceil(pmd), s.vaddr.saturating_add(s.filesz) / pmd))
+        .map(|s| Windows::<u64>::new(s.vaddr, s.vaddr.saturating_add(s.filesz), pmd))
+        .map(|w| (w.first_index(), w.end_index()))
         .collect();
     windows.sort_unstable();
     let (mut total, mut covered) = (0u64, 0u64);
@@ -288,36 +346,46 @@ pub fn analyse(path: &Path, m: &Model, target: &Target) -> CheckReport {
     let mut warnings = Vec::new();
 
     // Reasons that make the whole file ineligible.
-    let mut blocker: Option<String> = None;
+    let mut blocker: Option<(ReasonCode, String)> = None;
     if !m.is_64 {
-        blocker = Some(
+        blocker = Some((
+            ReasonCode::Elf32,
             "32-bit ELF: PMD alignment is for 64-bit programs only (it would cost too much of a 32-bit address space)"
                 .into(),
-        );
+        ));
     } else if !super::supported_machine(m.e_machine) {
-        blocker = Some(format!(
-            "{} ELF: hugetext aligns x86-64 and AArch64 files only",
-            machine_name(m.e_machine)
+        blocker = Some((
+            ReasonCode::UnsupportedMachine,
+            format!(
+                "{} ELF: hugetext aligns x86-64 and AArch64 files only",
+                machine_name(m.e_machine)
+            ),
         ));
     } else if !m.little_endian {
-        blocker = Some(format!(
-            "big-endian {} ELF: hugetext handles little-endian files only",
-            machine_name(m.e_machine)
+        blocker = Some((
+            ReasonCode::BigEndian,
+            format!(
+                "big-endian {} ELF: hugetext handles little-endian files only",
+                machine_name(m.e_machine)
+            ),
         ));
     } else if pmd > MAX_ALIGN_PMD {
-        blocker = Some(format!(
+        blocker = Some((ReasonCode::PmdTooLarge, format!(
             "the target's PMD is {pmd_w} ({} pages): aligning to more than {} would cost that much address space per object, \
              and the kernel's own ELF loader does not align to it either",
             size_words(target.page_size),
             size_words(MAX_ALIGN_PMD)
-        ));
+        )));
     } else if kind == FileKind::Other {
-        blocker = Some(format!(
-            "ELF type {}: not an executable or shared library",
-            etype_name(m.e_type)
+        blocker = Some((
+            ReasonCode::NotAProgram,
+            format!("ELF type {}: not an executable or shared library", etype_name(m.e_type)),
         ));
     } else if m.loads().next().is_none() {
-        blocker = Some("no PT_LOAD segment: nothing is mapped from this file".into());
+        blocker = Some((
+            ReasonCode::NoLoadSegment,
+            "no PT_LOAD segment: nothing is mapped from this file".into(),
+        ));
     }
 
     let base_keeps = matches!(base, BaseAlignment::Fixed | BaseAlignment::Aligned);
@@ -387,22 +455,29 @@ pub fn analyse(path: &Path, m: &Model, target: &Target) -> CheckReport {
                 .iter()
                 .any(|s| s.writable && s.executable && s.whole_windows > 0)
             {
-                reasons.push(
+                reasons.push((
+                    ReasonCode::WritableText,
                     "its text is in a writable segment (RWX): file pages of a writable mapping are not PMD-mapped"
                         .into(),
-                );
+                ));
             }
-            reasons.push(format!(
-                "no read-only segment contains a whole {pmd_w} window (text smaller than ~{}, or split)",
-                size_words(2 * pmd)
+            reasons.push((
+                ReasonCode::NoWholeWindow,
+                format!(
+                    "no read-only segment contains a whole {pmd_w} window (text smaller than ~{}, or split)",
+                    size_words(2 * pmd)
+                ),
             ));
             verdict = Verdict::NotImprovable;
         } else {
             match make_plan(m, kind, target) {
                 Ok(p) if p.is_empty() => {
-                    reasons.push(format!(
-                        "already PMD-mappable: {} MiB of read-only segments in whole {pmd_w} windows",
-                        pmd_mappable_bytes >> 20
+                    reasons.push((
+                        ReasonCode::AlreadyPmdMappable,
+                        format!(
+                            "already PMD-mappable: {} MiB of read-only segments in whole {pmd_w} windows",
+                            pmd_mappable_bytes >> 20
+                        ),
                     ));
                     verdict = Verdict::PmdMappable;
                 }
@@ -416,27 +491,30 @@ pub fn analyse(path: &Path, m: &Model, target: &Target) -> CheckReport {
                             .iter()
                             .map(|i| format!("#{} (+{:#x})", i.segment, i.len))
                             .collect();
-                        reasons.push(format!(
-                            "align inserts {} bytes of zero padding so segment(s) {} become {pmd_w}-congruent (vaddrs unchanged)",
-                            p.growth,
-                            segs.join(", ")
+                        reasons.push((
+                            ReasonCode::AlignPads,
+                            format!(
+                                "align inserts {} bytes of zero padding so segment(s) {} become {pmd_w}-congruent (vaddrs unchanged)",
+                                p.growth,
+                                segs.join(", ")
+                            ),
                         ));
                     }
                     if !p.raise_align.is_empty() {
-                        reasons.push(format!(
-                            "align sets p_align to {pmd_w} on segment(s) {} so the loader aligns the load base",
-                            p.raise_align
-                                .iter()
-                                .map(|i| format!("#{i}"))
-                                .collect::<Vec<_>>()
-                                .join(", ")
+                        let segs: Vec<String> = p.raise_align.iter().map(|i| format!("#{i}")).collect();
+                        reasons.push((
+                            ReasonCode::AlignRaisesPAlign,
+                            format!(
+                                "align sets p_align to {pmd_w} on segment(s) {} so the loader aligns the load base",
+                                segs.join(", ")
+                            ),
                         ));
                     }
                     plan = p;
                     verdict = Verdict::Improvable;
                 }
                 Err(why) => {
-                    reasons.push(why);
+                    reasons.push((ReasonCode::CannotPad, why));
                     verdict = Verdict::NotImprovable;
                 }
             }
@@ -477,7 +555,8 @@ pub fn analyse(path: &Path, m: &Model, target: &Target) -> CheckReport {
         pmd_mappable_bytes,
         pmd_mappable_bytes_after_align,
         verdict,
-        reasons,
+        reason_codes: reasons.iter().map(|r| r.0).collect(),
+        reasons: reasons.into_iter().map(|r| r.1).collect(),
         warnings,
         plan,
     }
@@ -618,6 +697,17 @@ fn check_plan(m: &Model, plan: &AlignPlan, page: u64) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn names_are_the_json_names() {
+        use FileKind::*;
+        for k in [Executable, Pie, StaticPie, SharedLibrary, Other] {
+            assert_eq!(serde_json::to_value(k).unwrap(), k.as_str());
+        }
+        for v in [Verdict::PmdMappable, Verdict::Improvable, Verdict::NotImprovable] {
+            assert_eq!(serde_json::to_value(v).unwrap(), v.as_str());
+        }
+    }
 
     #[test]
     fn whole_windows_counts_only_complete_aligned_windows() {

@@ -17,7 +17,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use object::elf;
-use object::read::elf::{Dyn, FileHeader, ProgramHeader};
+use object::read::elf::{FileHeader, ProgramHeader};
 use object::{Endianness, ReadCache, ReadRef};
 
 use crate::{Error, Result};
@@ -59,16 +59,9 @@ struct DynInfo {
 fn read_dyn(path: &Path) -> std::result::Result<DynInfo, String> {
     let file = crate::openfile::open_regular(path, crate::openfile::Follow::Yes).map_err(|e| e.to_string())?;
     let cache = ReadCache::new(&file);
-    let ident = (&cache)
-        .read_bytes_at(0, 16)
-        .map_err(|_| "not an ELF file".to_string())?;
-    if &ident[..4] != b"\x7fELF" {
-        return Err("not an ELF file".into());
-    }
-    match ident[super::layout::EI_CLASS] {
-        elf::ELFCLASS64 => read_dyn_generic::<elf::FileHeader64<Endianness>>(&cache),
-        elf::ELFCLASS32 => read_dyn_generic::<elf::FileHeader32<Endianness>>(&cache),
-        _ => Err("unknown ELF class".into()),
+    match super::layout::elf_class(&cache)? {
+        true => read_dyn_generic::<elf::FileHeader64<Endianness>>(&cache),
+        false => read_dyn_generic::<elf::FileHeader32<Endianness>>(&cache),
     }
 }
 
@@ -96,24 +89,17 @@ fn read_dyn_generic<Elf: FileHeader<Endian = Endianness>>(
         if let Ok(Some(i)) = p.interpreter(endian, data) {
             info.interp = Some(String::from_utf8_lossy(i).into_owned());
         }
-        let Ok(Some(dynamic)) = p.dynamic(endian, data) else {
+        let Some(entries) = super::layout::dynamic_entries::<Elf, _>(p, endian, data) else {
             continue;
         };
         let mut strtab = None;
-        let mut entries = Vec::new();
-        for d in dynamic {
-            let tag: u64 = d.d_tag(endian).into();
-            let val: u64 = d.d_val(endian).into();
-            if tag == u64::from(elf::DT_NULL) {
-                break;
-            }
+        for &(tag, val) in &entries {
             if tag == u64::from(elf::DT_STRTAB) {
                 strtab = vaddr_to_off(val);
             }
             if tag == u64::from(elf::DT_FLAGS_1) && val & u64::from(elf::DF_1_NODEFLIB) != 0 {
                 info.nodeflib = true;
             }
-            entries.push((tag, val));
         }
         let Some(strtab) = strtab else { continue };
         let string = |off: u64| -> Option<String> {

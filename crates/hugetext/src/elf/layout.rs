@@ -110,16 +110,9 @@ pub(crate) const EI_CLASS: usize = 4;
 impl Model {
     /// Parse an ELF file's headers from `data` (a byte slice or a `ReadCache`).
     pub fn parse<'data, R: ReadRef<'data>>(data: R) -> ParseResult<Model> {
-        let ident = data
-            .read_bytes_at(0, 16)
-            .map_err(|_| "not an ELF file (shorter than an ELF identification)".to_string())?;
-        if &ident[..4] != b"\x7fELF" {
-            return Err("not an ELF file (no ELF magic)".into());
-        }
-        match ident[EI_CLASS] {
-            elf::ELFCLASS64 => parse_generic::<elf::FileHeader64<Endianness>, R>(data, true),
-            elf::ELFCLASS32 => parse_generic::<elf::FileHeader32<Endianness>, R>(data, false),
-            c => Err(format!("not a valid ELF file (unknown ELF class {c})")),
+        match elf_class(data)? {
+            true => parse_generic::<elf::FileHeader64<Endianness>, R>(data, true),
+            false => parse_generic::<elf::FileHeader32<Endianness>, R>(data, false),
         }
     }
 
@@ -172,6 +165,39 @@ impl Model {
         }
         end
     }
+}
+
+/// Check the ELF magic of `data` and return its class: 64-bit or not. The
+/// one way into an ELF file for the layout model and the dependency reader.
+pub(crate) fn elf_class<'data, R: ReadRef<'data>>(data: R) -> ParseResult<bool> {
+    let ident = data
+        .read_bytes_at(0, 16)
+        .map_err(|_| "not an ELF file (shorter than an ELF identification)".to_string())?;
+    if &ident[..4] != b"\x7fELF" {
+        return Err("not an ELF file (no ELF magic)".into());
+    }
+    match ident[EI_CLASS] {
+        elf::ELFCLASS64 => Ok(true),
+        elf::ELFCLASS32 => Ok(false),
+        c => Err(format!("not a valid ELF file (unknown ELF class {c})")),
+    }
+}
+
+/// The `(tag, value)` entries of the dynamic section that program header
+/// `p` describes, up to `DT_NULL`; `None` when it describes none.
+pub(crate) fn dynamic_entries<'data, Elf: FileHeader<Endian = Endianness>, R: ReadRef<'data>>(
+    p: &Elf::ProgramHeader,
+    endian: Endianness,
+    data: R,
+) -> Option<Vec<(u64, u64)>> {
+    let dynamic = p.dynamic(endian, data).ok()??;
+    Some(
+        dynamic
+            .iter()
+            .map(|d| (d.d_tag(endian).into(), d.d_val(endian).into()))
+            .take_while(|&(tag, _)| tag != u64::from(elf::DT_NULL))
+            .collect(),
+    )
 }
 
 fn parse_generic<'data, Elf: FileHeader<Endian = Endianness>, R: ReadRef<'data>>(
@@ -277,18 +303,12 @@ fn parse_generic<'data, Elf: FileHeader<Endian = Endianness>, R: ReadRef<'data>>
     let mut has_soname = false;
     let mut interp = None;
     for p in raw_phdrs {
-        if let Ok(Some(dynamic)) = p.dynamic(endian, data) {
-            for d in dynamic {
-                let tag: u64 = d.d_tag(endian).into();
-                if tag == u64::from(elf::DT_NULL) {
-                    break;
-                }
-                if tag == u64::from(elf::DT_SONAME) {
-                    has_soname = true;
-                }
-                if tag == u64::from(elf::DT_FLAGS_1) {
-                    dt_flags_1 = d.d_val(endian).into();
-                }
+        for (tag, val) in dynamic_entries::<Elf, R>(p, endian, data).unwrap_or_default() {
+            if tag == u64::from(elf::DT_SONAME) {
+                has_soname = true;
+            }
+            if tag == u64::from(elf::DT_FLAGS_1) {
+                dt_flags_1 = val;
             }
         }
         if let Ok(Some(i)) = p.interpreter(endian, data) {

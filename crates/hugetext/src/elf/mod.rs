@@ -32,7 +32,7 @@ pub mod deps;
 pub mod layout;
 
 pub use align::{align_file, AlignOptions, AlignOutcome, AlignStatus};
-pub use check::{AlignPlan, BaseAlignment, CheckReport, FileKind, SegmentReport, Verdict};
+pub use check::{AlignPlan, BaseAlignment, CheckReport, FileKind, ReasonCode, SegmentReport, Verdict};
 pub use deps::resolve_deps;
 
 /// Largest PMD size `check` and `align` align for: the kernel's own rule

@@ -88,7 +88,7 @@ fn region_of(v: &Vma) -> Option<Region> {
     let (path, copy) = if v.path.starts_with('/') {
         (v.path.trim_end_matches(" (deleted)").to_string(), false)
     } else {
-        let p = v.path.strip_prefix("[anon:hugetext:")?.strip_suffix(']')?;
+        let p = hugetext_abi::copyname::parse_str(&v.path)?;
         (p.to_string(), true)
     };
     Some(Region {

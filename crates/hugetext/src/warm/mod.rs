@@ -7,7 +7,7 @@
 //! folios ([`crate::pagecache::fill_bounded`]), and read the folio sizes back
 //! ([`crate::folio::scan_file`]). Every later process that maps a warmed
 //! window at a 2 MiB-congruent address gets it PMD-mapped, with no copy
-//! (KERNEL-NOTES §1).
+//! (doc/kernel-facts.md §1).
 //!
 //! What can stay small, and why, is reported per file:
 //! - the head and tail of a range (parts of a 2 MiB window) never fit a PMD;
@@ -29,13 +29,14 @@ mod replace;
 mod report;
 mod run;
 
+pub use crate::units::human;
 pub use config::{check_memory, path_unit, Config, MemLimit};
 pub use plan::{
     cut_ranges, open_regular, plan, plan_all, plan_exact, resolve_deps, resolve_link, restrict_to_hot, Runtime, Target,
     WarmRange,
 };
 pub use replace::{replace_and_warm, replace_refusals, ReplaceAllow};
-pub use report::{human, FileReport, RangeReport, SmallReasons};
+pub use report::{FileReport, RangeReport, SmallReasons};
 pub use run::{warm_all, CollapseState, FileOutcome, WarmReport};
 
 use std::collections::BTreeSet;

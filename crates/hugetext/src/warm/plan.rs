@@ -14,7 +14,7 @@ use crate::openfile::{self, Follow};
 use crate::{pagecache, Error, Result};
 
 /// Whether a read-only segment's windows can be PMD-mapped when the program
-/// runs (KERNEL-NOTES §3).
+/// runs (doc/kernel-facts.md §3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Runtime {

@@ -7,9 +7,10 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::time::Instant;
 
-use super::report::{self, human, FileReport};
+use super::report::{self, FileReport};
 use super::{page_out, pid_list, writer_pids_of, Route, Target, WarmContext, WarmOptions, KIB};
 use crate::fsutil::{self, MetadataCopy, NewFile, ReplaceImpact};
+use crate::units::human;
 use crate::{pagecache, Error, Result};
 
 /// Conditions under which `--replace` refuses unless told otherwise.

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use super::{ProcRef, Route, Runtime, Target, WarmRange, KIB};
 use crate::kernel::{self, Mapping};
+use crate::units::human;
 use crate::{folio, pagecache, procfs, Result};
 
 /// Kilobytes that stayed in small folios, by reason.
@@ -361,19 +362,5 @@ pub(super) fn advise(t: &Target, rep: &mut FileReport) {
                  (libraries on ext4/xfs usually, PIE executables rarely); `hugetext align` raises p_align"
             ));
         }
-    }
-}
-
-/// `12.3 MiB`-style size.
-pub fn human(bytes: u64) -> String {
-    let b = bytes as f64;
-    if b >= (1u64 << 30) as f64 {
-        format!("{:.1} GiB", b / (1u64 << 30) as f64)
-    } else if b >= (1u64 << 20) as f64 {
-        format!("{:.1} MiB", b / (1u64 << 20) as f64)
-    } else if b >= 1024.0 {
-        format!("{:.1} KiB", b / 1024.0)
-    } else {
-        format!("{bytes} B")
     }
 }

@@ -1,0 +1,31 @@
+//! The `collapse` route: `MADV_COLLAPSE` on the windows left.
+
+use super::*;
+
+impl Pass<'_> {
+    /// Route 3, `collapse`: `MADV_COLLAPSE` (file text needs
+    /// `CONFIG_READ_ONLY_THP_FOR_FS`; a refusal is remembered for the pass).
+    pub(super) fn route_collapse(&mut self, c: &Cand, w: &mut Chunk) {
+        let pmd = scan::pmd();
+        let mut err = 0;
+        for (i, k) in runs(w.all & !w.huge) {
+            let r = sys::advise(w.a + i * pmd, k * pmd, sys::Keep::Collapse);
+            if r == -(libc::EINVAL as isize) {
+                self.t.collapse_unsupported = true;
+                if self.cfg.verbose {
+                    line().s(
+                        "MADV_COLLAPSE cannot collapse file text on this kernel (needs CONFIG_READ_ONLY_THP_FOR_FS)",
+                    );
+                }
+                break;
+            }
+            if r < 0 {
+                err = r;
+            }
+        }
+        if err < 0 && self.cfg.strategy == Strategy::Collapse {
+            self.fail(c, "collapse: madvise(MADV_COLLAPSE)", err);
+        }
+        self.t.collapse += self.remeasure(c, w);
+    }
+}

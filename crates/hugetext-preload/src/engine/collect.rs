@@ -1,0 +1,241 @@
+//! Gather the candidates: the text mappings of `/proc/self/maps` worth a
+//! look, the files behind them (opened and checked to be the very file
+//! mapped), and the ranges earlier passes copied.
+
+use super::*;
+
+/// Ranges this library moved into anonymous memory in earlier passes (the
+/// kernel may not support naming them: CONFIG_ANON_VMA_NAME). Only touched
+/// while holding the pass lock (`BUSY` in lib.rs), hence Relaxed.
+pub(super) static COPIED: [(AtomicUsize, AtomicUsize); 64] = [const { (AtomicUsize::new(0), AtomicUsize::new(0)) }; 64];
+
+pub(super) fn remember_copy(start: usize, end: usize) {
+    for (s, e) in COPIED.iter() {
+        if s.load(Relaxed) == 0 {
+            s.store(start, Relaxed);
+            e.store(end, Relaxed);
+            return;
+        }
+    }
+}
+
+pub(super) fn was_copied(start: usize, end: usize) -> bool {
+    COPIED.iter().any(|(s, e)| {
+        let (s, e) = (s.load(Relaxed), e.load(Relaxed));
+        s != 0 && s <= start && end <= e
+    })
+}
+
+pub(super) fn thp_never() -> bool {
+    let fd = sys::open(
+        b"/sys/kernel/mm/transparent_hugepage/enabled\0",
+        libc::O_RDONLY | libc::O_CLOEXEC,
+        0,
+    );
+    if fd < 0 {
+        return true; // no THP support built in
+    }
+    let mut b = [0u8; 128];
+    let n = sys::read(fd as i32, &mut b).max(0) as usize;
+    sys::close(fd as i32);
+    ThpMode::parse(&b[..n]) == Some(ThpMode::Never)
+}
+
+impl State {
+    pub(super) fn path(&self, c: &Cand) -> &[u8] {
+        &self.paths[c.path_at as usize..(c.path_at + c.path_len) as usize]
+    }
+
+    /// Read /proc/self/maps: text candidates and our own identity.
+    pub(super) fn collect(&mut self, cfg: &Config, scope: &Scope) -> Result<(), isize> {
+        let me = remap as *const () as usize;
+        let State {
+            buf,
+            cands,
+            n,
+            paths,
+            plen,
+            own,
+            own_known,
+            truncated,
+        } = self;
+        crate::maps::for_each(buf, |l| {
+            if l.start <= me && me < l.end {
+                *own = ((l.dev_major, l.dev_minor), l.inode);
+                *own_known = true;
+            }
+            if &l.perms != b"r-xp" {
+                return; // writable, execute-only, shared, or not code
+            }
+            let copied = copyname::is_copy(l.path) || (l.path.is_empty() && was_copied(l.start, l.end));
+            if !copied && !l.path.starts_with(b"/") {
+                return; // [vdso], anonymous (JIT) code
+            }
+            if scope.only.is_some() && copied {
+                return; // a late pass handles new objects only
+            }
+            match in_scope(
+                scope,
+                ((l.dev_major, l.dev_minor), l.inode),
+                window_bytes(l.start, l.end),
+            ) {
+                None => return,
+                Some(true) => {}
+                Some(false) => {
+                    if cfg.verbose && window_bytes(l.start, l.end) > 0 {
+                        line()
+                            .bytes(l.path)
+                            .s(": ")
+                            .mib(window_bytes(l.start, l.end))
+                            .s(" of text in whole ")
+                            .size(scan::pmd() as u64)
+                            .s(" windows, below HUGETEXT_LATE_MIN=")
+                            .mib(scope.min)
+                            .s(": left alone");
+                    }
+                    return;
+                }
+            }
+            if !copied {
+                if cfg.include.is_some_and(|re| !pattern::is_match(re, l.path)) {
+                    return;
+                }
+                if cfg.exclude.is_some_and(|re| pattern::is_match(re, l.path)) {
+                    return;
+                }
+            }
+            if *n >= MAXC || *plen + l.path.len() + 1 > PATHS {
+                *truncated = true;
+                return;
+            }
+            paths[*plen..*plen + l.path.len()].copy_from_slice(l.path);
+            paths[*plen + l.path.len()] = 0;
+            cands[*n] = Cand {
+                start: l.start,
+                end: l.end,
+                off: l.offset,
+                dev: (l.dev_major, l.dev_minor),
+                ino: l.inode,
+                path_at: *plen as u32,
+                path_len: l.path.len() as u32,
+                copied,
+            };
+            *plen += l.path.len() + 1;
+            *n += 1;
+        })
+    }
+}
+
+/// Open the file behind `c` (checking it is the very file mapped, not one
+/// renamed over it since). Returns the fd or `-errno`.
+pub(super) fn open_mapped(st: &State, c: &Cand) -> isize {
+    let p = st.path(c);
+    if p.ends_with(hugetext_abi::maps::DELETED_SUFFIX) {
+        return -(libc::ENOENT as isize);
+    }
+    // The path is stored NUL-terminated.
+    let with_nul = &st.paths[c.path_at as usize..=(c.path_at + c.path_len) as usize];
+    let fd = sys::open(with_nul, libc::O_RDONLY | libc::O_CLOEXEC, 0);
+    if fd < 0 {
+        return fd;
+    }
+    // SAFETY: zero is a valid `stat`.
+    let mut s: libc::stat = unsafe { core::mem::zeroed() };
+    let ok = sys::fstat(fd as i32, &mut s) >= 0
+        && s.st_ino == c.ino
+        && ((libc::major(s.st_dev), libc::minor(s.st_dev)) == c.dev || maps_dev(fd as i32) == Some(c.dev));
+    if !ok {
+        sys::close(fd as i32);
+        return -(libc::ESTALE as isize);
+    }
+    fd
+}
+
+/// The device `/proc/self/maps` shows for the file open at `fd` (its
+/// superblock's). On btrfs `st_dev` is the subvolume's anonymous device
+/// instead, so it never equals the maps line's: map the file's first page
+/// and look at that line.
+pub(super) fn maps_dev(fd: i32) -> Option<(u32, u32)> {
+    let a = sys::mmap(4096, libc::PROT_READ, libc::MAP_PRIVATE, fd, 0);
+    if a < 0 {
+        return None;
+    }
+    let mut buf = [0u8; 2048];
+    let mut dev = None;
+    let _ = crate::maps::for_each(&mut buf, |l| {
+        if l.start == a as usize {
+            dev = Some((l.dev_major, l.dev_minor));
+        }
+    });
+    // SAFETY: our own mapping made above; nothing refers to it.
+    unsafe { sys::munmap(a as usize, 4096) };
+    dev
+}
+
+/// The name of the filesystem holding `fd`, for messages.
+pub(super) fn fs_name(fd: i32) -> &'static str {
+    // SAFETY: zero is a valid `statfs`.
+    let mut st: libc::statfs = unsafe { core::mem::zeroed() };
+    if sys::fstatfs(fd, &mut st) < 0 {
+        return "this filesystem";
+    }
+    hugetext_abi::fs::name(st.f_type as u64).unwrap_or("this filesystem")
+}
+
+/// The verifier of a pass: `PAGEMAP_SCAN` where the kernel has it (and
+/// `HUGETEXT_COMPAT` allows it), else `/proc/self/smaps`; `Err(-errno)`
+/// when neither can be read (text is then left as it is).
+pub(super) fn open_verifier(cfg: &Config) -> Result<Verifier, isize> {
+    let scan = match cfg.compat.no_pagemap_scan {
+        true => Err(0),
+        false => Scanner::open(),
+    };
+    let e = match scan {
+        Ok(s) => return Ok(Verifier::Scan(s)),
+        Err(e) => e,
+    };
+    match Smaps::open() {
+        Ok(s) => {
+            if cfg.verbose {
+                let mut o = line();
+                if e == 0 {
+                    o.s("HUGETEXT_COMPAT=no-pagemap-scan");
+                } else {
+                    o.s("PAGEMAP_SCAN is not available (Linux 6.7+)").err(e);
+                }
+                o.s(": verifying with the per-mapping totals of /proc/self/smaps");
+            }
+            Ok(Verifier::Smaps(s))
+        }
+        Err(e2) => {
+            if cfg.verbose {
+                line()
+                    .s("cannot read this process's page tables (PAGEMAP_SCAN needs Linux 6.7; /proc/self/smaps")
+                    .err(e2)
+                    .s("); text left as it is");
+            }
+            Err(if e < 0 { e } else { e2 })
+        }
+    }
+}
+
+impl State {
+    /// Never touch this library's own code: drop the candidates that map
+    /// its file (copies of other text stay).
+    pub(super) fn skip_own(&mut self) {
+        if !self.own_known {
+            return;
+        }
+        let own = self.own;
+        let mut w = 0;
+        for i in 0..self.n {
+            let c = self.cands[i];
+            if !c.copied && (c.dev, c.ino) == own {
+                continue;
+            }
+            self.cands[w] = c;
+            w += 1;
+        }
+        self.n = w;
+    }
+}

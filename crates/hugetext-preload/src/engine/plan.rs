@@ -1,0 +1,194 @@
+//! Which routes a chunk of windows takes: pure functions of the facts
+//! gathered first.
+
+use super::*;
+
+/// Choose the routes for a chunk: a pure function of the facts.
+pub(super) fn plan(f: &Facts) -> Plan {
+    use Strategy::*;
+    if f.all_huge {
+        return Plan {
+            file: false,
+            collapse: false,
+            not_congruent: false,
+            copy: CopyPlan::No,
+        };
+    }
+    let s = f.strategy;
+    Plan {
+        file: f.congruent && matches!(s, Auto | File),
+        collapse: f.congruent && !f.collapse_refused && matches!(s, Auto | Collapse),
+        not_congruent: !f.congruent && matches!(s, File | Collapse),
+        copy: match s {
+            File | Collapse => CopyPlan::No,
+            Auto | Copy if f.gdb => {
+                CopyPlan::Skip("gdb-friendly mode (HUGETEXT_GDB=1): not copying text to anonymous memory")
+            }
+            Auto | Copy if f.no_anon_thp => {
+                CopyPlan::Skip("copy route skipped: transparent_hugepage is `never`, anonymous memory cannot be huge")
+            }
+            Auto | Copy => CopyPlan::Yes,
+        },
+    }
+}
+
+/// How the file route drops and refaults one window, from what is known of
+/// this kernel's `MADV_DONTNEED` ([`PT`]) and the pass's probe budget:
+/// (measure it to find out whether the emptied page table stays, replace
+/// the window with `mmap(MAP_FIXED)` because it does).
+pub(super) fn window_mode(pt: u8, checks: u8, probes: u8) -> (bool, bool) {
+    let detect = pt == PT_UNKNOWN && checks < MAX_CHECKS && probes < MAX_PROBES;
+    (detect, pt == PT_KEPT)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn facts(strategy: Strategy) -> Facts {
+        Facts {
+            strategy,
+            congruent: true,
+            all_huge: false,
+            collapse_refused: false,
+            gdb: false,
+            no_anon_thp: false,
+        }
+    }
+
+    const NOTHING: Plan = Plan {
+        file: false,
+        collapse: false,
+        not_congruent: false,
+        copy: CopyPlan::No,
+    };
+
+    #[test]
+    fn auto_tries_file_collapse_then_copy_on_congruent_text() {
+        let p = plan(&facts(Strategy::Auto));
+        assert_eq!(
+            p,
+            Plan {
+                file: true,
+                collapse: true,
+                not_congruent: false,
+                copy: CopyPlan::Yes
+            }
+        );
+    }
+
+    #[test]
+    fn only_copy_helps_text_that_is_not_congruent() {
+        let f = Facts {
+            congruent: false,
+            ..facts(Strategy::Auto)
+        };
+        assert_eq!(
+            plan(&f),
+            Plan {
+                copy: CopyPlan::Yes,
+                ..NOTHING
+            }
+        );
+        for s in [Strategy::File, Strategy::Collapse] {
+            let f = Facts { strategy: s, ..f };
+            assert_eq!(
+                plan(&f),
+                Plan {
+                    not_congruent: true,
+                    ..NOTHING
+                },
+                "{s:?}"
+            );
+        }
+        let f = Facts {
+            strategy: Strategy::Copy,
+            ..f
+        };
+        assert_eq!(plan(&f).copy, CopyPlan::Yes);
+    }
+
+    #[test]
+    fn a_refused_collapse_is_not_tried_again() {
+        // Kernels without CONFIG_READ_ONLY_THP_FOR_FS, or before 6.1.
+        let f = Facts {
+            collapse_refused: true,
+            ..facts(Strategy::Auto)
+        };
+        assert_eq!(
+            plan(&f),
+            Plan {
+                file: true,
+                copy: CopyPlan::Yes,
+                ..NOTHING
+            }
+        );
+        let f = Facts {
+            strategy: Strategy::Collapse,
+            ..f
+        };
+        assert_eq!(plan(&f), NOTHING);
+        let f = Facts {
+            collapse_refused: false,
+            ..f
+        };
+        assert_eq!(
+            plan(&f),
+            Plan {
+                collapse: true,
+                ..NOTHING
+            }
+        );
+    }
+
+    #[test]
+    fn already_pmd_mapped_needs_no_route() {
+        for s in [Strategy::Auto, Strategy::File, Strategy::Collapse, Strategy::Copy] {
+            for congruent in [true, false] {
+                let f = Facts {
+                    all_huge: true,
+                    congruent,
+                    ..facts(s)
+                };
+                assert_eq!(plan(&f), NOTHING, "{s:?} congruent={congruent}");
+            }
+        }
+    }
+
+    #[test]
+    fn copy_is_skipped_with_a_reason() {
+        let gdb = Facts {
+            gdb: true,
+            ..facts(Strategy::Copy)
+        };
+        assert!(matches!(plan(&gdb).copy, CopyPlan::Skip(m) if m.contains("HUGETEXT_GDB")));
+        assert!(!plan(&gdb).file && !plan(&gdb).collapse);
+        let never = Facts {
+            no_anon_thp: true,
+            ..facts(Strategy::Auto)
+        };
+        let p = plan(&never);
+        assert!(p.file && p.collapse);
+        assert!(matches!(p.copy, CopyPlan::Skip(m) if m.contains("`never`")));
+        // The file and collapse strategies never copy, so say nothing.
+        let f = Facts {
+            gdb: true,
+            no_anon_thp: true,
+            ..facts(Strategy::File)
+        };
+        assert_eq!(plan(&f).copy, CopyPlan::No);
+    }
+
+    #[test]
+    fn windows_are_replaced_where_dontneed_keeps_page_tables() {
+        // Not known yet: find out (while the budget lasts), do not replace.
+        assert_eq!(window_mode(PT_UNKNOWN, 0, 0), (true, false));
+        assert_eq!(window_mode(PT_UNKNOWN, MAX_CHECKS - 1, MAX_PROBES - 1), (true, false));
+        assert_eq!(window_mode(PT_UNKNOWN, MAX_CHECKS, 0), (false, false));
+        assert_eq!(window_mode(PT_UNKNOWN, 0, MAX_PROBES), (false, false));
+        // Kernels before 6.14 (or HUGETEXT_COMPAT=no-pt-reclaim): replace.
+        assert_eq!(window_mode(PT_KEPT, 0, 0), (false, true));
+        // 6.14+ with CONFIG_PT_RECLAIM: neither.
+        assert_eq!(window_mode(PT_FREED, 0, 0), (false, false));
+    }
+}

@@ -1,0 +1,138 @@
+//! The `-v` summary of a pass.
+
+use super::*;
+
+/// "; time per route: copy 78.0 MiB in 22.51 ms (0.289 ms/MiB; source: 60.0
+/// MiB copied from 2 MiB page-cache folios, 18.0 MiB read with pread)" for
+/// each route that ran: the bytes it made huge, its time and the time per
+/// MiB (a route that made nothing huge in under 10 µs is left out); for
+/// `copy`, where its bytes came from.
+pub(super) fn route_times<const N: usize>(o: &mut Out<N>, t: &Totals) {
+    let names = ["already", "file", "collapse", "copy"];
+    let bytes = [t.already, t.file, t.collapse, t.copy];
+    let mut first = true;
+    for i in 0..4 {
+        if t.ns[i] == 0 || (bytes[i] == 0 && t.ns[i] < 10_000) {
+            continue; // did not run, or only measured in no time
+        }
+        o.s(if first { "; time per route: " } else { ", " })
+            .s(names[i])
+            .s(" ")
+            .mib(bytes[i])
+            .s(" in ")
+            .ms(t.ns[i]);
+        first = false;
+        if bytes[i] > 0 {
+            // Thousandths of a ms per MiB.
+            let per = (t.ns[i] as u128 * (1 << 20) / bytes[i] as u128 / 1000) as u64;
+            o.s(" (").u(per / 1000).s(".");
+            for d in [100, 10, 1] {
+                o.u(per % 1000 / d % 10);
+            }
+            o.s(" ms/MiB");
+            if i == 3 {
+                let mapped = bytes[i].saturating_sub(t.copy_pmd + t.copy_read);
+                let mut sep = "; source: ";
+                for (b, what) in [
+                    (t.copy_pmd, [" copied from ", " page-cache folios"]),
+                    (t.copy_read, [" read with pread", ""]),
+                    (mapped, [" copied from the text mapped in ", " pages"]),
+                ] {
+                    if b >= 1 << 16 {
+                        o.s(sep).mib(b).s(what[0]);
+                        if !what[1].is_empty() {
+                            let unit = if what[1].contains("cache") {
+                                scan::pmd()
+                            } else {
+                                scan::page()
+                            };
+                            o.size(unit as u64).s(what[1]);
+                        }
+                        sep = ", ";
+                    }
+                }
+            }
+            o.s(")");
+        }
+    }
+}
+
+/// Say what in the configuration is not understood (`-v`).
+pub(super) fn config_notes(cfg: &Config) {
+    if !cfg.verbose {
+        return;
+    }
+    if let Some(s) = cfg.bad_strategy {
+        line()
+            .s("unknown HUGETEXT_STRATEGY=")
+            .bytes(s)
+            .s(" (expected auto, file, collapse or copy); using auto");
+    }
+    if let Some(w) = cfg.compat.unknown {
+        line()
+            .s("unknown word in HUGETEXT_COMPAT: ")
+            .bytes(w)
+            .s(" (expected ")
+            .s(hugetext_abi::compat::WORDS)
+            .s("); ignored");
+    }
+}
+
+/// Say which older-kernel behaviours `HUGETEXT_COMPAT` asks for (`-v`).
+pub(super) fn compat_notes(cfg: &Config) {
+    if !cfg.verbose {
+        return;
+    }
+    if cfg.compat.no_populate {
+        line().s("HUGETEXT_COMPAT=no-populate: faulting text in by touching every page, not MADV_POPULATE_READ");
+    }
+    if cfg.compat.no_pt_reclaim {
+        line().s("HUGETEXT_COMPAT=no-pt-reclaim: dropping windows with two MADV_DONTNEED calls, which leave the emptied page table as kernels before 6.14 do");
+    }
+}
+
+/// The `-v` summary line of a pass: "pid N: X of Y text in whole 2 MiB
+/// windows is huge-backed (already, file, collapse, copy) in T; ...".
+pub(super) fn summary(pass: &Pass, scope: &Scope, t0: u64) {
+    let t = &pass.t;
+    let mut o = line();
+    let (outer, own) = perfmap::map_pid();
+    o.s("pid ").u(own as u64);
+    if outer != own {
+        o.s(" (pid ").u(outer as u64).s(" outside its pid namespace)");
+    }
+    if scope.only.is_some() {
+        o.s(", loaded after start (dlopen)");
+    }
+    o.s(": ").mib(t.huge()).s(" of ").mib(t.windows);
+    o.s(" text in whole ")
+        .size(scan::pmd() as u64)
+        .s(" windows is huge-backed (already ")
+        .mib(t.already);
+    o.s(", file ")
+        .mib(t.file)
+        .s(", collapse ")
+        .mib(t.collapse)
+        .s(", copy ")
+        .mib(t.copy);
+    o.s(") in ")
+        .ms(sys::now_ns() - t0)
+        .s("; ")
+        .u(t.small_mappings as u64)
+        .s(" text mappings have no whole ")
+        .size(scan::pmd() as u64)
+        .s(" window");
+    crate::hot::summary(&mut o);
+    if pass.scan.is_smaps() {
+        o.s("; verified with /proc/self/smaps totals");
+    }
+    if pass.touch {
+        o.s("; pages touched, no MADV_POPULATE_READ");
+    }
+    if t.replaced > 0 {
+        o.s("; ")
+            .mib(t.replaced)
+            .s(" in windows replaced with mmap(MAP_FIXED) (MADV_DONTNEED keeps page tables)");
+    }
+    route_times(&mut o, t);
+}
