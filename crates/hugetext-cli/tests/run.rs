@@ -846,6 +846,34 @@ fn children_do_not_inherit_the_preload_unless_asked() {
     assert_eq!(common::text(&o.stdout), "[libm.so.6]\n");
 }
 
+/// A program whose text is all in a library it loads after start looks like
+/// a wrapper at start (the preload stays for what it execs); once its late
+/// pass remaps that text it is the program, and the children it starts from
+/// then on see the environment as it was without hugetext.
+#[test]
+fn a_program_whose_text_is_dlopened_starts_its_children_plain() {
+    let dlspawn = common::cprogs().join("dlspawn");
+    let lib = common::fixture("lld", "libbig.so");
+    let show = "echo \"[${LD_PRELOAD-unset}][${LD_AUDIT-unset}][${GLIBC_TUNABLES-unset}][${HUGETEXT_VIA-unset}]\"";
+    let args = [lib.to_str().unwrap(), "sh", "-c", show];
+    let r = run(&["-v"], &dlspawn, &args);
+    let err = common::text(&r.stderr);
+    assert!(r.status.success(), "{err}");
+    assert!(
+        err.contains("loaded after start (dlopen): "),
+        "the library was remapped: {err}"
+    );
+    assert!(err.contains("not a wrapper after all"), "{err}");
+    assert_eq!(common::text(&r.stdout), "[unset][unset][unset][unset]\n", "{err}");
+    // --inherit keeps the preload for every child.
+    let r = run(&["--inherit"], &dlspawn, &args);
+    assert!(
+        common::text(&r.stdout).contains("libhugetext.so"),
+        "{}",
+        common::text(&r.stdout)
+    );
+}
+
 /// The environment of a grandchild of `spawn sh -c 'cat /proc/self/environ;
 /// true'` (the program runs a shell, which forks `cat`), started with
 /// `hugetext run ARGS` (None: without hugetext) and `GLIBC_TUNABLES` set to

@@ -97,6 +97,10 @@ fn own_base() -> usize {
 /// The address of the preload copy's `PLAIN` flag, once found.
 static PLAIN_AT: AtomicUsize = AtomicUsize::new(0);
 
+/// The address of the preload copy's [`crate::via::became_program`], once
+/// found.
+static BECAME_AT: AtomicUsize = AtomicUsize::new(0);
+
 /// Does this process run plain (a wrapper's forked child, see `via`)?
 fn plain() -> bool {
     match PLAIN_AT.load(Relaxed) {
@@ -217,6 +221,7 @@ fn find_preload(map: &LinkMap) {
     }
     SHARED.store(core::ptr::addr_of!(crate::BUSY) as usize - own + other, Relaxed);
     PLAIN_AT.store(core::ptr::addr_of!(crate::PLAIN) as usize - own + other, Relaxed);
+    BECAME_AT.store(crate::via::became_program as *const () as usize - own + other, Relaxed);
     let audited = core::ptr::addr_of!(crate::AUDITED) as usize - own + other;
     // SAFETY: the preload copy's `AUDITED` flag (its .bss, mapped and
     // writable; nothing else writes it).
@@ -460,5 +465,15 @@ fn late(n: usize) {
         min: cfg.late_min,
     };
     crate::scan::init_geometry();
-    engine::remap_in(&cfg, &scope);
+    if engine::remap_in(&cfg, &scope) > 0 {
+        let f = BECAME_AT.load(Relaxed);
+        if f != 0 {
+            // SAFETY: the preload copy's `became_program` (the same file
+            // at `other`, checked where the address was taken): code of a
+            // `extern "C" fn()`; it runs with the loader lock held, as this
+            // pass does.
+            let f: extern "C" fn() = unsafe { core::mem::transmute(f) };
+            f();
+        }
+    }
 }

@@ -44,6 +44,10 @@ static AUDITED: AtomicBool = AtomicBool::new(false);
 /// Set in a process that a wrapper forked (see `via`): it runs plain, and
 /// the auditor's copy (which reads the preload copy's flag) does nothing.
 static PLAIN: AtomicBool = AtomicBool::new(false);
+
+/// Set when this process started as a wrapper (no text in whole windows;
+/// the preload kept for what it execs). Cleared by [`via::became_program`].
+static WRAPPER: AtomicBool = AtomicBool::new(false);
 /// Recognises this very build of the library from the auditor's copy.
 static MARK: [u8; 24] = *b"hugetext pass lock v1\0\0\0";
 
@@ -95,7 +99,11 @@ extern "C" fn at_load(argc: c_int, argv: *const *const c_char, _envp: *const *co
             // A helper a wrapper forked runs plain; a wrapper's hop line
             // said what happens to what it dlopens (a program with all its
             // text in libraries it loads later looks like a wrapper).
-            via::Start::Plain | via::Start::Wrapper => return,
+            via::Start::Wrapper => {
+                WRAPPER.store(true, Ordering::Relaxed);
+                return;
+            }
+            via::Start::Plain => return,
         }
     }
     if cfg.verbose {

@@ -228,6 +228,27 @@ pub fn at_start(cfg: &config::Config, argv: &[*const c_char], late: &str, pass: 
     Start::Program
 }
 
+/// A process that started as a wrapper has just had text remapped that it
+/// loaded after start (a program whose text is all in libraries it
+/// `dlopen`s, as firefox-esr's in libxul): it is the program, not a
+/// wrapper, so from now on its children start as they would without
+/// hugetext: the preload leaves the environment and `GLIBC_TUNABLES` is put
+/// back, as at the start of a program. Runs in the preload's copy (its libc
+/// owns `environ`), called by the auditor's copy right after the pass.
+pub extern "C" fn became_program() {
+    if !crate::WRAPPER.swap(false, Relaxed) {
+        return;
+    }
+    config::strip_preload();
+    config::remove(b"HUGETEXT_VIA=");
+    if config::Config::from_env().verbose {
+        line()
+            .s("pid ")
+            .u(sys::getpid() as u64)
+            .s(": text loaded after start was remapped: not a wrapper after all; the processes it starts from now on run without the preload");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
