@@ -268,6 +268,30 @@ def environ(pid):
         return []
 
 
+def stat_fields(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return []
+
+
+def execd(pid):
+    """True when pid exec'd a program after its fork: another executable or
+    another environment block (env_start, stat field 50) than its parent's."""
+    me = stat_fields(pid)
+    if len(me) < 48:
+        return True
+    parent = me[1]
+    up = stat_fields(parent)
+    try:
+        exe = os.readlink(f"/proc/{pid}/exe")
+        pexe = os.readlink(f"/proc/{parent}/exe")
+    except OSError:
+        return True
+    return exe != pexe or len(up) < 48 or up[47] != me[47]
+
+
 def observe(root):
     pids = tree(root)
     priv = huge = 0
@@ -276,7 +300,10 @@ def observe(root):
         priv += p
         huge += h
     types = sorted(a.decode(errors="replace") for pid in pids for a in cmdline(pid) if a.startswith(b"--type="))
-    leaked = sorted({v.split("=")[0] for pid in pids if pid != root for v in environ(pid)
+    # Only processes that were exec'd have an environment of their own in
+    # /proc/PID/environ: a child that only forked (postgres backends) shows
+    # its parent's start-up strings, whatever the parent's environ says now.
+    leaked = sorted({v.split("=")[0] for pid in pids if pid != root and execd(pid) for v in environ(pid)
                      if v.startswith(LOADER_VARS)})
     return dict(pids=len(pids), private_mib=priv / 1024, huge_mib=huge / 1024, types=types, leaked=leaked)
 
@@ -352,7 +379,9 @@ def measure(p, pairs):
                 times[k].append(ms)
         if got["plain"] and got["run"]:
             ratios.append(got["run"] / got["plain"])
-    held = {k: hold(p, c, env) for k, c in (("plain", p.get("hold", p["start"])),
+    # A server that did not get ready in the hold run: nothing observed.
+    none = dict(pids=0, private_mib=float("nan"), huge_mib=float("nan"), types=[], leaked=[])
+    held = {k: hold(p, c, env) or none for k, c in (("plain", p.get("hold", p["start"])),
                                             ("run", run + p.get("hold", p["start"])))}
     return dict(text=text, huge=huge, route=route, same=same, err=err,
                 plain_ms=median(times["plain"]), run_ms=median(times["run"]),
