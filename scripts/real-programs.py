@@ -92,6 +92,10 @@ def prepare_mariadb():
         sh(["mariadb-install-db", "--user=mysql", f"--datadir={data}", "--skip-test-db",
             "--auth-root-authentication-method=socket"])
     sh(["chown", "-R", "mysql:mysql", data])
+    # The socket and pid file in a directory mysql may write (W is root's).
+    run_dir = os.path.join(W, "myrun")
+    os.makedirs(run_dir, exist_ok=True)
+    sh(["chown", "mysql:mysql", run_dir])
 
 
 def prepare_java():
@@ -119,8 +123,8 @@ def programs():
              shown="setpriv (postgres) postgres -D pgdata: start to \"ready to accept connections\""),
         dict(name="mariadb", need="/usr/sbin/mariadbd", kind="server", prepare=prepare_mariadb,
              start=as_user("mysql") + ["/usr/sbin/mariadbd", "--no-defaults", f"--datadir={my}",
-                                       f"--socket={W}/my.sock", "--port=33069", "--bind-address=127.0.0.1",
-                                       f"--pid-file={W}/my.pid", "--innodb-buffer-pool-size=64M"],
+                                       f"--socket={W}/myrun/my.sock", "--port=33069", "--bind-address=127.0.0.1",
+                                       f"--pid-file={W}/myrun/my.pid", "--innodb-buffer-pool-size=64M"],
              ready="ready for connections", stop=signal.SIGTERM,
              shown="setpriv (mysql) mariadbd --datadir=...: start to \"ready for connections\""),
         dict(name="clang", need="clang", kind="exit",
@@ -303,7 +307,7 @@ def observe(root):
     # Only processes that were exec'd have an environment of their own in
     # /proc/PID/environ: a child that only forked (postgres backends) shows
     # its parent's start-up strings, whatever the parent's environ says now.
-    leaked = sorted({v.split("=")[0] for pid in pids if pid != root and execd(pid) for v in environ(pid)
+    leaked = sorted({v for pid in pids if pid != root and execd(pid) for v in environ(pid)
                      if v.startswith(LOADER_VARS)})
     return dict(pids=len(pids), private_mib=priv / 1024, huge_mib=huge / 1024, types=types, leaked=leaked)
 
@@ -415,8 +419,10 @@ def main():
         if h["plain"]["types"] or h["run"]["types"]:
             same_t = h["plain"]["types"] == h["run"]["types"]
             notes.append(("same" if same_t else "DIFFERENT") + f" --type= values ({len(h['run']['types'])})")
-        notes.append("children's environment clean" if not h["run"]["leaked"]
-                     else "children see " + ",".join(h["run"]["leaked"]))
+        # What the children see under `run` and not plain (firefox-esr sets
+        # LD_PRELOAD=libmozsandbox.so for its content processes itself).
+        extra = sorted({v.split("=")[0] for v in set(h["run"]["leaked"]) - set(h["plain"]["leaked"])})
+        notes.append("children's environment as plain" if not extra else "children also see " + ",".join(extra))
         notes.append(f"{h['run']['pids']} processes")
         if m["timeouts"]:
             notes.append(f"{m['timeouts']} starts killed after 180 s")
