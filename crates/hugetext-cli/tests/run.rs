@@ -1003,7 +1003,12 @@ fn c_api_with_threads(compat: Option<&str>, runs: usize) {
                     assert!(first_call.contains("file 0.0 MiB"), "{err}");
                     assert!(
                         err.contains("file route: evicted and read back through MADV_HUGEPAGE, the page cache stayed in small folios")
-                            || err.contains("file route: some windows stayed small"),
+                            || err.contains("file route: some windows stayed small")
+                            // Kernels that place file mappings anywhere (before
+                            // thp_get_unmapped_area for files, e.g. 5.10): the
+                            // library lands off congruence, the file route
+                            // cannot apply, and the line says so.
+                            || first_call.contains("; not congruent: "),
                         "run {i}: no word on the file route: {err}"
                     );
                 } else if !first_call.contains("file 0.0 MiB") {
