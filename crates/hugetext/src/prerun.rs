@@ -271,12 +271,15 @@ pub fn audit_missing(program: &Path, preload: &Path) -> Vec<String> {
     let Some(interp) = elf::deps::interpreter(program) else {
         return Vec::new();
     };
-    let Ok(out) = std::process::Command::new(&interp)
+    // No Stdio::null(): a minimal root may have no /dev/null.
+    let piped = std::process::Stdio::piped;
+    let child = std::process::Command::new(&interp)
         .arg("--help")
-        .stdin(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .output()
-    else {
+        .stdin(std::process::Stdio::inherit())
+        .stdout(piped())
+        .stderr(piped())
+        .spawn();
+    let Ok(out) = child.and_then(|c| c.wait_with_output()) else {
         return Vec::new();
     };
     let dirs = parse_system_dirs(&String::from_utf8_lossy(&out.stdout));
