@@ -92,7 +92,13 @@ fn warm_reaches_every_window(dir: &Path, fstype: &str) {
     let prog = common::copy_fixture(dir, "bfd", "nopie");
     common::read_small(&prog);
     let before = folio::scan_file(&prog, None).unwrap();
-    assert!(before.pmd_windows.is_empty(), "not small before warm: {before:?}");
+    // x86-64 reads exec faults in 4 KiB folios. arm64 7.x reads them in
+    // 64 KiB folios, and under THP always some windows may already be PMD
+    // folios (the kernel's own share, measured in the 7.x arm64 guest on
+    // xfs): warm must still reach every window.
+    if cfg!(target_arch = "x86_64") {
+        assert!(before.pmd_windows.is_empty(), "not small before warm: {before:?}");
+    }
     let w = warm_json(&prog, 0);
     assert_eq!(w["filesystem"], fstype, "{w:#}");
     assert_eq!(w["route"], "pmd-readahead", "{w:#}");
