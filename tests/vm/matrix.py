@@ -90,7 +90,9 @@ def interpret(name, rc, lines):
     text = "\n".join(lines)
     if name in ("doctor", "warm", "bench-exec"):
         try:
-            doc = json.loads(text[text.index("{") :])
+            # The JSON document, then whatever the command wrote to stderr
+            # after it (warm's "nothing warmed" line when it exits 3).
+            doc = json.JSONDecoder().raw_decode(text[text.index("{") :])[0]
         except ValueError:
             out["unparsed"] = lines[-3:]
             return out

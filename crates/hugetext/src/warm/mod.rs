@@ -211,8 +211,7 @@ pub fn warm_target(t: &Target, opts: &WarmOptions, ctx: &mut WarmContext) -> Res
                     Err(Error::Sys { source, .. }) if source.raw_os_error() == Some(libc::EINVAL) => {
                         if ctx.collapse.is_none() {
                             ctx.collapse = Some(pagecache::CollapseSupport::Unavailable(
-                                "MADV_COLLAPSE refuses file text on this kernel (no CONFIG_READ_ONLY_THP_FOR_FS)"
-                                    .into(),
+                                pagecache::collapse_refusal().into(),
                             ));
                         }
                         break;
