@@ -109,9 +109,9 @@ if [ $ci = 1 ]; then
   for a in "${orig_args[@]}"; do [ "$a" = --ci ] || pass+=("$a"); done
   st=0
   x=(); for c in "${ci_x86[@]}"; do x+=(--cell "$c"); done
-  "$0" "${pass[@]}" --thp "$thp" "${x[@]}" || st=$?
+  bash "$repo/scripts/kernel-matrix.sh" "${pass[@]}" --thp "$thp" "${x[@]}" || st=$?
   x=(); for c in "${ci_arm64[@]}"; do x+=(--cell "$c"); done
-  "$0" "${pass[@]}" --thp "$thp" "${x[@]}" || { s2=$?; [ $st -ge $s2 ] || st=$s2; }
+  bash "$repo/scripts/kernel-matrix.sh" "${pass[@]}" --thp "$thp" "${x[@]}" || { s2=$?; [ $st -ge $s2 ] || st=$s2; }
   exit $st
 fi
 [ ${#cells[@]} -gt 0 ] || cells=("${ci_x86[@]}")
