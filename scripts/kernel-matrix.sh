@@ -4,7 +4,7 @@
 # inside them, unmodified, on an ext4 and an xfs disk, under THP `always` and
 # `madvise`; then probe what each route achieves there.
 #
-#   scripts/kernel-matrix.sh [--all|--arm64] [--cell KERNEL:FS]... [--thp always,madvise]
+#   scripts/kernel-matrix.sh [--ci|--all|--arm64] [--cell KERNEL:FS]... [--thp always,madvise]
 #                            [--timeout SECONDS] [--no-build] [--plan FILE] [--write-doc]
 #                            [--kernel NAME=BZIMAGE]... [--probe FILE] [--extra DIR]
 #                            [--results DIR] [--append ARGS] [--pending FILE]
@@ -21,7 +21,10 @@
 #   --arm64      every aarch64 cell: 6.12-arm64, 6.12-arm64-16k, 7.x-arm64 and
 #                7.x-arm64-16k × ext4 and xfs (qemu-system-aarch64 -M virt, the
 #                workspace cross-built for aarch64-unknown-linux-gnu)
-#   (default)    the CI cells of x86-64: 7.x:ext4 6.1:xfs
+#   --ci         CI's cells (tests/vm/README.md says why these): the x86-64
+#                ones, then the aarch64 one, each run as its own harness run;
+#                THP always (--thp chooses otherwise)
+#   (default)    CI's x86-64 cells, THP always and madvise
 #   --plan FILE  the tests to run in the guests (default tests/vm/plan.txt)
 #   --write-doc  regenerate doc/kernels.md and doc/kernels.json from the results
 #   --kernel NAME=BZIMAGE  boot this kernel (everything the guest needs built
@@ -51,9 +54,17 @@ say() { echo "kernel-matrix: $*" >&2; }
 # A step that fails (set -e) stops the harness with one line and status 2,
 # never with a status that reads as "a guest test failed".
 trap 'st=$?; die "stopped at line $LINENO (status $st): $BASH_COMMAND"' ERR
+orig_args=("$@")
 
+# CI's cells, named here only (scripts/test.sh runs --ci): the x86-64 ones
+# and the aarch64 one, under THP always; tests/vm/README.md says why.
+ci_x86=(7.x:ext4 6.1:xfs)
+ci_arm64=(7.x-arm64:xfs)
+ci_thp=always
 cells=()
 thp=always,madvise
+ci=0
+thp_set=0
 timeout_s=2400
 build=1
 write_doc=0
@@ -66,11 +77,12 @@ pending=
 declare -A custom=()
 while [ $# -gt 0 ]; do
   case $1 in
+    --ci) ci=1 ;;
     --all) cells=(5.10:ext4 5.10:xfs 6.1:ext4 6.1:xfs 6.12:ext4 6.12:xfs 7.x:ext4 7.x:xfs) ;;
     --arm64) cells=(6.12-arm64:ext4 6.12-arm64:xfs 6.12-arm64-16k:ext4 6.12-arm64-16k:xfs
                     7.x-arm64:ext4 7.x-arm64:xfs 7.x-arm64-16k:ext4 7.x-arm64-16k:xfs) ;;
     --cell) shift; [ $# -gt 0 ] || die "--cell needs KERNEL:FS"; cells+=("$1") ;;
-    --thp) shift; thp=${1:?--thp needs a list}; ;;
+    --thp) shift; thp=${1:?--thp needs a list}; thp_set=1 ;;
     --timeout) shift; timeout_s=${1:?--timeout needs seconds} ;;
     --no-build) build=0 ;;
     --plan) shift; plan=${1:?--plan needs a file} ;;
@@ -88,7 +100,21 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
-[ ${#cells[@]} -gt 0 ] || cells=(7.x:ext4 6.1:xfs)
+if [ $ci = 1 ]; then
+  # Two harness runs (one per machine), the same other arguments; the status
+  # is the worse of the two.
+  [ ${#cells[@]} -eq 0 ] || die "--ci names its own cells (no --cell, --all or --arm64 with it)"
+  [ $thp_set = 1 ] || thp=$ci_thp
+  pass=()
+  for a in "${orig_args[@]}"; do [ "$a" = --ci ] || pass+=("$a"); done
+  st=0
+  x=(); for c in "${ci_x86[@]}"; do x+=(--cell "$c"); done
+  bash "$repo/scripts/kernel-matrix.sh" "${pass[@]}" --thp "$thp" "${x[@]}" || st=$?
+  x=(); for c in "${ci_arm64[@]}"; do x+=(--cell "$c"); done
+  bash "$repo/scripts/kernel-matrix.sh" "${pass[@]}" --thp "$thp" "${x[@]}" || { s2=$?; [ $st -ge $s2 ] || st=$s2; }
+  exit $st
+fi
+[ ${#cells[@]} -gt 0 ] || cells=("${ci_x86[@]}")
 known='5.10|6.1|6.12|7.x|6.12-arm64|6.12-arm64-16k|7.x-arm64|7.x-arm64-16k'
 for c in "${cells[@]}"; do
   case ${c%%:*} in

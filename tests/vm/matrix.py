@@ -90,7 +90,9 @@ def interpret(name, rc, lines):
     text = "\n".join(lines)
     if name in ("doctor", "warm", "bench-exec"):
         try:
-            doc = json.loads(text[text.index("{") :])
+            # The JSON document, then whatever the command wrote to stderr
+            # after it (warm's "nothing warmed" line when it exits 3).
+            doc = json.JSONDecoder().raw_decode(text[text.index("{") :])[0]
         except ValueError:
             out["unparsed"] = lines[-3:]
             return out
@@ -280,7 +282,7 @@ def doc(paths):
                 return f"{r['route']} {r['huge_mib']:.0f}/{r['text_mib']:.0f}" if "route" in r else "?"
 
             rows.append(
-                f"| {k} ({rel}) | {fs} | {mode} | {ran} | {lf.split(' (')[0]} | {scan} | {col} | "
+                f"| {k} ({rel}; run {c.get('date', '?')}) | {fs} | {mode} | {ran} | {lf.split(' (')[0]} | {scan} | {col} | "
                 f"{own_share(p, plain)} | {warm.get('route', '?')}: {we.get('file_pmd_kb', '?')} | "
                 f"{run('run-file-aligned')}{replaced(p.get('run-file-aligned', {}))} | {run('run-auto-aligned')} | {run('run-copy-aligned')} | "
                 f"{run('run-collapse-aligned')} | "
@@ -386,6 +388,9 @@ How to read it:
   pages; the preload detects that and replaces each window with one
   `mmap(MAP_FIXED)` of the same file range (see [run.md](run.md)). N MiB of
   text went through that replacement, detected at run time, not forced.
+- **kernel**: the package, and the day its cell last ran: each row keeps
+  the results of its cell's last run, so a row run before a fix still shows
+  the failures of that day (`--all` / `--arm64` refresh every row).
 - **tests passed**: "n/a" counts tests that need a capability this kernel
   or disk lacks, found by `hugetext doctor` in the guest (PMD-order
   page-cache folios, `MADV_COLLAPSE` of file text, `PAGEMAP_SCAN`, anonymous

@@ -92,7 +92,13 @@ fn warm_reaches_every_window(dir: &Path, fstype: &str) {
     let prog = common::copy_fixture(dir, "bfd", "nopie");
     common::read_small(&prog);
     let before = folio::scan_file(&prog, None).unwrap();
-    assert!(before.pmd_windows.is_empty(), "not small before warm: {before:?}");
+    // x86-64 reads exec faults in 4 KiB folios. arm64 7.x reads them in
+    // 64 KiB folios, and under THP always some windows may already be PMD
+    // folios (the kernel's own share, measured in the 7.x arm64 guest on
+    // xfs): warm must still reach every window.
+    if cfg!(target_arch = "x86_64") {
+        assert!(before.pmd_windows.is_empty(), "not small before warm: {before:?}");
+    }
     let w = warm_json(&prog, 0);
     assert_eq!(w["filesystem"], fstype, "{w:#}");
     assert_eq!(w["route"], "pmd-readahead", "{w:#}");
@@ -148,8 +154,13 @@ fn run_file_strategy_is_huge_with(dir: &Path, compat: Option<&str>) {
     let want = common::mib(common::text_window_bytes(&prog));
     assert!(err.contains(&format!("file {want}")), "expected file {want}: {err}");
     if keeps_tables {
+        // Every window, except where the kernel collapses file text in place
+        // (7.x): khugepaged (THP always) may map a window whose page cache is
+        // already a PMD folio with a PMD before the route replaces it.
+        let every = err.contains(&format!("{want} in windows replaced with mmap(MAP_FIXED)"));
+        let in_place = hugetext::pagecache::collapse_supported(dir).unwrap().is_available();
         assert!(
-            err.contains(&format!("{want} in windows replaced with mmap(MAP_FIXED)")),
+            every || (in_place && err.contains(" in windows replaced with mmap(MAP_FIXED)")),
             "{err}"
         );
     }

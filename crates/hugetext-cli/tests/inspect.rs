@@ -132,7 +132,8 @@ fn helper_entry() {
             let len = f.metadata().unwrap().len() as usize;
             let m = kernel::Mapping::file_congruent(f.as_fd(), 0, len, rx, pmd).unwrap();
             m.madvise(0, len, kernel::MADV_HUGEPAGE).unwrap();
-            m.madvise(0, len, kernel::MADV_POPULATE_READ).unwrap();
+            // MADV_POPULATE_READ, or one load per page before Linux 5.14.
+            m.populate_read(0, len).unwrap();
             (m.addr(), Box::new(m))
         }
         // The same file mapped one page off congruence: PTEs only.
@@ -154,8 +155,8 @@ fn helper_entry() {
                 )
             };
             assert_eq!(p as usize, at);
-            // SAFETY: POPULATE_READ discards nothing; [at, at + len) is the file mapped above.
-            unsafe { kernel::madvise(at, len, kernel::MADV_POPULATE_READ) }.unwrap();
+            // SAFETY: populating discards nothing; [at, at + len) is the file mapped above.
+            unsafe { kernel::populate_read(at, len) }.unwrap();
             (at, Box::new(r))
         }
         // Anonymous THP.

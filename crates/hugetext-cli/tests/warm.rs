@@ -257,6 +257,41 @@ fn blocked_by_a_running_process_is_reported_and_the_process_is_unharmed() {
     );
 }
 
+/// Where the kernel collapses file text in place (7.x: any filesystem with
+/// PMD folios), the windows a running process keeps from being evicted are
+/// collapsed under it instead of being reported blocked, and warm says so.
+#[test]
+fn running_process_text_is_collapsed_in_place_where_the_kernel_can() {
+    let dir = common::scratch();
+    if !pagecache::collapse_supported(dir.path()).unwrap().is_available() {
+        common::skip_line("skipped: this kernel cannot collapse file text in place (warm reports it blocked)");
+        return;
+    }
+    let exe = common::copy_fixture(dir.path(), "bfd", "pie");
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    File::open(&exe).map(|f| pagecache::evict(&f, 0..0).unwrap()).unwrap();
+    let r = common::Running::fixture(&exe);
+    let (v, _) = warm_json_exit(&["--force", exe.to_str().unwrap()], 0);
+    let e = file_entry(&v, "pie");
+    assert_eq!(e["blocked_windows"], 0, "{e:#}");
+    assert_eq!(e["pmd_windows"], e["eligible_windows"], "{e:#}");
+    assert_eq!(e["route"], "pmd-readahead-collapse", "{e:#}");
+    let notes = e["notes"].to_string();
+    assert!(
+        notes.contains("in place while running processes map them") && notes.contains(&format!("pid {} (", r.pid())),
+        "{e:#}"
+    );
+    // Still runs, and computes what it computed before.
+    let first = r.first_line.clone();
+    r.stop();
+    let out = Command::new(&exe).output().unwrap();
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).lines().next().unwrap(),
+        first.trim()
+    );
+}
+
 #[test]
 fn replace_warms_a_copy_and_keeps_metadata() {
     let dir = common::scratch();

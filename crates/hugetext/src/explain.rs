@@ -29,14 +29,50 @@ pub struct SystemFacts {
     pub hypervisor: bool,
     /// `/sys/devices/system/cpu/vulnerabilities/itlb_multihit`.
     pub itlb_multihit: Option<String>,
-    /// `CONFIG_READ_ONLY_THP_FOR_FS` (the kernel config doctor reads): with
-    /// it, khugepaged and MADV_COLLAPSE collapse read-only file text in
-    /// place; without it only large-folio filesystems give 2 MiB file folios,
-    /// filled when the file is read. `None`: the config is not readable.
-    pub read_only_thp_for_fs: Option<bool>,
+    /// khugepaged's pace (`/sys/kernel/mm/transparent_hugepage/khugepaged/`):
+    /// where file text collapses in place ([`FsFacts::collapse_in_place`]),
+    /// it collapses congruent text mappings by itself under THP `always` or
+    /// `MADV_HUGEPAGE`. `None`: not readable.
+    pub khugepaged: Option<Khugepaged>,
     /// PMD size of the running kernel, bytes (2 MiB on x86-64; 2, 32 or
     /// 512 MiB on arm64 with 4, 16 or 64 KiB pages).
     pub pmd_size: u64,
+}
+
+/// khugepaged's settings that govern when it collapses a mapping.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Khugepaged {
+    /// Pause between two scans, ms.
+    pub scan_sleep_millisecs: u64,
+    /// Pages it looks at per scan.
+    pub pages_to_scan: u64,
+}
+
+impl Khugepaged {
+    fn read() -> Option<Khugepaged> {
+        let get = |n: &str| -> Option<u64> {
+            std::fs::read_to_string(format!("/sys/kernel/mm/transparent_hugepage/khugepaged/{n}"))
+                .ok()?
+                .trim()
+                .parse()
+                .ok()
+        };
+        Some(Khugepaged {
+            scan_sleep_millisecs: get("scan_sleep_millisecs")?,
+            pages_to_scan: get("pages_to_scan")?,
+        })
+    }
+
+    /// `every scan_sleep_millisecs=10000 ms it scans pages_to_scan=4096 pages`.
+    fn pace(k: Option<Khugepaged>) -> String {
+        match k {
+            Some(k) => format!(
+                " (every scan_sleep_millisecs={} ms it scans pages_to_scan={} pages)",
+                k.scan_sleep_millisecs, k.pages_to_scan
+            ),
+            None => String::new(),
+        }
+    }
 }
 
 /// Where a file-backed text mapping sits against its file (from the ELF
@@ -63,6 +99,11 @@ pub struct FsFacts {
     /// Whether it gives PMD-size page-cache folios, by experiment
     /// ([`fsutil::probe_pmd_folios`]); `None`: could not be tried.
     pub pmd_folios: Option<bool>,
+    /// Whether `MADV_COLLAPSE` (and so khugepaged) collapses file text in
+    /// small folios in place here, while processes map it, by experiment
+    /// ([`crate::pagecache::collapse_supported`]: `CONFIG_READ_ONLY_THP_FOR_FS`, or
+    /// since 7.x any filesystem with PMD folios); `None`: not tried.
+    pub collapse_in_place: Option<bool>,
 }
 
 /// The page cache of the file range a mapping maps.
@@ -100,6 +141,8 @@ pub struct MappingFacts {
     pub pte_unknown_kb: u64,
     /// `nh` in smaps `VmFlags`: MADV_NOHUGEPAGE.
     pub nohugepage: bool,
+    /// `hg` in smaps `VmFlags`: MADV_HUGEPAGE.
+    pub hugepage: bool,
     /// Whole windows of the mapping with no page mapped at all (never
     /// executed since the process started, or dropped), from the present
     /// bits of `/proc/PID/pagemap`.
@@ -228,6 +271,17 @@ fn verdict(reason: Reason, evidence: impl Into<String>, fix: Option<String>, gai
         fix,
         gain_kb,
     }
+}
+
+/// Whether khugepaged scans mapping `m`: THP `always`, or `MADV_HUGEPAGE`
+/// under `madvise`. Pure.
+fn khugepaged_scans(sys: &SystemFacts, m: &MappingFacts) -> bool {
+    !m.nohugepage
+        && match sys.thp_enabled.as_deref() {
+            Some("always") => true,
+            Some("madvise") => m.hugepage,
+            _ => false,
+        }
 }
 
 /// `pid 12 (x), pid 13 (y)`.
@@ -390,13 +444,20 @@ pub fn decide(sys: &SystemFacts, p: &ProcessFacts, m: &MappingFacts) -> Verdict 
             let sizes: Vec<String> = c.folios_kb.iter().map(|(sz, kb)| format!("{kb} kB in {sz} kB folios")).collect();
             let mut fix = format!("hugetext warm {}", m.path);
             let mut note = String::new();
+            let in_place = m.fs.as_ref().and_then(|f| f.collapse_in_place);
+            if in_place == Some(true) && khugepaged_scans(sys, m) {
+                note = format!(
+                    "; khugepaged collapses them in place by itself{}, or now: {fix}",
+                    Khugepaged::pace(sys.khugepaged)
+                );
+            }
             if !c.blockers.is_empty() {
-                match sys.read_only_thp_for_fs {
-                    // khugepaged/MADV_COLLAPSE collapse read-only file text in
-                    // place, and the kernel drops the PTE tables of processes
-                    // mapping it, so they fault it back with PMDs.
+                match in_place {
+                    // MADV_COLLAPSE collapses file text in place, and the
+                    // kernel drops the PTE tables of processes mapping it, so
+                    // they fault it back with PMDs.
                     Some(true) => fix.push_str(&format!(
-                        " (CONFIG_READ_ONLY_THP_FOR_FS: it collapses the small folios in place while {} run)",
+                        " (MADV_COLLAPSE collapses the small folios in place while {} run)",
                         pids(&c.blockers)
                     )),
                     ro => {
@@ -405,7 +466,7 @@ pub fn decide(sys: &SystemFacts, p: &ProcessFacts, m: &MappingFacts) -> Verdict 
                             pids(&c.blockers)
                         ));
                         if ro == Some(false) {
-                            note = "; this kernel has no CONFIG_READ_ONLY_THP_FOR_FS, so they cannot be collapsed in place".into();
+                            note = "; this kernel cannot collapse file text in place (MADV_COLLAPSE refused a scratch file on the same filesystem)".into();
                         }
                     }
                 }
@@ -446,10 +507,16 @@ pub fn decide(sys: &SystemFacts, p: &ProcessFacts, m: &MappingFacts) -> Verdict 
                     n => format!("; {n} more not mapped yet (a PMD when first executed)"),
                 }
             ),
-            Some(match sys.read_only_thp_for_fs {
-                Some(true) => "restart the program (or start it with `hugetext run`); with CONFIG_READ_ONLY_THP_FOR_FS, khugepaged also maps them with PMDs in place where THP is `always` or the mapping is MADV_HUGEPAGE".into(),
-                _ => "restart the program (or start it with `hugetext run`)".into(),
-            }),
+            Some(
+                if m.fs.as_ref().and_then(|f| f.collapse_in_place) == Some(true) && khugepaged_scans(sys, m) {
+                    format!(
+                        "restart the program (or start it with `hugetext run`); khugepaged also maps them with PMDs in place{}",
+                        Khugepaged::pace(sys.khugepaged)
+                    )
+                } else {
+                    "restart the program (or start it with `hugetext run`)".into()
+                },
+            ),
             gain,
         ),
         Some(Err(why)) => verdict(
@@ -651,7 +718,7 @@ impl SystemFacts {
             thp_enabled: kernel::thp_enabled(),
             hypervisor: kernel::hypervisor(),
             itlb_multihit: kernel::cpu_vulnerability("itlb_multihit"),
-            read_only_thp_for_fs: kernel::kernel_config("CONFIG_READ_ONLY_THP_FOR_FS").map(|v| v == "y"),
+            khugepaged: Khugepaged::read(),
             pmd_size: kernel::pmd_size() as u64,
         }
     }
@@ -703,9 +770,18 @@ impl FsCache {
         let dev = file.metadata().map(|m| m.dev()).unwrap_or(0);
         self.fs
             .entry((dev, name.clone()))
-            .or_insert_with(|| FsFacts {
-                pmd_folios: fsutil::probe_pmd_folios(dir),
-                name,
+            .or_insert_with(|| {
+                let pmd_folios = fsutil::probe_pmd_folios(dir);
+                FsFacts {
+                    // Asked only where it can matter: text in small folios on
+                    // a filesystem that gives PMD folios.
+                    collapse_in_place: match pmd_folios {
+                        Some(true) => crate::pagecache::collapse_supported(dir).ok().map(|c| c.is_available()),
+                        _ => None,
+                    },
+                    pmd_folios,
+                    name,
+                }
             })
             .clone()
     }
@@ -800,6 +876,7 @@ fn mapping_facts(pid: i32, t: &remap::TextMapping, offset: u64, fs_cache: &mut F
                     fs = FsFacts {
                         name: format!("overlayfs over {} ({})", under.name, layer.display()),
                         pmd_folios: under.pmd_folios,
+                        collapse_in_place: under.collapse_in_place,
                     };
                 }
             }
@@ -925,7 +1002,9 @@ fn gather_one(pid: i32, fs_cache: &mut FsCache) -> Result<ProcessFacts> {
         if let Some(c) = counts.get(&t.start) {
             (m.pmd_kb, m.pte_large_kb, m.base_kb, m.pte_unknown_kb) = kb_of(c);
         }
-        m.nohugepage = flags.iter().any(|(s, f)| *s == t.start && f.iter().any(|x| x == "nh"));
+        let has = |flag: &str| flags.iter().any(|(s, f)| *s == t.start && f.iter().any(|x| x == flag));
+        m.nohugepage = has("nh");
+        m.hugepage = has("hg");
         m.unmapped_windows = unmapped_windows(pid, t.start, t.end).unwrap_or(0);
         mappings.push(m);
     }
@@ -1031,6 +1110,7 @@ mod tests {
             fs: Some(FsFacts {
                 name: "ext4".into(),
                 pmd_folios: Some(true),
+                collapse_in_place: None,
             }),
             cache: Some(Ok(CacheFacts {
                 windows: len / M,
@@ -1147,6 +1227,7 @@ mod tests {
         m.fs = Some(FsFacts {
             name: "btrfs".into(),
             pmd_folios: Some(false),
+            collapse_in_place: None,
         });
         let v = why(&madvise(), &proc1(m.clone()));
         assert_eq!(v.reason, Reason::FsNoLargeFolios);
@@ -1154,6 +1235,7 @@ mod tests {
         m.fs = Some(FsFacts {
             name: "tmpfs".into(),
             pmd_folios: Some(false),
+            collapse_in_place: None,
         });
         assert!(why(&madvise(), &proc1(m.clone())).evidence.contains("tmpfs"));
 
@@ -1313,7 +1395,7 @@ mod tests {
     }
 
     #[test]
-    fn read_only_thp_for_fs_changes_the_advice() {
+    fn collapse_in_place_and_khugepaged_change_the_advice() {
         let mut m = map(0x40_0000, 4 * M);
         m.cache = Some(Ok(CacheFacts {
             windows: 2,
@@ -1324,34 +1406,74 @@ mod tests {
                 comm: "x".into(),
             }],
         }));
+        let with = |p: &ProcessFacts, v: Option<bool>| {
+            let mut p = p.clone();
+            p.mappings[0].fs.as_mut().unwrap().collapse_in_place = v;
+            p
+        };
         let p = proc1(m);
-        let ro = |v: Option<bool>| SystemFacts {
-            pmd_size: M,
-            read_only_thp_for_fs: v,
+        let k = Some(Khugepaged {
+            scan_sleep_millisecs: 10000,
+            pages_to_scan: 4096,
+        });
+        let always = SystemFacts {
+            thp_enabled: Some("always".into()),
+            khugepaged: k,
             ..madvise()
         };
-        // With it: warm collapses in place while the process runs.
-        let v = why(&ro(Some(true)), &p);
+        // Collapses in place: warm collapses while the process runs.
+        let v = why(&madvise(), &with(&p, Some(true)));
         assert_eq!(v.reason, Reason::CacheSmallFolios);
         assert_eq!(
             v.fix.as_deref(),
-            Some("hugetext warm /usr/bin/x (CONFIG_READ_ONLY_THP_FOR_FS: it collapses the small folios in place while pid 42 (x) run)")
+            Some("hugetext warm /usr/bin/x (MADV_COLLAPSE collapses the small folios in place while pid 42 (x) run)")
         );
+        assert!(!v.evidence.contains("khugepaged"), "{}", v.evidence);
+        // Under THP always khugepaged does it by itself, at its pace.
+        let v = why(&always, &with(&p, Some(true)));
+        assert!(
+            v.evidence.contains(
+                "khugepaged collapses them in place by itself (every scan_sleep_millisecs=10000 ms it scans pages_to_scan=4096 pages), or now: hugetext warm /usr/bin/x"
+            ),
+            "{}",
+            v.evidence
+        );
+        // MADV_HUGEPAGE under madvise too; MADV_NOHUGEPAGE never.
+        let mut hg = with(&p, Some(true));
+        hg.mappings[0].hugepage = true;
+        assert!(why(
+            &SystemFacts {
+                khugepaged: k,
+                ..madvise()
+            },
+            &hg
+        )
+        .evidence
+        .contains("khugepaged"));
         // Without: wait for the process to exit, and the evidence says why.
-        let v = why(&ro(Some(false)), &p);
+        let v = why(&always, &with(&p, Some(false)));
         assert!(v.fix.unwrap().contains("after pid 42 (x) exit"));
-        assert!(v.evidence.contains("no CONFIG_READ_ONLY_THP_FOR_FS"), "{}", v.evidence);
-        let v = why(&ro(None), &p);
-        assert!(!v.evidence.contains("CONFIG_READ_ONLY_THP_FOR_FS"), "{}", v.evidence);
-        // PMD folios mapped by PTEs: khugepaged can fix that in place only with it.
+        assert!(
+            v.evidence.contains("cannot collapse file text in place"),
+            "{}",
+            v.evidence
+        );
+        assert!(!v.evidence.contains("khugepaged"), "{}", v.evidence);
+        let v = why(&always, &with(&p, None));
+        assert!(!v.evidence.contains("in place"), "{}", v.evidence);
+        // PMD folios mapped by PTEs: khugepaged can fix that in place only where collapse works.
         let mut p = p;
         p.mappings[0].cache = Some(Ok(CacheFacts {
             windows: 2,
             pmd_windows: 2,
             ..Default::default()
         }));
-        assert!(why(&ro(Some(true)), &p).fix.unwrap().contains("khugepaged"));
-        assert!(!why(&ro(Some(false)), &p).fix.unwrap().contains("khugepaged"));
+        assert!(why(&always, &with(&p, Some(true))).fix.unwrap().contains("khugepaged"));
+        assert!(!why(&always, &with(&p, Some(false))).fix.unwrap().contains("khugepaged"));
+        assert!(!why(&madvise(), &with(&p, Some(true)))
+            .fix
+            .unwrap()
+            .contains("khugepaged"));
     }
 
     #[test]

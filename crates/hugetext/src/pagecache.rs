@@ -339,10 +339,7 @@ pub fn collapse_supported(dir: &Path) -> Result<CollapseSupport> {
     Ok(match map.madvise(0, pmd, kernel::MADV_COLLAPSE) {
         Ok(()) => CollapseSupport::Available,
         Err(Error::Sys { source, .. }) => match source.raw_os_error() {
-            Some(libc::EINVAL) => CollapseSupport::Unavailable(
-                "MADV_COLLAPSE refuses file text (kernel without CONFIG_READ_ONLY_THP_FOR_FS, or older than 6.1)"
-                    .into(),
-            ),
+            Some(libc::EINVAL) => CollapseSupport::Unavailable(collapse_refusal().into()),
             // Transient failures (EAGAIN, ENOMEM, EBUSY) mean the kernel
             // would collapse file text given the memory.
             Some(libc::EAGAIN) | Some(libc::ENOMEM) | Some(libc::EBUSY) => CollapseSupport::Available,
@@ -350,6 +347,16 @@ pub fn collapse_supported(dir: &Path) -> Result<CollapseSupport> {
         },
         Err(e) => return Err(e),
     })
+}
+
+/// Why `MADV_COLLAPSE` said EINVAL for file text: a kernel without the
+/// advice at all (before 6.1) is told apart from one that refuses file text.
+pub fn collapse_refusal() -> &'static str {
+    if kernel::madv_collapse_known() {
+        "MADV_COLLAPSE refuses file text on this kernel (no CONFIG_READ_ONLY_THP_FOR_FS, and before 7.x no other way)"
+    } else {
+        "this kernel has no MADV_COLLAPSE (Linux 6.1 added it): file text cannot be collapsed in place"
+    }
 }
 
 /// `MADV_COLLAPSE` the PMD window starting at `offset` (PMD aligned) of a

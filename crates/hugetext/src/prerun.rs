@@ -253,9 +253,111 @@ pub fn anon_vma_names() -> bool {
     r == 0
 }
 
+/// The system search path in the output of `ld.so --help` (glibc 2.33 and
+/// later): the lines that end with `(system search path)`. Pure.
+pub fn parse_system_dirs(help: &str) -> Vec<PathBuf> {
+    help.lines()
+        .filter_map(|l| l.trim().strip_suffix("(system search path)"))
+        .map(|d| PathBuf::from(d.trim()))
+        .collect()
+}
+
+/// What the preload needs that `program`'s dynamic loader cannot find when it
+/// loads the preload as an `LD_AUDIT` module, in a namespace of its own
+/// ([`elf::deps::missing_in_new_namespace`]; the loader's system directories
+/// from its `--help`). Empty for a static program, or when the loader does
+/// not say its search path (then it is not second-guessed).
+pub fn audit_missing(program: &Path, preload: &Path) -> Vec<String> {
+    let Some(interp) = elf::deps::interpreter(program) else {
+        return Vec::new();
+    };
+    // No Stdio::null(): a minimal root may have no /dev/null.
+    let piped = std::process::Stdio::piped;
+    let child = std::process::Command::new(&interp)
+        .arg("--help")
+        .stdin(std::process::Stdio::inherit())
+        .stdout(piped())
+        .stderr(piped())
+        .spawn();
+    let Ok(out) = child.and_then(|c| c.wait_with_output()) else {
+        return Vec::new();
+    };
+    let dirs = parse_system_dirs(&String::from_utf8_lossy(&out.stdout));
+    if dirs.is_empty() {
+        return Vec::new();
+    }
+    let cache = elf::deps::read_ld_so_cache(Path::new("/etc/ld.so.cache"));
+    elf::deps::missing_in_new_namespace(preload, &elf::deps::ld_library_path(), &cache, &dirs)
+}
+
+/// The line `run` prints when the loader could not load the preload as an
+/// audit module (`missing` from [`audit_missing`]), instead of ld.so's own
+/// "cannot be loaded as audit interface"; `run` then sets no `LD_AUDIT`.
+/// Pure.
+pub fn audit_line(preload: &Path, missing: &[String]) -> Option<String> {
+    (!missing.is_empty()).then(|| {
+        format!(
+            "objects loaded after start (dlopen) are not followed: the dynamic loader would not find {} for {} as an audit module \
+             (it searches LD_LIBRARY_PATH, /etc/ld.so.cache and its system directories, not the paths already loaded); \
+             run ldconfig, or put them in its system directories (ld.so --help lists them); text loaded at start is remapped as usual",
+            missing.join(", "),
+            preload.display()
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_loaders_system_directories_are_read_from_its_help() {
+        let help = "Shared library search path:\n  (libraries located via /etc/ld.so.cache)\n  \
+                    /lib/x86_64-linux-gnu (system search path)\n  /usr/lib (system search path)\n\n\
+                    Subdirectories of glibc-hwcaps directories, in priority order:\n  x86-64-v3 (supported, searched)\n";
+        assert_eq!(
+            parse_system_dirs(help),
+            [PathBuf::from("/lib/x86_64-linux-gnu"), PathBuf::from("/usr/lib")]
+        );
+        assert!(parse_system_dirs("ld.so 2.31: unknown option --help").is_empty());
+    }
+
+    #[test]
+    fn audit_line_names_what_is_missing_only_when_something_is() {
+        let p = Path::new("/opt/h/libhugetext.so");
+        assert_eq!(audit_line(p, &[]), None);
+        let l = audit_line(p, &["ld-linux-x86-64.so.2".into()]).unwrap();
+        assert!(
+            l.contains("would not find ld-linux-x86-64.so.2 for /opt/h/libhugetext.so"),
+            "{l}"
+        );
+        assert!(!l.contains('\n'));
+    }
+
+    /// A root where the loader's system directory holds libc and libgcc_s
+    /// but not ld.so (copied only to its PT_INTERP path, as minimal
+    /// container roots do): ld.so is what the audit namespace misses.
+    #[test]
+    fn a_new_namespace_misses_what_is_not_in_the_search_path() {
+        let preload = crate::elf::deps::resolve_deps(Path::new("/bin/sh")).unwrap();
+        let libc = preload
+            .iter()
+            .find(|p| p.to_string_lossy().contains("libc.so"))
+            .unwrap();
+        let d = tempfile::tempdir().unwrap();
+        std::fs::copy(libc, d.path().join("libc.so.6")).unwrap();
+        let dirs = [d.path().to_path_buf()];
+        let none = std::collections::HashMap::new();
+        // libc needs ld.so, which is nowhere in the search path.
+        let missing = elf::deps::missing_in_new_namespace(&d.path().join("libc.so.6"), &[], &none, &dirs);
+        assert_eq!(missing.len(), 1, "{missing:?}");
+        assert!(missing[0].starts_with("ld-linux"), "{missing:?}");
+        // Found once it is there.
+        let ld = crate::elf::deps::interpreter(Path::new("/bin/sh")).unwrap();
+        let name = Path::new(&ld).file_name().unwrap();
+        std::fs::copy(&ld, d.path().join(name)).unwrap();
+        assert!(elf::deps::missing_in_new_namespace(&d.path().join("libc.so.6"), &[], &none, &dirs).is_empty());
+    }
 
     fn facts(mode: u32, uid: u32, ruid: u32) -> ExecFacts {
         ExecFacts {

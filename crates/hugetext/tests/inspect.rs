@@ -49,10 +49,10 @@ fn pmd_partial_and_unaligned_layouts() {
     let rx = libc::PROT_READ | libc::PROT_EXEC;
     // Whole file, congruent: PMD-mapped.
     let whole = Mapping::file_congruent(f.as_fd(), 0, 2 * pmd, rx, pmd).unwrap();
-    whole.madvise(0, 2 * pmd, kernel::MADV_POPULATE_READ).unwrap();
+    whole.populate_read(0, 2 * pmd).unwrap();
     // One page short of the first folio: that folio is partial.
     let part = Mapping::file_congruent(f.as_fd(), ps as u64, pmd - ps, rx, pmd).unwrap();
-    part.madvise(0, pmd - ps, kernel::MADV_POPULATE_READ).unwrap();
+    part.populate_read(0, pmd - ps).unwrap();
     for m in methods() {
         let c = counts_at(whole.addr(), m, &[4]);
         assert_eq!(c.get(Kind::File, Class::PmdAligned), 2 * pmd_pages, "{m:?}: {c:?}");

@@ -256,12 +256,22 @@ pub fn run(args: Args) -> Result<u8> {
         .map_err(|e| exit_with(125, e.to_string()))?;
     env.extend(naming(args.verbose));
     env.extend(hot);
+    // An auditor the loader cannot load is ignored with ld.so's own message:
+    // say it in one line up front and name no LD_AUDIT instead.
+    let missing = match (args.no_dlopen, &script) {
+        (false, None) => prerun::audit_missing(&resolved, &preload),
+        _ => Vec::new(),
+    };
+    if let Some(line) = prerun::audit_line(&preload, &missing) {
+        eprintln!("hugetext: {line}");
+    }
+    let no_audit = args.no_dlopen || !missing.is_empty();
     env.extend(remap::late_environment(
         &preload,
-        args.no_dlopen,
+        no_audit,
         std::env::var_os("LD_AUDIT").as_deref(),
     ));
-    if !args.no_dlopen {
+    if !no_audit {
         // Room in the static TLS block for the libraries loaded at start
         // (glibc sets it up before loading them when an auditor is named).
         // (A script leads to a program known only when it runs.)

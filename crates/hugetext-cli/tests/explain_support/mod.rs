@@ -189,3 +189,47 @@ pub fn largest_copy(pid: i32, file: &Path) -> Value {
         .max_by_key(|m| m["whole_windows"].as_u64().unwrap())
         .expect("run made no copy")
 }
+
+/// Whether the kernel collapses file text in small folios in place on the
+/// filesystem of `dir` (MADV_COLLAPSE tried on a scratch file there, as
+/// explain tries it).
+pub fn collapses_in_place(dir: &Path) -> bool {
+    hugetext::pagecache::collapse_supported(dir).unwrap().is_available()
+}
+
+/// Text read into small folios and mapped by a running process: explain
+/// says cache-small-folios, with the fix that fits the kernel (collapse in
+/// place while it runs, or warm once it exits). Where file text collapses in
+/// place, khugepaged may get there first under THP `always` (7.x): then the
+/// windows it has done are PMD-mapped or PMD folios. Returns false in that
+/// case.
+pub fn small_folios_unless_khugepaged(m: &Value, file: &Path, pid: i32) -> bool {
+    let in_place = collapses_in_place(file.parent().unwrap());
+    if in_place && reason(m) != "cache-small-folios" {
+        assert!(
+            matches!(reason(m), "ok" | "mapped-before-warm" | "not-faulted-yet"),
+            "{m:#}"
+        );
+        return false;
+    }
+    assert_eq!(reason(m), "cache-small-folios", "{m:#}");
+    let want = if in_place {
+        format!(
+            "hugetext warm {} (MADV_COLLAPSE collapses the small folios in place while pid {pid} (",
+            s(file)
+        )
+    } else {
+        format!("hugetext warm {} after pid {pid} (", s(file))
+    };
+    assert!(fix(m).starts_with(&want), "{m:#}");
+    if in_place {
+        // khugepaged may have collapsed some windows already.
+        assert!(
+            evidence(m).contains("khugepaged") || hugetext::kernel::thp_enabled().as_deref() != Some("always"),
+            "{m:#}"
+        );
+    } else {
+        assert_eq!(m["pmd_kb"], 0, "{m:#}");
+    }
+    true
+}

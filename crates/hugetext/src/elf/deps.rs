@@ -227,14 +227,7 @@ fn u64_at(d: &[u8], at: usize) -> Option<u64> {
 pub fn resolve_deps(exe: &Path) -> Result<Vec<PathBuf>> {
     let exe_canon = exe.canonicalize().map_err(|e| Error::io(exe, e))?;
     let info = read_dyn(&exe_canon).map_err(|msg| Error::Elf { path: exe.into(), msg })?;
-    let ld_library_path: Vec<String> = std::env::var("LD_LIBRARY_PATH")
-        .map(|v| {
-            v.split([':', ';'])
-                .filter(|s| !s.is_empty())
-                .map(str::to_string)
-                .collect()
-        })
-        .unwrap_or_default();
+    let ld_library_path = ld_library_path();
     let cache = read_ld_so_cache(Path::new("/etc/ld.so.cache"));
     let mut result: Vec<PathBuf> = Vec::new();
     let mut seen_files: HashSet<(u64, u64)> = HashSet::new();
@@ -362,6 +355,69 @@ fn search(
         }
     }
     DEFAULT_DIRS.iter().find_map(|d| try_path(&Path::new(d).join(name)))
+}
+
+/// The `PT_INTERP` of `path` (its dynamic loader), if it is a dynamic ELF
+/// program.
+pub fn interpreter(path: &Path) -> Option<String> {
+    read_dyn(path).ok()?.interp
+}
+
+/// `LD_LIBRARY_PATH` as the dynamic loader splits it.
+pub fn ld_library_path() -> Vec<String> {
+    std::env::var("LD_LIBRARY_PATH")
+        .map(|v| {
+            v.split([':', ';'])
+                .filter(|s| !s.is_empty())
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The libraries `obj` needs (`DT_NEEDED`, and theirs) that the dynamic
+/// loader cannot find when it loads `obj` into a link namespace of its own,
+/// as it loads an `LD_AUDIT` module: nothing is loaded there yet, so every
+/// name, libc and ld.so included, is searched in `LD_LIBRARY_PATH`
+/// (`ld_library_path`), the `cache` (`/etc/ld.so.cache`) and the loader's
+/// system directories `dirs` (ld.so itself is recognised only once found
+/// there). Names that are paths are taken as they are.
+pub fn missing_in_new_namespace(
+    obj: &Path,
+    ld_library_path: &[String],
+    cache: &HashMap<String, Vec<PathBuf>>,
+    dirs: &[PathBuf],
+) -> Vec<String> {
+    let Ok(root) = read_dyn(obj) else { return Vec::new() };
+    let (want64, machine) = (root.class64, root.machine);
+    let fits = |p: &Path| read_dyn(p).ok().filter(|i| i.class64 == want64 && i.machine == machine);
+    let find = |name: &str| -> Option<DynInfo> {
+        if name.contains('/') {
+            return fits(Path::new(name));
+        }
+        let lib_dirs = ld_library_path.iter().map(PathBuf::from);
+        let cached = cache.get(name).into_iter().flatten().cloned();
+        let system = dirs.iter().map(|d| d.join(name));
+        lib_dirs
+            .map(|d| d.join(name))
+            .chain(cached)
+            .chain(system)
+            .find_map(|p| fits(&p))
+    };
+    let (mut seen, mut missing) = (HashSet::new(), Vec::new());
+    let mut queue = VecDeque::from([root]);
+    while let Some(info) = queue.pop_front() {
+        for name in info.needed {
+            if !seen.insert(name.clone()) {
+                continue;
+            }
+            match find(&name) {
+                Some(i) => queue.push_back(i),
+                None => missing.push(name),
+            }
+        }
+    }
+    missing
 }
 
 #[cfg(test)]

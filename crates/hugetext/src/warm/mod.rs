@@ -215,8 +215,7 @@ pub fn warm_target(t: &Target, opts: &WarmOptions, ctx: &mut WarmContext) -> Res
                     Err(Error::Sys { source, .. }) if source.raw_os_error() == Some(libc::EINVAL) => {
                         if ctx.collapse.is_none() {
                             ctx.collapse = Some(pagecache::CollapseSupport::Unavailable(
-                                "MADV_COLLAPSE refuses file text on this kernel (no CONFIG_READ_ONLY_THP_FOR_FS)"
-                                    .into(),
+                                pagecache::collapse_refusal().into(),
                             ));
                         }
                         break;
@@ -230,9 +229,24 @@ pub fn warm_target(t: &Target, opts: &WarmOptions, ctx: &mut WarmContext) -> Res
         if collapsed > 0 {
             report = report::measure(t, &fs, &stuck)?.0;
             report.route = Route::PmdReadaheadCollapse;
+            // Windows that running processes map could not be evicted: the
+            // kernel collapsed them under those processes, and drops their
+            // page tables of the range, so they fault them back with PMDs.
+            let holders = if stuck.is_empty() {
+                Vec::new()
+            } else {
+                mapping_pids(&t.path)?
+            };
+            let under = match holders.is_empty() {
+                true => String::new(),
+                false => format!(
+                    " while running processes map them ({}; they map them with PMDs at their next fault)",
+                    pid_list(&holders)
+                ),
+            };
             report.notes = notes_with(
                 &notes,
-                format!("MADV_COLLAPSE collapsed {collapsed} window(s) in place"),
+                format!("MADV_COLLAPSE collapsed {collapsed} window(s) in place{under}"),
             );
         } else if let Some(pagecache::CollapseSupport::Unavailable(why)) = &ctx.collapse {
             report
