@@ -244,12 +244,17 @@ pub fn late_environment(preload: &Path, off: bool, current: Option<&OsStr>) -> V
 fn tls_bytes(path: &Path) -> u64 {
     use object::elf;
     use object::read::elf::{FileHeader, ProgramHeader};
-    let Ok(data) = std::fs::read(path) else { return 0 };
-    let Ok(h) = elf::FileHeader64::<object::Endianness>::parse(&*data) else {
+    // Only the header and the program headers are read (libLLVM is 110 MB:
+    // reading it whole cost every `run` of clang 100 ms).
+    let Ok(file) = crate::openfile::open_regular(path, crate::openfile::Follow::Yes) else {
+        return 0;
+    };
+    let data = object::ReadCache::new(&file);
+    let Ok(h) = elf::FileHeader64::<object::Endianness>::parse(&data) else {
         return 0;
     };
     let Ok(endian) = h.endian() else { return 0 };
-    let Ok(phdrs) = h.program_headers(endian, &*data) else {
+    let Ok(phdrs) = h.program_headers(endian, &data) else {
         return 0;
     };
     phdrs
