@@ -303,7 +303,9 @@ def observe(root):
         p, h = smaps_text(pid)
         priv += p
         huge += h
-    types = sorted(a.decode(errors="replace") for pid in pids for a in cmdline(pid) if a.startswith(b"--type="))
+    # chromium's children rewrite their title: one string, words joined by spaces.
+    types = sorted(w.decode(errors="replace") for pid in pids for a in cmdline(pid) for w in a.split(b" ")
+                   if w.startswith(b"--type="))
     # Only processes that were exec'd have an environment of their own in
     # /proc/PID/environ: a child that only forked (postgres backends) shows
     # its parent's start-up strings, whatever the parent's environ says now.
