@@ -357,12 +357,22 @@ fn agent_as_nobody_with(caps: &str, addr: &str, config: &Path) -> std::process::
 /// one file found or missing), then SIGTERM: (page, startup log).
 fn page_and_log(child: std::process::Child, addr: &str) -> (String, String) {
     let t = Instant::now();
+    // The policy is evaluated in steps: the file read, then each path's
+    // windows; a scrape can fall between (seen on a loaded machine), so once
+    // the file is read, wait up to 5 s more for the paths' figures.
+    let mut read_at: Option<Instant> = None;
     let page = loop {
         if let Ok(s) = std::net::TcpStream::connect(addr) {
             drop(s);
             let page = scrape_once(addr);
-            if page.contains("hugetext_policy_files 1\n") || page.contains("hugetext_policy_paths_missing 1\n") {
+            if page.contains("hugetext_policy_paths_missing 1\n") {
                 break page;
+            }
+            if page.contains("hugetext_policy_files 1\n") {
+                let at = *read_at.get_or_insert_with(Instant::now);
+                if page.contains("hugetext_policy_eligible_windows{") || at.elapsed() > Duration::from_secs(5) {
+                    break page;
+                }
             }
         }
         assert!(
