@@ -125,6 +125,8 @@ fn exec_json_shape_and_verified_states() {
     );
     // Two runs are too few for a verdict.
     assert_eq!(v["ratios"]["random_huge_over_baseline"]["verdict"], "unresolved");
+    let khugepaged = hugetext::kernel::thp_enabled().as_deref() == Some("always")
+        && hugetext::pagecache::collapse_supported(dir.path()).is_ok_and(|c| c.is_available());
     for name in ["baseline", "huge", "warm"] {
         let var = &v["variants"][name];
         let mut expect = vec!["cold_ms", "random_ms", "runs", "stats"];
@@ -168,10 +170,14 @@ fn exec_json_shape_and_verified_states() {
             assert_eq!(total, 32 * 1024, "{name}: {state}");
             let (pmd_folios, pmd_mapped) = (num(&state["pmd_folio_pct"]), num(&state["pmd_mapped_pct"]));
             if name == "baseline" {
-                // Exec faults read 4 KiB folios on x86 (doc/kernel-facts.md §1).
+                // Exec faults read 4 KiB folios on x86 (doc/kernel-facts.md §1),
+                // unless khugepaged collapses them meanwhile: under THP
+                // `always` where file text collapses in place (7.x), it may.
                 assert_eq!(state["cached_before_kb"], 0);
-                assert_eq!(pmd_folios, 0.0, "{state}");
-                assert_eq!(pmd_mapped, 0.0, "{state}");
+                if !khugepaged {
+                    assert_eq!(pmd_folios, 0.0, "{state}");
+                    assert_eq!(pmd_mapped, 0.0, "{state}");
+                }
             } else {
                 assert_eq!(pmd_folios, 100.0, "{name}: {state}");
                 assert_eq!(pmd_mapped, 100.0, "{name}: {state}");
