@@ -4,6 +4,8 @@
 
 /// Which routes may be used.
 pub const STRATEGY: &str = "HUGETEXT_STRATEGY";
+/// Which zero-copy route `auto` tries first ([`Order`]).
+pub const ORDER: &str = "HUGETEXT_ORDER";
 /// Only mappings whose path matches this pattern.
 pub const INCLUDE: &str = "HUGETEXT_INCLUDE";
 /// Skip mappings whose path matches this pattern.
@@ -146,6 +148,42 @@ impl Strategy {
     }
 }
 
+/// Which zero-copy route the `auto` strategy tries first on windows whose
+/// page cache is not in 2 MiB folios yet (`HUGETEXT_ORDER`): `run` sets it
+/// from the two routes' costs measured on the program's filesystem
+/// (`hugetext doctor` shows them). Either way, cached 2 MiB folios are
+/// mapped first and `copy` comes last.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Order {
+    /// Evict the small folios and read the window back in one 2 MiB folio,
+    /// then `MADV_COLLAPSE` what stayed small.
+    #[default]
+    File,
+    /// `MADV_COLLAPSE` in place first (no I/O; works where other processes
+    /// map the page cache), then evict + refill what stayed small.
+    Collapse,
+}
+
+impl Order {
+    /// The word for [`ORDER`].
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Order::File => "file",
+            Order::Collapse => "collapse",
+        }
+    }
+
+    /// Parse the value of [`ORDER`]: empty means `file`; `None` for an
+    /// unknown word.
+    pub fn parse(v: &[u8]) -> Option<Order> {
+        Some(match v {
+            b"" | b"file" => Order::File,
+            b"collapse" => Order::Collapse,
+            _ => return None,
+        })
+    }
+}
+
 /// The separators of `LD_PRELOAD` entries (ld.so accepts both).
 pub fn is_preload_separator(c: u8) -> bool {
     c == b':' || c == b' '
@@ -207,6 +245,15 @@ mod tests {
         assert_eq!(Strategy::parse(b""), Some(Strategy::Auto));
         assert_eq!(Strategy::parse(b"Copy"), None);
         assert_eq!(Strategy::parse(b"copy "), None);
+    }
+
+    #[test]
+    fn order_words_round_trip() {
+        for o in [Order::File, Order::Collapse] {
+            assert_eq!(Order::parse(o.as_str().as_bytes()), Some(o));
+        }
+        assert_eq!(Order::parse(b""), Some(Order::File));
+        assert_eq!(Order::parse(b"copy"), None);
     }
 
     #[test]

@@ -750,6 +750,75 @@ fn collapse_strategy_works_or_says_why() {
     assert!(file >= 12 * MIB || err.contains("CONFIG_READ_ONLY_THP_FOR_FS"), "{err}");
 }
 
+/// MiB per route in the summary line of the preload's `-v` output:
+/// (file, collapse).
+fn route_mib(err: &str) -> (f64, f64) {
+    let line = err
+        .lines()
+        .find(|l| l.contains("text in whole") && l.contains("(already "))
+        .unwrap_or_else(|| panic!("no summary line: {err}"));
+    let mib = |route: &str| -> f64 {
+        let at = line.find(&format!(", {route} ")).unwrap_or_else(|| panic!("{line}")) + route.len() + 3;
+        line[at..].split(' ').next().unwrap().parse().unwrap()
+    };
+    (mib("file"), mib("collapse"))
+}
+
+/// A private copy of a congruent fixture whose page cache is evicted: its
+/// exec reads the text back in small folios, as for a program run cold.
+fn evicted_copy() -> (tempfile::TempDir, PathBuf) {
+    let (d, prog) = private_copy("bfd", &["nopie"]);
+    hugetext::pagecache::evict(&std::fs::File::open(&prog).unwrap(), 0..0).unwrap();
+    (d, prog)
+}
+
+#[test]
+fn auto_tries_the_zero_copy_route_measured_cheaper_first() {
+    let (_d, prog) = evicted_copy();
+    let collapses = hugetext::pagecache::collapse_supported(prog.parent().unwrap())
+        .unwrap()
+        .is_available();
+    // What `run` measured decides the order, and the preload follows it.
+    let r = run(&["-v"], &prog, &[]);
+    assert!(r.status.success());
+    let err = common::text(&r.stderr);
+    let measured = err
+        .lines()
+        .find(|l| l.contains("zero-copy routes on ") && l.contains("(measured this boot)"))
+        .unwrap_or_else(|| panic!("run -v does not give the routes' costs: {err}"));
+    let collapse_first = measured.ends_with("collapse in place is tried first");
+    assert!(collapses || !collapse_first, "{measured}");
+    assert_eq!(err.contains("MADV_COLLAPSE in place first"), collapse_first, "{err}");
+    let (file, collapse) = route_mib(&err);
+    assert!(file + collapse >= 12.0, "{err}");
+    if collapse_first {
+        assert_eq!(file, 0.0, "collapse came first and made every window huge: {err}");
+    } else {
+        assert_eq!(collapse, 0.0, "evict + refill came first and made every window huge: {err}");
+    }
+    // HUGETEXT_ORDER=collapse straight to the preload: collapse in place
+    // where the kernel collapses file text, else evict + refill after it.
+    let (_d, prog) = evicted_copy();
+    let out = Command::new(&prog)
+        .env("LD_PRELOAD", common::preload())
+        .env("HUGETEXT_ORDER", "collapse")
+        .env("HUGETEXT_VERBOSE", "1")
+        .env("HUGETEXT_PERF_MAP", "0")
+        .env_remove("HUGETEXT_STRATEGY")
+        .output()
+        .unwrap();
+    let err = common::text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("MADV_COLLAPSE in place first"), "{err}");
+    let (file, collapse) = route_mib(&err);
+    if collapses {
+        assert!(collapse >= 12.0 && file == 0.0, "{err}");
+    } else {
+        assert!(file >= 12.0 && collapse == 0.0, "{err}");
+        assert!(err.contains("MADV_COLLAPSE cannot collapse file text"), "{err}");
+    }
+}
+
 #[test]
 fn gdb_mode_never_copies() {
     let prog = common::fixture("lld", "nopie");

@@ -11,10 +11,14 @@ extern "C" {
 use hugetext_abi::env;
 /// Which routes may be used (auto: already → file → collapse → copy).
 pub use hugetext_abi::env::Strategy;
+/// Which zero-copy route `auto` tries first.
+pub use hugetext_abi::env::Order;
 
 /// The settings of one remap pass.
 pub struct Config {
     pub strategy: Strategy,
+    /// `HUGETEXT_ORDER`: evict + refill or collapse in place first.
+    pub order: Order,
     pub verbose: bool,
     /// gdb/perf-friendly: never move text to anonymous memory.
     pub gdb: bool,
@@ -28,6 +32,8 @@ pub struct Config {
     pub disabled: bool,
     /// Malformed settings found (reported in verbose mode).
     pub bad_strategy: Option<&'static [u8]>,
+    /// `HUGETEXT_ORDER` that could not be parsed (reported in verbose mode).
+    pub bad_order: Option<&'static [u8]>,
     /// `HUGETEXT_COMPAT`: kernel features to act as if missing, to exercise
     /// the fallbacks older kernels need (testing and diagnosis).
     pub compat: Compat,
@@ -111,6 +117,13 @@ impl Config {
                 None => (Strategy::Auto, Some(v)),
             },
         };
+        let (order, bad_order) = match get(env::ORDER) {
+            None => (Order::File, None),
+            Some(v) => match Order::parse(v) {
+                Some(o) => (o, None),
+                None => (Order::File, Some(v)),
+            },
+        };
         let nonempty = |v: Option<&'static [u8]>| v.filter(|s| !s.is_empty());
         let preloaded = getenv(env::LD_PRELOAD.as_bytes())
             .map(|v| env::preload_entries(v).any(env::is_hugetext_preload))
@@ -124,6 +137,7 @@ impl Config {
         };
         Config {
             strategy,
+            order,
             verbose: flag(get(env::VERBOSE), false),
             gdb: flag(get(env::GDB), false),
             perf_map: !secure && flag(get(env::PERF_MAP), true),
@@ -134,6 +148,7 @@ impl Config {
             preloaded,
             disabled: flag(get(env::DISABLE), false),
             bad_strategy,
+            bad_order,
             compat: get(hugetext_abi::compat::VAR).map(Compat::parse).unwrap_or_default(),
             late: flag(get(env::LATE), true),
             late_min,

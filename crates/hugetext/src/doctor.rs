@@ -106,11 +106,7 @@ pub struct FsProbe {
 /// `MADV_HUGEPAGE` mapping, count PMD-order folios, map it again without
 /// advice and read `FilePmdMapped`, then try `MADV_COLLAPSE` on small folios.
 pub fn probe_fs(path: &Path) -> Result<FsProbe> {
-    let dir = if path.is_dir() {
-        path.to_path_buf()
-    } else {
-        path.parent().unwrap_or(Path::new(".")).to_path_buf()
-    };
+    let dir = probe_dir(path);
     let st = rustix::fs::statfs(&dir).map_err(|e| Error::io(&dir, e.into()))?;
     let mut probe = FsProbe {
         dir: dir.clone(),
@@ -172,6 +168,15 @@ pub fn probe_fs(path: &Path) -> Result<FsProbe> {
     Ok(probe)
 }
 
+/// The directory probed for `path`: itself, or the directory of a file.
+fn probe_dir(path: &Path) -> PathBuf {
+    if path.is_dir() {
+        path.to_path_buf()
+    } else {
+        path.parent().unwrap_or(Path::new(".")).to_path_buf()
+    }
+}
+
 /// Why `MADV_COLLAPSE` refused file text, in words: EINVAL on a kernel that
 /// does not know the advice at all ([`kernel::madv_collapse_known`]) is not
 /// the same fact as EINVAL for file text only.
@@ -204,6 +209,9 @@ pub struct Facts {
     pub shmem_enabled: Option<String>,
     /// The filesystem experiment, or why it could not be done.
     pub probe: std::result::Result<FsProbe, String>,
+    /// What evict + refill and collapse in place cost on that filesystem
+    /// (the order `run` tries them in), or why it was not measured.
+    pub route_costs: std::result::Result<crate::routecost::RouteCosts, String>,
     /// `CONFIG_READ_ONLY_THP_FOR_FS` (`y`, `n`), when the config is readable.
     pub read_only_thp_for_fs: Option<String>,
     pub cap_sys_admin: bool,
@@ -228,6 +236,7 @@ impl Facts {
             thp_sizes: kernel::thp_sizes(),
             shmem_enabled: kernel::sysfs_choice("/sys/kernel/mm/transparent_hugepage/shmem_enabled"),
             probe: probe_fs(path).map_err(|e| e.to_string()),
+            route_costs: crate::routecost::measure(&probe_dir(path)).map_err(|e| e.to_string()),
             read_only_thp_for_fs: kernel::kernel_config("CONFIG_READ_ONLY_THP_FOR_FS"),
             cap_sys_admin: kernel::has_cap_sys_admin(),
             pfn_access: kernel::pfn_access(),
@@ -257,6 +266,7 @@ pub fn findings(f: &Facts) -> Vec<Finding> {
         Ok(p) => out.extend(filesystem(p, f.pmd_size, f.read_only_thp_for_fs.as_deref())),
         Err(e) => out.push(not_probed(e, &f.path)),
     }
+    out.extend(f.route_costs.as_ref().ok().map(route_costs));
     out.push(pfn_access(f.pfn_access, f.cap_sys_admin));
     out.push(pagemap_scan(f.pagemap_scan));
     out.push(anon_vma_name(f.anon_vma_name));
@@ -455,6 +465,28 @@ fn filesystem(p: &FsProbe, pmd: usize, ro_thp: Option<&str>) -> [Finding; 3] {
     [folios, mapped, collapse]
 }
 
+/// The zero-copy routes' measured costs, and which one `run` tries first.
+fn route_costs(c: &crate::routecost::RouteCosts) -> Finding {
+    use crate::routecost::order;
+    let first = match order(c) {
+        hugetext_abi::env::Order::Collapse => {
+            "`run` collapses text in place before it tries evict + refill (HUGETEXT_ORDER=collapse); `warm` collapses what processes map"
+        }
+        hugetext_abi::env::Order::File => "`run` tries evict + refill before collapse in place",
+    };
+    finding(
+        "route-costs",
+        "zero-copy route costs",
+        format!(
+            "collapse in place {}, evict + refill {}",
+            c.collapse.describe(),
+            c.refill.describe()
+        ),
+        Status::Ok,
+        first,
+    )
+}
+
 fn not_probed(why: &str, path: &Path) -> Finding {
     finding(
         "fs-large-folios",
@@ -562,6 +594,7 @@ mod tests {
                 collapse_kb: None,
                 collapse_error: Some("EINVAL (not supported for file text on this kernel)".into()),
             }),
+            route_costs: Err("not measured".into()),
             read_only_thp_for_fs: Some("n".into()),
             cap_sys_admin: true,
             pfn_access: true,
@@ -673,6 +706,32 @@ mod tests {
         // Nothing PMD-mapped either: cannot tell.
         probe(&mut f).pmd_mapped_kb = 0;
         assert_eq!(get(&findings(&f), "fs-large-folios").status, Status::Warn);
+    }
+
+    #[test]
+    fn route_costs_say_which_route_run_tries_first() {
+        use crate::routecost::{Cost, RouteCosts};
+        let mut f = facts();
+        assert!(!findings(&f).iter().any(|x| x.id == "route-costs"));
+        let c = RouteCosts {
+            fs: "ext4".into(),
+            dev: 1,
+            release: "7.3.4".into(),
+            boot_id: "b".into(),
+            refill: Cost::MsPerMib(3.5),
+            collapse: Cost::MsPerMib(0.5),
+        };
+        f.route_costs = Ok(c.clone());
+        let r = get(&findings(&f), "route-costs").clone();
+        assert_eq!(r.value, "collapse in place 0.50 ms/MiB, evict + refill 3.50 ms/MiB");
+        assert!(r.meaning.starts_with("`run` collapses text in place before"), "{}", r.meaning);
+        f.route_costs = Ok(RouteCosts {
+            collapse: Cost::No("EINVAL: this kernel does not collapse file text".into()),
+            ..c
+        });
+        let r = get(&findings(&f), "route-costs").clone();
+        assert!(r.value.starts_with("collapse in place not possible (EINVAL"), "{}", r.value);
+        assert_eq!(r.meaning, "`run` tries evict + refill before collapse in place");
     }
 
     #[test]

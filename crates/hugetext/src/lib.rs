@@ -24,6 +24,7 @@
 //! | [`progress`]  | the one progress interface of `bench`, `warm` and `inspect`          |
 //! | [`profile`]   | `profile`: hot text per 2 MiB window; the iTLB misses huge pages would save |
 //! | [`remap`]     | `run`: preload discovery, environment, verification of a process     |
+//! | [`routecost`] | what evict + refill and collapse in place cost on a filesystem: `run`'s route order |
 //! | `bench`       | the kernel patches' benchmarks and paired A/B runs of real programs (feature `bench`) |
 //! | [`units`]     | the byte formatter of reports and messages                           |
 //!
@@ -55,6 +56,7 @@ pub mod procfs;
 pub mod profile;
 pub mod progress;
 pub mod remap;
+pub mod routecost;
 pub mod units;
 pub mod warm;
 

@@ -40,6 +40,11 @@ with its text as it was (-v says why).
 Environment (read by libhugetext.so inside the program; `run` sets the first
 five from its options):
   HUGETEXT_STRATEGY=auto|file|collapse|copy   routes allowed (default auto)
+  HUGETEXT_ORDER=file|collapse   which zero-copy route auto tries first on
+                           windows not yet in 2 MiB folios: evict + refill
+                           (default) or MADV_COLLAPSE in place. run sets it
+                           from both routes' costs, measured once per boot on
+                           the program's filesystem (-v prints them)
   HUGETEXT_INCLUDE=RE, HUGETEXT_EXCLUDE=RE    filter mappings by path
   HUGETEXT_VERBOSE=1       one line per text mapping and a summary on stderr
   HUGETEXT_INHERIT=1       keep the preload in LD_PRELOAD for child processes
@@ -255,6 +260,14 @@ pub fn run(args: Args) -> Result<u8> {
     let mut env = remap::environment(&opts, &preload, std::env::var_os("LD_PRELOAD").as_deref())
         .map_err(|e| exit_with(125, e.to_string()))?;
     env.extend(naming(args.verbose));
+    if opts.strategy == remap::Strategy::Auto {
+        if let Some((var, line)) = hugetext::routecost::environment(&resolved) {
+            if args.verbose {
+                eprintln!("hugetext: {line}");
+            }
+            env.push((var.0.into(), var.1.into()));
+        }
+    }
     env.extend(hot);
     // An auditor the loader cannot load is ignored with ld.so's own message:
     // say it in one line up front and name no LD_AUDIT instead.

@@ -3,9 +3,23 @@
 
 use super::*;
 
+/// The steps of the `file` route a call runs: 2a maps 2 MiB folios the page
+/// cache already holds (cheap, always first); 2b drops, evicts and refaults
+/// what stayed small (where `collapse` goes first, it runs after it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum FileStep {
+    /// 2a only.
+    Cached,
+    /// 2b only.
+    Evict,
+    /// 2a, then 2b.
+    Both,
+}
+
 impl Pass<'_> {
-    /// Route 2, `file`, zero copy (congruent text only).
-    pub(super) fn route_file(&mut self, c: &Cand, w: &mut Chunk, fd: &mut isize, advised: &mut bool) {
+    /// Route 2, `file`, zero copy (congruent text only): the steps `step`
+    /// names (2a, 2b or both).
+    pub(super) fn route_file(&mut self, c: &Cand, w: &mut Chunk, fd: &mut isize, advised: &mut bool, step: FileStep) {
         let pmd = scan::pmd();
         let (a, all) = (w.a, w.all);
         if !*advised {
@@ -16,12 +30,14 @@ impl Pass<'_> {
             }
         }
         // 2a: the page cache may already hold 2 MiB folios.
-        for (i, k) in runs(all & !w.huge) {
-            self.populate(a + i * pmd, k * pmd);
+        if step != FileStep::Evict {
+            for (i, k) in runs(all & !w.huge) {
+                self.populate(a + i * pmd, k * pmd);
+            }
+            self.t.file += self.remeasure(c, w);
         }
-        self.t.file += self.remeasure(c, w);
         // 2b: drop, evict, refault.
-        if w.done() {
+        if w.done() || step == FileStep::Cached {
             return;
         }
         let f = self.ensure_fd(c, fd);

@@ -108,24 +108,35 @@ impl Pass<'_> {
         w.all &= crate::hot::mask(a, n);
         let plan = plan(&Facts {
             strategy: self.cfg.strategy,
+            order: self.cfg.order,
             congruent,
             all_huge: w.done(),
             collapse_refused: self.t.collapse_unsupported,
             gdb: self.cfg.gdb,
             no_anon_thp: self.no_anon_thp,
         });
-        if plan.file {
-            let t0 = sys::now_ns();
-            self.route_file(c, &mut w, fd, advised);
-            self.t.ns[1] += sys::now_ns() - t0;
-            if w.done() {
-                return;
+        // The zero-copy routes, in the order asked for (HUGETEXT_ORDER):
+        // cached 2 MiB folios first either way.
+        let steps: [(bool, Option<FileStep>); 3] = if plan.collapse_first {
+            [(true, Some(FileStep::Cached)), (true, None), (true, Some(FileStep::Evict))]
+        } else {
+            [(plan.file, Some(FileStep::Both)), (plan.collapse, None), (false, None)]
+        };
+        for (run, step) in steps {
+            if !run {
+                continue;
             }
-        }
-        if plan.collapse {
             let t0 = sys::now_ns();
-            self.route_collapse(c, &mut w);
-            self.t.ns[2] += sys::now_ns() - t0;
+            match step {
+                Some(step) => {
+                    self.route_file(c, &mut w, fd, advised, step);
+                    self.t.ns[1] += sys::now_ns() - t0;
+                }
+                None => {
+                    self.route_collapse(c, &mut w);
+                    self.t.ns[2] += sys::now_ns() - t0;
+                }
+            }
             if w.done() {
                 return;
             }

@@ -15,7 +15,11 @@
 //!    reproduces it), each window is also replaced by a new mapping of the
 //!    same file range (`mmap(MAP_FIXED)`, which frees the table);
 //! 3. `collapse`: `MADV_COLLAPSE` (file text needs
-//!    `CONFIG_READ_ONLY_THP_FOR_FS`; detected at the first try);
+//!    `CONFIG_READ_ONLY_THP_FOR_FS` before Linux 7.x, and a filesystem with
+//!    large folios from 7.x; detected at the first try). With
+//!    `HUGETEXT_ORDER=collapse` (set by `run` where it measured collapse
+//!    cheaper than evict + refill on the program's filesystem) it runs
+//!    between step 2's cached-folio check and its eviction;
 //! 4. `copy`: anonymous 2 MiB-aligned `MADV_HUGEPAGE` memory, copy, `r-x`,
 //!    then one `mremap(MREMAP_MAYMOVE|MREMAP_FIXED)` over the old windows, so
 //!    code running there never sees a hole.
@@ -55,6 +59,7 @@ mod plan;
 mod report;
 
 use collect::{fs_name, open_mapped, remember_copy, thp_never};
+use file::FileStep;
 use plan::{plan, window_mode};
 
 /// The kernel refused `MADV_POPULATE_READ` (EINVAL: before Linux 5.14);
@@ -238,6 +243,8 @@ impl Chunk {
 #[derive(Clone, Copy, Debug)]
 struct Facts {
     strategy: Strategy,
+    /// `HUGETEXT_ORDER`: which zero-copy route comes first.
+    order: crate::config::Order,
     /// Address − file offset is a multiple of 2 MiB.
     congruent: bool,
     /// Every window is PMD-mapped already.
@@ -267,6 +274,9 @@ enum CopyPlan {
 struct Plan {
     file: bool,
     collapse: bool,
+    /// `collapse` before the eviction step of `file` (`HUGETEXT_ORDER`);
+    /// cached 2 MiB folios are mapped first either way.
+    collapse_first: bool,
     /// Say that only `copy` could help (`file` or `collapse` asked for, text
     /// not congruent).
     not_congruent: bool,

@@ -2,6 +2,7 @@
 //! gathered first.
 
 use super::*;
+use crate::config::Order;
 
 /// Choose the routes for a chunk: a pure function of the facts.
 pub(super) fn plan(f: &Facts) -> Plan {
@@ -10,14 +11,18 @@ pub(super) fn plan(f: &Facts) -> Plan {
         return Plan {
             file: false,
             collapse: false,
+            collapse_first: false,
             not_congruent: false,
             copy: CopyPlan::No,
         };
     }
     let s = f.strategy;
+    let file = f.congruent && matches!(s, Auto | File);
+    let collapse = f.congruent && !f.collapse_refused && matches!(s, Auto | Collapse);
     Plan {
-        file: f.congruent && matches!(s, Auto | File),
-        collapse: f.congruent && !f.collapse_refused && matches!(s, Auto | Collapse),
+        file,
+        collapse,
+        collapse_first: file && collapse && f.order == Order::Collapse,
         not_congruent: !f.congruent && matches!(s, File | Collapse),
         copy: match s {
             File | Collapse => CopyPlan::No,
@@ -48,6 +53,7 @@ mod tests {
     fn facts(strategy: Strategy) -> Facts {
         Facts {
             strategy,
+            order: Order::File,
             congruent: true,
             all_huge: false,
             collapse_refused: false,
@@ -59,6 +65,7 @@ mod tests {
     const NOTHING: Plan = Plan {
         file: false,
         collapse: false,
+        collapse_first: false,
         not_congruent: false,
         copy: CopyPlan::No,
     };
@@ -71,10 +78,37 @@ mod tests {
             Plan {
                 file: true,
                 collapse: true,
+                collapse_first: false,
                 not_congruent: false,
                 copy: CopyPlan::Yes
             }
         );
+    }
+
+    #[test]
+    fn collapse_goes_first_only_where_both_zero_copy_routes_run() {
+        let f = Facts {
+            order: Order::Collapse,
+            ..facts(Strategy::Auto)
+        };
+        let p = plan(&f);
+        assert!(p.file && p.collapse && p.collapse_first);
+        assert_eq!(p.copy, CopyPlan::Yes);
+        // One zero-copy route only: nothing to order.
+        for s in [Strategy::File, Strategy::Collapse, Strategy::Copy] {
+            assert!(!plan(&Facts { strategy: s, ..f }).collapse_first, "{s:?}");
+        }
+        // A refused collapse, text not congruent, or all huge: no collapse.
+        for g in [
+            Facts {
+                collapse_refused: true,
+                ..f
+            },
+            Facts { congruent: false, ..f },
+            Facts { all_huge: true, ..f },
+        ] {
+            assert!(!plan(&g).collapse_first);
+        }
     }
 
     #[test]

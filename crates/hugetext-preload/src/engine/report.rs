@@ -68,6 +68,15 @@ pub(super) fn config_notes(cfg: &Config) {
             .bytes(s)
             .s(" (expected auto, file, collapse or copy); using auto");
     }
+    if let Some(o) = cfg.bad_order {
+        line()
+            .s("unknown HUGETEXT_ORDER=")
+            .bytes(o)
+            .s(" (expected file or collapse); using file");
+    }
+    if cfg.order == crate::config::Order::Collapse && cfg.strategy == Strategy::Auto {
+        line().s("zero-copy routes: MADV_COLLAPSE in place first, then evict + refill (HUGETEXT_ORDER=collapse: cheaper on this filesystem, as measured by `hugetext run`)");
+    }
     if let Some(w) = cfg.compat.unknown {
         line()
             .s("unknown word in HUGETEXT_COMPAT: ")

@@ -1,0 +1,329 @@
+//! What each zero-copy route costs on a filesystem, measured: evict + refill
+//! (drop a window's small folios, read it back through a `MADV_HUGEPAGE`
+//! mapping in one 2 MiB folio) and `MADV_COLLAPSE` in place (copy the
+//! resident small folios into one, no I/O). `run`'s `auto` tries the
+//! cheaper one first (`HUGETEXT_ORDER`); `doctor` shows both.
+//!
+//! The experiment is made once per boot, kernel and filesystem on an unnamed
+//! temporary file (`O_TMPFILE`: no name ever appears) of one PMD window in
+//! the program's directory, and kept in a per-user runtime directory
+//! (`/run/hugetext` for root, `$XDG_RUNTIME_DIR/hugetext` otherwise: both
+//! are emptied at boot).
+
+use crate::kernel::{self, Mapping};
+use crate::{fsutil, openfile, pagecache, procfs, Error, Result};
+use hugetext_abi::env::Order;
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, AsRawFd};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// One route's measured cost on one window.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub enum Cost {
+    /// It PMD-mapped the window, at this cost (milliseconds per MiB).
+    MsPerMib(f64),
+    /// It did not PMD-map the window: why.
+    No(String),
+}
+
+impl Cost {
+    /// The cost when the route works.
+    pub fn ms_per_mib(&self) -> Option<f64> {
+        match self {
+            Cost::MsPerMib(v) => Some(*v),
+            Cost::No(_) => None,
+        }
+    }
+
+    /// "0.42 ms/MiB", or why not.
+    pub fn describe(&self) -> String {
+        match self {
+            Cost::MsPerMib(v) => format!("{v:.2} ms/MiB"),
+            Cost::No(why) => format!("not possible ({why})"),
+        }
+    }
+}
+
+/// The two zero-copy routes' costs on one filesystem, this boot.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct RouteCosts {
+    /// Filesystem type name.
+    pub fs: String,
+    /// `st_dev` of the directory measured.
+    pub dev: u64,
+    /// `uname -r` when measured.
+    pub release: String,
+    /// `/proc/sys/kernel/random/boot_id` when measured.
+    pub boot_id: String,
+    /// Evict + refill through `MADV_HUGEPAGE`.
+    pub refill: Cost,
+    /// `MADV_COLLAPSE` of resident small folios.
+    pub collapse: Cost,
+}
+
+/// Which zero-copy route goes first: collapse in place where it works and
+/// costs less than evict + refill (or where that does not work at all).
+/// Pure.
+pub fn order(c: &RouteCosts) -> Order {
+    match (c.collapse.ms_per_mib(), c.refill.ms_per_mib()) {
+        (Some(col), Some(re)) if col < re => Order::Collapse,
+        (Some(_), None) => Order::Collapse,
+        _ => Order::File,
+    }
+}
+
+/// The environment entry that gives the preload the order measured for the
+/// filesystem of `program` (`None` where it cannot be measured: the
+/// preload's default order, evict + refill first, applies), with the line
+/// `run -v` prints.
+pub fn environment(program: &Path) -> Option<((String, String), String)> {
+    let c = for_dir(&fsutil::dir_of(program))?;
+    let var = (hugetext_abi::env::ORDER.to_string(), order(&c).as_str().to_string());
+    Some((var, describe(&c)))
+}
+
+/// One line for `run -v` and `doctor`: both costs and the order they give.
+pub fn describe(c: &RouteCosts) -> String {
+    let first = match order(c) {
+        Order::Collapse => "collapse in place is tried first",
+        Order::File => "evict + refill is tried first",
+    };
+    format!(
+        "zero-copy routes on {} (measured this boot): collapse in place {}, evict + refill {}: {first}",
+        c.fs,
+        c.collapse.describe(),
+        c.refill.describe()
+    )
+}
+
+/// The measured costs for the filesystem of `dir`: kept from earlier this
+/// boot, else measured now and kept. `None` when they cannot be measured
+/// (no writable directory there, or no runtime directory to keep them in:
+/// measuring at every start would cost more than it saves).
+pub fn for_dir(dir: &Path) -> Option<RouteCosts> {
+    let cache = cache_dir()?;
+    let dev = std::fs::metadata(dir).ok()?.dev();
+    let release = release();
+    let boot = boot_id()?;
+    let name = cache.join(format!("route-costs-{dev:x}.json"));
+    if let Some(c) = load(&name).filter(|c| c.dev == dev && c.release == release && c.boot_id == boot) {
+        return Some(c);
+    }
+    let c = measure(dir).ok()?;
+    store(&name, &c);
+    Some(c)
+}
+
+/// Measure both routes on one PMD window of an unnamed temporary file in
+/// `dir` (written with `RET` instructions, synced, opened read-only).
+pub fn measure(dir: &Path) -> Result<RouteCosts> {
+    let pmd = kernel::pmd_size();
+    let f = text_tmpfile(dir, pmd)?;
+    let mib = pmd as f64 / (1u64 << 20) as f64;
+    let rx = libc::PROT_READ | libc::PROT_EXEC;
+    let whole_kb = (pmd / 1024) as u64;
+
+    // Evict + refill: from nothing cached to a PMD-mapped window.
+    pagecache::evict(&f, 0..0)?;
+    let t = Instant::now();
+    let m = Mapping::file_congruent(f.as_fd(), 0, pmd, rx, pmd)?;
+    m.madvise(0, pmd, kernel::MADV_HUGEPAGE)?;
+    m.populate_read(0, pmd)?;
+    let ms = t.elapsed().as_secs_f64() * 1e3;
+    let refill = match procfs::own_file_pmd_kb(m.addr())? {
+        kb if kb >= whole_kb => Cost::MsPerMib(ms / mib),
+        _ => Cost::No("no 2 MiB folio read back (the filesystem gives none on this kernel)".into()),
+    };
+    drop(m);
+
+    // Collapse: from small folios, mapped and resident (as running text
+    // is), to a PMD-mapped window.
+    pagecache::evict(&f, 0..0)?;
+    let m = Mapping::file_congruent(f.as_fd(), 0, pmd, rx, pmd)?;
+    m.populate_read(0, pmd)?;
+    let collapse = if procfs::own_file_pmd_kb(m.addr())? >= whole_kb {
+        Cost::No("the window was PMD-mapped before any collapse".into())
+    } else {
+        let t = Instant::now();
+        let r = m.madvise(0, pmd, kernel::MADV_COLLAPSE);
+        // The collapse drops the PTE mappings: the next fault maps the PMD.
+        m.populate_read(0, pmd)?;
+        let ms = t.elapsed().as_secs_f64() * 1e3;
+        match (r, procfs::own_file_pmd_kb(m.addr())?) {
+            (Ok(()), kb) if kb >= whole_kb => Cost::MsPerMib(ms / mib),
+            (Ok(()), _) => Cost::No("accepted, but the window stayed in small pages".into()),
+            (Err(Error::Sys { source, .. }), _) if source.raw_os_error() == Some(libc::EINVAL) => {
+                Cost::No(match kernel::madv_collapse_known() {
+                    true => "EINVAL: this kernel does not collapse file text".into(),
+                    false => "this kernel has no MADV_COLLAPSE".into(),
+                })
+            }
+            (Err(e), _) => Cost::No(format!("MADV_COLLAPSE failed: {e}")),
+        }
+    };
+    drop(m);
+    let _ = pagecache::evict(&f, 0..0);
+    let meta = std::fs::metadata(dir).map_err(|e| Error::io(dir, e))?;
+    Ok(RouteCosts {
+        fs: fsutil::fs_name(&f),
+        dev: meta.dev(),
+        release: release(),
+        boot_id: boot_id().unwrap_or_default(),
+        refill,
+        collapse,
+    })
+}
+
+/// An unnamed file of `len` bytes of `RET` in `dir`, synced, its writable
+/// descriptor closed (collapse refuses files open for writing): the
+/// read-only descriptor returned is its last reference.
+fn text_tmpfile(dir: &Path, len: usize) -> Result<File> {
+    let mut w = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_TMPFILE | libc::O_CLOEXEC)
+        .mode(0o600)
+        .open(dir)
+        .map_err(|e| Error::io(dir, e))?;
+    let tmp = PathBuf::from(format!("/proc/self/fd/{}", w.as_raw_fd()));
+    w.write_all(&vec![0xc3u8; len])
+        .and_then(|()| w.sync_all())
+        .map_err(|e| Error::io(dir, e))?;
+    let f = File::open(&tmp).map_err(|e| Error::io(dir, e))?;
+    drop(w);
+    Ok(f)
+}
+
+/// `uname -r`.
+fn release() -> String {
+    rustix::system::uname().release().to_string_lossy().into_owned()
+}
+
+/// This boot's identity.
+fn boot_id() -> Option<String> {
+    let s = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+    Some(s.trim().to_string())
+}
+
+/// Where measurements are kept: root's `/run/hugetext`, else
+/// `$XDG_RUNTIME_DIR/hugetext`; created mode 0700. A directory that is a
+/// link, someone else's, or writable by others is not used.
+fn cache_dir() -> Option<PathBuf> {
+    let euid = rustix::process::geteuid().as_raw();
+    let base = match euid {
+        0 => PathBuf::from("/run"),
+        _ => PathBuf::from(std::env::var_os("XDG_RUNTIME_DIR")?),
+    };
+    let dir = base.join("hugetext");
+    let _ = std::fs::DirBuilder::new().mode(0o700).create(&dir);
+    let m = std::fs::symlink_metadata(&dir).ok()?;
+    let trusted = m.file_type().is_dir() && m.uid() == euid && m.permissions().mode() & 0o022 == 0;
+    trusted.then_some(dir)
+}
+
+/// A kept measurement: a small regular file of ours (never a link, a FIFO,
+/// or another user's), else `None`.
+fn load(path: &Path) -> Option<RouteCosts> {
+    let f = openfile::open_regular(path, openfile::Follow::No).ok()?;
+    let m = f.metadata().ok()?;
+    if m.uid() != rustix::process::geteuid().as_raw() || m.len() > 4096 {
+        return None;
+    }
+    let mut s = String::new();
+    f.take(4096).read_to_string(&mut s).ok()?;
+    serde_json::from_str(&s).ok()
+}
+
+/// Keep a measurement (a new file renamed over the old one); a failure
+/// only means measuring again next time.
+fn store(path: &Path, c: &RouteCosts) {
+    let write = || -> std::io::Result<()> {
+        let out = fsutil::check_output(path)?;
+        let new = fsutil::NewFile::beside(&out, ".route-costs-")?;
+        new.file().write_all(serde_json::to_string(c)?.as_bytes())?;
+        new.commit(&out)
+    };
+    let _ = write();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn costs(collapse: Cost, refill: Cost) -> RouteCosts {
+        RouteCosts {
+            fs: "ext4".into(),
+            dev: 1,
+            release: "7.3.4".into(),
+            boot_id: "b".into(),
+            refill,
+            collapse,
+        }
+    }
+
+    #[test]
+    fn the_cheaper_working_route_goes_first() {
+        let no = || Cost::No("no".into());
+        let o = |c, r| order(&costs(c, r));
+        assert_eq!(o(Cost::MsPerMib(0.3), Cost::MsPerMib(2.0)), Order::Collapse);
+        assert_eq!(o(Cost::MsPerMib(2.0), Cost::MsPerMib(0.3)), Order::File);
+        assert_eq!(o(Cost::MsPerMib(0.3), no()), Order::Collapse);
+        assert_eq!(o(no(), Cost::MsPerMib(0.3)), Order::File);
+        assert_eq!(o(no(), no()), Order::File);
+        let d = describe(&costs(Cost::MsPerMib(0.25), Cost::MsPerMib(3.0)));
+        assert!(d.contains("collapse in place 0.25 ms/MiB, evict + refill 3.00 ms/MiB"), "{d}");
+        assert!(d.ends_with("collapse in place is tried first"), "{d}");
+    }
+
+    /// On the real kernel and filesystem of the test binary: each route is
+    /// either measured (it PMD-mapped the window) or says why not, and
+    /// the measurement is what this kernel does with file text: refill works
+    /// where the filesystem gives PMD folios, collapse where the kernel
+    /// collapses file text.
+    #[test]
+    fn both_routes_are_measured_or_refused_with_the_reason() {
+        let exe = std::env::current_exe().unwrap();
+        let dir = exe.parent().unwrap();
+        let c = measure(dir).unwrap();
+        eprintln!("{}", describe(&c));
+        assert_eq!(c.dev, std::fs::metadata(dir).unwrap().dev());
+        let pmd_folios = fsutil::probe_pmd_folios(dir);
+        if pmd_folios == Some(true) && kernel::thp_mode().is_some() {
+            assert!(c.refill.ms_per_mib().is_some(), "{c:?}");
+        }
+        if pmd_folios == Some(false) {
+            assert!(c.refill.ms_per_mib().is_none(), "{c:?}");
+        }
+        let collapses = pagecache::collapse_supported(dir).unwrap().is_available();
+        assert_eq!(c.collapse.ms_per_mib().is_some(), collapses, "{c:?}");
+        for cost in [&c.refill, &c.collapse] {
+            if let Some(v) = cost.ms_per_mib() {
+                assert!(v > 0.0 && v.is_finite(), "{c:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_kept_measurement_must_be_a_small_regular_file_of_ours() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("route-costs-1.json");
+        let c = costs(Cost::MsPerMib(1.0), Cost::No("x".into()));
+        store(&p, &c);
+        assert_eq!(load(&p), Some(c.clone()));
+        std::fs::write(&p, vec![b' '; 5000]).unwrap();
+        assert_eq!(load(&p), None, "oversized");
+        std::fs::remove_file(&p).unwrap();
+        let other = dir.path().join("other.json");
+        store(&other, &c);
+        std::os::unix::fs::symlink(&other, &p).unwrap();
+        assert_eq!(load(&p), None, "a link");
+        std::fs::remove_file(&p).unwrap();
+        let c_path = std::ffi::CString::new(p.to_str().unwrap()).unwrap();
+        // SAFETY: a valid C string.
+        assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
+        assert_eq!(load(&p), None, "a FIFO (and it did not block)");
+    }
+}
