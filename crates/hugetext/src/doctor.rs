@@ -87,6 +87,8 @@ pub struct FsProbe {
     pub dir: PathBuf,
     /// Filesystem type name (from `statfs`).
     pub fs_type: String,
+    /// Its block size (`statfs`'s `f_bsize`).
+    pub block_size: u64,
     /// PMD-size windows of the scratch file that ended up in one PMD-order
     /// folio after filling through a `MADV_HUGEPAGE` mapping (None: PFNs hidden).
     pub pmd_folio_windows: Option<u64>,
@@ -111,6 +113,7 @@ pub fn probe_fs(path: &Path) -> Result<FsProbe> {
     let mut probe = FsProbe {
         dir: dir.clone(),
         fs_type: fsutil::fs_type_name(st.f_type as u64),
+        block_size: st.f_bsize as u64,
         ..Default::default()
     };
     let pmd = kernel::pmd_size();
@@ -166,6 +169,14 @@ pub fn probe_fs(path: &Path) -> Result<FsProbe> {
     drop(m);
     pagecache::evict(&f, 0..0)?;
     Ok(probe)
+}
+
+/// ext4's largest page-cache folio, 2048 blocks (fs/ext4/inode.c,
+/// `EXT4_MAX_PAGECACHE_ORDER`), when it is smaller than a PMD: 8 MiB with
+/// 4 KiB blocks, below the 32 MiB PMD of 16 KiB-page arm64 kernels. Pure.
+pub fn ext4_folio_cap_below(fs_type: &str, block_size: u64, pmd: usize) -> Option<u64> {
+    let cap = 2048 * block_size;
+    (fs_type == "ext4" && block_size > 0 && cap < pmd as u64).then_some(cap)
 }
 
 /// The directory probed for `path`: itself, or the directory of a file.
@@ -397,6 +408,13 @@ fn filesystem(p: &FsProbe, pmd: usize, ro_thp: Option<&str>) -> [Finding; 3] {
                     "{} holds files in memory: no PMD folios unless mounted with huge=within_size (tmpfs); `warm` cannot help; use `hugetext run` (anonymous copy) or put the programs on ext4/xfs",
                     p.fs_type
                 )
+            } else if let Some(cap) = ext4_folio_cap_below(&p.fs_type, p.block_size, pmd) {
+                format!(
+                    "ext4 caps page-cache folios at 2048 blocks ({} with its {} blocks), below the {pmd_w} PMD: `warm` and `run --strategy file` cannot help here; use `hugetext run` (anonymous copy), xfs, or an ext4 made with blocks of {} or more (mkfs.ext4 -b)",
+                    size_words(cap as usize),
+                    size_words(p.block_size as usize),
+                    size_words(pmd / 2048),
+                )
             } else {
                 format!(
                     "{} gives only small page-cache folios on this kernel: `warm` and `run --strategy file` cannot help; use `hugetext run` (anonymous copy) or put the programs on ext4 (Linux ≥ 6.16) or xfs",
@@ -588,6 +606,7 @@ mod tests {
             probe: Ok(FsProbe {
                 dir: PathBuf::from("/srv"),
                 fs_type: "ext4".into(),
+                block_size: 4096,
                 pmd_folio_windows: Some(2),
                 windows: 2,
                 pmd_mapped_kb: 4096,
@@ -706,6 +725,20 @@ mod tests {
         // Nothing PMD-mapped either: cannot tell.
         probe(&mut f).pmd_mapped_kb = 0;
         assert_eq!(get(&findings(&f), "fs-large-folios").status, Status::Warn);
+    }
+
+    #[test]
+    fn ext4_blocks_cap_its_folios_below_a_16k_kernel_pmd() {
+        assert_eq!(ext4_folio_cap_below("ext4", 4096, 2 << 20), None);
+        assert_eq!(ext4_folio_cap_below("ext4", 4096, 32 << 20), Some(8 << 20));
+        assert_eq!(ext4_folio_cap_below("ext4", 16384, 32 << 20), None);
+        assert_eq!(ext4_folio_cap_below("xfs", 4096, 32 << 20), None);
+        let mut f = facts();
+        f.pmd_size = 32 << 20;
+        (probe(&mut f).block_size, probe(&mut f).pmd_folio_windows) = (4096, Some(0));
+        let m = get(&findings(&f), "fs-large-folios").meaning.clone();
+        assert!(m.starts_with("ext4 caps page-cache folios at 2048 blocks (8 MiB with its 4 KiB blocks), below the 32 MiB PMD"), "{m}");
+        assert!(m.contains("blocks of 16 KiB or more"), "{m}");
     }
 
     #[test]
