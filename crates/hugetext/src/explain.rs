@@ -37,6 +37,10 @@ pub struct SystemFacts {
     /// PMD size of the running kernel, bytes (2 MiB on x86-64; 2, 32 or
     /// 512 MiB on arm64 with 4, 16 or 64 KiB pages).
     pub pmd_size: u64,
+    /// arm64's contiguous-PTE block, bytes (64 KiB with 4 KiB pages, 2 MiB
+    /// with 16 KiB and 64 KiB pages): a naturally aligned folio of at least
+    /// this size is mapped with one TLB entry per block. `None` elsewhere.
+    pub cont_pte: Option<u64>,
 }
 
 /// khugepaged's settings that govern when it collapses a mapping.
@@ -451,6 +455,12 @@ pub fn decide(sys: &SystemFacts, p: &ProcessFacts, m: &MappingFacts) -> Verdict 
                     Khugepaged::pace(sys.khugepaged)
                 );
             }
+            if m.hugepage && m.fs.as_ref().and_then(|f| f.pmd_folios) == Some(true) {
+                note.push_str(
+                    "; the mapping is MADV_HUGEPAGE, so what its faults read from disk comes in PMD-size folios \
+                     (PMD-order readahead), but folios already cached stay small until evicted or collapsed",
+                );
+            }
             if !c.blockers.is_empty() {
                 match in_place {
                     // MADV_COLLAPSE collapses file text in place, and the
@@ -569,6 +579,16 @@ pub fn loader_advice(sys: &SystemFacts, p: &ProcessFacts, m: &MappingFacts) -> (
 /// Notes about the machine that bear on every process (a VM). Pure.
 pub fn system_notes(sys: &SystemFacts) -> Vec<String> {
     let mut v = Vec::new();
+    if let Some(b) = sys.cont_pte.filter(|&b| b < sys.pmd_size) {
+        v.push(format!(
+            "arm64: text in page-cache folios of {} or more, naturally aligned, is mapped with contiguous-PTE entries \
+             (one TLB entry per {}) without any hugetext step: each summary gives this kernel's own share; \
+             executable faults read 64 KiB folios where the kernel has exec folios (Linux 7.x), and a filesystem's \
+             readahead can give larger ones",
+            crate::elf::check::size_words(b),
+            crate::elf::check::size_words(b)
+        ));
+    }
     if sys.hypervisor {
         let mut s = "running in a virtual machine (hypervisor CPU flag): the guest can map 2 MiB pages, but how much \
                      they save depends on whether the host backs guest memory with huge pages"
@@ -589,7 +609,7 @@ fn human_kb(kb: u64) -> String {
 }
 
 /// One line for a process, from its mappings and their verdicts. Pure.
-pub fn summary(p: &ProcessFacts, verdicts: &[Verdict]) -> String {
+pub fn summary(p: &ProcessFacts, verdicts: &[Verdict], cont_pte: Option<u64>, pmd: u64) -> String {
     let text_kb: u64 = p.mappings.iter().map(|m| (m.end - m.start) / 1024).sum();
     let pmd_kb: u64 = p.mappings.iter().map(|m| m.pmd_kb).sum();
     let pct = (pmd_kb * 100).checked_div(text_kb).unwrap_or(0);
@@ -613,7 +633,29 @@ pub fn summary(p: &ProcessFacts, verdicts: &[Verdict]) -> String {
     if let Some((fix, kb)) = by_fix.first() {
         s.push_str(&format!("; {} more with: {fix}", human_kb(*kb)));
     }
+    if let Some(kb) = contpte_share_kb(p, cont_pte, pmd) {
+        s.push_str(&format!(
+            "; {} of its page cache is in folios mapped with contiguous PTEs ({}% of the text, the kernel's own share)",
+            human_kb(kb),
+            (kb * 100).checked_div(text_kb).unwrap_or(0)
+        ));
+    }
     s
+}
+
+/// kB of the text's page cache in folios from the contpte block size to
+/// below the PMD size (arm64 maps them with contiguous-PTE entries), over
+/// the mappings whose cache was read; `None` without contpte blocks or
+/// when there is none. Pure.
+fn contpte_share_kb(p: &ProcessFacts, cont_pte: Option<u64>, pmd: u64) -> Option<u64> {
+    let block = cont_pte.filter(|&b| b < pmd)?;
+    let kb: u64 = p
+        .mappings
+        .iter()
+        .filter_map(|m| m.cache.as_ref()?.as_ref().ok())
+        .map(|c| inspect::contpte_kb(&c.folios_kb, block / 1024, pmd / 1024))
+        .sum();
+    (kb > 0).then_some(kb)
 }
 
 // ---------------------------------------------------------------------------
@@ -678,7 +720,7 @@ pub fn report(sys: &SystemFacts, procs: &[ProcessFacts]) -> Report {
                 unit: p.unit.clone(),
                 text_kb: p.mappings.iter().map(|m| (m.end - m.start) / 1024).sum(),
                 pmd_kb: p.mappings.iter().map(|m| m.pmd_kb).sum(),
-                summary: summary(p, &verdicts),
+                summary: summary(p, &verdicts, sys.cont_pte, sys.pmd_size),
                 mappings: p
                     .mappings
                     .iter()
@@ -720,6 +762,7 @@ impl SystemFacts {
             itlb_multihit: kernel::cpu_vulnerability("itlb_multihit"),
             khugepaged: Khugepaged::read(),
             pmd_size: kernel::pmd_size() as u64,
+            cont_pte: kernel::cont_pte_size().map(|b| b as u64),
         }
     }
 }
@@ -1291,6 +1334,51 @@ mod tests {
         let j = serde_json::to_value(&r).unwrap();
         assert_eq!(j["processes"][0]["mappings"][0]["reason"], "cache-small-folios");
         assert_eq!(j["processes"][0]["mappings"][0]["backing"], "file");
+    }
+
+    #[test]
+    fn arm64_contpte_share_and_madv_hugepage_readahead_are_said() {
+        let mut a = map(0x40_0000, 4 * M);
+        a.cache = Some(Ok(CacheFacts {
+            windows: 4,
+            pmd_windows: 0,
+            folios_kb: [(4, 1024), (64, 2048), (1024, 1024)].into_iter().collect(),
+            ..Default::default()
+        }));
+        let p = proc1(a.clone());
+        // x86-64: no contpte blocks, nothing said.
+        assert!(!report(&madvise(), std::slice::from_ref(&p)).processes[0]
+            .summary
+            .contains("contiguous"));
+        let arm = SystemFacts {
+            cont_pte: Some(64 * 1024),
+            ..madvise()
+        };
+        let s = &report(&arm, std::slice::from_ref(&p)).processes[0].summary;
+        assert!(
+            s.ends_with("; 3.0 MiB of its page cache is in folios mapped with contiguous PTEs (37% of the text, the kernel's own share)"),
+            "{s}"
+        );
+        assert!(system_notes(&arm)[0].starts_with("arm64: text in page-cache folios of 64 KiB or more"));
+        // A contpte block as large as the PMD (16 and 64 KiB pages, 2 MiB
+        // blocks under 32 and 512 MiB PMDs are not): no share below the PMD.
+        let big = SystemFacts {
+            cont_pte: Some(M),
+            ..madvise()
+        };
+        assert!(system_notes(&big).is_empty());
+        // MADV_HUGEPAGE on a filesystem with PMD folios: new reads come huge.
+        a.hugepage = true;
+        a.fs = Some(FsFacts {
+            name: "xfs".into(),
+            pmd_folios: Some(true),
+            collapse_in_place: Some(false),
+        });
+        let v = why(&madvise(), &proc1(a.clone()));
+        assert_eq!(v.reason, Reason::CacheSmallFolios);
+        assert!(v.evidence.contains("MADV_HUGEPAGE, so what its faults read from disk comes in PMD-size folios"), "{}", v.evidence);
+        a.hugepage = false;
+        assert!(!why(&madvise(), &proc1(a)).evidence.contains("MADV_HUGEPAGE"));
     }
 
     #[test]
