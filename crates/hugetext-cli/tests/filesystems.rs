@@ -221,6 +221,24 @@ fn says_what_the_kernel_does(dir: &Path, fstype: &str) {
     common::read_small(&prog);
     let p = prog.to_str().unwrap();
 
+    // Readahead gives no PMD folios, but MADV_COLLAPSE builds them (7.x
+    // with 16 KiB pages: its MADV_HUGEPAGE readahead stops at 2 MiB, below
+    // the 32 MiB PMD): warm and run collapse the text in place.
+    if hugetext::pagecache::collapse_supported(dir).unwrap().is_available() {
+        let w = warm_json(&prog, 0);
+        assert_eq!(w["pmd_windows"], w["eligible_windows"], "{w:#}");
+        assert!(w["notes"].to_string().contains("MADV_COLLAPSE collapsed"), "{w:#}");
+        let m = doctor_check(dir, "fs-large-folios")["meaning"].to_string();
+        assert!(m.contains("MADV_COLLAPSE builds them"), "{m}");
+        common::read_small(&prog);
+        let r = common::run_waiting(&["-v"], &prog);
+        let (file_pmd, anon, _) = r.huge_of(&prog);
+        let err = r.stop();
+        assert_eq!(anon, 0, "{err}");
+        assert!(file_pmd >= common::text_window_bytes(&prog), "{err}");
+        return;
+    }
+
     // warm: exit 3, impossible here (the exit-status convention), route
     // none, and one note saying it is impossible and what to do.
     let w = warm_json(&prog, 3);

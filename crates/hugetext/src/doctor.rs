@@ -408,6 +408,10 @@ fn filesystem(p: &FsProbe, pmd: usize, ro_thp: Option<&str>) -> [Finding; 3] {
                     "{} holds files in memory: no PMD folios unless mounted with huge=within_size (tmpfs); `warm` cannot help; use `hugetext run` (anonymous copy) or put the programs on ext4/xfs",
                     p.fs_type
                 )
+            } else if p.collapse_kb.unwrap_or(0) > 0 {
+                format!(
+                    "readahead gives no {pmd_w} folios here (Linux 7.x reads at most 2 MiB folios through MADV_HUGEPAGE), but MADV_COLLAPSE builds them: `hugetext warm` and `run` collapse text in place"
+                )
             } else if let Some(cap) = ext4_folio_cap_below(&p.fs_type, p.block_size, pmd) {
                 format!(
                     "ext4 caps page-cache folios at 2048 blocks ({} with its {} blocks), below the {pmd_w} PMD: `warm` and `run --strategy file` cannot help here; use `hugetext run` (anonymous copy), xfs, or an ext4 made with blocks of {} or more (mkfs.ext4 -b)",
@@ -725,6 +729,16 @@ mod tests {
         // Nothing PMD-mapped either: cannot tell.
         probe(&mut f).pmd_mapped_kb = 0;
         assert_eq!(get(&findings(&f), "fs-large-folios").status, Status::Warn);
+    }
+
+    #[test]
+    fn no_pmd_readahead_but_collapse_is_said_as_such() {
+        let mut f = facts();
+        f.pmd_size = 32 << 20;
+        (probe(&mut f).pmd_folio_windows, probe(&mut f).collapse_kb) = (Some(0), Some(65536));
+        let c = get(&findings(&f), "fs-large-folios").clone();
+        assert_eq!(c.status, Status::No);
+        assert!(c.meaning.contains("MADV_COLLAPSE builds them"), "{}", c.meaning);
     }
 
     #[test]

@@ -426,7 +426,9 @@ pub fn decide(sys: &SystemFacts, p: &ProcessFacts, m: &MappingFacts) -> Verdict 
         Some(Layout::Congruent) | None => {}
     }
     if let Some(fs) = &m.fs {
-        if fs.pmd_folios == Some(false) {
+        // (Where MADV_COLLAPSE builds PMD folios, `warm` does: the cache
+        // verdict below gives that fix.)
+        if fs.pmd_folios == Some(false) && fs.collapse_in_place != Some(true) {
             let what = if fsutil::is_memory_fs(&fs.name) || fs.name.starts_with("overlayfs over tmpfs") {
                 format!("{} (shmem huge pages off) keeps regular files in small folios", fs.name)
             } else {
