@@ -20,6 +20,19 @@ capture() {
   echo "@@HT {\"kind\":\"probe\",\"name\":\"$name\",\"thp\":\"$mode\",\"rc\":$rc}"
 }
 
+# MATRIX_PART=mprotect on the kernel command line (kernel-matrix.sh --append,
+# with an empty plan): only the mprotect benchmark of the "Optimize
+# mprotect() for large folios" patches, on this distro kernel as it ships
+# (7.x carries the batching, 6.12 does not); counts and verified states are
+# the evidence, TCG timings are emulated.
+if [ "${MATRIX_PART:-}" = mprotect ]; then
+  for round in 1 2; do
+    capture "bench-mprotect-$round" "$ht" bench mprotect --size 128M --loops 10 --runs 3 --allow-sysfs --json
+  done
+  rm -rf "$dir"
+  exit 0
+fi
+
 # fresh NAME SRC: a copy of SRC, written back and evicted from the page cache
 # (GNU dd's nocache flag: POSIX_FADV_DONTNEED on the whole file).
 fresh() {
