@@ -22,6 +22,8 @@
 mode=$1
 caps=$2   # "large-folios" where the disk under test gives PMD-order folios
 ht=$PWD/target/release/hugetext
+# The preload's machine-readable record of each pass, which lab.py reads.
+export HUGETEXT_REPORT=json
 extra=$PWD/target/kernel-lab/extra
 labmap=$extra/labmap
 dir=$PWD/target/scratch/lab-$mode

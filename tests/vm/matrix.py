@@ -15,10 +15,23 @@ import re
 import sys
 from pathlib import Path
 
-RUN_LINE = re.compile(
-    r"pid \d+: ([\d.]+) MiB of ([\d.]+) MiB text in whole [\d.]+ [KMG]iB windows is huge-backed "
-    r"\(already ([\d.]+) MiB, file ([\d.]+) MiB, collapse ([\d.]+) MiB, copy ([\d.]+) MiB\)"
-)
+# The preload's machine-readable record of a pass (HUGETEXT_REPORT=json,
+# which probe.sh sets; crates/hugetext-abi/src/report.rs): never its human
+# -v text.
+RECORD = "hugetext-report: "
+MIB = float(1 << 20)
+
+
+def records(text):
+    """The preload's records in a probe's output, parsed."""
+    out = []
+    for line in text.splitlines():
+        if line.startswith(RECORD):
+            try:
+                out.append(json.loads(line[len(RECORD):]))
+            except ValueError:
+                pass
+    return out
 
 
 def parse_plan(path):
@@ -123,19 +136,18 @@ def interpret(name, rc, lines):
             out.update(file_pmd_kb=int(m.group(1)), anon_huge_kb=int(m.group(2)))
         return out
     if name.startswith("run-"):
-        m = RUN_LINE.search(text)
-        if m:
-            huge, total, already, file_, collapse, copy = (float(x) for x in m.groups())
-            routes = {"already": already, "file": file_, "collapse": collapse, "copy": copy}
+        recs = [r for r in records(text) if not r.get("late")]
+        if recs:
+            r = recs[-1]
+            routes = {k: r[k] / MIB for k in ("already", "file", "collapse", "copy")}
             out.update(
-                huge_mib=huge,
-                text_mib=total,
+                huge_mib=r["huge"] / MIB,
+                text_mib=r["windows"] / MIB,
                 routes=routes,
                 route="+".join(k for k, v in routes.items() if v > 0) or "none",
-                verified_with="smaps" if "verified with /proc/self/smaps totals" in text else "pagemap-scan",
+                verified_with="smaps" if r["smaps"] else "pagemap-scan",
+                replaced_mib=r["replaced"] / MIB,
             )
-            r = re.search(r"([\d.]+) MiB in windows replaced with mmap\(MAP_FIXED\)", text)
-            out["replaced_mib"] = float(r.group(1)) if r else 0.0
         else:
             out["unparsed"] = lines[-3:]
         return out

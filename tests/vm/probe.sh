@@ -8,6 +8,8 @@ mode=$1
 caps=$2   # the guest's capabilities (guest-init.sh), e.g. "large-folios madv-collapse"
 has() { case " $caps " in *" $1 "*) return 0 ;; esac; return 1; }
 ht=$PWD/target/release/hugetext
+# The preload's machine-readable record of each pass, which matrix.py reads.
+export HUGETEXT_REPORT=json
 dir=$PWD/target/scratch/probe-$mode
 rm -rf "$dir" && mkdir -p "$dir"
 

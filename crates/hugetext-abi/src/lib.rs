@@ -23,5 +23,6 @@ pub mod maps;
 pub mod pagemap;
 pub mod pagemap_scan;
 pub mod pattern;
+pub mod report;
 pub mod smaps;
 pub mod thp;

@@ -819,6 +819,62 @@ fn auto_tries_the_zero_copy_route_measured_cheaper_first() {
     }
 }
 
+/// The records `HUGETEXT_REPORT=json` adds to stderr, parsed.
+fn records(err: &str) -> Vec<serde_json::Value> {
+    err.lines()
+        .filter_map(|l| l.strip_prefix(hugetext_abi::report::PREFIX))
+        .map(|j| serde_json::from_str(j).unwrap_or_else(|e| panic!("{e}: {j}")))
+        .collect()
+}
+
+#[test]
+fn the_machine_record_has_the_summary_numbers_exactly() {
+    let (_d, prog) = evicted_copy();
+    let mut cmd = Command::new(common::bin());
+    cmd.args(["run", "-v", "--no-dlopen", "--"])
+        .arg(&prog)
+        .env("HUGETEXT_REPORT", "json")
+        .env_remove("HUGETEXT_STRATEGY");
+    let out = common::output_without_perf_map(&mut cmd);
+    assert!(out.status.success());
+    let err = common::text(&out.stderr);
+    let r = records(&err);
+    assert_eq!(r.len(), 1, "one pass, one record: {err}");
+    let r = &r[0];
+    let mut want = vec!["v"];
+    want.extend(hugetext_abi::report::FIELDS);
+    assert_eq!(r.as_object().unwrap().len(), want.len(), "{r}");
+    let line = err.lines().find(|l| l.starts_with(hugetext_abi::report::PREFIX)).unwrap();
+    let at: Vec<usize> = want
+        .iter()
+        .map(|k| line.find(&format!("\"{k}\":")).unwrap_or_else(|| panic!("{k}: {line}")))
+        .collect();
+    assert!(at.windows(2).all(|w| w[0] < w[1]), "every key, in order: {line}");
+    let n = |k: &str| r[k].as_u64().unwrap_or_else(|| panic!("{k}: {r}"));
+    assert_eq!(n("v"), hugetext_abi::report::VERSION);
+    assert_eq!(n("huge"), n("already") + n("file") + n("collapse") + n("copy"));
+    assert_eq!(n("pmd"), common::pmd());
+    assert!(n("windows") >= 12 * MIB && n("huge") == n("windows"), "{r}");
+    assert_eq!(n("late"), 0);
+    // The human summary says the same, rounded to tenths of MiB.
+    let (file, collapse) = route_mib(&err);
+    let mib = |b: u64| (b as f64 / MIB as f64 * 10.0).round() / 10.0;
+    assert_eq!((mib(n("file")), mib(n("collapse"))), (file, collapse), "{err}");
+    assert!(n("ns") >= n("ns_file") + n("ns_collapse") + n("ns_copy"), "{r}");
+    // Not asked for: no record; asked for without -v: the record only.
+    let plain = run(&[], &prog, &[]);
+    assert!(records(&common::text(&plain.stderr)).is_empty());
+    let mut cmd = Command::new(common::bin());
+    cmd.args(["run", "--no-dlopen", "--"])
+        .arg(&prog)
+        .env("HUGETEXT_REPORT", "json")
+        .env_remove("HUGETEXT_STRATEGY")
+        .env_remove("HUGETEXT_VERBOSE");
+    let quiet = common::text(&common::output_without_perf_map(&mut cmd).stderr);
+    assert_eq!(records(&quiet).len(), 1, "{quiet}");
+    assert!(!quiet.contains("huge-backed"), "{quiet}");
+}
+
 #[test]
 fn gdb_mode_never_copies() {
     let prog = common::fixture("lld", "nopie");

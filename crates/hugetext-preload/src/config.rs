@@ -16,6 +16,8 @@ pub use hugetext_abi::env::Order;
 
 /// The settings of one remap pass.
 pub struct Config {
+    /// `HUGETEXT_REPORT=json`: one machine-readable record per pass.
+    pub report: bool,
     pub strategy: Strategy,
     /// `HUGETEXT_ORDER`: evict + refill or collapse in place first.
     pub order: Order,
@@ -136,6 +138,7 @@ impl Config {
             },
         };
         Config {
+            report: get(hugetext_abi::report::VAR).is_some_and(hugetext_abi::report::wanted),
             strategy,
             order,
             verbose: flag(get(env::VERBOSE), false),

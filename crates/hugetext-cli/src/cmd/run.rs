@@ -47,6 +47,9 @@ five from its options):
                            the program's filesystem (-v prints them)
   HUGETEXT_INCLUDE=RE, HUGETEXT_EXCLUDE=RE    filter mappings by path
   HUGETEXT_VERBOSE=1       one line per text mapping and a summary on stderr
+  HUGETEXT_REPORT=json     one machine-readable line per pass on stderr,
+                           `hugetext-report: {...}` (bytes per route, times;
+                           keys in doc/run.md), with or without -v
   HUGETEXT_INHERIT=1       keep the preload in LD_PRELOAD for child processes
                            (default: removed before main, children run plain)
   HUGETEXT_GDB=1           never copy text to anonymous memory, so debuggers,

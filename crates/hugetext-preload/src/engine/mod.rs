@@ -449,6 +449,9 @@ impl Pass<'_> {
         if self.cfg.verbose && (scope.only.is_none() || self.t.windows > 0) {
             report::summary(self, scope, t0);
         }
+        if self.cfg.report && (scope.only.is_none() || self.t.windows > 0) {
+            report::record(self, scope, t0);
+        }
         outcome(&self.t, thp_off)
     }
 }

@@ -145,3 +145,38 @@ pub(super) fn summary(pass: &Pass, scope: &Scope, t0: u64) {
     }
     route_times(&mut o, t);
 }
+
+/// The machine-readable record of the pass (`HUGETEXT_REPORT=json`, see
+/// `hugetext_abi::report`): the numbers of [`summary`], exact.
+pub(super) fn record(pass: &Pass, scope: &Scope, t0: u64) {
+    use hugetext_abi::report::{FIELDS, PREFIX, VERSION};
+    let t = &pass.t;
+    let (outer, _) = perfmap::map_pid();
+    let values: [u64; FIELDS.len()] = [
+        outer as u64,
+        scope.only.is_some() as u64,
+        scan::pmd() as u64,
+        t.windows,
+        t.huge(),
+        t.already,
+        t.file,
+        t.collapse,
+        t.copy,
+        t.replaced,
+        t.copy_pmd,
+        t.copy_read,
+        t.ns[0],
+        t.ns[1],
+        t.ns[2],
+        t.ns[3],
+        sys::now_ns() - t0,
+        pass.scan.is_smaps() as u64,
+        pass.touch as u64,
+    ];
+    let mut o = Out::<1024>::new(2);
+    o.s(PREFIX).s("{\"v\":").u(VERSION);
+    for (k, v) in FIELDS.iter().zip(values) {
+        o.s(",\"").s(k).s("\":").u(v);
+    }
+    o.s("}\n");
+}
