@@ -54,13 +54,13 @@ setting() { # NAME: set the patches' sysctls
   return 0
 }
 
+. tests/vm/probe-lib.sh
+
 # out ID CMD...: run CMD, its output as @@LAB lines, then its status.
 out() {
   oid=$1; shift
-  "$@" > /tmp/lab.out 2>&1
-  orc=$?
-  awk -v p="@@LAB $oid|" '{print p $0}' /tmp/lab.out
-  echo "@@LAB $oid|@rc $orc"
+  tagged "@@LAB $oid|" "$@"
+  echo "@@LAB $oid|@rc $rc"
 }
 
 # outz ID CMD...: the same for JSON output, without its `"key": 0,` lines
@@ -95,14 +95,9 @@ pgpgin() { awk '/^pgpgin / {print $2}' /proc/vmstat; }
 # (`hugetext inspect --json`), its maps, and FILE's page cache by folio size.
 measure() {
   id=$1; file=$2; shift 2
-  rm -f "$dir/fifo" "$dir/wait.out" && mkfifo "$dir/fifo"
   before=$(pgpgin)
   t0=$(date +%s)
-  "$@" < "$dir/fifo" > "$dir/wait.out" 2>&1 &
-  pid=$!
-  exec 3> "$dir/fifo"
-  i=0
-  while ! grep -q ready "$dir/wait.out" 2> /dev/null && [ $i -lt 1200 ]; do sleep 0.1; i=$((i + 1)); done
+  start_ready "$dir/wait.out" 1200 "$@"
   after=$(pgpgin)
   # `hugetext run` execs the program in place: the pid is the program's.
   echo "@@LAB $id/exec|pgpgin_kb $((after - before))"
@@ -113,8 +108,7 @@ measure() {
   outz "$id/inspect" "$ht" inspect --pid "$pid" --json $INSPECT_ALL
   awk -v p="@@LAB $id/maps|" '{print p $0}' "/proc/$pid/maps"
   outz "$id/file" "$ht" inspect --file "$file" --json
-  exec 3>&-
-  wait $pid
+  stop_ready
   echo "@@LAB $id/exec|rc $?"
 }
 

@@ -13,12 +13,12 @@ export HUGETEXT_REPORT=json
 dir=$PWD/target/scratch/probe-$mode
 rm -rf "$dir" && mkdir -p "$dir"
 
+. tests/vm/probe-lib.sh
+
 # capture NAME CMD...: run CMD, print its output tagged with NAME, then its status.
 capture() {
   name=$1; shift
-  "$@" > /tmp/probe.out 2>&1
-  rc=$?
-  awk -v p="@@OUT $name|$mode|" '{print p $0}' /tmp/probe.out
+  tagged "@@OUT $name|$mode|" "$@"
   echo "@@HT {\"kind\":\"probe\",\"name\":\"$name\",\"thp\":\"$mode\",\"rc\":$rc}"
 }
 
@@ -43,15 +43,9 @@ fresh() {
 
 # pmd_kb_of PROG: FilePmdMapped + AnonHugePages kB of PROG's text while it waits.
 pmd_kb_of() {
-  rm -f "$dir/fifo" && mkfifo "$dir/fifo"
-  "$@" wait < "$dir/fifo" > "$dir/wait.out" 2>&1 &
-  pid=$!
-  exec 3> "$dir/fifo"
-  i=0
-  while ! grep -q ready "$dir/wait.out" 2> /dev/null && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
+  start_ready "$dir/wait.out" 300 "$@" wait
   awk '/^FilePmdMapped:/ {f += $2} /^AnonHugePages:/ {a += $2} END {printf "file_pmd_kb=%d anon_huge_kb=%d\n", f, a}' "/proc/$pid/smaps"
-  exec 3>&-
-  wait $pid
+  stop_ready
 }
 
 capture doctor "$ht" doctor --json --path "$dir"
@@ -94,18 +88,12 @@ if [ "$(uname -m)" = aarch64 ]; then
   esac
   # measure PROG...: smaps totals and inspect's JSON of PROG while it waits.
   measure_of() {
-    rm -f "$dir/fifo" && mkfifo "$dir/fifo"
-    "$@" wait < "$dir/fifo" > "$dir/wait.out" 2>&1 &
-    pid=$!
-    exec 3> "$dir/fifo"
-    i=0
-    while ! grep -q ready "$dir/wait.out" 2> /dev/null && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
+    start_ready "$dir/wait.out" 600 "$@" wait
     awk '/^FilePmdMapped:/ {f += $2} /^AnonHugePages:/ {a += $2} END {printf "file_pmd_kb=%d anon_huge_kb=%d\n", f, a}' "/proc/$pid/smaps"
     echo "cont=$cont"
     "$ht" inspect --pid "$pid" --rollup --cont "$cont" --json 2>&1 | tr -d '\n'
     echo
-    exec 3>&-
-    wait $pid
+    stop_ready
   }
   for l in bfd lld mold; do
     [ -x "target/fixtures/$l/pie" ] || continue

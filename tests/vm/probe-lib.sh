@@ -1,0 +1,33 @@
+# What the guest probes share (tests/vm/probe.sh, tests/vm/lab-probe.sh):
+# sourced from the repository root on the disk under test; POSIX sh. Each
+# probe names its scratch directory `dir` before using these.
+
+# tagged PREFIX CMD...: run CMD, print each line of its output (stdout and
+# stderr) after PREFIX; CMD's status in `rc`.
+tagged() {
+  pfx=$1; shift
+  "$@" > /tmp/probe-lib.out 2>&1
+  rc=$?
+  awk -v p="$pfx" '{print p $0}' /tmp/probe-lib.out
+}
+
+# start_ready OUT TENTHS CMD...: start CMD in the background with its input
+# from a FIFO in $dir (it waits for the end of input) and its output in OUT;
+# wait up to TENTHS tenths of a second for it to print "ready". Its pid is
+# in `pid`; it runs until stop_ready.
+start_ready() {
+  sr_out=$1; sr_max=$2; shift 2
+  rm -f "$dir/fifo" "$sr_out" && mkfifo "$dir/fifo"
+  "$@" < "$dir/fifo" > "$sr_out" 2>&1 &
+  pid=$!
+  exec 3> "$dir/fifo"
+  i=0
+  while ! grep -q ready "$sr_out" 2> /dev/null && [ $i -lt "$sr_max" ]; do sleep 0.1; i=$((i + 1)); done
+}
+
+# stop_ready: end the input of the program start_ready started, wait for
+# it; its status is the function's.
+stop_ready() {
+  exec 3>&-
+  wait $pid
+}
