@@ -101,7 +101,7 @@ def interpret(name, rc, lines):
     """What a probe's output says: route and PMD-mapped kB where it has them."""
     out = {"rc": rc}
     text = "\n".join(lines)
-    if name in ("doctor", "warm", "bench-exec"):
+    if name in ("doctor", "warm", "warm-mapped", "warm-replace", "bench-exec"):
         try:
             # The JSON document, then whatever the command wrote to stderr
             # after it (warm's "nothing warmed" line when it exits 3).
@@ -111,7 +111,7 @@ def interpret(name, rc, lines):
             return out
         if name == "doctor":
             out["checks"] = {c["id"]: {"status": c["status"], "value": c["value"]} for c in doc.get("checks", [])}
-        elif name == "warm":
+        elif name.startswith("warm"):
             f = (doc.get("files") or [{}])[0]
             out.update(
                 route=f.get("route"),
@@ -120,7 +120,11 @@ def interpret(name, rc, lines):
                 eligible_windows=f.get("eligible_windows"),
                 notes=f.get("notes", []),
                 collapse=doc.get("collapse"),
+                replaced=f.get("replaced"),
+                millis=f.get("millis"),
             )
+            if f.get("millis") and f.get("pmd_kb"):
+                out["ms_per_mib"] = f["millis"] / (f["pmd_kb"] / 1024.0)
         else:
             states = {}
             for v, d in (doc.get("variants") or {}).items():
@@ -231,8 +235,9 @@ def summary(path):
 def describe(name, p):
     if "route" in p and "huge_mib" in p:
         return f"{name} {p['route']} {p['huge_mib']:.0f}/{p['text_mib']:.0f} MiB"
-    if name == "warm":
-        return f"warm {p.get('route')} {p.get('pmd_kb')} kB"
+    if name.startswith("warm") and "route" in p:
+        per = f", {p['ms_per_mib']:.2f} ms/MiB" if p.get("ms_per_mib") else ""
+        return f"{name} {p.get('route')} {p.get('pmd_kb')} kB{per}"
     if name.startswith("fixture-") and "pmd_kb" in p:
         return f"{name} PMD {p['pmd_kb']} kB, contpte {p.get('contpte_kb', '?')} kB"
     if "file_pmd_kb" in p:

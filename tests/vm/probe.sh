@@ -59,6 +59,20 @@ fresh warm.pie "$dir/pie.aligned"
 capture warm "$ht" warm --json "$dir/warm.pie"
 capture warm-exec pmd_kb_of "$dir/warm.pie"
 
+# warm's routes on a file a running process maps (its small folios cannot
+# be evicted): collapse in place where the kernel collapses file text
+# (7.x), and --replace (a warmed copy renamed over it); warm's JSON gives
+# each one's milliseconds, matrix.py the ms/MiB.
+for w in mapped replace; do
+  fresh "warm-$w.pie" "$dir/pie.aligned"
+  start_ready "$dir/warm-$w.out" 300 "$dir/warm-$w.pie" wait
+  case $w in
+    mapped) capture warm-mapped "$ht" warm --json "$dir/warm-$w.pie" ;;
+    replace) capture warm-replace "$ht" warm --json --replace "$dir/warm-$w.pie" ;;
+  esac
+  stop_ready
+done
+
 # run: each route on a never-read copy (aligned: file route possible; the
 # lld original: not congruent, only a copy helps).
 for s in auto file copy collapse; do
