@@ -764,17 +764,21 @@ fn route_mib(err: &str) -> (f64, f64) {
     (mib("file"), mib("collapse"))
 }
 
-/// A private copy of a congruent fixture whose page cache is evicted: its
-/// exec reads the text back in small folios, as for a program run cold.
-fn evicted_copy() -> (tempfile::TempDir, PathBuf) {
+/// A private copy of a congruent fixture whose whole text is cached in small
+/// folios (read page by page through an executable mapping, as exec faults
+/// read it on x86-64), so that no window is PMD-mapped by the cheap first
+/// step (mapping 2 MiB folios already cached, or reading uncached windows
+/// through MADV_HUGEPAGE) and every window takes a zero-copy route that
+/// must deal with small folios: evict + refill or collapse in place.
+fn small_cached_copy() -> (tempfile::TempDir, PathBuf) {
     let (d, prog) = private_copy("bfd", &["nopie"]);
-    hugetext::pagecache::evict(&std::fs::File::open(&prog).unwrap(), 0..0).unwrap();
+    common::read_small(&prog);
     (d, prog)
 }
 
 #[test]
 fn auto_tries_the_zero_copy_route_measured_cheaper_first() {
-    let (_d, prog) = evicted_copy();
+    let (_d, prog) = small_cached_copy();
     let collapses = hugetext::pagecache::collapse_supported(prog.parent().unwrap())
         .unwrap()
         .is_available();
@@ -798,7 +802,7 @@ fn auto_tries_the_zero_copy_route_measured_cheaper_first() {
     }
     // HUGETEXT_ORDER=collapse straight to the preload: collapse in place
     // where the kernel collapses file text, else evict + refill after it.
-    let (_d, prog) = evicted_copy();
+    let (_d, prog) = small_cached_copy();
     let out = Command::new(&prog)
         .env("LD_PRELOAD", common::preload())
         .env("HUGETEXT_ORDER", "collapse")
@@ -829,7 +833,7 @@ fn records(err: &str) -> Vec<serde_json::Value> {
 
 #[test]
 fn the_machine_record_has_the_summary_numbers_exactly() {
-    let (_d, prog) = evicted_copy();
+    let (_d, prog) = small_cached_copy();
     let mut cmd = Command::new(common::bin());
     cmd.args(["run", "-v", "--no-dlopen", "--"])
         .arg(&prog)
