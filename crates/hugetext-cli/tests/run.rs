@@ -798,7 +798,10 @@ fn auto_tries_the_zero_copy_route_measured_cheaper_first() {
     if collapse_first {
         assert_eq!(file, 0.0, "collapse came first and made every window huge: {err}");
     } else {
-        assert_eq!(collapse, 0.0, "evict + refill came first and made every window huge: {err}");
+        assert_eq!(
+            collapse, 0.0,
+            "evict + refill came first and made every window huge: {err}"
+        );
     }
     // HUGETEXT_ORDER=collapse straight to the preload: collapse in place
     // where the kernel collapses file text, else evict + refill after it.
@@ -848,7 +851,10 @@ fn the_machine_record_has_the_summary_numbers_exactly() {
     let mut want = vec!["v"];
     want.extend(hugetext_abi::report::FIELDS);
     assert_eq!(r.as_object().unwrap().len(), want.len(), "{r}");
-    let line = err.lines().find(|l| l.starts_with(hugetext_abi::report::PREFIX)).unwrap();
+    let line = err
+        .lines()
+        .find(|l| l.starts_with(hugetext_abi::report::PREFIX))
+        .unwrap();
     let at: Vec<usize> = want
         .iter()
         .map(|k| line.find(&format!("\"{k}\":")).unwrap_or_else(|| panic!("{k}: {line}")))

@@ -1378,7 +1378,12 @@ mod tests {
         });
         let v = why(&madvise(), &proc1(a.clone()));
         assert_eq!(v.reason, Reason::CacheSmallFolios);
-        assert!(v.evidence.contains("MADV_HUGEPAGE, so what its faults read from disk comes in PMD-size folios"), "{}", v.evidence);
+        assert!(
+            v.evidence
+                .contains("MADV_HUGEPAGE, so what its faults read from disk comes in PMD-size folios"),
+            "{}",
+            v.evidence
+        );
         a.hugepage = false;
         assert!(!why(&madvise(), &proc1(a)).evidence.contains("MADV_HUGEPAGE"));
     }

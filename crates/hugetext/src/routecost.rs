@@ -122,49 +122,13 @@ pub fn for_dir(dir: &Path) -> Option<RouteCosts> {
 pub fn measure(dir: &Path) -> Result<RouteCosts> {
     let pmd = kernel::pmd_size();
     let f = text_tmpfile(dir, pmd)?;
-    let mib = pmd as f64 / (1u64 << 20) as f64;
-    let rx = libc::PROT_READ | libc::PROT_EXEC;
-    let whole_kb = (pmd / 1024) as u64;
-
-    // Evict + refill: from nothing cached to a PMD-mapped window.
-    pagecache::evict(&f, 0..0)?;
-    let t = Instant::now();
-    let m = Mapping::file_congruent(f.as_fd(), 0, pmd, rx, pmd)?;
-    m.madvise(0, pmd, kernel::MADV_HUGEPAGE)?;
-    m.populate_read(0, pmd)?;
-    let ms = t.elapsed().as_secs_f64() * 1e3;
-    let refill = match procfs::own_file_pmd_kb(m.addr())? {
-        kb if kb >= whole_kb => Cost::MsPerMib(ms / mib),
-        _ => Cost::No("no 2 MiB folio read back (the filesystem gives none on this kernel)".into()),
-    };
-    drop(m);
-
-    // Collapse: from small folios, mapped and resident (as running text
-    // is), to a PMD-mapped window.
-    pagecache::evict(&f, 0..0)?;
-    let m = Mapping::file_congruent(f.as_fd(), 0, pmd, rx, pmd)?;
-    m.populate_read(0, pmd)?;
-    let collapse = if procfs::own_file_pmd_kb(m.addr())? >= whole_kb {
-        Cost::No("the window was PMD-mapped before any collapse".into())
-    } else {
-        let t = Instant::now();
-        let r = m.madvise(0, pmd, kernel::MADV_COLLAPSE);
-        // The collapse drops the PTE mappings: the next fault maps the PMD.
-        m.populate_read(0, pmd)?;
-        let ms = t.elapsed().as_secs_f64() * 1e3;
-        match (r, procfs::own_file_pmd_kb(m.addr())?) {
-            (Ok(()), kb) if kb >= whole_kb => Cost::MsPerMib(ms / mib),
-            (Ok(()), _) => Cost::No("accepted, but the window stayed in small pages".into()),
-            (Err(Error::Sys { source, .. }), _) if source.raw_os_error() == Some(libc::EINVAL) => {
-                Cost::No(match kernel::madv_collapse_known() {
-                    true => "EINVAL: this kernel does not collapse file text".into(),
-                    false => "this kernel has no MADV_COLLAPSE".into(),
-                })
-            }
-            (Err(e), _) => Cost::No(format!("MADV_COLLAPSE failed: {e}")),
-        }
-    };
-    drop(m);
+    // Alternating rounds, the median of each route: one window's timing is
+    // noisy (a busy machine, a virtual disk).
+    let (mut refill, mut collapse) = (Vec::new(), Vec::new());
+    for _ in 0..ROUNDS {
+        refill.push(refill_once(&f, pmd)?);
+        collapse.push(collapse_once(&f, pmd)?);
+    }
     let _ = pagecache::evict(&f, 0..0);
     let meta = std::fs::metadata(dir).map_err(|e| Error::io(dir, e))?;
     Ok(RouteCosts {
@@ -172,9 +136,77 @@ pub fn measure(dir: &Path) -> Result<RouteCosts> {
         dev: meta.dev(),
         release: release(),
         boot_id: boot_id().unwrap_or_default(),
-        refill,
-        collapse,
+        refill: median(refill),
+        collapse: median(collapse),
     })
+}
+
+/// Rounds of each route [`measure`] times.
+const ROUNDS: usize = 3;
+
+/// The median cost of the rounds, or the first round's reason when one did
+/// not PMD-map the window. Pure.
+fn median(rounds: Vec<Cost>) -> Cost {
+    let mut v = Vec::new();
+    for c in rounds {
+        match c {
+            Cost::MsPerMib(x) => v.push(x),
+            no => return no,
+        }
+    }
+    v.sort_by(f64::total_cmp);
+    match v.get(v.len() / 2) {
+        Some(&m) => Cost::MsPerMib(m),
+        None => Cost::No("not measured".into()),
+    }
+}
+
+/// Evict + refill once: from nothing cached to a PMD-mapped window.
+fn refill_once(f: &File, pmd: usize) -> Result<Cost> {
+    pagecache::evict(f, 0..0)?;
+    let t = Instant::now();
+    let m = Mapping::file_congruent(f.as_fd(), 0, pmd, RX, pmd)?;
+    m.madvise(0, pmd, kernel::MADV_HUGEPAGE)?;
+    m.populate_read(0, pmd)?;
+    let ms = t.elapsed().as_secs_f64() * 1e3;
+    Ok(match procfs::own_file_pmd_kb(m.addr())? >= (pmd / 1024) as u64 {
+        true => Cost::MsPerMib(ms / mib(pmd)),
+        false => Cost::No("no 2 MiB folio read back (the filesystem gives none on this kernel)".into()),
+    })
+}
+
+/// Collapse once: from small folios, mapped and resident (as running text
+/// is), to a PMD-mapped window.
+fn collapse_once(f: &File, pmd: usize) -> Result<Cost> {
+    let whole_kb = (pmd / 1024) as u64;
+    pagecache::evict(f, 0..0)?;
+    let m = Mapping::file_congruent(f.as_fd(), 0, pmd, RX, pmd)?;
+    m.populate_read(0, pmd)?;
+    if procfs::own_file_pmd_kb(m.addr())? >= whole_kb {
+        return Ok(Cost::No("the window was PMD-mapped before any collapse".into()));
+    }
+    let t = Instant::now();
+    let r = m.madvise(0, pmd, kernel::MADV_COLLAPSE);
+    // The collapse drops the PTE mappings: the next fault maps the PMD.
+    m.populate_read(0, pmd)?;
+    let ms = t.elapsed().as_secs_f64() * 1e3;
+    Ok(match (r, procfs::own_file_pmd_kb(m.addr())?) {
+        (Ok(()), kb) if kb >= whole_kb => Cost::MsPerMib(ms / mib(pmd)),
+        (Ok(()), _) => Cost::No("accepted, but the window stayed in small pages".into()),
+        (Err(Error::Sys { source, .. }), _) if source.raw_os_error() == Some(libc::EINVAL) => {
+            Cost::No(match kernel::madv_collapse_known() {
+                true => "EINVAL: this kernel does not collapse file text".into(),
+                false => "this kernel has no MADV_COLLAPSE".into(),
+            })
+        }
+        (Err(e), _) => Cost::No(format!("MADV_COLLAPSE failed: {e}")),
+    })
+}
+
+const RX: i32 = libc::PROT_READ | libc::PROT_EXEC;
+
+fn mib(bytes: usize) -> f64 {
+    bytes as f64 / (1u64 << 20) as f64
 }
 
 /// An unnamed file of `len` bytes of `RET` in `dir`, synced, its writable
@@ -274,7 +306,10 @@ mod tests {
         assert_eq!(o(no(), Cost::MsPerMib(0.3)), Order::File);
         assert_eq!(o(no(), no()), Order::File);
         let d = describe(&costs(Cost::MsPerMib(0.25), Cost::MsPerMib(3.0)));
-        assert!(d.contains("collapse in place 0.25 ms/MiB, evict + refill 3.00 ms/MiB"), "{d}");
+        assert!(
+            d.contains("collapse in place 0.25 ms/MiB, evict + refill 3.00 ms/MiB"),
+            "{d}"
+        );
         assert!(d.ends_with("collapse in place is tried first"), "{d}");
     }
 
@@ -304,6 +339,16 @@ mod tests {
                 assert!(v > 0.0 && v.is_finite(), "{c:?}");
             }
         }
+    }
+
+    #[test]
+    fn the_median_round_counts_and_a_failed_round_says_why() {
+        let m = |v: &[f64]| median(v.iter().map(|&x| Cost::MsPerMib(x)).collect());
+        assert_eq!(m(&[3.0, 1.0, 2.0]), Cost::MsPerMib(2.0));
+        assert_eq!(m(&[9.0]), Cost::MsPerMib(9.0));
+        let no = Cost::No("why".into());
+        assert_eq!(median(vec![Cost::MsPerMib(1.0), no.clone(), Cost::MsPerMib(2.0)]), no);
+        assert!(matches!(median(Vec::new()), Cost::No(_)));
     }
 
     #[test]
