@@ -209,9 +209,15 @@ fn gather(args: &Args) -> Result<Profile> {
             geometry,
             walk_cycles: args.walk_cycles,
         };
-        let (p, status) = exact::run(&args.command, &o)?;
-        note_status(status);
-        return Ok(p);
+        let out = exact::run(&args.command, &o)?;
+        note_status(out.status);
+        if out.status.code().is_some() && !out.complete {
+            eprintln!(
+                "note: the profile stops early ({} instructions): the program closed or replaced the descriptor the profiler writes to",
+                count(out.profile.total)
+            );
+        }
+        return Ok(out.profile);
     }
     if let Some(pid) = args.pid {
         let opts = sample::Options {

@@ -57,3 +57,38 @@ fn output_through_a_planted_link_does_not_write_its_target() {
     assert!(o.status.success(), "{}", tk::text(&o.stderr));
     assert!(std::fs::read_to_string(&plain).unwrap().contains("hugetext-profile"));
 }
+
+/// A profiled program that puts a file of its own at every descriptor
+/// number it inherited (what chromium's launcher does in the child it forks)
+/// must not get the qemu plugin's records written into that file: the
+/// plugin checks that its descriptor is still its pipe before each write.
+/// The program runs to its end, the file keeps its bytes, and hugetext says
+/// in one line that the profile stops where the pipe was taken.
+#[test]
+fn exact_plugin_never_writes_to_a_descriptor_the_program_replaced() {
+    let victim_dir = tk::scratch();
+    let victim = victim_dir.path().join("ipc.log");
+    std::fs::write(&victim, "the program's own data\n").unwrap();
+    let before = tk::tree_state(victim_dir.path());
+    let prog = tk::cprogs().join("fdsteal");
+
+    let o = tk::hugetext(&[
+        "profile",
+        "--exact",
+        "--",
+        prog.to_str().unwrap(),
+        victim.to_str().unwrap(),
+    ]);
+    let err = tk::text(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    let now = std::fs::read(&victim).unwrap();
+    assert!(
+        now == b"the program's own data\n",
+        "the plugin wrote {} bytes into the program's file",
+        now.len() as i64 - 23
+    );
+    assert_eq!(tk::tree_state(victim_dir.path()), before);
+    let notes: Vec<&str> = err.lines().filter(|l| l.contains("stops early")).collect();
+    assert_eq!(notes.len(), 1, "{err}");
+    assert!(notes[0].contains("replaced the descriptor"), "{err}");
+}

@@ -30,6 +30,8 @@ pub const PLUGIN_SOURCE: &str = include_str!("plugin/itrace.c");
 
 /// Bits of a record that hold the instruction count (plugin/itrace.c).
 const COUNT_BITS: u32 = 24;
+/// The record the process qemu started writes last (plugin/itrace.c).
+const END: u64 = u64::MAX;
 
 /// Settings of an exact run.
 #[derive(Debug, Clone)]
@@ -203,9 +205,20 @@ impl Model {
     }
 }
 
-/// Run `command` under qemu-user with the plugin; return its profile (unit:
-/// instructions, with the iTLB estimate) and its exit status.
-pub fn run(command: &[OsString], opts: &Options) -> Result<(Profile, ExitStatus)> {
+/// What an exact run gives.
+#[derive(Debug)]
+pub struct Outcome {
+    /// Unit: instructions, with the iTLB estimate.
+    pub profile: Profile,
+    pub status: ExitStatus,
+    /// The plugin's END record came: the program's own process was followed
+    /// to its exit. Not so when it was killed, or closed or replaced the
+    /// plugin's descriptor (the profile stops there).
+    pub complete: bool,
+}
+
+/// Run `command` under qemu-user with the plugin.
+pub fn run(command: &[OsString], opts: &Options) -> Result<Outcome> {
     let (prog, args) = command
         .split_first()
         .ok_or_else(|| Error::Invalid("no command to profile".into()))?;
@@ -243,8 +256,13 @@ pub fn run(command: &[OsString], opts: &Options) -> Result<(Profile, ExitStatus)
     let mut index: HashMap<u64, usize> = HashMap::new();
     let mut input = BufReader::with_capacity(1 << 16, rd);
     let mut rec = [0u8; 8];
+    let mut complete = false;
     while input.read_exact(&mut rec).is_ok() {
         let v = u64::from_le_bytes(rec);
+        if v == END {
+            complete = true;
+            continue;
+        }
         let (page, n) = (v >> COUNT_BITS, v & ((1 << COUNT_BITS) - 1));
         if n == 0 {
             continue;
@@ -277,7 +295,11 @@ pub fn run(command: &[OsString], opts: &Options) -> Result<(Profile, ExitStatus)
     let mut p = tally.finish(Source::Exact, "instructions", pmd);
     p.itlb = Some(model.estimate(opts.walk_cycles));
     p.command = command.iter().map(|a| a.to_string_lossy().into_owned()).collect();
-    Ok((p, status))
+    Ok(Outcome {
+        profile: p,
+        status,
+        complete,
+    })
 }
 
 /// The default geometry: the first of [`tlb::GEOMETRIES`] (Skylake).

@@ -8,7 +8,17 @@
  * n (< 2^24) instructions executed in that page one after another. Two
  * records in a row name different pages unless n overflowed. Records are
  * written 512 at a time (4096 bytes, atomic on a pipe), so the processes of a
- * program that forks write whole blocks to the same pipe.
+ * program that forks write whole blocks to the same pipe. When the process
+ * qemu started exits, it writes one END record (all ones): a reader that
+ * does not see it knows the stream was cut.
+ *
+ * The descriptor is the guest's too (qemu-user shares one descriptor table):
+ * at start the plugin moves it to a high number, close-on-exec (a program the
+ * guest execs runs natively and must not hold the pipe), and before every
+ * write it checks that the number still names the same pipe. A program that
+ * closes every descriptor and puts its own at that number (chromium's
+ * launcher puts an IPC socket at 3 and 4 in the child it forks) is never
+ * written to: that process's records are dropped from then on.
  *
  * No header for the plugin API is packaged, so the few functions used are
  * declared here, as qemu 7.2's include/qemu/qemu-plugin.h declares them
@@ -16,10 +26,13 @@
  * the runs of its instructions per page; the block's execution callback
  * replays them: one callback per executed block, not per instruction.
  */
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 typedef uint64_t qemu_plugin_id_t;
@@ -46,6 +59,8 @@ __attribute__((visibility("default"))) int qemu_plugin_version = 1;
 #define COUNT_MAX ((1u << COUNT_BITS) - 1)
 #define BLOCK 512 /* records per write: 4096 bytes */
 #define MAX_THREADS 4096
+#define END UINT64_MAX /* the last record of the process qemu started */
+#define FD_CEILING 65536 /* the highest descriptor number sought */
 
 /* The runs of one translation block: (page, instructions) in order. */
 struct run { uint64_t page; uint32_t n; };
@@ -59,12 +74,30 @@ struct stream {
 };
 
 static int out_fd = -1;
+static dev_t out_dev; /* the pipe out_fd named at start */
+static ino_t out_ino;
+static pid_t origin; /* the process qemu started (a fork has another pid) */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct stream *streams[MAX_THREADS];
 static unsigned nstreams;
 static __thread struct stream *mine;
 
+/* Does out_fd still name the pipe it named at start? If not, it never will
+ * again in this process: forget it. */
+static int still_ours(void) {
+    int fd = __atomic_load_n(&out_fd, __ATOMIC_RELAXED);
+    struct stat st;
+    if (fd >= 0 && fstat(fd, &st) == 0 && st.st_dev == out_dev && st.st_ino == out_ino)
+        return 1;
+    __atomic_store_n(&out_fd, -1, __ATOMIC_RELAXED);
+    return 0;
+}
+
 static void flush_block(struct stream *s) {
+    if (!still_ours()) {
+        s->used = 0;
+        return;
+    }
     size_t len = (size_t)s->used * sizeof(uint64_t), off = 0;
     while (off < len) {
         ssize_t w = write(out_fd, (char *)s->buf + off, len - off);
@@ -150,6 +183,9 @@ static void on_exit_cb(qemu_plugin_id_t id, void *udata) {
     (void)id;
     (void)udata;
     flush_all();
+    uint64_t end = END;
+    if (getpid() == origin && still_ours() && write(out_fd, &end, sizeof end) < 0)
+        return; /* the reader is gone */
 }
 
 /* A forked child starts with the parent's unwritten records: the parent
@@ -164,6 +200,28 @@ static void after_fork_child(void) {
     }
 }
 
+/* fd moved to a high free number, close-on-exec (itself if none is free);
+ * its identity is recorded. */
+static int move_high(int fd) {
+    struct rlimit r;
+    rlim_t top = FD_CEILING;
+    if (getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < top)
+        top = r.rlim_cur;
+    int hi = top > 64 ? fcntl(fd, F_DUPFD_CLOEXEC, (int)(top - 32)) : -1;
+    if (hi < 0) {
+        fcntl(fd, F_SETFD, FD_CLOEXEC);
+        hi = fd;
+    } else {
+        close(fd);
+    }
+    struct stat st;
+    if (fstat(hi, &st) != 0)
+        return -1;
+    out_dev = st.st_dev;
+    out_ino = st.st_ino;
+    return hi;
+}
+
 __attribute__((visibility("default"))) int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_t *info,
                                                                int argc, char **argv) {
     (void)info;
@@ -174,8 +232,9 @@ __attribute__((visibility("default"))) int qemu_plugin_install(qemu_plugin_id_t 
         if (strncmp(a, "fd=", 3) == 0)
             out_fd = atoi(a + 3);
     }
-    if (out_fd < 0)
+    if (out_fd < 0 || (out_fd = move_high(out_fd)) < 0)
         return -1;
+    origin = getpid();
     pthread_atfork(NULL, NULL, after_fork_child);
     qemu_plugin_register_vcpu_tb_trans_cb(id, on_translate);
     qemu_plugin_register_atexit_cb(id, on_exit_cb, NULL);
