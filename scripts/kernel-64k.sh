@@ -68,24 +68,29 @@ required=(ARM64_64K_PAGES SMP TRANSPARENT_HUGEPAGE TRANSPARENT_HUGEPAGE_ALWAYS A
 # allnoconfig + the fragment; .config is replaced only when it changed, so
 # that an unchanged configuration never makes make rebuild anything.
 configure() {
-  (
+  local why
+  why=$(
+    set -e
     cd "$tree"
     [ -f .config ] && cp -p .config .config.k64-old
-    scripts/kconfig/merge_config.sh -n "$frag" > .merge.log 2>&1 || { cat .merge.log >&2; exit 1; }
+    # A failed configuration leaves the last good one (and make's view of it).
+    trap 'if [ -f .config.k64-old ]; then mv .config.k64-old .config; fi' EXIT
+    scripts/kconfig/merge_config.sh -n "$frag" > .merge.log 2>&1 ||
+      { echo "merge_config.sh failed: $(grep -m 1 -iE 'error|\*\*\*' .merge.log || tail -n 1 .merge.log)"; exit 1; }
     # A value the fragment asks for and kconfig did not give.
     if grep -q 'not in final .config' .merge.log; then
-      echo "kernel-64k: kconfig did not keep $(grep -m 1 'Requested value:' .merge.log | sed 's/.*Requested value: *//') (see ${tree#"$repo"/}/.merge.log)" >&2
+      echo "kconfig did not keep $(grep -m 1 'Requested value:' .merge.log | sed 's/.*Requested value: *//') (see ${tree#"$repo"/}/.merge.log)"
       exit 1
     fi
+    # Unchanged: the old file, with its time, stays.
     if [ -f .config.k64-old ] && cmp -s .config .config.k64-old; then
       mv .config.k64-old .config
-    else
-      rm -f .config.k64-old
     fi
     for o in "${required[@]}"; do
-      grep -q "^CONFIG_$o=y" .config || { echo "kernel-64k: CONFIG_$o is not built in" >&2; exit 1; }
+      grep -q "^CONFIG_$o=y" .config || { echo "CONFIG_$o is not built in"; exit 1; }
     done
-  ) || die "configuring ${tree#"$repo"/} failed"
+    rm -f .config.k64-old
+  ) || die "configuring ${tree#"$repo"/} failed: $why"
 }
 
 tb=$(source_tarball 7.3)
