@@ -28,7 +28,9 @@
 #   --plan FILE  the tests to run in the guests (default tests/vm/plan.txt)
 #   --write-doc  regenerate doc/kernels.md and doc/kernels.json from the results
 #   --kernel NAME=BZIMAGE  boot this kernel (everything the guest needs built
-#                in, no modules) in the cells NAME:FS (scripts/kernel-lab.sh)
+#                in, no modules) in the cells NAME:FS (scripts/kernel-lab.sh); a NAME
+#                with -arm64 in it (7.x-arm64-64k) is an arm64 Image, booted on
+#                aarch64 (scripts/kernel-64k.sh)
 #   --probe FILE the guest's probe script (default tests/vm/probe.sh)
 #   --extra DIR  a directory of the repository to put on the guest disk too;
 #                the libraries of its programs go into the guest root
@@ -95,7 +97,7 @@ while [ $# -gt 0 ]; do
     --results) shift; results=${1:?--results needs a directory} ;;
     --append) shift; append=${1?--append needs arguments} ;;
     --pending) shift; pending=${1:?--pending needs a file}; [ -f "$pending" ] || die "no file '$pending'" ;;
-    -h|--help) sed -n '2,40p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,/^set -euo/{/^#/p}' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;
   esac
   shift
@@ -124,7 +126,7 @@ for c in "${cells[@]}"; do
   case $c in *:ext4|*:xfs) ;; *) die "unknown cell '$c' (KERNEL $known or a --kernel NAME, FS ext4|xfs)" ;; esac
 done
 # The guest's machine: aarch64 for the arm64 kernels, x86-64 otherwise
-# (--kernel images are x86-64 bzImages).
+# (a --kernel NAME says which: NAME-arm64 or NAME-arm64-* is an arm64 Image).
 arch=
 for c in "${cells[@]}"; do
   case ${c%%:*} in *-arm64|*-arm64-*) a=aarch64 ;; *) a=x86_64 ;; esac
