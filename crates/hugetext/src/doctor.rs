@@ -171,6 +171,24 @@ pub fn probe_fs(path: &Path) -> Result<FsProbe> {
     Ok(probe)
 }
 
+/// The page cache's largest folio, 2048 pages (`MAX_PAGECACHE_ORDER`, 11:
+/// the xarray's limit), when it is smaller than a PMD: 128 MiB with
+/// 64 KiB pages, below their 512 MiB PMD. Pure.
+pub fn page_cache_cap_below(page: u64, pmd: usize) -> Option<u64> {
+    let cap = page << 11;
+    (page > 0 && cap < pmd as u64).then_some(cap)
+}
+
+/// The base page size behind a PMD size (a PMD maps one page table of
+/// 8-byte entries: `pmd = page² / 8`).
+fn page_of(pmd: usize) -> u64 {
+    let mut page = 4096u64;
+    while page * page / 8 < pmd as u64 {
+        page *= 2;
+    }
+    page
+}
+
 /// ext4's largest page-cache folio, 2048 blocks (fs/ext4/inode.c,
 /// `EXT4_MAX_PAGECACHE_ORDER`), when it is smaller than a PMD: 8 MiB with
 /// 4 KiB blocks, below the 32 MiB PMD of 16 KiB-page arm64 kernels. Pure.
@@ -407,6 +425,11 @@ fn filesystem(p: &FsProbe, pmd: usize, ro_thp: Option<&str>) -> [Finding; 3] {
                 format!(
                     "{} holds files in memory: no PMD folios unless mounted with huge=within_size (tmpfs); `warm` cannot help; use `hugetext run` (anonymous copy) or put the programs on ext4/xfs",
                     p.fs_type
+                )
+            } else if let Some(cap) = page_cache_cap_below(page_of(pmd), pmd) {
+                format!(
+                    "the page cache holds folios of at most 2048 pages ({} here), below the {pmd_w} PMD: no file text is PMD-mapped on this kernel, whatever the filesystem; use `hugetext run` (anonymous copy)",
+                    size_words(cap as usize)
                 )
             } else if p.collapse_kb.unwrap_or(0) > 0 {
                 format!(
@@ -729,6 +752,19 @@ mod tests {
         // Nothing PMD-mapped either: cannot tell.
         probe(&mut f).pmd_mapped_kb = 0;
         assert_eq!(get(&findings(&f), "fs-large-folios").status, Status::Warn);
+    }
+
+    #[test]
+    fn a_pmd_above_the_page_cache_cap_is_said_for_every_filesystem() {
+        assert_eq!(page_cache_cap_below(4096, 2 << 20), None);
+        assert_eq!(page_cache_cap_below(16384, 32 << 20), None);
+        assert_eq!(page_cache_cap_below(65536, 512 << 20), Some(128 << 20));
+        let mut f = facts();
+        f.pmd_size = 512 << 20;
+        f.page_size = 65536;
+        probe(&mut f).pmd_folio_windows = Some(0);
+        let m = get(&findings(&f), "fs-large-folios").meaning.clone();
+        assert!(m.starts_with("the page cache holds folios of at most 2048 pages (128 MiB here), below the 512 MiB PMD"), "{m}");
     }
 
     #[test]

@@ -171,7 +171,10 @@ fn refill_once(f: &File, pmd: usize) -> Result<Cost> {
     let ms = t.elapsed().as_secs_f64() * 1e3;
     Ok(match procfs::own_file_pmd_kb(m.addr())? >= (pmd / 1024) as u64 {
         true => Cost::MsPerMib(ms / mib(pmd)),
-        false => Cost::No("no 2 MiB folio read back (the filesystem gives none on this kernel)".into()),
+        false => Cost::No(format!(
+            "no {} folio read back (the page cache gives none here on this kernel)",
+            crate::elf::check::size_words(pmd as u64)
+        )),
     })
 }
 
