@@ -794,7 +794,10 @@ fn auto_tries_the_zero_copy_route_measured_cheaper_first() {
     if collapse_first {
         assert_eq!(file, 0.0, "collapse came first and made every window huge: {err}");
     } else {
-        assert_eq!(collapse, 0.0, "evict + refill came first and made every window huge: {err}");
+        assert_eq!(
+            collapse, 0.0,
+            "evict + refill came first and made every window huge: {err}"
+        );
     }
     // HUGETEXT_ORDER=collapse straight to the preload: collapse in place
     // where the kernel collapses file text, else evict + refill after it.

@@ -9,10 +9,10 @@ extern "C" {
 }
 
 use hugetext_abi::env;
-/// Which routes may be used (auto: already → file → collapse → copy).
-pub use hugetext_abi::env::Strategy;
 /// Which zero-copy route `auto` tries first.
 pub use hugetext_abi::env::Order;
+/// Which routes may be used (auto: already → file → collapse → copy).
+pub use hugetext_abi::env::Strategy;
 
 /// The settings of one remap pass.
 pub struct Config {

@@ -751,7 +751,12 @@ mod tests {
         f.pmd_size = 32 << 20;
         (probe(&mut f).block_size, probe(&mut f).pmd_folio_windows) = (4096, Some(0));
         let m = get(&findings(&f), "fs-large-folios").meaning.clone();
-        assert!(m.starts_with("ext4 caps page-cache folios at 2048 blocks (8 MiB with its 4 KiB blocks), below the 32 MiB PMD"), "{m}");
+        assert!(
+            m.starts_with(
+                "ext4 caps page-cache folios at 2048 blocks (8 MiB with its 4 KiB blocks), below the 32 MiB PMD"
+            ),
+            "{m}"
+        );
         assert!(m.contains("blocks of 16 KiB or more"), "{m}");
     }
 
@@ -771,13 +776,21 @@ mod tests {
         f.route_costs = Ok(c.clone());
         let r = get(&findings(&f), "route-costs").clone();
         assert_eq!(r.value, "collapse in place 0.50 ms/MiB, evict + refill 3.50 ms/MiB");
-        assert!(r.meaning.starts_with("`run` collapses text in place before"), "{}", r.meaning);
+        assert!(
+            r.meaning.starts_with("`run` collapses text in place before"),
+            "{}",
+            r.meaning
+        );
         f.route_costs = Ok(RouteCosts {
             collapse: Cost::No("EINVAL: this kernel does not collapse file text".into()),
             ..c
         });
         let r = get(&findings(&f), "route-costs").clone();
-        assert!(r.value.starts_with("collapse in place not possible (EINVAL"), "{}", r.value);
+        assert!(
+            r.value.starts_with("collapse in place not possible (EINVAL"),
+            "{}",
+            r.value
+        );
         assert_eq!(r.meaning, "`run` tries evict + refill before collapse in place");
     }
 

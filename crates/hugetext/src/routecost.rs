@@ -274,7 +274,10 @@ mod tests {
         assert_eq!(o(no(), Cost::MsPerMib(0.3)), Order::File);
         assert_eq!(o(no(), no()), Order::File);
         let d = describe(&costs(Cost::MsPerMib(0.25), Cost::MsPerMib(3.0)));
-        assert!(d.contains("collapse in place 0.25 ms/MiB, evict + refill 3.00 ms/MiB"), "{d}");
+        assert!(
+            d.contains("collapse in place 0.25 ms/MiB, evict + refill 3.00 ms/MiB"),
+            "{d}"
+        );
         assert!(d.ends_with("collapse in place is tried first"), "{d}");
     }
 

@@ -118,7 +118,11 @@ impl Pass<'_> {
         // The zero-copy routes, in the order asked for (HUGETEXT_ORDER):
         // cached 2 MiB folios first either way.
         let steps: [(bool, Option<FileStep>); 3] = if plan.collapse_first {
-            [(true, Some(FileStep::Cached)), (true, None), (true, Some(FileStep::Evict))]
+            [
+                (true, Some(FileStep::Cached)),
+                (true, None),
+                (true, Some(FileStep::Evict)),
+            ]
         } else {
             [(plan.file, Some(FileStep::Both)), (plan.collapse, None), (false, None)]
         };
