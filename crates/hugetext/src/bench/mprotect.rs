@@ -221,7 +221,8 @@ pub struct Report {
     /// Why measuring stopped.
     pub stopped: Stopped,
     /// `/sys/kernel/mm/transparent_hugepage/enabled`.
-    pub thp_enabled: Option<String>,
+    #[serde(serialize_with = "crate::kernel::serialize_thp_mode")]
+    pub thp_enabled: Option<ThpMode>,
     /// `hugepages-64kB/enabled` as found (before any `--allow-sysfs` change).
     pub mthp_64k_enabled: Option<String>,
     /// Whether `hugepages-64kB/enabled` was changed for the run and restored.
@@ -279,7 +280,7 @@ pub fn run(opts: &Options, progress: &dyn Progress) -> Result<Report> {
         return Err(Error::Invalid("--runs and --loops must be at least 1".into()));
     }
     opts.until.validate()?;
-    let thp = kernel::thp_enabled();
+    let thp = kernel::thp_mode();
     let mthp_before = kernel::sysfs_choice(mthp_path(64, "enabled"));
     let mut guard = None;
     let mut mthp_ok = mthp_64k_usable();

@@ -1,5 +1,6 @@
 //! The verdicts: pure functions over the gathered facts.
 
+use hugetext_abi::thp::ThpMode;
 use serde::Serialize;
 
 use super::{tunable, Khugepaged, Layout, MappingFacts, ProcessFacts, SystemFacts};
@@ -66,9 +67,9 @@ fn verdict(reason: Reason, evidence: impl Into<String>, fix: Option<String>, gai
 /// under `madvise`. Pure.
 fn khugepaged_scans(sys: &SystemFacts, m: &MappingFacts) -> bool {
     !m.nohugepage
-        && match sys.thp_enabled.as_deref() {
-            Some("always") => true,
-            Some("madvise") => m.hugepage,
+        && match sys.thp_enabled {
+            Some(ThpMode::Always) => true,
+            Some(ThpMode::Madvise) => m.hugepage,
             _ => false,
         }
 }
@@ -116,7 +117,7 @@ pub fn decide(sys: &SystemFacts, p: &ProcessFacts, m: &MappingFacts) -> Verdict 
     // THP `enabled=never` stops anonymous huge pages (run's copies), not
     // the PMD mapping of file folios: do_set_pmd() checks only the process
     // and the VMA (verified on 6.18: a warmed file is PMD-mapped under never).
-    if m.copied && sys.thp_enabled.as_deref() == Some("never") {
+    if m.copied && sys.thp_enabled == Some(ThpMode::Never) {
         return verdict(
             Reason::ThpNever,
             "/sys/kernel/mm/transparent_hugepage/enabled is [never]: no anonymous huge pages for the copy",
@@ -339,14 +340,14 @@ pub fn loader_advice(sys: &SystemFacts, p: &ProcessFacts, m: &MappingFacts) -> (
     };
     let set = p.glibc_tunables.as_deref().and_then(|t| tunable(t, "glibc.elf.thp")) == Some("1");
     let pmd_w = crate::elf::check::size_words(sys.pmd_size);
-    let mode = sys.thp_enabled.as_deref().unwrap_or("unknown");
+    let mode = sys.thp_enabled.map_or("unknown", ThpMode::as_str);
     if set {
         let note = format!(
             "; GLIBC_TUNABLES has glibc.elf.thp=1, but {} did not align it (glibc aligns only when THP enabled is `always`; here `{mode}`)",
             loader.path
         );
         (note, align)
-    } else if mode == "always" {
+    } else if sys.thp_enabled == Some(ThpMode::Always) {
         let note = format!("; {} knows glibc.elf.thp", loader.path);
         (
             note,
@@ -517,7 +518,7 @@ mod tests {
     fn madvise() -> SystemFacts {
         SystemFacts {
             pmd_size: M,
-            thp_enabled: Some("madvise".into()),
+            thp_enabled: Some(ThpMode::Madvise),
             ..Default::default()
         }
     }
@@ -547,7 +548,7 @@ mod tests {
         p.thp_disabled = Some(true);
         let never = SystemFacts {
             pmd_size: M,
-            thp_enabled: Some("never".into()),
+            thp_enabled: Some(ThpMode::Never),
             ..Default::default()
         };
         assert_eq!(why(&never, &p).reason, Reason::ThpDisabledProcess);
@@ -774,7 +775,7 @@ mod tests {
         p.exe = Some("/usr/bin/x".into());
         let always = SystemFacts {
             pmd_size: M,
-            thp_enabled: Some("always".into()),
+            thp_enabled: Some(ThpMode::Always),
             ..Default::default()
         };
         // A loader without the tunable (or unknown): align.
@@ -837,7 +838,7 @@ mod tests {
             pages_to_scan: 4096,
         });
         let always = SystemFacts {
-            thp_enabled: Some("always".into()),
+            thp_enabled: Some(ThpMode::Always),
             khugepaged: k,
             ..madvise()
         };
@@ -894,6 +895,21 @@ mod tests {
             .fix
             .unwrap()
             .contains("khugepaged"));
+    }
+
+    #[test]
+    fn thp_mode_serializes_as_the_kernels_word() {
+        let json = |thp_enabled| {
+            serde_json::to_value(SystemFacts {
+                thp_enabled,
+                ..madvise()
+            })
+            .unwrap()
+        };
+        assert_eq!(json(Some(ThpMode::Always))["thp_enabled"], "always");
+        assert_eq!(json(Some(ThpMode::Madvise))["thp_enabled"], "madvise");
+        assert_eq!(json(Some(ThpMode::Never))["thp_enabled"], "never");
+        assert!(json(None)["thp_enabled"].is_null());
     }
 
     #[test]

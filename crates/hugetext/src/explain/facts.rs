@@ -16,7 +16,7 @@ impl SystemFacts {
     /// Read the machine's facts.
     pub fn gather() -> SystemFacts {
         SystemFacts {
-            thp_enabled: kernel::thp_enabled(),
+            thp_enabled: kernel::thp_mode(),
             hypervisor: kernel::hypervisor(),
             itlb_multihit: kernel::cpu_vulnerability("itlb_multihit"),
             khugepaged: Khugepaged::read(),

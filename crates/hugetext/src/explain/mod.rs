@@ -12,6 +12,7 @@
 
 use std::collections::BTreeMap;
 
+use hugetext_abi::thp::ThpMode;
 use serde::Serialize;
 
 use crate::elf::check::whole_windows;
@@ -27,7 +28,8 @@ pub use facts::{gather, gather_process, unit_of_cgroup, wait_loaded};
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct SystemFacts {
     /// THP `enabled` mode; `None` without THP.
-    pub thp_enabled: Option<String>,
+    #[serde(serialize_with = "crate::kernel::serialize_thp_mode")]
+    pub thp_enabled: Option<ThpMode>,
     /// The `hypervisor` CPU flag: this is a virtual machine.
     pub hypervisor: bool,
     /// `/sys/devices/system/cpu/vulnerabilities/itlb_multihit`.
