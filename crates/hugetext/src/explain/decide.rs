@@ -4,7 +4,7 @@ use hugetext_abi::thp::ThpMode;
 use serde::Serialize;
 
 use super::{tunable, Khugepaged, Layout, MappingFacts, ProcessFacts, SystemFacts};
-use crate::warm::ProcRef;
+use crate::procfs::ProcRef;
 use crate::{fsutil, inspect};
 
 /// Why (part of) a mapping is not PMD-mapped: the stable codes of

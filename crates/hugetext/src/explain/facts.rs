@@ -7,7 +7,7 @@ use super::{
     layout_of, CacheFacts, FsFacts, Khugepaged, Layout, LoaderFacts, MappingFacts, ProcessFacts, SystemFacts, UnitFacts,
 };
 use crate::folio::{Class, Counts, Kind};
-use crate::{elf, folio, fsutil, inspect, kernel, procfs, remap, warm, Error, Result};
+use crate::{elf, folio, fsutil, inspect, kernel, procfs, remap, Error, Result};
 
 // ---------------------------------------------------------------------------
 // Gathering
@@ -163,7 +163,7 @@ fn mapping_facts(pid: i32, t: &remap::TextMapping, offset: u64, fs_cache: &mut F
                 folios_kb: f.folios_kb.clone(),
                 blockers: opened
                     .as_ref()
-                    .and_then(|f| warm::mapping_pids_file(f).ok())
+                    .and_then(|f| procfs::mapping_pids_file(f).ok())
                     .unwrap_or_default(),
             })
             .map_err(|e| e.to_string()),

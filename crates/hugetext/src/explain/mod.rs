@@ -4,11 +4,13 @@
 //! one command that fixes it.
 //!
 //! [`gather`] reads every fact once, from the modules that own it: backing
-//! from [`inspect`](crate::inspect), layout from [`elf::check_file`], the
-//! filesystem from [`fsutil`] (and its large-folio experiment), the page
-//! cache from [`folio::scan_file`], blocking processes from
-//! [`warm::mapping_pids`], maps/smaps/status from [`procfs`]. Then
-//! [`decide`] and [`summary`] are pure functions over those facts.
+//! from [`inspect`](crate::inspect), layout from
+//! [`elf::check_file`](crate::elf::check_file), the filesystem from
+//! [`fsutil`](crate::fsutil) (and its large-folio experiment), the page
+//! cache from [`folio::scan_file`](crate::folio::scan_file), blocking
+//! processes from [`procfs::mapping_pids_file`](crate::procfs::mapping_pids_file),
+//! maps/smaps/status from [`procfs`](crate::procfs). Then [`decide`] and
+//! [`summary`] are pure functions over those facts.
 
 use std::collections::BTreeMap;
 
@@ -16,7 +18,7 @@ use hugetext_abi::thp::ThpMode;
 use serde::Serialize;
 
 use crate::elf::check::whole_windows;
-use crate::warm::ProcRef;
+use crate::procfs::ProcRef;
 
 mod decide;
 mod facts;
