@@ -186,8 +186,10 @@ pub fn invalidations(path: &Path, file: &File, model: &Model) -> Invalidations {
 pub fn align_file(path: &Path, opts: &AlignOptions) -> Result<AlignOutcome> {
     let (input, model) = super::read_model(path)?;
     let in_meta = input.metadata().map_err(|e| Error::io(path, e))?;
-    let machine = super::Target::for_machine(model.e_machine, opts.page_size)
-        .map_err(|msg| Error::Elf { path: path.into(), msg })?;
+    let machine = super::Target::for_machine(model.e_machine, opts.page_size).map_err(|e| Error::Elf {
+        path: path.into(),
+        msg: e.to_string(),
+    })?;
     let before = check::analyse(path, &model, &machine);
     let inv = invalidations(path, &input, &model);
 

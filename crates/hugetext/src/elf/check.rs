@@ -774,10 +774,13 @@ mod tests {
 
     #[test]
     fn page_sizes_parse() {
-        assert_eq!(super::super::parse_page_size("16K"), Ok(16 << 10));
-        assert_eq!(super::super::parse_page_size("64kib"), Ok(64 << 10));
-        assert_eq!(super::super::parse_page_size("4096"), Ok(4 << 10));
-        assert!(super::super::parse_page_size("8K").is_err());
+        assert_eq!(super::super::parse_page_size("16K").unwrap(), 16 << 10);
+        assert_eq!(super::super::parse_page_size("64kib").unwrap(), 64 << 10);
+        assert_eq!(super::super::parse_page_size("4096").unwrap(), 4 << 10);
+        assert_eq!(
+            super::super::parse_page_size("8K").unwrap_err().to_string(),
+            "8K: not a page size (give 4K, 16K or 64K)"
+        );
         assert!(super::super::parse_page_size("2M").is_err());
     }
 
