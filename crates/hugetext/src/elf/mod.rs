@@ -206,7 +206,10 @@ pub(crate) fn read_model(path: &Path) -> Result<(File, layout::Model)> {
         });
     }
     let cache = object::ReadCache::new(&file);
-    let model = layout::Model::parse(&cache).map_err(|msg| Error::Elf { path: path.into(), msg })?;
+    let model = layout::Model::parse(&cache).map_err(|e| Error::Elf {
+        path: path.into(),
+        msg: e.0,
+    })?;
     drop(cache);
     Ok((file, model))
 }
