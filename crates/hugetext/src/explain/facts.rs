@@ -119,21 +119,19 @@ fn mapping_facts(pid: i32, t: &remap::TextMapping, offset: u64, fs_cache: &mut F
     };
     // Text mappings map executable segments; a read-only segment before
     // the text can share its first page.
-    let segments: std::result::Result<Vec<_>, String> = elf::check_file(&file_path)
-        .map(|r| {
-            r.segments
-                .iter()
-                .filter(|s| s.executable)
-                .map(|s| (s.offset, s.filesz, s.vaddr, s.p_align))
-                .collect()
-        })
-        .map_err(|e| e.to_string());
+    let segments: Result<Vec<_>> = elf::check_file(&file_path).map(|r| {
+        r.segments
+            .iter()
+            .filter(|s| s.executable)
+            .map(|s| (s.offset, s.filesz, s.vaddr, s.p_align))
+            .collect()
+    });
     let page = kernel::page_size() as u64;
     m.layout = Some(match segments {
         Ok(segs) => layout_of(t.start, offset, &segs, pmd, page),
         Err(why) => match layout_of(t.start, offset, &[], pmd, page) {
             Layout::Congruent => Layout::Congruent,
-            _ => Layout::NotCongruent { why },
+            _ => Layout::NotCongruent { why: why.to_string() },
         },
     });
     if let Some(file) = &opened {
