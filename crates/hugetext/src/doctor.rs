@@ -11,6 +11,8 @@ use std::io::Write;
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 
+use hugetext_abi::thp::ThpMode;
+
 use crate::kernel::{self, KernelVersion, Mapping};
 use crate::{folio, fsutil, pagecache, procfs, Error, Result};
 
@@ -231,7 +233,7 @@ pub struct Facts {
     pub page_size: usize,
     pub pmd_size: usize,
     /// THP `enabled` mode; `None` without THP.
-    pub thp_enabled: Option<String>,
+    pub thp_enabled: Option<ThpMode>,
     /// mTHP sizes (kB) and their modes.
     pub thp_sizes: Vec<(u64, String)>,
     /// THP `shmem_enabled` mode.
@@ -261,7 +263,7 @@ impl Facts {
             version: KernelVersion::current(),
             page_size: kernel::page_size(),
             pmd_size: kernel::pmd_size(),
-            thp_enabled: kernel::thp_enabled(),
+            thp_enabled: kernel::thp_mode(),
             thp_sizes: kernel::thp_sizes(),
             shmem_enabled: kernel::sysfs_choice("/sys/kernel/mm/transparent_hugepage/shmem_enabled"),
             probe: probe_fs(path).map_err(|e| e.to_string()),
@@ -288,7 +290,7 @@ pub fn findings(f: &Facts) -> Vec<Finding> {
         kernel_finding(&f.release, f.version, &pmd_w),
         page_size(f.page_size, f.pmd_size),
     ];
-    out.push(thp(f.thp_enabled.as_deref(), &pmd_w));
+    out.push(thp(f.thp_enabled, &pmd_w));
     out.extend(thp_sizes(&f.thp_sizes));
     out.extend(f.shmem_enabled.as_deref().map(|s| shmem(s, f.page_size)));
     match &f.probe {
@@ -343,7 +345,7 @@ fn page_size(ps: usize, pmd: usize) -> Finding {
     )
 }
 
-fn thp(mode: Option<&str>, pmd_w: &str) -> Finding {
+fn thp(mode: Option<ThpMode>, pmd_w: &str) -> Finding {
     match mode {
         None => finding(
             "thp",
@@ -354,16 +356,16 @@ fn thp(mode: Option<&str>, pmd_w: &str) -> Finding {
         ),
         Some(mode) => {
             let (st, m) = match mode {
-                "always" | "madvise" => (
+                ThpMode::Always | ThpMode::Madvise => (
                     Status::Ok,
                     format!("MADV_HUGEPAGE is honoured: `warm` fills the page cache with {pmd_w} folios and `run` can back text copies with THP"),
                 ),
-                _ => (
+                ThpMode::Never => (
                     Status::Warn,
                     "anonymous THP is off: `run` (anonymous copy) gets no huge pages; page-cache text can still be PMD-mapped where the filesystem probe says so".to_string(),
                 ),
             };
-            finding("thp", "THP (enabled)", mode, st, m)
+            finding("thp", "THP (enabled)", mode.as_str(), st, m)
         }
     }
 }
@@ -627,7 +629,7 @@ mod tests {
             version: KernelVersion::parse("6.18.0"),
             page_size: 4096,
             pmd_size: 2 << 20,
-            thp_enabled: Some("madvise".into()),
+            thp_enabled: Some(ThpMode::Madvise),
             thp_sizes: vec![(64, "never".into()), (2048, "inherit".into())],
             shmem_enabled: Some("never".into()),
             probe: Ok(FsProbe {
@@ -877,7 +879,7 @@ mod tests {
     #[test]
     fn thp_never_or_absent() {
         let mut f = facts();
-        f.thp_enabled = Some("never".into());
+        f.thp_enabled = Some(ThpMode::Never);
         assert_eq!(get(&findings(&f), "thp").status, Status::Warn);
         (f.thp_enabled, f.thp_sizes, f.shmem_enabled) = (None, vec![], None);
         let v = findings(&f);

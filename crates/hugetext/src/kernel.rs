@@ -136,6 +136,12 @@ pub fn thp_enabled() -> Option<String> {
     thp_mode().map(|m| m.as_str().to_string())
 }
 
+/// Serialize an optional [`ThpMode`] as the kernel's word (`null` without
+/// THP), for `#[serde(serialize_with)]` in reports.
+pub fn serialize_thp_mode<S: serde::Serializer>(mode: &Option<ThpMode>, s: S) -> std::result::Result<S::Ok, S::Error> {
+    serde::Serialize::serialize(&mode.map(ThpMode::as_str), s)
+}
+
 /// A memory mapping owned by this process, unmapped on drop.
 #[derive(Debug)]
 pub struct Mapping {

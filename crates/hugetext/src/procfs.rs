@@ -560,6 +560,55 @@ pub fn cgroup_pids(path: &Path) -> Result<Vec<i32>> {
     Ok(pids.into_iter().collect())
 }
 
+// ---------------------------------------------------------------------------
+// Who maps a file
+
+/// A process that maps (or has open) a file.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+pub struct ProcRef {
+    /// Process id.
+    pub pid: i32,
+    /// Its command name (`/proc/PID/comm`).
+    pub comm: String,
+}
+
+/// The processes (other than this one) that map the file with device `dev`
+/// and inode `ino`, from `/proc/*/maps` ([`pids_mapping`]).
+/// Processes that vanish or cannot be read are skipped.
+pub fn mapping_pids_of(dev: u64, ino: u64) -> Vec<ProcRef> {
+    proc_refs(pids_mapping(dev, ino))
+}
+
+/// The processes that map the open file `f`. The device is the one maps
+/// lines show ([`crate::fsutil::maps_dev`]; on btrfs not `st_dev`).
+pub fn mapping_pids_file(f: &std::fs::File) -> std::io::Result<Vec<ProcRef>> {
+    let ino = f.metadata()?.ino();
+    let dev = crate::fsutil::maps_dev(f)?;
+    Ok(mapping_pids_of(dev, ino))
+}
+
+/// The processes (other than this one) holding the file open for writing
+/// ([`fds_on`]).
+pub fn writer_pids_of(dev: u64, ino: u64) -> Vec<ProcRef> {
+    let pids = all_pids().unwrap_or_default();
+    proc_refs(
+        pids.into_iter()
+            .filter(|&pid| fds_on(pid, dev, ino).iter().any(OpenFd::writable)),
+    )
+}
+
+/// `pids` other than this process, with their command names.
+fn proc_refs(pids: impl IntoIterator<Item = i32>) -> Vec<ProcRef> {
+    let me = std::process::id() as i32;
+    pids.into_iter()
+        .filter(|&pid| pid != me)
+        .map(|pid| ProcRef {
+            pid,
+            comm: read_comm(pid).unwrap_or_default(),
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -321,16 +321,30 @@ pub fn tunables_environment(current: Option<&OsStr>, need: u64) -> Vec<(OsString
     ]
 }
 
-fn executable(p: &Path) -> std::result::Result<(), String> {
-    let md = std::fs::metadata(p).map_err(|e| e.to_string())?;
+/// Why a path cannot be executed (the reason in
+/// [`LaunchError::NotExecutable`]).
+#[derive(Debug, thiserror::Error)]
+enum NotExecutable {
+    #[error("{0}")]
+    Stat(std::io::Error),
+    #[error("is a directory")]
+    Directory,
+    #[error("not a regular file")]
+    NotRegular,
+    #[error("permission denied (not executable)")]
+    NoExecBit,
+}
+
+fn executable(p: &Path) -> std::result::Result<(), NotExecutable> {
+    let md = std::fs::metadata(p).map_err(NotExecutable::Stat)?;
     if md.is_dir() {
-        return Err("is a directory".into());
+        return Err(NotExecutable::Directory);
     }
     if !md.is_file() {
-        return Err("not a regular file".into());
+        return Err(NotExecutable::NotRegular);
     }
     if md.permissions().mode() & 0o111 == 0 {
-        return Err("permission denied (not executable)".into());
+        return Err(NotExecutable::NoExecBit);
     }
     Ok(())
 }
@@ -347,7 +361,7 @@ pub fn resolve_program(program: &OsStr, path: Option<&OsStr>) -> std::result::Re
         if !p.exists() {
             return Err(LaunchError::NoSuchFile(shown));
         }
-        executable(&p).map_err(|why| LaunchError::NotExecutable(shown, why))?;
+        executable(&p).map_err(|why| LaunchError::NotExecutable(shown, why.to_string()))?;
         return Ok(p);
     }
     let path = path.unwrap_or(OsStr::new("/usr/local/bin:/usr/bin:/bin"));
@@ -370,7 +384,7 @@ pub fn resolve_program(program: &OsStr, path: Option<&OsStr>) -> std::result::Re
         }
     }
     match denied {
-        Some(why) => Err(LaunchError::NotExecutable(shown, why)),
+        Some(why) => Err(LaunchError::NotExecutable(shown, why.to_string())),
         None => Err(LaunchError::NotFound(shown)),
     }
 }

@@ -444,7 +444,7 @@ fn run_mprotect(a: MprotectArgs) -> Result<u8> {
         r.size_bytes >> 20,
         r.loops,
         r.kernel,
-        r.thp_enabled.as_deref().unwrap_or("absent"),
+        r.thp_enabled.map_or("absent", |m| m.as_str()),
         r.mthp_64k_enabled.as_deref().unwrap_or("absent"),
         if r.sysfs_changed { " (set to madvise for this run, restored)" } else { "" },
         r.runs

@@ -154,7 +154,8 @@ pub fn run(args: Args) -> Result<u8> {
             .context("cannot write the SVG")?;
     }
     if let Some(out) = &args.hot_out {
-        let list = profile::fits(profile::hot_list(&profile, args.hot.unwrap_or(0.99))).map_err(|e| exit_with(1, e))?;
+        let list = profile::fits(profile::hot_list(&profile, args.hot.unwrap_or(0.99)))
+            .map_err(|e| exit_with(1, e.to_string()))?;
         profile::write_output(out, list.as_bytes()).context("cannot write the hot-window list")?;
     }
     let hot = args.hot.map(|s| (s, profile::hot_windows(&profile, s)));

@@ -83,7 +83,8 @@ impl AsRef<[u8]> for Body {
             Body::Page(p, om) => match &**p {
                 Ok(page) if *om => page.openmetrics.as_bytes(),
                 Ok(page) => page.classic.as_bytes(),
-                Err(e) => e.as_bytes(),
+                // Never sent: a failed scrape is answered with a text body.
+                Err(_) => &[],
             },
             Body::Text(t) => t.as_bytes(),
         }
@@ -117,7 +118,7 @@ async fn handle(req: Request<Incoming>, sh: Arc<Shared>) -> Resp {
             let s = sh.clone();
             let p = match tokio::task::spawn_blocking(move || super::page(&s)).await {
                 Ok(p) => p,
-                Err(_) => Arc::new(Err("internal error".to_string())),
+                Err(_) => Arc::new(Err(crate::Error::Other("internal error".into()))),
             };
             match &*p {
                 Ok(_) => reply(

@@ -125,7 +125,7 @@ struct Page {
 }
 
 /// A page, or why there is none.
-type PageResult = std::result::Result<Page, String>;
+type PageResult = Result<Page>;
 
 /// The collection in progress, and the last page.
 #[derive(Default)]
@@ -162,8 +162,8 @@ fn page(sh: &Shared) -> Arc<PageResult> {
             classic: collect::to_classic(&page),
             openmetrics: page,
         }),
-        Ok(Err(e)) => Err(e.to_string()),
-        Err(_) => Err("internal error".to_string()),
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err(Error::Other("internal error".into())),
     };
     let r = Arc::new(r);
     let mut f = sh.flight.lock().unwrap_or_else(|e| e.into_inner());

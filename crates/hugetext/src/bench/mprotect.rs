@@ -221,7 +221,8 @@ pub struct Report {
     /// Why measuring stopped.
     pub stopped: Stopped,
     /// `/sys/kernel/mm/transparent_hugepage/enabled`.
-    pub thp_enabled: Option<String>,
+    #[serde(serialize_with = "crate::kernel::serialize_thp_mode")]
+    pub thp_enabled: Option<ThpMode>,
     /// `hugepages-64kB/enabled` as found (before any `--allow-sysfs` change).
     pub mthp_64k_enabled: Option<String>,
     /// Whether `hugepages-64kB/enabled` was changed for the run and restored.
@@ -253,21 +254,21 @@ fn read_counter(path: &str) -> Option<u64> {
 
 /// Whether anonymous 64 KiB mTHPs can be had in a `MADV_HUGEPAGE` region:
 /// Ok(()) or the reason.
-fn mthp_64k_usable() -> std::result::Result<(), String> {
+fn mthp_64k_usable() -> Result<()> {
     let path = mthp_path(64, "enabled");
     let Some(v) = kernel::sysfs_choice(&path) else {
-        return Err(
+        return Err(Error::Unsupported(
             "this kernel has no 64 KiB mTHP size (no hugepages-64kB in /sys/kernel/mm/transparent_hugepage)".into(),
-        );
+        ));
     };
     let top = kernel::thp_mode().unwrap_or(ThpMode::Never);
     match v.as_str() {
-        "never" => Err(format!(
+        "never" => Err(Error::Unsupported(format!(
             "hugepages-64kB/enabled=never; enable with `echo madvise > {path}` or run with --allow-sysfs"
-        )),
-        "inherit" if top == ThpMode::Never => Err(format!(
+        ))),
+        "inherit" if top == ThpMode::Never => Err(Error::Unsupported(format!(
             "hugepages-64kB/enabled=inherit and transparent_hugepage/enabled=never; enable with `echo madvise > {path}` or run with --allow-sysfs"
-        )),
+        ))),
         _ => Ok(()),
     }
 }
@@ -279,7 +280,7 @@ pub fn run(opts: &Options, progress: &dyn Progress) -> Result<Report> {
         return Err(Error::Invalid("--runs and --loops must be at least 1".into()));
     }
     opts.until.validate()?;
-    let thp = kernel::thp_enabled();
+    let thp = kernel::thp_mode();
     let mthp_before = kernel::sysfs_choice(mthp_path(64, "enabled"));
     let mut guard = None;
     let mut mthp_ok = mthp_64k_usable();
@@ -332,7 +333,7 @@ pub fn run(opts: &Options, progress: &dyn Progress) -> Result<Report> {
                 description: c.description(),
                 seconds: None,
                 mprotect_seconds: None,
-                not_available: Some(mthp_ok.clone().err().unwrap_or_default()),
+                not_available: Some(mthp_ok.as_ref().err().map(Error::to_string).unwrap_or_default()),
                 stats: None,
                 state: None,
             };

@@ -7,6 +7,8 @@
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
+use crate::{Error, Result};
+
 const PERF_TYPE_HW_CACHE: u32 = 3;
 const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 1 << 3;
 const PERF_COUNT_HW_CACHE_ITLB: u64 = 4;
@@ -60,7 +62,7 @@ pub struct ItlbCounter {
 impl ItlbCounter {
     /// Open the counter (disabled). Err is a one-line reason it is not
     /// available, e.g. "not supported by this CPU/VM".
-    pub fn open() -> std::result::Result<Self, String> {
+    pub fn open() -> Result<Self> {
         let attr = PerfEventAttr {
             type_: PERF_TYPE_HW_CACHE,
             size: std::mem::size_of::<PerfEventAttr>() as u32,
@@ -86,12 +88,14 @@ impl ItlbCounter {
             let e = std::io::Error::last_os_error();
             let why = match e.raw_os_error() {
                 Some(libc::ENOENT) | Some(libc::EOPNOTSUPP) | Some(libc::ENODEV) | Some(libc::EINVAL) => {
-                    format!("not supported: this CPU/VM exposes no iTLB-miss counter to perf_event_open ({e})")
+                    Error::Unsupported(format!(
+                        "not supported: this CPU/VM exposes no iTLB-miss counter to perf_event_open ({e})"
+                    ))
                 }
                 Some(libc::EACCES) | Some(libc::EPERM) => {
-                    format!("not permitted: perf_event_open refused ({e}); lower /proc/sys/kernel/perf_event_paranoid or run as root")
+                    Error::Permission(format!("not permitted: perf_event_open refused ({e}); lower /proc/sys/kernel/perf_event_paranoid or run as root"))
                 }
-                _ => format!("perf_event_open failed: {e}"),
+                _ => Error::Other(format!("perf_event_open failed: {e}")),
             };
             return Err(why);
         }

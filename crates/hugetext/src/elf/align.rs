@@ -186,8 +186,10 @@ pub fn invalidations(path: &Path, file: &File, model: &Model) -> Invalidations {
 pub fn align_file(path: &Path, opts: &AlignOptions) -> Result<AlignOutcome> {
     let (input, model) = super::read_model(path)?;
     let in_meta = input.metadata().map_err(|e| Error::io(path, e))?;
-    let machine = super::Target::for_machine(model.e_machine, opts.page_size)
-        .map_err(|msg| Error::Elf { path: path.into(), msg })?;
+    let machine = super::Target::for_machine(model.e_machine, opts.page_size).map_err(|e| Error::Elf {
+        path: path.into(),
+        msg: e.to_string(),
+    })?;
     let before = check::analyse(path, &model, &machine);
     let inv = invalidations(path, &input, &model);
 
@@ -521,7 +523,7 @@ fn patch_table(
 
 /// Compare `len` bytes of `a` at `ao` with `b` at `bo`, skipping bytes whose
 /// position in `b` falls in one of `skip` (sorted or not).
-fn same_bytes(a: &File, ao: u64, b: &File, bo: u64, len: u64, skip: &[(u64, u64)]) -> std::result::Result<(), String> {
+fn same_bytes(a: &File, ao: u64, b: &File, bo: u64, len: u64, skip: &[(u64, u64)]) -> Result<()> {
     const CHUNK: u64 = 1 << 20;
     let mut ba = vec![0u8; CHUNK as usize];
     let mut bb = vec![0u8; CHUNK as usize];
@@ -530,17 +532,17 @@ fn same_bytes(a: &File, ao: u64, b: &File, bo: u64, len: u64, skip: &[(u64, u64)
         let n = (len - done).min(CHUNK);
         let (xa, xb) = (&mut ba[..n as usize], &mut bb[..n as usize]);
         a.read_exact_at(xa, ao + done)
-            .map_err(|e| format!("reading the original: {e}"))?;
+            .map_err(|e| Error::Other(format!("reading the original: {e}")))?;
         b.read_exact_at(xb, bo + done)
-            .map_err(|e| format!("reading the new file: {e}"))?;
+            .map_err(|e| Error::Other(format!("reading the new file: {e}")))?;
         if xa != xb {
             for i in 0..n {
                 let pos = bo + done + i;
                 if xa[i as usize] != xb[i as usize] && !skip.iter().any(|&(s, e)| pos >= s && pos < e) {
-                    return Err(format!(
+                    return Err(Error::Other(format!(
                         "byte at original offset {:#x} (new {pos:#x}) differs",
                         ao + done + i
-                    ));
+                    )));
                 }
             }
         }
@@ -558,23 +560,23 @@ fn verify(
     plan: &AlignPlan,
     target: &super::Target,
     out: &File,
-) -> std::result::Result<(), String> {
+) -> Result<()> {
     let cache = object::ReadCache::new(out);
-    let new = Model::parse(&cache).map_err(|e| format!("does not parse: {e}"))?;
+    let new = Model::parse(&cache).map_err(|e| Error::Other(format!("does not parse: {e}")))?;
     drop(cache);
     let nl = new_layout(old, plan);
     if new.file_size != old.file_size + plan.growth {
-        return Err(format!(
+        return Err(Error::Other(format!(
             "size {} instead of {}",
             new.file_size,
             old.file_size + plan.growth
-        ));
+        )));
     }
     if (new.e_type, new.e_machine, new.e_phoff, new.e_shoff) != (old.e_type, old.e_machine, nl.e_phoff, nl.e_shoff) {
-        return Err("ELF header differs from the intended one".into());
+        return Err(Error::Other("ELF header differs from the intended one".into()));
     }
     if new.phdrs.len() != old.phdrs.len() || new.shdrs.len() != old.shdrs.len() {
-        return Err("header counts changed".into());
+        return Err(Error::Other("header counts changed".into()));
     }
     for (i, (o, n)) in old.phdrs.iter().zip(&new.phdrs).enumerate() {
         let want = super::layout::Phdr {
@@ -583,10 +585,10 @@ fn verify(
             ..*o
         };
         if *n != want {
-            return Err(format!("program header {i} is {n:?}, expected {want:?}"));
+            return Err(Error::Other(format!("program header {i} is {n:?}, expected {want:?}")));
         }
         if o.p_vaddr != n.p_vaddr {
-            return Err(format!("program header {i} changed its vaddr"));
+            return Err(Error::Other(format!("program header {i} changed its vaddr")));
         }
     }
     for (i, (o, n)) in old.shdrs.iter().zip(&new.shdrs).enumerate() {
@@ -595,7 +597,10 @@ fn verify(
             ..o.clone()
         };
         if *n != want {
-            return Err(format!("section header {i} ({}) is not what was intended", o.name));
+            return Err(Error::Other(format!(
+                "section header {i} ({}) is not what was intended",
+                o.name
+            )));
         }
     }
     let ehsize = 64;
@@ -616,9 +621,9 @@ fn verify(
         let at = ins.at + shift;
         let mut z = vec![0u8; ins.len as usize];
         out.read_exact_at(&mut z, at)
-            .map_err(|e| format!("reading padding: {e}"))?;
+            .map_err(|e| Error::Other(format!("reading padding: {e}")))?;
         if z.iter().any(|&b| b != 0) {
-            return Err(format!("padding at {at:#x} is not zero"));
+            return Err(Error::Other(format!("padding at {at:#x} is not zero")));
         }
         shift += ins.len;
     }
@@ -626,13 +631,13 @@ fn verify(
     for (i, (o, n)) in old.phdrs.iter().zip(&new.phdrs).enumerate() {
         if o.p_filesz > 0 {
             same_bytes(input, o.p_offset, out, n.p_offset, o.p_filesz, &patched)
-                .map_err(|e| format!("program header {i}: {e}"))?;
+                .map_err(|e| Error::Other(format!("program header {i}: {e}")))?;
         }
     }
     for (o, n) in old.shdrs.iter().zip(&new.shdrs) {
         if o.has_file_bytes() {
             same_bytes(input, o.sh_offset, out, n.sh_offset, o.sh_size, &patched)
-                .map_err(|e| format!("section {}: {e}", o.name))?;
+                .map_err(|e| Error::Other(format!("section {}: {e}", o.name)))?;
         }
     }
     // Section-to-segment mapping is unchanged.
@@ -645,7 +650,10 @@ fn verify(
     for (si, (os, ns)) in old.shdrs.iter().zip(&new.shdrs).enumerate() {
         for (pi, (op, np)) in old.phdrs.iter().zip(&new.phdrs).enumerate() {
             if inside(os, op) != inside(ns, np) {
-                return Err(format!("section {si} ({}) moved in or out of segment {pi}", os.name));
+                return Err(Error::Other(format!(
+                    "section {si} ({}) moved in or out of segment {pi}",
+                    os.name
+                )));
             }
         }
     }
@@ -660,20 +668,20 @@ fn verify(
             let a = o.p_offset >= ol.p_offset && o.file_end() <= ol.file_end();
             let b = n.p_offset >= nl2.p_offset && n.file_end() <= nl2.file_end();
             if a != b {
-                return Err(format!(
+                return Err(Error::Other(format!(
                     "{} moved in or out of a PT_LOAD",
                     super::layout::ptype_name(o.p_type)
-                ));
+                )));
             }
         }
     }
     // And the point of it all.
     let after = check::analyse(Path::new(""), &new, target);
     if after.verdict != Verdict::PmdMappable || after.pmd_mappable_bytes != before.pmd_mappable_bytes_after_align {
-        return Err(format!(
+        return Err(Error::Other(format!(
             "the result is not PMD-mappable as planned ({} bytes instead of {})",
             after.pmd_mappable_bytes, before.pmd_mappable_bytes_after_align
-        ));
+        )));
     }
     Ok(())
 }

@@ -10,6 +10,7 @@ use serde::Serialize;
 
 use super::layout::{machine_name, Model, Phdr};
 use super::{Target, MAX_ALIGN_PMD};
+use crate::Error;
 
 /// What kind of object the file is, as far as placement at run time goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -514,7 +515,7 @@ pub fn analyse(path: &Path, m: &Model, target: &Target) -> CheckReport {
                     verdict = Verdict::Improvable;
                 }
                 Err(why) => {
-                    reasons.push((ReasonCode::CannotPad, why));
+                    reasons.push((ReasonCode::CannotPad, why.to_string()));
                     verdict = Verdict::NotImprovable;
                 }
             }
@@ -580,7 +581,7 @@ fn etype_name(t: u16) -> String {
 /// segment's p_align becomes the PMD size (never any other segment: glibc <
 /// 2.35 rejects a segment whose p_vaddr - p_offset is not a multiple of its
 /// own p_align, and only the eligible ones are made congruent modulo PMD).
-pub fn make_plan(m: &Model, kind: FileKind, target: &Target) -> Result<AlignPlan, String> {
+pub fn make_plan(m: &Model, kind: FileKind, target: &Target) -> crate::Result<AlignPlan> {
     let (pmd, page) = (target.pmd_size, target.page_size);
     let mut order: Vec<(usize, &Phdr)> = m.loads().collect();
     order.sort_by_key(|(i, p)| (p.p_offset, *i));
@@ -598,7 +599,7 @@ pub fn make_plan(m: &Model, kind: FileKind, target: &Target) -> Result<AlignPlan
         let d = p.p_vaddr.wrapping_sub(new_off) & (pmd - 1);
         if d != 0 {
             if d % page != 0 {
-                return Err(format!(
+                return Err(Error::Invalid(format!(
                     "segment #{i}: p_vaddr {:#x} and p_offset {:#x} differ modulo the {} page size: {}, not touching it",
                     p.p_vaddr,
                     p.p_offset,
@@ -608,7 +609,7 @@ pub fn make_plan(m: &Model, kind: FileKind, target: &Target) -> Result<AlignPlan
                     } else {
                         "malformed"
                     }
-                ));
+                )));
             }
             plan.insertions.push(Insertion {
                 at: p.p_offset,
@@ -635,42 +636,42 @@ pub fn make_plan(m: &Model, kind: FileKind, target: &Target) -> Result<AlignPlan
 
 /// Refuse plans that would split something: every insertion point must lie
 /// between file structures, never inside one.
-fn check_plan(m: &Model, plan: &AlignPlan, page: u64) -> Result<(), String> {
+fn check_plan(m: &Model, plan: &AlignPlan, page: u64) -> crate::Result<()> {
     let ehsize = if m.is_64 { 64 } else { 52 };
     for ins in &plan.insertions {
         let at = ins.at;
         let inside = |start: u64, len: u64| len > 0 && start < at && at < start + len;
         if at < ehsize {
-            return Err(format!(
+            return Err(Error::Invalid(format!(
                 "segment #{} starts inside the ELF header: cannot insert padding there",
                 ins.segment
-            ));
+            )));
         }
         if inside(m.e_phoff, m.phdr_table_size()) {
-            return Err(format!(
+            return Err(Error::Invalid(format!(
                 "the program header table spans offset {at:#x} where padding would go"
-            ));
+            )));
         }
         if inside(m.e_shoff, m.shdr_table_size()) {
-            return Err(format!(
+            return Err(Error::Invalid(format!(
                 "the section header table spans offset {at:#x} where padding would go"
-            ));
+            )));
         }
         for (j, p) in m.phdrs.iter().enumerate() {
             if inside(p.p_offset, p.p_filesz) {
-                return Err(format!(
+                return Err(Error::Invalid(format!(
                     "program header #{j} ({}) overlaps the start of segment #{} in the file (offset {at:#x}): cannot insert padding without splitting it",
                     super::layout::ptype_name(p.p_type),
                     ins.segment
-                ));
+                )));
             }
         }
         for s in m.shdrs.iter().filter(|s| s.has_file_bytes()) {
             if inside(s.sh_offset, s.sh_size) {
-                return Err(format!(
+                return Err(Error::Invalid(format!(
                     "section {} spans offset {at:#x} where padding would go",
                     s.name
-                ));
+                )));
             }
         }
     }
@@ -685,10 +686,10 @@ fn check_plan(m: &Model, plan: &AlignPlan, page: u64) -> Result<(), String> {
         };
         let align = if align.is_power_of_two() { align.max(page) } else { page };
         if p.p_vaddr.wrapping_sub(new_off) % align != 0 {
-            return Err(format!(
+            return Err(Error::Invalid(format!(
                 "padding would leave segment #{j} with p_vaddr {:#x} and p_offset {new_off:#x} not congruent modulo its p_align {align:#x}",
                 p.p_vaddr
-            ));
+            )));
         }
     }
     Ok(())
@@ -774,10 +775,13 @@ mod tests {
 
     #[test]
     fn page_sizes_parse() {
-        assert_eq!(super::super::parse_page_size("16K"), Ok(16 << 10));
-        assert_eq!(super::super::parse_page_size("64kib"), Ok(64 << 10));
-        assert_eq!(super::super::parse_page_size("4096"), Ok(4 << 10));
-        assert!(super::super::parse_page_size("8K").is_err());
+        assert_eq!(super::super::parse_page_size("16K").unwrap(), 16 << 10);
+        assert_eq!(super::super::parse_page_size("64kib").unwrap(), 64 << 10);
+        assert_eq!(super::super::parse_page_size("4096").unwrap(), 4 << 10);
+        assert_eq!(
+            super::super::parse_page_size("8K").unwrap_err().to_string(),
+            "8K: not a page size (give 4K, 16K or 64K)"
+        );
         assert!(super::super::parse_page_size("2M").is_err());
     }
 

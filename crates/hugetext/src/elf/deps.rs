@@ -20,6 +20,7 @@ use object::elf;
 use object::read::elf::{FileHeader, ProgramHeader};
 use object::{Endianness, ReadCache, ReadRef};
 
+use super::layout::{Malformed, ParseResult};
 use crate::{Error, Result};
 
 /// glibc's default library directories on x86-64 (Debian multiarch first).
@@ -56,8 +57,9 @@ struct DynInfo {
     nodeflib: bool,
 }
 
-fn read_dyn(path: &Path) -> std::result::Result<DynInfo, String> {
-    let file = crate::openfile::open_regular(path, crate::openfile::Follow::Yes).map_err(|e| e.to_string())?;
+fn read_dyn(path: &Path) -> ParseResult<DynInfo> {
+    let file =
+        crate::openfile::open_regular(path, crate::openfile::Follow::Yes).map_err(|e| Malformed(e.to_string()))?;
     let cache = ReadCache::new(&file);
     match super::layout::elf_class(&cache)? {
         true => read_dyn_generic::<elf::FileHeader64<Endianness>>(&cache),
@@ -65,17 +67,15 @@ fn read_dyn(path: &Path) -> std::result::Result<DynInfo, String> {
     }
 }
 
-fn read_dyn_generic<Elf: FileHeader<Endian = Endianness>>(
-    data: &ReadCache<&File>,
-) -> std::result::Result<DynInfo, String> {
-    let h = Elf::parse(data).map_err(|e| e.to_string())?;
-    let endian = h.endian().map_err(|e| e.to_string())?;
+fn read_dyn_generic<Elf: FileHeader<Endian = Endianness>>(data: &ReadCache<&File>) -> ParseResult<DynInfo> {
+    let h = Elf::parse(data).map_err(|e| Malformed(e.to_string()))?;
+    let endian = h.endian().map_err(|e| Malformed(e.to_string()))?;
     let mut info = DynInfo {
         class64: h.is_type_64(),
         machine: h.e_machine(endian),
         ..Default::default()
     };
-    let phdrs = h.program_headers(endian, data).map_err(|e| e.to_string())?;
+    let phdrs = h.program_headers(endian, data).map_err(|e| Malformed(e.to_string()))?;
     // The string table (DT_STRTAB) is a vaddr: translate through PT_LOADs.
     let vaddr_to_off = |addr: u64| -> Option<u64> {
         phdrs.iter().filter(|p| p.p_type(endian) == elf::PT_LOAD).find_map(|p| {
@@ -226,7 +226,10 @@ fn u64_at(d: &[u8], at: usize) -> Option<u64> {
 /// A static executable yields an empty list.
 pub fn resolve_deps(exe: &Path) -> Result<Vec<PathBuf>> {
     let exe_canon = exe.canonicalize().map_err(|e| Error::io(exe, e))?;
-    let info = read_dyn(&exe_canon).map_err(|msg| Error::Elf { path: exe.into(), msg })?;
+    let info = read_dyn(&exe_canon).map_err(|e| Error::Elf {
+        path: exe.into(),
+        msg: e.0,
+    })?;
     let ld_library_path = ld_library_path();
     let cache = read_ld_so_cache(Path::new("/etc/ld.so.cache"));
     let mut result: Vec<PathBuf> = Vec::new();

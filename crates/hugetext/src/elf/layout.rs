@@ -100,8 +100,14 @@ pub struct Model {
     pub file_size: u64,
 }
 
-/// Parse failures, phrased for the user (the caller adds the path).
-pub type ParseResult<T> = std::result::Result<T, String>;
+/// A file that is not a well-formed ELF file, phrased for the user (the
+/// caller adds the path: [`crate::Error::Elf`]).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Malformed(pub String);
+
+/// Parse results.
+pub type ParseResult<T> = std::result::Result<T, Malformed>;
 
 const MAX_PHDRS: usize = 4096;
 /// Index of the class byte in `e_ident`.
@@ -172,14 +178,14 @@ impl Model {
 pub(crate) fn elf_class<'data, R: ReadRef<'data>>(data: R) -> ParseResult<bool> {
     let ident = data
         .read_bytes_at(0, 16)
-        .map_err(|_| "not an ELF file (shorter than an ELF identification)".to_string())?;
+        .map_err(|_| Malformed("not an ELF file (shorter than an ELF identification)".to_string()))?;
     if &ident[..4] != b"\x7fELF" {
-        return Err("not an ELF file (no ELF magic)".into());
+        return Err(Malformed("not an ELF file (no ELF magic)".into()));
     }
     match ident[EI_CLASS] {
         elf::ELFCLASS64 => Ok(true),
         elf::ELFCLASS32 => Ok(false),
-        c => Err(format!("not a valid ELF file (unknown ELF class {c})")),
+        c => Err(Malformed(format!("not a valid ELF file (unknown ELF class {c})"))),
     }
 }
 
@@ -204,9 +210,13 @@ fn parse_generic<'data, Elf: FileHeader<Endian = Endianness>, R: ReadRef<'data>>
     data: R,
     is_64: bool,
 ) -> ParseResult<Model> {
-    let file_size = data.len().map_err(|_| "cannot determine the file size".to_string())?;
-    let header = Elf::parse(data).map_err(|e| format!("not a valid ELF file ({e})"))?;
-    let endian = header.endian().map_err(|e| format!("not a valid ELF file ({e})"))?;
+    let file_size = data
+        .len()
+        .map_err(|_| Malformed("cannot determine the file size".to_string()))?;
+    let header = Elf::parse(data).map_err(|e| Malformed(format!("not a valid ELF file ({e})")))?;
+    let endian = header
+        .endian()
+        .map_err(|e| Malformed(format!("not a valid ELF file ({e})")))?;
     let little_endian = endian == Endianness::Little;
     let e_type = header.e_type(endian);
     let e_machine = header.e_machine(endian);
@@ -219,21 +229,21 @@ fn parse_generic<'data, Elf: FileHeader<Endian = Endianness>, R: ReadRef<'data>>
     // generic messages would.
     let phnum = u64::from(header.e_phnum(endian));
     if phnum > 0 && phnum != u64::from(elf::PN_XNUM) && e_phoff.saturating_add(phnum * e_phentsize) > file_size {
-        return Err(format!(
+        return Err(Malformed(format!(
             "the program header table ({phnum} entries at {e_phoff:#x}) lies beyond the end of the file ({file_size:#x} bytes): truncated or corrupt"
-        ));
+        )));
     }
     let shnum = u64::from(header.e_shnum(endian));
     if e_shoff != 0 && shnum > 0 && e_shoff.saturating_add(shnum * e_shentsize) > file_size {
-        return Err(format!(
+        return Err(Malformed(format!(
             "the section header table ({shnum} entries at {e_shoff:#x}) lies beyond the end of the file ({file_size:#x} bytes): truncated or corrupt"
-        ));
+        )));
     }
     let raw_phdrs = header
         .program_headers(endian, data)
-        .map_err(|e| format!("malformed program header table ({e})"))?;
+        .map_err(|e| Malformed(format!("malformed program header table ({e})")))?;
     if raw_phdrs.len() > MAX_PHDRS {
-        return Err(format!("absurd program header count {}", raw_phdrs.len()));
+        return Err(Malformed(format!("absurd program header count {}", raw_phdrs.len())));
     }
     let mut phdrs = Vec::with_capacity(raw_phdrs.len());
     for (i, p) in raw_phdrs.iter().enumerate() {
@@ -254,18 +264,18 @@ fn parse_generic<'data, Elf: FileHeader<Endian = Endianness>, R: ReadRef<'data>>
             Some(end) if end <= file_size => {}
             _ if ph.p_filesz == 0 && ph.p_offset <= file_size => {}
             _ => {
-                return Err(format!(
+                return Err(Malformed(format!(
                     "program header {i} ({}) describes bytes {:#x}+{:#x} beyond the end of the file ({:#x} bytes): truncated or corrupt",
                     ptype_name(ph.p_type),
                     ph.p_offset,
                     ph.p_filesz,
                     file_size
-                ))
+                )))
             }
         }
         if ph.is_load() {
             if let Some(why) = load_refusal(&ph) {
-                return Err(format!("PT_LOAD {i} {why}: corrupt"));
+                return Err(Malformed(format!("PT_LOAD {i} {why}: corrupt")));
             }
         }
         phdrs.push(ph);
@@ -275,7 +285,7 @@ fn parse_generic<'data, Elf: FileHeader<Endian = Endianness>, R: ReadRef<'data>>
     if e_shoff != 0 {
         let sections = header
             .sections(endian, data)
-            .map_err(|e| format!("malformed section header table ({e})"))?;
+            .map_err(|e| Malformed(format!("malformed section header table ({e})")))?;
         for (i, s) in sections.iter().enumerate() {
             let name = sections
                 .section_name(endian, s)
@@ -290,10 +300,10 @@ fn parse_generic<'data, Elf: FileHeader<Endian = Endianness>, R: ReadRef<'data>>
                 sh_size: s.sh_size(endian).into(),
             };
             if sh.has_file_bytes() && sh.sh_offset.checked_add(sh.sh_size).map_or(true, |e| e > file_size) {
-                return Err(format!(
+                return Err(Malformed(format!(
                     "section {i} ({}) describes bytes {:#x}+{:#x} beyond the end of the file ({:#x} bytes): truncated or corrupt",
                     sh.name, sh.sh_offset, sh.sh_size, file_size
-                ));
+                )));
             }
             shdrs.push(sh);
         }

@@ -77,7 +77,7 @@ pub fn supported_machine(m: u16) -> bool {
 }
 
 /// Parse a `--page-size` value: 4K, 16K or 64K (also `16384`, `16KiB`).
-pub fn parse_page_size(s: &str) -> std::result::Result<u64, String> {
+pub fn parse_page_size(s: &str) -> Result<u64> {
     let t = s.trim().to_ascii_lowercase();
     let num = t
         .strip_suffix("kib")
@@ -87,7 +87,7 @@ pub fn parse_page_size(s: &str) -> std::result::Result<u64, String> {
         .unwrap_or_else(|| t.parse::<u64>());
     match num {
         Ok(n) if matches!(n >> 10, 4 | 16 | 64) && n % 1024 == 0 => Ok(n),
-        _ => Err(format!("{s}: not a page size (give 4K, 16K or 64K)")),
+        _ => Err(Error::Invalid(format!("{s}: not a page size (give 4K, 16K or 64K)"))),
     }
 }
 
@@ -107,14 +107,17 @@ impl Target {
     /// The target for a file of machine `machine`, with the page size the
     /// user named (`page`), if any. `Err` when that page size does not exist
     /// on that machine.
-    pub fn for_machine(machine: u16, page: Option<u64>) -> std::result::Result<Target, String> {
+    pub fn for_machine(machine: u16, page: Option<u64>) -> Result<Target> {
         let name = layout::machine_name(machine);
         let host = host_machine();
         let foreign = machine != host;
         let kernel_page = crate::kernel::page_size() as u64;
         let (page_size, pmd_size, mut note) = match (machine, page) {
             (object::elf::EM_X86_64, Some(p)) if p != 4096 => {
-                return Err(format!("x86-64 has 4 KiB pages only, not {} KiB", p >> 10))
+                return Err(Error::Invalid(format!(
+                    "x86-64 has 4 KiB pages only, not {} KiB",
+                    p >> 10
+                )))
             }
             // The running machine, its own page size: the kernel's word.
             (_, p) if !foreign && p.map_or(true, |p| p == kernel_page) => {
@@ -203,7 +206,10 @@ pub(crate) fn read_model(path: &Path) -> Result<(File, layout::Model)> {
         });
     }
     let cache = object::ReadCache::new(&file);
-    let model = layout::Model::parse(&cache).map_err(|msg| Error::Elf { path: path.into(), msg })?;
+    let model = layout::Model::parse(&cache).map_err(|e| Error::Elf {
+        path: path.into(),
+        msg: e.0,
+    })?;
     drop(cache);
     Ok((file, model))
 }
@@ -226,7 +232,10 @@ pub fn check_file(path: &Path) -> Result<CheckReport> {
 /// verdict says why.
 pub fn check_file_for(path: &Path, page: Option<u64>) -> Result<CheckReport> {
     let (file, model) = read_model(path)?;
-    let target = Target::for_machine(model.e_machine, page).map_err(|msg| Error::Elf { path: path.into(), msg })?;
+    let target = Target::for_machine(model.e_machine, page).map_err(|e| Error::Elf {
+        path: path.into(),
+        msg: e.to_string(),
+    })?;
     let mut report = check::analyse(path, &model, &target);
     let inv = align::invalidations(path, &file, &model);
     report.warnings.extend(

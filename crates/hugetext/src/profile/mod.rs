@@ -125,24 +125,28 @@ impl Profile {
     }
 
     /// Parse a profile's JSON; Err says what is wrong with it.
-    pub fn parse(text: &str) -> std::result::Result<Profile, String> {
-        let v: serde_json::Value =
-            serde_json::from_str(text).map_err(|e| format!("not a hugetext profile (not JSON: {e})"))?;
+    pub fn parse(text: &str) -> Result<Profile> {
+        let v: serde_json::Value = serde_json::from_str(text)
+            .map_err(|e| Error::Invalid(format!("not a hugetext profile (not JSON: {e})")))?;
         if v.get("format").and_then(|f| f.as_str()) != Some(FORMAT) {
-            return Err(format!("not a hugetext profile (no \"format\": \"{FORMAT}\")"));
+            return Err(Error::Invalid(format!(
+                "not a hugetext profile (no \"format\": \"{FORMAT}\")"
+            )));
         }
         match v.get("version").and_then(|f| f.as_u64()) {
             Some(n) if n == VERSION as u64 => {}
             other => {
-                return Err(format!(
+                return Err(Error::Invalid(format!(
                     "profile version {} is not supported (this hugetext reads version {VERSION}); profile again",
                     other.map_or("?".to_string(), |n| n.to_string())
-                ))
+                )))
             }
         }
-        let p: Profile = serde_json::from_value(v).map_err(|e| format!("malformed profile: {e}"))?;
+        let p: Profile = serde_json::from_value(v).map_err(|e| Error::Invalid(format!("malformed profile: {e}")))?;
         if p.pmd_size == 0 || !p.pmd_size.is_power_of_two() || p.page_size == 0 {
-            return Err("malformed profile: page_size and pmd_size must be powers of two".into());
+            return Err(Error::Invalid(
+                "malformed profile: page_size and pmd_size must be powers of two".into(),
+            ));
         }
         Ok(p)
     }
@@ -278,14 +282,14 @@ pub fn load_hot_list(path: &Path, share: f64, pmd: u64) -> Result<(String, Vec<H
 
 /// A hot-window list the preload can read (at most
 /// `hugetext_abi::hot::MAX_LEN` bytes), or why not.
-pub fn fits(list: String) -> std::result::Result<String, String> {
+pub fn fits(list: String) -> Result<String> {
     match list.len() <= hugetext_abi::hot::MAX_LEN {
         true => Ok(list),
-        false => Err(format!(
+        false => Err(Error::Invalid(format!(
             "the hot-window list would take {} KiB, more than the {} KiB the preload reads: give a smaller share",
             list.len().div_ceil(1024),
             hugetext_abi::hot::MAX_LEN / 1024
-        )),
+        ))),
     }
 }
 
@@ -484,9 +488,10 @@ mod tests {
         let p = profile(vec![file("/a", &[(0, 5)])]);
         let text = serde_json::to_string(&p).unwrap();
         assert_eq!(Profile::parse(&text).unwrap(), p);
-        assert!(Profile::parse("{").unwrap_err().contains("not JSON"));
+        assert!(Profile::parse("{").unwrap_err().to_string().contains("not JSON"));
         assert!(Profile::parse("{\"format\":\"x\"}")
             .unwrap_err()
+            .to_string()
             .contains("not a hugetext profile"));
         let v2 = text.replace("\"version\":1", "\"version\":2");
         let list = hot_list(&profile(vec![file("/a", &[(0, 5), (3, 1)])]), 0.99);
@@ -496,9 +501,12 @@ mod tests {
         assert_eq!(e.len(), 1);
         assert_eq!(e[0].path, b"/a");
         assert_eq!(e[0].ranges, format!("0-{M},{}-{}", 3 * M, 4 * M).as_bytes());
-        assert_eq!(fits(list.clone()), Ok(list));
+        assert_eq!(fits(list.clone()).unwrap(), list);
         let big = "x".repeat(hugetext_abi::hot::MAX_LEN + 1);
-        assert!(fits(big).unwrap_err().contains("give a smaller share"));
-        assert!(Profile::parse(&v2).unwrap_err().contains("version 2 is not supported"));
+        assert!(fits(big).unwrap_err().to_string().contains("give a smaller share"));
+        assert!(Profile::parse(&v2)
+            .unwrap_err()
+            .to_string()
+            .contains("version 2 is not supported"));
     }
 }

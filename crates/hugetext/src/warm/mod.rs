@@ -38,6 +38,8 @@ pub use plan::{
 pub use replace::{replace_and_warm, replace_refusals, ReplaceAllow};
 pub use report::{FileReport, RangeReport, SmallReasons};
 pub use run::{warm_all, CollapseState, FileOutcome, WarmReport};
+// Who maps or writes a file: procfs facts that warm and agent use.
+pub use crate::procfs::{mapping_pids_file, mapping_pids_of, writer_pids_of, ProcRef};
 
 use std::collections::BTreeSet;
 use std::fs::File;
@@ -48,64 +50,18 @@ use std::path::Path;
 use std::time::Instant;
 
 use crate::kernel::{self, Mapping};
-use crate::{fsutil, pagecache, procfs, Error, Result};
+use crate::{fsutil, pagecache, Error, Result};
 
 const KIB: u64 = 1024;
 
 // ---------------------------------------------------------------------------
 // Who maps a file
 
-/// A process that maps (or has open) a file.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
-pub struct ProcRef {
-    /// Process id.
-    pub pid: i32,
-    /// Its command name (`/proc/PID/comm`).
-    pub comm: String,
-}
-
-/// The processes (other than this one) that map the file with device `dev`
-/// and inode `ino`, from `/proc/*/maps` ([`procfs::pids_mapping`]).
-/// Processes that vanish or cannot be read are skipped.
-pub fn mapping_pids_of(dev: u64, ino: u64) -> Vec<ProcRef> {
-    proc_refs(procfs::pids_mapping(dev, ino))
-}
-
 /// The processes that map `path` (see [`mapping_pids_of`]). `path` is
 /// opened as a path from `/proc` ([`open_regular`]): a FIFO or a symbolic
 /// link swapped in there is refused, without blocking.
 pub fn mapping_pids(path: &Path) -> Result<Vec<ProcRef>> {
     mapping_pids_file(&open_regular(path)?).map_err(|e| Error::io(path, e))
-}
-
-/// The processes that map the open file `f`. The device is the one maps
-/// lines show ([`fsutil::maps_dev`]; on btrfs not `st_dev`).
-pub fn mapping_pids_file(f: &File) -> std::io::Result<Vec<ProcRef>> {
-    let ino = f.metadata()?.ino();
-    let dev = fsutil::maps_dev(f)?;
-    Ok(mapping_pids_of(dev, ino))
-}
-
-/// The processes (other than this one) holding the file open for writing
-/// ([`procfs::fds_on`]).
-pub fn writer_pids_of(dev: u64, ino: u64) -> Vec<ProcRef> {
-    let pids = procfs::all_pids().unwrap_or_default();
-    proc_refs(
-        pids.into_iter()
-            .filter(|&pid| procfs::fds_on(pid, dev, ino).iter().any(procfs::OpenFd::writable)),
-    )
-}
-
-/// `pids` other than this process, with their command names.
-fn proc_refs(pids: impl IntoIterator<Item = i32>) -> Vec<ProcRef> {
-    let me = std::process::id() as i32;
-    pids.into_iter()
-        .filter(|&pid| pid != me)
-        .map(|pid| ProcRef {
-            pid,
-            comm: procfs::read_comm(pid).unwrap_or_default(),
-        })
-        .collect()
 }
 
 /// `pid 12 (comm), …` for notes and refusals.

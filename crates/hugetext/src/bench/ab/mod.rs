@@ -207,7 +207,7 @@ pub fn run(opts: &Options, progress: &dyn Progress) -> Result<Report> {
         Err(why) => {
             report.itlb = ItlbInfo {
                 supported: false,
-                reason: Some(why),
+                reason: Some(why.to_string()),
             };
             None
         }

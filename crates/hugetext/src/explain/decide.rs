@@ -1,225 +1,11 @@
-//! `explain`: for each text mapping of a process (the executable and every
-//! library), what it is now and, for what is not PMD-mapped, the first reason
-//! that applies in the order the kernel decides, with the evidence and the
-//! one command that fixes it.
-//!
-//! [`gather`] reads every fact once, from the modules that own it: backing
-//! from [`inspect`](crate::inspect), layout from [`elf::check_file`], the
-//! filesystem from [`fsutil`] (and its large-folio experiment), the page
-//! cache from [`folio::scan_file`], blocking processes from
-//! [`warm::mapping_pids`], maps/smaps/status from [`procfs`]. Then
-//! [`decide`] and [`summary`] are pure functions over those facts.
+//! The verdicts: pure functions over the gathered facts.
 
-use std::collections::{BTreeMap, HashMap};
-use std::path::{Path, PathBuf};
-
+use hugetext_abi::thp::ThpMode;
 use serde::Serialize;
 
-use crate::elf::{self, check::whole_windows};
-use crate::folio::{Class, Counts, Kind};
-use crate::warm::ProcRef;
-use crate::{folio, fsutil, inspect, kernel, procfs, remap, warm, Error, Result};
-
-/// What the whole machine says, the same for every process.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct SystemFacts {
-    /// THP `enabled` mode; `None` without THP.
-    pub thp_enabled: Option<String>,
-    /// The `hypervisor` CPU flag: this is a virtual machine.
-    pub hypervisor: bool,
-    /// `/sys/devices/system/cpu/vulnerabilities/itlb_multihit`.
-    pub itlb_multihit: Option<String>,
-    /// khugepaged's pace (`/sys/kernel/mm/transparent_hugepage/khugepaged/`):
-    /// where file text collapses in place ([`FsFacts::collapse_in_place`]),
-    /// it collapses congruent text mappings by itself under THP `always` or
-    /// `MADV_HUGEPAGE`. `None`: not readable.
-    pub khugepaged: Option<Khugepaged>,
-    /// PMD size of the running kernel, bytes (2 MiB on x86-64; 2, 32 or
-    /// 512 MiB on arm64 with 4, 16 or 64 KiB pages).
-    pub pmd_size: u64,
-    /// arm64's contiguous-PTE block, bytes (64 KiB with 4 KiB pages, 2 MiB
-    /// with 16 KiB and 64 KiB pages): a naturally aligned folio of at least
-    /// this size is mapped with one TLB entry per block. `None` elsewhere.
-    pub cont_pte: Option<u64>,
-}
-
-/// khugepaged's settings that govern when it collapses a mapping.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct Khugepaged {
-    /// Pause between two scans, ms.
-    pub scan_sleep_millisecs: u64,
-    /// Pages it looks at per scan.
-    pub pages_to_scan: u64,
-}
-
-impl Khugepaged {
-    fn read() -> Option<Khugepaged> {
-        let get = |n: &str| -> Option<u64> {
-            std::fs::read_to_string(format!("/sys/kernel/mm/transparent_hugepage/khugepaged/{n}"))
-                .ok()?
-                .trim()
-                .parse()
-                .ok()
-        };
-        Some(Khugepaged {
-            scan_sleep_millisecs: get("scan_sleep_millisecs")?,
-            pages_to_scan: get("pages_to_scan")?,
-        })
-    }
-
-    /// `every scan_sleep_millisecs=10000 ms it scans pages_to_scan=4096 pages`.
-    fn pace(k: Option<Khugepaged>) -> String {
-        match k {
-            Some(k) => format!(
-                " (every scan_sleep_millisecs={} ms it scans pages_to_scan={} pages)",
-                k.scan_sleep_millisecs, k.pages_to_scan
-            ),
-            None => String::new(),
-        }
-    }
-}
-
-/// Where a file-backed text mapping sits against its file (from the ELF
-/// program headers and the address the loader chose).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Layout {
-    /// `address ≡ file offset (mod 2 MiB)`.
-    Congruent,
-    /// The segment's `p_vaddr − p_offset` is not a multiple of 2 MiB (lld,
-    /// mold): no load address can fix it.
-    Skewed { skew: u64 },
-    /// The segment is congruent, but the load base is not 2 MiB-aligned
-    /// (`p_align` below 2 MiB).
-    BaseBreaks { base: u64, p_align: u64 },
-    /// Not congruent, and the file is not an ELF file we can read.
-    NotCongruent { why: String },
-}
-
-/// The filesystem behind a mapping.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FsFacts {
-    /// Type name (`ext4`, `tmpfs`, `btrfs`, …).
-    pub name: String,
-    /// Whether it gives PMD-size page-cache folios, by experiment
-    /// ([`fsutil::probe_pmd_folios`]); `None`: could not be tried.
-    pub pmd_folios: Option<bool>,
-    /// Whether `MADV_COLLAPSE` (and so khugepaged) collapses file text in
-    /// small folios in place here, while processes map it, by experiment
-    /// ([`crate::pagecache::collapse_supported`]: `CONFIG_READ_ONLY_THP_FOR_FS`, or
-    /// since 7.x any filesystem with PMD folios); `None`: not tried.
-    pub collapse_in_place: Option<bool>,
-}
-
-/// The page cache of the file range a mapping maps.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct CacheFacts {
-    /// Whole 2 MiB windows of the range.
-    pub windows: u64,
-    /// Of those, held in one PMD-size folio.
-    pub pmd_windows: u64,
-    /// kB cached, by folio size in kB.
-    pub folios_kb: BTreeMap<u64, u64>,
-    /// Processes mapping the file (they keep its small folios from being
-    /// evicted by `warm`).
-    pub blockers: Vec<ProcRef>,
-}
-
-/// Everything known about one text mapping.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct MappingFacts {
-    pub start: u64,
-    pub end: u64,
-    /// File offset of `start`.
-    pub offset: u64,
-    /// The file (for a copy: the file it was copied from).
-    pub path: String,
-    /// Anonymous copy made by `hugetext run` (the `copy` route).
-    pub copied: bool,
-    /// kB mapped by PMDs.
-    pub pmd_kb: u64,
-    /// kB in large folios mapped by PTEs.
-    pub pte_large_kb: u64,
-    /// kB in base pages (4 KiB folios).
-    pub base_kb: u64,
-    /// kB PTE-mapped in folios of unknown size (no PFN access).
-    pub pte_unknown_kb: u64,
-    /// `nh` in smaps `VmFlags`: MADV_NOHUGEPAGE.
-    pub nohugepage: bool,
-    /// `hg` in smaps `VmFlags`: MADV_HUGEPAGE.
-    pub hugepage: bool,
-    /// Whole windows of the mapping with no page mapped at all (never
-    /// executed since the process started, or dropped), from the present
-    /// bits of `/proc/PID/pagemap`.
-    pub unmapped_windows: u64,
-    /// `None` for copies.
-    pub layout: Option<Layout>,
-    /// `None` for copies, or when it could not be told.
-    pub fs: Option<FsFacts>,
-    /// `Err`: why the page cache could not be read.
-    pub cache: Option<std::result::Result<CacheFacts, String>>,
-}
-
-impl MappingFacts {
-    /// Whole `pmd`-size windows of the mapping's address range.
-    pub fn windows(&self, pmd: u64) -> u64 {
-        whole_windows(self.start, self.end - self.start, pmd)
-    }
-}
-
-/// Everything known about one process.
-#[derive(Debug, Clone, Default)]
-pub struct ProcessFacts {
-    pub pid: i32,
-    pub comm: String,
-    /// `THP_enabled: 0` in /proc/PID/status (PR_SET_THP_DISABLE); `None`:
-    /// the kernel does not say.
-    pub thp_disabled: Option<bool>,
-    /// The executable (`/proc/PID/exe`): the kernel maps it, the ELF
-    /// interpreter maps the libraries.
-    pub exe: Option<String>,
-    /// The ELF interpreter (glibc's `ld.so`) and what it supports.
-    pub loader: Option<LoaderFacts>,
-    /// `GLIBC_TUNABLES` in `/proc/PID/environ`: `None` when unset or
-    /// unreadable.
-    pub glibc_tunables: Option<String>,
-    /// The systemd unit the process runs in (from `/proc/PID/cgroup`) and
-    /// its `MemoryTHP=` setting (`systemctl show`; newer systemd), when
-    /// systemd manages the machine.
-    pub unit: Option<UnitFacts>,
-    pub mappings: Vec<MappingFacts>,
-}
-
-/// The process's ELF interpreter.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct LoaderFacts {
-    /// As mapped by the process.
-    pub path: String,
-    /// Whether it knows the `glibc.elf.thp` tunable (newer glibc: with
-    /// `glibc.elf.thp=1` it maps large read-only segments 2 MiB-aligned),
-    /// from `ld.so --list-tunables`; `None`: it could not be asked (not
-    /// glibc, or not reachable from here).
-    pub elf_thp: Option<bool>,
-}
-
-/// The systemd unit of a process.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct UnitFacts {
-    pub name: String,
-    /// `MemoryTHP=` (`inherit`, `disable`, `madvise`, `system`); `None`
-    /// where systemd does not know the setting.
-    pub memory_thp: Option<String>,
-}
-
-/// The value of tunable `name` in a `GLIBC_TUNABLES` string
-/// (`a.b.c=1:d.e.f=2`). Pure.
-pub fn tunable<'a>(tunables: &'a str, name: &str) -> Option<&'a str> {
-    // The last setting wins, as in glibc.
-    tunables
-        .rsplit(':')
-        .filter_map(|t| t.split_once('='))
-        .find(|(k, _)| *k == name)
-        .map(|(_, v)| v)
-}
+use super::{tunable, Khugepaged, Layout, MappingFacts, ProcessFacts, SystemFacts};
+use crate::procfs::ProcRef;
+use crate::{fsutil, inspect};
 
 /// Why (part of) a mapping is not PMD-mapped: the stable codes of
 /// `explain --json` (doc/explain.md).
@@ -281,9 +67,9 @@ fn verdict(reason: Reason, evidence: impl Into<String>, fix: Option<String>, gai
 /// under `madvise`. Pure.
 fn khugepaged_scans(sys: &SystemFacts, m: &MappingFacts) -> bool {
     !m.nohugepage
-        && match sys.thp_enabled.as_deref() {
-            Some("always") => true,
-            Some("madvise") => m.hugepage,
+        && match sys.thp_enabled {
+            Some(ThpMode::Always) => true,
+            Some(ThpMode::Madvise) => m.hugepage,
             _ => false,
         }
 }
@@ -331,7 +117,7 @@ pub fn decide(sys: &SystemFacts, p: &ProcessFacts, m: &MappingFacts) -> Verdict 
     // THP `enabled=never` stops anonymous huge pages (run's copies), not
     // the PMD mapping of file folios: do_set_pmd() checks only the process
     // and the VMA (verified on 6.18: a warmed file is PMD-mapped under never).
-    if m.copied && sys.thp_enabled.as_deref() == Some("never") {
+    if m.copied && sys.thp_enabled == Some(ThpMode::Never) {
         return verdict(
             Reason::ThpNever,
             "/sys/kernel/mm/transparent_hugepage/enabled is [never]: no anonymous huge pages for the copy",
@@ -554,14 +340,14 @@ pub fn loader_advice(sys: &SystemFacts, p: &ProcessFacts, m: &MappingFacts) -> (
     };
     let set = p.glibc_tunables.as_deref().and_then(|t| tunable(t, "glibc.elf.thp")) == Some("1");
     let pmd_w = crate::elf::check::size_words(sys.pmd_size);
-    let mode = sys.thp_enabled.as_deref().unwrap_or("unknown");
+    let mode = sys.thp_enabled.map_or("unknown", ThpMode::as_str);
     if set {
         let note = format!(
             "; GLIBC_TUNABLES has glibc.elf.thp=1, but {} did not align it (glibc aligns only when THP enabled is `always`; here `{mode}`)",
             loader.path
         );
         (note, align)
-    } else if mode == "always" {
+    } else if sys.thp_enabled == Some(ThpMode::Always) {
         let note = format!("; {} knows glibc.elf.thp", loader.path);
         (
             note,
@@ -660,115 +446,6 @@ fn contpte_share_kb(p: &ProcessFacts, cont_pte: Option<u64>, pmd: u64) -> Option
     (kb > 0).then_some(kb)
 }
 
-// ---------------------------------------------------------------------------
-// Reports
-
-/// One mapping in `explain --json`.
-#[derive(Debug, Clone, Serialize)]
-pub struct MappingReport {
-    pub start: String,
-    pub end: String,
-    pub offset: u64,
-    pub path: String,
-    /// `file` or `anon-copy`.
-    pub backing: &'static str,
-    pub size_kb: u64,
-    pub pmd_kb: u64,
-    pub pte_large_kb: u64,
-    pub base_kb: u64,
-    pub pte_unknown_kb: u64,
-    pub whole_windows: u64,
-    #[serde(flatten)]
-    pub verdict: Verdict,
-}
-
-/// One process in `explain --json`.
-#[derive(Debug, Clone, Serialize)]
-pub struct ProcessReport {
-    pub pid: i32,
-    pub comm: String,
-    pub thp_disabled: Option<bool>,
-    pub exe: Option<String>,
-    pub loader: Option<LoaderFacts>,
-    pub glibc_tunables: Option<String>,
-    pub unit: Option<UnitFacts>,
-    pub text_kb: u64,
-    pub pmd_kb: u64,
-    pub summary: String,
-    pub mappings: Vec<MappingReport>,
-}
-
-/// `hugetext explain --json`.
-#[derive(Debug, Clone, Serialize)]
-pub struct Report {
-    pub system: SystemFacts,
-    pub notes: Vec<String>,
-    pub processes: Vec<ProcessReport>,
-}
-
-/// Decide every mapping of every process. Pure.
-pub fn report(sys: &SystemFacts, procs: &[ProcessFacts]) -> Report {
-    let processes = procs
-        .iter()
-        .map(|p| {
-            let verdicts: Vec<Verdict> = p.mappings.iter().map(|m| decide(sys, p, m)).collect();
-            ProcessReport {
-                pid: p.pid,
-                comm: p.comm.clone(),
-                thp_disabled: p.thp_disabled,
-                exe: p.exe.clone(),
-                loader: p.loader.clone(),
-                glibc_tunables: p.glibc_tunables.clone(),
-                unit: p.unit.clone(),
-                text_kb: p.mappings.iter().map(|m| (m.end - m.start) / 1024).sum(),
-                pmd_kb: p.mappings.iter().map(|m| m.pmd_kb).sum(),
-                summary: summary(p, &verdicts, sys.cont_pte, sys.pmd_size),
-                mappings: p
-                    .mappings
-                    .iter()
-                    .zip(verdicts)
-                    .map(|(m, verdict)| MappingReport {
-                        start: format!("{:x}", m.start),
-                        end: format!("{:x}", m.end),
-                        offset: m.offset,
-                        path: m.path.clone(),
-                        backing: if m.copied { "anon-copy" } else { "file" },
-                        size_kb: (m.end - m.start) / 1024,
-                        pmd_kb: m.pmd_kb,
-                        pte_large_kb: m.pte_large_kb,
-                        base_kb: m.base_kb,
-                        pte_unknown_kb: m.pte_unknown_kb,
-                        whole_windows: m.windows(sys.pmd_size),
-                        verdict,
-                    })
-                    .collect(),
-            }
-        })
-        .collect();
-    Report {
-        system: sys.clone(),
-        notes: system_notes(sys),
-        processes,
-    }
-}
-
-// ---------------------------------------------------------------------------
-// Gathering
-
-impl SystemFacts {
-    /// Read the machine's facts.
-    pub fn gather() -> SystemFacts {
-        SystemFacts {
-            thp_enabled: kernel::thp_enabled(),
-            hypervisor: kernel::hypervisor(),
-            itlb_multihit: kernel::cpu_vulnerability("itlb_multihit"),
-            khugepaged: Khugepaged::read(),
-            pmd_size: kernel::pmd_size() as u64,
-            cont_pte: kernel::cont_pte_size().map(|b| b as u64),
-        }
-    }
-}
-
 /// The layout of a text mapping at `start` from file `offset`, given the
 /// file's executable `check` segments as (p_offset, p_filesz, p_vaddr,
 /// p_align), for a kernel with `pmd`-byte PMDs and `page`-byte pages (the
@@ -800,348 +477,10 @@ pub fn layout_of(start: u64, offset: u64, segments: &[(u64, u64, u64, u64)], pmd
     }
 }
 
-/// Per-filesystem facts, probed once per directory's filesystem; what each
-/// ELF interpreter supports, asked once.
-#[derive(Default)]
-struct FsCache {
-    fs: HashMap<(u64, String), FsFacts>,
-    loaders: HashMap<String, Option<bool>>,
-}
-
-impl FsCache {
-    fn get(&mut self, file: &std::fs::File, dir: &Path) -> FsFacts {
-        use std::os::unix::fs::MetadataExt;
-        let name = fsutil::fs_name(file);
-        let dev = file.metadata().map(|m| m.dev()).unwrap_or(0);
-        self.fs
-            .entry((dev, name.clone()))
-            .or_insert_with(|| {
-                let pmd_folios = fsutil::probe_pmd_folios(dir);
-                FsFacts {
-                    // Asked only where it can matter: text in small folios on
-                    // a filesystem that gives PMD folios.
-                    collapse_in_place: match pmd_folios {
-                        Some(true) => crate::pagecache::collapse_supported(dir).ok().map(|c| c.is_available()),
-                        _ => None,
-                    },
-                    pmd_folios,
-                    name,
-                }
-            })
-            .clone()
-    }
-}
-
-/// Whole PMD windows of `[start, end)` in process `pid` with no page
-/// present (pagemap's present bit; readable without privilege).
-fn unmapped_windows(pid: i32, start: u64, end: u64) -> Result<u64> {
-    let pmd = kernel::pmd_size() as u64;
-    let per = (pmd / kernel::page_size() as u64) as usize;
-    let (ws, we) = (start.div_ceil(pmd) * pmd, end / pmd * pmd);
-    if ws >= we {
-        return Ok(0);
-    }
-    let words = folio::read_pagemap(Some(pid), ws as usize, ((we - ws) / pmd) as usize * per)?;
-    Ok(words
-        .chunks(per)
-        .filter(|w| w.iter().all(|&x| x & folio::PM_PRESENT == 0))
-        .count() as u64)
-}
-
-fn kb_of(counts: &Counts) -> (u64, u64, u64, u64) {
-    let ps = kernel::page_size() as u64 / 1024;
-    let (mut pmd, mut large, mut base, mut unknown) = (0, 0, 0, 0);
-    for kind in [Kind::File, Kind::Anon] {
-        for class in counts.classes(kind, false) {
-            let kb = counts.get(kind, class) * ps;
-            match class {
-                Class::PmdAligned | Class::Hugetlb => pmd += kb,
-                Class::BasePage => base += kb,
-                Class::PteUnknown => unknown += kb,
-                Class::Partial | Class::PteAligned(_) | Class::PteUnaligned(_) => large += kb,
-            }
-        }
-    }
-    (pmd, large, base, unknown)
-}
-
-fn mapping_facts(pid: i32, t: &remap::TextMapping, offset: u64, fs_cache: &mut FsCache) -> MappingFacts {
-    let pmd = kernel::pmd_size() as u64;
-    let mut m = MappingFacts {
-        start: t.start,
-        end: t.end,
-        offset,
-        path: t.path.clone(),
-        copied: t.copied,
-        ..Default::default()
-    };
-    if t.copied {
-        m.layout = None;
-        return m;
-    }
-    // The inode this process maps (the path may name a newer file by now).
-    // The kernel's link to it opens the mapped inode itself; the path from
-    // maps is opened as any path from /proc (no link, no FIFO, no blocking).
-    let mapped = PathBuf::from(format!("/proc/{pid}/map_files/{:x}-{:x}", t.start, t.end));
-    let named = procfs::name_path(&t.path);
-    let (file_path, opened) = match std::fs::File::open(&mapped) {
-        Ok(f) => (mapped, Some(f)),
-        Err(_) => {
-            let f = crate::openfile::open_regular(&named, crate::openfile::Follow::No).ok();
-            (named.clone(), f)
-        }
-    };
-    // Text mappings map executable segments; a read-only segment before
-    // the text can share its first page.
-    let segments: std::result::Result<Vec<_>, String> = elf::check_file(&file_path)
-        .map(|r| {
-            r.segments
-                .iter()
-                .filter(|s| s.executable)
-                .map(|s| (s.offset, s.filesz, s.vaddr, s.p_align))
-                .collect()
-        })
-        .map_err(|e| e.to_string());
-    let page = kernel::page_size() as u64;
-    m.layout = Some(match segments {
-        Ok(segs) => layout_of(t.start, offset, &segs, pmd, page),
-        Err(why) => match layout_of(t.start, offset, &[], pmd, page) {
-            Layout::Congruent => Layout::Congruent,
-            _ => Layout::NotCongruent { why },
-        },
-    });
-    if let Some(file) = &opened {
-        let dir = named.parent().unwrap_or(Path::new("/")).to_path_buf();
-        let mut fs = fs_cache.get(file, &dir);
-        // An overlay maps the file of the layer it comes from: that filesystem decides.
-        if fs.name == "overlayfs" {
-            if let Some(layer) = fsutil::overlay_layer_of(&named) {
-                if let Ok(real) = crate::openfile::open_regular(&layer, crate::openfile::Follow::Yes) {
-                    let under = fs_cache.get(&real, layer.parent().unwrap_or(Path::new("/")));
-                    fs = FsFacts {
-                        name: format!("overlayfs over {} ({})", under.name, layer.display()),
-                        pmd_folios: under.pmd_folios,
-                        collapse_in_place: under.collapse_in_place,
-                    };
-                }
-            }
-        }
-        m.fs = Some(fs);
-    }
-    let len = t.end - t.start;
-    m.cache = Some(
-        folio::scan_file(&file_path, Some(offset..offset + len))
-            .map(|f| CacheFacts {
-                windows: f.total_windows,
-                pmd_windows: f.pmd_windows.len() as u64,
-                folios_kb: f.folios_kb.clone(),
-                blockers: opened
-                    .as_ref()
-                    .and_then(|f| warm::mapping_pids_file(f).ok())
-                    .unwrap_or_default(),
-            })
-            .map_err(|e| e.to_string()),
-    );
-    m
-}
-
-/// Gather the facts of one process: its text mappings, their backing,
-/// layout, filesystem and page cache. A missing process, a zombie or a
-/// kernel thread is an error with one line that says so.
-pub fn gather_process(pid: i32) -> Result<ProcessFacts> {
-    let mut fs_cache = FsCache::default();
-    gather_one(pid, &mut fs_cache)
-}
-
-/// The systemd unit in a `/proc/PID/cgroup` text: the last `.service` or
-/// `.scope` component of the unified (`0::`) or `name=systemd` hierarchy. Pure.
-pub fn unit_of_cgroup(text: &str) -> Option<String> {
-    text.lines()
-        .filter_map(|l| {
-            let mut f = l.splitn(3, ':');
-            let (_, ctl, path) = (f.next()?, f.next()?, f.next()?);
-            (ctl.is_empty() || ctl == "name=systemd").then_some(path)
-        })
-        .flat_map(|path| path.rsplit('/'))
-        .find(|c| c.ends_with(".service") || c.ends_with(".scope"))
-        .map(str::to_string)
-}
-
-/// Whether the ELF interpreter `path` knows `glibc.elf.thp`: `ld.so
-/// --list-tunables` (glibc 2.33 and later) lists every tunable it has.
-fn loader_knows_elf_thp(path: &Path) -> Option<bool> {
-    let out = std::process::Command::new(path)
-        .arg("--list-tunables")
-        .stdin(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .output()
-        .ok()?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    (out.status.success() && text.contains("glibc.")).then(|| text.lines().any(|l| l.starts_with("glibc.elf.thp:")))
-}
-
-/// `GLIBC_TUNABLES` of a process; `None` when unset or its environment is
-/// unreadable.
-fn glibc_tunables_of(pid: i32) -> Option<String> {
-    let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
-    env.split(|b| *b == 0)
-        .find_map(|v| v.strip_prefix(b"GLIBC_TUNABLES="))
-        .map(|v| String::from_utf8_lossy(v).into_owned())
-}
-
-/// The unit of process `pid` and its `MemoryTHP=`, where systemd runs the
-/// machine (`/run/systemd/system`, as sd_booted() checks).
-fn unit_of(pid: i32) -> Option<UnitFacts> {
-    if !Path::new("/run/systemd/system").is_dir() {
-        return None;
-    }
-    let name = unit_of_cgroup(&crate::procfs::read_proc_names(Some(pid), "cgroup").ok()?)?;
-    let memory_thp = std::process::Command::new("systemctl")
-        .args(["show", "--property=MemoryTHP", "--value", &name])
-        .stderr(std::process::Stdio::null())
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .filter(|v| !v.is_empty());
-    Some(UnitFacts { name, memory_thp })
-}
-
-fn gather_one(pid: i32, fs_cache: &mut FsCache) -> Result<ProcessFacts> {
-    let st = procfs::read_stat(pid)?;
-    if st.is_kernel_thread() {
-        return Err(Error::Invalid(format!(
-            "pid {pid} ({}) is a kernel thread: it has no program text",
-            st.comm
-        )));
-    }
-    if st.is_zombie() {
-        return Err(Error::Invalid(format!(
-            "pid {pid} ({}) is a zombie: it has exited and maps nothing",
-            st.comm
-        )));
-    }
-    let thp_disabled = procfs::status_field(pid, "THP_enabled")?.map(|v| v == "0");
-    let vmas = procfs::read_maps(Some(pid))?;
-    let texts = remap::text_mappings(pid)?;
-    let flags = procfs::read_vm_flags(Some(pid))?;
-    let insp = inspect::inspect(
-        &inspect::Options {
-            target: inspect::Target::Pids(vec![pid]),
-            all: false,
-            cont_orders: Vec::new(),
-            mappings: true,
-            method: None,
-        },
-        &(),
-    )?;
-    let counts: HashMap<u64, &Counts> = insp
-        .processes
-        .iter()
-        .flat_map(|p| p.mappings.iter().map(|m| (m.vma.start, &m.counts)))
-        .collect();
-    let mut mappings = Vec::new();
-    for t in &texts {
-        let offset = vmas.iter().find(|v| v.start == t.start).map_or(0, |v| v.offset);
-        let mut m = mapping_facts(pid, t, offset, fs_cache);
-        if let Some(c) = counts.get(&t.start) {
-            (m.pmd_kb, m.pte_large_kb, m.base_kb, m.pte_unknown_kb) = kb_of(c);
-        }
-        let has = |flag: &str| flags.iter().any(|(s, f)| *s == t.start && f.iter().any(|x| x == flag));
-        m.nohugepage = has("nh");
-        m.hugepage = has("hg");
-        m.unmapped_windows = unmapped_windows(pid, t.start, t.end).unwrap_or(0);
-        mappings.push(m);
-    }
-    let loader = vmas
-        .iter()
-        .find(|v| {
-            v.is_exec()
-                && v.file_path()
-                    .file_name()
-                    .and_then(|n| n.to_str())
-                    .is_some_and(|n| n.starts_with("ld-") && n.contains(".so"))
-        })
-        .map(|v| {
-            let elf_thp = fs_cache
-                .loaders
-                .entry(v.path.clone())
-                .or_insert_with(|| {
-                    loader_knows_elf_thp(
-                        &Path::new(&format!("/proc/{pid}/root"))
-                            .join(v.file_path().strip_prefix("/").unwrap_or(Path::new(""))),
-                    )
-                })
-                .to_owned();
-            LoaderFacts {
-                path: v.path.clone(),
-                elf_thp,
-            }
-        });
-    Ok(ProcessFacts {
-        pid,
-        comm: st.comm,
-        thp_disabled,
-        exe: procfs::read_exe(pid),
-        loader,
-        glibc_tunables: glibc_tunables_of(pid),
-        unit: unit_of(pid),
-        mappings,
-    })
-}
-
-/// Gather the facts of several processes (the filesystem experiment runs
-/// once per filesystem). With `strict`, the first process that cannot be
-/// explained is an error; otherwise it is skipped and counted (a cgroup's
-/// kernel threads, zombies, processes that exited meanwhile).
-pub fn gather(pids: &[i32], strict: bool) -> Result<(Vec<ProcessFacts>, u64)> {
-    let mut fs_cache = FsCache::default();
-    let (mut out, mut skipped) = (Vec::new(), 0);
-    for &pid in pids {
-        match gather_one(pid, &mut fs_cache) {
-            Ok(p) => out.push(p),
-            Err(e) if strict => return Err(e),
-            Err(_) => skipped += 1,
-        }
-    }
-    Ok((out, skipped))
-}
-
-/// Wait until process `pid` has mapped every file in `libs` (its
-/// libraries) and its resident text has stopped growing, or `timeout`
-/// passes. `Err(NoProcess)` if it exits first.
-pub fn wait_loaded(pid: i32, libs: &[PathBuf], timeout: std::time::Duration) -> Result<()> {
-    let t0 = std::time::Instant::now();
-    let want: Vec<String> = libs
-        .iter()
-        .filter_map(|l| l.canonicalize().ok())
-        .map(|l| procfs::path_name(&l))
-        .collect();
-    let mut last_rss = u64::MAX;
-    let mut stable = 0;
-    while t0.elapsed() < timeout {
-        let st = procfs::read_stat(pid)?;
-        if st.is_zombie() {
-            return Err(Error::NoProcess(pid));
-        }
-        let smaps = procfs::read_smaps(Some(pid))?;
-        let loaded = want.iter().all(|w| smaps.iter().any(|(v, _)| &v.path == w));
-        let rss: u64 = smaps.iter().filter(|(v, _)| v.is_exec()).map(|(_, s)| s.rss_kb).sum();
-        if loaded {
-            stable = if rss == last_rss { stable + 1 } else { 0 };
-            if stable >= 3 {
-                return Ok(());
-            }
-        }
-        last_rss = rss;
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::explain::{report, CacheFacts, FsFacts, LoaderFacts, UnitFacts};
 
     const M: u64 = 2 << 20;
 
@@ -1179,7 +518,7 @@ mod tests {
     fn madvise() -> SystemFacts {
         SystemFacts {
             pmd_size: M,
-            thp_enabled: Some("madvise".into()),
+            thp_enabled: Some(ThpMode::Madvise),
             ..Default::default()
         }
     }
@@ -1209,7 +548,7 @@ mod tests {
         p.thp_disabled = Some(true);
         let never = SystemFacts {
             pmd_size: M,
-            thp_enabled: Some("never".into()),
+            thp_enabled: Some(ThpMode::Never),
             ..Default::default()
         };
         assert_eq!(why(&never, &p).reason, Reason::ThpDisabledProcess);
@@ -1418,19 +757,6 @@ mod tests {
     }
 
     #[test]
-    fn unit_from_cgroup_v1_and_v2() {
-        assert_eq!(
-            unit_of_cgroup("0::/system.slice/nginx.service\n").as_deref(),
-            Some("nginx.service")
-        );
-        assert_eq!(
-            unit_of_cgroup("4:memory:/x\n1:name=systemd:/user.slice/user-0.slice/session-3.scope\n0::/\n").as_deref(),
-            Some("session-3.scope")
-        );
-        assert_eq!(unit_of_cgroup("4:memory:/a.service\n0::/\n"), None);
-    }
-
-    #[test]
     fn glibc_elf_thp_tunable_in_base_unaligned_advice() {
         assert_eq!(
             tunable("glibc.malloc.hugetlb=1:glibc.elf.thp=1", "glibc.elf.thp"),
@@ -1449,7 +775,7 @@ mod tests {
         p.exe = Some("/usr/bin/x".into());
         let always = SystemFacts {
             pmd_size: M,
-            thp_enabled: Some("always".into()),
+            thp_enabled: Some(ThpMode::Always),
             ..Default::default()
         };
         // A loader without the tunable (or unknown): align.
@@ -1512,7 +838,7 @@ mod tests {
             pages_to_scan: 4096,
         });
         let always = SystemFacts {
-            thp_enabled: Some("always".into()),
+            thp_enabled: Some(ThpMode::Always),
             khugepaged: k,
             ..madvise()
         };
@@ -1569,6 +895,21 @@ mod tests {
             .fix
             .unwrap()
             .contains("khugepaged"));
+    }
+
+    #[test]
+    fn thp_mode_serializes_as_the_kernels_word() {
+        let json = |thp_enabled| {
+            serde_json::to_value(SystemFacts {
+                thp_enabled,
+                ..madvise()
+            })
+            .unwrap()
+        };
+        assert_eq!(json(Some(ThpMode::Always))["thp_enabled"], "always");
+        assert_eq!(json(Some(ThpMode::Madvise))["thp_enabled"], "madvise");
+        assert_eq!(json(Some(ThpMode::Never))["thp_enabled"], "never");
+        assert!(json(None)["thp_enabled"].is_null());
     }
 
     #[test]

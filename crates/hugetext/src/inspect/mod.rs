@@ -1,0 +1,335 @@
+//! `inspect`: how the text of processes, cgroups, files or the whole system is
+//! backed — folio sizes, and whether each folio is PTE-mapped aligned,
+//! unaligned, partially, or PMD-mapped (the classes of the kernel's
+//! `tools/mm/thpmaps`, plus order-0 base pages).
+//!
+//! How a process is read (fastest first, chosen at run time):
+//! - [`Method::PagemapScan`] (Linux ≥ 6.7, CAP_SYS_ADMIN): one `PAGEMAP_SCAN`
+//!   ioctl per mapping returns the present ranges and which of them are
+//!   PMD-mapped; PMD-mapped ranges need nothing more (one PMD = one folio),
+//!   the rest is read with one pagemap `pread` per range and one kpageflags
+//!   `pread` per physically contiguous run.
+//! - [`Method::PagemapSmaps`] (older kernels): pagemap + kpageflags for every
+//!   present page; how much is PMD-mapped comes from smaps
+//!   (`FilePmdMapped`, `ShmemPmdMapped`, `AnonHugePages`), exactly as thpmaps
+//!   does it.
+//! - [`Method::SmapsOnly`] (no CAP_SYS_ADMIN: the kernel hides PFNs): smaps
+//!   alone — PMD-mapped vs PTE-mapped kB, folio sizes unknown.
+//!
+//! Text shared by many processes is counted per mapping ("mapped") and once
+//! per file page ("unique", keyed by device, inode and file page index): a
+//! page mapped differently by different processes is counted once, under its
+//! best mapping.
+
+use std::path::PathBuf;
+
+use crate::folio::{Class, Counts, Kind};
+use crate::kernel;
+use crate::procfs::Vma;
+
+mod file;
+mod scan;
+
+pub use file::{contpte_kb, inspect_file, FileJson, FileView, FilesJson};
+pub use scan::inspect;
+
+/// Which processes to inspect.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// Every process on the system.
+    System,
+    /// These processes; a missing one is an error.
+    Pids(Vec<i32>),
+    /// Every process in this cgroup (v1 or v2) and its descendants.
+    Cgroup(PathBuf),
+}
+
+/// How process memory is read; see the module documentation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Method {
+    /// `PAGEMAP_SCAN` for PMD-mapped ranges, pagemap + kpageflags for the rest.
+    PagemapScan,
+    /// pagemap + kpageflags for all pages, PMD-mapped amounts from smaps.
+    PagemapSmaps,
+    /// smaps only (no PFN access): PMD- vs PTE-mapped, folio sizes unknown.
+    SmapsOnly,
+}
+
+impl Method {
+    /// The best method this process can use on this kernel.
+    pub fn detect() -> Method {
+        if !kernel::pfn_access() {
+            Method::SmapsOnly
+        } else if kernel::pagemap_scan_supported() {
+            Method::PagemapScan
+        } else {
+            Method::PagemapSmaps
+        }
+    }
+}
+
+/// What to inspect and how.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The processes.
+    pub target: Target,
+    /// Every mapping (anonymous and file apart) instead of executable ones only.
+    pub all: bool,
+    /// Orders of the contiguous naturally aligned blocks to count (`--cont`).
+    pub cont_orders: Vec<u32>,
+    /// Keep per-mapping detail (otherwise only per-process sums).
+    pub mappings: bool,
+    /// Force a method (default: [`Method::detect`]).
+    pub method: Option<Method>,
+}
+
+/// One inspected mapping.
+#[derive(Debug, Clone)]
+pub struct MappingReport {
+    /// The mapping as `/proc/PID/maps` shows it.
+    pub vma: Vma,
+    /// Its pages by kind and class.
+    pub counts: Counts,
+    /// For text `hugetext run` copied into anonymous memory: the file it
+    /// was copied from (set by [`Report::name_copies`]).
+    pub copy_of: Option<String>,
+}
+
+/// One inspected process.
+#[derive(Debug, Clone)]
+pub struct ProcessReport {
+    /// Process id.
+    pub pid: i32,
+    /// Command name.
+    pub comm: String,
+    /// Mappings in scope with resident pages (empty unless
+    /// [`Options::mappings`]).
+    pub mappings: Vec<MappingReport>,
+    /// Sum over the process's mappings in scope.
+    pub counts: Counts,
+}
+
+/// Processes that were not inspected, by reason.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Skipped {
+    /// Exited before or while being read.
+    pub vanished: u64,
+    /// pagemap or smaps not readable (e.g. another user namespace).
+    pub unreadable: u64,
+    /// Kernel threads (no user memory).
+    pub kernel_threads: u64,
+    /// Zombies (no address space left).
+    pub zombies: u64,
+}
+
+impl Skipped {
+    /// Total number of processes skipped.
+    pub fn total(&self) -> u64 {
+        self.vanished + self.unreadable + self.kernel_threads + self.zombies
+    }
+}
+
+/// The result of an inspection.
+#[derive(Debug, Clone)]
+pub struct Report {
+    /// How memory was read.
+    pub method: Method,
+    /// Whether PFNs (and so folio sizes) were visible.
+    pub pfn_access: bool,
+    /// Scope: every mapping (`true`) or executable ones.
+    pub all: bool,
+    /// Orders counted as contiguous blocks.
+    pub cont_orders: Vec<u32>,
+    /// Inspected processes, by pid.
+    pub processes: Vec<ProcessReport>,
+    /// Processes skipped, by reason.
+    pub skipped: Skipped,
+    /// Sum over all processes ("mapped": shared text once per mapping).
+    pub total: Counts,
+    /// File-backed pages counted once per file page ("unique"); `None` with
+    /// [`Method::SmapsOnly`], which cannot tell which pages are mapped.
+    pub unique: Option<Counts>,
+}
+
+/// kB of `pages` base pages.
+fn pages_kb(pages: u64) -> u64 {
+    pages * (kernel::page_size() as u64 / 1024)
+}
+
+/// kB per class label (thpmaps' names, e.g. `file-thp-pmd-aligned-2048kB`),
+/// and `file_kb`/`anon_kb` totals: the open-ended part of the JSON, whose
+/// keys depend on the folio sizes found.
+pub type ClassKb = std::collections::BTreeMap<String, u64>;
+
+impl Report {
+    /// Name the text `hugetext run` copied into anonymous memory, as
+    /// `explain` does: for each process with an anonymous executable
+    /// mapping, the file each copy came from ([`crate::remap::text_mappings`];
+    /// one more smaps read for those processes only).
+    pub fn name_copies(&mut self) {
+        for p in &mut self.processes {
+            let anon_text = |m: &MappingReport| m.vma.is_exec() && !m.vma.is_file();
+            if !p.mappings.iter().any(anon_text) {
+                continue;
+            }
+            let Ok(texts) = crate::remap::text_mappings(p.pid) else {
+                continue;
+            };
+            for m in p.mappings.iter_mut().filter(|m| anon_text(m)) {
+                m.copy_of = texts
+                    .iter()
+                    .find(|t| t.copied && t.start == m.vma.start)
+                    .map(|t| t.path.clone());
+            }
+        }
+    }
+
+    /// The labels and kB of one set of counts of `kind`, in display order:
+    /// with [`Method::SmapsOnly`] PTE-/PMD-mapped/hugetlb only, else every
+    /// class found (`all_classes`: also the empty ones) and the contiguous
+    /// blocks of [`Report::cont_orders`].
+    pub fn labelled(&self, c: &Counts, kind: Kind, all_classes: bool) -> Vec<(String, u64)> {
+        let mut out = Vec::new();
+        if self.method == Method::SmapsOnly {
+            for class in [Class::PteUnknown, Class::PmdAligned, Class::Hugetlb] {
+                let v = c.get(kind, class);
+                if v > 0 || (all_classes && class != Class::Hugetlb) {
+                    out.push((class.label(kind), pages_kb(v)));
+                }
+            }
+            return out;
+        }
+        for class in c.classes(kind, all_classes) {
+            out.push((class.label(kind), pages_kb(c.get(kind, class))));
+        }
+        for &o in &self.cont_orders {
+            let size = pages_kb(1 << o);
+            let (pte, pmd) = c.cont(kind, o);
+            if pte > 0 || all_classes {
+                out.push((format!("{}-cont-pte-aligned-{size}kB", kind.name()), pages_kb(pte)));
+            }
+            if pmd > 0 || all_classes {
+                out.push((format!("{}-cont-pmd-aligned-{size}kB", kind.name()), pages_kb(pmd)));
+            }
+        }
+        out
+    }
+
+    /// `<kind>_kb` and every class label of `kinds` (empty ones included).
+    fn class_kb(&self, c: &Counts, kinds: &[Kind]) -> ClassKb {
+        let mut m = ClassKb::new();
+        for &kind in kinds {
+            m.insert(format!("{}_kb", kind.name()), pages_kb(c.total(kind)));
+            m.extend(self.labelled(c, kind, true));
+        }
+        m
+    }
+
+    /// The JSON report of `hugetext inspect --json`: every mapping, or with
+    /// `rollup` a sum per process; `elapsed` is how long the inspection took.
+    pub fn to_json(&self, rollup: bool, elapsed: std::time::Duration) -> ReportJson {
+        let kinds = [Kind::File, Kind::Anon];
+        let processes = self
+            .processes
+            .iter()
+            .map(|p| ProcessJson {
+                pid: p.pid,
+                comm: p.comm.clone(),
+                mappings: (!rollup).then(|| {
+                    p.mappings
+                        .iter()
+                        .map(|m| MappingJson {
+                            start: format!("{:#x}", m.vma.start),
+                            end: format!("{:#x}", m.vma.end),
+                            perms: m.vma.perms.clone(),
+                            offset: m.vma.offset,
+                            dev: m.vma.dev(),
+                            inode: m.vma.inode,
+                            path: m.vma.path.clone(),
+                            copy_of: m.copy_of.clone(),
+                            counts: self.class_kb(&m.counts, &kinds),
+                        })
+                        .collect()
+                }),
+                counts: if rollup {
+                    self.class_kb(&p.counts, &kinds)
+                } else {
+                    ClassKb::new()
+                },
+            })
+            .collect();
+        ReportJson {
+            method: self.method,
+            pfn_access: self.pfn_access,
+            scope: if self.all { "all" } else { "exec" },
+            page_size_kb: kernel::page_size() as u64 / 1024,
+            pmd_size_kb: kernel::pmd_size() as u64 / 1024,
+            elapsed_ms: elapsed.as_secs_f64() * 1e3,
+            skipped: self.skipped.clone(),
+            processes,
+            total: TotalJson {
+                counts: self.class_kb(&self.total, &kinds),
+                unique: self.unique.as_ref().map(|u| self.class_kb(u, &[Kind::File])),
+            },
+        }
+    }
+}
+
+/// `hugetext inspect --json`.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ReportJson {
+    pub method: Method,
+    pub pfn_access: bool,
+    /// `exec` (executable mappings) or `all`.
+    pub scope: &'static str,
+    pub page_size_kb: u64,
+    pub pmd_size_kb: u64,
+    pub elapsed_ms: f64,
+    pub skipped: Skipped,
+    pub processes: Vec<ProcessJson>,
+    pub total: TotalJson,
+}
+
+/// One process in [`ReportJson`].
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ProcessJson {
+    pub pid: i32,
+    pub comm: String,
+    /// Every mapping in scope; absent with `--rollup`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mappings: Option<Vec<MappingJson>>,
+    /// With `--rollup`: the process's sums (empty otherwise).
+    #[serde(flatten)]
+    pub counts: ClassKb,
+}
+
+/// One mapping in [`ProcessJson`]: its maps line and its counts.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct MappingJson {
+    /// Hex, `0x…`.
+    pub start: String,
+    /// Hex, `0x…`.
+    pub end: String,
+    pub perms: String,
+    pub offset: u64,
+    /// `MAJ:MIN` in hex.
+    pub dev: String,
+    pub inode: u64,
+    pub path: String,
+    /// Text `hugetext run` copied into anonymous memory: the file it was
+    /// copied from (absent otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub copy_of: Option<String>,
+    #[serde(flatten)]
+    pub counts: ClassKb,
+}
+
+/// The totals in [`ReportJson`]: mapped (per mapping), and `unique` (file
+/// pages once; `null` with smaps only).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct TotalJson {
+    #[serde(flatten)]
+    pub counts: ClassKb,
+    pub unique: Option<ClassKb>,
+}

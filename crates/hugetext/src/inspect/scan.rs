@@ -1,0 +1,417 @@
+//! Reading processes: the scanner, one method per kernel, and the
+//! per-file accumulator that counts shared text once.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use super::{MappingReport, Method, Options, ProcessReport, Report, Skipped, Target};
+use crate::folio::{self, Class, Classifier, Counts, Kind, Segment, PM_PRESENT};
+use crate::kernel::{self, pagemap_scan as ps};
+use crate::procfs::{self, Vma};
+use crate::progress::Progress;
+use crate::{Error, Result};
+
+/// Inspect processes; `progress` counts them.
+pub fn inspect(opts: &Options, progress: &dyn Progress) -> Result<Report> {
+    let method = opts.method.unwrap_or_else(Method::detect);
+    let (pids, strict) = match &opts.target {
+        Target::System => (procfs::all_pids()?, false),
+        Target::Pids(p) => (p.clone(), true),
+        Target::Cgroup(path) => (procfs::cgroup_pids(path)?, false),
+    };
+    let kpf = match method {
+        Method::SmapsOnly => None,
+        _ => Some(folio::open_kpageflags()?),
+    };
+    let mut scanner = Scanner {
+        method,
+        all: opts.all,
+        keep_mappings: opts.mappings,
+        cont_orders: opts.cont_orders.clone(),
+        classifier: kpf.as_ref().map(|k| Classifier::new(k, &opts.cont_orders)),
+        kpf: kpf.as_ref(),
+        pagemap_buf: Vec::new(),
+        regions: Vec::new(),
+        unique: UniqueAcc::default(),
+    };
+    let mut report = Report {
+        method,
+        pfn_access: method != Method::SmapsOnly,
+        all: opts.all,
+        cont_orders: opts.cont_orders.clone(),
+        processes: Vec::new(),
+        skipped: Skipped::default(),
+        total: Counts::default(),
+        unique: None,
+    };
+    progress.start(pids.len() as u64);
+    for &pid in &pids {
+        match scanner.process(pid) {
+            Ok(Some(p)) => {
+                report.total.merge(&p.counts);
+                report.processes.push(p);
+            }
+            Ok(None) => {}
+            Err(Skip::KernelThread) => report.skipped.kernel_threads += 1,
+            Err(Skip::Zombie) => report.skipped.zombies += 1,
+            Err(Skip::Unreadable(e)) => {
+                if strict && !matches!(e, Error::Permission(_)) {
+                    return Err(e);
+                }
+                report.skipped.unreadable += 1
+            }
+            Err(Skip::Vanished) => {
+                if strict {
+                    return Err(Error::NoProcess(pid));
+                }
+                report.skipped.vanished += 1
+            }
+        }
+        progress.step("");
+    }
+    if method != Method::SmapsOnly {
+        report.unique = Some(scanner.unique.finish());
+    }
+    Ok(report)
+}
+
+enum Skip {
+    KernelThread,
+    Zombie,
+    Vanished,
+    Unreadable(Error),
+}
+
+struct Scanner<'a> {
+    method: Method,
+    all: bool,
+    keep_mappings: bool,
+    cont_orders: Vec<u32>,
+    classifier: Option<Classifier<'a>>,
+    kpf: Option<&'a File>,
+    pagemap_buf: Vec<u64>,
+    regions: Vec<kernel::PageRegion>,
+    unique: UniqueAcc,
+}
+
+fn proc_exists(pid: i32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+impl Scanner<'_> {
+    fn in_scope(&self, v: &Vma) -> bool {
+        !v.is_vsyscall() && v.is_accessible() && (self.all || v.is_exec())
+    }
+
+    fn process(&mut self, pid: i32) -> std::result::Result<Option<ProcessReport>, Skip> {
+        let classify_err = |e: Error| match e {
+            Error::NoProcess(_) => Skip::Vanished,
+            _ if !proc_exists(pid) => Skip::Vanished,
+            Error::Permission(_) => Skip::Unreadable(e),
+            e => Skip::Unreadable(e),
+        };
+        let st = procfs::read_stat(pid).map_err(classify_err)?;
+        if st.is_kernel_thread() {
+            return Err(Skip::KernelThread);
+        }
+        if st.is_zombie() {
+            return Err(Skip::Zombie);
+        }
+        let mut out = ProcessReport {
+            pid,
+            comm: st.comm,
+            mappings: Vec::new(),
+            counts: Counts::default(),
+        };
+        let r = match self.method {
+            Method::SmapsOnly => self.process_smaps_only(pid, &mut out),
+            Method::PagemapScan | Method::PagemapSmaps => self.process_pagemap(pid, &mut out),
+        };
+        r.map_err(classify_err)?;
+        Ok(Some(out))
+    }
+
+    fn push(&mut self, out: &mut ProcessReport, vma: Vma, counts: Counts) {
+        if counts.is_empty() {
+            return;
+        }
+        out.counts.merge(&counts);
+        if self.keep_mappings {
+            out.mappings.push(MappingReport {
+                vma,
+                counts,
+                copy_of: None,
+            });
+        }
+    }
+
+    fn process_smaps_only(&mut self, pid: i32, out: &mut ProcessReport) -> Result<()> {
+        let ps_kb = kernel::page_size() as u64 / 1024;
+        for (vma, s) in procfs::read_smaps(Some(pid))? {
+            if !self.in_scope(&vma) {
+                continue;
+            }
+            let mut c = Counts::default();
+            let file_pmd = s.file_pmd_kb + s.shmem_pmd_kb;
+            let file_kb = s.rss_kb.saturating_sub(s.anonymous_kb);
+            c.add(Kind::File, Class::PmdAligned, file_pmd / ps_kb);
+            c.add(Kind::File, Class::PteUnknown, file_kb.saturating_sub(file_pmd) / ps_kb);
+            c.add(Kind::Anon, Class::PmdAligned, s.anon_huge_kb / ps_kb);
+            c.add(
+                Kind::Anon,
+                Class::PteUnknown,
+                s.anonymous_kb.saturating_sub(s.anon_huge_kb) / ps_kb,
+            );
+            let hk = if vma.is_file() { Kind::File } else { Kind::Anon };
+            c.add(hk, Class::Hugetlb, s.hugetlb_kb / ps_kb);
+            self.push(out, vma, c);
+        }
+        Ok(())
+    }
+
+    fn process_pagemap(&mut self, pid: i32, out: &mut ProcessReport) -> Result<()> {
+        let smaps_mode = self.method == Method::PagemapSmaps;
+        let vmas: Vec<(Vma, Option<procfs::SmapsStats>)> = if smaps_mode {
+            procfs::read_smaps(Some(pid))?
+                .into_iter()
+                .map(|(v, s)| (v, Some(s)))
+                .collect()
+        } else {
+            procfs::read_maps(Some(pid))?.into_iter().map(|v| (v, None)).collect()
+        };
+        if vmas.is_empty() {
+            // A process between exit and reaping has no mappings left.
+            return Err(Error::NoProcess(pid));
+        }
+        let path = PathBuf::from(format!("/proc/{pid}/pagemap"));
+        let pagemap = File::open(&path).map_err(|e| procfs::proc_error(Some(pid), &path, e))?;
+        for (vma, smaps) in vmas {
+            if !self.in_scope(&vma) {
+                continue;
+            }
+            if smaps.as_ref().is_some_and(|s| s.rss_kb == 0 && s.hugetlb_kb == 0) {
+                continue;
+            }
+            let counts = match smaps {
+                None => self.vma_pagemap_scan(&pagemap, &path, pid, &vma)?,
+                Some(s) => self.vma_pagemap_smaps(&pagemap, &path, pid, &vma, &s)?,
+            };
+            self.push(out, vma, counts);
+        }
+        Ok(())
+    }
+
+    /// Read `[start, end)` of a pagemap into the reusable buffer.
+    fn read_pagemap(&mut self, pagemap: &File, path: &Path, pid: i32, start: u64, end: u64) -> Result<()> {
+        let pgs = kernel::page_size() as u64;
+        let n = ((end - start) / pgs) as usize;
+        self.pagemap_buf.clear();
+        self.pagemap_buf.resize(n, 0);
+        let got = folio::read_words_into(pagemap, start / pgs * 8, &mut self.pagemap_buf)
+            .map_err(|e| procfs::proc_error(Some(pid), path, e))?;
+        if got < n {
+            // The address space went away under us.
+            return Err(Error::NoProcess(pid));
+        }
+        Ok(())
+    }
+
+    fn vma_pagemap_scan(&mut self, pagemap: &File, path: &Path, pid: i32, vma: &Vma) -> Result<Counts> {
+        let pgs = kernel::page_size() as u64;
+        let mut counts = Counts::default();
+        self.regions.clear();
+        kernel::pagemap_scan(
+            pagemap,
+            vma.start,
+            vma.end,
+            ps::PAGE_IS_PRESENT,
+            ps::PAGE_IS_PRESENT | ps::PAGE_IS_HUGE | ps::PAGE_IS_FILE | ps::PAGE_IS_PFNZERO,
+            &mut self.regions,
+        )
+        .map_err(|e| if proc_exists(pid) { e } else { Error::NoProcess(pid) })?;
+        let regions = std::mem::take(&mut self.regions);
+        let mut pte: Vec<(u64, u64)> = Vec::new();
+        let mut hugetlb: Option<bool> = None;
+        for r in &regions {
+            if r.categories & ps::PAGE_IS_PFNZERO != 0 {
+                continue;
+            }
+            if r.categories & ps::PAGE_IS_HUGE != 0 {
+                let kind = if r.categories & ps::PAGE_IS_FILE != 0 {
+                    Kind::File
+                } else {
+                    Kind::Anon
+                };
+                if hugetlb.is_none() {
+                    hugetlb = Some(self.is_hugetlb(pagemap, path, pid, r.start)?);
+                }
+                let class = if hugetlb == Some(true) {
+                    Class::Hugetlb
+                } else {
+                    Class::PmdAligned
+                };
+                let pages = (r.end - r.start) / pgs;
+                counts.add(kind, class, pages);
+                if class == Class::PmdAligned {
+                    for &o in &self.cont_orders {
+                        counts.add_cont_pmd(kind, o, pages);
+                    }
+                }
+                self.unique.add(
+                    vma,
+                    Segment {
+                        vpn: r.start / pgs,
+                        pages,
+                        kind,
+                        class,
+                    },
+                );
+            } else {
+                match pte.last_mut() {
+                    Some(last) if last.1 == r.start => last.1 = r.end,
+                    _ => pte.push((r.start, r.end)),
+                }
+            }
+        }
+        self.regions = regions;
+        for (s, e) in pte {
+            self.read_pagemap(pagemap, path, pid, s, e)?;
+            let unique = &mut self.unique;
+            let cls = self.classifier.as_mut().expect("pagemap methods have a classifier");
+            cls.classify(s / pgs, &self.pagemap_buf, &mut counts, |seg| unique.add(vma, seg))?;
+        }
+        Ok(counts)
+    }
+
+    /// Whether the PMD-size mapping at `addr` is hugetlbfs (one pagemap word
+    /// and one kpageflags word).
+    fn is_hugetlb(&mut self, pagemap: &File, path: &Path, pid: i32, addr: u64) -> Result<bool> {
+        let pgs = kernel::page_size() as u64;
+        self.read_pagemap(pagemap, path, pid, addr, addr + pgs)?;
+        let e = self.pagemap_buf[0];
+        let Some(kpf) = self.kpf else { return Ok(false) };
+        if e & PM_PRESENT == 0 {
+            return Ok(false);
+        }
+        let mut w = [0u64; 1];
+        folio::read_words_into(kpf, (e & folio::PM_PFN_MASK) * 8, &mut w)
+            .map_err(|e| Error::io("/proc/kpageflags", e))?;
+        Ok(w[0] & folio::kpf::HUGE != 0)
+    }
+
+    fn vma_pagemap_smaps(
+        &mut self,
+        pagemap: &File,
+        path: &Path,
+        pid: i32,
+        vma: &Vma,
+        s: &procfs::SmapsStats,
+    ) -> Result<Counts> {
+        let pgs = kernel::page_size() as u64;
+        let ps_kb = pgs / 1024;
+        self.read_pagemap(pagemap, path, pid, vma.start, vma.end)?;
+        let mut counts = Counts::default();
+        let mut segs: Vec<Segment> = Vec::new();
+        let cls = self.classifier.as_mut().expect("pagemap methods have a classifier");
+        cls.classify(vma.start / pgs, &self.pagemap_buf, &mut counts, |seg| segs.push(seg))?;
+        // thpmaps' rule: PMD-mapped folios are fully mapped, aligned PMD-size
+        // folios; smaps says how many. Move that many out of "pte-aligned"
+        // (first ones first: smaps does not say where they are).
+        let pmd = folio::pmd_order();
+        let pmd_pages = 1u64 << pmd;
+        for (kind, kb) in [
+            (Kind::File, s.file_pmd_kb + s.shmem_pmd_kb),
+            (Kind::Anon, s.anon_huge_kb),
+        ] {
+            let want = (kb / ps_kb) / pmd_pages * pmd_pages;
+            let mut left = counts.reclassify(kind, Class::PteAligned(pmd), Class::PmdAligned, want);
+            for seg in segs.iter_mut() {
+                if left == 0 {
+                    break;
+                }
+                if seg.kind == kind && seg.class == Class::PteAligned(pmd) {
+                    seg.class = Class::PmdAligned;
+                    left -= seg.pages;
+                }
+            }
+        }
+        for seg in segs {
+            self.unique.add(vma, seg);
+        }
+        Ok(counts)
+    }
+}
+
+/// A file: (device major, device minor, inode).
+type FileKey = (u32, u32, u64);
+/// Classified file page ranges `[start, end)` (page indexes) of one file.
+type FileRanges = Vec<(u64, u64, Class)>;
+
+/// Accumulates file-backed pages by (device, inode, file page) so shared
+/// text is counted once.
+#[derive(Default)]
+struct UniqueAcc {
+    files: HashMap<FileKey, FileRanges, rustc_hash::FxBuildHasher>,
+    /// File-kind pages of mappings without an inode (vdso): not shared by key.
+    direct: Counts,
+}
+
+impl UniqueAcc {
+    fn add(&mut self, vma: &Vma, seg: Segment) {
+        if seg.kind != Kind::File {
+            return;
+        }
+        if !vma.is_file() {
+            self.direct.add(Kind::File, seg.class, seg.pages);
+            return;
+        }
+        let pgs = kernel::page_size() as u64;
+        let start = vma.offset / pgs + (seg.vpn - vma.start / pgs);
+        let end = start + seg.pages;
+        let v = self.files.entry((vma.dev_major, vma.dev_minor, vma.inode)).or_default();
+        match v.last_mut() {
+            Some(last) if last.1 == start && last.2 == seg.class => last.1 = end,
+            _ => v.push((start, end, seg.class)),
+        }
+    }
+
+    /// Count every file page once, under the best class any mapping gave it.
+    fn finish(&mut self) -> Counts {
+        let mut c = std::mem::take(&mut self.direct);
+        for (_, mut iv) in self.files.drain() {
+            iv.sort_unstable_by_key(|&(s, e, _)| (s, e));
+            let disjoint = iv.windows(2).all(|w| w[0].1 <= w[1].0);
+            if disjoint {
+                for (s, e, class) in iv {
+                    c.add(Kind::File, class, e - s);
+                }
+                continue;
+            }
+            // Sweep over interval boundaries, keeping the active classes.
+            let mut events: Vec<(u64, bool, Class)> = Vec::with_capacity(iv.len() * 2);
+            for &(s, e, class) in &iv {
+                events.push((s, true, class));
+                events.push((e, false, class));
+            }
+            events.sort_unstable_by_key(|&(p, _, _)| p);
+            let mut active: std::collections::BTreeMap<Class, u32> = Default::default();
+            let mut prev = 0u64;
+            for (pos, start, class) in events {
+                if let Some((&best, _)) = active.iter().next_back() {
+                    c.add(Kind::File, best, pos - prev);
+                }
+                prev = pos;
+                if start {
+                    *active.entry(class).or_default() += 1;
+                } else if let Some(n) = active.get_mut(&class) {
+                    *n -= 1;
+                    if *n == 0 {
+                        active.remove(&class);
+                    }
+                }
+            }
+        }
+        c
+    }
+}
