@@ -766,7 +766,10 @@ mod tests {
         f.page_size = 65536;
         probe(&mut f).pmd_folio_windows = Some(0);
         let m = get(&findings(&f), "fs-large-folios").meaning.clone();
-        assert!(m.starts_with("the page cache holds folios of at most 2048 pages (128 MiB here), below the 512 MiB PMD"), "{m}");
+        assert!(
+            m.starts_with("the page cache holds folios of at most 2048 pages (128 MiB here), below the 512 MiB PMD"),
+            "{m}"
+        );
     }
 
     #[test]
