@@ -106,7 +106,10 @@ fn warm_reaches_every_window(dir: &Path, fstype: &str) {
     assert!(eligible * common::pmd() >= 16 << 20, "{w:#}");
     assert_eq!(w["pmd_windows"], eligible, "not 100% of eligible windows: {w:#}");
     assert_eq!(w["mappable_windows"], eligible, "ET_EXEC text is congruent: {w:#}");
-    assert_eq!(w["pmd_kb"].as_u64().unwrap(), eligible * common::pmd_kb());
+    // At least those windows: under THP always on 7.x the kernel may also
+    // hold the file's tail in a PMD folio of its own (measured once in the
+    // 7.x ext4 guest: 20476 kB for 9 windows, 2044 kB past the last one).
+    assert!(w["pmd_kb"].as_u64().unwrap() >= eligible * common::pmd_kb(), "{w:#}");
 
     // inspect --file agrees: the same kB in 2 MiB folios, the same windows.
     let out = ok(
