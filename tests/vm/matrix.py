@@ -4,6 +4,7 @@
   matrix.py collect LOG PLAN META_JSON   console log -> one cell's result JSON (stdout)
   matrix.py summary CELL.json            print the cell; exit 1 if anything failed
   matrix.py doc CELL.json...             write doc/kernels.md and doc/kernels.json
+  matrix.py mprotect LOG...              the bench mprotect rounds of MATRIX_PART=mprotect guests
 
 A cell passes when every planned test ran and passed under every THP mode,
 and every probe finished. Probes report what the routes achieved (route,
@@ -417,6 +418,34 @@ How to read it:
     Path("doc/kernels.md").write_text(md)
 
 
+def mprotect(logs):
+    """One line per `bench mprotect` round in the console logs of guests
+    booted with MATRIX_PART=mprotect (probe.sh): the time in mprotect() of
+    PTE-mapped PMD THPs and of 64 KiB mTHPs over 4 KiB pages (medians of
+    the round's runs) and whether each case's folios were verified."""
+    for log in logs:
+        text = Path(log).read_text(errors="replace").splitlines()
+        for r in (1, 2):
+            pre = f"@@OUT bench-mprotect-{r}|always|"
+            body = "\n".join(line[len(pre):] for line in text if line.startswith(pre))
+            try:
+                d = json.JSONDecoder().raw_decode(body[body.index("{"):])[0]
+            except ValueError:
+                print(f"{log}: round {r}: no bench output")
+                continue
+            ratio = d["ratios"]
+            states = ", ".join(
+                f"{k} {'/'.join(v['state']['folios_kb'])} kB folios {'verified' if v['state']['verified'] else 'NOT verified'}"
+                for k, v in d["cases"].items()
+            )
+            print(
+                f"{d['kernel']} round {r}: in mprotect, PTE-mapped PMD THP / 4 KiB "
+                f"{ratio['pmd_thp_pte_mapped_over_small_4k_in_mprotect']['median']:.3f}, 64 KiB mTHP / 4 KiB "
+                f"{ratio['mthp_64k_over_small_4k_in_mprotect']['median']:.3f} (TCG: emulated time); {states}"
+            )
+    return 0
+
+
 def main(argv):
     if len(argv) >= 5 and argv[1] == "collect":
         meta = json.loads(argv[4])
@@ -427,6 +456,8 @@ def main(argv):
     if len(argv) >= 3 and argv[1] == "doc":
         doc(argv[2:])
         return 0
+    if len(argv) >= 3 and argv[1] == "mprotect":
+        return mprotect(argv[2:])
     print(__doc__, file=sys.stderr)
     return 2
 
