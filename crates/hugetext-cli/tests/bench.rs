@@ -488,7 +488,11 @@ fn ab_json_shape_verified_sides_and_plot() {
         assert!(p["order"] == "small,huge" || p["order"] == "huge,small");
         let (s, h) = (&p["small"]["state"], &p["huge"]["state"]);
         assert_eq!(s["pmd_kb"], 0, "{s}");
-        assert_eq!(s["cached_kb"], s["text_kb"], "small side fully cached: {s}");
+        // Fully cached, give or take one base page: under the full suite
+        // one 4 KiB page of the text was once found uncached at the check
+        // (22008 of 22012 kB), which no side's timing notices.
+        let (cached, text) = (s["cached_kb"].as_u64().unwrap(), s["text_kb"].as_u64().unwrap());
+        assert!(cached <= text && cached + common::page() / 1024 >= text, "small side fully cached: {s}");
         assert!(h["pmd_windows"].as_u64().unwrap() >= windows, "{h}");
         assert!(num(&h["text_pmd_pct"]) > 80.0, "{h}");
         assert_eq!(p["small"]["side"], "small");
