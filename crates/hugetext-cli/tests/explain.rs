@@ -474,7 +474,12 @@ fn copy_split_into_base_pages_then_restarted_with_run() {
         .unwrap();
     assert_eq!(m["backing"], "anon-copy", "{m:#}");
     assert_eq!(reason(&m), "copy-not-huge", "{m:#}");
-    assert_eq!(m["pmd_kb"], 0, "{m:#}");
+    // Split: not every window huge any more. (Under THP always khugepaged
+    // may collapse some back before explain looks: 16 of 68 MiB once in the
+    // 7.x arm64 guest.)
+    let whole_kb = m["whole_windows"].as_u64().unwrap() * common::pmd_kb();
+    assert!(m["pmd_kb"].as_u64().unwrap() < whole_kb, "{m:#}");
+    assert!(m["gain_kb"].as_u64().unwrap() > 0, "{m:#}");
     assert!(fix(&m).contains("hugetext run"), "{m:#}");
     common::remove_perf_map(r.child.id());
     r.stop();
