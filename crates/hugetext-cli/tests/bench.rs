@@ -492,7 +492,10 @@ fn ab_json_shape_verified_sides_and_plot() {
         // one 4 KiB page of the text was once found uncached at the check
         // (22008 of 22012 kB), which no side's timing notices.
         let (cached, text) = (s["cached_kb"].as_u64().unwrap(), s["text_kb"].as_u64().unwrap());
-        assert!(cached <= text && cached + common::page() / 1024 >= text, "small side fully cached: {s}");
+        assert!(
+            cached <= text && cached + common::page() / 1024 >= text,
+            "small side fully cached: {s}"
+        );
         assert!(h["pmd_windows"].as_u64().unwrap() >= windows, "{h}");
         assert!(num(&h["text_pmd_pct"]) > 80.0, "{h}");
         assert_eq!(p["small"]["side"], "small");

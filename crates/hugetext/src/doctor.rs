@@ -156,7 +156,20 @@ pub fn probe_fs(path: &Path) -> Result<FsProbe> {
     let rx = libc::PROT_READ | libc::PROT_EXEC;
     let m = Mapping::file_congruent(f.as_fd(), 0, len, rx, pmd)?;
     m.populate_read(0, len)?;
-    match m.madvise(0, len, kernel::MADV_COLLAPSE) {
+    // EAGAIN and friends are transient (pages not yet on the LRU, a folio
+    // locked, no free PMD-size block this instant): try again a little later.
+    let mut r = m.madvise(0, len, kernel::MADV_COLLAPSE);
+    for _ in 0..COLLAPSE_RETRIES {
+        match &r {
+            Err(Error::Sys { source, .. }) if transient(source) => {
+                std::thread::sleep(std::time::Duration::from_millis(100));
+                m.populate_read(0, len)?;
+                r = m.madvise(0, len, kernel::MADV_COLLAPSE);
+            }
+            _ => break,
+        }
+    }
+    match r {
         Ok(()) => {
             // A file collapse puts a PMD folio in the page cache and drops
             // the page tables that mapped the small ones, ours included
@@ -208,11 +221,27 @@ fn probe_dir(path: &Path) -> PathBuf {
     }
 }
 
+/// More tries of `MADV_COLLAPSE` after a transient failure.
+const COLLAPSE_RETRIES: usize = 3;
+
+/// How a collapse error that says nothing against the kernel starts.
+const TRANSIENT: &str = "transient failure, ";
+
+/// `MADV_COLLAPSE` errors that mean "not now", not "not here": the kernel
+/// collapses file text, but could not this time.
+fn transient(e: &std::io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EAGAIN) | Some(libc::ENOMEM) | Some(libc::EBUSY)
+    )
+}
+
 /// Why `MADV_COLLAPSE` refused file text, in words: EINVAL on a kernel that
 /// does not know the advice at all ([`kernel::madv_collapse_known`]) is not
 /// the same fact as EINVAL for file text only.
 fn collapse_error(e: &std::io::Error) -> String {
     match e.raw_os_error() {
+        _ if transient(e) => format!("{TRANSIENT}{e}"),
         Some(libc::EINVAL) if !kernel::madv_collapse_known() => {
             "EINVAL: this kernel has no MADV_COLLAPSE (Linux 6.1 added it)".to_string()
         }
@@ -501,6 +530,11 @@ fn filesystem(p: &FsProbe, pmd: usize, ro_thp: Option<&str>) -> [Finding; 3] {
             Status::Warn,
             format!("accepted but nothing PMD-mapped after a refault{cfg_note}"),
             "MADV_COLLAPSE did not give PMD mappings here; use `warm` (evict + refill)",
+        ),
+        (None, Some(e)) if e.starts_with(TRANSIENT) => (
+            Status::Warn,
+            format!("{e} after {} tries{cfg_note}", COLLAPSE_RETRIES + 1),
+            "the kernel collapses file text here but could not at that moment (pages busy or no free PMD-size block): `warm` and `run` try it again",
         ),
         (None, e) => (
             Status::No,
@@ -799,6 +833,22 @@ mod tests {
             "{m}"
         );
         assert!(m.contains("blocks of 16 KiB or more"), "{m}");
+    }
+
+    #[test]
+    fn a_transient_collapse_failure_is_not_a_no() {
+        let e = std::io::Error::from_raw_os_error(libc::EAGAIN);
+        assert!(transient(&e));
+        assert!(!transient(&std::io::Error::from_raw_os_error(libc::EINVAL)));
+        let mut f = facts();
+        probe(&mut f).collapse_error = Some(collapse_error(&e));
+        let c = get(&findings(&f), "madv-collapse").clone();
+        assert_eq!(c.status, Status::Warn, "{c:?}");
+        assert!(
+            c.value.starts_with("transient failure, ") && c.value.contains("after 4 tries"),
+            "{}",
+            c.value
+        );
     }
 
     #[test]
