@@ -603,6 +603,25 @@ pub fn maps_dev(f: &File) -> io::Result<u64> {
         .map_or(st_dev, |v| libc::makedev(v.dev_major, v.dev_minor)))
 }
 
+/// An unnamed file (`O_TMPFILE`: no name ever appears, it vanishes when
+/// closed) of `len` bytes of `RET` instructions, like text, in `dir`,
+/// written back; its writable descriptor is closed (`MADV_COLLAPSE` refuses
+/// files open for writing), and the read-only one returned is its last
+/// reference.
+pub fn text_tmpfile(dir: &Path, len: usize) -> io::Result<File> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut w = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_TMPFILE | libc::O_CLOEXEC)
+        .mode(0o600)
+        .open(dir)?;
+    w.write_all(&vec![0xc3u8; len])?;
+    w.sync_all()?;
+    File::open(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&w)))
+}
+
 /// Whether the filesystem holding directory `dir` gives PMD-order
 /// page-cache folios, by experiment: an unnamed temporary file
 /// (`O_TMPFILE`: no name appears, it vanishes when closed) of one PMD
@@ -610,25 +629,12 @@ pub fn maps_dev(f: &File) -> io::Result<u64> {
 /// and its folios counted. `None` when the experiment cannot be made (a
 /// read-only filesystem, no `O_TMPFILE` support, no PFN access).
 pub fn probe_pmd_folios(dir: &Path) -> Option<bool> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
     if !crate::kernel::pfn_access() {
         return None;
     }
     let pmd = crate::kernel::pmd_size();
-    let mut w = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .custom_flags(libc::O_TMPFILE)
-        .mode(0o600)
-        .open(dir)
-        .ok()?;
-    // RET instructions, like text.
-    w.write_all(&vec![0xc3u8; pmd]).ok()?;
-    w.sync_all().ok()?;
-    // A read-only descriptor of the same inode for the fill and the scan.
-    let path = PathBuf::from(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&w)));
-    let f = File::open(&path).ok()?;
+    let f = text_tmpfile(dir, pmd).ok()?;
+    let path = PathBuf::from(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&f)));
     crate::pagecache::evict(&f, 0..0).ok()?;
     crate::pagecache::fill_huge(&f, 0..pmd as u64).ok()?;
     let huge = crate::folio::scan_file(&path, None).ok()?.pmd_windows.len() == 1;

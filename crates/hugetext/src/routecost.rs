@@ -15,8 +15,8 @@ use crate::{fsutil, openfile, pagecache, procfs, Error, Result};
 use hugetext_abi::env::Order;
 use std::fs::File;
 use std::io::{Read, Write};
-use std::os::fd::{AsFd, AsRawFd};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::fd::AsFd;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -121,7 +121,7 @@ pub fn for_dir(dir: &Path) -> Option<RouteCosts> {
 /// `dir` (written with `RET` instructions, synced, opened read-only).
 pub fn measure(dir: &Path) -> Result<RouteCosts> {
     let pmd = kernel::pmd_size();
-    let f = text_tmpfile(dir, pmd)?;
+    let f = fsutil::text_tmpfile(dir, pmd).map_err(|e| Error::io(dir, e))?;
     // Alternating rounds, the median of each route: one window's timing is
     // noisy (a busy machine, a virtual disk).
     let (mut refill, mut collapse) = (Vec::new(), Vec::new());
@@ -210,26 +210,6 @@ const RX: i32 = libc::PROT_READ | libc::PROT_EXEC;
 
 fn mib(bytes: usize) -> f64 {
     bytes as f64 / (1u64 << 20) as f64
-}
-
-/// An unnamed file of `len` bytes of `RET` in `dir`, synced, its writable
-/// descriptor closed (collapse refuses files open for writing): the
-/// read-only descriptor returned is its last reference.
-fn text_tmpfile(dir: &Path, len: usize) -> Result<File> {
-    let mut w = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .custom_flags(libc::O_TMPFILE | libc::O_CLOEXEC)
-        .mode(0o600)
-        .open(dir)
-        .map_err(|e| Error::io(dir, e))?;
-    let tmp = PathBuf::from(format!("/proc/self/fd/{}", w.as_raw_fd()));
-    w.write_all(&vec![0xc3u8; len])
-        .and_then(|()| w.sync_all())
-        .map_err(|e| Error::io(dir, e))?;
-    let f = File::open(&tmp).map_err(|e| Error::io(dir, e))?;
-    drop(w);
-    Ok(f)
 }
 
 /// `uname -r`.
