@@ -60,10 +60,7 @@ fn collapse_here(dir: &Path) -> Collapse {
     let mut r = small.madvise(0, 2 * pmd, kernel::MADV_COLLAPSE);
     // "Not now" (pages not yet on the LRU, no free PMD-size block): again,
     // as doctor does.
-    let transient = |r: &hugetext::Result<()>| {
-        matches!(r, Err(hugetext::Error::Sys { source, .. })
-            if matches!(source.raw_os_error(), Some(libc::EAGAIN) | Some(libc::ENOMEM) | Some(libc::EBUSY)))
-    };
+    let transient = |r: &hugetext::Result<()>| matches!(r, Err(hugetext::Error::Sys { source, .. }) if hugetext::pagecache::collapse_transient(source));
     for _ in 0..3 {
         if !transient(&r) {
             break;

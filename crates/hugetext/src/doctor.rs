@@ -161,7 +161,7 @@ pub fn probe_fs(path: &Path) -> Result<FsProbe> {
     let mut r = m.madvise(0, len, kernel::MADV_COLLAPSE);
     for _ in 0..COLLAPSE_RETRIES {
         match &r {
-            Err(Error::Sys { source, .. }) if transient(source) => {
+            Err(Error::Sys { source, .. }) if pagecache::collapse_transient(source) => {
                 std::thread::sleep(std::time::Duration::from_millis(100));
                 m.populate_read(0, len)?;
                 r = m.madvise(0, len, kernel::MADV_COLLAPSE);
@@ -194,16 +194,6 @@ pub fn page_cache_cap_below(page: u64, pmd: usize) -> Option<u64> {
     (page > 0 && cap < pmd as u64).then_some(cap)
 }
 
-/// The base page size behind a PMD size (a PMD maps one page table of
-/// 8-byte entries: `pmd = page² / 8`).
-fn page_of(pmd: usize) -> u64 {
-    let mut page = 4096u64;
-    while page * page / 8 < pmd as u64 {
-        page *= 2;
-    }
-    page
-}
-
 /// ext4's largest page-cache folio, 2048 blocks (fs/ext4/inode.c,
 /// `EXT4_MAX_PAGECACHE_ORDER`), when it is smaller than a PMD: 8 MiB with
 /// 4 KiB blocks, below the 32 MiB PMD of 16 KiB-page arm64 kernels. Pure.
@@ -227,21 +217,12 @@ const COLLAPSE_RETRIES: usize = 3;
 /// How a collapse error that says nothing against the kernel starts.
 const TRANSIENT: &str = "transient failure, ";
 
-/// `MADV_COLLAPSE` errors that mean "not now", not "not here": the kernel
-/// collapses file text, but could not this time.
-fn transient(e: &std::io::Error) -> bool {
-    matches!(
-        e.raw_os_error(),
-        Some(libc::EAGAIN) | Some(libc::ENOMEM) | Some(libc::EBUSY)
-    )
-}
-
 /// Why `MADV_COLLAPSE` refused file text, in words: EINVAL on a kernel that
 /// does not know the advice at all ([`kernel::madv_collapse_known`]) is not
 /// the same fact as EINVAL for file text only.
 fn collapse_error(e: &std::io::Error) -> String {
     match e.raw_os_error() {
-        _ if transient(e) => format!("{TRANSIENT}{e}"),
+        _ if pagecache::collapse_transient(e) => format!("{TRANSIENT}{e}"),
         Some(libc::EINVAL) if !kernel::madv_collapse_known() => {
             "EINVAL: this kernel has no MADV_COLLAPSE (Linux 6.1 added it)".to_string()
         }
@@ -323,7 +304,12 @@ pub fn findings(f: &Facts) -> Vec<Finding> {
     out.extend(thp_sizes(&f.thp_sizes));
     out.extend(f.shmem_enabled.as_deref().map(|s| shmem(s, f.page_size)));
     match &f.probe {
-        Ok(p) => out.extend(filesystem(p, f.pmd_size, f.read_only_thp_for_fs.as_deref())),
+        Ok(p) => out.extend(filesystem(
+            p,
+            f.page_size,
+            f.pmd_size,
+            f.read_only_thp_for_fs.as_deref(),
+        )),
         Err(e) => out.push(not_probed(e, &f.path)),
     }
     out.extend(f.route_costs.as_ref().ok().map(route_costs));
@@ -437,7 +423,7 @@ fn shmem(shm: &str, page: usize) -> Finding {
 
 /// The three findings of the filesystem experiment: PMD-order folios, PMD
 /// mapping, MADV_COLLAPSE (`ro_thp`: CONFIG_READ_ONLY_THP_FOR_FS).
-fn filesystem(p: &FsProbe, pmd: usize, ro_thp: Option<&str>) -> [Finding; 3] {
+fn filesystem(p: &FsProbe, page: usize, pmd: usize, ro_thp: Option<&str>) -> [Finding; 3] {
     let windows = p.windows;
     let pmd_w = size_words(pmd);
     let (st, val, m) = match p.pmd_folio_windows {
@@ -457,7 +443,7 @@ fn filesystem(p: &FsProbe, pmd: usize, ro_thp: Option<&str>) -> [Finding; 3] {
                     "{} holds files in memory: no PMD folios unless mounted with huge=within_size (tmpfs); `warm` cannot help; use `hugetext run` (anonymous copy) or put the programs on ext4/xfs",
                     p.fs_type
                 )
-            } else if let Some(cap) = page_cache_cap_below(page_of(pmd), pmd) {
+            } else if let Some(cap) = page_cache_cap_below(page as u64, pmd) {
                 format!(
                     "the page cache holds folios of at most 2048 pages ({} here), below the {pmd_w} PMD: no file text is PMD-mapped on this kernel, whatever the filesystem; use `hugetext run` (anonymous copy)",
                     size_words(cap as usize)
@@ -809,7 +795,7 @@ mod tests {
     #[test]
     fn no_pmd_readahead_but_collapse_is_said_as_such() {
         let mut f = facts();
-        f.pmd_size = 32 << 20;
+        (f.page_size, f.pmd_size) = (16384, 32 << 20);
         (probe(&mut f).pmd_folio_windows, probe(&mut f).collapse_kb) = (Some(0), Some(65536));
         let c = get(&findings(&f), "fs-large-folios").clone();
         assert_eq!(c.status, Status::No);
@@ -823,7 +809,7 @@ mod tests {
         assert_eq!(ext4_folio_cap_below("ext4", 16384, 32 << 20), None);
         assert_eq!(ext4_folio_cap_below("xfs", 4096, 32 << 20), None);
         let mut f = facts();
-        f.pmd_size = 32 << 20;
+        (f.page_size, f.pmd_size) = (16384, 32 << 20);
         (probe(&mut f).block_size, probe(&mut f).pmd_folio_windows) = (4096, Some(0));
         let m = get(&findings(&f), "fs-large-folios").meaning.clone();
         assert!(
@@ -838,8 +824,10 @@ mod tests {
     #[test]
     fn a_transient_collapse_failure_is_not_a_no() {
         let e = std::io::Error::from_raw_os_error(libc::EAGAIN);
-        assert!(transient(&e));
-        assert!(!transient(&std::io::Error::from_raw_os_error(libc::EINVAL)));
+        assert!(pagecache::collapse_transient(&e));
+        assert!(!pagecache::collapse_transient(&std::io::Error::from_raw_os_error(
+            libc::EINVAL
+        )));
         let mut f = facts();
         probe(&mut f).collapse_error = Some(collapse_error(&e));
         let c = get(&findings(&f), "madv-collapse").clone();

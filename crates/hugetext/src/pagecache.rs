@@ -340,13 +340,24 @@ pub fn collapse_supported(dir: &Path) -> Result<CollapseSupport> {
         Ok(()) => CollapseSupport::Available,
         Err(Error::Sys { source, .. }) => match source.raw_os_error() {
             Some(libc::EINVAL) => CollapseSupport::Unavailable(collapse_refusal().into()),
-            // Transient failures (EAGAIN, ENOMEM, EBUSY) mean the kernel
-            // would collapse file text given the memory.
-            Some(libc::EAGAIN) | Some(libc::ENOMEM) | Some(libc::EBUSY) => CollapseSupport::Available,
+            // Transient failures mean the kernel would collapse file text
+            // given the memory.
+            _ if collapse_transient(&source) => CollapseSupport::Available,
             _ => CollapseSupport::Unavailable(format!("MADV_COLLAPSE failed: {source}")),
         },
         Err(e) => return Err(e),
     })
+}
+
+/// `MADV_COLLAPSE` errors that mean "not now", not "not here" (EAGAIN,
+/// ENOMEM, EBUSY: pages not yet on the LRU, a folio locked, no free
+/// PMD-size block this instant): the kernel collapses file text, but could
+/// not this time.
+pub fn collapse_transient(e: &std::io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EAGAIN) | Some(libc::ENOMEM) | Some(libc::EBUSY)
+    )
 }
 
 /// Why `MADV_COLLAPSE` said EINVAL for file text: a kernel without the
