@@ -477,16 +477,16 @@ EOF
   res=$results/$series-$fs.json
   say "booting $cell ($kname), log: ${log#"$repo"/}"
   t0=$(date +%s)
-  set +e
+  # A non-zero status is the guest's to report below (the ERR trap would
+  # stop the script before the console tail is shown): hence `|| rc=$?`.
+  rc=0
   timeout --foreground -k 10 "$timeout_s" nice "${qemu[@]}" "${accel[@]}" -m 3G -smp 2 -nographic -no-reboot \
     -kernel "$kimg" \
     -initrd "$vm/root-$series.cpio.gz" \
     -append "console=$console panic=-1 quiet$kargs${append:+ $append}" \
     -drive "file=$disk,if=virtio,format=raw,cache=unsafe" \
     -drive "file=$vm/payload.img,if=virtio,format=raw,readonly=on" \
-    < /dev/null > "$log" 2>&1
-  rc=$?
-  set -e
+    < /dev/null > "$log" 2>&1 || rc=$?
   secs=$(( $(date +%s) - t0 ))
   thp_json=$(printf '"%s",' ${thp//,/ }); thp_json="[${thp_json%,}]"
   meta="{\"cell\":\"$cell\",\"arch\":\"$arch\",\"kernel_pkg\":\"$kname\",\"seconds\":$secs,\"qemu_status\":$rc,\"accel\":\"${accel[1]}\",\"date\":\"$(date -u +%F)\",\"thp\":$thp_json}"
