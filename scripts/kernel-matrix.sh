@@ -467,6 +467,7 @@ HT_REPO='$repo'
 HT_FS='$fs'
 HT_THP='${thp//,/ }'
 HT_CELL='$cell'
+HT_DEADLINE='$(( timeout_s > 600 ? timeout_s - 180 : timeout_s * 3 / 4 ))'
 HT_PROBE='tests/vm/probe-run.sh'
 EOF
   (cd "$root" && find . | cpio -o -H newc --quiet) | gzip -1 > "$vm/root-$series.cpio.gz"
@@ -497,6 +498,11 @@ EOF
   elif ! grep -q '"finished": true' "$res" && ! grep -q '"unsupported": "' "$res"; then
     say "$cell: guest stopped without finishing (qemu status $rc). Console tail:"
     tail -n 40 "$log" | tr -d '\r' >&2
+  fi
+  # Where a suite or the guest was stuck (guest-init.sh's watchdogs).
+  if grep -q '@@STUCK' "$log"; then
+    say "$cell: the guest reported stuck processes:"
+    grep -a '@@STUCK' "$log" | tr -d '\r' | head -n 300 >&2
   fi
   python3 tests/vm/matrix.py summary "$res" >&2 || failed=1
   rm -f "$disk"

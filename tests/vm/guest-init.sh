@@ -18,6 +18,26 @@ emit() { echo "@@HT $*"; }
 emit "{\"kind\":\"boot\",\"uptime_s\":$(cut -d' ' -f1 /proc/uptime)}"
 finish() { emit "{\"kind\":\"$1\",\"reason\":\"$2\"}"; sync; poweroff -f; sleep 10; }
 
+# stuck WHY: what every process is waiting in (its kernel stack), so that a
+# hang is located in the console log, not only timed out.
+stuck() {
+  echo "@@STUCK $1"
+  for p in /proc/[0-9]*; do
+    c=$(tr '\0' ' ' < "$p/cmdline" 2> /dev/null)
+    [ -n "$c" ] || continue
+    echo "@@STUCK pid ${p#/proc/} state $(awk '/^State:/ {print $2}' "$p/status") wchan $(cat "$p/wchan" 2> /dev/null): $c"
+    sed 's/^/@@STUCK   /' "$p/stack" 2> /dev/null
+  done
+}
+# The watchdog: a guest that has not finished HT_DEADLINE seconds after boot
+# (kernel-matrix.sh sets it below its own timeout) says where it is stuck and
+# stops, so the host gets a reason instead of a killed emulator.
+(
+  sleep "${HT_DEADLINE:-1800}"
+  stuck "the guest did not finish in ${HT_DEADLINE:-1800} s"
+  finish error "watchdog: not finished in ${HT_DEADLINE:-1800} s (see the @@STUCK lines)"
+) &
+
 for m in $(cat /modules.order); do
   insmod "/lib/modules/$(uname -r)/$m.ko" || finish unsupported "this kernel cannot load module $m"
 done
@@ -90,8 +110,22 @@ for mode in $HT_THP; do
     # shellcheck disable=SC2086 # one argument per test name
     # stderr apart: a note a test writes there (skip_line) must not split
     # libtest's "test NAME ... ok" line.
-    timeout 900 "$exe" --exact --test-threads=1 $names > /tmp/out 2> /tmp/err
+    # The slowest suite takes under 200 s in these guests.
+    emit "{\"kind\":\"suite-start\",\"thp\":\"$mode\",\"suite\":\"$key\"}"
+    timeout -s KILL 600 "$exe" --exact --test-threads=1 $names > /tmp/out 2> /tmp/err &
+    tpid=$!
+    # One look at the processes before the suite's time is up.
+    (
+      sleep 590 & spid=$!
+      trap 'kill $spid; exit 0' TERM
+      wait $spid
+      [ -d /proc/$tpid ] && stuck "suite $key still running after 590 s"
+    ) &
+    wpid=$!
+    wait $tpid
     rc=$?
+    kill $wpid 2> /dev/null
+    wait $wpid 2> /dev/null
     awk -v p="@@OUT $key|$mode|" '{print p $0}' /tmp/out /tmp/err
     awk -v s="$key" -v m="$mode" '/^test .* \.\.\. (ok|FAILED|ignored)$/ {
         r = $NF; if (r == "FAILED") r = "failed";
