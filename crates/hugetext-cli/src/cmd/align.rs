@@ -120,7 +120,8 @@ pub fn run(args: Args) -> Result<u8> {
                 String::new()
             };
             println!(
-                "{verb} {name}{dest}: PMD-mappable {} -> {}",
+                "{verb} {name}{dest}: {} {} -> {}",
+                o.before.target.unit_kind.mappable(),
                 mib(o.before.pmd_mappable_bytes),
                 mib(o.before.pmd_mappable_bytes_after_align)
             );
@@ -138,7 +139,8 @@ pub fn run(args: Args) -> Result<u8> {
         }
         AlignStatus::NothingToDo => {
             println!(
-                "nothing to do for {name}: already PMD-mappable ({})",
+                "nothing to do for {name}: already {} ({})",
+                o.before.target.unit_kind.mappable(),
                 mib(o.before.pmd_mappable_bytes)
             );
         }

@@ -115,19 +115,31 @@ fn print_report(out: &mut impl Write, r: &CheckReport) -> Result<()> {
         r.file_size,
         r.max_p_align
     )?;
+    let unit = match r.target.unit_kind {
+        elf::HugeUnit::Pmd => String::new(),
+        elf::HugeUnit::Contpte => format!(
+            "; huge unit: the {} contiguous-PTE block (one TLB entry; no page-cache folio reaches a {} PMD)",
+            elf::check::size_words(r.target.unit),
+            elf::check::size_words(r.target.pmd_size)
+        ),
+    };
     writeln!(
         out,
-        "  target: {}, {} pages, {} PMD{}",
+        "  target: {}, {} pages, {} PMD{}{unit}",
         r.target.machine,
         elf::check::size_words(r.target.page_size),
         elf::check::size_words(r.target.pmd_size),
         if r.target.foreign { " (not this machine)" } else { "" }
     )?;
+    let now_head = match r.target.unit_kind {
+        elf::HugeUnit::Pmd => "PMD now",
+        elf::HugeUnit::Contpte => "cont now",
+    };
     if !r.segments.is_empty() {
         writeln!(
             out,
             "  {:>3} {:<4} {:>18} {:>12} {:>12} {:>9} {:>9} {:>7}  {:>9}",
-            "#", "flg", "vaddr", "offset", "filesz", "p_align", "skew", "windows", "PMD now"
+            "#", "flg", "vaddr", "offset", "filesz", "p_align", "skew", "windows", now_head
         )?;
         for s in &r.segments {
             writeln!(
@@ -150,7 +162,8 @@ fn print_report(out: &mut impl Write, r: &CheckReport) -> Result<()> {
     let verdict = r.verdict.as_str();
     writeln!(
         out,
-        "  verdict: {verdict}: PMD-mappable now {}, after align {}",
+        "  verdict: {verdict}: {} now {}, after align {}",
+        r.target.unit_kind.mappable(),
         mib(r.pmd_mappable_bytes),
         mib(r.pmd_mappable_bytes_after_align)
     )?;
