@@ -11,9 +11,10 @@ use hugetext::elf::{self, CheckReport};
 /// `hugetext align` would gain.
 ///
 /// The PMD size is the target kernel's: the running kernel's for a file of
-/// this machine (2 MiB on x86-64; 2, 32 or 512 MiB on arm64 with 4, 16 or
-/// 64 KiB pages), else the one of the page size --page-size names. A file of
-/// another machine is said to be one.
+/// this machine (2 MiB on x86-64; 2 or 32 MiB on arm64 with 4 or 16 KiB
+/// pages), else the one of the page size --page-size names. With 64 KiB pages
+/// (a 512 MiB PMD no page-cache folio reaches) the unit is the 2 MiB
+/// contiguous-PTE block instead. A file of another machine is said to be one.
 ///
 /// For each PT_LOAD: flags, vaddr, file offset, file size, p_align, its skew
 /// (p_vaddr - p_offset modulo the PMD size; 0 = congruent) and the whole PMD
@@ -47,7 +48,8 @@ pub struct Args {
 
 const AFTER_HELP: &str = "\
 The PMD size is the target kernel's (running kernel's, or the one --page-size implies:
-4K -> 2 MiB, 16K -> 32 MiB, 64K -> 512 MiB, for which align does nothing: above 32 MiB).
+4K -> 2 MiB, 16K -> 32 MiB; with 64K pages the 512 MiB PMD is out of reach and the unit is
+the 2 MiB contiguous-PTE block, one TLB entry, instead: unit_kind contpte in the report).
 For each PT_LOAD: flags, vaddr, file offset, file size, p_align, skew (p_vaddr - p_offset
 mod PMD; 0 = congruent) and the whole PMD windows it contains; whether the runtime
 load base keeps the congruence (ET_EXEC: fixed; PIE: kernel >= 5.10; static PIE: kernel
