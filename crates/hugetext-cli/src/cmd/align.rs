@@ -12,8 +12,8 @@ use super::check::mib;
 ///
 /// x86-64 and AArch64 (little-endian ELF64) files; PMD is the target kernel's
 /// PMD size: 2 MiB on x86-64, on arm64 2 MiB with 4 KiB pages and 32 MiB with
-/// 16 KiB pages (--page-size; 64 KiB pages' 512 MiB is refused, as the
-/// kernel's own loader does not align beyond 32 MiB).
+/// 16 KiB pages (--page-size); with 64 KiB pages, whose 512 MiB PMD no
+/// page-cache folio reaches, the 2 MiB contiguous-PTE block.
 ///
 /// * A congruent read-only segment (p_vaddr = p_offset modulo PMD, the GNU
 ///   ld layout) of a PIE or shared library gets p_align = PMD, so the kernel
@@ -68,7 +68,8 @@ pub struct Args {
 
 const AFTER_HELP: &str = "\
 What it does (x86-64 and AArch64 files; PMD = the target kernel's PMD size: 2 MiB on
-x86-64 and arm64 with 4K pages, 32 MiB with --page-size 16K; 64K pages are refused):
+x86-64 and arm64 with 4K pages, 32 MiB with --page-size 16K; with 64K pages the 2 MiB
+contiguous-PTE block, as the 512 MiB PMD is out of reach):
   * congruent read-only segments (p_vaddr = p_offset mod PMD, GNU ld) of a PIE or
     shared library get p_align = PMD, so the kernel (PIE, Linux >= 5.10) or ld.so
     (glibc >= 2.35) places them PMD-aligned;
@@ -120,7 +121,8 @@ pub fn run(args: Args) -> Result<u8> {
                 String::new()
             };
             println!(
-                "{verb} {name}{dest}: PMD-mappable {} -> {}",
+                "{verb} {name}{dest}: {} {} -> {}",
+                o.before.target.unit_kind.mappable(),
                 mib(o.before.pmd_mappable_bytes),
                 mib(o.before.pmd_mappable_bytes_after_align)
             );
@@ -138,7 +140,8 @@ pub fn run(args: Args) -> Result<u8> {
         }
         AlignStatus::NothingToDo => {
             println!(
-                "nothing to do for {name}: already PMD-mappable ({})",
+                "nothing to do for {name}: already {} ({})",
+                o.before.target.unit_kind.mappable(),
                 mib(o.before.pmd_mappable_bytes)
             );
         }

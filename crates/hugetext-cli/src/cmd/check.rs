@@ -11,9 +11,10 @@ use hugetext::elf::{self, CheckReport};
 /// `hugetext align` would gain.
 ///
 /// The PMD size is the target kernel's: the running kernel's for a file of
-/// this machine (2 MiB on x86-64; 2, 32 or 512 MiB on arm64 with 4, 16 or
-/// 64 KiB pages), else the one of the page size --page-size names. A file of
-/// another machine is said to be one.
+/// this machine (2 MiB on x86-64; 2 or 32 MiB on arm64 with 4 or 16 KiB
+/// pages), else the one of the page size --page-size names. With 64 KiB pages
+/// (a 512 MiB PMD no page-cache folio reaches) the unit is the 2 MiB
+/// contiguous-PTE block instead. A file of another machine is said to be one.
 ///
 /// For each PT_LOAD: flags, vaddr, file offset, file size, p_align, its skew
 /// (p_vaddr - p_offset modulo the PMD size; 0 = congruent) and the whole PMD
@@ -47,7 +48,8 @@ pub struct Args {
 
 const AFTER_HELP: &str = "\
 The PMD size is the target kernel's (running kernel's, or the one --page-size implies:
-4K -> 2 MiB, 16K -> 32 MiB, 64K -> 512 MiB, for which align does nothing: above 32 MiB).
+4K -> 2 MiB, 16K -> 32 MiB; with 64K pages the 512 MiB PMD is out of reach and the unit is
+the 2 MiB contiguous-PTE block, one TLB entry, instead: unit_kind contpte in the report).
 For each PT_LOAD: flags, vaddr, file offset, file size, p_align, skew (p_vaddr - p_offset
 mod PMD; 0 = congruent) and the whole PMD windows it contains; whether the runtime
 load base keeps the congruence (ET_EXEC: fixed; PIE: kernel >= 5.10; static PIE: kernel
@@ -115,19 +117,31 @@ fn print_report(out: &mut impl Write, r: &CheckReport) -> Result<()> {
         r.file_size,
         r.max_p_align
     )?;
+    let unit = match r.target.unit_kind {
+        elf::HugeUnit::Pmd => String::new(),
+        elf::HugeUnit::Contpte => format!(
+            "; huge unit: the {} contiguous-PTE block (one TLB entry; no page-cache folio reaches a {} PMD)",
+            elf::check::size_words(r.target.unit),
+            elf::check::size_words(r.target.pmd_size)
+        ),
+    };
     writeln!(
         out,
-        "  target: {}, {} pages, {} PMD{}",
+        "  target: {}, {} pages, {} PMD{}{unit}",
         r.target.machine,
         elf::check::size_words(r.target.page_size),
         elf::check::size_words(r.target.pmd_size),
         if r.target.foreign { " (not this machine)" } else { "" }
     )?;
+    let now_head = match r.target.unit_kind {
+        elf::HugeUnit::Pmd => "PMD now",
+        elf::HugeUnit::Contpte => "cont now",
+    };
     if !r.segments.is_empty() {
         writeln!(
             out,
             "  {:>3} {:<4} {:>18} {:>12} {:>12} {:>9} {:>9} {:>7}  {:>9}",
-            "#", "flg", "vaddr", "offset", "filesz", "p_align", "skew", "windows", "PMD now"
+            "#", "flg", "vaddr", "offset", "filesz", "p_align", "skew", "windows", now_head
         )?;
         for s in &r.segments {
             writeln!(
@@ -150,7 +164,8 @@ fn print_report(out: &mut impl Write, r: &CheckReport) -> Result<()> {
     let verdict = r.verdict.as_str();
     writeln!(
         out,
-        "  verdict: {verdict}: PMD-mappable now {}, after align {}",
+        "  verdict: {verdict}: {} now {}, after align {}",
+        r.target.unit_kind.mappable(),
         mib(r.pmd_mappable_bytes),
         mib(r.pmd_mappable_bytes_after_align)
     )?;

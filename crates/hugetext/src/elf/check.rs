@@ -334,8 +334,9 @@ fn base_note(kind: FileKind, base: BaseAlignment, pmd: &str) -> String {
 /// Analyse a parsed model for `target` (see [`Target::for_machine`]).
 /// `path` is only used to fill the report.
 pub fn analyse(path: &Path, m: &Model, target: &Target) -> CheckReport {
-    let pmd = target.pmd_size;
+    let pmd = target.unit;
     let pmd_w = size_words(pmd);
+    let (mapped, mappable) = (target.unit_kind.mapped(), target.unit_kind.mappable());
     let kind = kind_of(m);
     let max_p_align = m.max_load_align();
     let base = match kind {
@@ -403,7 +404,7 @@ pub fn analyse(path: &Path, m: &Model, target: &Target) -> CheckReport {
         };
         let note = if p.writable() {
             if p.executable() {
-                "writable and executable: cannot be PMD-mapped from the page cache".to_string()
+                format!("writable and executable: cannot be {mapped} from the page cache")
             } else {
                 "writable data: not a candidate".to_string()
             }
@@ -414,7 +415,7 @@ pub fn analyse(path: &Path, m: &Model, target: &Target) -> CheckReport {
             )
         } else if !congruent {
             format!(
-                "vaddr and file offset differ by {skew:#x} modulo {pmd_w}: no window can be PMD-mapped until the file is relaid out"
+                "vaddr and file offset differ by {skew:#x} modulo {pmd_w}: no window can be {mapped} until the file is relaid out"
             )
         } else if !base_keeps {
             format!(
@@ -422,7 +423,7 @@ pub fn analyse(path: &Path, m: &Model, target: &Target) -> CheckReport {
                 p.p_align
             )
         } else {
-            format!("congruent: {windows} whole {pmd_w} window(s) can be PMD-mapped")
+            format!("congruent: {windows} whole {pmd_w} window(s) can be {mapped}")
         };
         segments.push(SegmentReport {
             index,
@@ -458,8 +459,9 @@ pub fn analyse(path: &Path, m: &Model, target: &Target) -> CheckReport {
             {
                 reasons.push((
                     ReasonCode::WritableText,
-                    "its text is in a writable segment (RWX): file pages of a writable mapping are not PMD-mapped"
-                        .into(),
+                    format!(
+                        "its text is in a writable segment (RWX): file pages of a writable mapping are not {mapped}"
+                    ),
                 ));
             }
             reasons.push((
@@ -476,7 +478,7 @@ pub fn analyse(path: &Path, m: &Model, target: &Target) -> CheckReport {
                     reasons.push((
                         ReasonCode::AlreadyPmdMappable,
                         format!(
-                            "already PMD-mappable: {} MiB of read-only segments in whole {pmd_w} windows",
+                            "already {mappable}: {} MiB of read-only segments in whole {pmd_w} windows",
                             pmd_mappable_bytes >> 20
                         ),
                     ));
@@ -582,7 +584,7 @@ fn etype_name(t: u16) -> String {
 /// 2.35 rejects a segment whose p_vaddr - p_offset is not a multiple of its
 /// own p_align, and only the eligible ones are made congruent modulo PMD).
 pub fn make_plan(m: &Model, kind: FileKind, target: &Target) -> crate::Result<AlignPlan> {
-    let (pmd, page) = (target.pmd_size, target.page_size);
+    let (pmd, page) = (target.unit, target.page_size);
     let mut order: Vec<(usize, &Phdr)> = m.loads().collect();
     order.sort_by_key(|(i, p)| (p.p_offset, *i));
     let mut plan = AlignPlan {

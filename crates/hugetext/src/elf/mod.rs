@@ -6,7 +6,8 @@
 //! the same offset modulo the PMD size, and the runtime base keeps that
 //! congruence (see `doc/elf.md`). The PMD size is the target kernel's
 //! ([`Target`]): 2 MiB on x86-64 and on arm64 with 4 KiB pages, 32 MiB with
-//! 16 KiB pages:
+//! 16 KiB pages; with 64 KiB pages the unit is the 2 MiB contiguous-PTE
+//! block instead of the 512 MiB PMD ([`Target::unit`]):
 //!
 //! * [`check_file`] says, per segment, whether that holds as the file stands
 //!   and what [`align_file`] would achieve;
@@ -50,13 +51,67 @@ pub struct Target {
     pub machine: String,
     /// Base page size of the target kernel, bytes.
     pub page_size: u64,
-    /// PMD size of the target kernel, bytes: the unit of huge text.
+    /// PMD size of the target kernel, bytes.
     pub pmd_size: u64,
+    /// The unit of huge text on the target kernel, bytes, which `check` and
+    /// `align` work to: the PMD size, except on arm64 with 64 KiB pages,
+    /// whose 512 MiB PMD no page-cache folio reaches (the page cache stops
+    /// at 2048 pages, 128 MiB) and no loader aligns to; there it is the
+    /// 2 MiB contiguous-PTE block (32 pages, one TLB entry), which a 2 MiB
+    /// folio naturally aligned in the file and in the address space gets.
+    pub unit: u64,
+    /// What [`Target::unit`] is.
+    pub unit_kind: HugeUnit,
     /// The file is for another machine than the one running hugetext.
     pub foreign: bool,
     /// How the sizes were chosen, when that is worth saying (foreign file,
     /// page size assumed).
     pub note: Option<String>,
+}
+
+/// The unit of huge text on a target kernel ([`Target::unit`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum HugeUnit {
+    /// One PMD entry maps it.
+    Pmd,
+    /// An arm64 contiguous-PTE block: one TLB entry maps it.
+    Contpte,
+}
+
+impl HugeUnit {
+    /// "PMD-mapped" or "contpte-mapped", for sentences.
+    pub fn mapped(self) -> &'static str {
+        match self {
+            HugeUnit::Pmd => "PMD-mapped",
+            HugeUnit::Contpte => "contpte-mapped",
+        }
+    }
+
+    /// "PMD-mappable" or "contpte-mappable", for sentences.
+    pub fn mappable(self) -> &'static str {
+        match self {
+            HugeUnit::Pmd => "PMD-mappable",
+            HugeUnit::Contpte => "contpte-mappable",
+        }
+    }
+
+    /// As the JSON says it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HugeUnit::Pmd => "pmd",
+            HugeUnit::Contpte => "contpte",
+        }
+    }
+}
+
+/// The unit of huge text for `machine` with `page`-byte pages and a
+/// `pmd`-byte PMD ([`Target::unit`]).
+pub fn huge_unit(machine: u16, page: u64, pmd: u64) -> (u64, HugeUnit) {
+    match hugetext_abi::geometry::cont_pte_size(page as usize) {
+        Some(block) if machine == object::elf::EM_AARCH64 && pmd > MAX_ALIGN_PMD => (block as u64, HugeUnit::Contpte),
+        _ => (pmd, HugeUnit::Pmd),
+    }
 }
 
 /// `e_machine` of the machine hugetext runs on (`EM_NONE` for one it does
@@ -95,10 +150,14 @@ impl Target {
     /// The running kernel's page and PMD size, for a file of the running
     /// machine (what `warm` and `explain` measure against).
     pub fn running() -> Target {
+        let (page_size, pmd_size) = (crate::kernel::page_size() as u64, crate::kernel::pmd_size() as u64);
+        let (unit, unit_kind) = huge_unit(host_machine(), page_size, pmd_size);
         Target {
             machine: layout::machine_name(host_machine()),
-            page_size: crate::kernel::page_size() as u64,
-            pmd_size: crate::kernel::pmd_size() as u64,
+            page_size,
+            pmd_size,
+            unit,
+            unit_kind,
             foreign: false,
             note: None,
         }
@@ -150,10 +209,13 @@ impl Target {
                 (false, _) => format!("{what}, and hugetext aligns x86-64 and AArch64 files only"),
             });
         }
+        let (unit, unit_kind) = huge_unit(machine, page_size, pmd_size);
         Ok(Target {
             machine: name,
             page_size,
             pmd_size,
+            unit,
+            unit_kind,
             foreign,
             note,
         })
