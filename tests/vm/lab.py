@@ -18,11 +18,10 @@ import re
 import sys
 from pathlib import Path
 
-# The preload's machine-readable record (HUGETEXT_REPORT=json, which
-# lab-probe.sh sets; crates/hugetext-abi/src/report.rs). RUN_LINE reads the
+from report import MIB, routes_mib, start_pass
+
+# The preload's record of a pass is read by report.py; RUN_LINE reads the
 # human -v summary of results recorded before the record existed.
-RECORD = "hugetext-report: "
-MIB = float(1 << 20)
 RUN_LINE = re.compile(
     r"([\d.]+) MiB of ([\d.]+) MiB text in whole 2 MiB windows is huge-backed "
     r"\(already ([\d.]+) MiB, file ([\d.]+) MiB, collapse ([\d.]+) MiB, copy ([\d.]+) MiB\)"
@@ -113,13 +112,10 @@ def measurement(outs, ident):
         if k in ("pgpgin_kb", "ready", "seconds", "rc"):
             m[k] = int(v) if v.lstrip("-").isdigit() else v
     text_out = "\n".join(line[4:] for line in ex if line.startswith("out "))
-    recs = [json.loads(l[len(RECORD):]) for l in text_out.splitlines() if l.startswith(RECORD)]
-    recs = [x for x in recs if not x.get("late")]
-    r = None if recs else RUN_LINE.search(text_out)
-    if recs:
-        x = recs[-1]
-        m["run"] = {"huge_mib": x["huge"] / MIB, "windows_mib": x["windows"] / MIB,
-                    "routes": {k: x[k] / MIB for k in ("already", "file", "collapse", "copy")}}
+    x = start_pass(text_out)
+    r = None if x else RUN_LINE.search(text_out)
+    if x:
+        m["run"] = {"huge_mib": x["huge"] / MIB, "windows_mib": x["windows"] / MIB, "routes": routes_mib(x)}
     elif r:
         huge, total, already, file_, collapse, copy = (float(x) for x in r.groups())
         m["run"] = {"huge_mib": huge, "windows_mib": total,
