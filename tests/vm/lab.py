@@ -18,11 +18,10 @@ import re
 import sys
 from pathlib import Path
 
-# The preload's machine-readable record (HUGETEXT_REPORT=json, which
-# lab-probe.sh sets; crates/hugetext-abi/src/report.rs). RUN_LINE reads the
+from report import MIB, routes_mib, start_pass
+
+# The preload's record of a pass is read by report.py; RUN_LINE reads the
 # human -v summary of results recorded before the record existed.
-RECORD = "hugetext-report: "
-MIB = float(1 << 20)
 RUN_LINE = re.compile(
     r"([\d.]+) MiB of ([\d.]+) MiB text in whole 2 MiB windows is huge-backed "
     r"\(already ([\d.]+) MiB, file ([\d.]+) MiB, collapse ([\d.]+) MiB, copy ([\d.]+) MiB\)"
@@ -113,13 +112,10 @@ def measurement(outs, ident):
         if k in ("pgpgin_kb", "ready", "seconds", "rc"):
             m[k] = int(v) if v.lstrip("-").isdigit() else v
     text_out = "\n".join(line[4:] for line in ex if line.startswith("out "))
-    recs = [json.loads(l[len(RECORD):]) for l in text_out.splitlines() if l.startswith(RECORD)]
-    recs = [x for x in recs if not x.get("late")]
-    r = None if recs else RUN_LINE.search(text_out)
-    if recs:
-        x = recs[-1]
-        m["run"] = {"huge_mib": x["huge"] / MIB, "windows_mib": x["windows"] / MIB,
-                    "routes": {k: x[k] / MIB for k in ("already", "file", "collapse", "copy")}}
+    x = start_pass(text_out)
+    r = None if x else RUN_LINE.search(text_out)
+    if x:
+        m["run"] = {"huge_mib": x["huge"] / MIB, "windows_mib": x["windows"] / MIB, "routes": routes_mib(x)}
     elif r:
         huge, total, already, file_, collapse, copy = (float(x) for x in r.groups())
         m["run"] = {"huge_mib": huge, "windows_mib": total,
@@ -365,98 +361,159 @@ def benches(paths):
     return 1 if failed or not labs else 0
 
 
+# --- doc/kernel.md and doc/kernel.json ------------------------------------------
 def doc(build_times, paths):
+    """Write doc/kernel.md (PAGE with each table's rows) and doc/kernel.json."""
     every = [json.loads(Path(p).read_text()) for p in paths]
     labs = [lab for lab in every if not is_bench_cell(lab)]
     bench_labs = [lab for lab in every if is_bench_cell(lab)]
-    builds = []
-    if Path(build_times).exists():
-        builds = [json.loads(x) for x in Path(build_times).read_text().splitlines() if x.strip()]
-    # The raw maps and per-mapping classes stay in target/kernel-lab/results/.
+    builds = read_builds(build_times)
+    write_json(builds, labs, bench_labs)
+    idx = index(labs)
+    bad, notes = guard(labs)
+    md = PAGE.format(
+        date=max((lab.get("date") or "" for lab in labs), default=""),
+        cells=", ".join(sorted(lab["cell"] for lab in labs)),
+        accel=", ".join(sorted({lab.get("accel") or "?" for lab in labs})),
+        no_stock="" if any(lab.get("variant") == "stock" for lab in labs) else NO_STOCK,
+        summary="\n".join(summary_rows(idx)),
+        steps="\n".join(step_rows(idx)),
+        conclusions=conclusions(idx),
+        guard_bad="\n".join(f"- **{b}**" for b in bad) or GUARD_CLEAN,
+        guard_notes="\n".join(f"- {n}" for n in notes) or "- (none)",
+        builds="\n".join(build_rows(builds)),
+        boots="\n".join(boot_rows(labs)),
+        benches="\n".join(bench_list(labs)) or "- not run",
+        bench_tables="".join(bench_tables(lab) for lab in bench_labs) or BENCH_NOT_RUN,
+    )
+    Path("doc/kernel.md").write_text(md)
+    return 0
+
+
+def read_builds(build_times):
+    """build-times.jsonl: one build a line (none if the file is missing)."""
+    if not Path(build_times).exists():
+        return []
+    return [json.loads(x) for x in Path(build_times).read_text().splitlines() if x.strip()]
+
+
+def write_json(builds, labs, bench_labs):
+    """doc/kernel.json; the raw maps and per-mapping classes stay in
+    target/kernel-lab/results/."""
     slim = [{**lab, "measurements": {k: {x: y for x, y in (m or {}).items() if x not in ("maps", "mappings")}
                                      for k, m in lab["measurements"].items()}} for lab in labs]
     Path("doc/kernel.json").write_text(json.dumps({"builds": builds, "cells": slim, "bench_cells": bench_labs},
                                                   indent=1, sort_keys=True) + "\n")
+
+
+def index(labs):
+    """(fs, fixture, variant, setting, step) -> measurement."""
     idx = {}
     for lab in labs:
         for ident, m in lab["measurements"].items():
             setting, fixture, step = ident.split("/", 2)
             idx[(lab["fs"], fixture, lab["variant"], setting, step)] = m
+    return idx
+
+
+def summary_rows(idx):
+    """The first table: per disk and fixture, stock and patched, alone and
+    with hugetext's best step, and what the first exec read."""
+    rows = (summary_row(idx, fs, fx) for fs in ("ext4", "xfs") for fx in FIXTURES)
+    return [r for r in rows if r]
+
+
+def summary_row(idx, fs, fx):
+    def get(variant, setting, step):
+        return idx.get((fs, fx, variant, setting, step))
+    stock = get("stock", "stock", "plain")
+    mark = ""
+    if stock is None and get("patched", "off", "plain"):
+        # No stock boot on this disk: the patched kernel with every
+        # switch off, which the guard checks against stock on xfs.
+        stock, mark = get("patched", "off", "plain"), " ‡"
+    patched = get("patched", "on", "plain")
+    cong = get("patched", "congruent", "plain")
+    if not stock and not patched:
+        return None
+    runs_s = {("s", "s", st): get("stock", "stock", st) or get("patched", "off", st) for st in ("align", "warm", "run")}
+    runs_p = {("p", "p", st): get("patched", "on", st) for st in ("align", "warm", "run")}
+    bs = best_hugetext(runs_s, "s", "s")
+    bp = best_hugetext(runs_p, "p", "p")
+    return (
+        f"| {fs} | {FIXTURE_TEXT[fx]} | {fmt_pct(stock)}{mark} | {fmt_pct(patched)}"
+        f"{' / ' + fmt_pct(cong) if cong and fx == 'bfd' else ''} | {fmt_best(bs)} | {fmt_best(bp)} | "
+        f"{fmt_read(stock)}{mark} | {fmt_read(patched)} |"
+    )
+
+
+def fmt_best(b):
+    if not b:
+        return "—"
+    return f"{fmt_pct(b[1])} by {STEP_CMD[b[0]]}"
+
+
+def step_rows(idx):
+    """Each step's % PMD-mapped, and the page cache after the plain exec."""
     rows = []
     for fs in ("ext4", "xfs"):
         for fx in FIXTURES:
-            def get(variant, setting, step):
-                return idx.get((fs, fx, variant, setting, step))
-            stock = get("stock", "stock", "plain")
-            mark = ""
-            if stock is None and get("patched", "off", "plain"):
-                # No stock boot on this disk: the patched kernel with every
-                # switch off, which the guard checks against stock on xfs.
-                stock, mark = get("patched", "off", "plain"), " ‡"
-            patched = get("patched", "on", "plain")
-            cong = get("patched", "congruent", "plain")
-            if not stock and not patched:
-                continue
-            runs_s = {("s", "s", st): get("stock", "stock", st) or get("patched", "off", st) for st in ("align", "warm", "run")}
-            runs_p = {("p", "p", st): get("patched", "on", st) for st in ("align", "warm", "run")}
-            bs = best_hugetext(runs_s, "s", "s")
-            bp = best_hugetext(runs_p, "p", "p")
-
-            def hcol(b):
-                if not b:
-                    return "—"
-                return f"{fmt_pct(b[1])} by {STEP_CMD[b[0]]}"
-            rows.append(
-                f"| {fs} | {FIXTURE_TEXT[fx]} | {fmt_pct(stock)}{mark} | {fmt_pct(patched)}"
-                f"{' / ' + fmt_pct(cong) if cong and fx == 'bfd' else ''} | {hcol(bs)} | {hcol(bp)} | "
-                f"{fmt_read(stock)}{mark} | {fmt_read(patched)} |"
-            )
-    steps = []
-    for fs in ("ext4", "xfs"):
-        for fx in FIXTURES:
             for variant, setting in (("stock", "stock"), ("patched", "on")):
-                cells = []
-                for st in ("plain", "align", "warm", "run"):
-                    m = idx.get((fs, fx, variant, setting, st))
-                    cells.append(fmt_pct(m) if m else "—")
+                cells = [fmt_pct(m) if m else "—" for m in
+                         (idx.get((fs, fx, variant, setting, st)) for st in ("plain", "align", "warm", "run"))]
                 if all(c == "—" for c in cells):
                     continue
                 m = idx.get((fs, fx, variant, setting, "plain")) or {}
                 folios = ", ".join(f"{k} {v // 1024} MiB" if v >= 1024 else f"{k} {v} kB"
                                    for k, v in sorted(m.get("folios", {}).items(), key=lambda kv: -kv[1])[:3])
-                steps.append(f"| {fs} | {fx} | {variant} | " + " | ".join(cells) + f" | {folios or '—'} |")
-    bad, notes = guard(labs)
-    guard_lines = "\n".join(f"- {n}" for n in notes) or "- (none)"
-    guard_bad = "\n".join(f"- **{b}**" for b in bad) or "- none: every load address and folio size that must not change matched stock"
-    build_lines = "\n".join(
-        f"| {b['variant']} | {b.get('kind', 'make bzImage')} | {b['seconds']} s | {b.get('jobs', '?')} |" for b in builds
-    )
-    boots = "\n".join(
+                rows.append(f"| {fs} | {fx} | {variant} | " + " | ".join(cells) + f" | {folios or '—'} |")
+    return rows
+
+
+def build_rows(builds):
+    return [f"| {b['variant']} | {b.get('kind', 'make bzImage')} | {b['seconds']} s | {b.get('jobs', '?')} |" for b in builds]
+
+
+def boot_rows(labs):
+    return [
         f"| {lab['cell']} | {lab.get('release')} | {lab.get('boot_seconds', '?')} s | {lab.get('probe_start_seconds', '?')} s | {lab.get('guest_seconds', '?')} s |"
         for lab in sorted(labs, key=lambda x: x.get("cell") or "")
-    )
-    benches = []
+    ]
+
+
+def bench_list(labs):
+    """The measurement cells' `bench exec` runs, one line each."""
+    out = []
     for lab in sorted(labs, key=lambda x: x.get("cell") or ""):
         for k, c in sorted(lab.get("commands", {}).items()):
             if "/bench/" in k and c.get("json"):
-                benches.append(f"- {lab['cell']} `{k.split('/', 1)[1]}`: {bench_summary(c['json'])}")
-    bench_md = ""
-    for lab in bench_labs:
-        brows, counts, bad = bench_rows(lab)
-        bench_md += f"""Cell {lab['cell']} ({lab.get('release')}, {lab.get('accel')}, {lab.get('date')}):
+                out.append(f"- {lab['cell']} `{k.split('/', 1)[1]}`: {bench_summary(c['json'])}")
+    return out
+
+
+def bench_tables(lab):
+    """One bench cell's timing table, its counts table and its failures."""
+    rows, counts, bad = bench_rows(lab)
+    return BENCH_TABLES.format(
+        cell=lab["cell"], release=lab.get("release"), accel=lab.get("accel"), date=lab.get("date"),
+        rows="\n".join(rows), counts="\n".join(counts), failed="".join(f"\n- **failed: {b}**" for b in bad),
+    )
+
+
+BENCH_TABLES = """Cell {cell} ({release}, {accel}, {date}):
 
 | benchmark, quantity (emulated) | round | switch 0 | switch 1 | 1 / 0 |
 |---|---|---|---|---|
-""" + "\n".join(brows) + """
+{rows}
 
 | benchmark | case | switch | memory by folio size (kB per folio: amount) | expected folio size | verified |
 |---|---|---|---|---|---|
-""" + "\n".join(counts) + "\n" + "".join(f"\n- **failed: {b}**" for b in bad) + "\n"
-    bench_md = bench_md or "- not run (`scripts/kernel-lab.sh --bench`)"
-    date = max((lab.get("date") or "" for lab in labs), default="")
-    no_stock = ""
-    if not any(lab.get("variant") == "stock" for lab in labs):
-        no_stock = """
+{counts}
+{failed}
+"""
+BENCH_NOT_RUN = "- not run (`scripts/kernel-lab.sh --bench`)"
+GUARD_CLEAN = "- none: every load address and folio size that must not change matched stock"
+NO_STOCK = """
 No unpatched kernel was booted in this run. The stock columns (‡) are the
 patched kernel with every switch at 0, which takes the unpatched code paths:
 `vm.exec_folio_order=0` never enters the exec path, `vm.thp_readahead_cap=0`
@@ -464,8 +521,8 @@ keeps the PMD-order request, `vm.elf_pmd_align=0` never raises the alignment.
 `scripts/kernel-lab.sh` (all four cells) boots the unpatched build as well,
 and the guard then compares with it.
 """
-    accel = sorted({lab.get("accel") or "?" for lab in labs})
-    md = f"""# The kernel side: exec folios and ELF alignment for Linux 6.12 and 7.x
+# The page: prose and table headers; doc() fills in the rows.
+PAGE = """# The kernel side: exec folios and ELF alignment for Linux 6.12 and 7.x
 
 hugetext gets program text onto 2 MiB pages from user space. The same can be
 done in the kernel, and two patch series do it:
@@ -538,9 +595,9 @@ series changed, 18 s when nothing changed.
 Every number below was measured by `scripts/kernel-lab.sh --write-doc`
 (generated by [tests/vm/lab.py](../tests/vm/lab.py) from the run's results,
 raw data in [kernel.json](kernel.json)) on {date}, from the cells
-{', '.join(sorted(lab['cell'] for lab in labs))}: kernels built from one
+{cells}: kernels built from one
 configuration (x86_64_defconfig + kvm_guest.config +
-[kernel/lab.config](../kernel/lab.config)), booted in qemu ({', '.join(accel)},
+[kernel/lab.config](../kernel/lab.config)), booted in qemu ({accel},
 2 vCPUs, 3 GiB) with the kernel-matrix harness, THP `always`; each fixture a
 fresh copy on the disk under test, evicted from the page cache, then exec'd.
 The fixtures touch all of their text before saying "ready"; node only what
@@ -560,18 +617,18 @@ above).
 
 | fs | fixture | stock 6.12 | patched 6.12 | stock + hugetext | patched + hugetext | read at first exec, stock | read at first exec, patched |
 |---|---|---|---|---|---|---|---|
-""" + "\n".join(rows) + f"""
+{summary}
 
 Each step, % of text PMD-mapped (and the largest folio sizes of the file's
 page cache after the plain exec):
 
 | fs | fixture | kernel | plain exec | after `align` | after `align` + `warm` | under `run` | page cache after plain exec |
 |---|---|---|---|---|---|---|---|
-""" + "\n".join(steps) + f"""
+{steps}
 
 ## Where the patches suffice, and where they do not
 
-{conclusions(idx)}
+{conclusions}
 
 ## What the patches must not change
 
@@ -593,13 +650,13 @@ Failures:
 
 Changes by design:
 
-{guard_lines}
+{guard_notes}
 
 ## Build and boot
 
 | variant | build | wall time | make -j |
 |---|---|---|---|
-{build_lines}
+{builds}
 
 Only one tree is ever built from scratch: the other variant is a copy of it
 (`cp -a`, objects and times kept) switched with git to its own source (the
@@ -617,7 +674,7 @@ times vary with the load.
 Under qemu TCG the timings are emulated: only the counts and states are the
 result.
 
-{chr(10).join(benches) or '- not run'}
+{benches}
 
 ### The batching switches (patches 4 and 5)
 
@@ -630,7 +687,7 @@ TCG, 2 vCPUs on 2 shared host cores): they are no measure of hardware.**
 The counts after them are what each run worked on and do not depend on
 timing.
 
-{bench_md}
+{bench_tables}
 
 ## Reproduce
 
@@ -641,8 +698,7 @@ scripts/kernel-lab.sh --build-only       # just the kernels
 scripts/kernel-lab.sh --check            # CI: both series apply, checkpatch --strict, compile for x86-64 and arm64
 ```
 """
-    Path("doc/kernel.md").write_text(md)
-    return 0
+
 
 
 def bench_summary(doc):

@@ -16,23 +16,8 @@ import re
 import sys
 from pathlib import Path
 
-# The preload's machine-readable record of a pass (HUGETEXT_REPORT=json,
-# which probe.sh sets; crates/hugetext-abi/src/report.rs): never its human
-# -v text.
-RECORD = "hugetext-report: "
-MIB = float(1 << 20)
-
-
-def records(text):
-    """The preload's records in a probe's output, parsed."""
-    out = []
-    for line in text.splitlines():
-        if line.startswith(RECORD):
-            try:
-                out.append(json.loads(line[len(RECORD):]))
-            except ValueError:
-                pass
-    return out
+# The preload's machine-readable record of a pass, never its human -v text.
+from report import MIB, routes_mib, start_pass
 
 
 def parse_plan(path):
@@ -141,10 +126,9 @@ def interpret(name, rc, lines):
             out.update(file_pmd_kb=int(m.group(1)), anon_huge_kb=int(m.group(2)))
         return out
     if name.startswith("run-"):
-        recs = [r for r in records(text) if not r.get("late")]
-        if recs:
-            r = recs[-1]
-            routes = {k: r[k] / MIB for k in ("already", "file", "collapse", "copy")}
+        r = start_pass(text)
+        if r:
+            routes = routes_mib(r)
             out.update(
                 huge_mib=r["huge"] / MIB,
                 text_mib=r["windows"] / MIB,

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use hugetext_abi::thp::ThpMode;
 
 use crate::kernel::{self, KernelVersion, Mapping};
-use crate::{folio, fsutil, pagecache, procfs, Error, Result};
+use crate::{folio, fsutil, pagecache, procfs, Error, FactError, Result};
 
 /// How a finding bears on using hugetext.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -249,10 +249,10 @@ pub struct Facts {
     /// THP `shmem_enabled` mode.
     pub shmem_enabled: Option<String>,
     /// The filesystem experiment, or why it could not be done.
-    pub probe: std::result::Result<FsProbe, String>,
+    pub probe: std::result::Result<FsProbe, FactError>,
     /// What evict + refill and collapse in place cost on that filesystem
     /// (the order `run` tries them in), or why it was not measured.
-    pub route_costs: std::result::Result<crate::routecost::RouteCosts, String>,
+    pub route_costs: std::result::Result<crate::routecost::RouteCosts, FactError>,
     /// `CONFIG_READ_ONLY_THP_FOR_FS` (`y`, `n`), when the config is readable.
     pub read_only_thp_for_fs: Option<String>,
     pub cap_sys_admin: bool,
@@ -276,8 +276,8 @@ impl Facts {
             thp_enabled: kernel::thp_mode(),
             thp_sizes: kernel::thp_sizes(),
             shmem_enabled: kernel::sysfs_choice("/sys/kernel/mm/transparent_hugepage/shmem_enabled"),
-            probe: probe_fs(path).map_err(|e| e.to_string()),
-            route_costs: crate::routecost::measure(&probe_dir(path)).map_err(|e| e.to_string()),
+            probe: probe_fs(path).map_err(FactError::from),
+            route_costs: crate::routecost::measure(&probe_dir(path)).map_err(FactError::from),
             read_only_thp_for_fs: kernel::kernel_config("CONFIG_READ_ONLY_THP_FOR_FS"),
             cap_sys_admin: kernel::has_cap_sys_admin(),
             pfn_access: kernel::pfn_access(),
@@ -554,7 +554,7 @@ fn route_costs(c: &crate::routecost::RouteCosts) -> Finding {
     )
 }
 
-fn not_probed(why: &str, path: &Path) -> Finding {
+fn not_probed(why: &FactError, path: &Path) -> Finding {
     finding(
         "fs-large-folios",
         "PMD-order page-cache folios",
@@ -662,7 +662,7 @@ mod tests {
                 collapse_kb: None,
                 collapse_error: Some("EINVAL (not supported for file text on this kernel)".into()),
             }),
-            route_costs: Err("not measured".into()),
+            route_costs: Err(Error::Other("not measured".into()).into()),
             read_only_thp_for_fs: Some("n".into()),
             cap_sys_admin: true,
             pfn_access: true,
@@ -931,7 +931,7 @@ mod tests {
     #[test]
     fn probe_not_possible() {
         let mut f = facts();
-        f.probe = Err("cannot create a scratch file in /srv: Read-only file system".into());
+        f.probe = Err(Error::Permission("cannot create a scratch file in /srv: Read-only file system".into()).into());
         let v = findings(&f);
         let fs = get(&v, "fs-large-folios");
         assert_eq!(fs.status, Status::Warn);

@@ -88,3 +88,79 @@ impl Error {
         }
     }
 }
+
+/// An [`Error`] kept as a fact: its kind and its line. For the fact structs
+/// that must be `Clone` and `Eq` (which [`Error`], holding an `io::Error`, is
+/// not), such as why a probe or a page-cache read could not be done.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct FactError {
+    pub kind: ErrorKind,
+    /// The error's one line, as [`Error`] renders it.
+    pub message: String,
+}
+
+/// What kind of [`Error`] a [`FactError`] was, to match on rather than on
+/// its text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// An I/O error or a failed system call, with its errno when the
+    /// operating system gave one.
+    Io(Option<rustix::io::Errno>),
+    NoProcess,
+    Permission,
+    Unsupported,
+    Elf,
+    Invalid,
+    Launch,
+    Other,
+}
+
+impl From<&Error> for FactError {
+    fn from(e: &Error) -> Self {
+        let kind = match e {
+            Error::Io { source, .. } | Error::Sys { source, .. } => {
+                ErrorKind::Io(rustix::io::Errno::from_io_error(source))
+            }
+            Error::NoProcess(_) => ErrorKind::NoProcess,
+            Error::Permission(_) => ErrorKind::Permission,
+            Error::Unsupported(_) => ErrorKind::Unsupported,
+            Error::Elf { .. } => ErrorKind::Elf,
+            Error::Invalid(_) => ErrorKind::Invalid,
+            Error::Launch(_) => ErrorKind::Launch,
+            Error::Other(_) => ErrorKind::Other,
+        };
+        FactError {
+            kind,
+            message: e.to_string(),
+        }
+    }
+}
+
+impl From<Error> for FactError {
+    fn from(e: Error) -> Self {
+        FactError::from(&e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rustix::io::Errno;
+
+    #[test]
+    fn fact_error_keeps_the_kind_the_errno_and_the_line() {
+        let e = Error::io("/srv/x", std::io::Error::from_raw_os_error(Errno::ROFS.raw_os_error()));
+        let f = FactError::from(&e);
+        assert_eq!(f.kind, ErrorKind::Io(Some(Errno::ROFS)));
+        assert_eq!(f.to_string(), e.to_string());
+        let no_errno = FactError::from(Error::io("/srv/x", std::io::Error::other("short read")));
+        assert_eq!(no_errno.kind, ErrorKind::Io(None));
+        let u = FactError::from(Error::Unsupported("no MADV_COLLAPSE".into()));
+        assert_eq!(
+            (u.kind, u.message.as_str()),
+            (ErrorKind::Unsupported, "no MADV_COLLAPSE")
+        );
+        assert_eq!(FactError::from(Error::Other("x".into())).kind, ErrorKind::Other);
+    }
+}

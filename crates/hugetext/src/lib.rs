@@ -60,5 +60,5 @@ pub mod routecost;
 pub mod units;
 pub mod warm;
 
-pub use error::{Error, Result};
+pub use error::{Error, ErrorKind, FactError, Result};
 pub use outcome::Outcome;

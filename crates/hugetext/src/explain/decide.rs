@@ -644,9 +644,18 @@ mod tests {
             pmd_windows: 2,
             ..Default::default()
         }));
-        let v = why(&madvise(), &proc1(m));
+        let v = why(&madvise(), &proc1(m.clone()));
         assert_eq!(v.reason, Reason::MappedBeforeWarm);
         assert!(v.fix.unwrap().starts_with("restart"));
+
+        let e = crate::Error::io(
+            "/usr/bin/x",
+            std::io::Error::from_raw_os_error(rustix::io::Errno::NOENT.raw_os_error()),
+        );
+        m.cache = Some(Err((&e).into()));
+        let v = why(&madvise(), &proc1(m));
+        assert_eq!((v.reason, v.fix), (Reason::Unknown, None));
+        assert_eq!(v.evidence, format!("the page cache could not be read: {e}"));
     }
 
     #[test]

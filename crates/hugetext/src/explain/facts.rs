@@ -7,7 +7,7 @@ use super::{
     layout_of, CacheFacts, FsFacts, Khugepaged, Layout, LoaderFacts, MappingFacts, ProcessFacts, SystemFacts, UnitFacts,
 };
 use crate::folio::{Class, Counts, Kind};
-use crate::{elf, folio, fsutil, inspect, kernel, procfs, remap, Error, Result};
+use crate::{elf, folio, fsutil, inspect, kernel, procfs, remap, Error, FactError, Result};
 
 // ---------------------------------------------------------------------------
 // Gathering
@@ -164,7 +164,7 @@ fn mapping_facts(pid: i32, t: &remap::TextMapping, offset: u64, fs_cache: &mut F
                     .and_then(|f| procfs::mapping_pids_file(f).ok())
                     .unwrap_or_default(),
             })
-            .map_err(|e| e.to_string()),
+            .map_err(FactError::from),
     );
     m
 }

@@ -163,7 +163,7 @@ pub struct MappingFacts {
     /// `None` for copies, or when it could not be told.
     pub fs: Option<FsFacts>,
     /// `Err`: why the page cache could not be read.
-    pub cache: Option<std::result::Result<CacheFacts, String>>,
+    pub cache: Option<std::result::Result<CacheFacts, crate::FactError>>,
 }
 
 impl MappingFacts {
