@@ -242,6 +242,8 @@ pub struct Facts {
     pub version: KernelVersion,
     pub page_size: usize,
     pub pmd_size: usize,
+    /// arm64's contiguous-PTE block, bytes; `None` on other machines.
+    pub cont_pte: Option<usize>,
     /// THP `enabled` mode; `None` without THP.
     pub thp_enabled: Option<ThpMode>,
     /// mTHP sizes (kB) and their modes.
@@ -273,6 +275,7 @@ impl Facts {
             version: KernelVersion::current(),
             page_size: kernel::page_size(),
             pmd_size: kernel::pmd_size(),
+            cont_pte: kernel::cont_pte_size(),
             thp_enabled: kernel::thp_mode(),
             thp_sizes: kernel::thp_sizes(),
             shmem_enabled: kernel::sysfs_choice("/sys/kernel/mm/transparent_hugepage/shmem_enabled"),
@@ -298,7 +301,7 @@ pub fn findings(f: &Facts) -> Vec<Finding> {
     let pmd_w = size_words(f.pmd_size);
     let mut out = vec![
         kernel_finding(&f.release, f.version, &pmd_w),
-        page_size(f.page_size, f.pmd_size),
+        page_size(f.page_size, f.pmd_size, f.cont_pte),
     ];
     out.push(thp(f.thp_enabled, &pmd_w));
     out.extend(thp_sizes(&f.thp_sizes));
@@ -347,17 +350,37 @@ fn kernel_finding(release: &str, v: KernelVersion, pmd_w: &str) -> Finding {
     )
 }
 
-fn page_size(ps: usize, pmd: usize) -> Finding {
-    finding(
-        "page-size",
-        "page and PMD size",
-        format!("{} kB pages, {} kB PMD", ps / 1024, pmd / 1024),
-        Status::Info,
-        format!(
-            "one PMD-mapped folio replaces {} base-page TLB entries with one",
-            pmd / ps
-        ),
-    )
+fn page_size(ps: usize, pmd: usize, cont_pte: Option<usize>) -> Finding {
+    let mut value = format!("{} kB pages, {} kB PMD", ps / 1024, pmd / 1024);
+    let mut meaning = format!(
+        "one PMD-mapped folio replaces {} base-page TLB entries with one",
+        pmd / ps
+    );
+    if let Some(block) = cont_pte {
+        value += &format!(", {} kB contpte block", block / 1024);
+        // Contpte blocks exist on arm64 only.
+        let (unit, _) = crate::elf::huge_unit(object::elf::EM_AARCH64, ps as u64, pmd as u64);
+        meaning = if unit == block as u64 {
+            // 64 KiB pages: the PMD is beyond the page cache's largest folio.
+            format!(
+                "the {} PMD is out of reach (the page cache's largest folio is 2048 pages, {}; the loaders align to at most 32 MiB): \
+                 the unit of huge text here is the {} contiguous-PTE block, {} pages under one TLB entry when a folio that large is \
+                 naturally aligned in the file and in memory; `check` and `align` work to it",
+                size_words(pmd),
+                size_words(2048 * ps),
+                size_words(block),
+                block / ps
+            )
+        } else {
+            format!(
+                "{meaning}; below it, a folio of at least the {} contiguous-PTE block ({} pages), naturally aligned, \
+                 takes one TLB entry per block (contpte)",
+                size_words(block),
+                block / ps
+            )
+        };
+    }
+    finding("page-size", "page and PMD size", value, Status::Info, meaning)
 }
 
 fn thp(mode: Option<ThpMode>, pmd_w: &str) -> Finding {
@@ -649,6 +672,7 @@ mod tests {
             version: KernelVersion::parse("6.18.0"),
             page_size: 4096,
             pmd_size: 2 << 20,
+            cont_pte: None,
             thp_enabled: Some(ThpMode::Madvise),
             thp_sizes: vec![(64, "never".into()), (2048, "inherit".into())],
             shmem_enabled: Some("never".into()),
@@ -680,6 +704,38 @@ mod tests {
         v.iter()
             .find(|f| f.id == id)
             .unwrap_or_else(|| panic!("no {id} in {v:?}"))
+    }
+
+    #[test]
+    fn arm64_page_size_names_the_contpte_block_and_the_unit_with_64k_pages() {
+        // x86-64: no contpte block.
+        let v = findings(&facts());
+        assert_eq!(get(&v, "page-size").value, "4 kB pages, 2048 kB PMD");
+        assert!(!get(&v, "page-size").meaning.contains("contiguous-PTE"));
+        // arm64, 4 KiB pages: 64 KiB blocks below the 2 MiB PMD.
+        let mut f = facts();
+        f.cont_pte = Some(64 << 10);
+        let p = findings(&f).into_iter().find(|x| x.id == "page-size").unwrap();
+        assert_eq!(p.value, "4 kB pages, 2048 kB PMD, 64 kB contpte block");
+        assert!(
+            p.meaning.contains("64 KiB contiguous-PTE block (16 pages)"),
+            "{}",
+            p.meaning
+        );
+        // arm64, 64 KiB pages: the 512 MiB PMD is out of reach, the 2 MiB
+        // block is the unit.
+        let mut f = facts();
+        (f.page_size, f.pmd_size, f.cont_pte) = (64 << 10, 512 << 20, Some(2 << 20));
+        let p = findings(&f).into_iter().find(|x| x.id == "page-size").unwrap();
+        assert_eq!(p.value, "64 kB pages, 524288 kB PMD, 2048 kB contpte block");
+        assert!(
+            p.meaning.contains("512 MiB PMD is out of reach")
+                && p.meaning.contains("128 MiB")
+                && p.meaning
+                    .contains("unit of huge text here is the 2 MiB contiguous-PTE block, 32 pages"),
+            "{}",
+            p.meaning
+        );
     }
 
     #[test]
