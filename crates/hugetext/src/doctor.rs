@@ -102,6 +102,10 @@ pub struct FsProbe {
     pub collapse_kb: Option<u64>,
     /// Why `MADV_COLLAPSE` failed.
     pub collapse_error: Option<String>,
+    /// That failure was a transient one ([`pagecache::collapse_transient`]:
+    /// the kernel collapses here, not at that moment).
+    #[serde(skip)]
+    pub collapse_transient: bool,
 }
 
 /// Probe the filesystem holding `path` (a directory, or a file whose
@@ -178,7 +182,10 @@ pub fn probe_fs(path: &Path) -> Result<FsProbe> {
             m.populate_read(0, len)?;
             probe.collapse_kb = Some(procfs::own_file_pmd_kb(m.addr())?);
         }
-        Err(Error::Sys { source, .. }) => probe.collapse_error = Some(collapse_error(&source)),
+        Err(Error::Sys { source, .. }) => {
+            probe.collapse_transient = pagecache::collapse_transient(&source);
+            probe.collapse_error = Some(collapse_error(&source));
+        }
         Err(e) => probe.collapse_error = Some(e.to_string()),
     }
     drop(m);
@@ -540,7 +547,7 @@ fn filesystem(p: &FsProbe, page: usize, pmd: usize, ro_thp: Option<&str>) -> [Fi
             format!("accepted but nothing PMD-mapped after a refault{cfg_note}"),
             "MADV_COLLAPSE did not give PMD mappings here; use `warm` (evict + refill)",
         ),
-        (None, Some(e)) if e.starts_with(TRANSIENT) => (
+        (None, Some(e)) if p.collapse_transient => (
             Status::Warn,
             format!("{e} after {} tries{cfg_note}", COLLAPSE_RETRIES + 1),
             "the kernel collapses file text here but could not at that moment (pages busy or no free PMD-size block): `warm` and `run` try it again",
@@ -685,6 +692,7 @@ mod tests {
                 pmd_mapped_kb: 4096,
                 collapse_kb: None,
                 collapse_error: Some("EINVAL (not supported for file text on this kernel)".into()),
+                collapse_transient: false,
             }),
             route_costs: Err(Error::Other("not measured".into()).into()),
             read_only_thp_for_fs: Some("n".into()),
@@ -886,6 +894,7 @@ mod tests {
         )));
         let mut f = facts();
         probe(&mut f).collapse_error = Some(collapse_error(&e));
+        probe(&mut f).collapse_transient = true;
         let c = get(&findings(&f), "madv-collapse").clone();
         assert_eq!(c.status, Status::Warn, "{c:?}");
         assert!(
