@@ -8,6 +8,7 @@
 #                            [--timeout SECONDS] [--no-build] [--plan FILE] [--write-doc]
 #                            [--kernel NAME=BZIMAGE]... [--probe FILE] [--extra DIR]
 #                            [--results DIR] [--append ARGS] [--pending FILE]
+#                            [--retry-hung]
 #
 #   KERNEL   5.10, 6.1, 6.12 or 7.x (the newest linux-image-*-cloud-amd64 of that
 #            series: Debian 11, 12, 12 security, 13 backports),
@@ -23,7 +24,8 @@
 #                workspace cross-built for aarch64-unknown-linux-gnu)
 #   --ci         CI's cells (tests/vm/README.md says why these): the x86-64
 #                ones, then the aarch64 one, each run as its own harness run;
-#                THP always (--thp chooses otherwise)
+#                THP always (--thp chooses otherwise), a 1500 s timeout per
+#                guest unless --timeout is given, and --retry-hung
 #   (default)    CI's x86-64 cells, THP always and madvise
 #   --plan FILE  the tests to run in the guests (default tests/vm/plan.txt)
 #   --write-doc  regenerate doc/kernels.md and doc/kernels.json from the results
@@ -38,6 +40,9 @@
 #   --append ARGS  more kernel command line
 #   --pending FILE tests of the plan not to run, each with its reason
 #                (SUITE TEST REASON...): reported "n/a" (needs=pending)
+#   --retry-hung a cell whose guest hung (a watchdog's @@STUCK report, or
+#                killed at the timeout) is booted once more and must pass
+#                then; both runs are reported, a failed test is never retried
 #
 # One run boots the cells of one machine: x86-64 cells and aarch64 cells go
 # in separate runs (each builds its own test binaries, fixtures and guest).
@@ -68,6 +73,8 @@ thp=always,madvise
 ci=0
 thp_set=0
 timeout_s=2400
+timeout_set=0
+retry_hung=0
 build=1
 write_doc=0
 plan=tests/vm/plan.txt
@@ -85,7 +92,8 @@ while [ $# -gt 0 ]; do
                     7.x-arm64:ext4 7.x-arm64:xfs 7.x-arm64-16k:ext4 7.x-arm64-16k:xfs) ;;
     --cell) shift; [ $# -gt 0 ] || die "--cell needs KERNEL:FS"; cells+=("$1") ;;
     --thp) shift; thp=${1:?--thp needs a list}; thp_set=1 ;;
-    --timeout) shift; timeout_s=${1:?--timeout needs seconds} ;;
+    --timeout) shift; timeout_s=${1:?--timeout needs seconds}; timeout_set=1 ;;
+    --retry-hung) retry_hung=1 ;;
     --no-build) build=0 ;;
     --plan) shift; plan=${1:?--plan needs a file} ;;
     --write-doc) write_doc=1 ;;
@@ -109,6 +117,8 @@ if [ $ci = 1 ]; then
   [ $thp_set = 1 ] || thp=$ci_thp
   pass=()
   for a in "${orig_args[@]}"; do [ "$a" = --ci ] || pass+=("$a"); done
+  pass+=(--retry-hung)
+  [ $timeout_set = 1 ] || pass+=(--timeout 1500)
   st=0
   x=(); for c in "${ci_x86[@]}"; do x+=(--cell "$c"); done
   bash "$repo/scripts/kernel-matrix.sh" "${pass[@]}" --thp "$thp" "${x[@]}" || st=$?
@@ -476,35 +486,50 @@ EOF
   truncate -s 6G "$disk"
   log=$vm/logs/$series-$fs.log
   res=$results/$series-$fs.json
-  say "booting $cell ($kname), log: ${log#"$repo"/}"
-  t0=$(date +%s)
-  # A non-zero status is the guest's to report below (the ERR trap would
-  # stop the script before the console tail is shown): hence `|| rc=$?`.
-  rc=0
-  timeout --foreground -k 10 "$timeout_s" nice "${qemu[@]}" "${accel[@]}" -m 3G -smp 2 -nographic -no-reboot \
-    -kernel "$kimg" \
-    -initrd "$vm/root-$series.cpio.gz" \
-    -append "console=$console panic=-1 quiet$kargs${append:+ $append}" \
-    -drive "file=$disk,if=virtio,format=raw,cache=unsafe" \
-    -drive "file=$vm/payload.img,if=virtio,format=raw,readonly=on" \
-    < /dev/null > "$log" 2>&1 || rc=$?
-  secs=$(( $(date +%s) - t0 ))
-  thp_json=$(printf '"%s",' ${thp//,/ }); thp_json="[${thp_json%,}]"
-  meta="{\"cell\":\"$cell\",\"arch\":\"$arch\",\"kernel_pkg\":\"$kname\",\"seconds\":$secs,\"qemu_status\":$rc,\"accel\":\"${accel[1]}\",\"date\":\"$(date -u +%F)\",\"thp\":$thp_json}"
-  python3 tests/vm/matrix.py collect "$log" "$plan" "$meta" > "$res"
-  if [ $rc = 124 ] || [ $rc = 137 ]; then
-    say "$cell: guest did not finish in ${timeout_s}s; killed. Console tail:"
-    tail -n 40 "$log" | tr -d '\r' >&2
-  elif ! grep -q '"finished": true' "$res" && ! grep -q '"unsupported": "' "$res"; then
-    say "$cell: guest stopped without finishing (qemu status $rc). Console tail:"
-    tail -n 40 "$log" | tr -d '\r' >&2
-  fi
-  # Where a suite or the guest was stuck (guest-init.sh's watchdogs).
-  if grep -q '@@STUCK' "$log"; then
-    say "$cell: the guest reported stuck processes:"
-    grep -a '@@STUCK' "$log" | tr -d '\r' | head -n 300 >&2
-  fi
-  python3 tests/vm/matrix.py summary "$res" >&2 || failed=1
+  for attempt in 1 2; do
+    say "booting $cell ($kname), log: ${log#"$repo"/}"
+    t0=$(date +%s)
+    # A non-zero status is the guest's to report below (the ERR trap would
+    # stop the script before the console tail is shown): hence `|| rc=$?`.
+    rc=0
+    timeout --foreground -k 10 "$timeout_s" nice "${qemu[@]}" "${accel[@]}" -m 3G -smp 2 -nographic -no-reboot \
+      -kernel "$kimg" \
+      -initrd "$vm/root-$series.cpio.gz" \
+      -append "console=$console panic=-1 quiet$kargs${append:+ $append}" \
+      -drive "file=$disk,if=virtio,format=raw,cache=unsafe" \
+      -drive "file=$vm/payload.img,if=virtio,format=raw,readonly=on" \
+      < /dev/null > "$log" 2>&1 || rc=$?
+    secs=$(( $(date +%s) - t0 ))
+    thp_json=$(printf '"%s",' ${thp//,/ }); thp_json="[${thp_json%,}]"
+    meta="{\"cell\":\"$cell\",\"arch\":\"$arch\",\"kernel_pkg\":\"$kname\",\"seconds\":$secs,\"qemu_status\":$rc,\"accel\":\"${accel[1]}\",\"date\":\"$(date -u +%F)\",\"thp\":$thp_json}"
+    python3 tests/vm/matrix.py collect "$log" "$plan" "$meta" > "$res"
+    if [ $rc = 124 ] || [ $rc = 137 ]; then
+      say "$cell: guest did not finish in ${timeout_s}s; killed. Console tail:"
+      tail -n 40 "$log" | tr -d '\r' >&2
+    elif ! grep -q '"finished": true' "$res" && ! grep -q '"unsupported": "' "$res"; then
+      say "$cell: guest stopped without finishing (qemu status $rc). Console tail:"
+      tail -n 40 "$log" | tr -d '\r' >&2
+    fi
+    # Where a suite or the guest was stuck (guest-init.sh's watchdogs).
+    if grep -q '@@STUCK' "$log"; then
+      say "$cell: the guest reported stuck processes:"
+      grep -a '@@STUCK' "$log" | tr -d '\r' | head -n 300 >&2
+    fi
+    ok=1
+    python3 tests/vm/matrix.py summary "$res" >&2 || ok=0
+    [ $ok = 1 ] && break
+    # --retry-hung (CI) boots a cell once more only when its guest hung (a watchdog's
+    # @@STUCK report, or killed at the timeout), never for a failed test:
+    # both runs are reported above, and the second must pass.
+    if [ $retry_hung = 1 ] && [ $attempt = 1 ] && { [ $rc = 124 ] || [ $rc = 137 ] || grep -q '@@STUCK' "$log"; }; then
+      cp "$log" "$log.hung"
+      say "$cell: the guest hung (its log is kept as ${log#"$repo"/}.hung); booting it once more"
+      truncate -s 0 "$disk" && truncate -s 6G "$disk"
+      continue
+    fi
+    failed=1
+    break
+  done
   rm -f "$disk"
 done
 

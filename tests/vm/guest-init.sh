@@ -23,7 +23,7 @@ finish() { emit "{\"kind\":\"$1\",\"reason\":\"$2\"}"; sync; poweroff -f; sleep 
 stuck() {
   echo "@@STUCK $1"
   for p in /proc/[0-9]*; do
-    c=$(tr '\0' ' ' < "$p/cmdline" 2> /dev/null)
+    c=$( { tr '\0' ' ' < "$p/cmdline"; } 2> /dev/null)
     [ -n "$c" ] || continue
     echo "@@STUCK pid ${p#/proc/} state $(awk '/^State:/ {print $2}' "$p/status") wchan $(cat "$p/wchan" 2> /dev/null): $c"
     sed 's/^/@@STUCK   /' "$p/stack" 2> /dev/null
