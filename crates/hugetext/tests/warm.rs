@@ -156,3 +156,32 @@ fn warm_fills_the_planned_file_when_another_is_renamed_over_its_path() {
         r.notes
     );
 }
+
+#[test]
+fn replace_renames_only_over_the_planned_file() {
+    let dir = scratch();
+    let mib = ((2 * kernel::pmd_size() as u64) >> 20) as usize;
+    let p = scratch_file(dir.path(), "planned", mib);
+    let t = warm::plan(&p).unwrap();
+    let opts = warm::WarmOptions {
+        replace: true,
+        ..Default::default()
+    };
+    let mut ctx = warm::WarmContext::default();
+    let before = warm::warm_target(&t, &warm::WarmOptions::default(), &mut ctx).unwrap();
+    let other = scratch_file(dir.path(), "other", mib);
+    std::fs::rename(&other, &p).unwrap();
+    let ino = |p: &std::path::Path| std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(p).unwrap());
+    let there = ino(&p);
+    let e = warm::replace_and_warm(&t, &opts, &mut ctx, before, std::time::Instant::now()).unwrap_err();
+    assert!(
+        e.to_string().contains("replaced or removed since it was planned"),
+        "{e}"
+    );
+    assert_eq!(ino(&p), there, "the file at the path was replaced");
+    let names: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, vec![std::ffi::OsString::from("planned")], "no copy is left");
+}

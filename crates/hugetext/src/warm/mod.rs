@@ -353,3 +353,15 @@ fn small_windows(t: &Target, have: &BTreeSet<u64>) -> Vec<u64> {
     }
     v
 }
+
+#[cfg(test)]
+mod tests {
+    use super::changed_note;
+
+    #[test]
+    fn a_path_that_names_another_file_is_noted() {
+        assert_eq!(changed_note(Some(true)), None);
+        assert!(changed_note(Some(false)).unwrap().contains("replaced after planning"));
+        assert!(changed_note(None).unwrap().contains("removed after planning"));
+    }
+}

@@ -115,7 +115,7 @@ pub fn replace_and_warm(
     let out = fsutil::check_output(&real).map_err(|e| Error::io(&real, e))?;
     if out.existing() != Some(planned_id(t)) {
         return Err(Error::Invalid(format!(
-            "{}: --replace refused: another file is at this path now than the one planned; run warm again",
+            "{}: --replace refused: the file was replaced or removed since it was planned; run warm again",
             t.path.display()
         )));
     }
