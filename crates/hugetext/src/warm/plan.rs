@@ -375,7 +375,11 @@ pub fn resolve_deps(exe: &Path) -> Result<Vec<PathBuf>> {
 /// Expand `paths` to the files to warm: each path, then (with `deps`) every
 /// shared library each ELF program loads, without duplicates (by device and
 /// inode). Each entry is a plan or the error that prevented one.
+///
+/// Every plan holds its file open until it is warmed, so the soft limit of
+/// open files (often 1024) is raised to the hard one first.
 pub fn plan_all(paths: &[PathBuf], deps: bool) -> Vec<(PathBuf, Result<Target>)> {
+    raise_open_file_limit();
     let mut out = Vec::new();
     let mut seen = BTreeSet::new();
     let mut add = |p: PathBuf, out: &mut Vec<(PathBuf, Result<Target>)>| -> bool {
@@ -405,6 +409,27 @@ pub fn plan_all(paths: &[PathBuf], deps: bool) -> Vec<(PathBuf, Result<Target>)>
     out
 }
 
+/// Raise the soft `RLIMIT_NOFILE` to the hard limit (as Go programs do at
+/// start): many planned files are open at once. Nothing is spawned with it.
+fn raise_open_file_limit() {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let mut l = getrlimit(Resource::Nofile);
+    if let Some(raised) = soft_nofile(l.current, l.maximum) {
+        l.current = Some(raised);
+        // Best effort: without it, files past the limit fail one by one.
+        let _ = setrlimit(Resource::Nofile, l);
+    }
+}
+
+/// The soft open-file limit to set given the current soft and hard limits
+/// (`None`: infinite), or `None` when it stays. Pure.
+fn soft_nofile(current: Option<u64>, maximum: Option<u64>) -> Option<u64> {
+    match (current, maximum) {
+        (Some(c), Some(m)) if c < m => Some(m),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod hot_tests {
     use super::*;
@@ -426,5 +451,15 @@ mod hot_tests {
             vec![(M, M, Some(0x40_0000 + M)), (4 * M, 2 * M, Some(0x40_0000 + 4 * M))]
         );
         assert!(cut_ranges(&cut, &[]).is_empty());
+    }
+
+    #[test]
+    fn the_soft_open_file_limit_is_raised_to_the_hard_one() {
+        assert_eq!(soft_nofile(Some(1024), Some(524_288)), Some(524_288));
+        assert_eq!(soft_nofile(Some(1024), Some(1024)), None);
+        // An infinite hard limit: a finite soft one is left (setting it to
+        // infinity is refused for files).
+        assert_eq!(soft_nofile(Some(1024), None), None);
+        assert_eq!(soft_nofile(None, None), None);
     }
 }

@@ -97,7 +97,16 @@ pub fn replace_and_warm(
     before: FileReport,
     start: Instant,
 ) -> Result<FileReport> {
-    let real = std::fs::canonicalize(&t.path).map_err(|e| Error::io(&t.path, e))?;
+    let real = std::fs::canonicalize(&t.path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => changed_since_planned(t),
+        _ => Error::io(&t.path, e),
+    })?;
+    // The name must hold a regular file we may replace (fsutil's rule), and
+    // still the planned one (the commit checks it again at the rename).
+    let out = fsutil::check_output(&real).map_err(|e| Error::io(&real, e))?;
+    if out.existing() != Some(planned_id(t)) {
+        return Err(changed_since_planned(t));
+    }
     let why = refusals_of(&t.file, &t.meta, &real, opts.replace_allow)?;
     if !why.is_empty() {
         return Err(Error::Invalid(format!(
@@ -110,15 +119,6 @@ pub fn replace_and_warm(
         .file_name()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_default();
-    // The name must hold a regular file we may replace (fsutil's rule), and
-    // still the planned one (the commit checks it again at the rename).
-    let out = fsutil::check_output(&real).map_err(|e| Error::io(&real, e))?;
-    if out.existing() != Some(planned_id(t)) {
-        return Err(Error::Invalid(format!(
-            "{}: --replace refused: the file was replaced or removed since it was planned; run warm again",
-            t.path.display()
-        )));
-    }
     let mut src: &File = &t.file;
     src.seek(SeekFrom::Start(0)).map_err(|e| Error::io(&real, e))?;
     // Removed again on any error below.
@@ -166,6 +166,14 @@ pub fn replace_and_warm(
     report::advise(&warmed, &mut rep);
     rep.millis = start.elapsed().as_secs_f64() * 1e3;
     Ok(rep)
+}
+
+/// `--replace`'s refusal when the path no longer names the planned file.
+fn changed_since_planned(t: &Target) -> Error {
+    Error::Invalid(format!(
+        "{}: --replace refused: the file was replaced or removed since it was planned; run warm again",
+        t.path.display()
+    ))
 }
 
 /// Device and inode of the planned file, as [`fsutil::check_output`] names
