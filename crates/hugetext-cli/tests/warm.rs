@@ -658,3 +658,37 @@ fn exit_status_says_done_nothing_to_do_or_error() {
     assert_eq!(code(&[&small, &big]), Some(0), "one file warmed: done");
     assert_eq!(code(&[&big, &missing]), Some(1), "an error wins");
 }
+
+/// Every planned file stays open until it is warmed: more files than a
+/// soft open-file limit of 1024 (the common default) are all warmed.
+#[test]
+fn more_files_than_the_soft_open_file_limit_are_all_warmed() {
+    const N: usize = 1100;
+    let hard = Command::new("sh").args(["-c", "ulimit -Hn"]).output().unwrap();
+    let hard = String::from_utf8_lossy(&hard.stdout).trim().to_string();
+    if hard.parse::<usize>().is_ok_and(|h| h < 2 * N) {
+        eprintln!("skipped: the hard open-file limit ({hard}) leaves no room above {N} files");
+        return;
+    }
+    let dir = common::scratch();
+    let files: Vec<String> = (0..N)
+        .map(|i| {
+            let p = dir.path().join(format!("f{i}"));
+            std::fs::write(&p, b"x").unwrap();
+            p.to_str().unwrap().to_string()
+        })
+        .collect();
+    let out = Command::new("sh")
+        .args(["-c", "ulimit -Sn 1024 && exec \"$0\" warm --json \"$@\""])
+        .arg(common::bin())
+        .args(&files)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    // No whole 2 MiB window in any of them: nothing to do, and no error.
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let got = v["files"].as_array().unwrap();
+    assert_eq!(got.len(), N);
+    assert!(got.iter().all(|f| f.get("error").is_none()), "{err}");
+}

@@ -173,6 +173,12 @@ pub fn scan_file(path: &Path, range: Option<Range<u64>>) -> Result<FileFolios> {
         std::io::ErrorKind::InvalidInput => Error::Invalid(format!("{}: {e}", path.display())),
         _ => Error::io(path, e),
     })?;
+    scan_open(&f, path, range)
+}
+
+/// [`scan_file`] of a file already open (`path` names it in the result and
+/// in errors; it is not opened again).
+pub fn scan_open(f: &File, path: &Path, range: Option<Range<u64>>) -> Result<FileFolios> {
     let meta = f.metadata().map_err(|e| Error::io(path, e))?;
     let size = meta.len();
     let range = range.unwrap_or(0..size);

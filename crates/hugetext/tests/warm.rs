@@ -125,3 +125,63 @@ fn plan_of_an_elf_file_is_its_read_only_segments() {
     assert_eq!(t.ranges.len(), 1);
     assert!(t.notes[0].contains("not a valid ELF"), "{:?}", t.notes);
 }
+
+#[test]
+fn warm_fills_the_planned_file_when_another_is_renamed_over_its_path() {
+    let dir = scratch();
+    let pmd = kernel::pmd_size() as u64;
+    let mib = ((4 * pmd) >> 20) as usize;
+    let p = scratch_file(dir.path(), "planned", mib);
+    let t = warm::plan(&p).unwrap();
+    assert_eq!(t.eligible_windows(), 4);
+    // The planned inode, held to look at its page cache afterwards.
+    let planned = File::open(&p).unwrap();
+    pagecache::evict(&planned, 0..0).unwrap();
+    // Another file renamed over the path, nothing of it cached.
+    let other = scratch_file(dir.path(), "other", mib);
+    std::fs::rename(&other, &p).unwrap();
+    let now = File::open(&p).unwrap();
+    pagecache::evict(&now, 0..0).unwrap();
+
+    let r = warm::warm_target(&t, &warm::WarmOptions::default(), &mut warm::WarmContext::default()).unwrap();
+    let held = std::path::PathBuf::from(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&planned)));
+    let s = folio::scan_file(&held, None).unwrap();
+    assert_eq!(s.pmd_windows, vec![0, pmd, 2 * pmd, 3 * pmd], "the planned file: {s:?}");
+    assert_eq!(r.pmd_windows, 4, "{r:?}");
+    let s = folio::scan_file(&p, None).unwrap();
+    assert_eq!(s.cached_kb, 0, "the file at the path now was not touched: {s:?}");
+    assert!(
+        r.notes.iter().any(|n| n.contains("another file is at this path now")),
+        "{:?}",
+        r.notes
+    );
+}
+
+#[test]
+fn replace_renames_only_over_the_planned_file() {
+    let dir = scratch();
+    let mib = ((2 * kernel::pmd_size() as u64) >> 20) as usize;
+    let p = scratch_file(dir.path(), "planned", mib);
+    let t = warm::plan(&p).unwrap();
+    let opts = warm::WarmOptions {
+        replace: true,
+        ..Default::default()
+    };
+    let mut ctx = warm::WarmContext::default();
+    let before = warm::warm_target(&t, &warm::WarmOptions::default(), &mut ctx).unwrap();
+    let other = scratch_file(dir.path(), "other", mib);
+    std::fs::rename(&other, &p).unwrap();
+    let ino = |p: &std::path::Path| std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(p).unwrap());
+    let there = ino(&p);
+    let e = warm::replace_and_warm(&t, &opts, &mut ctx, before, std::time::Instant::now()).unwrap_err();
+    assert!(
+        e.to_string().contains("replaced or removed since it was planned"),
+        "{e}"
+    );
+    assert_eq!(ino(&p), there, "the file at the path was replaced");
+    let names: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, vec![std::ffi::OsString::from("planned")], "no copy is left");
+}

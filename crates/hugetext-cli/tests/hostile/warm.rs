@@ -1,7 +1,9 @@
 //! Hostile cases: warm. The agent's `auto` rule takes paths from user
-//! processes (`/proc/PID/maps`), checks them, and opens them again later: an
-//! unprivileged user who owns the directory can swap a FIFO or a symbolic
-//! link in between. Neither may block the caller nor be followed.
+//! processes (`/proc/PID/maps`): an unprivileged user who owns the directory
+//! can swap a FIFO or a symbolic link in at any time. Neither may block the
+//! caller nor be followed. A path opened anew is refused; a planned file is
+//! warmed through the descriptor opened when it was planned, which the swap
+//! cannot change.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -64,6 +66,28 @@ fn refused(e: &hugetext::Error, what: &str) {
     assert!(s.contains(what) && s.lines().count() == 1, "{s}");
 }
 
+/// Warm `t`, planned before the swap: it must not block, and it warms the
+/// planned file, never `victim` (what the swapped-in link points to), saying
+/// the path changed.
+fn warms_the_planned_file(t: warm::Target, victim: &Path) {
+    let v = std::fs::File::open(victim).unwrap();
+    hugetext::pagecache::evict(&v, 0..0).unwrap();
+    let held = t.file.clone();
+    let r = bounded("warm_target", move || {
+        warm::warm_target(&t, &warm::WarmOptions::default(), &mut warm::WarmContext::default())
+    })
+    .unwrap();
+    assert!(
+        r.notes.iter().any(|n| n.contains("another file is at this path now")),
+        "{:?}",
+        r.notes
+    );
+    let planned = hugetext::folio::scan_open(&held, Path::new("planned"), None).unwrap();
+    assert!(r.cached_kb > 0 && planned.cached_kb >= r.cached_kb, "{planned:?} {r:?}");
+    let victim = hugetext::folio::scan_open(&v, victim, None).unwrap();
+    assert_eq!(victim.cached_kb, 0, "the victim was read: {victim:?}");
+}
+
 #[test]
 fn a_fifo_swapped_in_blocks_nothing_and_is_refused() {
     let (_dir, prog, victim) = setup();
@@ -79,11 +103,7 @@ fn a_fifo_swapped_in_blocks_nothing_and_is_refused() {
     let p = prog.clone();
     let e = bounded("plan_exact", move || warm::plan_exact(&p)).unwrap_err();
     refused(&e, "a FIFO");
-    let e = bounded("warm_target", move || {
-        warm::warm_target(&t, &warm::WarmOptions::default(), &mut warm::WarmContext::default())
-    })
-    .unwrap_err();
-    refused(&e, "a FIFO");
+    warms_the_planned_file(t, &victim);
     // The command line too: one line, exit 1, no wait.
     let p = prog.clone();
     let o = bounded("hugetext warm", move || tk::hugetext(&["warm", p.to_str().unwrap()]));
@@ -106,11 +126,7 @@ fn a_symlink_swapped_in_is_not_followed() {
     let p = prog.clone();
     let e = bounded("plan_exact", move || warm::plan_exact(&p)).unwrap_err();
     refused(&e, "symbolic link");
-    let e = bounded("warm_target", move || {
-        warm::warm_target(&t, &warm::WarmOptions::default(), &mut warm::WarmContext::default())
-    })
-    .unwrap_err();
-    refused(&e, "symbolic link");
+    warms_the_planned_file(t, &victim);
     assert_eq!(std::fs::read(&victim).unwrap(), victim_bytes);
     assert_eq!(tk::tree_state(victim.parent().unwrap()), before);
     // A link a user gives on the command line is still resolved once.

@@ -130,17 +130,20 @@ impl Keeper {
         }
     }
 
+    /// Whether to warm `path` now, and warm it. The file is opened once
+    /// ([`warm::plan_exact`]); its identity, who maps it and the warm itself
+    /// all come from that open file.
     fn consider(&mut self, path: &PathBuf, limit: MemLimit, hot: Option<&[HotFile]>, m: &AgentMetrics) -> Result<()> {
-        let id = FileId::of(path).map_err(|e| crate::Error::io(path, e))?;
+        let t = match hot {
+            Some(h) => warm::restrict_to_hot(warm::plan_exact(path)?, h),
+            None => warm::plan_exact(path)?,
+        };
+        let id = FileId::from_meta(&t.meta);
         let now = Instant::now();
         let attempted = self
             .attempts
             .get(path)
             .is_some_and(|(i, until)| *i == id && now < *until);
-        let t = match hot {
-            Some(h) => warm::restrict_to_hot(warm::plan_exact(path)?, h),
-            None => warm::plan_exact(path)?,
-        };
         let (eligible, pmd) = super::collect::target_state(&t)?;
         let mut c = Candidate {
             eligible_windows: eligible,
@@ -150,7 +153,7 @@ impl Keeper {
         };
         if policy::decide(&c) == Decision::Warm {
             // The question warm itself asks about blocked windows.
-            let by = warm::mapping_pids(path)?;
+            let by = warm::target_mappers(&t)?;
             c.mapped = !by.is_empty();
             if c.mapped && self.blocked_logged.insert(path.clone()) {
                 log(&format!(

@@ -111,14 +111,18 @@ pub struct FileId {
 impl FileId {
     /// The identity of `path` now (following symlinks).
     pub fn of(path: &Path) -> std::io::Result<FileId> {
+        Ok(FileId::from_meta(&std::fs::metadata(path)?))
+    }
+
+    /// The identity in `m` (e.g. the `fstat` of a planned file).
+    pub fn from_meta(m: &std::fs::Metadata) -> FileId {
         use std::os::unix::fs::MetadataExt;
-        let m = std::fs::metadata(path)?;
-        Ok(FileId {
+        FileId {
             dev: m.dev(),
             ino: m.ino(),
             mtime_ns: m.mtime() as i128 * 1_000_000_000 + m.mtime_nsec() as i128,
             size: m.len(),
-        })
+        }
     }
 }
 

@@ -267,13 +267,19 @@ pub(crate) fn read_model(path: &Path) -> Result<(File, layout::Model)> {
             msg: "not a regular file".into(),
         });
     }
-    let cache = object::ReadCache::new(&file);
-    let model = layout::Model::parse(&cache).map_err(|e| Error::Elf {
+    let model = model_of(&file, path)?;
+    Ok((file, model))
+}
+
+/// Parse the ELF headers of the open `file` (`path` names it in errors),
+/// reading only the headers. The file's offset moves; reads elsewhere use
+/// `pread`.
+pub(crate) fn model_of(file: &File, path: &Path) -> Result<layout::Model> {
+    let cache = object::ReadCache::new(file);
+    layout::Model::parse(&cache).map_err(|e| Error::Elf {
         path: path.into(),
         msg: e.0,
-    })?;
-    drop(cache);
-    Ok((file, model))
+    })
 }
 
 /// Check one ELF file for the running kernel: [`check_file_for`] with no
@@ -294,12 +300,22 @@ pub fn check_file(path: &Path) -> Result<CheckReport> {
 /// verdict says why.
 pub fn check_file_for(path: &Path, page: Option<u64>) -> Result<CheckReport> {
     let (file, model) = read_model(path)?;
+    check_model(path, &file, &model, page)
+}
+
+/// [`check_file`] of a file already open (`path` names it in the report):
+/// the headers are read from `file`, never from the path again.
+pub fn check_open(path: &Path, file: &File) -> Result<CheckReport> {
+    check_model(path, file, &model_of(file, path)?, None)
+}
+
+fn check_model(path: &Path, file: &File, model: &layout::Model, page: Option<u64>) -> Result<CheckReport> {
     let target = Target::for_machine(model.e_machine, page).map_err(|e| Error::Elf {
         path: path.into(),
         msg: e.to_string(),
     })?;
-    let mut report = check::analyse(path, &model, &target);
-    let inv = align::invalidations(path, &file, &model);
+    let mut report = check::analyse(path, model, &target);
+    let inv = align::invalidations(path, file, model);
     report.warnings.extend(
         inv.signed
             .iter()
@@ -313,8 +329,12 @@ pub fn check_file_for(path: &Path, page: Option<u64>) -> Result<CheckReport> {
 /// header order: the file ranges whose page cache `warm` fills. Works for
 /// ELF32 and ELF64 of any machine.
 pub fn text_segments(path: &Path) -> Result<Vec<Segment>> {
-    let (_file, model) = read_model(path)?;
-    Ok(model
+    Ok(text_segments_of(&read_model(path)?.1))
+}
+
+/// [`text_segments`] of a parsed model.
+pub(crate) fn text_segments_of(model: &layout::Model) -> Vec<Segment> {
+    model
         .loads()
         .filter(|(_, p)| !p.writable())
         .map(|(index, p)| Segment {
@@ -326,7 +346,7 @@ pub fn text_segments(path: &Path) -> Result<Vec<Segment>> {
             flags: p.p_flags,
             align: p.p_align,
         })
-        .collect())
+        .collect()
 }
 
 /// `(e_machine, ELF64?)` of an ELF file, from its header alone; `None` for

@@ -105,36 +105,43 @@ fn mapping_facts(pid: i32, t: &remap::TextMapping, offset: u64, fs_cache: &mut F
         m.layout = None;
         return m;
     }
-    // The inode this process maps (the path may name a newer file by now).
-    // The kernel's link to it opens the mapped inode itself; the path from
-    // maps is opened as any path from /proc (no link, no FIFO, no blocking).
+    // The inode this process maps (the path may name a newer file by now),
+    // opened once: its headers, filesystem and page cache are all read from
+    // this descriptor. The kernel's link to it opens the mapped inode itself;
+    // the path from maps is opened as any path from /proc (no link, no FIFO,
+    // no blocking).
     let mapped = PathBuf::from(format!("/proc/{pid}/map_files/{:x}-{:x}", t.start, t.end));
     let named = procfs::name_path(&t.path);
     let (file_path, opened) = match std::fs::File::open(&mapped) {
-        Ok(f) => (mapped, Some(f)),
+        Ok(f) => (mapped, Ok(f)),
         Err(_) => {
-            let f = crate::openfile::open_regular(&named, crate::openfile::Follow::No).ok();
+            let f = crate::openfile::open_regular(&named, crate::openfile::Follow::No)
+                .map_err(|e| FactError::from(Error::io(&named, e)));
             (named.clone(), f)
         }
     };
     // Text mappings map executable segments; a read-only segment before
     // the text can share its first page.
-    let segments: Result<Vec<_>> = elf::check_file(&file_path).map(|r| {
-        r.segments
-            .iter()
-            .filter(|s| s.executable)
-            .map(|s| (s.offset, s.filesz, s.vaddr, s.p_align))
-            .collect()
+    let segments = opened.as_ref().map_err(|e| e.to_string()).and_then(|f| {
+        elf::check_open(&file_path, f)
+            .map(|r| {
+                r.segments
+                    .iter()
+                    .filter(|s| s.executable)
+                    .map(|s| (s.offset, s.filesz, s.vaddr, s.p_align))
+                    .collect::<Vec<_>>()
+            })
+            .map_err(|e| e.to_string())
     });
     let page = kernel::page_size() as u64;
     m.layout = Some(match segments {
         Ok(segs) => layout_of(t.start, offset, &segs, pmd, page),
         Err(why) => match layout_of(t.start, offset, &[], pmd, page) {
             Layout::Congruent => Layout::Congruent,
-            _ => Layout::NotCongruent { why: why.to_string() },
+            _ => Layout::NotCongruent { why },
         },
     });
-    if let Some(file) = &opened {
+    if let Ok(file) = &opened {
         let dir = named.parent().unwrap_or(Path::new("/")).to_path_buf();
         let mut fs = fs_cache.get(file, &dir);
         // An overlay maps the file of the layer it comes from: that filesystem decides.
@@ -153,19 +160,16 @@ fn mapping_facts(pid: i32, t: &remap::TextMapping, offset: u64, fs_cache: &mut F
         m.fs = Some(fs);
     }
     let len = t.end - t.start;
-    m.cache = Some(
-        folio::scan_file(&file_path, Some(offset..offset + len))
+    m.cache = Some(opened.as_ref().map_err(FactError::clone).and_then(|file| {
+        folio::scan_open(file, &file_path, Some(offset..offset + len))
             .map(|f| CacheFacts {
                 windows: f.total_windows,
                 pmd_windows: f.pmd_windows.len() as u64,
                 folios_kb: f.folios_kb.clone(),
-                blockers: opened
-                    .as_ref()
-                    .and_then(|f| procfs::mapping_pids_file(f).ok())
-                    .unwrap_or_default(),
+                blockers: procfs::mapping_pids_file(file).unwrap_or_default(),
             })
-            .map_err(FactError::from),
-    );
+            .map_err(FactError::from)
+    }));
     m
 }
 

@@ -43,9 +43,13 @@ pub struct Loc {
 
 /// The GNU build-id of an ELF file, hex; `None` if it has none or is not ELF.
 pub fn build_id(path: &str) -> Option<String> {
+    build_id_of(&File::open(path).ok()?)
+}
+
+/// [`build_id`] of a file already open.
+pub fn build_id_of(f: &File) -> Option<String> {
     use object::Object;
-    let f = File::open(path).ok()?;
-    let cache = object::ReadCache::new(&f);
+    let cache = object::ReadCache::new(f);
     let obj = object::File::parse(&cache).ok()?;
     let id = obj.build_id().ok()??;
     Some(id.iter().map(|b| format!("{b:02x}")).collect())

@@ -59,9 +59,16 @@ const KIB: u64 = 1024;
 
 /// The processes that map `path` (see [`mapping_pids_of`]). `path` is
 /// opened as a path from `/proc` ([`open_regular`]): a FIFO or a symbolic
-/// link swapped in there is refused, without blocking.
+/// link swapped in there is refused, without blocking. For a planned file,
+/// [`target_mappers`].
 pub fn mapping_pids(path: &Path) -> Result<Vec<ProcRef>> {
     mapping_pids_file(&open_regular(path)?).map_err(|e| Error::io(path, e))
+}
+
+/// The processes that map the planned file `t` (its open file: the path is
+/// not opened again).
+pub fn target_mappers(t: &Target) -> Result<Vec<ProcRef>> {
+    mapping_pids_file(&t.file).map_err(|e| Error::io(&t.path, e))
 }
 
 /// `pid 12 (comm), …` for notes and refusals.
@@ -125,9 +132,10 @@ pub struct WarmContext {
 /// Warm one planned file and report what its page cache holds afterwards.
 pub fn warm_target(t: &Target, opts: &WarmOptions, ctx: &mut WarmContext) -> Result<FileReport> {
     let start = Instant::now();
-    let f = open_regular(&t.path)?;
-    let fs = fsutil::fs_name(&f);
+    let f: &File = &t.file;
+    let fs = fsutil::fs_name(f);
     let mut notes = t.notes.clone();
+    notes.extend(replaced_since_planned(t));
     if t.never_pmd_mapped() && !opts.force {
         return needs_align(t, &fs, start);
     }
@@ -142,15 +150,15 @@ pub fn warm_target(t: &Target, opts: &WarmOptions, ctx: &mut WarmContext) -> Res
         ));
     } else {
         for r in &t.ranges {
-            pagecache::evict(&f, page_out(&r.range()))?;
+            pagecache::evict(f, page_out(&r.range()))?;
         }
         // What is still cached in whole windows after eviction could not be
         // evicted: some process maps it (or it is dirty).
         for r in &t.ranges {
-            stuck.extend(resident_windows(&f, &pagecache::pmd_windows_in(&r.range()))?);
+            stuck.extend(resident_windows(f, &pagecache::pmd_windows_in(&r.range()))?);
         }
         for r in &t.ranges {
-            pagecache::fill_bounded(&f, r.range())?;
+            pagecache::fill_bounded(f, r.range())?;
         }
     }
 
@@ -163,7 +171,7 @@ pub fn warm_target(t: &Target, opts: &WarmOptions, ctx: &mut WarmContext) -> Res
         let mut collapsed = 0;
         if !matches!(ctx.collapse, Some(pagecache::CollapseSupport::Unavailable(_))) {
             for w in &small_windows {
-                match pagecache::collapse_window(&f, *w) {
+                match pagecache::collapse_window(f, *w) {
                     Ok(()) => {
                         collapsed += 1;
                         ctx.collapse = Some(pagecache::CollapseSupport::Available);
@@ -191,7 +199,7 @@ pub fn warm_target(t: &Target, opts: &WarmOptions, ctx: &mut WarmContext) -> Res
             let holders = if stuck.is_empty() {
                 Vec::new()
             } else {
-                mapping_pids(&t.path)?
+                target_mappers(t)?
             };
             let under = match holders.is_empty() {
                 true => String::new(),
@@ -214,7 +222,7 @@ pub fn warm_target(t: &Target, opts: &WarmOptions, ctx: &mut WarmContext) -> Res
     // Nothing became a PMD folio: is it the filesystem? The answer decides
     // whether waiting for processes to exit (or --replace) can help.
     if report.eligible_windows > 0 && report.pmd_windows == 0 && !fsutil::is_memory_fs(&fs) {
-        let dev = f.metadata().map_err(|e| Error::io(&t.path, e))?.dev();
+        let dev = t.meta.dev();
         let dir = fsutil::dir_of(&t.path);
         let verdict = *ctx
             .pmd_folios
@@ -224,9 +232,8 @@ pub fn warm_target(t: &Target, opts: &WarmOptions, ctx: &mut WarmContext) -> Res
     }
 
     if report.blocked_windows > 0 {
-        report.blocked_by = mapping_pids(&t.path)?;
+        report.blocked_by = target_mappers(t)?;
         if opts.replace {
-            drop(f);
             return replace_and_warm(t, opts, ctx, report, start);
         }
         if report.blocked_by.is_empty() {
@@ -252,6 +259,27 @@ pub fn warm_target(t: &Target, opts: &WarmOptions, ctx: &mut WarmContext) -> Res
     report::advise(t, &mut report);
     report.millis = start.elapsed().as_secs_f64() * 1e3;
     Ok(report)
+}
+
+/// A note when the path no longer names the planned file (it was replaced
+/// or removed after planning): warm works on the planned file, which is
+/// what it checked, but processes that start now get what is there now.
+fn replaced_since_planned(t: &Target) -> Option<String> {
+    let now = std::fs::symlink_metadata(&t.path).ok();
+    changed_note(now.as_ref().map(|m| t.is_same_file(m)))
+}
+
+/// The note of [`replaced_since_planned`], given whether the path still
+/// names the planned file (`None`: it names nothing now). Pure.
+fn changed_note(same: Option<bool>) -> Option<String> {
+    let now = match same {
+        Some(true) => return None,
+        Some(false) => "another file is at this path now (it was replaced after planning)",
+        None => "no file is at this path now (it was removed after planning)",
+    };
+    Some(format!(
+        "{now}: the planned file was warmed; run warm again to warm what is there now"
+    ))
 }
 
 /// The report of a file whose text no process can PMD-map: nothing filled,
@@ -324,4 +352,16 @@ fn small_windows(t: &Target, have: &BTreeSet<u64>) -> Vec<u64> {
         }
     }
     v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::changed_note;
+
+    #[test]
+    fn a_path_that_names_another_file_is_noted() {
+        assert_eq!(changed_note(Some(true)), None);
+        assert!(changed_note(Some(false)).unwrap().contains("replaced after planning"));
+        assert!(changed_note(None).unwrap().contains("removed after planning"));
+    }
 }

@@ -2,11 +2,12 @@
 //! other file whole), and the list of files (`--deps`).
 
 use std::collections::BTreeSet;
-use std::fs::File;
+use std::fs::{File, Metadata};
 use std::ops::Range;
 use std::os::fd::AsFd;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use super::page_out;
 use crate::kernel::{self, Mapping};
@@ -56,10 +57,23 @@ impl WarmRange {
 }
 
 /// A file to warm and the ranges of it to warm.
+///
+/// The file is opened once, when it is planned ([`plan`], [`plan_exact`]):
+/// every later step (warming, measuring, who maps it, `--replace`'s copy)
+/// works on that open file, never on the path again, so all of them see the
+/// inode that was planned even if another file is renamed over the path
+/// meanwhile. The path names the file in reports (and `--replace` renames
+/// over it).
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Target {
     /// The file as given (or as resolved for a dependency).
     pub path: PathBuf,
+    /// The file, opened when it was planned.
+    #[serde(skip)]
+    pub file: Arc<File>,
+    /// Its metadata then (`fstat` of `file`): device, inode, size, times.
+    #[serde(skip)]
+    pub meta: Metadata,
     /// File size in bytes.
     pub size: u64,
     /// True for an ELF file (ranges are its read-only segments).
@@ -76,6 +90,12 @@ pub struct Target {
 }
 
 impl Target {
+    /// Whether `m` (e.g. the path's metadata now) is the planned file: the
+    /// same device and inode.
+    pub fn is_same_file(&self, m: &Metadata) -> bool {
+        (m.dev(), m.ino()) == (self.meta.dev(), self.meta.ino())
+    }
+
     /// Bytes to warm (ranges rounded out to pages).
     pub fn bytes(&self) -> u64 {
         let ps = kernel::page_size() as u64;
@@ -124,7 +144,7 @@ impl Target {
 /// path); a file the profile does not name keeps no range.
 pub fn restrict_to_hot(mut t: Target, hot: &[crate::profile::HotFile]) -> Target {
     let path = t.path.to_string_lossy().into_owned();
-    let id = crate::profile::attrib::build_id(&path);
+    let id = crate::profile::attrib::build_id_of(&t.file);
     match crate::profile::hot_ranges_of(hot, &path, id.as_deref()) {
         Some(h) => t.ranges = cut_ranges(&t.ranges, h),
         None => {
@@ -207,10 +227,15 @@ pub fn plan(path: &Path) -> Result<Target> {
 /// rule): a symbolic link, FIFO or anything but a regular file found there
 /// is refused, and opening it never blocks.
 pub fn plan_exact(path: &Path) -> Result<Target> {
-    let f = open_regular(path)?;
-    let size = f.metadata().map_err(|e| Error::io(path, e))?.len();
+    let file = Arc::new(open_regular(path)?);
+    let meta = file.metadata().map_err(|e| Error::io(path, e))?;
+    let size = meta.len();
+    let held = Arc::clone(&file);
+    let f: &File = &held;
     let mut t = Target {
         path: path.to_path_buf(),
+        file,
+        meta,
         size,
         elf: false,
         ranges: Vec::new(),
@@ -220,7 +245,7 @@ pub fn plan_exact(path: &Path) -> Result<Target> {
     if size == 0 {
         return Ok(t);
     }
-    let before = resident_pages(&f, size)?;
+    let before = resident_pages(f, size)?;
     // The magic, read without readahead.
     let _ = rustix::fs::fadvise(f.as_fd(), 0, None, rustix::fs::Advice::Random);
     let mut magic = [0u8; 4];
@@ -228,7 +253,7 @@ pub fn plan_exact(path: &Path) -> Result<Target> {
     if !is_elf {
         t.ranges.push(whole(size));
     } else {
-        match elf_ranges(path) {
+        match elf_ranges(f, path) {
             Ok((ranges, placed_by_loader)) => {
                 t.elf = true;
                 t.ranges = ranges;
@@ -249,17 +274,17 @@ pub fn plan_exact(path: &Path) -> Result<Target> {
             }
         }
     }
-    uncache_new_pages(&f, &before, &t.ranges)?;
+    uncache_new_pages(f, size, &before, &t.ranges)?;
     Ok(t)
 }
 
-/// The read-only segments of an ELF file as warm ranges, with whether each
-/// will be PMD-mapped at run time, and whether ld.so places the file (a
-/// shared library).
-fn elf_ranges(path: &Path) -> Result<(Vec<WarmRange>, bool)> {
+/// The read-only segments of the ELF file `f` (named `path`) as warm
+/// ranges, with whether each will be PMD-mapped at run time, and whether
+/// ld.so places the file (a shared library).
+fn elf_ranges(f: &File, path: &Path) -> Result<(Vec<WarmRange>, bool)> {
     let pmd = kernel::pmd_size() as u64;
-    let segs = crate::elf::text_segments(path)?;
-    let (_file, model) = crate::elf::read_model(path)?;
+    let model = crate::elf::model_of(f, path)?;
+    let segs = crate::elf::text_segments_of(&model);
     let facts = crate::elf::check::analyse(path, &model, &crate::elf::Target::running());
     let (base, library) = (facts.base, facts.kind == crate::elf::check::FileKind::SharedLibrary);
     let keeps = !matches!(base, crate::elf::BaseAlignment::NotAligned);
@@ -312,10 +337,9 @@ fn resident_pages(f: &File, size: u64) -> Result<Vec<bool>> {
     map.resident()
 }
 
-/// Evict the pages outside `ranges` (page-rounded) that are cached now but
-/// were not in `before`.
-fn uncache_new_pages(f: &File, before: &[bool], ranges: &[WarmRange]) -> Result<()> {
-    let size = f.metadata().map_err(|e| Error::io("(open file)", e))?.len();
+/// Evict the pages outside `ranges` (page-rounded) of the first `size`
+/// bytes of `f` that are cached now but were not in `before`.
+fn uncache_new_pages(f: &File, size: u64, before: &[bool], ranges: &[WarmRange]) -> Result<()> {
     let now = resident_pages(f, size)?;
     let ps = kernel::page_size() as u64;
     let inside = |page: u64| {
@@ -351,7 +375,11 @@ pub fn resolve_deps(exe: &Path) -> Result<Vec<PathBuf>> {
 /// Expand `paths` to the files to warm: each path, then (with `deps`) every
 /// shared library each ELF program loads, without duplicates (by device and
 /// inode). Each entry is a plan or the error that prevented one.
+///
+/// Every plan holds its file open until it is warmed, so the soft limit of
+/// open files (often 1024) is raised to the hard one first.
 pub fn plan_all(paths: &[PathBuf], deps: bool) -> Vec<(PathBuf, Result<Target>)> {
+    raise_open_file_limit();
     let mut out = Vec::new();
     let mut seen = BTreeSet::new();
     let mut add = |p: PathBuf, out: &mut Vec<(PathBuf, Result<Target>)>| -> bool {
@@ -381,6 +409,27 @@ pub fn plan_all(paths: &[PathBuf], deps: bool) -> Vec<(PathBuf, Result<Target>)>
     out
 }
 
+/// Raise the soft `RLIMIT_NOFILE` to the hard limit (as Go programs do at
+/// start): many planned files are open at once. Nothing is spawned with it.
+fn raise_open_file_limit() {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let mut l = getrlimit(Resource::Nofile);
+    if let Some(raised) = soft_nofile(l.current, l.maximum) {
+        l.current = Some(raised);
+        // Best effort: without it, files past the limit fail one by one.
+        let _ = setrlimit(Resource::Nofile, l);
+    }
+}
+
+/// The soft open-file limit to set given the current soft and hard limits
+/// (`None`: infinite), or `None` when it stays. Pure.
+fn soft_nofile(current: Option<u64>, maximum: Option<u64>) -> Option<u64> {
+    match (current, maximum) {
+        (Some(c), Some(m)) if c < m => Some(m),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod hot_tests {
     use super::*;
@@ -402,5 +451,15 @@ mod hot_tests {
             vec![(M, M, Some(0x40_0000 + M)), (4 * M, 2 * M, Some(0x40_0000 + 4 * M))]
         );
         assert!(cut_ranges(&cut, &[]).is_empty());
+    }
+
+    #[test]
+    fn the_soft_open_file_limit_is_raised_to_the_hard_one() {
+        assert_eq!(soft_nofile(Some(1024), Some(524_288)), Some(524_288));
+        assert_eq!(soft_nofile(Some(1024), Some(1024)), None);
+        // An infinite hard limit: a finite soft one is left (setting it to
+        // infinity is refused for files).
+        assert_eq!(soft_nofile(Some(1024), None), None);
+        assert_eq!(soft_nofile(None, None), None);
     }
 }

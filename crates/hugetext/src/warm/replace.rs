@@ -2,14 +2,16 @@
 //! processes pin ([`crate::fsutil`] does the safe replacement).
 
 use std::collections::BTreeSet;
-use std::fs::File;
+use std::fs::{File, Metadata};
+use std::io::{Seek, SeekFrom};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Instant;
 
 use super::report::{self, FileReport};
 use super::{page_out, pid_list, writer_pids_of, Route, Target, WarmContext, WarmOptions, KIB};
-use crate::fsutil::{self, MetadataCopy, NewFile, ReplaceImpact};
+use crate::fsutil::{self, FileId, MetadataCopy, NewFile, ReplaceImpact};
 use crate::units::human;
 use crate::{pagecache, Error, Result};
 
@@ -30,13 +32,19 @@ pub struct ReplaceAllow {
 /// Reasons `--replace` refuses a file; empty when it may proceed.
 pub fn replace_refusals(path: &Path, allow: ReplaceAllow) -> Result<Vec<String>> {
     let m = std::fs::symlink_metadata(path).map_err(|e| Error::io(path, e))?;
-    let mut why = Vec::new();
     if m.file_type().is_symlink() {
         // We rename over the name we were given: resolve it first.
         return replace_refusals(&std::fs::canonicalize(path).map_err(|e| Error::io(path, e))?, allow);
     }
     let f = File::open(path).map_err(|e| Error::io(path, e))?;
-    let impact = ReplaceImpact::of(&f).map_err(|e| Error::io(path, e))?;
+    refusals_of(&f, &m, path, allow)
+}
+
+/// [`replace_refusals`] of the open file `f` with metadata `m` (`path`
+/// names it in errors).
+fn refusals_of(f: &File, m: &Metadata, path: &Path, allow: ReplaceAllow) -> Result<Vec<String>> {
+    let mut why = Vec::new();
+    let impact = ReplaceImpact::of(f).map_err(|e| Error::io(path, e))?;
     if impact.links > 1 && !allow.hardlinked {
         why.push(format!(
             "it has {} hard links (the other names would keep the old file; allow with --replace-allow hardlinked)",
@@ -79,7 +87,9 @@ pub fn replace_refusals(path: &Path, allow: ReplaceAllow) -> Result<Vec<String>>
 /// mode, owner, extended attributes including file capabilities, times),
 /// warm the copy, and rename it over the original. Processes already
 /// running keep the old inode; new ones map the warmed copy. Refuses
-/// (see [`replace_refusals`]) where that would break something.
+/// (see [`replace_refusals`]) where that would break something, and when
+/// the path no longer names the planned file: the copy is made from the
+/// planned file's open descriptor and renamed only over that inode.
 pub fn replace_and_warm(
     t: &Target,
     opts: &WarmOptions,
@@ -87,8 +97,17 @@ pub fn replace_and_warm(
     before: FileReport,
     start: Instant,
 ) -> Result<FileReport> {
-    let real = std::fs::canonicalize(&t.path).map_err(|e| Error::io(&t.path, e))?;
-    let why = replace_refusals(&real, opts.replace_allow)?;
+    let real = std::fs::canonicalize(&t.path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => changed_since_planned(t),
+        _ => Error::io(&t.path, e),
+    })?;
+    // The name must hold a regular file we may replace (fsutil's rule), and
+    // still the planned one (the commit checks it again at the rename).
+    let out = fsutil::check_output(&real).map_err(|e| Error::io(&real, e))?;
+    if out.existing() != Some(planned_id(t)) {
+        return Err(changed_since_planned(t));
+    }
+    let why = refusals_of(&t.file, &t.meta, &real, opts.replace_allow)?;
     if !why.is_empty() {
         return Err(Error::Invalid(format!(
             "{}: --replace refused: {}",
@@ -100,22 +119,20 @@ pub fn replace_and_warm(
         .file_name()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let meta = std::fs::metadata(&real).map_err(|e| Error::io(&real, e))?;
-    let src = File::open(&real).map_err(|e| Error::io(&real, e))?;
-    // The name must hold a regular file we may replace (fsutil's rule).
-    let out = fsutil::check_output(&real).map_err(|e| Error::io(&real, e))?;
+    let mut src: &File = &t.file;
+    src.seek(SeekFrom::Start(0)).map_err(|e| Error::io(&real, e))?;
     // Removed again on any error below.
     let mut new =
         NewFile::beside(&out, &format!(".{name}.hugetext-")).map_err(|e| Error::io(fsutil::dir_of(&real), e))?;
     let tmp = new.path().to_path_buf();
-    std::io::copy(&mut &src, &mut new.file()).map_err(|e| Error::io(&tmp, e))?;
+    std::io::copy(&mut src, &mut new.file()).map_err(|e| Error::io(&tmp, e))?;
     // Same owner, mode, xattrs (security.capability among them) and times.
     let keep = MetadataCopy {
         owner_required: true,
         times: true,
         skip_xattrs: &[],
     };
-    fsutil::copy_metadata(&src, &meta, new.file(), &keep).map_err(|e| Error::io(&tmp, e))?;
+    fsutil::copy_metadata(src, &t.meta, new.file(), &keep).map_err(|e| Error::io(&tmp, e))?;
     // Warm the copy: its pages are clean after the sync, and nobody maps
     // it, so all of it can be evicted and refilled.
     let copy = new.finish_writing().map_err(|e| Error::io(&tmp, e))?;
@@ -123,9 +140,15 @@ pub fn replace_and_warm(
         pagecache::evict(&copy, page_out(&r.range()))?;
         pagecache::fill_bounded(&copy, r.range())?;
     }
-    drop(copy);
     new.commit(&out).map_err(|e| Error::io(&real, e))?;
-    let mut rep = report::measure(t, &before.filesystem, &BTreeSet::new())?.0;
+    // What is at the path now: the warmed copy.
+    let meta = copy.metadata().map_err(|e| Error::io(&real, e))?;
+    let warmed = Target {
+        file: Arc::new(copy),
+        meta,
+        ..t.clone()
+    };
+    let mut rep = report::measure(&warmed, &before.filesystem, &BTreeSet::new())?.0;
     rep.replaced = true;
     rep.route = if rep.route == Route::None {
         Route::None
@@ -140,7 +163,24 @@ pub fn replace_and_warm(
         human(before.blocked_kb * KIB)
     ));
     let _ = ctx;
-    report::advise(t, &mut rep);
+    report::advise(&warmed, &mut rep);
     rep.millis = start.elapsed().as_secs_f64() * 1e3;
     Ok(rep)
+}
+
+/// `--replace`'s refusal when the path no longer names the planned file.
+fn changed_since_planned(t: &Target) -> Error {
+    Error::Invalid(format!(
+        "{}: --replace refused: the file was replaced or removed since it was planned; run warm again",
+        t.path.display()
+    ))
+}
+
+/// Device and inode of the planned file, as [`fsutil::check_output`] names
+/// what a path holds.
+fn planned_id(t: &Target) -> FileId {
+    FileId {
+        dev: t.meta.dev(),
+        ino: t.meta.ino(),
+    }
 }

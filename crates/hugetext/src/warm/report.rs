@@ -2,9 +2,10 @@
 //! stayed small is small, and what to do about it.
 
 use std::collections::BTreeSet;
+use std::fs::File;
 use std::ops::Range;
 use std::os::fd::AsFd;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use super::{ProcRef, Route, Runtime, Target, WarmRange, KIB};
 use crate::kernel::{self, Mapping};
@@ -185,7 +186,7 @@ pub(super) fn measure(t: &Target, fs: &str, stuck: &BTreeSet<u64>) -> Result<(Fi
                 continue;
             }
             if part == w {
-                if let Some(n) = all_windows_pmd(&t.path, &w)? {
+                if let Some(n) = all_windows_pmd(&t.file, &w)? {
                     // Fast path: every window is PMD-mapped, hence one PMD folio.
                     let kb = n * pmd_kb;
                     rep.cached_kb += kb;
@@ -199,7 +200,7 @@ pub(super) fn measure(t: &Target, fs: &str, stuck: &BTreeSet<u64>) -> Result<(Fi
                     continue;
                 }
             }
-            let s = folio::scan_file(&t.path, Some(part.clone()))?;
+            let s = folio::scan_open(&t.file, &t.path, Some(part.clone()))?;
             let pk = s.pmd_kb();
             rep.cached_kb += s.cached_kb;
             rep.pmd_kb += pk;
@@ -286,13 +287,12 @@ pub(super) fn filesystem_verdict(rep: &mut FileReport, pmd_folios: Option<bool>)
 /// PMD-size folios, so when every window is PMD-mapped, every window is one
 /// PMD folio: `Some(number of windows)`. Otherwise `None`, and the caller
 /// scans page by page ([`folio::scan_file`]), which is exact but slower.
-fn all_windows_pmd(path: &Path, w: &Range<u64>) -> Result<Option<u64>> {
+fn all_windows_pmd(f: &File, w: &Range<u64>) -> Result<Option<u64>> {
     let pmd = kernel::pmd_size() as u64;
     let n = (w.end - w.start) / pmd;
     if n == 0 {
         return Ok(Some(0));
     }
-    let f = super::open_regular(path)?;
     let len = (w.end - w.start) as usize;
     let map = Mapping::file_congruent(f.as_fd(), w.start, len, libc::PROT_READ, pmd as usize)?;
     map.madvise(0, len, libc::MADV_RANDOM)?;
