@@ -1,0 +1,31 @@
+#!/bin/sh
+# Guest probe for a 64 KiB-page arm64 kernel (kernel-matrix.sh --probe, with
+# --extra target/extra64k holding tests/vm/extra64k/faultmap built static):
+# which page-cache folios the kernel reads for a plain, an executable and a
+# MADV_HUGEPAGE mapping of a 70 MiB file mapped 2 MiB-aligned and faulted in
+# order, and what smaps says. Folio sizes come from `hugetext inspect --file`.
+mode=$1
+ht=$PWD/target/release/hugetext
+fm=$PWD/target/extra64k/faultmap
+dir=$PWD/target/scratch/probe64k-$mode
+rm -rf "$dir" && mkdir -p "$dir"
+. tests/vm/probe-lib.sh
+capture() {
+  name=$1; shift
+  tagged "@@OUT $name|$mode|" "$@"
+  echo "@@HT {\"kind\":\"probe\",\"name\":\"$name\",\"thp\":\"$mode\",\"rc\":$rc}"
+}
+capture doctor "$ht" doctor --json --path "$dir"
+# The disk's readahead window as it boots, then 16 MiB: readahead grows
+# folios up to the window, so the window may be what caps them.
+ra=/sys/block/vda/queue/read_ahead_kb
+for kb in "$(cat $ra)" 16384; do
+  echo "$kb" > $ra
+  for kind in plain exec hugepage; do
+    f=$dir/$kind-$kb.bin
+    cp target/fixtures/lld/pie "$f" && sync && dd if="$f" iflag=nocache count=0 2> /dev/null
+    capture "fault-$kind-ra$kb" "$fm" "$f" "$kind"
+    capture "folios-$kind-ra$kb" "$ht" inspect --file "$f" --json
+  done
+done
+rm -rf "$dir"
