@@ -10,11 +10,6 @@ fm=$PWD/target/extra64k/faultmap
 dir=$PWD/target/scratch/probe64k-$mode
 rm -rf "$dir" && mkdir -p "$dir"
 . tests/vm/probe-lib.sh
-capture() {
-  name=$1; shift
-  tagged "@@OUT $name|$mode|" "$@"
-  echo "@@HT {\"kind\":\"probe\",\"name\":\"$name\",\"thp\":\"$mode\",\"rc\":$rc}"
-}
 capture doctor "$ht" doctor --json --path "$dir"
 # The disk's readahead window as it boots, then 16 MiB: readahead grows
 # folios up to the window, so the window may be what caps them.

@@ -1,4 +1,4 @@
-# What the guest probes share (tests/vm/probe.sh, tests/vm/lab-probe.sh):
+# What the guest probes share (tests/vm/probe.sh, lab-probe.sh, probe-64k.sh):
 # sourced from the repository root on the disk under test; POSIX sh. Each
 # probe names its scratch directory `dir` before using these.
 
@@ -30,4 +30,12 @@ start_ready() {
 stop_ready() {
   exec 3>&-
   wait $pid
+}
+
+# capture NAME CMD...: run CMD, print its output tagged with NAME (under the
+# THP mode in `mode`), then a probe fact with its status.
+capture() {
+  name=$1; shift
+  tagged "@@OUT $name|$mode|" "$@"
+  echo "@@HT {\"kind\":\"probe\",\"name\":\"$name\",\"thp\":\"$mode\",\"rc\":$rc}"
 }

@@ -15,13 +15,6 @@ rm -rf "$dir" && mkdir -p "$dir"
 
 . tests/vm/probe-lib.sh
 
-# capture NAME CMD...: run CMD, print its output tagged with NAME, then its status.
-capture() {
-  name=$1; shift
-  tagged "@@OUT $name|$mode|" "$@"
-  echo "@@HT {\"kind\":\"probe\",\"name\":\"$name\",\"thp\":\"$mode\",\"rc\":$rc}"
-}
-
 # MATRIX_PART=mprotect on the kernel command line (kernel-matrix.sh --append,
 # with an empty plan): only the mprotect benchmark of the "Optimize
 # mprotect() for large folios" patches, on this distro kernel as it ships
