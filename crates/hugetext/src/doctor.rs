@@ -155,40 +155,17 @@ pub fn probe_fs(path: &Path) -> Result<FsProbe> {
         probe.pmd_mapped_kb = procfs::own_file_pmd_kb(m.addr())?;
     }
 
-    // MADV_COLLAPSE: start from small folios (a cold PROT_EXEC fault).
-    pagecache::evict(&f, 0..0)?;
-    let rx = libc::PROT_READ | libc::PROT_EXEC;
-    let m = Mapping::file_congruent(f.as_fd(), 0, len, rx, pmd)?;
-    m.populate_read(0, len)?;
+    // MADV_COLLAPSE: start from small folios (a cold PROT_EXEC fault);
     // EAGAIN and friends are transient (pages not yet on the LRU, a folio
-    // locked, no free PMD-size block this instant): try again a little later.
-    let mut r = m.madvise(0, len, kernel::MADV_COLLAPSE);
-    for _ in 0..COLLAPSE_RETRIES {
-        match &r {
-            Err(Error::Sys { source, .. }) if pagecache::collapse_transient(source) => {
-                std::thread::sleep(std::time::Duration::from_millis(100));
-                m.populate_read(0, len)?;
-                r = m.madvise(0, len, kernel::MADV_COLLAPSE);
-            }
-            _ => break,
-        }
-    }
-    match r {
-        Ok(()) => {
-            // A file collapse puts a PMD folio in the page cache and drops
-            // the page tables that mapped the small ones, ours included
-            // (Linux 7.x): the text is PMD-mapped again at its next fault,
-            // as it is in a process that runs it. Read smaps after that.
-            m.populate_read(0, len)?;
-            probe.collapse_kb = Some(procfs::own_file_pmd_kb(m.addr())?);
-        }
-        Err(Error::Sys { source, .. }) => {
+    // locked, no free PMD-size block this instant): tried again a little later.
+    let trial = pagecache::collapse_trial(&f, len, COLLAPSE_RETRIES)?;
+    match trial.outcome {
+        Ok(()) => probe.collapse_kb = Some(trial.after_kb),
+        Err(source) => {
             probe.collapse_transient = pagecache::collapse_transient(&source);
             probe.collapse_error = Some(collapse_error(&source));
         }
-        Err(e) => probe.collapse_error = Some(e.to_string()),
     }
-    drop(m);
     pagecache::evict(&f, 0..0)?;
     Ok(probe)
 }

@@ -317,11 +317,69 @@ impl CollapseSupport {
     }
 }
 
+/// One `MADV_COLLAPSE` experiment ([`collapse_trial`]): what the kernel
+/// said and what was PMD-mapped before and after.
+#[derive(Debug)]
+pub struct CollapseTrial {
+    /// kB PMD-mapped (smaps `FilePmdMapped`) after the first fault, before
+    /// any collapse: the kernel may map a PMD by itself (THP `always`).
+    pub before_kb: u64,
+    /// What `MADV_COLLAPSE` returned, after the retries of transient
+    /// failures ([`collapse_transient`]).
+    pub outcome: std::result::Result<(), std::io::Error>,
+    /// kB PMD-mapped after the collapse and a refault (a file collapse
+    /// drops the page tables of the small folios, ours too: the next fault
+    /// maps the PMD, as in a process that runs the text).
+    pub after_kb: u64,
+    /// Time of the `MADV_COLLAPSE` calls and the refault.
+    pub elapsed: std::time::Duration,
+}
+
+/// The one experiment behind [`collapse_supported`], `doctor`'s collapse
+/// check and the route-cost measurement: the first `len` bytes of `f`
+/// (read-only, a multiple of the PMD size) are evicted, mapped
+/// `PROT_READ|PROT_EXEC` at a congruent address, faulted in (small folios,
+/// as exec leaves text), then `MADV_COLLAPSE`d, retried up to `retries`
+/// times 100 ms apart while the failure is transient, and faulted again.
+/// The page cache is left as the experiment made it.
+pub fn collapse_trial(f: &File, len: usize, retries: usize) -> Result<CollapseTrial> {
+    let pmd = kernel::pmd_size();
+    evict(f, 0..0)?;
+    let m = Mapping::file_congruent(f.as_fd(), 0, len, libc::PROT_READ | libc::PROT_EXEC, pmd)?;
+    m.populate_read(0, len)?;
+    let before_kb = crate::procfs::own_file_pmd_kb(m.addr())?;
+    let t = std::time::Instant::now();
+    let mut r = m.madvise(0, len, kernel::MADV_COLLAPSE);
+    for _ in 0..retries {
+        match &r {
+            Err(Error::Sys { source, .. }) if collapse_transient(source) => {
+                std::thread::sleep(std::time::Duration::from_millis(100));
+                m.populate_read(0, len)?;
+                r = m.madvise(0, len, kernel::MADV_COLLAPSE);
+            }
+            _ => break,
+        }
+    }
+    let outcome = match r {
+        Ok(()) => Ok(()),
+        Err(Error::Sys { source, .. }) => Err(source),
+        Err(e) => return Err(e),
+    };
+    m.populate_read(0, len)?;
+    let elapsed = t.elapsed();
+    Ok(CollapseTrial {
+        before_kb,
+        outcome,
+        after_kb: crate::procfs::own_file_pmd_kb(m.addr())?,
+        elapsed,
+    })
+}
+
 /// Find out whether `MADV_COLLAPSE` works on read-only file text by trying
-/// it: a scratch file of one PMD window is written in `dir` (which must be
-/// writable and on the filesystem of interest), closed, reopened read-only
-/// (collapse refuses files open for writing), unlinked, mapped
-/// `PROT_READ|PROT_EXEC` at a congruent address, faulted in, and collapsed.
+/// it ([`collapse_trial`]): a scratch file of one PMD window is written in
+/// `dir` (which must be writable and on the filesystem of interest), closed,
+/// reopened read-only (collapse refuses files open for writing), unlinked,
+/// and collapsed.
 pub fn collapse_supported(dir: &Path) -> Result<CollapseSupport> {
     let pmd = kernel::pmd_size();
     // Removed when `path` is dropped, right after it is opened read-only.
@@ -333,19 +391,15 @@ pub fn collapse_supported(dir: &Path) -> Result<CollapseSupport> {
     written.map_err(|e| Error::io(&*path, e))?;
     let f = File::open(&path).map_err(|e| Error::io(&*path, e))?;
     drop(path);
-    evict(&f, 0..0)?;
-    let map = Mapping::file_congruent(f.as_fd(), 0, pmd, libc::PROT_READ | libc::PROT_EXEC, pmd)?;
-    map.populate_read(0, pmd)?;
-    Ok(match map.madvise(0, pmd, kernel::MADV_COLLAPSE) {
+    Ok(match collapse_trial(&f, pmd, 0)?.outcome {
         Ok(()) => CollapseSupport::Available,
-        Err(Error::Sys { source, .. }) => match source.raw_os_error() {
+        Err(source) => match source.raw_os_error() {
             Some(libc::EINVAL) => CollapseSupport::Unavailable(collapse_refusal().into()),
             // Transient failures mean the kernel would collapse file text
             // given the memory.
             _ if collapse_transient(&source) => CollapseSupport::Available,
             _ => CollapseSupport::Unavailable(format!("MADV_COLLAPSE failed: {source}")),
         },
-        Err(e) => return Err(e),
     })
 }
 

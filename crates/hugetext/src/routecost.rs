@@ -182,21 +182,15 @@ fn refill_once(f: &File, pmd: usize) -> Result<Cost> {
 /// is), to a PMD-mapped window.
 fn collapse_once(f: &File, pmd: usize) -> Result<Cost> {
     let whole_kb = (pmd / 1024) as u64;
-    pagecache::evict(f, 0..0)?;
-    let m = Mapping::file_congruent(f.as_fd(), 0, pmd, RX, pmd)?;
-    m.populate_read(0, pmd)?;
-    if procfs::own_file_pmd_kb(m.addr())? >= whole_kb {
+    let trial = pagecache::collapse_trial(f, pmd, 0)?;
+    if trial.before_kb >= whole_kb {
         return Ok(Cost::No("the window was PMD-mapped before any collapse".into()));
     }
-    let t = Instant::now();
-    let r = m.madvise(0, pmd, kernel::MADV_COLLAPSE);
-    // The collapse drops the PTE mappings: the next fault maps the PMD.
-    m.populate_read(0, pmd)?;
-    let ms = t.elapsed().as_secs_f64() * 1e3;
-    Ok(match (r, procfs::own_file_pmd_kb(m.addr())?) {
+    let ms = trial.elapsed.as_secs_f64() * 1e3;
+    Ok(match (trial.outcome, trial.after_kb) {
         (Ok(()), kb) if kb >= whole_kb => Cost::MsPerMib(ms / mib(pmd)),
         (Ok(()), _) => Cost::No("accepted, but the window stayed in small pages".into()),
-        (Err(Error::Sys { source, .. }), _) if source.raw_os_error() == Some(libc::EINVAL) => {
+        (Err(source), _) if source.raw_os_error() == Some(libc::EINVAL) => {
             Cost::No(match kernel::madv_collapse_known() {
                 true => "EINVAL: this kernel does not collapse file text".into(),
                 false => "this kernel has no MADV_COLLAPSE".into(),
