@@ -17,6 +17,24 @@ pub const MADV_POPULATE_READ: i32 = 22;
 /// `CONFIG_READ_ONLY_THP_FOR_FS`).
 pub const MADV_COLLAPSE: i32 = 25;
 
+/// `MADV_COLLAPSE` errors that mean "not now", not "not here": EAGAIN
+/// (pages not yet on the LRU, a folio locked), ENOMEM (no free PMD-size
+/// block this instant), EBUSY (a memcg charge failed). The kernel collapses
+/// that text, but could not this time: worth a retry a little later. The
+/// values are the generic errno numbers, the same on x86-64 and arm64.
+pub fn collapse_transient(errno: i32) -> bool {
+    const EAGAIN: i32 = 11;
+    const ENOMEM: i32 = 12;
+    const EBUSY: i32 = 16;
+    matches!(errno, EAGAIN | ENOMEM | EBUSY)
+}
+
+/// How many times a transient `MADV_COLLAPSE` failure is tried again
+/// ([`collapse_transient`]), and how long to wait before each try.
+pub const COLLAPSE_RETRIES: usize = 3;
+/// See [`COLLAPSE_RETRIES`].
+pub const COLLAPSE_RETRY_NS: u64 = 100_000_000;
+
 /// `posix_fadvise`: drop the clean, unmapped page cache of a range.
 pub const POSIX_FADV_DONTNEED: i32 = 4;
 
@@ -35,6 +53,13 @@ pub fn madvise_call_name(advice: i32) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn transient_collapse_errors_are_the_generic_errnos() {
+        assert!(collapse_transient(11) && collapse_transient(12) && collapse_transient(16));
+        // EINVAL (22): the kernel does not collapse file text at all.
+        assert!(!collapse_transient(22) && !collapse_transient(0));
+    }
 
     #[test]
     fn names() {

@@ -11,6 +11,7 @@ use std::io::Write;
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 
+use hugetext_abi::madv::COLLAPSE_RETRIES;
 use hugetext_abi::thp::ThpMode;
 
 use crate::kernel::{self, KernelVersion, Mapping};
@@ -194,9 +195,6 @@ fn probe_dir(path: &Path) -> PathBuf {
         path.parent().unwrap_or(Path::new(".")).to_path_buf()
     }
 }
-
-/// More tries of `MADV_COLLAPSE` after a transient failure.
-const COLLAPSE_RETRIES: usize = 3;
 
 /// How a collapse error that says nothing against the kernel starts.
 const TRANSIENT: &str = "transient failure, ";

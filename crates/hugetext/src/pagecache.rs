@@ -353,7 +353,7 @@ pub fn collapse_trial(f: &File, len: usize, retries: usize) -> Result<CollapseTr
     for _ in 0..retries {
         match &r {
             Err(Error::Sys { source, .. }) if collapse_transient(source) => {
-                std::thread::sleep(std::time::Duration::from_millis(100));
+                std::thread::sleep(std::time::Duration::from_nanos(hugetext_abi::madv::COLLAPSE_RETRY_NS));
                 m.populate_read(0, len)?;
                 r = m.madvise(0, len, kernel::MADV_COLLAPSE);
             }
@@ -403,15 +403,10 @@ pub fn collapse_supported(dir: &Path) -> Result<CollapseSupport> {
     })
 }
 
-/// `MADV_COLLAPSE` errors that mean "not now", not "not here" (EAGAIN,
-/// ENOMEM, EBUSY: pages not yet on the LRU, a folio locked, no free
-/// PMD-size block this instant): the kernel collapses file text, but could
-/// not this time.
+/// `MADV_COLLAPSE` errors that mean "not now", not "not here"
+/// ([`hugetext_abi::madv::collapse_transient`], which the preload uses too).
 pub fn collapse_transient(e: &std::io::Error) -> bool {
-    matches!(
-        e.raw_os_error(),
-        Some(libc::EAGAIN) | Some(libc::ENOMEM) | Some(libc::EBUSY)
-    )
+    e.raw_os_error().is_some_and(hugetext_abi::madv::collapse_transient)
 }
 
 /// Why `MADV_COLLAPSE` said EINVAL for file text: a kernel without the

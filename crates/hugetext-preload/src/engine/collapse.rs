@@ -5,11 +5,22 @@ use super::*;
 impl Pass<'_> {
     /// Route 3, `collapse`: `MADV_COLLAPSE` (file text needs
     /// `CONFIG_READ_ONLY_THP_FOR_FS`; a refusal is remembered for the pass).
+    /// A transient failure ("not now": pages not yet on the LRU, no free
+    /// PMD-size block this instant) is tried again a little later, as the
+    /// library does.
     pub(super) fn route_collapse(&mut self, c: &Cand, w: &mut Chunk) {
+        use hugetext_abi::madv::{collapse_transient, COLLAPSE_RETRIES, COLLAPSE_RETRY_NS};
         let pmd = scan::pmd();
         let mut err = 0;
         for (i, k) in runs(w.all & !w.huge) {
-            let r = sys::advise(w.a + i * pmd, k * pmd, sys::Keep::Collapse);
+            let mut r = sys::advise(w.a + i * pmd, k * pmd, sys::Keep::Collapse);
+            for _ in 0..COLLAPSE_RETRIES {
+                if r >= 0 || !collapse_transient(-r as i32) {
+                    break;
+                }
+                sys::sleep_ns(COLLAPSE_RETRY_NS);
+                r = sys::advise(w.a + i * pmd, k * pmd, sys::Keep::Collapse);
+            }
             if r == -(libc::EINVAL as isize) {
                 self.t.collapse_unsupported = true;
                 if self.cfg.verbose {
