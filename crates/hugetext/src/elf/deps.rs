@@ -60,7 +60,12 @@ struct DynInfo {
 fn read_dyn(path: &Path) -> ParseResult<DynInfo> {
     let file =
         crate::openfile::open_regular(path, crate::openfile::Follow::Yes).map_err(|e| Malformed(e.to_string()))?;
-    let cache = ReadCache::new(&file);
+    read_dyn_of(&file)
+}
+
+/// [`read_dyn`] of a file already open.
+fn read_dyn_of(file: &File) -> ParseResult<DynInfo> {
+    let cache = ReadCache::new(file);
     match super::layout::elf_class(&cache)? {
         true => read_dyn_generic::<elf::FileHeader64<Endianness>>(&cache),
         false => read_dyn_generic::<elf::FileHeader32<Endianness>>(&cache),
@@ -225,8 +230,16 @@ fn u64_at(d: &[u8], at: usize) -> Option<u64> {
 /// cannot be found (naming it and who needs it, like ld.so would).
 /// A static executable yields an empty list.
 pub fn resolve_deps(exe: &Path) -> Result<Vec<PathBuf>> {
+    let file = crate::openfile::open_regular(exe, crate::openfile::Follow::Yes).map_err(|e| Error::io(exe, e))?;
+    resolve_deps_of(&file, exe)
+}
+
+/// [`resolve_deps`] of a program already open as `file` (its path `exe`
+/// only names it and gives `$ORIGIN`): its interpreter and `DT_NEEDED`
+/// are read from `file`, not from whatever `exe` names by now.
+pub fn resolve_deps_of(file: &File, exe: &Path) -> Result<Vec<PathBuf>> {
     let exe_canon = exe.canonicalize().map_err(|e| Error::io(exe, e))?;
-    let info = read_dyn(&exe_canon).map_err(|e| Error::Elf {
+    let info = read_dyn_of(file).map_err(|e| Error::Elf {
         path: exe.into(),
         msg: e.0,
     })?;

@@ -382,21 +382,24 @@ pub fn plan_all(paths: &[PathBuf], deps: bool) -> Vec<(PathBuf, Result<Target>)>
     raise_open_file_limit();
     let mut out = Vec::new();
     let mut seen = BTreeSet::new();
-    let mut add = |p: PathBuf, out: &mut Vec<(PathBuf, Result<Target>)>| -> bool {
+    // The program's open file, when it is an ELF file whose libraries to add.
+    let mut add = |p: PathBuf, out: &mut Vec<(PathBuf, Result<Target>)>| -> Option<std::sync::Arc<File>> {
         if let Ok(m) = std::fs::metadata(&p) {
             if !seen.insert((m.dev(), m.ino())) {
-                return false;
+                return None;
             }
         }
         let t = plan(&p);
-        let elf = matches!(&t, Ok(t) if t.elf);
+        let elf = t.as_ref().ok().filter(|t| t.elf).map(|t| t.file.clone());
         out.push((p, t));
         elf
     };
     for p in paths {
         let elf = add(p.clone(), &mut out);
-        if deps && elf {
-            match resolve_deps(p) {
+        if let (true, Some(file)) = (deps, elf) {
+            // From the descriptor planned: the libraries of the file that
+            // is warmed, whatever the path names by now.
+            match crate::elf::deps::resolve_deps_of(&file, p) {
                 Ok(libs) => {
                     for l in libs {
                         add(l, &mut out);
