@@ -1146,10 +1146,10 @@ fn c_api_with_threads(compat: Option<&str>, runs: usize) {
     // THP always khugepaged builds PMD folios of the library at its own
     // pace, so what the file route finds from run to run is not fixed; the
     // runs must still succeed with the text huge.
-    let collapse_only = !large
-        && hugetext::pagecache::collapse_supported(lib.parent().unwrap())
-            .unwrap()
-            .is_available();
+    let in_place = hugetext::pagecache::collapse_supported(lib.parent().unwrap())
+        .unwrap()
+        .is_available();
+    let collapse_only = !large && in_place;
     let mut file_route_runs = 0;
     // What each bfd run's first call made of the library, for the message.
     let mut outcomes = Vec::new();
@@ -1212,7 +1212,12 @@ fn c_api_with_threads(compat: Option<&str>, runs: usize) {
                     );
                 } else if !first_call.contains("file 0.0 MiB") {
                     file_route_runs += 1;
-                    if keeps_tables(compat) {
+                    // Where the kernel collapses file text in place,
+                    // khugepaged (THP always) may collapse a window and
+                    // retract this process's page table first: the refault
+                    // then maps a PMD with no replacement (7.x arm64 once:
+                    // already 34, file 12, collapse 24 MiB, none replaced).
+                    if keeps_tables(compat) && !in_place {
                         assert!(err.contains(REPLACED), "run {i}: no window was replaced: {err}");
                     }
                 } else {
