@@ -95,14 +95,6 @@ impl HugeUnit {
             HugeUnit::Contpte => "contpte-mappable",
         }
     }
-
-    /// As the JSON says it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            HugeUnit::Pmd => "pmd",
-            HugeUnit::Contpte => "contpte",
-        }
-    }
 }
 
 /// The unit of huge text for `machine` with `page`-byte pages and a
