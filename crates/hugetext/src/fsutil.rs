@@ -124,7 +124,8 @@ pub struct FileId {
 }
 
 impl FileId {
-    fn of(m: &Metadata) -> FileId {
+    /// The identity in `m`.
+    pub fn of(m: &Metadata) -> FileId {
         FileId {
             dev: m.dev(),
             ino: m.ino(),

@@ -93,7 +93,7 @@ impl Target {
     /// Whether `m` (e.g. the path's metadata now) is the planned file: the
     /// same device and inode.
     pub fn is_same_file(&self, m: &Metadata) -> bool {
-        (m.dev(), m.ino()) == (self.meta.dev(), self.meta.ino())
+        crate::fsutil::FileId::of(m) == crate::fsutil::FileId::of(&self.meta)
     }
 
     /// Bytes to warm (ranges rounded out to pages).

@@ -104,7 +104,7 @@ pub fn replace_and_warm(
     // The name must hold a regular file we may replace (fsutil's rule), and
     // still the planned one (the commit checks it again at the rename).
     let out = fsutil::check_output(&real).map_err(|e| Error::io(&real, e))?;
-    if out.existing() != Some(planned_id(t)) {
+    if out.existing() != Some(FileId::of(&t.meta)) {
         return Err(changed_since_planned(t));
     }
     let why = refusals_of(&t.file, &t.meta, &real, opts.replace_allow)?;
@@ -174,13 +174,4 @@ fn changed_since_planned(t: &Target) -> Error {
         "{}: --replace refused: the file was replaced or removed since it was planned; run warm again",
         t.path.display()
     ))
-}
-
-/// Device and inode of the planned file, as [`fsutil::check_output`] names
-/// what a path holds.
-fn planned_id(t: &Target) -> FileId {
-    FileId {
-        dev: t.meta.dev(),
-        ino: t.meta.ino(),
-    }
 }
