@@ -147,7 +147,7 @@ pub fn probe_fs(path: &Path) -> Result<FsProbe> {
     pagecache::evict(&f, 0..0)?;
     pagecache::fill_huge(&f, 0..len as u64)?;
     if kernel::pfn_access() {
-        probe.pmd_folio_windows = Some(folio::scan_file(name, None)?.pmd_windows.len() as u64);
+        probe.pmd_folio_windows = Some(folio::scan_open(&f, name, None)?.pmd_windows.len() as u64);
     }
     {
         let rx = libc::PROT_READ | libc::PROT_EXEC;
