@@ -3,7 +3,10 @@
 # --extra target/extra64k holding tests/vm/extra64k/faultmap built static):
 # which page-cache folios the kernel reads for a plain, an executable and a
 # MADV_HUGEPAGE mapping of a 70 MiB file mapped 2 MiB-aligned and faulted in
-# order, and what smaps says. Folio sizes come from `hugetext inspect --file`.
+# order, for a sequential read(2) of it, and after `hugetext warm`, and what
+# smaps says. Folio sizes come from `hugetext inspect --file`. Each case
+# starts from an empty page cache (drop_caches: busybox's dd has no
+# iflag=nocache, and the copy's own written folios would stay).
 mode=$1
 ht=$PWD/target/release/hugetext
 fm=$PWD/target/extra64k/faultmap
@@ -16,10 +19,15 @@ capture doctor "$ht" doctor --json --path "$dir"
 ra=/sys/block/vda/queue/read_ahead_kb
 for kb in "$(cat $ra)" 16384; do
   echo "$kb" > $ra
-  for kind in plain exec hugepage; do
+  for kind in plain exec hugepage read warm; do
     f=$dir/$kind-$kb.bin
-    cp target/fixtures/lld/pie "$f" && sync && dd if="$f" iflag=nocache count=0 2> /dev/null
-    capture "fault-$kind-ra$kb" "$fm" "$f" "$kind"
+    cp target/fixtures/lld/pie "$f" && sync && echo 3 > /proc/sys/vm/drop_caches
+    capture "cached-$kind-ra$kb" "$ht" inspect --file "$f" --json
+    case $kind in
+      read) capture "fault-$kind-ra$kb" sh -c 'cat "$1" > /dev/null' read "$f" ;;
+      warm) capture "fault-$kind-ra$kb" "$ht" warm "$f" ;;
+      *) capture "fault-$kind-ra$kb" "$fm" "$f" "$kind" ;;
+    esac
     capture "folios-$kind-ra$kb" "$ht" inspect --file "$f" --json
   done
 done
