@@ -66,7 +66,10 @@ for mode in $HT_THP; do
   # What this kernel and the disk under test can do, by doctor's experiments
   # (the first test of the plan checks doctor against experiments of its
   # own): a capability is in $caps when doctor's check says "ok".
-  #   large-folios   fs-large-folios: PMD-order page-cache folios on the disk
+  #   large-folios   fs-large-folios: page-cache folios of the huge unit on
+  #                  the disk (PMD-order; 2 MiB contpte blocks with 64 KiB pages)
+  #   pmd-unit       the unit of huge text is the PMD (a PMD of at most 32 MiB:
+  #                  every kernel but arm64's with 64 KiB pages)
   #   madv-collapse  madv-collapse: MADV_COLLAPSE collapses file text in place
   #   pagemap-scan   pagemap-scan: the PAGEMAP_SCAN ioctl
   #   anon-vma-name  anon-vma-name: anonymous memory can be named
@@ -79,6 +82,8 @@ for mode in $HT_THP; do
   for c in fs-large-folios:large-folios madv-collapse:madv-collapse pagemap-scan:pagemap-scan anon-vma-name:anon-vma-name; do
     [ "$(status_of "${c%%:*}")" = ok ] && caps="${caps:+$caps }${c#*:}"
   done
+  [ "$(cat /sys/kernel/mm/transparent_hugepage/hpage_pmd_size 2> /dev/null || echo 0)" -le 33554432 ] &&
+    caps="${caps:+$caps }pmd-unit"
   lf=$(status_of fs-large-folios)
   emit "{\"kind\":\"caps\",\"thp\":\"$mode\",\"large_folios\":\"$lf\",\"caps\":\"$caps\"}"
   grep -v '^#' tests/vm/plan.txt | grep . | while read -r key names; do

@@ -619,7 +619,10 @@ fn json_shape_is_stable() {
     child.wait().unwrap();
 
     let v = run_json(&["inspect", "--json", "--file", "/bin/sleep"]);
-    assert_eq!(keys(&v), ["contpte_block_kb", "files", "pfn_access"]);
+    assert_eq!(keys(&v), ["contpte_block_kb", "files", "pfn_access", "unit_kb"]);
+    // The unit the files' windows are counted in: the PMD, or the contpte
+    // block with 64 KiB pages.
+    assert_eq!(v["unit_kb"], common::unit_kb());
     // The contpte block where the machine has one (arm64), else null.
     assert_eq!(
         v["contpte_block_kb"].as_u64(),

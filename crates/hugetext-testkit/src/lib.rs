@@ -249,6 +249,18 @@ pub fn pmd_kb() -> u64 {
     pmd() / 1024
 }
 
+/// The running kernel's unit of huge text in bytes
+/// (`hugetext::kernel::huge_unit`): [`pmd`], except with 64 KiB pages on
+/// arm64, where it is the 2 MiB contpte block.
+pub fn unit() -> u64 {
+    hugetext::kernel::unit_size() as u64
+}
+
+/// [`unit`] in kB.
+pub fn unit_kb() -> u64 {
+    unit() / 1024
+}
+
 /// Bytes of `elf`'s executable text in whole PMD windows of the running
 /// kernel (`hugetext check`'s per-segment `whole_windows`): what the `file`
 /// and `copy` routes of `run` make huge in a program whose load base keeps

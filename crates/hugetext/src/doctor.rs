@@ -123,7 +123,9 @@ pub fn probe_fs(path: &Path) -> Result<FsProbe> {
         block_size: st.f_bsize as u64,
         ..Default::default()
     };
-    let pmd = kernel::pmd_size();
+    // Two windows of the huge unit: the PMD, or the 2 MiB contpte block
+    // with 64 KiB pages (kernel::huge_unit).
+    let pmd = kernel::unit_size();
     let len = 2 * pmd;
     // Removed when `scratch` is dropped.
     let (mut w, scratch) = fsutil::scratch_file_in(&dir, ".hugetext-doctor-").map_err(|e| {
@@ -159,6 +161,11 @@ pub fn probe_fs(path: &Path) -> Result<FsProbe> {
     // MADV_COLLAPSE: start from small folios (a cold PROT_EXEC fault);
     // EAGAIN and friends are transient (pages not yet on the LRU, a folio
     // locked, no free PMD-size block this instant): tried again a little later.
+    if let Some(why) = pagecache::collapse_out_of_reach() {
+        probe.collapse_error = Some(why);
+        pagecache::evict(&f, 0..0)?;
+        return Ok(probe);
+    }
     let trial = pagecache::collapse_trial(&f, len, COLLAPSE_RETRIES)?;
     match trial.outcome {
         Ok(()) => probe.collapse_kb = Some(trial.after_kb),
@@ -224,6 +231,9 @@ pub struct Facts {
     pub version: KernelVersion,
     pub page_size: usize,
     pub pmd_size: usize,
+    /// The unit of huge text ([`kernel::huge_unit`]): the PMD size, or the
+    /// contpte block where no page-cache folio reaches the PMD.
+    pub unit: usize,
     /// arm64's contiguous-PTE block, bytes; `None` on other machines.
     pub cont_pte: Option<usize>,
     /// THP `enabled` mode; `None` without THP.
@@ -257,6 +267,7 @@ impl Facts {
             version: KernelVersion::current(),
             page_size: kernel::page_size(),
             pmd_size: kernel::pmd_size(),
+            unit: kernel::unit_size(),
             cont_pte: kernel::cont_pte_size(),
             thp_enabled: kernel::thp_mode(),
             thp_sizes: kernel::thp_sizes(),
@@ -293,6 +304,7 @@ pub fn findings(f: &Facts) -> Vec<Finding> {
             p,
             f.page_size,
             f.pmd_size,
+            f.unit,
             f.read_only_thp_for_fs.as_deref(),
         )),
         Err(e) => out.push(not_probed(e, &f.path)),
@@ -428,9 +440,11 @@ fn shmem(shm: &str, page: usize) -> Finding {
 
 /// The three findings of the filesystem experiment: PMD-order folios, PMD
 /// mapping, MADV_COLLAPSE (`ro_thp`: CONFIG_READ_ONLY_THP_FOR_FS).
-fn filesystem(p: &FsProbe, page: usize, pmd: usize, ro_thp: Option<&str>) -> [Finding; 3] {
+fn filesystem(p: &FsProbe, page: usize, pmd: usize, unit: usize, ro_thp: Option<&str>) -> [Finding; 3] {
     let windows = p.windows;
-    let pmd_w = size_words(pmd);
+    // The probe's windows and folios are of the huge unit; the PMD words
+    // stay for what only a PMD does.
+    let pmd_w = size_words(unit);
     let (st, val, m) = match p.pmd_folio_windows {
         Some(n) if n == windows => (
             Status::Ok,
@@ -450,14 +464,17 @@ fn filesystem(p: &FsProbe, page: usize, pmd: usize, ro_thp: Option<&str>) -> [Fi
                 )
             } else if let Some(cap) = page_cache_cap_below(page as u64, pmd) {
                 format!(
-                    "the page cache holds folios of at most 2048 pages ({} here), below the {pmd_w} PMD: no file text is PMD-mapped on this kernel, whatever the filesystem; use `hugetext run` (anonymous copy)",
-                    size_words(cap as usize)
+                    "the page cache holds folios of at most 2048 pages ({} here), below the {} PMD: no file text is PMD-mapped on this kernel, whatever the filesystem, \
+                     and its MADV_HUGEPAGE readahead gave no {pmd_w} folios of the contiguous-PTE unit either (kernels that cap that readahead at 2 MiB, as 7.3 does, give them); \
+                     use `hugetext run` (anonymous copy)",
+                    size_words(cap as usize),
+                    size_words(pmd)
                 )
             } else if p.collapse_kb.unwrap_or(0) > 0 {
                 format!(
                     "readahead gives no {pmd_w} folios here (Linux 7.x reads at most 2 MiB folios through MADV_HUGEPAGE), but MADV_COLLAPSE builds them: `hugetext warm` and `run` collapse text in place"
                 )
-            } else if let Some(cap) = ext4_folio_cap_below(&p.fs_type, p.block_size, pmd) {
+            } else if let Some(cap) = ext4_folio_cap_below(&p.fs_type, p.block_size, unit) {
                 format!(
                     "ext4 caps page-cache folios at 2048 blocks ({} with its {} blocks), below the {pmd_w} PMD: `warm` and `run --strategy file` cannot help here; use `hugetext run` (anonymous copy), xfs, or an ext4 made with blocks of {} or more (mkfs.ext4 -b)",
                     size_words(cap as usize),
@@ -486,26 +503,39 @@ fn filesystem(p: &FsProbe, page: usize, pmd: usize, ro_thp: Option<&str>) -> [Fi
         ),
     };
     let folios = finding("fs-large-folios", "PMD-order page-cache folios", val, st, m);
-    let want = (windows as usize * pmd / 1024) as u64;
-    let mapped = finding(
-        "pmd-map",
-        "PMD mapping of page-cache text",
-        format!(
-            "{} of {} kB PMD-mapped in a fresh unadvised mapping",
-            p.pmd_mapped_kb, want
-        ),
-        if p.pmd_mapped_kb == want {
-            Status::Ok
-        } else {
-            Status::No
-        },
-        if p.pmd_mapped_kb == want {
-            format!("every process that maps warmed text at a {pmd_w}-congruent address gets it on {pmd_w} pages, shared, with no copy")
-        } else {
-            "warmed folios are not PMD-mapped here: only `hugetext run` (anonymous copy) puts text on huge pages"
-                .to_string()
-        },
-    );
+    let want = (windows as usize * unit / 1024) as u64;
+    let mapped = if unit < pmd {
+        finding(
+            "pmd-map",
+            "PMD mapping of page-cache text",
+            format!("none possible ({} PMD)", size_words(pmd)),
+            Status::Info,
+            format!(
+                "{pmd_w} folios naturally aligned in the file are mapped with contiguous PTEs (one TLB entry per {pmd_w} block) \
+                 by every process that maps them at a {pmd_w}-congruent address, shared, with no copy"
+            ),
+        )
+    } else {
+        finding(
+            "pmd-map",
+            "PMD mapping of page-cache text",
+            format!(
+                "{} of {} kB PMD-mapped in a fresh unadvised mapping",
+                p.pmd_mapped_kb, want
+            ),
+            if p.pmd_mapped_kb == want {
+                Status::Ok
+            } else {
+                Status::No
+            },
+            if p.pmd_mapped_kb == want {
+                format!("every process that maps warmed text at a {pmd_w}-congruent address gets it on {pmd_w} pages, shared, with no copy")
+            } else {
+                "warmed folios are not PMD-mapped here: only `hugetext run` (anonymous copy) puts text on huge pages"
+                    .to_string()
+            },
+        )
+    };
     let cfg_note = match ro_thp {
         Some("y") => " (CONFIG_READ_ONLY_THP_FOR_FS=y)",
         Some("n") => " (CONFIG_READ_ONLY_THP_FOR_FS is not set)",
@@ -654,6 +684,7 @@ mod tests {
             version: KernelVersion::parse("6.18.0"),
             page_size: 4096,
             pmd_size: 2 << 20,
+            unit: 2 << 20,
             cont_pte: None,
             thp_enabled: Some(ThpMode::Madvise),
             thp_sizes: vec![(64, "never".into()), (2048, "inherit".into())],
@@ -776,7 +807,7 @@ mod tests {
     #[test]
     fn sizes_are_the_kernels_own() {
         let mut f = facts();
-        (f.page_size, f.pmd_size) = (16 << 10, 32 << 20);
+        (f.page_size, f.pmd_size, f.unit) = (16 << 10, 32 << 20, 32 << 20);
         probe(&mut f).pmd_mapped_kb = 2 * 32 * 1024;
         let v = findings(&f);
         let fs = get(&v, "fs-large-folios");
@@ -832,9 +863,28 @@ mod tests {
     }
 
     #[test]
+    fn with_64k_pages_the_contpte_unit_is_probed_and_pmd_mapping_is_not_expected() {
+        let mut f = facts();
+        (f.page_size, f.pmd_size, f.unit, f.cont_pte) = (65536, 512 << 20, 2 << 20, Some(2 << 20));
+        (probe(&mut f).pmd_folio_windows, probe(&mut f).pmd_mapped_kb) = (Some(2), 0);
+        let v = findings(&f);
+        let fs = get(&v, "fs-large-folios");
+        assert_eq!(
+            (fs.status, fs.value.as_str()),
+            (Status::Ok, "ext4: yes (2/2 windows in 2 MiB folios)")
+        );
+        let m = get(&v, "pmd-map");
+        assert_eq!(
+            (m.status, m.value.as_str()),
+            (Status::Info, "none possible (512 MiB PMD)")
+        );
+        assert!(m.meaning.contains("contiguous PTEs"), "{}", m.meaning);
+    }
+
+    #[test]
     fn no_pmd_readahead_but_collapse_is_said_as_such() {
         let mut f = facts();
-        (f.page_size, f.pmd_size) = (16384, 32 << 20);
+        (f.page_size, f.pmd_size, f.unit) = (16384, 32 << 20, 32 << 20);
         (probe(&mut f).pmd_folio_windows, probe(&mut f).collapse_kb) = (Some(0), Some(65536));
         let c = get(&findings(&f), "fs-large-folios").clone();
         assert_eq!(c.status, Status::No);
@@ -848,7 +898,7 @@ mod tests {
         assert_eq!(ext4_folio_cap_below("ext4", 16384, 32 << 20), None);
         assert_eq!(ext4_folio_cap_below("xfs", 4096, 32 << 20), None);
         let mut f = facts();
-        (f.page_size, f.pmd_size) = (16384, 32 << 20);
+        (f.page_size, f.pmd_size, f.unit) = (16384, 32 << 20, 32 << 20);
         (probe(&mut f).block_size, probe(&mut f).pmd_folio_windows) = (4096, Some(0));
         let m = get(&findings(&f), "fs-large-folios").meaning.clone();
         assert!(

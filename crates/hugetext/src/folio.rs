@@ -143,10 +143,12 @@ pub struct FileFolios {
     /// kB of the examined range whose folios some *other* process maps
     /// (from `/proc/kpagecount`): these cannot be evicted.
     pub mapped_kb: u64,
-    /// Start offsets of the whole PMD-size windows inside the examined range
-    /// that are held in a single PMD-size folio.
+    /// Start offsets of the whole windows of the huge unit inside the
+    /// examined range that are held in a single folio of at least that size
+    /// (the unit is the PMD size, or the contpte block with 64 KiB pages:
+    /// [`kernel::huge_unit`]; named for the PMD in JSON, as everywhere).
     pub pmd_windows: Vec<u64>,
-    /// Number of whole PMD-size windows inside the examined range.
+    /// Number of whole windows of the huge unit inside the examined range.
     pub total_windows: u64,
 }
 
@@ -157,6 +159,13 @@ impl FileFolios {
             .get(&(kernel::pmd_size() as u64 / 1024))
             .copied()
             .unwrap_or(0)
+    }
+
+    /// kB held in folios of at least the huge unit ([`kernel::huge_unit`]):
+    /// [`FileFolios::pmd_kb`] wherever the unit is the PMD.
+    pub fn huge_kb(&self) -> u64 {
+        let unit_kb = kernel::unit_size() as u64 / 1024;
+        self.folios_kb.range(unit_kb..).map(|(_, kb)| kb).sum()
     }
 }
 
@@ -176,6 +185,11 @@ pub fn scan_file(path: &Path, range: Option<Range<u64>>) -> Result<FileFolios> {
     scan_open(&f, path, range)
 }
 
+/// The page cache's largest folio, in pages, where the PMD is larger
+/// (`MAX_PAGECACHE_ORDER`, the xarray's limit: order 11, 128 MiB with
+/// 64 KiB pages).
+pub const MAX_PAGECACHE_PAGES: u64 = 1 << 11;
+
 /// [`scan_file`] of a file already open (`path` names it in the result and
 /// in errors; it is not opened again).
 pub fn scan_open(f: &File, path: &Path, range: Option<Range<u64>>) -> Result<FileFolios> {
@@ -183,7 +197,9 @@ pub fn scan_open(f: &File, path: &Path, range: Option<Range<u64>>) -> Result<Fil
     let size = meta.len();
     let range = range.unwrap_or(0..size);
     let range = range.start.min(size)..range.end.min(size);
-    let pmd = kernel::pmd_size() as u64;
+    // Windows of the huge unit (the PMD, or the contpte block with 64 KiB
+    // pages); named `pmd` here as in the rest of the scan.
+    let pmd = kernel::unit_size() as u64;
     let ps = kernel::page_size() as u64;
     let mut out = FileFolios {
         path: path.to_path_buf(),
@@ -201,13 +217,16 @@ pub fn scan_open(f: &File, path: &Path, range: Option<Range<u64>>) -> Result<Fil
     }
     let kpf_file = open_kpageflags()?;
     let kpc_file = File::open("/proc/kpagecount").ok();
-    // Work in PMD-sized chunks so memory stays bounded for huge files.
-    let chunk = 64 * pmd;
-    let mut off = range.start / pmd * pmd;
+    // Work in chunks aligned to the largest folio the page cache holds (the
+    // PMD, or 2048 pages where the PMD is larger), so that no folio is cut
+    // and sizes are exact, and memory stays bounded for huge files.
+    let largest = (kernel::pmd_size() as u64).min(MAX_PAGECACHE_PAGES * ps);
+    let chunk = 64 * largest;
+    let mut off = range.start / largest * largest;
     let end = range.end.div_ceil(ps) * ps;
     while off < end {
         let len = chunk.min(end - off) as usize;
-        let map = Mapping::file_congruent(f.as_fd(), off, len, libc::PROT_READ, pmd as usize)?;
+        let map = Mapping::file_congruent(f.as_fd(), off, len, libc::PROT_READ, largest as usize)?;
         map.madvise(0, len, libc::MADV_RANDOM)?;
         let resident = map.resident()?;
         for (i, r) in resident.iter().enumerate() {
@@ -236,7 +255,9 @@ pub fn scan_open(f: &File, path: &Path, range: Option<Range<u64>>) -> Result<Fil
                     out.mapped_kb += ps / 1024;
                 }
             }
-            if sz == pmd && page_off % pmd == 0 && page_off >= range.start && page_off + pmd <= range.end {
+            // Folios are naturally aligned in the file: a page at a window's
+            // start in a folio at least that large has the whole window.
+            if sz >= pmd && page_off % pmd == 0 && page_off >= range.start && page_off + pmd <= range.end {
                 out.pmd_windows.push(page_off);
             }
         }

@@ -633,7 +633,9 @@ pub fn probe_pmd_folios(dir: &Path) -> Option<bool> {
     if !crate::kernel::pfn_access() {
         return None;
     }
-    let pmd = crate::kernel::pmd_size();
+    // One window of the huge unit (the PMD, or the contpte block with
+    // 64 KiB pages).
+    let pmd = crate::kernel::unit_size();
     let f = text_tmpfile(dir, pmd).ok()?;
     let path = PathBuf::from(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&f)));
     crate::pagecache::evict(&f, 0..0).ok()?;

@@ -70,6 +70,23 @@ pub fn cont_pte_size() -> Option<usize> {
     hugetext_abi::geometry::cont_pte_size(page_size())
 }
 
+/// The unit of huge text on the running kernel, bytes, and what maps it:
+/// the PMD size ([`pmd_size`]), except on arm64 with 64 KiB pages, whose
+/// 512 MiB PMD no page-cache folio reaches (the page cache stops at 2048
+/// pages, 128 MiB); there it is the 2 MiB contiguous-PTE block, which a
+/// 2 MiB folio naturally aligned in the file and the address space gets
+/// (one TLB entry). `warm` fills, and `inspect` and `explain` count, windows
+/// of this size; the same rule as `check`'s ([`crate::elf::huge_unit`]).
+pub fn huge_unit() -> (usize, crate::elf::HugeUnit) {
+    let (unit, kind) = crate::elf::huge_unit(crate::elf::host_machine(), page_size() as u64, pmd_size() as u64);
+    (unit as usize, kind)
+}
+
+/// The size of [`huge_unit`], bytes.
+pub fn unit_size() -> usize {
+    huge_unit().0
+}
+
 /// Is the running machine arm64 (where contpte mappings exist)?
 pub fn host_is_aarch64() -> bool {
     cfg!(target_arch = "aarch64")

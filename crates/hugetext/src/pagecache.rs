@@ -1,6 +1,7 @@
 //! Page cache: evict a file's clean, unmapped folios and refill ranges with
-//! PMD-order folios through a 2 MiB-congruent `MADV_HUGEPAGE` mapping
-//! (doc/kernel-facts.md §1).
+//! folios of the huge unit (PMD-order; the 2 MiB contpte block on arm64
+//! with 64 KiB pages: [`kernel::huge_unit`]) through a unit-congruent
+//! `MADV_HUGEPAGE` mapping (doc/kernel-facts.md §1).
 //!
 //! Pages are faulted in with `MADV_POPULATE_READ`, or, on kernels before
 //! 5.14 (or with `HUGETEXT_COMPAT=no-populate`), by loading one byte per
@@ -63,10 +64,12 @@ pub fn evict(file: &File, range: Range<u64>) -> Result<()> {
     kernel::fadvise_dontneed(file.as_fd(), range.start, len)
 }
 
-/// Fill `range` of `file` into the page cache through a PMD-congruent
+/// Fill `range` of `file` into the page cache through a unit-congruent
 /// `MADV_HUGEPAGE` mapping so that page-cache misses are read as PMD-order
-/// folios (on filesystems with large-folio support). Pages already cached
-/// keep the folio size they have: evict first.
+/// folios (on filesystems with large-folio support; where the kernel caps
+/// that readahead at 2 MiB, as 7.3 does, 64 KiB-page kernels read 2 MiB
+/// folios there, the contpte unit). Pages
+/// already cached keep the folio size they have: evict first.
 pub fn fill_huge(file: &File, range: Range<u64>) -> Result<()> {
     if range.is_empty() {
         return Ok(());
@@ -79,16 +82,18 @@ pub fn fill_huge(file: &File, range: Range<u64>) -> Result<()> {
         start,
         len as usize,
         libc::PROT_READ | libc::PROT_EXEC,
-        kernel::pmd_size(),
+        kernel::unit_size(),
     )?;
     map.madvise(0, len as usize, kernel::MADV_HUGEPAGE)?;
     map.populate_read(0, len as usize)
 }
 
-/// The whole PMD-size windows inside `range`: `[ceil(start), floor(end))`
-/// rounded to the PMD size (empty when the range holds no whole window).
-pub fn pmd_windows_in(range: &Range<u64>) -> Range<u64> {
-    let w = Windows::<u64>::new(range.start, range.end, kernel::pmd_size() as u64);
+/// The whole windows of the huge unit ([`kernel::huge_unit`]: the PMD
+/// size, or the contpte block where that is the unit) inside `range`:
+/// `[ceil(start), floor(end))` rounded to the unit (empty when the range
+/// holds no whole window).
+pub fn huge_windows_in(range: &Range<u64>) -> Range<u64> {
+    let w = Windows::<u64>::new(range.start, range.end, kernel::unit_size() as u64);
     w.start()..w.end()
 }
 
@@ -100,7 +105,7 @@ pub fn fill_bounded(file: &File, range: Range<u64>) -> Result<()> {
     if range.is_empty() {
         return Ok(());
     }
-    let w = pmd_windows_in(&range);
+    let w = huge_windows_in(&range);
     if w.is_empty() {
         return fill_edge(file, range);
     }
@@ -163,19 +168,20 @@ pub fn default_parallelism() -> usize {
         .clamp(4, 8)
 }
 
-/// Read the PMD-aligned `windows` of `file` into PMD-order folios, exactly
-/// one window per page-cache miss, `parallel` windows in flight.
+/// Read the unit-aligned `windows` of `file` into folios of the huge unit
+/// ([`kernel::huge_unit`]), exactly one window per page-cache miss,
+/// `parallel` windows in flight.
 ///
-/// The range must start and end on PMD boundaries. Pages already cached are
-/// not read again (and keep their folio size).
+/// The range must start and end on unit boundaries. Pages already cached
+/// are not read again (and keep their folio size).
 pub fn fill_windows(file: &File, windows: Range<u64>, parallel: usize) -> Result<()> {
-    let pmd = kernel::pmd_size() as u64;
+    let pmd = kernel::unit_size() as u64;
     if windows.is_empty() {
         return Ok(());
     }
     if windows.start % pmd != 0 || windows.end % pmd != 0 {
         return Err(Error::Invalid(format!(
-            "fill_windows: {:#x}..{:#x} is not PMD aligned",
+            "fill_windows: {:#x}..{:#x} is not aligned to the huge unit",
             windows.start, windows.end
         )));
     }
@@ -188,8 +194,10 @@ pub fn fill_windows(file: &File, windows: Range<u64>, parallel: usize) -> Result
         pmd as usize,
     )?;
     map.madvise(0, len, kernel::MADV_HUGEPAGE)?;
-    // VM_RAND_READ: the VM_HUGEPAGE fault path reads exactly one PMD folio
-    // (not two, not an async tail), so nothing past the range is read.
+    // VM_RAND_READ: the VM_HUGEPAGE fault path reads exactly one folio
+    // (not two, not an async tail), so nothing past the range is read. Its
+    // order is the PMD's, capped at 2 MiB where the kernel caps it (7.3
+    // does): the contpte unit with 64 KiB pages.
     map.madvise(0, len, libc::MADV_RANDOM)?;
     let n = len as u64 / pmd;
     let parallel = (parallel.max(1) as u64).min(n) as usize;
@@ -382,6 +390,9 @@ pub fn collapse_trial(f: &File, len: usize, retries: usize) -> Result<CollapseTr
 /// and collapsed.
 pub fn collapse_supported(dir: &Path) -> Result<CollapseSupport> {
     let pmd = kernel::pmd_size();
+    if let Some(why) = collapse_out_of_reach() {
+        return Ok(CollapseSupport::Unavailable(why));
+    }
     // Removed when `path` is dropped, right after it is opened read-only.
     let (mut w, path) =
         crate::fsutil::scratch_file_in(dir, ".hugetext-collapse-probe-").map_err(|e| Error::io(dir, e))?;
@@ -400,6 +411,19 @@ pub fn collapse_supported(dir: &Path) -> Result<CollapseSupport> {
             _ if collapse_transient(&source) => CollapseSupport::Available,
             _ => CollapseSupport::Unavailable(format!("MADV_COLLAPSE failed: {source}")),
         },
+    })
+}
+
+/// Why file text can never be collapsed to a PMD here, without trying:
+/// with 64 KiB pages no page-cache folio reaches the 512 MiB PMD (and there
+/// is no reason to write a 512 MiB scratch file to be told so). `None`
+/// where the PMD is the unit of huge text ([`kernel::huge_unit`]).
+pub fn collapse_out_of_reach() -> Option<String> {
+    (kernel::huge_unit().1 == crate::elf::HugeUnit::Contpte).then(|| {
+        format!(
+            "the {} MiB PMD is larger than any page-cache folio on this kernel: file text cannot be collapsed to it",
+            kernel::pmd_size() >> 20
+        )
     })
 }
 

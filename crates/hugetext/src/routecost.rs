@@ -121,6 +121,11 @@ pub fn for_dir(dir: &Path) -> Option<RouteCosts> {
 /// `dir` (written with `RET` instructions, synced, opened read-only).
 pub fn measure(dir: &Path) -> Result<RouteCosts> {
     let pmd = kernel::pmd_size();
+    if let Some(why) = pagecache::collapse_out_of_reach() {
+        // 64 KiB pages: neither route reaches a PMD (and a PMD window is a
+        // 512 MiB scratch file).
+        return Err(Error::Other(format!("no zero-copy route to a PMD mapping: {why}")));
+    }
     let f = fsutil::text_tmpfile(dir, pmd).map_err(|e| Error::io(dir, e))?;
     // Alternating rounds, the median of each route: one window's timing is
     // noisy (a busy machine, a virtual disk).

@@ -441,7 +441,10 @@ fn run_files(args: &Args) -> Result<()> {
     sizes.dedup();
     let mut header: Vec<String> = vec!["file".into(), "size kB".into(), "cached kB".into()];
     header.extend(sizes.iter().map(|s| format!("in {} folios", size_label(*s))));
-    header.push("PMD windows in one folio".into());
+    header.push(match hugetext::kernel::huge_unit() {
+        (_, hugetext::elf::HugeUnit::Pmd) => "PMD windows in one folio".into(),
+        (unit, _) => format!("{} windows in one folio", size_label(unit as u64 / 1024)),
+    });
     let contpte = views.iter().any(|v| v.contpte_kb.is_some());
     if contpte {
         header.push("contpte-able kB".into());

@@ -200,12 +200,14 @@ fn print_human(r: &FileReport) {
         r.filesystem,
         r.millis
     );
-    let pmd_w = hugetext::elf::check::size_words(hugetext::kernel::pmd_size() as u64);
+    // The unit of huge text: the PMD, or the contpte block (64 KiB pages).
+    let (unit, kind) = hugetext::kernel::huge_unit();
+    let (pmd_w, mappable) = (hugetext::elf::check::size_words(unit as u64), kind.mappable());
     let windows = if r.eligible_windows == 0 {
         format!("no whole {pmd_w} window")
     } else {
         format!(
-            "{}/{} eligible windows, {} PMD-mappable at run time",
+            "{}/{} eligible windows, {} {mappable} at run time",
             r.pmd_windows, r.eligible_windows, r.mappable_windows
         )
     };
@@ -243,13 +245,13 @@ fn print_human(r: &FileReport) {
             _ => format!("offset {:#x}", g.offset),
         };
         let rt = match g.runtime {
-            warm::Runtime::Congruent => "PMD-mappable",
-            warm::Runtime::LoadAddress => &format!("PMD-mappable if loaded {pmd_w}-aligned"),
-            warm::Runtime::Incongruent => "not PMD-mappable (hugetext align)",
-            warm::Runtime::NotElf => "whole file",
+            warm::Runtime::Congruent => mappable.to_string(),
+            warm::Runtime::LoadAddress => format!("{mappable} if loaded {pmd_w}-aligned"),
+            warm::Runtime::Incongruent => format!("not {mappable} (hugetext align)"),
+            warm::Runtime::NotElf => "whole file".to_string(),
         };
         println!(
-            "  {seg} size {}: {}/{} windows in PMD folios; {rt}",
+            "  {seg} size {}: {}/{} windows in {pmd_w} folios; {rt}",
             warm::human(g.len),
             rr.pmd_windows,
             rr.eligible_windows

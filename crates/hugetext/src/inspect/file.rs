@@ -16,6 +16,10 @@ pub struct FilesJson {
     /// The running kernel's contpte block (64 kB with 4 KiB pages, 2048 kB
     /// with 16 or 64 KiB pages); `null` for a page size without one.
     pub contpte_block_kb: Option<u64>,
+    /// The unit of huge text, kB: the PMD size, or the contpte block where
+    /// no page-cache folio reaches the PMD (arm64, 64 KiB pages); each
+    /// file's `pmd_windows` are windows of this size.
+    pub unit_kb: u64,
     pub files: Vec<FileJson>,
 }
 
@@ -27,7 +31,9 @@ pub struct FileJson {
     pub cached_kb: u64,
     /// kB per folio size (`"2048kB"`); `null` without PFN access.
     pub folios: Option<ClassKb>,
+    /// Whole windows of the huge unit (`unit_kb`) in the file.
     pub pmd_windows: u64,
+    /// Of those, held in one folio of at least the unit each.
     pub pmd_windows_huge: u64,
     /// kB in folios that arm64 can map with contiguous PTEs (at least the
     /// contpte block, below the PMD size); `null` without PFN access or
@@ -41,6 +47,7 @@ impl FilesJson {
         FilesJson {
             pfn_access: views.iter().all(|v| v.folios_kb.is_some()),
             contpte_block_kb: kernel::cont_pte_size().map(|b| b as u64 / 1024),
+            unit_kb: kernel::unit_size() as u64 / 1024,
             files: views
                 .iter()
                 .map(|v| FileJson {
@@ -116,7 +123,7 @@ pub fn inspect_file(path: &Path) -> Result<FileView> {
         return Err(Error::Invalid(format!("{}: not a regular file", path.display())));
     }
     let size = meta.len();
-    let pmd = kernel::pmd_size() as u64;
+    let pmd = kernel::unit_size() as u64;
     let mut cached = 0u64;
     let chunk = 64 * pmd;
     let mut off = 0;

@@ -155,7 +155,7 @@ pub fn warm_target(t: &Target, opts: &WarmOptions, ctx: &mut WarmContext) -> Res
         // What is still cached in whole windows after eviction could not be
         // evicted: some process maps it (or it is dirty).
         for r in &t.ranges {
-            stuck.extend(resident_windows(f, &pagecache::pmd_windows_in(&r.range()))?);
+            stuck.extend(resident_windows(f, &pagecache::huge_windows_in(&r.range()))?);
         }
         for r in &t.ranges {
             pagecache::fill_bounded(f, r.range())?;
@@ -323,7 +323,7 @@ fn resident_windows(f: &File, windows: &Range<u64>) -> Result<Vec<u64>> {
     if windows.is_empty() {
         return Ok(Vec::new());
     }
-    let pmd = kernel::pmd_size() as u64;
+    let pmd = kernel::unit_size() as u64;
     let ps = kernel::page_size() as u64;
     let len = (windows.end - windows.start) as usize;
     let map = Mapping::file_congruent(f.as_fd(), windows.start, len, libc::PROT_READ, pmd as usize)?;
@@ -339,10 +339,10 @@ fn resident_windows(f: &File, windows: &Range<u64>) -> Result<Vec<u64>> {
 
 /// Eligible windows of `t` that are not in the PMD-folio set `have`.
 fn small_windows(t: &Target, have: &BTreeSet<u64>) -> Vec<u64> {
-    let pmd = kernel::pmd_size() as u64;
+    let pmd = kernel::unit_size() as u64;
     let mut v = Vec::new();
     for r in &t.ranges {
-        let w = pagecache::pmd_windows_in(&r.range());
+        let w = pagecache::huge_windows_in(&r.range());
         let mut o = w.start;
         while o < w.end {
             if !have.contains(&o) {

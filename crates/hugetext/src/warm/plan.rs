@@ -115,7 +115,7 @@ impl Target {
         let with_windows: Vec<&WarmRange> = self
             .ranges
             .iter()
-            .filter(|r| !pagecache::pmd_windows_in(&r.range()).is_empty())
+            .filter(|r| !pagecache::huge_windows_in(&r.range()).is_empty())
             .collect();
         self.elf
             && !with_windows.is_empty()
@@ -126,13 +126,14 @@ impl Target {
             })
     }
 
-    /// Whole PMD-size windows in the ranges: what warm can put in PMD folios.
+    /// Whole windows of the huge unit in the ranges (PMD-size; the contpte
+    /// block with 64 KiB pages): what warm can put in folios that large.
     pub fn eligible_windows(&self) -> u64 {
-        let pmd = kernel::pmd_size() as u64;
+        let pmd = kernel::unit_size() as u64;
         self.ranges
             .iter()
             .map(|r| {
-                let w = pagecache::pmd_windows_in(&r.range());
+                let w = pagecache::huge_windows_in(&r.range());
                 (w.end - w.start) / pmd
             })
             .sum()
@@ -282,7 +283,8 @@ pub fn plan_exact(path: &Path) -> Result<Target> {
 /// ranges, with whether each will be PMD-mapped at run time, and whether
 /// ld.so places the file (a shared library).
 fn elf_ranges(f: &File, path: &Path) -> Result<(Vec<WarmRange>, bool)> {
-    let pmd = kernel::pmd_size() as u64;
+    // Congruence modulo the huge unit (the PMD, or the contpte block).
+    let pmd = kernel::unit_size() as u64;
     let model = crate::elf::model_of(f, path)?;
     let segs = crate::elf::text_segments_of(&model);
     let facts = crate::elf::check::analyse(path, &model, &crate::elf::Target::running());

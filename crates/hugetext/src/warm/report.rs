@@ -32,9 +32,9 @@ pub struct RangeReport {
     /// The range warmed.
     #[serde(flatten)]
     pub range: WarmRange,
-    /// Whole 2 MiB windows inside the range.
+    /// Whole windows of the huge unit inside the range.
     pub eligible_windows: u64,
-    /// Of those, held in one PMD folio each after warming.
+    /// Of those, held in one folio of at least the unit each after warming.
     pub pmd_windows: u64,
 }
 
@@ -53,7 +53,12 @@ pub struct FileReport {
     pub size: u64,
     /// kB of the warmed ranges now in the page cache.
     pub cached_kb: u64,
-    /// kB in PMD-size folios.
+    /// The unit of huge text, kB: the PMD size, or the contpte block where
+    /// no page-cache folio reaches the PMD (arm64, 64 KiB pages). The
+    /// `pmd_*` fields count folios and windows of this size.
+    pub unit_kb: u64,
+    /// kB in folios of the huge unit (PMD-size folios; with 64 KiB pages,
+    /// folios of at least the 2 MiB contpte block).
     pub pmd_kb: u64,
     /// kB in smaller folios.
     pub small_kb: u64,
@@ -65,9 +70,9 @@ pub struct FileReport {
     pub blocked_kb: u64,
     /// Why `small_kb` is small.
     pub small: SmallReasons,
-    /// Whole 2 MiB windows in the warmed ranges.
+    /// Whole windows of the huge unit (`unit_kb`) in the warmed ranges.
     pub eligible_windows: u64,
-    /// Of those, in one PMD folio each.
+    /// Of those, in one folio of at least the unit each.
     pub pmd_windows: u64,
     /// Eligible windows blocked by running processes.
     pub blocked_windows: u64,
@@ -143,7 +148,10 @@ pub(super) fn unblock(rep: &mut FileReport) {
 /// Read back the folio sizes of `t`'s ranges and classify what is small.
 /// Also returns the offsets of the windows held in PMD folios.
 pub(super) fn measure(t: &Target, fs: &str, stuck: &BTreeSet<u64>) -> Result<(FileReport, BTreeSet<u64>)> {
-    let pmd = kernel::pmd_size() as u64;
+    // Windows of the huge unit (the PMD, or the contpte block with 64 KiB
+    // pages), named `pmd` as the report's fields are.
+    let (pmd, unit_kind) = kernel::huge_unit();
+    let pmd = pmd as u64;
     let pmd_kb = pmd / KIB;
     let mut rep = FileReport {
         path: t.path.clone(),
@@ -152,6 +160,7 @@ pub(super) fn measure(t: &Target, fs: &str, stuck: &BTreeSet<u64>) -> Result<(Fi
         route: Route::PmdReadahead,
         size: t.size,
         cached_kb: 0,
+        unit_kb: pmd / KIB,
         pmd_kb: 0,
         small_kb: 0,
         contpte_kb: kernel::cont_pte_size().map(|_| 0),
@@ -173,7 +182,7 @@ pub(super) fn measure(t: &Target, fs: &str, stuck: &BTreeSet<u64>) -> Result<(Fi
     let mut unblocked_small = 0u64;
     for r in &t.ranges {
         let range = r.range();
-        let w = pagecache::pmd_windows_in(&range);
+        let w = pagecache::huge_windows_in(&range);
         let eligible = (w.end - w.start) / pmd;
         let mut pmd_here = 0;
         for part in [
@@ -185,7 +194,7 @@ pub(super) fn measure(t: &Target, fs: &str, stuck: &BTreeSet<u64>) -> Result<(Fi
             if part.is_empty() {
                 continue;
             }
-            if part == w {
+            if part == w && unit_kind == crate::elf::HugeUnit::Pmd {
                 if let Some(n) = all_windows_pmd(&t.file, &w)? {
                     // Fast path: every window is PMD-mapped, hence one PMD folio.
                     let kb = n * pmd_kb;
@@ -201,7 +210,7 @@ pub(super) fn measure(t: &Target, fs: &str, stuck: &BTreeSet<u64>) -> Result<(Fi
                 }
             }
             let s = folio::scan_open(&t.file, &t.path, Some(part.clone()))?;
-            let pk = s.pmd_kb();
+            let pk = s.huge_kb();
             rep.cached_kb += s.cached_kb;
             rep.pmd_kb += pk;
             let small = s.cached_kb - pk;
@@ -313,7 +322,7 @@ fn all_windows_pmd(f: &File, w: &Range<u64>) -> Result<Option<u64>> {
 /// Why no window of `t` can be PMD-mapped at run time, in words (for a
 /// target where [`Target::never_pmd_mapped`]).
 pub(super) fn unmappable_why(t: &Target) -> String {
-    let pmd_w = crate::elf::check::size_words(kernel::pmd_size() as u64);
+    let pmd_w = crate::elf::check::size_words(kernel::unit_size() as u64);
     if t.ranges.iter().any(|r| r.runtime == Runtime::Incongruent) {
         format!("a segment's vaddr − offset is not a multiple of {pmd_w}")
     } else {
@@ -344,21 +353,22 @@ pub(super) fn advise(t: &Target, rep: &mut FileReport) {
     if t.elf && rep.route != Route::NeedsAlign {
         let inc = t.ranges.iter().any(|r| {
             r.runtime == Runtime::Incongruent
-                && pagecache::pmd_windows_in(&r.range()).end > pagecache::pmd_windows_in(&r.range()).start
+                && pagecache::huge_windows_in(&r.range()).end > pagecache::huge_windows_in(&r.range()).start
         });
         let la = t
             .ranges
             .iter()
-            .any(|r| r.runtime == Runtime::LoadAddress && !pagecache::pmd_windows_in(&r.range()).is_empty());
-        let pmd_w = crate::elf::check::size_words(kernel::pmd_size() as u64);
+            .any(|r| r.runtime == Runtime::LoadAddress && !pagecache::huge_windows_in(&r.range()).is_empty());
+        let (unit, kind) = kernel::huge_unit();
+        let (pmd_w, mapped) = (crate::elf::check::size_words(unit as u64), kind.mapped());
         if inc {
             rep.notes.push(format!(
-                "a segment's vaddr − offset is not a multiple of {pmd_w}: its warm windows are never PMD-mapped; run `hugetext align` on the file"
+                "a segment's vaddr − offset is not a multiple of {pmd_w}: its warm windows are never {mapped}; run `hugetext align` on the file"
             ));
         }
         if la {
             rep.notes.push(format!(
-                "segments are congruent but p_align < {pmd_w}: PMD-mapped only if the loader picks a {pmd_w}-aligned base \
+                "segments are congruent but p_align < {pmd_w}: {mapped} only if the loader picks a {pmd_w}-aligned base \
                  (libraries on ext4/xfs usually, PIE executables rarely); `hugetext align` raises p_align"
             ));
         }
