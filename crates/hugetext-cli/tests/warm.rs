@@ -385,7 +385,7 @@ fn tmpfs_says_pmd_folios_are_impossible() {
     }
     // Two whole windows of the kernel's PMD size (4 MiB on x86-64, 64 MiB
     // with 16 KiB pages): something to warm, were it possible.
-    let mib = ((2 * common::pmd()) >> 20) as usize;
+    let mib = ((2 * common::unit()) >> 20) as usize;
     let p = common::scratch_file(shm, &format!("hugetext-warm-test-{}", std::process::id()), mib);
     let out = common::hugetext(&["warm", "--json", p.to_str().unwrap()]);
     let _ = std::fs::remove_file(&p);

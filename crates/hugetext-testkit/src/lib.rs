@@ -120,13 +120,14 @@ pub fn copy_fixture(dir: &Path, linker: &str, name: &str) -> PathBuf {
 }
 
 /// The experiment `doctor` does, done independently: a file of two windows
-/// of the running kernel's PMD size in `dir` (4 MiB on x86-64, 64 MiB with
-/// 16 KiB pages), evicted, filled through a `MADV_HUGEPAGE` mapping and
-/// scanned. True when both windows are one PMD-order folio each. The file is
-/// removed.
+/// of the running kernel's unit of huge text in `dir` (the PMD: 4 MiB on
+/// x86-64, 64 MiB with 16 KiB pages; 4 MiB of 2 MiB contpte blocks with
+/// 64 KiB pages), evicted, filled through a `MADV_HUGEPAGE` mapping and
+/// scanned. True when both windows are in one folio of at least the unit
+/// each. The file is removed.
 pub fn fs_gives_pmd_folios(dir: &Path) -> bool {
     use hugetext::{folio, pagecache};
-    let len = 2 * pmd();
+    let len = 2 * unit();
     let p = scratch_file(dir, "probe-by-test", (len >> 20) as usize);
     let f = std::fs::File::open(&p).unwrap();
     pagecache::fill_huge(&f, 0..len).unwrap();

@@ -421,7 +421,7 @@ pub fn collapse_supported(dir: &Path) -> Result<CollapseSupport> {
 pub fn collapse_out_of_reach() -> Option<String> {
     (kernel::huge_unit().1 == crate::elf::HugeUnit::Contpte).then(|| {
         format!(
-            "the {} MiB PMD is larger than any page-cache folio on this kernel: file text cannot be collapsed to it",
+            "MADV_COLLAPSE has nothing to collapse file text into: the {} MiB PMD is larger than any page-cache folio on this kernel",
             kernel::pmd_size() >> 20
         )
     })

@@ -70,10 +70,11 @@ pub struct Target {
 }
 
 /// The unit of huge text on a target kernel ([`Target::unit`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum HugeUnit {
     /// One PMD entry maps it.
+    #[default]
     Pmd,
     /// An arm64 contiguous-PTE block: one TLB entry maps it.
     Contpte,

@@ -90,15 +90,17 @@ fn pids(v: &[ProcRef]) -> String {
 /// The first reason that applies to the part of `m` that is not
 /// PMD-mapped, in the kernel's order. Pure.
 pub fn decide(sys: &SystemFacts, p: &ProcessFacts, m: &MappingFacts) -> Verdict {
-    let pmd_kb = sys.pmd_size / 1024;
-    let pmd_w = crate::elf::check::size_words(sys.pmd_size);
-    let windows = m.windows(sys.pmd_size);
+    // Windows of the unit of huge text: the PMD, or the contpte block.
+    let pmd_kb = sys.unit / 1024;
+    let pmd_w = crate::elf::check::size_words(sys.unit);
+    let mapped = sys.unit_kind.mapped();
+    let windows = m.windows(sys.unit);
     let gain = (windows * pmd_kb).saturating_sub(m.pmd_kb);
     if windows == 0 {
         return verdict(
             Reason::NoWholeWindow,
             format!(
-                "{} kB mapped at {:#x}: no whole {pmd_w} window fits, so none of it can be PMD-mapped",
+                "{} kB mapped at {:#x}: no whole {pmd_w} window fits, so none of it can be {mapped}",
                 (m.end - m.start) / 1024,
                 m.start
             ),
@@ -109,7 +111,7 @@ pub fn decide(sys: &SystemFacts, p: &ProcessFacts, m: &MappingFacts) -> Verdict 
     if gain == 0 {
         return verdict(
             Reason::Ok,
-            format!("all {windows} whole {pmd_w} windows are PMD-mapped"),
+            format!("all {windows} whole {pmd_w} windows are {mapped}"),
             None,
             0,
         );
@@ -339,7 +341,7 @@ pub fn loader_advice(sys: &SystemFacts, p: &ProcessFacts, m: &MappingFacts) -> (
         return (String::new(), align);
     };
     let set = p.glibc_tunables.as_deref().and_then(|t| tunable(t, "glibc.elf.thp")) == Some("1");
-    let pmd_w = crate::elf::check::size_words(sys.pmd_size);
+    let pmd_w = crate::elf::check::size_words(sys.unit);
     let mode = sys.thp_enabled.map_or("unknown", ThpMode::as_str);
     if set {
         let note = format!(
@@ -518,6 +520,8 @@ mod tests {
     fn madvise() -> SystemFacts {
         SystemFacts {
             pmd_size: M,
+            unit: M,
+            unit_kind: crate::elf::HugeUnit::Pmd,
             thp_enabled: Some(ThpMode::Madvise),
             ..Default::default()
         }
@@ -538,6 +542,30 @@ mod tests {
     }
 
     #[test]
+    fn with_64k_pages_windows_are_contpte_blocks() {
+        // 64 KiB pages: the 512 MiB PMD is out of reach; the 2 MiB contpte
+        // block is the unit the windows and the mapped kB are counted in.
+        let sys = SystemFacts {
+            pmd_size: 256 * M,
+            unit: M,
+            unit_kind: crate::elf::HugeUnit::Contpte,
+            thp_enabled: Some(ThpMode::Always),
+            ..Default::default()
+        };
+        let mut m = map(0x4000_0000, 4 * M);
+        m.pmd_kb = 4 * M / 1024;
+        let v = why(&sys, &proc1(m.clone()));
+        assert_eq!(v.reason, Reason::Ok);
+        assert!(
+            v.evidence.contains("4 whole 2 MiB windows are contpte-mapped"),
+            "{}",
+            v.evidence
+        );
+        m.pmd_kb = 0;
+        assert_ne!(why(&sys, &proc1(m)).reason, Reason::NoWholeWindow);
+    }
+
+    #[test]
     fn reasons_come_in_the_kernels_order() {
         // Everything wrong at once: the process wins, then the VMA, then the layout;
         // THP never does not stop file text from being PMD-mapped, only copies.
@@ -548,6 +576,8 @@ mod tests {
         p.thp_disabled = Some(true);
         let never = SystemFacts {
             pmd_size: M,
+            unit: M,
+            unit_kind: crate::elf::HugeUnit::Pmd,
             thp_enabled: Some(ThpMode::Never),
             ..Default::default()
         };
@@ -784,6 +814,8 @@ mod tests {
         p.exe = Some("/usr/bin/x".into());
         let always = SystemFacts {
             pmd_size: M,
+            unit: M,
+            unit_kind: crate::elf::HugeUnit::Pmd,
             thp_enabled: Some(ThpMode::Always),
             ..Default::default()
         };
@@ -926,6 +958,8 @@ mod tests {
         assert!(system_notes(&madvise()).is_empty());
         let sys = SystemFacts {
             pmd_size: M,
+            unit: M,
+            unit_kind: crate::elf::HugeUnit::Pmd,
             hypervisor: true,
             itlb_multihit: Some("Not affected".into()),
             ..madvise()

@@ -21,6 +21,8 @@ impl SystemFacts {
             itlb_multihit: kernel::cpu_vulnerability("itlb_multihit"),
             khugepaged: Khugepaged::read(),
             pmd_size: kernel::pmd_size() as u64,
+            unit: kernel::unit_size() as u64,
+            unit_kind: kernel::huge_unit().1,
             cont_pte: kernel::cont_pte_size().map(|b| b as u64),
         }
     }
@@ -58,10 +60,11 @@ impl FsCache {
     }
 }
 
-/// Whole PMD windows of `[start, end)` in process `pid` with no page
-/// present (pagemap's present bit; readable without privilege).
+/// Whole windows of the unit of huge text in `[start, end)` in process
+/// `pid` with no page present (pagemap's present bit; readable without
+/// privilege).
 fn unmapped_windows(pid: i32, start: u64, end: u64) -> Result<u64> {
-    let pmd = kernel::pmd_size() as u64;
+    let pmd = kernel::unit_size() as u64;
     let per = (pmd / kernel::page_size() as u64) as usize;
     let (ws, we) = (start.div_ceil(pmd) * pmd, end / pmd * pmd);
     if ws >= we {
@@ -74,14 +77,20 @@ fn unmapped_windows(pid: i32, start: u64, end: u64) -> Result<u64> {
         .count() as u64)
 }
 
+/// kB mapped huge (by a PMD; where the unit is the contpte block, by
+/// aligned PTEs of folios of at least the block, which arm64 maps with
+/// contiguous-PTE entries), in other large folios, in base pages, unknown.
 fn kb_of(counts: &Counts) -> (u64, u64, u64, u64) {
     let ps = kernel::page_size() as u64 / 1024;
+    let (unit, unit_kind) = kernel::huge_unit();
+    let unit_order = (unit / kernel::page_size()).trailing_zeros();
     let (mut pmd, mut large, mut base, mut unknown) = (0, 0, 0, 0);
     for kind in [Kind::File, Kind::Anon] {
         for class in counts.classes(kind, false) {
             let kb = counts.get(kind, class) * ps;
             match class {
                 Class::PmdAligned | Class::Hugetlb => pmd += kb,
+                Class::PteAligned(o) if unit_kind == crate::elf::HugeUnit::Contpte && o >= unit_order => pmd += kb,
                 Class::BasePage => base += kb,
                 Class::PteUnknown => unknown += kb,
                 Class::Partial | Class::PteAligned(_) | Class::PteUnaligned(_) => large += kb,
@@ -92,7 +101,8 @@ fn kb_of(counts: &Counts) -> (u64, u64, u64, u64) {
 }
 
 fn mapping_facts(pid: i32, t: &remap::TextMapping, offset: u64, fs_cache: &mut FsCache) -> MappingFacts {
-    let pmd = kernel::pmd_size() as u64;
+    // Congruence and windows modulo the unit of huge text.
+    let pmd = kernel::unit_size() as u64;
     let mut m = MappingFacts {
         start: t.start,
         end: t.end,

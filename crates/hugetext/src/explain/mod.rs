@@ -44,6 +44,12 @@ pub struct SystemFacts {
     /// PMD size of the running kernel, bytes (2 MiB on x86-64; 2, 32 or
     /// 512 MiB on arm64 with 4, 16 or 64 KiB pages).
     pub pmd_size: u64,
+    /// The unit of huge text, bytes ([`crate::kernel::huge_unit`]): the PMD
+    /// size, or the contiguous-PTE block on arm64 with 64 KiB pages, where
+    /// no page-cache folio reaches the PMD. Windows are counted in it.
+    pub unit: u64,
+    /// What maps [`SystemFacts::unit`].
+    pub unit_kind: crate::elf::HugeUnit,
     /// arm64's contiguous-PTE block, bytes (64 KiB with 4 KiB pages, 2 MiB
     /// with 16 KiB and 64 KiB pages): a naturally aligned folio of at least
     /// this size is mapped with one TLB entry per block. `None` elsewhere.
@@ -306,7 +312,7 @@ pub fn report(sys: &SystemFacts, procs: &[ProcessFacts]) -> Report {
                         pte_large_kb: m.pte_large_kb,
                         base_kb: m.base_kb,
                         pte_unknown_kb: m.pte_unknown_kb,
-                        whole_windows: m.windows(sys.pmd_size),
+                        whole_windows: m.windows(sys.unit),
                         verdict,
                     })
                     .collect(),
