@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
-# The kernel lab: Debian's Linux 6.12 source (apt's linux-source-6.12), built
-# unpatched ("stock") and with the patch series kernel/6.12/*.patch
-# ("patched") from the same configuration (x86_64_defconfig +
+# The kernel lab: Debian's Linux 6.12 or 7.3 source (apt's linux-source-6.12,
+# linux-source-7.3), built unpatched ("stock") and with the patch series
+# kernel/6.12/*.patch or kernel/7.x/*.patch ("patched") from the same
+# configuration (x86_64_defconfig +
 # kvm_guest.config + kernel/lab.config), booted in qemu with the
 # kernel-matrix harness (scripts/kernel-matrix.sh), and measured there on an
 # ext4 and an xfs disk by tests/vm/lab-probe.sh; doc/kernel.md is generated
 # from the results (tests/vm/lab.py).
 #
-#   scripts/kernel-lab.sh [--build-only] [--rebuild] [--cell VARIANT:FS]...
-#                         [--thp MODE] [--timeout SECONDS] [--bench] [--write-doc]
+#   scripts/kernel-lab.sh [--series 6.12|7.x] [--build-only] [--rebuild]
+#                         [--cell VARIANT:FS]... [--thp MODE] [--timeout SECONDS]
+#                         [--bench] [--write-doc]
 #   scripts/kernel-lab.sh --check
 #
+#   --series      which series and source: 6.12 (kernel/6.12/ on
+#                 linux-source-6.12, the default) or 7.x (kernel/7.x/ on
+#                 linux-source-7.3); each has its own trees and results
 #   --build-only  build (or find up to date) both kernels, boot nothing
 #   --rebuild     run make even when the cached kernel is up to date
 #   --cell        patched:xfs stock:xfs patched:ext4 stock:ext4 (default: all four)
@@ -20,7 +25,7 @@
 #                 patched:xfs; results in results-bench/; under TCG the
 #                 times are emulated)
 #   --write-doc   regenerate doc/kernel.md and doc/kernel.json from the results
-#                 (the last exec run's and the last --bench run's)
+#                 of both series (each one's last exec run, the last --bench run)
 #   --check       the CI check, for both series: kernel/6.12/ against
 #                 linux-source-6.12 and kernel/7.x/ against linux-source-7.3.
 #                 Each applies to the pristine packaged source (git apply
@@ -55,6 +60,7 @@ rebuild=0
 check=0
 write_doc=0
 bench=0
+ser=6.12
 cells=()
 thp=always
 timeout_s=5400
@@ -65,6 +71,7 @@ while [ $# -gt 0 ]; do
     --check) check=1 ;;
     --write-doc) write_doc=1 ;;
     --bench) bench=1 ;;
+    --series) shift; case ${1:-} in 6.12|7.x) ser=$1 ;; *) die "unknown series '${1:-}' (6.12 or 7.x)" ;; esac ;;
     --cell) shift; case ${1:-} in stock:ext4|stock:xfs|patched:ext4|patched:xfs) cells+=("$1") ;;
               *) die "unknown cell '${1:-}' (stock|patched:ext4|xfs)" ;; esac ;;
     --thp) shift; thp=${1:?--thp needs a mode} ;;
@@ -79,6 +86,7 @@ if [ ${#cells[@]} -eq 0 ]; then
   [ $bench = 1 ] && cells=(patched:xfs)
 fi
 if [ $bench = 1 ]; then
+  [ "$ser" = 6.12 ] || die "--bench measures the 6.12 series' vm.mprotect_pte_batch switch; 7.3 batches mprotect() itself"
   for c in "${cells[@]}"; do [ "${c%%:*}" = patched ] || die "--bench needs patched cells (the switches are the series')"; done
 fi
 [ "$(uname -m)" = x86_64 ] || die "the lab builds x86-64 kernels on an x86-64 host (this is $(uname -m))"
@@ -91,8 +99,14 @@ done
 lab=$repo/target/kernel-lab
 cache=$lab/cache
 mkdir -p "$cache"
-series=("$repo"/kernel/6.12/*.patch)
-[ -e "${series[0]}" ] || die "no patches in kernel/6.12/"
+series=("$repo"/kernel/"$ser"/*.patch)
+[ -e "${series[0]}" ] || die "no patches in kernel/$ser/"
+# Per series: the source version, the trees' and results' prefix, the guest
+# kernels' names (6.12 keeps the names it always had).
+case $ser in
+  6.12) srcver=6.12 pre= kname=lab ;;
+  7.x) srcver=7.3 pre=7.x- kname=lab7 ;;
+esac
 jobs=$(nproc)
 
 # --- the sources: linux-source-VERSION, fetched with apt and cached --------
@@ -151,19 +165,19 @@ state_of() { # VARIANT -> what the tree's source must be
   if [ "$1" = patched ]; then cat "${series[@]}" | sha256sum | cut -c1-16; else echo pristine; fi
 }
 built_tree() { # VARIANT: true when that tree holds a built kernel of this source
-  [ "$(cat "$lab/src-$1/.lab-source" 2> /dev/null)" = "$(basename "$tb")" ] && [ -s "$lab/src-$1/arch/x86/boot/bzImage" ]
+  [ "$(cat "$lab/src-$pre$1/.lab-source" 2> /dev/null)" = "$(basename "$tb")" ] && [ -s "$lab/src-$pre$1/arch/x86/boot/bzImage" ]
 }
 build() { # VARIANT -> builds target/kernel-lab/src-VARIANT/arch/x86/boot/bzImage
   local v=$1 other=stock
   [ "$v" = stock ] && other=patched
-  local tree=$lab/src-$v key log t0 secs kind="make after a change"
+  local tree=$lab/src-$pre$v key log t0 secs kind="make after a change"
   t0=$(date +%s)
   key=$( { basename "$tb"; cat "$repo/kernel/lab.config"; state_of "$v"; } | sha256sum | cut -c1-16)
   if [ "$(cat "$tree/.lab-source" 2> /dev/null)" != "$(basename "$tb")" ]; then
     if built_tree "$other"; then
       say "copying the built $other tree to ${tree#"$repo"/} (its objects are reused)"
-      rm -rf "$tree" "$tree.tmp" && cp -a "$lab/src-$other" "$tree.tmp" && mv "$tree.tmp" "$tree" ||
-        die "copying ${lab#"$repo"/}/src-$other to ${tree#"$repo"/} failed (disk full?)"
+      rm -rf "$tree" "$tree.tmp" && cp -a "$lab/src-$pre$other" "$tree.tmp" && mv "$tree.tmp" "$tree" ||
+        die "copying ${lab#"$repo"/}/src-$pre$other to ${tree#"$repo"/} failed (disk full?)"
       rm -f "$tree/.lab-state" "$tree/.lab-series" "$tree/.lab-built"
       echo "derived from the built $other tree (cp -a, git checkout): what the series touches recompiled, relinked" > "$tree/.lab-kind"
     else
@@ -193,22 +207,22 @@ build() { # VARIANT -> builds target/kernel-lab/src-VARIANT/arch/x86/boot/bzImag
   [ -s "$tree/.lab-kind" ] && kind=$(cat "$tree/.lab-kind")
   if [ $rebuild = 0 ] && [ "$(cat "$tree/.lab-built" 2> /dev/null)" = "$key" ] && [ -s "$tree/arch/x86/boot/bzImage" ]; then
     secs=$(( $(date +%s) - t0 ))
-    echo "{\"variant\":\"$v\",\"kind\":\"no change: make skipped\",\"seconds\":$secs,\"date\":\"$(date -u +%FT%TZ)\",\"jobs\":$jobs}" >> "$lab/build-times.jsonl"
+    echo "{\"series\":\"$ser\",\"variant\":\"$v\",\"kind\":\"no change: make skipped\",\"seconds\":$secs,\"date\":\"$(date -u +%FT%TZ)\",\"jobs\":$jobs}" >> "$lab/build-times.jsonl"
     say "$v kernel up to date (${tree#"$repo"/}/arch/x86/boot/bzImage, $secs s)"
     return
   fi
-  log=$lab/build-$v.log
+  log=$lab/build-$pre$v.log
   say "building the $v kernel (nice make -j$jobs bzImage; $kind), log: ${log#"$repo"/}"
   (cd "$tree" && nice -n 5 make -j"$jobs" bzImage > "$log" 2>&1) ||
     die "building the $v kernel failed: $(first_error "$log") (see ${log#"$repo"/})"
   secs=$(( $(date +%s) - t0 ))
   echo "$key" > "$tree/.lab-built"
   rm -f "$tree/.lab-kind"
-  echo "{\"variant\":\"$v\",\"kind\":\"$kind\",\"seconds\":$secs,\"date\":\"$(date -u +%FT%TZ)\",\"jobs\":$jobs}" >> "$lab/build-times.jsonl"
+  echo "{\"series\":\"$ser\",\"variant\":\"$v\",\"kind\":\"$kind\",\"seconds\":$secs,\"date\":\"$(date -u +%FT%TZ)\",\"jobs\":$jobs}" >> "$lab/build-times.jsonl"
   say "$v kernel built in $secs s"
 }
 
-tb=$(source_tarball 6.12)
+tb=$(source_tarball "$srcver")
 t_all=$(date +%s)
 # Build what the cells boot (--build-only: both); the tree that is built
 # already first, so the other is derived from it.
@@ -223,7 +237,7 @@ for v in "${order[@]}"; do
   variants+=("$v")
 done
 for v in "${variants[@]}"; do
-  say "$v kernel: $(stat -c %s "$lab/src-$v/arch/x86/boot/bzImage") bytes"
+  say "$ser $v kernel: $(stat -c %s "$lab/src-$pre$v/arch/x86/boot/bzImage") bytes"
 done
 say "builds took $(( $(date +%s) - t_all )) s"
 [ $build_only = 1 ] && exit 0
@@ -245,22 +259,46 @@ if node=$(command -v node 2> /dev/null); then
 else
   say "no node on this machine: the real-program row is left out"
 fi
+# The selftests the guests run (tests/vm/lab-probe.sh), built from the
+# patched tree, which has the series' new ones; the stock kernel runs the
+# same binaries. Static, but for load_address_pmd, a PIE that must be
+# loaded by ld.so (its test is where the kernel places it).
+build_selftests() {
+  local tree=$lab/src-${pre}patched st=$extra/selftests log=$lab/selftests-$ser.log t
+  if [ "$(cat "$tree/.lab-state" 2> /dev/null)" != "$(state_of patched)" ]; then
+    say "no patched $ser tree with this series: the guests run no selftests (boot a patched cell once)"
+    return 0
+  fi
+  mkdir -p "$st/mm" "$st/exec"
+  t=$(date +%s)
+  (
+    set -e
+    cd "$tree"
+    make -s headers
+    make -C tools/testing/selftests/mm OUTPUT="$st/mm" EXTRA_CFLAGS=-static \
+      "$st/mm/exec_folios" "$st/mm/soft-dirty" "$st/mm/mkdirty" "$st/mm/cow" \
+      "$st/mm/uffd-unit-tests" "$st/mm/khugepaged"
+    make -C tools/testing/selftests/exec OUTPUT="$st/exec" "$st/exec/load_address_pmd"
+  ) > "$log" 2>&1 || die "building the $ser selftests failed: $(first_error "$log") (see ${log#"$repo"/})"
+  say "selftests built from the patched $ser tree in $(( $(date +%s) - t )) s"
+}
+[ $bench = 1 ] || build_selftests
 
 # --- boot each cell with the kernel-matrix harness --------------------------
 mcells=()
-for c in "${cells[@]}"; do mcells+=(--cell "lab-$c"); done
-results=$lab/results
+for c in "${cells[@]}"; do mcells+=(--cell "$kname-$c"); done
+results=$lab/results${pre:+-$ser}
 append=
 [ $bench = 1 ] && results=$lab/results-bench && append=LAB_PART=bench
 mkdir -p "$results"
 # This run's cells start without console logs or results, so that a harness
 # that stops before booting can never leave an earlier run's to be read.
 for c in "${cells[@]}"; do
-  rm -f "target/vm/logs/lab-${c/:/-}.log" "$results/lab-${c/:/-}.json" "$results/lab-${c/:/-}.lab.json"
+  rm -f "target/vm/logs/$kname-${c/:/-}.log" "$results/$kname-${c/:/-}.json" "$results/$kname-${c/:/-}.lab.json"
 done
 set +e
 kernels=()
-for v in "${variants[@]}"; do kernels+=(--kernel "lab-$v=$lab/src-$v/arch/x86/boot/bzImage"); done
+for v in "${variants[@]}"; do kernels+=(--kernel "$kname-$v=$lab/src-$pre$v/arch/x86/boot/bzImage"); done
 bash scripts/kernel-matrix.sh --no-build --thp "$thp" --timeout "$timeout_s" "${kernels[@]}" \
   "${mcells[@]}" --plan tests/vm/lab/plan.txt --probe tests/vm/lab-probe.sh \
   --extra "${extra#"$repo"/}" --results "$results" --append "$append"
@@ -273,26 +311,29 @@ case $rc in
 esac
 booted=0
 for c in "${cells[@]}"; do
-  log=target/vm/logs/lab-${c/:/-}.log
+  log=target/vm/logs/$kname-${c/:/-}.log
   if ! grep -aq '@@HT {"kind":"boot"' "$log" 2> /dev/null; then
     say "$c: the guest did not boot (no boot line from its init in $log)"
     rc=1
     continue
   fi
   booted=$((booted + 1))
-  python3 tests/vm/lab.py collect "$log" "$results/lab-${c/:/-}.json" \
-    > "$results/lab-${c/:/-}.lab.json" || rc=1
+  python3 tests/vm/lab.py collect "$log" "$results/$kname-${c/:/-}.json" \
+    > "$results/$kname-${c/:/-}.lab.json" || rc=1
 done
 [ $booted -gt 0 ] || die "no guest booted (status $rc from scripts/kernel-matrix.sh)"
 if [ $bench = 1 ]; then
   python3 tests/vm/lab.py benches "$results"/*.lab.json || rc=1
 else
-  python3 tests/vm/lab.py check "$lab"/results/*.lab.json || rc=1
+  python3 tests/vm/lab.py check "$results"/*.lab.json || rc=1
 fi
 if [ $write_doc = 1 ]; then
   benches=("$lab"/results-bench/*.lab.json)
   [ -e "${benches[0]}" ] || benches=()
-  python3 tests/vm/lab.py doc "$lab/build-times.jsonl" "$lab"/results/*.lab.json "${benches[@]}"
+  # Both series: each one's last exec run (a series not booted yet has none).
+  labs=()
+  for f in "$lab"/results/*.lab.json "$lab"/results-7.x/*.lab.json; do [ -e "$f" ] && labs+=("$f"); done
+  python3 tests/vm/lab.py doc "$lab/build-times.jsonl" "${labs[@]}" "${benches[@]}"
   say "wrote doc/kernel.md and doc/kernel.json"
 fi
 exit $rc

@@ -21,6 +21,9 @@
 # measurement, ID = setting/fixture/step/what) and `@@HT {json}` facts.
 mode=$1
 caps=$2   # "large-folios" where the disk under test gives PMD-order folios
+# The cell's facts (HT_FS: the filesystem under test), which the guest's
+# /init reads but does not export.
+[ -r /ht.env ] && . /ht.env
 ht=$PWD/target/release/hugetext
 # The preload's machine-readable record of each pass, which lab.py reads.
 export HUGETEXT_REPORT=json
@@ -32,6 +35,9 @@ rm -rf "$dir" && mkdir -p "$dir"
 if [ -e /proc/sys/vm/exec_folio_order ]; then
   variant=patched
   settings="off on congruent"
+  # The 7.x series has no vm.elf_pmd_align: its alignment follows exec
+  # folios, so "congruent" would repeat "on".
+  [ -e /proc/sys/vm/elf_pmd_align ] || settings="off on"
 else
   variant=stock
   settings=stock
@@ -111,6 +117,63 @@ measure() {
   stop_ready
   echo "@@LAB $id/exec|rc $?"
 }
+
+# The kernel's own tests. KUnit: the built-in suites ran at boot (the lab
+# configuration builds the series' exec_folio suite and binfmt_elf's), their
+# KTAP is read back from the kernel log. Then the selftests the series adds
+# or that cover what it changes (built from the patched tree into
+# $extra/selftests by scripts/kernel-lab.sh; the stock kernel runs the same
+# binaries): each under a time limit, its TAP output as @@LAB lines. Run in
+# the xfs cells (exec folios need a filesystem with PMD-order folios on
+# both series) and whenever LAB_PART=selftests.
+kunit() {
+  dmesg | sed 's/^\[[ 0-9.]*\] //' |
+    grep -E '^ *(KTAP version|# Subtest:|(not )?ok [0-9]+ |1\.\.[0-9]|# [A-Za-z0-9_]+: pass:|# Totals:)' |
+    awk '{print "@@LAB kunit|" $0}'
+}
+kselftest() { # NAME SECONDS CMD...: one selftest program
+  kname=$1; ksecs=$2; shift 2
+  t0=$(date +%s)
+  timeout -s KILL "$ksecs" "$@" > /tmp/kselftest.out 2>&1
+  krc=$?
+  # the TAP lines and the diagnostics (cow and uffd print thousands of
+  # lines: only results, totals and failures' context are kept)
+  grep -E '^(ok|not ok) |^# Totals|^# (SKIP|FAIL)|^Bail out|^# Planned|^1\.\.' /tmp/kselftest.out |
+    awk -v p="@@LAB selftest/$kname|" '{print p $0}'
+  grep -B3 '^not ok ' /tmp/kselftest.out | grep -vE '^(ok|not ok) ' | head -n 40 |
+    awk -v p="@@LAB selftest/$kname|# context: " '{print p $0}'
+  echo "@@LAB selftest/$kname|@seconds $(($(date +%s) - t0))"
+  echo "@@LAB selftest/$kname|@rc $krc"
+}
+kselftests() {
+  st=$extra/selftests
+  [ -d "$st" ] || { echo "@@LAB selftest|@missing"; return 0; }
+  setting off
+  kd=$dir/selftests
+  mkdir -p "$kd" && cd "$kd" || return 0
+  # load_address_pmd execs itself: from the disk under test, whose page
+  # cache may hold PMD folios
+  cp "$st/exec/load_address_pmd" "$kd/" 2> /dev/null
+  kselftest exec_folios 300 "$st/mm/exec_folios" "$kd"
+  kselftest load_address_pmd 300 "$kd/load_address_pmd"
+  kselftest soft-dirty 300 "$st/mm/soft-dirty"
+  kselftest mkdirty 300 "$st/mm/mkdirty"
+  kselftest cow 1200 "$st/mm/cow"
+  kselftest uffd-unit-tests 900 "$st/mm/uffd-unit-tests"
+  kselftest khugepaged 900 "$st/mm/khugepaged"
+  cd - > /dev/null || true
+  rm -rf "$kd"
+  setting off
+}
+
+if [ "${LAB_PART:-}" = selftests ]; then
+  kunit
+  kselftests
+  rm -rf "$dir"
+  echo "@@HT {\"kind\":\"probe\",\"name\":\"lab\",\"thp\":\"$mode\",\"rc\":0}"
+  exit 0
+fi
+kunit
 
 # The benchmarks of the batching patches (LAB_PART=bench on the kernel
 # command line, scripts/kernel-lab.sh --bench): `bench mprotect` with
@@ -232,7 +295,7 @@ g=$dir/guard
 mkdir -p "$g"
 INSPECT_ALL=--all
 guard_settings=$settings
-[ "$variant" = patched ] && guard_settings="off congruent"
+[ "$variant" = patched ] && guard_settings="off ${settings##* }"
 [ "$caps" = large-folios ] || guard_settings=
 for s in $guard_settings; do
   setting "$s"
@@ -246,6 +309,8 @@ for s in $guard_settings; do
     measure "$s/guard/map-$m" "$g/data-$m" "$labmap" norand "$labmap" map "$g/data-$m" "$m"
   done
 done
+
+[ "${HT_FS:-}" = xfs ] && kselftests
 
 # The exec benchmark, short, under the kernel's default
 # setting (timings are emulated under TCG: the states and counts are the result).

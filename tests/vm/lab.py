@@ -2,8 +2,10 @@
 """The kernel lab's bookkeeping (scripts/kernel-lab.sh, tests/vm/lab-probe.sh).
 
   lab.py collect LOG CELL_JSON      console log -> one cell's lab results (stdout)
-  lab.py check LAB_JSON...          the guard: what the patches must not change;
-                                    exit 1 if something changed that must not
+  lab.py check LAB_JSON...          the guard: what the patches must not change,
+                                    and the kernel's tests (KUnit, selftests): a
+                                    patched kernel must pass what its stock one
+                                    passes; exit 1 if not
   lab.py benches LAB_JSON...        the batching benchmarks (--bench): summary;
                                     exit 1 if one failed or is missing
   lab.py doc BUILD_TIMES LAB_JSON...  write doc/kernel.md and doc/kernel.json
@@ -146,6 +148,60 @@ def measurement(outs, ident):
     return m
 
 
+def series_of(release):
+    """The lab series a kernel release belongs to: 6.12 or 7.x."""
+    release = release or ""
+    return "6.12" if release.startswith("6.12") else "7.x" if release.startswith("7.") else release
+
+
+KTAP_RESULT = re.compile(r"^(\s*)(not ok|ok) \d+ (\S+)(.*)$")
+KTAP_COUNTS = re.compile(r"^\s*# (\S+): pass:(\d+) fail:(\d+) skip:(\d+) total:(\d+)")
+TAP_TOTALS = re.compile(r"^# Totals: pass:(\d+) fail:(\d+) xfail:(\d+) xpass:(\d+) skip:(\d+) error:(\d+)")
+
+
+def kunit_of(lines):
+    """KTAP from the boot log -> {suite: {result, pass, fail, skip, total}}:
+    the top-level result lines are the suites', indented ones their cases'."""
+    suites = {}
+    for line in lines:
+        r = KTAP_RESULT.match(line)
+        if r and not r.group(1):
+            res = "skip" if "# SKIP" in r.group(4) else ("pass" if r.group(2) == "ok" else "fail")
+            suites.setdefault(r.group(3), {})["result"] = res
+        c = KTAP_COUNTS.match(line)
+        if c:
+            suites.setdefault(c.group(1), {}).update(
+                {"pass": int(c.group(2)), "fail": int(c.group(3)), "skip": int(c.group(4)), "total": int(c.group(5))})
+    return suites
+
+
+def selftest_of(lines):
+    """One selftest program's TAP -> {pass, fail, skip, rc, seconds, failed}."""
+    t = {"pass": 0, "fail": 0, "skip": 0, "failed": [], "rc": None, "seconds": None}
+    totals = None
+    for line in lines:
+        if line.startswith("@rc "):
+            t["rc"] = int(line[4:])
+        elif line.startswith("@seconds "):
+            t["seconds"] = int(line[9:])
+        elif line.startswith("not ok "):
+            t["fail"] += 1
+            t["failed"].append(line)
+        elif line.startswith("ok "):
+            t["skip" if "# SKIP" in line else "pass"] += 1
+        m = TAP_TOTALS.match(line)
+        if m:
+            totals = [int(x) for x in m.groups()]
+    if totals:
+        # the program's own count (the guest keeps only result lines)
+        t["pass"], t["fail"], t["skip"] = totals[0] + totals[3], totals[1] + totals[5], totals[4] + totals[2]
+    # killed by the time limit (SIGKILL: 137) or no TAP at all
+    if t["rc"] == 137:
+        t["timeout"] = True
+    t["failed"] = t["failed"][:12]
+    return t
+
+
 def collect(log, cell_json):
     outs, facts = parse_log(log)
     cell = json.loads(Path(cell_json).read_text()) if Path(cell_json).exists() else {}
@@ -154,6 +210,7 @@ def collect(log, cell_json):
         "cell": cell.get("cell"),
         "variant": guest.get("variant"),
         "release": guest.get("release"),
+        "series": series_of(guest.get("release")),
         "thp": guest.get("thp"),
         "fs": (cell.get("guest") or {}).get("fs") or (cell.get("cell") or ":").split(":")[1],
         "large_folios": next((f.get("large_folios") for f in facts if f.get("kind") == "caps"), None),
@@ -166,6 +223,11 @@ def collect(log, cell_json):
         "measurements": {},
         "commands": {},
     }
+    if "kunit" in outs:
+        res["kunit"] = kunit_of(outs["kunit"])
+    selftests = {k.split("/", 1)[1]: selftest_of(v) for k, v in outs.items() if k.startswith("selftest/")}
+    if selftests:
+        res["selftests"] = selftests
     idents = sorted({k.rsplit("/", 1)[0] for k in outs if k.endswith("/exec") and "/bench/" not in k})
     for ident in idents:
         res["measurements"][ident] = measurement(outs, ident)
@@ -240,9 +302,50 @@ def guard(labs):
     return bad, notes
 
 
+def kernel_tests(labs):
+    """(failures, lines): KUnit on every patched boot must pass; a selftest
+    case count a patched kernel fails beyond its stock kernel's (same series,
+    same filesystem) is a regression. Tests that fail on stock too are
+    reported, not counted against the series."""
+    bad, lines = [], []
+    by = {(lab.get("series"), lab["fs"], lab["variant"]): lab for lab in labs}
+    for lab in sorted(labs, key=lambda x: x.get("cell") or ""):
+        for name, k in sorted((lab.get("kunit") or {}).items()):
+            lines.append(f"{lab['cell']}: KUnit {name}: {k.get('result')} "
+                         f"({k.get('pass', '?')} pass, {k.get('fail', '?')} fail, {k.get('skip', '?')} skip)")
+            if lab["variant"] == "patched" and (k.get("result") == "fail" or k.get("fail")):
+                bad.append(f"{lab['cell']}: KUnit suite {name} failed")
+        if lab["variant"] == "patched" and lab["fs"] == "xfs" and "exec_folio" not in (lab.get("kunit") or {}):
+            bad.append(f"{lab['cell']}: no KUnit result for the exec_folio suite (CONFIG_EXEC_FOLIO_KUNIT_TEST)")
+        stock = by.get((lab.get("series"), lab["fs"], "stock"))
+        for name, t in sorted((lab.get("selftests") or {}).items()):
+            lines.append(f"{lab['cell']}: selftest {name}: {t['pass']} pass, {t['fail']} fail, {t['skip']} skip, "
+                         f"status {t['rc']}{' (time limit)' if t.get('timeout') else ''}, {t['seconds']} s")
+            if lab["variant"] != "patched":
+                continue
+            s = ((stock or {}).get("selftests") or {}).get(name)
+            if t.get("timeout") and not (s and s.get("timeout")):
+                bad.append(f"{lab['cell']}: selftest {name} hit its time limit")
+            elif s is None:
+                if t["fail"]:
+                    bad.append(f"{lab['cell']}: selftest {name}: {t['fail']} failed (no stock run to compare)")
+            elif t["fail"] > s["fail"]:
+                bad.append(f"{lab['cell']}: selftest {name}: {t['fail']} failed, stock {s['fail']}: "
+                           + "; ".join(t["failed"][:3]))
+    return bad, lines
+
+
 def check(paths):
     labs = [json.loads(Path(p).read_text()) for p in paths]
     bad, notes = guard(labs)
+    tbad, tlines = kernel_tests(labs)
+    for line in tlines:
+        print(f"  {line}")
+    for b in tbad:
+        print(f"  FAILED {b}")
+    if tlines or tbad:
+        print(f"kernel tests: {len(tbad)} failed")
+    bad += tbad
     for n in notes:
         print(f"  note: {n}")
     for b in bad:
@@ -363,24 +466,22 @@ def benches(paths):
 
 # --- doc/kernel.md and doc/kernel.json ------------------------------------------
 def doc(build_times, paths):
-    """Write doc/kernel.md (PAGE with each table's rows) and doc/kernel.json."""
+    """Write doc/kernel.md (PAGE with each table's rows, one section per
+    series) and doc/kernel.json."""
     every = [json.loads(Path(p).read_text()) for p in paths]
     labs = [lab for lab in every if not is_bench_cell(lab)]
     bench_labs = [lab for lab in every if is_bench_cell(lab)]
     builds = read_builds(build_times)
     write_json(builds, labs, bench_labs)
-    idx = index(labs)
-    bad, notes = guard(labs)
+    sections = [series_section(ser, [lab for lab in labs if lab.get("series", "6.12") == ser])
+                for ser in ("6.12", "7.x")]
     md = PAGE.format(
         date=max((lab.get("date") or "" for lab in labs), default=""),
         cells=", ".join(sorted(lab["cell"] for lab in labs)),
         accel=", ".join(sorted({lab.get("accel") or "?" for lab in labs})),
-        no_stock="" if any(lab.get("variant") == "stock" for lab in labs) else NO_STOCK,
-        summary="\n".join(summary_rows(idx)),
-        steps="\n".join(step_rows(idx)),
-        conclusions=conclusions(idx),
-        guard_bad="\n".join(f"- **{b}**" for b in bad) or GUARD_CLEAN,
-        guard_notes="\n".join(f"- {n}" for n in notes) or "- (none)",
+        series_sections="\n".join(x for x in sections if x),
+        tests="\n".join(test_rows(labs)) or "| (no kernel tests were run) | | | | | |",
+        test_notes=test_notes(labs),
         builds="\n".join(build_rows(builds)),
         boots="\n".join(boot_rows(labs)),
         benches="\n".join(bench_list(labs)) or "- not run",
@@ -388,6 +489,77 @@ def doc(build_times, paths):
     )
     Path("doc/kernel.md").write_text(md)
     return 0
+
+
+def series_section(ser, labs):
+    """One series' tables: what gets PMD-mapped, each step, the conclusions,
+    the guard."""
+    if not labs:
+        return ""
+    idx = index(labs)
+    bad, notes = guard(labs)
+    release = ", ".join(sorted({lab.get("release") or "?" for lab in labs}))
+    return SERIES.format(
+        series=ser, release=release, date=max((lab.get("date") or "" for lab in labs), default=""),
+        cells=", ".join(sorted(lab["cell"] for lab in labs)),
+        no_stock="" if any(lab.get("variant") == "stock" for lab in labs) else NO_STOCK,
+        cong_note=CONG_612 if ser == "6.12" else CONG_7X,
+        summary="\n".join(summary_rows(idx)),
+        steps="\n".join(step_rows(idx)),
+        conclusions=conclusions(idx),
+        guard_bad="\n".join(f"- **{b}**" for b in bad) or GUARD_CLEAN,
+        guard_notes="\n".join(f"- {n}" for n in notes) or "- (none)",
+    )
+
+
+TEST_ORDER = ["exec_folios", "load_address_pmd", "soft-dirty", "mkdirty", "cow", "uffd-unit-tests", "khugepaged"]
+NEW_TESTS = {"exec_folios": "new", "load_address_pmd": "new", "soft-dirty": "new case"}
+
+
+def fmt_test(t):
+    if t is None:
+        return "—"
+    out = f"{t['pass']} / {t['fail']} / {t['skip']}"
+    if t.get("timeout"):
+        out += " (time limit)"
+    return out
+
+
+def test_rows(labs):
+    """KUnit suites and selftests: pass / fail / skip per series and kernel
+    (the xfs cells, where the selftests run)."""
+    cols = [(ser, v) for ser in ("6.12", "7.x") for v in ("stock", "patched")]
+    by = {(lab.get("series"), lab["variant"]): lab for lab in labs if lab["fs"] == "xfs"}
+    rows = []
+    suites = sorted({n for lab in labs for n in (lab.get("kunit") or {})})
+    for name in suites:
+        cells = []
+        for c in cols:
+            k = ((by.get(c) or {}).get("kunit") or {}).get(name)
+            cells.append("—" if k is None else f"{k.get('pass', '?')} / {k.get('fail', '?')} / {k.get('skip', '?')}")
+        rows.append(f"| KUnit `{name}` | " + " | ".join(cells) + " |")
+    names = sorted({n for lab in labs for n in (lab.get("selftests") or {})},
+                   key=lambda n: (TEST_ORDER.index(n) if n in TEST_ORDER else 99, n))
+    for name in names:
+        cells = [fmt_test(((by.get(c) or {}).get("selftests") or {}).get(name)) for c in cols]
+        tag = f" ({NEW_TESTS[name]})" if name in NEW_TESTS else ""
+        rows.append(f"| `{name}`{tag} | " + " | ".join(cells) + " |")
+    return rows
+
+
+def test_notes(labs):
+    """Each failed selftest case, by kernel: what stock fails that the
+    series fixes, and anything that fails on both."""
+    out = []
+    for lab in sorted(labs, key=lambda x: x.get("cell") or ""):
+        for name, t in sorted((lab.get("selftests") or {}).items()):
+            for f in t.get("failed", [])[:4]:
+                out.append(f"- {lab['cell']} ({lab.get('release')}), `{name}`: `{f}`")
+            if t.get("timeout"):
+                out.append(f"- {lab['cell']} ({lab.get('release')}), `{name}`: stopped at its time limit")
+    bad, _ = kernel_tests(labs)
+    out += [f"- **regression: {b}**" for b in bad]
+    return "\n".join(out) or "- none: every case passed or skipped"
 
 
 def read_builds(build_times):
@@ -471,7 +643,8 @@ def step_rows(idx):
 
 
 def build_rows(builds):
-    return [f"| {b['variant']} | {b.get('kind', 'make bzImage')} | {b['seconds']} s | {b.get('jobs', '?')} |" for b in builds]
+    return [f"| {b.get('series', '6.12')} | {b['variant']} | {b.get('kind', 'make bzImage')} | {b['seconds']} s | {b.get('jobs', '?')} | {b.get('date', '')[:10]} |"
+            for b in builds if b.get("kind") != "no change: make skipped"]
 
 
 def boot_rows(labs):
@@ -520,6 +693,38 @@ patched kernel with every switch at 0, which takes the unpatched code paths:
 keeps the PMD-order request, `vm.elf_pmd_align=0` never raises the alignment.
 `scripts/kernel-lab.sh` (all four cells) boots the unpatched build as well,
 and the guard then compares with it.
+"""
+CONG_612 = """For the GNU ld PIE, "/" gives `vm.elf_pmd_align=2` (congruent segments
+with a whole window)."""
+CONG_7X = """The 7.x series has no separate alignment switch: ET_DYN programs are
+PMD-aligned while exec folios are PMD-sized (congruent read-only segments
+with a whole window)."""
+SERIES = """## Linux {series} ({release})
+
+Cells {cells}, last run {date}. {cong_note}
+{no_stock}
+| fs | fixture | stock | patched | stock + hugetext | patched + hugetext | read at first exec, stock | read at first exec, patched |
+|---|---|---|---|---|---|---|---|
+{summary}
+
+Each step, % of text PMD-mapped (and the largest folio sizes of the file's
+page cache after the plain exec):
+
+| fs | fixture | kernel | plain exec | after `align` | after `align` + `warm` | under `run` | page cache after plain exec |
+|---|---|---|---|---|---|---|---|
+{steps}
+
+Where the patches suffice, and where they do not:
+
+{conclusions}
+
+The guard (below) on {series}, failures:
+
+{guard_bad}
+
+Changes by design:
+
+{guard_notes}
 """
 # The page: prose and table headers; doc() fills in the rows.
 PAGE = """# The kernel side: exec folios and ELF alignment for Linux 6.12 and 7.x
@@ -593,69 +798,75 @@ unpacked, four build directories configured and prepared), 121 s after a
 series changed, 18 s when nothing changed.
 
 Every number below was measured by `scripts/kernel-lab.sh --write-doc`
-(generated by [tests/vm/lab.py](../tests/vm/lab.py) from the run's results,
-raw data in [kernel.json](kernel.json)) on {date}, from the cells
-{cells}: kernels built from one
+(generated by [tests/vm/lab.py](../tests/vm/lab.py) from the runs' results,
+raw data in [kernel.json](kernel.json)), last on {date}, from the cells
+{cells}: for each series, the stock and the patched kernel built from one
 configuration (x86_64_defconfig + kvm_guest.config +
-[kernel/lab.config](../kernel/lab.config)), booted in qemu ({accel},
-2 vCPUs, 3 GiB) with the kernel-matrix harness, THP `always`; each fixture a
-fresh copy on the disk under test, evicted from the page cache, then exec'd.
-The fixtures touch all of their text before saying "ready"; node only what
-its start-up runs.
-{no_stock}
-## What gets PMD-mapped, and what it costs at first exec
+[kernel/lab.config](../kernel/lab.config), which adds KUnit, the series'
+KUnit suites, `DEBUG_VM` and what the selftests need), booted in qemu
+({accel}, 2 vCPUs, 3 GiB) with the kernel-matrix harness, THP `always`; each
+fixture a fresh copy on the disk under test, evicted from the page cache,
+then exec'd. The fixtures touch all of their text before saying "ready";
+node only what its start-up runs. **Under qemu TCG every time is emulated:
+the counts, folio sizes and mapping states are the evidence, not the
+times.**
 
 "% of text PMD-mapped" is `FilePmdMapped`/`AnonHugePages`-style PMD mappings
 (`hugetext inspect`) of the program's (or the library's) executable
 mappings, over their size; "read at first exec" is `pgpgin` from exec to
-"ready". Patched = the defaults; for the GNU ld PIE, "/" gives
-`vm.elf_pmd_align=2`. "+ hugetext" is the best of `align` (aligned file,
-plain exec), `align` + `warm` (then plain exec) and `run` (the original
-file), with the command that got there. "‡": no stock kernel was booted on
-that disk; the column is the patched kernel with every switch off (see
-above).
+"ready". Patched = the series' switches set (`vm.exec_folio_order=9`, and
+on 6.12 `vm.thp_readahead_cap=1`, `vm.elf_pmd_align=1`); "+ hugetext" is
+the best of `align` (aligned file, plain exec), `align` + `warm` (then plain
+exec) and `run` (the original file), with the command that got there.
 
-| fs | fixture | stock 6.12 | patched 6.12 | stock + hugetext | patched + hugetext | read at first exec, stock | read at first exec, patched |
-|---|---|---|---|---|---|---|---|
-{summary}
-
-Each step, % of text PMD-mapped (and the largest folio sizes of the file's
-page cache after the plain exec):
-
-| fs | fixture | kernel | plain exec | after `align` | after `align` + `warm` | under `run` | page cache after plain exec |
-|---|---|---|---|---|---|---|---|
-{steps}
-
-## Where the patches suffice, and where they do not
-
-{conclusions}
-
-## What the patches must not change
+{series_sections}
+## What the patches must not change: the guard
 
 The guard ran ET_EXEC programs (`nopie` of bfd, lld and mold), PIEs whose
 segments are not eligible (lld, mold) and the GNU ld PIE with address
 randomisation off, and mapped a 20 MiB file read-only and writable
 (MAP_PRIVATE, not executable) from a small PIE with no 2 MiB window (the
 lab's helper, whose own load address is compared too; every program's
-writable PT_LOAD is among the mappings compared), on the xfs disk (where exec folios can
-happen at all), on stock and on the patched kernel with every switch off and
-with every switch on (`vm.elf_pmd_align=2`, the broadest alignment), and
-compared load addresses, the folio sizes of every non-executable mapping and
-the file's page cache with stock where a stock kernel was booted, else with
-the same patched kernel with every switch off.
+writable PT_LOAD is among the mappings compared), on the xfs disk (where
+exec folios can happen at all), on stock and on the patched kernel with
+every switch off and with every switch on (on 6.12 `vm.elf_pmd_align=2`,
+the broadest alignment), and compared load addresses, the folio sizes of
+every non-executable mapping and the file's page cache with stock where a
+stock kernel was booted, else with the same patched kernel with every
+switch off. Each series' section above lists its failures and its changes
+by design.
 
-Failures:
+## The kernel's own tests: KUnit and selftests
 
-{guard_bad}
+Each boot runs the KUnit suites built in (the lab configuration builds the
+series' `exec_folio` suite and `binfmt_elf`'s, whose PMD-alignment cases the
+series adds; a stock kernel has only binfmt_elf's own), read back from the
+kernel log. The xfs cells then run the selftests the series adds or that
+cover what it changes, built from the patched tree (the stock kernel runs
+the same binaries), each under a time limit: `mm/exec_folios` (a cold exec
+fault reads a PMD-sized folio, PMD-mapped), `exec/load_address_pmd` (the
+load bias with exec folios off and at PMD order), `mm/soft-dirty` (with the
+new mprotect-of-a-PTE-mapped-THP case), `mm/mkdirty`, `mm/cow`,
+`mm/uffd-unit-tests` and `mm/khugepaged` (anonymous memory). Cases passed /
+failed / skipped:
 
-Changes by design:
+| test | stock 6.12 | patched 6.12 | stock 7.x | patched 7.x |
+|---|---|---|---|---|
+{tests}
 
-{guard_notes}
+What failed:
+
+{test_notes}
+
+A failure on stock of a test the series adds is what the test is for: on
+a stock kernel no exec fault reads a PMD folio (`exec_folios`), and 7.3's
+batched mprotect sets soft-dirty on the PTEs it merges (`soft-dirty`); on
+stock, `load_address_pmd` skips (no `vm.exec_folio_order`).
 
 ## Build and boot
 
-| variant | build | wall time | make -j |
-|---|---|---|---|
+| series | variant | build | wall time | make -j | date |
+|---|---|---|---|---|---|
 {builds}
 
 Only one tree is ever built from scratch: the other variant is a copy of it
@@ -692,9 +903,10 @@ timing.
 ## Reproduce
 
 ```sh
-scripts/kernel-lab.sh --write-doc        # build both kernels (cached), boot 4 cells, regenerate this page
+scripts/kernel-lab.sh --series 6.12      # build both 6.12 kernels (cached), boot 4 cells
+scripts/kernel-lab.sh --series 7.x --write-doc  # the same for 7.x, then regenerate this page from both
 scripts/kernel-lab.sh --bench --write-doc  # the mprotect batching benchmark, switch off and on (emulated times)
-scripts/kernel-lab.sh --build-only       # just the kernels
+scripts/kernel-lab.sh --series 7.x --build-only  # just the kernels
 scripts/kernel-lab.sh --check            # CI: both series apply, checkpatch --strict, compile for x86-64 and arm64
 ```
 """
