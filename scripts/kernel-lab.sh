@@ -275,7 +275,10 @@ build_selftests() {
     set -e
     cd "$tree"
     make -s headers
-    make -C tools/testing/selftests/mm OUTPUT="$st/mm" EXTRA_CFLAGS=-static \
+    # -DKSFT_SKIP=4: 6.12.117's khugepaged.c uses KSFT_SKIP without
+    # including kselftest.h (a stable backport); the same definition as
+    # kselftest.h's, so the other tests are unchanged.
+    make -C tools/testing/selftests/mm OUTPUT="$st/mm" EXTRA_CFLAGS="-static -DKSFT_SKIP=4" \
       "$st/mm/exec_folios" "$st/mm/soft-dirty" "$st/mm/mkdirty" "$st/mm/cow" \
       "$st/mm/uffd-unit-tests" "$st/mm/khugepaged"
     make -C tools/testing/selftests/exec OUTPUT="$st/exec" "$st/exec/load_address_pmd"
