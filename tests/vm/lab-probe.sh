@@ -158,9 +158,9 @@ kselftests() {
   kselftest load_address_pmd 300 "$kd/load_address_pmd"
   kselftest soft-dirty 300 "$st/mm/soft-dirty"
   kselftest mkdirty 300 "$st/mm/mkdirty"
-  kselftest cow 1200 "$st/mm/cow"
+  kselftest cow 1500 "$st/mm/cow"
   kselftest uffd-unit-tests 900 "$st/mm/uffd-unit-tests"
-  kselftest khugepaged 900 "$st/mm/khugepaged"
+  kselftest khugepaged 1200 "$st/mm/khugepaged"
   cd - > /dev/null || true
   rm -rf "$kd"
   setting off
