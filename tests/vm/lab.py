@@ -162,14 +162,25 @@ TAP_TOTALS = re.compile(r"^# Totals: pass:(\d+) fail:(\d+) xfail:(\d+) xpass:(\d
 def kunit_of(lines):
     """KTAP from the boot log -> {suite: {result, pass, fail, skip, total}}:
     the top-level result lines are the suites', indented ones their cases'."""
-    suites = {}
+    suites, cur, cases = {}, None, {}
     for line in lines:
+        sub = re.match(r"^\s+# Subtest: (\S+)", line)
+        if sub:
+            cur = sub.group(1)
+            cases[cur] = {"pass": 0, "fail": 0, "skip": 0}
         r = KTAP_RESULT.match(line)
+        if r and r.group(1) and cur:
+            # a case of the current suite (a suite of one case prints no counts)
+            cases[cur]["skip" if "# SKIP" in r.group(4) else ("pass" if r.group(2) == "ok" else "fail")] += 1
         if r and not r.group(1):
             res = "skip" if "# SKIP" in r.group(4) else ("pass" if r.group(2) == "ok" else "fail")
-            suites.setdefault(r.group(3), {})["result"] = res
+            k = suites.setdefault(r.group(3), {})
+            k["result"] = res
+            for key, v in cases.get(r.group(3), {}).items():
+                k.setdefault(key, v)
+            cur = None
         c = KTAP_COUNTS.match(line)
-        if c:
+        if c and c.group(1) != "Totals":
             suites.setdefault(c.group(1), {}).update(
                 {"pass": int(c.group(2)), "fail": int(c.group(3)), "skip": int(c.group(4)), "total": int(c.group(5))})
     return suites
