@@ -302,7 +302,9 @@ done
 set +e
 kernels=()
 for v in "${variants[@]}"; do kernels+=(--kernel "$kname-$v=$lab/src-$pre$v/arch/x86/boot/bzImage"); done
-bash scripts/kernel-matrix.sh --no-build --thp "$thp" --timeout "$timeout_s" "${kernels[@]}" \
+# --retry-hung: a guest that hung or whose kernel died before /init is
+# booted once more (a measurement that ran is never repeated).
+bash scripts/kernel-matrix.sh --no-build --retry-hung --thp "$thp" --timeout "$timeout_s" "${kernels[@]}" \
   "${mcells[@]}" --plan tests/vm/lab/plan.txt --probe tests/vm/lab-probe.sh \
   --extra "${extra#"$repo"/}" --results "$results" --append "$append"
 rc=$?

@@ -53,7 +53,16 @@ khsleep=/sys/kernel/mm/transparent_hugepage/khugepaged/scan_sleep_millisecs
 khsaved=$(cat "$khsleep" 2> /dev/null)
 [ -n "$khsaved" ] && echo 3600000 > "$khsleep"
 khrestore() { [ -n "$khsaved" ] && echo "$khsaved" > "$khsleep"; return 0; }
-echo "@@HT {\"kind\":\"lab-guest\",\"variant\":\"$variant\",\"thp\":\"$mode\",\"release\":\"$(uname -r)\",\"uptime\":$(cut -d. -f1 /proc/uptime)}"
+# The disk's readahead window. qemu's virtio disk reports an optimal I/O
+# size from which the kernel sets 8 MiB; most disks get the kernel's
+# default of 128 KiB (VM_READAHEAD_PAGES), which the lab measures with
+# unless LAB_READ_AHEAD_KB says otherwise. It matters for exec folios: a
+# fault in a program's non-executable segment (ELF headers, .rodata) reads
+# around it by half the window on either side, and with 8 MiB that caches
+# whole text windows in small folios before their first exec fault.
+ra_kb=${LAB_READ_AHEAD_KB:-128}
+for q in /sys/block/vd*/queue/read_ahead_kb; do [ -w "$q" ] && echo "$ra_kb" > "$q"; done
+echo "@@HT {\"kind\":\"lab-guest\",\"variant\":\"$variant\",\"thp\":\"$mode\",\"read_ahead_kb\":$ra_kb,\"release\":\"$(uname -r)\",\"uptime\":$(cut -d. -f1 /proc/uptime)}"
 
 setting() { # NAME: set the patches' sysctls
   case $1 in

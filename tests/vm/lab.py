@@ -223,6 +223,7 @@ def collect(log, cell_json):
         "release": guest.get("release"),
         "series": series_of(guest.get("release")),
         "thp": guest.get("thp"),
+        "read_ahead_kb": guest.get("read_ahead_kb"),
         "fs": (cell.get("guest") or {}).get("fs") or (cell.get("cell") or ":").split(":")[1],
         "large_folios": next((f.get("large_folios") for f in facts if f.get("kind") == "caps"), None),
         "guest_seconds": cell.get("seconds"),
