@@ -200,6 +200,9 @@ def selftest_of(lines):
             t["failed"].append(line)
         elif line.startswith("ok "):
             t["skip" if "# SKIP" in line else "pass"] += 1
+        elif line.startswith("1..0") and "# SKIP" in line:
+            # the whole program skipped, with its reason
+            t["skipped"] = line.split("# SKIP", 1)[1].strip()
         m = TAP_TOTALS.match(line)
         if m:
             totals = [int(x) for x in m.groups()]
@@ -531,6 +534,8 @@ NEW_TESTS = {"exec_folios": "new", "load_address_pmd": "new", "soft-dirty": "new
 def fmt_test(t):
     if t is None:
         return "—"
+    if t.get("skipped") and not (t["pass"] or t["fail"] or t["skip"]):
+        return f"skipped: {t['skipped']}"
     out = f"{t['pass']} / {t['fail']} / {t['skip']}"
     if t.get("timeout"):
         out += " (time limit)"
