@@ -162,6 +162,11 @@ kselftest() { # NAME SECONDS CMD...: one selftest program
     awk -v p="@@LAB selftest/$kname|" '{print p $0}'
   grep -B3 '^not ok ' /tmp/kselftest.out | grep -vE '^(ok|not ok) ' | head -n 40 |
     awk -v p="@@LAB selftest/$kname|# context: " '{print p $0}'
+  # A program that prints no TAP (6.12's uffd-unit-tests and khugepaged):
+  # its summary line and the end of its output.
+  if ! grep -qE '^(ok|not ok) ' /tmp/kselftest.out; then
+    tail -n 25 /tmp/kselftest.out | awk -v p="@@LAB selftest/$kname|# tail: " '{print p $0}'
+  fi
   echo "@@LAB selftest/$kname|@seconds $(($(date +%s) - t0))"
   echo "@@LAB selftest/$kname|@rc $krc"
 }

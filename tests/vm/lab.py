@@ -157,6 +157,8 @@ def series_of(release):
 KTAP_RESULT = re.compile(r"^(\s*)(not ok|ok) \d+ (\S+)(.*)$")
 KTAP_COUNTS = re.compile(r"^\s*# (\S+): pass:(\d+) fail:(\d+) skip:(\d+) total:(\d+)")
 TAP_TOTALS = re.compile(r"^# Totals: pass:(\d+) fail:(\d+) xfail:(\d+) xpass:(\d+) skip:(\d+) error:(\d+)")
+# uffd-unit-tests before it printed TAP (6.12): its own summary line
+UFFD_SUMMARY = re.compile(r"Userfaults unit tests: pass=(\d+), skip=(\d+), fail=(\d+)")
 
 
 def kunit_of(lines):
@@ -206,6 +208,9 @@ def selftest_of(lines):
         m = TAP_TOTALS.match(line)
         if m:
             totals = [int(x) for x in m.groups()]
+        u = UFFD_SUMMARY.search(line)
+        if u:
+            totals = [int(u.group(1)), int(u.group(3)), 0, 0, int(u.group(2)), 0]
     if totals:
         # the program's own count (the guest keeps only result lines)
         t["pass"], t["fail"], t["skip"] = totals[0] + totals[3], totals[1] + totals[5], totals[4] + totals[2]
