@@ -20,7 +20,9 @@
 # Everything goes to the console: `@@LAB ID|line` (the output of one
 # measurement, ID = setting/fixture/step/what) and `@@HT {json}` facts.
 mode=$1
-caps=$2   # "large-folios" where the disk under test gives PMD-order folios
+caps=$2   # the guest's capabilities, space-separated; "large-folios" among
+          # them where the disk under test gives PMD-order folios
+case " $caps " in *" large-folios "*) lf=1 ;; *) lf=0 ;; esac
 # The cell's facts (HT_FS: the filesystem under test), which the guest's
 # /init reads but does not export.
 [ -r /ht.env ] && . /ht.env
@@ -272,14 +274,14 @@ for name in $fixtures; do
   # every switch off, which is stock's behaviour
   hsettings=${settings##* }
   [ "$variant" = patched ] && hsettings=on
-  [ "$variant" = patched ] && [ "$caps" != large-folios ] && hsettings="off on"
+  [ "$variant" = patched ] && [ $lf = 0 ] && hsettings="off on"
   for s in $hsettings; do
   setting "$s"
   prepare "$name" "$dir/$name"
   # Without large folios (ext4 before 6.16) neither `align` nor `warm` can
   # make anything PMD-mappable, on either kernel (doctor says so, and
   # `warm` exits 3): only `run` (its copy route) is measured there.
-  if [ "$caps" = large-folios ]; then
+  if [ $lf = 1 ]; then
   # align: the text file rewritten, then a plain exec of it
   out "$s/$name/align/cmd" "$ht" align "$text" -o "$text.aligned"
   aligned=$text
@@ -322,7 +324,7 @@ mkdir -p "$g"
 INSPECT_ALL=--all
 guard_settings=$settings
 [ "$variant" = patched ] && guard_settings="off ${settings##* }"
-[ "$caps" = large-folios ] || guard_settings=
+[ $lf = 1 ] || guard_settings=
 for s in $guard_settings; do
   setting "$s"
   for b in bfd/nopie lld/nopie mold/nopie lld/pie mold/pie bfd/pie; do
@@ -343,7 +345,7 @@ done
 s=${settings##* }
 [ "$variant" = patched ] && s=on
 setting "$s"
-if [ -z "${LAB_NO_BENCH:-}" ] && [ "$caps" = large-folios ]; then
+if [ -z "${LAB_NO_BENCH:-}" ] && [ $lf = 1 ]; then
   out "$s/bench/exec" "$ht" bench exec --size 32M --runs 1 --random-passes 1 --dir "$dir" --json
 fi
 rm -rf "$dir"
