@@ -829,9 +829,15 @@ KUnit suites, `DEBUG_VM` and what the selftests need), booted in qemu
 ({accel}, 2 vCPUs, 3 GiB) with the kernel-matrix harness, THP `always`; each
 fixture a fresh copy on the disk under test, evicted from the page cache,
 then exec'd. The fixtures touch all of their text before saying "ready";
-node only what its start-up runs. **Under qemu TCG every time is emulated:
-the counts, folio sizes and mapping states are the evidence, not the
-times.**
+node only what its start-up runs. The disk's readahead window is the
+kernel's default, 128 KiB: qemu's virtio disk would get 8 MiB, and with it
+the read-around of a program's header and `.rodata` segments caches whole
+text windows in small folios before their first exec fault (7.3.4 xfs,
+patched: the GNU ld PIE 30% PMD-mapped, the library 0%). khugepaged is
+parked during the measurements: on 7.x it collapses file text in the
+background under THP `always`, so a plain exec's page cache would depend
+on when it last ran. **Under qemu TCG every time is emulated: the counts,
+folio sizes and mapping states are the evidence, not the times.**
 
 "% of text PMD-mapped" is `FilePmdMapped`/`AnonHugePages`-style PMD mappings
 (`hugetext inspect`) of the program's (or the library's) executable
