@@ -168,6 +168,8 @@ kselftest() { # NAME SECONDS CMD...: one selftest program
   # its summary line and the end of its output.
   if ! grep -qE '^(ok|not ok) ' /tmp/kselftest.out; then
     tail -n 25 /tmp/kselftest.out | awk -v p="@@LAB selftest/$kname|# tail: " '{print p $0}'
+    # 6.12's khugepaged marks each step "OK", "Fail" or "Skip"
+    echo "@@LAB selftest/$kname|# steps: ok $(grep -c 'OK' /tmp/kselftest.out) fail $(grep -c 'Fail' /tmp/kselftest.out) skip $(grep -c 'Skip' /tmp/kselftest.out)"
   fi
   echo "@@LAB selftest/$kname|@seconds $(($(date +%s) - t0))"
   echo "@@LAB selftest/$kname|@rc $krc"

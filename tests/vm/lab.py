@@ -208,6 +208,9 @@ def selftest_of(lines):
         m = TAP_TOTALS.match(line)
         if m:
             totals = [int(x) for x in m.groups()]
+        st = re.match(r"^# steps: ok (\d+) fail (\d+) skip (\d+)", line)
+        if st and not totals:
+            totals = [int(st.group(1)), int(st.group(2)), 0, 0, int(st.group(3)), 0]
         u = UFFD_SUMMARY.search(line)
         if u:
             totals = [int(u.group(1)), int(u.group(3)), 0, 0, int(u.group(2)), 0]
@@ -548,6 +551,8 @@ def fmt_test(t):
         return "—"
     if t.get("skipped") and not (t["pass"] or t["fail"] or t["skip"]):
         return f"skipped: {t['skipped']}"
+    if not (t["pass"] or t["fail"] or t["skip"]):
+        return f"no result (status {t['rc']})"
     out = f"{t['pass']} / {t['fail']} / {t['skip']}"
     if t.get("timeout"):
         out += " (time limit)"
