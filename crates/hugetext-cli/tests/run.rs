@@ -864,6 +864,8 @@ fn the_machine_record_has_the_summary_numbers_exactly() {
     assert_eq!(n("v"), hugetext_abi::report::VERSION);
     assert_eq!(n("huge"), n("already") + n("file") + n("collapse") + n("copy"));
     assert_eq!(n("pmd"), common::pmd());
+    assert_eq!(n("unit"), common::unit());
+    assert_eq!(n("contpte"), common::contpte_unit() as u64);
     assert!(n("windows") >= 12 * MIB && n("huge") == n("windows"), "{r}");
     assert_eq!(n("late"), 0);
     // The human summary says the same, rounded to tenths of MiB.
