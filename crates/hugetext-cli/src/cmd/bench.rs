@@ -37,9 +37,9 @@ enum What {
     /// order (fault + readahead cost); "random" then calls stubs at random
     /// pages from a fixed seed (iTLB cost). Variants: `baseline` (plain exec
     /// mapping: 4 KiB folios on x86), `huge` (MADV_HUGEPAGE on the mapping
-    /// before the cold sweep), `warm` (page cache filled with folios of the
-    /// unit of huge text, PMD or, with 64 KiB pages, the 2 MiB contpte block
-    /// first, timed as warm_ms, then a plain mapping). Each variant has its
+    /// before the cold sweep), `warm` (page cache first filled with folios
+    /// of the unit of huge text: PMD-size, or 2 MiB contpte blocks with
+    /// 64 KiB pages; timed as warm_ms; then a plain mapping). Each variant has its
     /// own file: a run sweeps all three cold in rotating order, then
     /// alternates them pass by pass in the random phase. Every ratio is the
     /// median of per-run ratios with a 95% bootstrap confidence interval.
