@@ -528,7 +528,8 @@ fn measure_run(
         };
         drop(p.map);
         let view = folio::scan_file(p.path, None)?;
-        let pmd_kb = view.pmd_kb();
+        // Folios of at least the unit (PMD-size wherever the unit is the PMD).
+        let pmd_kb = view.huge_kb();
         let random_ms = p.random_passes_ms.iter().copied().fold(f64::INFINITY, f64::min);
         progress.step(&format!(
             "run {}: {} cold {:.0} ms, random {:.0} ms",
