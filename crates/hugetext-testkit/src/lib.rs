@@ -323,11 +323,14 @@ pub fn contpte_unit() -> bool {
 /// object's base to its largest `p_align` when that exceeds the page size
 /// (aarch64 linkers default to 64 KiB), which overrides the kernel's habit
 /// of placing file mappings of a PMD or more PMD-aligned; `align` raises
-/// `p_align` to the PMD size. True if it rewrote the file (never on x86-64,
-/// whose fixtures have a 4 KiB `p_align`).
+/// `p_align` to the unit of huge text. True if it rewrote the file (never on
+/// x86-64, whose fixtures have a 4 KiB `p_align`).
 pub fn align_if_loader_misaligns(elf: &Path) -> bool {
     let r = hugetext::elf::check_file(elf).unwrap_or_else(|e| panic!("check {}: {e}", elf.display()));
-    if r.max_p_align <= page() || r.max_p_align >= r.target.unit {
+    // With 64 KiB pages nothing places an object at a 2 MiB-aligned base
+    // by itself (the kernel aligns file mappings to its 512 MiB PMD only):
+    // `align` raises p_align to the 2 MiB unit there too.
+    if r.max_p_align >= r.target.unit || (r.max_p_align <= page() && !contpte_unit()) {
         return false;
     }
     let o = hugetext(&["align", elf.to_str().unwrap()]);
