@@ -893,6 +893,32 @@ fn the_machine_record_has_the_summary_numbers_exactly() {
     assert!(!quiet.contains("huge-backed"), "{quiet}");
 }
 
+/// Without PFN access the copy route still proves its copies before they
+/// replace text: with `PAGEMAP_SCAN` where the unit is the PMD, and where it
+/// is the 2 MiB contpte block (arm64, 64 KiB pages) by one write per block
+/// of the fresh copy and `mincore`, which `-v` names.
+#[test]
+fn copy_route_without_privilege_proves_its_copies() {
+    let prog = common::fixture("lld", "pie");
+    let mut cmd = common::as_nobody();
+    cmd.arg(common::bin())
+        .args(["run", "-v", "--strategy", "copy", "--no-dlopen", "--"])
+        .arg(&prog)
+        .env("HUGETEXT_REPORT", "json");
+    let out = common::output_without_perf_map(&mut cmd);
+    let err = common::text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let r = records(&err);
+    assert_eq!(r.len(), 1, "{err}");
+    let n = |k: &str| r[0][k].as_u64().unwrap_or_else(|| panic!("{k}: {err}"));
+    assert!(n("windows") >= 12 * MIB, "{err}");
+    assert_eq!(n("copy"), n("windows"), "every window copied and proved: {err}");
+    if common::contpte_unit() {
+        assert!(err.contains("no PFN access"), "{err}");
+        assert!(err.contains("copies verified by mincore as they were allocated"), "{err}");
+    }
+}
+
 #[test]
 fn gdb_mode_never_copies() {
     let prog = common::fixture("lld", "nopie");
