@@ -31,7 +31,8 @@
 //!   not that any was allocated.
 //!
 //! So without PFN access the contpte verifier proves only what the copy
-//! route proved at copy time (the windows it moved, remembered as copies),
+//! route proved at copy time (the windows it moved, remembered as copies,
+//! while they are still anonymous memory, every page present),
 //! and the `file` route, whose page-cache folios it cannot see, is not
 //! taken (see the engine's plan).
 
@@ -139,8 +140,42 @@ impl Drop for Pfn {
 /// `PAGEMAP_SCAN` or smaps as elsewhere.
 pub struct Cont {
     pub pfn: Option<Pfn>,
+    /// `/proc/self/pagemap`, read for its flags (no privilege needed): a
+    /// remembered copy counts only while its range is still anonymous
+    /// memory, every page present ([`Cont::still_copied`]).
+    pub pagemap: i32,
     pub scan: Option<Scanner>,
     pub smaps: Option<Smaps>,
+}
+
+impl Cont {
+    /// Is the window at `w` one the copy route proved and moved there
+    /// ([`crate::engine::was_copied`]) and still that copy: every page
+    /// present and anonymous? (A range remembered from a copy since
+    /// unmapped, by `dlclose` for instance, may hold file text again.)
+    fn still_copied(&self, w: usize) -> bool {
+        let (unit, page) = (scan::unit(), scan::page());
+        let np = unit / page;
+        if np == 0 || np > MAX_UNIT_PAGES || self.pagemap < 0 || !crate::engine::was_copied(w, w + unit) {
+            return false;
+        }
+        let mut e = [0u64; MAX_UNIT_PAGES];
+        let len = np * 8;
+        // SAFETY: `e` is our own writable array of at least `len` bytes.
+        let r = unsafe { sys::pread(self.pagemap, e.as_mut_ptr() as usize, len, (w / page) as u64 * 8) };
+        r == len as isize
+            && e[..np]
+                .iter()
+                .all(|&x| x & pagemap::PM_PRESENT != 0 && x & pagemap::PM_FILE == 0)
+    }
+}
+
+impl Drop for Cont {
+    fn drop(&mut self) {
+        if self.pagemap >= 0 {
+            sys::close(self.pagemap);
+        }
+    }
 }
 
 /// Write one byte at the start of each of the `n` unit blocks from `start`
@@ -227,7 +262,7 @@ impl Verifier {
                     // Without PFNs: the windows the copy route proved
                     // before it moved them there ([`first_touch`]).
                     None => (0..n)
-                        .filter(|&i| crate::engine::was_copied(start + i * pmd, start + (i + 1) * pmd))
+                        .filter(|&i| c.still_copied(start + i * pmd))
                         .fold(0u64, |m, i| m | 1 << i),
                 };
                 Ok((m, m.count_ones() as u64 * pmd as u64))

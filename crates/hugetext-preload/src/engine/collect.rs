@@ -257,7 +257,13 @@ fn open_cont_verifier(cfg: &Config, scan: Result<Scanner, isize>) -> Result<Veri
             o.s("no PFN access (needs CAP_SYS_ADMIN): only the copy route, whose 2 MiB folios are proved as they are allocated (one write per block, then mincore), can be verified");
         }
     }
-    Ok(Verifier::Cont(crate::verify::Cont { pfn, scan, smaps }))
+    let pagemap = sys::open(b"/proc/self/pagemap\0", libc::O_RDONLY | libc::O_CLOEXEC, 0) as i32;
+    Ok(Verifier::Cont(crate::verify::Cont {
+        pfn,
+        pagemap,
+        scan,
+        smaps,
+    }))
 }
 
 /// Can this process's anonymous memory get folios of the unit? PMD unit:
