@@ -56,7 +56,7 @@ impl Pass<'_> {
         // Contpte unit: which blocks got one folio of at least the unit,
         // proved before the fill writes anything else (verify::first_touch).
         let touched = if scan::is_contpte() {
-            crate::verify::first_touch(new, k)
+            self.touch_blocks(new, k)
         } else {
             full(k)
         };
@@ -131,6 +131,43 @@ impl Pass<'_> {
                 "copy: some windows got no huge page (memory fragmented?) and were left in place",
             );
         }
+    }
+
+    /// Contpte unit: fault each block of the fresh copy at `new` once and
+    /// return the blocks proved one folio of at least the unit
+    /// ([`crate::verify::first_touch`]). A block that got smaller folios
+    /// (no free 2 MiB block at that moment) is mapped afresh and faulted
+    /// again, up to twice more: the kernel compacts memory for a
+    /// `MADV_HUGEPAGE` fault (THP `defrag`), as `MADV_COLLAPSE` does for
+    /// the PMD unit, which builds PMD-size folios only.
+    pub(super) fn touch_blocks(&mut self, new: usize, k: usize) -> u64 {
+        let unit = scan::unit();
+        let mut got = crate::verify::first_touch(new, k);
+        for _ in 0..2 {
+            if got == full(k) {
+                break;
+            }
+            for (i, kk) in runs(full(k) & !got) {
+                let (a, l) = (new + i * unit, kk * unit);
+                // SAFETY: blocks of our own fresh copy, which nothing else
+                // refers to yet: unmapped and mapped again, empty.
+                let r = unsafe {
+                    sys::mmap_fixed(
+                        a,
+                        l,
+                        libc::PROT_READ | libc::PROT_WRITE,
+                        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED,
+                        -1,
+                        0,
+                    )
+                };
+                if r < 0 || sys::advise(a, l, sys::Keep::Hugepage) < 0 {
+                    continue;
+                }
+                got |= crate::verify::first_touch(a, kk) << i;
+            }
+        }
+        got
     }
 
     /// Fill `new` with the `len` bytes of text at `dst`, file offset `off`:
