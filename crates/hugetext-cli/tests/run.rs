@@ -1326,8 +1326,9 @@ fn c_api_second_call_counts_what_the_first_did() {
         .lines()
         .filter_map(|l| l.strip_prefix("remapped=")?.parse().ok())
         .collect();
+    let err = common::text(&o.stderr);
     assert_eq!(v.len(), 3, "{out}");
-    assert!(v[0] >= 16 * MIB as i64 && v.iter().all(|&x| x == v[0]), "{v:?}");
+    assert!(v[0] >= 16 * MIB as i64 && v.iter().all(|&x| x == v[0]), "{v:?}\n{err}");
 }
 
 fn wrapped(mode: &str, strategy: &str, prog: &Path) -> Output {
