@@ -30,7 +30,9 @@ pub fn block_is_one_folio(pfns: &[u64], flags: &[u64]) -> bool {
     }
     pfns.iter().enumerate().all(|(i, &p)| p == pfns[0] + i as u64)
         && flags[0] & (COMPOUND_HEAD | COMPOUND_TAIL) != 0
-        && flags[1..].iter().all(|&f| f & COMPOUND_TAIL != 0 && f & COMPOUND_HEAD == 0)
+        && flags[1..]
+            .iter()
+            .all(|&f| f & COMPOUND_TAIL != 0 && f & COMPOUND_HEAD == 0)
 }
 
 #[cfg(test)]

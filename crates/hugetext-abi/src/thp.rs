@@ -117,9 +117,18 @@ mod tests {
     #[test]
     fn per_size_modes() {
         use super::SizeMode;
-        assert_eq!(SizeMode::parse(b"always inherit madvise [never]\n"), Some(SizeMode::Never));
-        assert_eq!(SizeMode::parse(b"always [inherit] madvise never\n"), Some(SizeMode::Inherit));
-        assert_eq!(SizeMode::parse(b"[always] inherit madvise never\n"), Some(SizeMode::Always));
+        assert_eq!(
+            SizeMode::parse(b"always inherit madvise [never]\n"),
+            Some(SizeMode::Never)
+        );
+        assert_eq!(
+            SizeMode::parse(b"always [inherit] madvise never\n"),
+            Some(SizeMode::Inherit)
+        );
+        assert_eq!(
+            SizeMode::parse(b"[always] inherit madvise never\n"),
+            Some(SizeMode::Always)
+        );
         assert_eq!(SizeMode::parse(b"always inherit madvise never\n"), None);
         assert!(SizeMode::Madvise.allows_madvised(ThpMode::Never));
         assert!(SizeMode::Always.allows_madvised(ThpMode::Never));

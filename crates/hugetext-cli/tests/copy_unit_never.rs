@@ -21,7 +21,12 @@ struct Never {
 impl Never {
     fn set(path: &'static str) -> Never {
         let text = std::fs::read_to_string(path).unwrap();
-        let previous = text.split('[').nth(1).and_then(|r| r.split(']').next()).unwrap().to_string();
+        let previous = text
+            .split('[')
+            .nth(1)
+            .and_then(|r| r.split(']').next())
+            .unwrap()
+            .to_string();
         std::fs::write(path, "never").unwrap();
         Never { path, previous }
     }

@@ -746,7 +746,10 @@ fn file_strategy_on_non_congruent_text_explains() {
         if err.contains("not congruent") {
             explained += 1;
         } else {
-            assert!(!err.contains(", file 0.0 MiB,"), "{linker}: congruent, yet the file route did nothing: {err}");
+            assert!(
+                !err.contains(", file 0.0 MiB,"),
+                "{linker}: congruent, yet the file route did nothing: {err}"
+            );
         }
     }
     assert!(explained >= 1, "no fixture was found not congruent");
@@ -926,7 +929,10 @@ fn copy_route_without_privilege_proves_its_copies() {
     assert_eq!(n("copy"), n("windows"), "every window copied and proved: {err}");
     if common::contpte_unit() {
         assert!(err.contains("no PFN access"), "{err}");
-        assert!(err.contains("copies verified by mincore as they were allocated"), "{err}");
+        assert!(
+            err.contains("copies verified by mincore as they were allocated"),
+            "{err}"
+        );
     }
 }
 

@@ -296,7 +296,9 @@ pub fn unit_folio_bytes(pid: i32, start: u64, end: u64) -> u64 {
     while w + unit <= end {
         let read = |f: &std::fs::File, off: u64, raw: &mut [u8]| -> Vec<u64> {
             f.read_exact_at(raw, off).map(|_| ()).unwrap_or_else(|_| raw.fill(0));
-            raw.chunks(8).map(|c| u64::from_ne_bytes(c.try_into().unwrap())).collect()
+            raw.chunks(8)
+                .map(|c| u64::from_ne_bytes(c.try_into().unwrap()))
+                .collect()
         };
         let pfns: Vec<u64> = read(&pm, w / ps * 8, &mut raw)
             .into_iter()

@@ -773,16 +773,29 @@ mod tests {
 
     #[test]
     fn the_copy_route_needs_the_units_mthp_size_where_the_unit_is_contpte() {
-        let sizes = |m: &str| vec![(64, "never".to_string()), (2048, m.to_string()), (524288, "inherit".to_string())];
+        let sizes = |m: &str| {
+            vec![
+                (64, "never".to_string()),
+                (2048, m.to_string()),
+                (524288, "inherit".to_string()),
+            ]
+        };
         let f = copy_unit(2 << 20, &sizes("never"), Some(ThpMode::Always));
         assert_eq!((f.status, f.value.as_str()), (Status::Warn, "2048kB=never"));
         assert!(
-            f.meaning.contains("echo madvise > /sys/kernel/mm/transparent_hugepage/hugepages-2048kB/enabled"),
+            f.meaning
+                .contains("echo madvise > /sys/kernel/mm/transparent_hugepage/hugepages-2048kB/enabled"),
             "{}",
             f.meaning
         );
-        assert_eq!(copy_unit(2 << 20, &sizes("madvise"), Some(ThpMode::Never)).status, Status::Ok);
-        assert_eq!(copy_unit(2 << 20, &sizes("inherit"), Some(ThpMode::Madvise)).status, Status::Ok);
+        assert_eq!(
+            copy_unit(2 << 20, &sizes("madvise"), Some(ThpMode::Never)).status,
+            Status::Ok
+        );
+        assert_eq!(
+            copy_unit(2 << 20, &sizes("inherit"), Some(ThpMode::Madvise)).status,
+            Status::Ok
+        );
         let f = copy_unit(2 << 20, &sizes("inherit"), Some(ThpMode::Never));
         assert!(f.status == Status::Warn && f.meaning.contains("transparent_hugepage is `never`"));
         assert_eq!(copy_unit(2 << 20, &[], Some(ThpMode::Always)).status, Status::No);

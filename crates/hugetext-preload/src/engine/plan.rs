@@ -277,13 +277,22 @@ mod tests {
         });
         assert_eq!((p.file, p.cont_note, p.copy), (false, Some(CONT_NO_FILE), CopyPlan::No));
         // Not congruent: nothing to say about the zero-copy routes.
-        assert_eq!(plan(&Facts { congruent: false, ..user }).cont_note, None);
+        assert_eq!(
+            plan(&Facts {
+                congruent: false,
+                ..user
+            })
+            .cont_note,
+            None
+        );
         // The 2 MiB mTHP size off: say how to turn it on.
         let never = Facts {
             no_anon_thp: true,
             ..root
         };
-        assert!(matches!(plan(&never).copy, CopyPlan::Skip(m) if m.contains("echo madvise > /sys/kernel/mm/transparent_hugepage/hugepages-2048kB/enabled")));
+        assert!(
+            matches!(plan(&never).copy, CopyPlan::Skip(m) if m.contains("echo madvise > /sys/kernel/mm/transparent_hugepage/hugepages-2048kB/enabled"))
+        );
         // The PMD unit is unchanged.
         assert_eq!(plan(&facts(Strategy::Auto)).cont_note, None);
     }

@@ -238,7 +238,10 @@ fn class_series(report: &Report, c: &Counts) -> Vec<(Kind, String, u64)> {
 /// one TLB entry per block; `kernel::huge_unit`).
 fn pmd_fraction(c: &Counts) -> f64 {
     let (unit, kind) = kernel::huge_unit();
-    huge_fraction(c, (kind == crate::elf::HugeUnit::Contpte).then(|| (unit / kernel::page_size()).trailing_zeros()))
+    huge_fraction(
+        c,
+        (kind == crate::elf::HugeUnit::Contpte).then(|| (unit / kernel::page_size()).trailing_zeros()),
+    )
 }
 
 /// [`pmd_fraction`] with the contpte unit's order in pages, if the unit is

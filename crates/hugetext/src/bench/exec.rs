@@ -446,7 +446,9 @@ fn own_unit_mapped_kb(addr: usize, len: usize, unit: usize) -> u64 {
         if f.read_exact_at(&mut raw, off).is_err() {
             raw.fill(0);
         }
-        raw.chunks(8).map(|c| u64::from_ne_bytes(c.try_into().unwrap())).collect()
+        raw.chunks(8)
+            .map(|c| u64::from_ne_bytes(c.try_into().unwrap()))
+            .collect()
     };
     let mut kb = 0;
     for w in (addr..addr + len).step_by(unit) {

@@ -88,7 +88,11 @@ pub fn unit_multiple(size: u64) -> Result<u64> {
     match size / unit * unit {
         0 => Err(Error::Invalid(format!(
             "--size must be at least one {} ({} KiB)",
-            if unit == kernel::pmd_size() as u64 { "PMD" } else { "contiguous-PTE block" },
+            if unit == kernel::pmd_size() as u64 {
+                "PMD"
+            } else {
+                "contiguous-PTE block"
+            },
             unit / 1024
         ))),
         n => Ok(n),
