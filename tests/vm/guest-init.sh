@@ -61,6 +61,14 @@ cd "$HT_REPO" || finish error "no repository directory"
 emit "{\"kind\":\"guest\",\"release\":\"$(uname -r)\",\"fs\":\"$HT_FS\",\"thp_default\":\"$(sed 's/.*\[\(.*\)\].*/\1/' /sys/kernel/mm/transparent_hugepage/enabled)\",\"mem_kb\":$(awk '/MemTotal/{print $2}' /proc/meminfo),\"cpus\":$(grep -c ^processor /proc/cpuinfo)}"
 
 export HOME=/root HUGETEXT_TEST_PREBUILT=1 RUST_BACKTRACE=0
+# Where the unit of huge text is the 2 MiB contiguous-PTE block (64 KiB
+# pages: a PMD above 32 MiB), `run` copies text into 2 MiB anonymous mTHP,
+# whose own switch defaults to `never`: let it follow the THP mode under
+# test, as the PMD size does elsewhere.
+if [ "$(cat /sys/kernel/mm/transparent_hugepage/hpage_pmd_size 2> /dev/null || echo 0)" -gt 33554432 ] &&
+  [ -w /sys/kernel/mm/transparent_hugepage/hugepages-2048kB/enabled ]; then
+  echo inherit > /sys/kernel/mm/transparent_hugepage/hugepages-2048kB/enabled || finish error "cannot set hugepages-2048kB inherit"
+fi
 for mode in $HT_THP; do
   echo "$mode" > /sys/kernel/mm/transparent_hugepage/enabled || finish error "cannot set THP $mode"
   # What this kernel and the disk under test can do, by doctor's experiments

@@ -35,6 +35,26 @@ pub const fn cont_pte_size(page: usize) -> Option<usize> {
     }
 }
 
+/// The largest PMD that `check` and `align` raise `p_align` to (32 MiB,
+/// arm64 with 16 KiB pages). Above it (arm64 with 64 KiB pages: 512 MiB,
+/// beyond the page cache's largest folio of 2048 pages, 128 MiB) the unit
+/// of huge text is the contiguous-PTE block instead ([`huge_unit`]).
+pub const MAX_ALIGN_PMD: usize = 32 << 20;
+
+/// The unit of huge text, bytes, and whether it is an arm64 contiguous-PTE
+/// block (`true`) or the PMD (`false`), for a kernel of the given machine
+/// (`aarch64`), base page and PMD sizes: the PMD, except on arm64 when the
+/// PMD is above [`MAX_ALIGN_PMD`] (64 KiB pages), where it is the 2 MiB
+/// contpte block (32 × 64 KiB, one TLB entry for a folio of at least
+/// 2 MiB mapped naturally aligned). The one rule `check`, `align`, `warm`,
+/// `inspect`, the agent and the preload share.
+pub const fn huge_unit(aarch64: bool, page: usize, pmd: usize) -> (usize, bool) {
+    match cont_pte_size(page) {
+        Some(block) if aarch64 && pmd > MAX_ALIGN_PMD => (block, true),
+        _ => (pmd, false),
+    }
+}
+
 /// Parse the contents of [`HPAGE_PMD_SIZE_PATH`] (a decimal byte count and
 /// a newline). `None` unless it is a power of two.
 pub fn parse_pmd_size(text: &[u8]) -> Option<usize> {
@@ -196,6 +216,18 @@ mod tests {
         assert_eq!(cont_pte_size(16 << 10), Some(2 << 20));
         assert_eq!(cont_pte_size(64 << 10), Some(2 << 20));
         assert_eq!(cont_pte_size(8 << 10), None);
+    }
+
+    #[test]
+    fn unit_of_huge_text() {
+        // x86-64 and arm64 4K/16K: the PMD.
+        assert_eq!(huge_unit(false, 4 << 10, 2 << 20), (2 << 20, false));
+        assert_eq!(huge_unit(true, 4 << 10, 2 << 20), (2 << 20, false));
+        assert_eq!(huge_unit(true, 16 << 10, 32 << 20), (32 << 20, false));
+        // arm64 64K: the 2 MiB contpte block, not the 512 MiB PMD.
+        assert_eq!(huge_unit(true, 64 << 10, 512 << 20), (2 << 20, true));
+        // A 64 KiB page size on a machine without contpte keeps the PMD.
+        assert_eq!(huge_unit(false, 64 << 10, 512 << 20), (512 << 20, false));
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! for harnesses and tools that must not parse the human `-v` text.
 //!
 //! ```text
-//! hugetext-report: {"v":1,"pid":4242,"late":0,"pmd":2097152,"windows":81788928,"huge":81788928,"already":0,"file":81788928,"collapse":0,"copy":0,"replaced":0,"copy_pmd":0,"copy_read":0,"ns_already":20110,"ns_file":17335002,"ns_collapse":0,"ns_copy":0,"ns":17400012,"smaps":0,"touch":0}
+//! hugetext-report: {"v":1,"pid":4242,"late":0,"pmd":2097152,"windows":81788928,"huge":81788928,"already":0,"file":81788928,"collapse":0,"copy":0,"replaced":0,"copy_pmd":0,"copy_read":0,"ns_already":20110,"ns_file":17335002,"ns_collapse":0,"ns_copy":0,"ns":17400012,"smaps":0,"touch":0,"unit":2097152,"contpte":0}
 //! ```
 
 /// The variable that asks for the record (value `json`).
@@ -18,7 +18,8 @@ pub const VERSION: u64 = 1;
 /// - `pid`: the process (as the kernel outside any pid namespace sees it);
 /// - `late`: 1 for a pass over objects loaded after start (dlopen);
 /// - `pmd`: the PMD size, bytes;
-/// - `windows`: bytes of text in whole PMD windows (the pass's scope);
+/// - `windows`: bytes of text in whole windows of the unit (`unit`; the
+///   pass's scope);
 /// - `huge`: of those, huge-backed after the pass, the sum of
 /// - `already`, `file`, `collapse`, `copy`: bytes by route;
 /// - `replaced`: bytes of windows replaced with `mmap(MAP_FIXED)`;
@@ -27,8 +28,13 @@ pub const VERSION: u64 = 1;
 /// - `ns_already`, `ns_file`, `ns_collapse`, `ns_copy`: time per route;
 /// - `ns`: the whole pass;
 /// - `smaps`: 1 when verified with smaps totals (no `PAGEMAP_SCAN`);
-/// - `touch`: 1 when pages were faulted in by touching them.
-pub const FIELDS: [&str; 19] = [
+/// - `touch`: 1 when pages were faulted in by touching them;
+/// - `unit`: the unit of huge text, bytes: the window size (the PMD, or
+///   the 2 MiB contiguous-PTE block on arm64 with 64 KiB pages);
+/// - `contpte`: 1 when the unit is a contiguous-PTE block.
+///
+/// Keys are only ever added at the end; readers look them up by name.
+pub const FIELDS: [&str; 21] = [
     "pid",
     "late",
     "pmd",
@@ -48,6 +54,8 @@ pub const FIELDS: [&str; 19] = [
     "ns",
     "smaps",
     "touch",
+    "unit",
+    "contpte",
 ];
 
 /// Whether the value of [`VAR`] asks for the record.

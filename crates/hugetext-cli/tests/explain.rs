@@ -131,6 +131,13 @@ fn text_on_tmpfs_names_the_filesystem() {
         ));
         return;
     }
+    // shmem_enabled is the PMD size's switch; with 64 KiB pages tmpfs may
+    // still give folios of the 2 MiB unit (measured on 7.3.4 arm64-64k):
+    // then its text is rightly "ok", and this case does not arise.
+    if common::fs_gives_pmd_folios(shm.path()) {
+        common::skip_line("skipped: tmpfs gives folios of the unit of huge text on this kernel");
+        return;
+    }
     let file = common::scratch_file(shm.path(), "text.bin", windows_mib(2));
     let h = helper(&file, &[]);
     let m = mapping(h.pid(), &file);
@@ -316,7 +323,7 @@ fn text_output_has_the_summary_the_reason_and_the_fix() {
         "{t}"
     );
     // Sizes as the running kernel has them.
-    let (page_kb, pmd_w) = (common::page() / 1024, hugetext::elf::check::size_words(common::pmd()));
+    let (page_kb, pmd_w) = (common::page() / 1024, hugetext::elf::check::size_words(common::unit()));
     assert!(t.contains(&format!(" whole {pmd_w} windows")), "{t}");
     for l in t.lines().filter(|l| l.contains(" kB pages")) {
         assert!(l.contains(&format!(" kB in {page_kb} kB pages")), "{t}");
@@ -433,7 +440,7 @@ fn small_text_has_no_whole_window_and_no_fix() {
         .find(|m| m["path"] == exe.as_str())
         .unwrap_or_else(|| panic!("{exe} not in {v:#}"));
     assert_eq!(reason(m), "no-whole-window", "{m:#}");
-    assert!(m["size_kb"].as_u64().unwrap() < common::pmd_kb(), "{m:#}");
+    assert!(m["size_kb"].as_u64().unwrap() < common::unit_kb(), "{m:#}");
     assert_eq!(
         (m["whole_windows"].as_u64(), m["gain_kb"].as_u64()),
         (Some(0), Some(0)),
@@ -443,7 +450,7 @@ fn small_text_has_no_whole_window_and_no_fix() {
     assert!(
         evidence(m).contains(&format!(
             "no whole {} window fits",
-            hugetext::elf::check::size_words(common::pmd())
+            hugetext::elf::check::size_words(common::unit())
         )),
         "{m:#}"
     );
@@ -477,7 +484,7 @@ fn copy_split_into_base_pages_then_restarted_with_run() {
     // Split: not every window huge any more. (Under THP always khugepaged
     // may collapse some back before explain looks: 16 of 68 MiB once in the
     // 7.x arm64 guest.)
-    let whole_kb = m["whole_windows"].as_u64().unwrap() * common::pmd_kb();
+    let whole_kb = m["whole_windows"].as_u64().unwrap() * common::unit_kb();
     assert!(m["pmd_kb"].as_u64().unwrap() < whole_kb, "{m:#}");
     assert!(m["gain_kb"].as_u64().unwrap() > 0, "{m:#}");
     assert!(fix(&m).contains("hugetext run"), "{m:#}");
@@ -525,7 +532,7 @@ fn library_at_an_unaligned_base_with_the_loader_and_its_tunables() {
     assert_eq!(p["loader"]["elf_thp"], knows, "{p:#}");
 
     let m = mapping(r.pid(), &lib);
-    if (start(&m) - m["offset"].as_u64().unwrap()) % common::pmd() == 0 {
+    if (start(&m) - m["offset"].as_u64().unwrap()) % common::unit() == 0 {
         // Kernels that give the file large folios also place big file
         // mappings PMD-aligned (thp_get_unmapped_area), so ld.so's base is.
         assert!(

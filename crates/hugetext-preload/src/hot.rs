@@ -89,14 +89,14 @@ pub fn load(setting: Setting, verbose: bool) -> Result<(), isize> {
         },
     };
     match list::parse(text) {
-        Ok(l) if l.pmd == crate::scan::pmd() as u64 => {
+        Ok(l) if l.pmd == crate::scan::unit() as u64 => {
             st.text = Some(text);
             Ok(())
         }
         Ok(_) => Err(refuse(
             verbose,
             shown,
-            "its windows are of another PMD size than this machine's",
+            "its windows are of another size than this machine's unit of huge text",
             0,
         )),
         Err(why) => Err(refuse(
@@ -209,7 +209,7 @@ pub fn mask(a: usize, n: usize) -> u64 {
     let Some(r) = st.cur else {
         return all;
     };
-    let pmd = crate::scan::pmd() as u64;
+    let pmd = crate::scan::unit() as u64;
     let m = list::window_mask(r, st.off + (a - st.start) as u64, n, pmd) & all;
     st.hot += m.count_ones() as u64 * pmd;
     st.skipped += (all & !m).count_ones() as u64 * pmd;

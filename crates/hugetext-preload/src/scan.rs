@@ -6,7 +6,7 @@
 
 use crate::sys;
 
-use core::sync::atomic::{AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use hugetext_abi::geometry::Windows;
 use hugetext_abi::pagemap_scan::{
     PageRegion, PmScanArg, PAGEMAP_SCAN, PAGE_IS_FILE, PAGE_IS_HUGE, PAGE_IS_PRESENT, PAGE_IS_SWAPPED,
@@ -14,6 +14,10 @@ use hugetext_abi::pagemap_scan::{
 
 /// The running kernel's PMD size, bytes; 0 until first asked.
 static PMD_BYTES: AtomicUsize = AtomicUsize::new(0);
+/// The unit of huge text ([`unit`]), bytes; 0 until first asked.
+static UNIT_BYTES: AtomicUsize = AtomicUsize::new(0);
+/// The unit is an arm64 contiguous-PTE block ([`is_contpte`]).
+static CONTPTE: AtomicBool = AtomicBool::new(false);
 
 /// Most pages one PMD maps (64 KiB pages: 8192): the size of a `mincore`
 /// vector for one window.
@@ -31,10 +35,38 @@ pub fn pmd() -> usize {
     }
 }
 
-/// The whole windows of `[lo, hi)` at the running kernel's PMD size.
+/// The unit of huge text on the running kernel, bytes: the size of the
+/// windows every route works in. The PMD size ([`pmd`]), except on arm64
+/// with 64 KiB pages, where the 512 MiB PMD is out of reach (the page
+/// cache's largest folio is 128 MiB) and the unit is the 2 MiB
+/// contiguous-PTE block: a folio of at least 2 MiB mapped naturally
+/// aligned takes one TLB entry per block ([`is_contpte`]). The rule is
+/// `hugetext_abi::geometry::huge_unit`, the library's too.
+#[inline]
+pub fn unit() -> usize {
+    match UNIT_BYTES.load(Ordering::Relaxed) {
+        0 => {
+            init_geometry();
+            UNIT_BYTES.load(Ordering::Relaxed)
+        }
+        n => n,
+    }
+}
+
+/// Is the unit ([`unit`]) a contiguous-PTE block (arm64, 64 KiB pages)?
+/// Then "huge" means "each window is one folio of at least the unit",
+/// which `PAGEMAP_SCAN`'s `PAGE_IS_HUGE` (PMD mappings only) cannot see:
+/// see [`crate::verify`].
+#[inline]
+pub fn is_contpte() -> bool {
+    unit();
+    CONTPTE.load(Ordering::Relaxed)
+}
+
+/// The whole windows of `[lo, hi)` in units of huge text ([`unit`]).
 #[inline]
 pub fn windows(lo: usize, hi: usize) -> Windows<usize> {
-    Windows::<usize>::new(lo, hi, pmd())
+    Windows::<usize>::new(lo, hi, unit())
 }
 
 /// The running kernel's base page size (`AT_PAGESZ`: 4 KiB on x86-64; 4,
@@ -43,7 +75,8 @@ pub fn page() -> usize {
     sys::page_size()
 }
 
-/// Read the PMD size (see [`pmd`]) and remember it; returns it.
+/// Read the PMD size (see [`pmd`]) and the unit (see [`unit`]) and
+/// remember them; returns the PMD size.
 pub fn init_geometry() -> usize {
     use hugetext_abi::geometry;
     let mut path = [0u8; 64];
@@ -63,6 +96,9 @@ pub fn init_geometry() -> usize {
         .filter(|&v| v / page.max(1) <= MAX_PMD_PAGES)
         .unwrap_or(page.max(4096) / 8 * page.max(4096));
     PMD_BYTES.store(v, Ordering::Relaxed);
+    let (u, cont) = geometry::huge_unit(cfg!(target_arch = "aarch64"), page, v);
+    CONTPTE.store(cont, Ordering::Relaxed);
+    UNIT_BYTES.store(u, Ordering::Relaxed);
     v
 }
 
@@ -114,7 +150,10 @@ impl Scanner {
     }
 
     /// Bit `i` set ⇔ the window `[start + i·2M, start + (i+1)·2M)` is
-    /// PMD-mapped. `start` is 2 MiB-aligned, `n <= 64`.
+    /// PMD-mapped. `start` is 2 MiB-aligned, `n <= 64`. (PMD windows only:
+    /// `PAGE_IS_HUGE` is set for PMD and hugetlb mappings, never for PTEs,
+    /// whatever folio they map: `pagemap_page_category()` in
+    /// fs/proc/task_mmu.c.)
     pub fn huge_windows(&self, start: usize, n: usize) -> Result<u64, isize> {
         let pmd = pmd();
         debug_assert!(start % pmd == 0 && n <= 64);

@@ -126,7 +126,7 @@ impl Smaps {
     /// returns the PMD-mapped bytes of `[lo, hi)`: per intersecting VMA its
     /// total, at most its whole windows inside `[lo, hi)`.
     pub fn measure(&self, start: usize, n: usize, lo: usize, hi: usize) -> Result<(u64, u64), isize> {
-        let pmd = scan::pmd();
+        let pmd = scan::unit();
         let end = start + n * pmd;
         let (mut mask, mut bytes) = (0u64, 0u64);
         self.each(start.min(lo), end.max(hi), |v| {
@@ -175,7 +175,7 @@ mod tests {
         };
         // 0x1000..4 PMD + 0x1000: windows 1, 2, 3 (3 whole windows), in
         // units of the running kernel's PMD size.
-        let p = scan::pmd();
+        let p = scan::unit();
         assert!(v(0x1000, 4 * p + 0x1000, (3 * p) as u64).all_huge());
         assert!(!v(0x1000, 4 * p + 0x1000, (2 * p) as u64).all_huge());
         // No whole window: never "all huge".
@@ -186,7 +186,7 @@ mod tests {
     /// mapping of 4 windows, all touched, then 2 of 4.
     #[test]
     fn measures_a_real_anonymous_mapping() {
-        let pmd = scan::pmd();
+        let pmd = scan::unit();
         let s = Smaps::open().unwrap();
         let len = 4 * pmd;
         let m = sys::mmap(

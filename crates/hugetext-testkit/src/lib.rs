@@ -262,18 +262,62 @@ pub fn unit_kb() -> u64 {
     unit() / 1024
 }
 
-/// Bytes of `elf`'s executable text in whole PMD windows of the running
-/// kernel (`hugetext check`'s per-segment `whole_windows`): what the `file`
-/// and `copy` routes of `run` make huge in a program whose load base keeps
-/// the windows (ET_EXEC, or PIE/DSO placed at a PMD-aligned base). 18 MiB
-/// for the x86-64 fixtures' 20 MiB of text; more for aarch64's 70 MiB.
+/// Bytes of `elf`'s executable text in whole windows of the running
+/// kernel's unit of huge text (`hugetext check`'s per-segment
+/// `whole_windows`, in units of `target.unit`: the PMD, or the 2 MiB
+/// contpte block with 64 KiB pages): what the `file` and `copy` routes of
+/// `run` make huge in a program whose load base keeps the windows
+/// (ET_EXEC, or PIE/DSO placed at a unit-aligned base). 18 MiB for the
+/// x86-64 fixtures' 20 MiB of text; more for aarch64's 70 MiB.
 pub fn text_window_bytes(elf: &Path) -> u64 {
     let r = hugetext::elf::check_file(elf).unwrap_or_else(|e| panic!("check {}: {e}", elf.display()));
     r.segments
         .iter()
         .filter(|s| s.executable)
-        .map(|s| s.whole_windows * r.target.pmd_size)
+        .map(|s| s.whole_windows * r.target.unit)
         .sum()
+}
+
+/// Bytes of `[start, end)` of process `pid` in whole windows of the unit
+/// each held by one folio of at least the unit: read from `/proc/PID/pagemap`
+/// and `/proc/kpageflags` (root), with `hugetext_abi::kpf::block_is_one_folio`,
+/// the preload's own test. Where the unit is the 2 MiB contiguous-PTE
+/// block (arm64, 64 KiB pages), that is the text arm64 maps with one TLB
+/// entry per block; smaps counts PMD mappings only.
+pub fn unit_folio_bytes(pid: i32, start: u64, end: u64) -> u64 {
+    use std::os::unix::fs::FileExt;
+    let (unit, ps) = (unit(), page());
+    let np = (unit / ps) as usize;
+    let pm = std::fs::File::open(format!("/proc/{pid}/pagemap")).expect("pagemap");
+    let kf = std::fs::File::open("/proc/kpageflags").expect("kpageflags (root)");
+    let mut bytes = 0;
+    let mut w = start.div_ceil(unit) * unit;
+    let mut raw = vec![0u8; np * 8];
+    while w + unit <= end {
+        let read = |f: &std::fs::File, off: u64, raw: &mut [u8]| -> Vec<u64> {
+            f.read_exact_at(raw, off).map(|_| ()).unwrap_or_else(|_| raw.fill(0));
+            raw.chunks(8)
+                .map(|c| u64::from_ne_bytes(c.try_into().unwrap()))
+                .collect()
+        };
+        let pfns: Vec<u64> = read(&pm, w / ps * 8, &mut raw)
+            .into_iter()
+            .map(|e| hugetext_abi::pagemap::pfn(e).unwrap_or(0))
+            .collect();
+        if pfns[0] != 0 {
+            let flags = read(&kf, pfns[0] * 8, &mut raw);
+            if hugetext_abi::kpf::block_is_one_folio(&pfns, &flags) {
+                bytes += unit;
+            }
+        }
+        w += unit;
+    }
+    bytes
+}
+
+/// Is the unit of huge text an arm64 contiguous-PTE block (64 KiB pages)?
+pub fn contpte_unit() -> bool {
+    hugetext::kernel::huge_unit().1 == hugetext::elf::HugeUnit::Contpte
 }
 
 /// Where the loader will not place the shared object `elf` at a PMD-aligned
@@ -281,11 +325,14 @@ pub fn text_window_bytes(elf: &Path) -> u64 {
 /// object's base to its largest `p_align` when that exceeds the page size
 /// (aarch64 linkers default to 64 KiB), which overrides the kernel's habit
 /// of placing file mappings of a PMD or more PMD-aligned; `align` raises
-/// `p_align` to the PMD size. True if it rewrote the file (never on x86-64,
-/// whose fixtures have a 4 KiB `p_align`).
+/// `p_align` to the unit of huge text. True if it rewrote the file (never on
+/// x86-64, whose fixtures have a 4 KiB `p_align`).
 pub fn align_if_loader_misaligns(elf: &Path) -> bool {
     let r = hugetext::elf::check_file(elf).unwrap_or_else(|e| panic!("check {}: {e}", elf.display()));
-    if r.max_p_align <= page() || r.max_p_align >= r.target.pmd_size {
+    // With 64 KiB pages nothing places an object at a 2 MiB-aligned base
+    // by itself (the kernel aligns file mappings to its 512 MiB PMD only):
+    // `align` raises p_align to the 2 MiB unit there too.
+    if r.max_p_align >= r.target.unit || (r.max_p_align <= page() && !contpte_unit()) {
         return false;
     }
     let o = hugetext(&["align", elf.to_str().unwrap()]);
@@ -407,7 +454,10 @@ impl Running {
     }
 
     /// (FilePmdMapped, AnonHugePages, Anonymous) bytes of the executable
-    /// mappings of `file` in this process.
+    /// mappings of `file` in this process. Where the unit of huge text is
+    /// the contpte block (arm64, 64 KiB pages), the first two are the bytes
+    /// of file text and of copied text in whole blocks of one folio of at
+    /// least the unit ([`unit_folio_bytes`]) instead: what is huge there.
     pub fn huge_of(&self, file: &Path) -> (u64, u64, u64) {
         let f = file.canonicalize().unwrap().to_string_lossy().into_owned();
         let ms: Vec<_> = hugetext::remap::text_mappings(self.pid())
@@ -415,6 +465,15 @@ impl Running {
             .into_iter()
             .filter(|m| m.path == f)
             .collect();
+        if contpte_unit() {
+            let of = |copied: bool| -> u64 {
+                ms.iter()
+                    .filter(|m| m.copied == copied)
+                    .map(|m| unit_folio_bytes(self.pid(), m.start, m.end))
+                    .sum()
+            };
+            return (of(false), of(true), ms.iter().map(|m| m.anonymous).sum());
+        }
         (
             ms.iter().map(|m| m.file_pmd).sum(),
             ms.iter().map(|m| m.anon_huge).sum(),

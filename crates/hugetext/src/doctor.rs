@@ -298,6 +298,9 @@ pub fn findings(f: &Facts) -> Vec<Finding> {
     ];
     out.push(thp(f.thp_enabled, &pmd_w));
     out.extend(thp_sizes(&f.thp_sizes));
+    if f.unit != f.pmd_size {
+        out.push(copy_unit(f.unit, &f.thp_sizes, f.thp_enabled));
+    }
     out.extend(f.shmem_enabled.as_deref().map(|s| shmem(s, f.page_size)));
     match &f.probe {
         Ok(p) => out.extend(filesystem(
@@ -422,6 +425,54 @@ fn thp_sizes(sizes: &[(u64, String)]) -> Option<Finding> {
         Status::Info,
         "anonymous memory only; page-cache folio sizes come from the filesystem and readahead, not from these settings",
     ))
+}
+
+/// Where the unit of huge text is below the PMD (the 2 MiB contpte block
+/// with 64 KiB pages): can `run`'s copy get anonymous folios of the unit?
+/// That is the unit's own mTHP size (`hugepages-2048kB/enabled`):
+/// `always`, `madvise` (the copy is `MADV_HUGEPAGE`), or `inherit` with a
+/// top-level mode other than `never`.
+fn copy_unit(unit: usize, sizes: &[(u64, String)], top: Option<ThpMode>) -> Finding {
+    use hugetext_abi::thp::SizeMode;
+    let kb = unit as u64 / 1024;
+    let dir = format!("/sys/kernel/mm/transparent_hugepage/hugepages-{kb}kB/enabled");
+    let mode = sizes.iter().find(|(k, _)| *k == kb).map(|(_, m)| m.as_str());
+    let parsed = mode.and_then(|m| SizeMode::parse(format!("[{m}]").as_bytes()));
+    let top = top.unwrap_or(ThpMode::Never);
+    match parsed {
+        Some(m) if m.allows_madvised(top) => finding(
+            "copy-unit",
+            "anonymous folios of the unit",
+            format!("{kb}kB={}", m.as_str()),
+            Status::Ok,
+            format!(
+                "`run`'s copy route gets {} anonymous folios (MADV_HUGEPAGE), mapped with contiguous PTEs: one TLB entry per block",
+                size_words(unit)
+            ),
+        ),
+        Some(m) => finding(
+            "copy-unit",
+            "anonymous folios of the unit",
+            format!("{kb}kB={}", m.as_str()),
+            Status::Warn,
+            format!(
+                "`run`'s copy route gets no {} anonymous folios ({dir} is `{}`{}): as root, `echo madvise > {dir}`",
+                size_words(unit),
+                m.as_str(),
+                if m == SizeMode::Inherit { " and transparent_hugepage is `never`" } else { "" }
+            ),
+        ),
+        None => finding(
+            "copy-unit",
+            "anonymous folios of the unit",
+            "absent",
+            Status::No,
+            format!(
+                "no {} anonymous THP size ({dir} is missing: Linux 6.8+ has sizes below the PMD): `run` cannot copy text into folios of the unit",
+                size_words(unit)
+            ),
+        ),
+    }
 }
 
 fn shmem(shm: &str, page: usize) -> Finding {
@@ -718,6 +769,36 @@ mod tests {
         v.iter()
             .find(|f| f.id == id)
             .unwrap_or_else(|| panic!("no {id} in {v:?}"))
+    }
+
+    #[test]
+    fn the_copy_route_needs_the_units_mthp_size_where_the_unit_is_contpte() {
+        let sizes = |m: &str| {
+            vec![
+                (64, "never".to_string()),
+                (2048, m.to_string()),
+                (524288, "inherit".to_string()),
+            ]
+        };
+        let f = copy_unit(2 << 20, &sizes("never"), Some(ThpMode::Always));
+        assert_eq!((f.status, f.value.as_str()), (Status::Warn, "2048kB=never"));
+        assert!(
+            f.meaning
+                .contains("echo madvise > /sys/kernel/mm/transparent_hugepage/hugepages-2048kB/enabled"),
+            "{}",
+            f.meaning
+        );
+        assert_eq!(
+            copy_unit(2 << 20, &sizes("madvise"), Some(ThpMode::Never)).status,
+            Status::Ok
+        );
+        assert_eq!(
+            copy_unit(2 << 20, &sizes("inherit"), Some(ThpMode::Madvise)).status,
+            Status::Ok
+        );
+        let f = copy_unit(2 << 20, &sizes("inherit"), Some(ThpMode::Never));
+        assert!(f.status == Status::Warn && f.meaning.contains("transparent_hugepage is `never`"));
+        assert_eq!(copy_unit(2 << 20, &[], Some(ThpMode::Always)).status, Status::No);
     }
 
     #[test]

@@ -30,14 +30,16 @@ pub struct Args {
 enum What {
     /// The exec-readahead microbenchmark of the Linux "large folios for exec
     /// memory" patches: cold faults and random calls into a large executable
-    /// file of RET stubs; baseline vs MADV_HUGEPAGE vs a warmed page cache.
+    /// file of RET stubs (x86-64 `ret`, or AArch64 `ret` on arm64);
+    /// baseline vs MADV_HUGEPAGE vs a warmed page cache.
     ///
     /// "cold" evicts the file's page cache and calls one stub per page in
     /// order (fault + readahead cost); "random" then calls stubs at random
     /// pages from a fixed seed (iTLB cost). Variants: `baseline` (plain exec
     /// mapping: 4 KiB folios on x86), `huge` (MADV_HUGEPAGE on the mapping
-    /// before the cold sweep), `warm` (page cache filled with PMD folios
-    /// first, timed as warm_ms, then a plain mapping). Each variant has its
+    /// before the cold sweep), `warm` (page cache first filled with folios
+    /// of the unit of huge text: PMD-size, or 2 MiB contpte blocks with
+    /// 64 KiB pages; timed as warm_ms; then a plain mapping). Each variant has its
     /// own file: a run sweeps all three cold in rotating order, then
     /// alternates them pass by pass in the random phase. Every ratio is the
     /// median of per-run ratios with a 95% bootstrap confidence interval.
@@ -100,8 +102,9 @@ impl UntilArgs {
 
 #[derive(clap::Args, Debug)]
 struct ExecArgs {
-    /// Size of each variant's RET-stub file (K, M, G suffixes; whole 2 MiB
-    /// units). A run keeps all three in the page cache: refused before
+    /// Size of each variant's RET-stub file (K, M, G suffixes; whole
+    /// windows of the unit of huge text: the PMD, 2 MiB on x86-64, or the
+    /// 2 MiB contpte block with 64 KiB pages). A run keeps all three in the page cache: refused before
     /// anything is written when they do not fit in 90% of the free space of
     /// --dir or in half of the available memory.
     #[arg(long, default_value = "512M", value_parser = size_arg)]

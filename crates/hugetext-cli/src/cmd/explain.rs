@@ -152,15 +152,18 @@ fn print(r: &Report, json: bool) -> Result<()> {
         println!("note: {n}");
     }
     // The running kernel's sizes (4 kB and 2 MiB on x86-64; 16 kB and 32 MiB
-    // on a 16 KiB-page arm64 kernel).
+    // on a 16 KiB-page arm64 kernel) and its unit of huge text (the PMD, or
+    // the 2 MiB contpte block with 64 KiB pages, whose windows `explain`
+    // counts and whose mapped kB `pmd_kb` holds).
     let page_kb = hugetext::kernel::page_size() / 1024;
-    let pmd_w = elf::check::size_words(r.system.pmd_size);
+    let (unit, kind) = hugetext::kernel::huge_unit();
+    let pmd_w = elf::check::size_words(unit as u64);
     for p in &r.processes {
         println!("{}", p.summary);
         for m in &p.mappings {
             let backing = if m.backing == "file" { "" } else { " (anonymous copy)" };
             println!("  {}{backing} {}-{}", m.path, m.start, m.end);
-            let mut now = format!("    now: {} kB PMD-mapped", m.pmd_kb);
+            let mut now = format!("    now: {} kB {}", m.pmd_kb, kind.mapped());
             if m.pte_large_kb > 0 {
                 now.push_str(&format!(", {} kB in large folios mapped by PTEs", m.pte_large_kb));
             }

@@ -113,13 +113,13 @@ Examples:
 /// Which routes the preload may use.
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
 pub enum StrategyArg {
-    /// already huge, else file, else collapse, else copy (per 2 MiB window)
+    /// already huge, else file, else collapse, else copy (per window of the unit of huge text: the PMD, 2 MiB on x86-64; the 2 MiB contpte block on arm64 with 64 KiB pages)
     Auto,
     /// zero copy through 2 MiB page-cache folios (shared, no extra memory)
     File,
-    /// MADV_COLLAPSE of file text (needs CONFIG_READ_ONLY_THP_FOR_FS)
+    /// MADV_COLLAPSE of file text (needs CONFIG_READ_ONLY_THP_FOR_FS before 7.x; PMD-size folios only, so never with 64 KiB pages)
     Collapse,
-    /// copy into anonymous huge pages, mremap over the text (private memory)
+    /// copy into anonymous huge pages, mremap over the text (private memory; with 64 KiB pages 2 MiB mTHP, hugepages-2048kB/enabled not never)
     Copy,
 }
 

@@ -4,7 +4,9 @@
  *                        function, hugetext_remap_text() again; prints
  *                        "remapped=BYTES" after each call and
  *                        "lib_huge_kib=K" (AnonHugePages + FilePmdMapped of
- *                        the library's address range, /proc/self/smaps)
+ *                        the library's address range, /proc/self/smaps; with
+ *                        64 KiB pages on arm64 its 2 MiB contpte blocks,
+ *                        unit_huge.h)
  *   late_capi open FILE  dlopen FILE: prints "opened" or "dlopen failed"
  *                        (a non-ELF file, ...), exits 0 either way */
 #define _GNU_SOURCE
@@ -13,8 +15,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include "hugetext.h"
+#include "unit_huge.h"
 
 static long huge_kib(unsigned long lo, unsigned long hi) {
+    long u = unit_huge_kib(lo, hi);
+    if (u >= 0)
+        return u; /* 64 KiB pages: contpte blocks, which smaps does not show */
     FILE *f = fopen("/proc/self/smaps", "r");
     char line[512];
     int in = 0;

@@ -7,7 +7,8 @@
  * Each round: THREADS threads dlopen LIB at the same moment (a barrier),
  * call every function and every 4 KiB RET stub of it (libbig.so, a test
  * fixture), then main measures, while every thread still holds the library,
- * how much of its text is backed by huge pages (/proc/self/smaps), all
+ * how much of its text is backed by huge pages (/proc/self/smaps; with
+ * 64 KiB pages on arm64, 2 MiB contpte blocks: unit_huge.h), all
  * threads dlclose it (how many lines of /tmp/perf-PID.map name its text
  * while it is loaded: perf_lines), and main checks that nothing of it is left: no
  * mapping in its old address range (an anonymous copy moved over its text
@@ -24,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "unit_huge.h"
 
 #define BLOCK (256 * 1024)
 
@@ -78,6 +80,10 @@ static void measure(unsigned long lo, unsigned long hi, long *huge, long *size) 
         }
     }
     if (f) fclose(f);
+    /* 64 KiB pages on arm64: huge means whole 2 MiB contpte blocks. */
+    long u = unit_huge_kib(lo, hi);
+    if (u >= 0)
+        *huge = u;
 }
 
 /* kB still mapped in [lo, hi). */

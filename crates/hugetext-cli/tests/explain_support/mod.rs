@@ -71,7 +71,7 @@ pub fn mapping(pid: i32, file: &Path) -> Value {
 /// its file offset (a 4 KiB-aligned base does so 1 time in 512 on x86-64): a
 /// skewed layout then does not show.
 pub fn landed_congruent(m: &Value) -> bool {
-    let yes = (start(m) - m["offset"].as_u64().unwrap()) % common::pmd() == 0;
+    let yes = (start(m) - m["offset"].as_u64().unwrap()) % common::unit() == 0;
     if yes {
         common::skip_line("skipped: the loader placed the text PMD-congruent by chance");
     }
@@ -81,7 +81,7 @@ pub fn landed_congruent(m: &Value) -> bool {
 /// Sizes of the scratch files, in MiB: `n` windows of the kernel's PMD size
 /// (`n` × 2 MiB on x86-64, `n` × 32 MiB on a 16 KiB-page arm64 kernel).
 pub fn windows_mib(n: u64) -> usize {
-    ((n * common::pmd()) >> 20) as usize
+    ((n * common::unit()) >> 20) as usize
 }
 
 pub fn start(m: &Value) -> u64 {
@@ -109,7 +109,7 @@ pub fn assert_ok(m: &Value) {
     assert_eq!(reason(m), "ok", "{m:#}");
     let windows = m["whole_windows"].as_u64().unwrap();
     assert!(
-        windows > 0 && m["pmd_kb"].as_u64().unwrap() >= windows * common::pmd_kb(),
+        windows > 0 && m["pmd_kb"].as_u64().unwrap() >= windows * common::unit_kb(),
         "{m:#}"
     );
 }
@@ -153,7 +153,7 @@ pub fn ensure_warm(p: &Path) {
 /// the advice covers only in part (`madvise_cold_or_pageout_pte_range()`),
 /// and MADV_COLD itself only ages the pages.
 pub fn split(pid: i32, start: u64, end: u64) {
-    let (pmd, page) = (common::pmd(), hugetext::kernel::page_size() as u64);
+    let (pmd, page) = (common::unit(), hugetext::kernel::page_size() as u64);
     // SAFETY: plain syscalls; the iovec points into the target process, which
     // the kernel reads, not this one.
     unsafe {

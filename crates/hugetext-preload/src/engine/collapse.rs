@@ -10,7 +10,7 @@ impl Pass<'_> {
     /// library does.
     pub(super) fn route_collapse(&mut self, c: &Cand, w: &mut Chunk) {
         use hugetext_abi::madv::{collapse_transient, COLLAPSE_RETRIES, COLLAPSE_RETRY_NS};
-        let pmd = scan::pmd();
+        let pmd = scan::unit();
         let mut err = 0;
         for (i, k) in runs(w.all & !w.huge) {
             let mut r = sys::advise(w.a + i * pmd, k * pmd, sys::Keep::Collapse);

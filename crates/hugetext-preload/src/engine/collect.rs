@@ -19,7 +19,7 @@ pub(super) fn remember_copy(start: usize, end: usize) {
     }
 }
 
-pub(super) fn was_copied(start: usize, end: usize) -> bool {
+pub(crate) fn was_copied(start: usize, end: usize) -> bool {
     COPIED.iter().any(|(s, e)| {
         let (s, e) = (s.load(Relaxed), e.load(Relaxed));
         s != 0 && s <= start && end <= e
@@ -88,7 +88,7 @@ impl State {
                             .s(": ")
                             .mib(window_bytes(l.start, l.end))
                             .s(" of text in whole ")
-                            .size(scan::pmd() as u64)
+                            .size(scan::unit() as u64)
                             .s(" windows, below HUGETEXT_LATE_MIN=")
                             .mib(scope.min)
                             .s(": left alone");
@@ -190,6 +190,9 @@ pub(super) fn open_verifier(cfg: &Config) -> Result<Verifier, isize> {
         true => Err(0),
         false => Scanner::open(),
     };
+    if scan::is_contpte() {
+        return open_cont_verifier(cfg, scan);
+    }
     let e = match scan {
         Ok(s) => return Ok(Verifier::Scan(s)),
         Err(e) => e,
@@ -217,6 +220,75 @@ pub(super) fn open_verifier(cfg: &Config) -> Result<Verifier, isize> {
             Err(if e < 0 { e } else { e2 })
         }
     }
+}
+
+/// The contpte verifier (arm64, 64 KiB pages: see verify.rs): folio sizes
+/// from pagemap PFNs and kpageflags where this process may read them, the
+/// copy-on-write test from `PAGEMAP_SCAN` or smaps.
+fn open_cont_verifier(cfg: &Config, scan: Result<Scanner, isize>) -> Result<Verifier, isize> {
+    let pfn = crate::verify::Pfn::open();
+    let (scan, smaps) = match scan {
+        Ok(s) => (Some(s), None),
+        Err(_) => match Smaps::open() {
+            Ok(m) => (None, Some(m)),
+            Err(e) => {
+                if cfg.verbose {
+                    line()
+                        .s("cannot read this process's page tables (PAGEMAP_SCAN needs Linux 6.7; /proc/self/smaps")
+                        .err(e)
+                        .s("); text left as it is");
+                }
+                return Err(e);
+            }
+        },
+    };
+    if cfg.verbose {
+        let mut o = line();
+        o.s("unit of huge text: the ")
+            .size(scan::unit() as u64)
+            .s(" contiguous-PTE block of ")
+            .size(scan::page() as u64)
+            .s(" pages (the ")
+            .size(scan::pmd() as u64)
+            .s(" PMD is beyond the page cache's largest folio); ");
+        if pfn.is_some() {
+            o.s("verified per block with pagemap PFNs and /proc/kpageflags");
+        } else {
+            o.s("no PFN access (needs CAP_SYS_ADMIN): only the copy route, whose 2 MiB folios are proved as they are allocated (one write per block, then mincore), can be verified");
+        }
+    }
+    let pagemap = sys::open(b"/proc/self/pagemap\0", libc::O_RDONLY | libc::O_CLOEXEC, 0) as i32;
+    Ok(Verifier::Cont(crate::verify::Cont {
+        pfn,
+        pagemap,
+        scan,
+        smaps,
+    }))
+}
+
+/// Can this process's anonymous memory get folios of the unit? PMD unit:
+/// transparent_hugepage is not `never` ([`thp_never`]). Contpte unit (the
+/// 2 MiB mTHP size, below the 512 MiB PMD): `hugepages-2048kB/enabled` is
+/// `always` or `madvise` (the copy is `MADV_HUGEPAGE`), or `inherit` with
+/// a top-level mode other than `never`; a kernel without that file (before
+/// 6.8: no anonymous THP below the PMD) cannot.
+pub(super) fn anon_unit_never() -> bool {
+    if !scan::is_contpte() {
+        return thp_never();
+    }
+    use hugetext_abi::thp::SizeMode;
+    let mut path = [0u8; 80];
+    let p = hugetext_abi::thp::ENABLED_2M_PATH.as_bytes();
+    path[..p.len()].copy_from_slice(p);
+    let fd = sys::open(&path[..=p.len()], libc::O_RDONLY | libc::O_CLOEXEC, 0);
+    if fd < 0 {
+        return true;
+    }
+    let mut b = [0u8; 128];
+    let n = sys::read(fd as i32, &mut b).max(0) as usize;
+    sys::close(fd as i32);
+    let top = if thp_never() { ThpMode::Never } else { ThpMode::Madvise };
+    !SizeMode::parse(&b[..n]).is_some_and(|m| m.allows_madvised(top))
 }
 
 impl State {

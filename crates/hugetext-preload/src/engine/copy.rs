@@ -7,7 +7,7 @@ impl Pass<'_> {
     /// Route 4, `copy`: every window not yet huge into anonymous huge
     /// pages ([`Pass::copy`]).
     pub(super) fn route_copy(&mut self, c: &Cand, w: &mut Chunk, fd: &mut isize, elf: &mut Option<ElfFile>) {
-        let pmd = scan::pmd();
+        let pmd = scan::unit();
         let f = self.ensure_fd(c, fd);
         if self.cfg.perf_map && elf.is_none() && f > 0 {
             *elf = ElfFile::map(f as i32).ok();
@@ -21,7 +21,7 @@ impl Pass<'_> {
     /// Copy `k` windows at `dst` into anonymous huge pages and move them over
     /// the original with one mremap per run of huge windows.
     pub(super) fn copy(&mut self, c: &Cand, fd: isize, dst: usize, k: usize, elf: Option<&ElfFile>) {
-        let pmd = scan::pmd();
+        let pmd = scan::unit();
         let len = k * pmd;
         let m = sys::mmap(
             len + pmd,
@@ -53,17 +53,36 @@ impl Pass<'_> {
             return self.fail(c, "copy: madvise(MADV_HUGEPAGE)", r);
         }
         let off = c.off + (dst - c.start) as u64;
+        // Contpte unit: which blocks got one folio of at least the unit,
+        // proved before the fill writes anything else (verify::first_touch).
+        let touched = if scan::is_contpte() {
+            self.touch_blocks(new, k)
+        } else {
+            full(k)
+        };
         self.fill(fd, off, dst, new, len);
-        let mut hm = self.scan.huge_windows(new, k).unwrap_or(0);
-        if hm != full(k) {
-            // The fault could not get a huge page at once: compact and collapse.
+        let mut hm = match self.scan.pfn_windows(new, k) {
+            // Both proofs, where PFNs show (each is exact alone).
+            Some(m) => m & touched,
+            None if scan::is_contpte() => touched,
+            None => self.scan.huge_windows(new, k).unwrap_or(0),
+        };
+        if hm != full(k) && !scan::is_contpte() {
+            // The fault could not get a huge page at once: compact and
+            // collapse (MADV_COLLAPSE builds PMD-size folios only, so not
+            // for a contpte unit).
             sys::advise(new, len, sys::Keep::Collapse);
             hm = self.scan.huge_windows(new, k).unwrap_or(0);
         }
         if hm == 0 {
             // SAFETY: see above.
             unsafe { sys::munmap(new, len) };
-            return self.fail(c, "copy: no huge page could be allocated", -(libc::ENOMEM as isize));
+            let what = if scan::is_contpte() {
+                "copy: no 2 MiB anonymous folio could be allocated (memory fragmented?)"
+            } else {
+                "copy: no huge page could be allocated"
+            };
+            return self.fail(c, what, -(libc::ENOMEM as isize));
         }
         // SAFETY: see above.
         let r = unsafe { sys::mprotect(new, len, libc::PROT_READ | libc::PROT_EXEC) };
@@ -114,6 +133,43 @@ impl Pass<'_> {
         }
     }
 
+    /// Contpte unit: fault each block of the fresh copy at `new` once and
+    /// return the blocks proved one folio of at least the unit
+    /// ([`crate::verify::first_touch`]). A block that got smaller folios
+    /// (no free 2 MiB block at that moment) is mapped afresh and faulted
+    /// again, up to twice more: the kernel compacts memory for a
+    /// `MADV_HUGEPAGE` fault (THP `defrag`), as `MADV_COLLAPSE` does for
+    /// the PMD unit, which builds PMD-size folios only.
+    pub(super) fn touch_blocks(&mut self, new: usize, k: usize) -> u64 {
+        let unit = scan::unit();
+        let mut got = crate::verify::first_touch(new, k);
+        for _ in 0..2 {
+            if got == full(k) {
+                break;
+            }
+            for (i, kk) in runs(full(k) & !got) {
+                let (a, l) = (new + i * unit, kk * unit);
+                // SAFETY: blocks of our own fresh copy, which nothing else
+                // refers to yet: unmapped and mapped again, empty.
+                let r = unsafe {
+                    sys::mmap_fixed(
+                        a,
+                        l,
+                        libc::PROT_READ | libc::PROT_WRITE,
+                        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED,
+                        -1,
+                        0,
+                    )
+                };
+                if r < 0 || sys::advise(a, l, sys::Keep::Hugepage) < 0 {
+                    continue;
+                }
+                got |= crate::verify::first_touch(a, kk) << i;
+            }
+        }
+        got
+    }
+
     /// Fill `new` with the `len` bytes of text at `dst`, file offset `off`:
     /// from the file open on `fd` if `fd > 0` ([`Pass::fill_from_file`]),
     /// and what is left (no fd, or a read failed or stopped short) copied
@@ -154,7 +210,7 @@ impl Pass<'_> {
     /// pages and copying). Returns the bytes filled from the start of `new`
     /// (less than `len` when a read failed or stopped short).
     pub(super) fn fill_from_file(&mut self, fd: i32, off: u64, new: usize, len: usize) -> usize {
-        let pmd = scan::pmd();
+        let pmd = scan::unit();
         let head = (off % pmd as u64) as usize;
         let base = off - head as u64;
         // File 2 MiB blocks the range touches (`<= 65`).
@@ -163,7 +219,7 @@ impl Pass<'_> {
         // cheaply (PAGEMAP_SCAN, MADV_POPULATE_READ not refused).
         let mut huge = [0u64; 2];
         let mut view = 0usize;
-        let res = if self.touch || self.scan.is_smaps() {
+        let res = if self.touch || self.scan.is_smaps() || !self.scan.sees_folios() {
             -1
         } else {
             sys::mmap(

@@ -20,7 +20,7 @@ impl Pass<'_> {
     /// Route 2, `file`, zero copy (congruent text only): the steps `step`
     /// names (2a, 2b or both).
     pub(super) fn route_file(&mut self, c: &Cand, w: &mut Chunk, fd: &mut isize, advised: &mut bool, step: FileStep) {
-        let pmd = scan::pmd();
+        let pmd = scan::unit();
         let (a, all) = (w.a, w.all);
         if !*advised {
             *advised = true;
@@ -114,7 +114,7 @@ impl Pass<'_> {
     /// window that tells (process-wide, see [`PT`]). Returns (0 or
     /// `-errno`, whether the page cache was evicted, what failed).
     pub(super) fn window(&mut self, c: &Cand, f: i32, s: usize) -> (isize, bool, &'static str) {
-        let pmd = scan::pmd();
+        let pmd = scan::unit();
         let off = Self::file_off(c, s);
         let (detect, replace) = window_mode(PT.load(Relaxed), self.checks, self.probes);
         // The window's huge bytes before (outside the critical section: smaps
@@ -161,7 +161,7 @@ impl Pass<'_> {
         if self.cfg.verbose {
             let mut o = line();
             o.s("the page cache holds ")
-                .size(scan::pmd() as u64)
+                .size(scan::unit() as u64)
                 .s(" folios but this process's mapping stayed in ")
                 .size(scan::page() as u64)
                 .s(" pages: ")
@@ -179,7 +179,7 @@ impl Pass<'_> {
 
     /// The critical section of one window (see [`Pass::window`]).
     pub(super) fn refault(&mut self, f: i32, s: usize, off: u64, replace: bool) -> (isize, bool, &'static str) {
-        let pmd = scan::pmd();
+        let pmd = scan::unit();
         // One byte per page of the window (the rest stays 0).
         let mut resident = [0u8; scan::MAX_PMD_PAGES];
         let mask = sys::block_signals();
@@ -277,7 +277,7 @@ impl Pass<'_> {
     /// and may then fail allocating the new VMA (`ENOMEM`, in practice only
     /// for a task being OOM-killed), leaving a hole: map the range again.
     pub(super) fn replace(&mut self, f: i32, s: usize, off: u64) -> (isize, &'static str) {
-        let pmd = scan::pmd();
+        let pmd = scan::unit();
         let prot = libc::PROT_READ | libc::PROT_EXEC;
         let flags = libc::MAP_PRIVATE | libc::MAP_FIXED;
         // SAFETY: the same bytes as before, the window's range of the very
@@ -307,7 +307,7 @@ impl Pass<'_> {
     /// with a PMD (`do_set_pmd()`), small folios with PTEs. Read-only, and
     /// the pages are resident (just populated): nothing is read from disk.
     pub(super) fn cache_is_pmd(&self, f: i32, off: u64) -> bool {
-        let pmd = scan::pmd();
+        let pmd = scan::unit();
         let m = sys::mmap(
             2 * pmd,
             libc::PROT_NONE,

@@ -72,7 +72,7 @@ impl Pass<'_> {
                 .s(")");
             if !congruent {
                 o.s("; not congruent: address - file offset is not a multiple of ")
-                    .size(scan::pmd() as u64);
+                    .size(scan::unit() as u64);
             }
         }
     }
@@ -114,7 +114,15 @@ impl Pass<'_> {
             collapse_refused: self.t.collapse_unsupported,
             gdb: self.cfg.gdb,
             no_anon_thp: self.no_anon_thp,
+            contpte: scan::is_contpte(),
+            sees_folios: self.scan.sees_folios(),
         });
+        if let Some(why) = plan.cont_note {
+            if self.cfg.verbose && !self.t.cont_noted {
+                line().s(why);
+            }
+            self.t.cont_noted = true;
+        }
         // The zero-copy routes, in the order asked for (HUGETEXT_ORDER):
         // cached 2 MiB folios first either way.
         let steps: [(bool, Option<FileStep>); 3] = if plan.collapse_first {
@@ -149,7 +157,7 @@ impl Pass<'_> {
             line()
                 .bytes(self.st.path(c))
                 .s(": not congruent (address - file offset is not a multiple of ")
-                .size(scan::pmd() as u64)
+                .size(scan::unit() as u64)
                 .s("): only `copy` can make it huge");
         }
         match plan.copy {

@@ -58,7 +58,8 @@ mod mapping;
 mod plan;
 mod report;
 
-use collect::{fs_name, open_mapped, remember_copy, thp_never};
+pub(crate) use collect::was_copied;
+use collect::{anon_unit_never, fs_name, open_mapped, remember_copy};
 use file::FileStep;
 use plan::{plan, window_mode};
 
@@ -179,6 +180,8 @@ struct Totals {
     small_mappings: u32,
     first_err: isize,
     collapse_unsupported: bool,
+    /// [`Plan::cont_note`] said already.
+    cont_noted: bool,
     perf_map_fd: isize,
     naming_failed: bool,
 }
@@ -254,8 +257,14 @@ struct Facts {
     collapse_refused: bool,
     /// `HUGETEXT_GDB`: never move text to anonymous memory.
     gdb: bool,
-    /// transparent_hugepage `never`: anonymous memory cannot be huge.
+    /// transparent_hugepage `never` (contpte unit: the 2 MiB mTHP size
+    /// off): anonymous memory cannot be huge.
     no_anon_thp: bool,
+    /// The unit is a contiguous-PTE block (arm64, 64 KiB pages).
+    contpte: bool,
+    /// The verifier sees the folios behind file text (contpte unit: PFN
+    /// access).
+    sees_folios: bool,
 }
 
 /// Whether the `copy` route runs, or why not.
@@ -280,6 +289,9 @@ struct Plan {
     /// Say that only `copy` could help (`file` or `collapse` asked for, text
     /// not congruent).
     not_congruent: bool,
+    /// Why a zero-copy route asked for cannot reach a contpte unit, to say
+    /// once per pass.
+    cont_note: Option<&'static str>,
     copy: CopyPlan,
 }
 
@@ -322,6 +334,8 @@ impl Pass<'_> {
     fn verifier_name(&self) -> &'static str {
         if self.scan.is_smaps() {
             "reading /proc/self/smaps"
+        } else if self.scan.is_cont() {
+            "reading pagemap"
         } else {
             "PAGEMAP_SCAN"
         }
@@ -378,7 +392,7 @@ pub fn remap(cfg: &Config) -> isize {
 /// [`remap`] limited to the mappings `scope` names.
 pub fn remap_in(cfg: &Config, scope: &Scope) -> isize {
     // The PMD size is known before any critical section.
-    scan::pmd();
+    scan::unit();
     let t0 = sys::now_ns();
     report::config_notes(cfg);
     if let Err(e) = crate::hot::load(cfg.hot, cfg.verbose) {
@@ -419,7 +433,7 @@ pub fn remap_in(cfg: &Config, scope: &Scope) -> isize {
         st,
         scan,
         t: Totals::default(),
-        no_anon_thp: thp_never(),
+        no_anon_thp: anon_unit_never(),
         touch,
         checks: 0,
         probes: 0,
@@ -493,7 +507,7 @@ mod tests {
         assert_eq!(in_scope(&big, a, 6 << 20), Some(false));
         assert_eq!(in_scope(&Scope::ALL, b, 0), Some(true));
         // In units of the running kernel's PMD size, whatever it is.
-        let p = scan::pmd();
+        let p = scan::unit();
         assert_eq!(window_bytes(0x1000, 3 * p - 0x1000), p as u64);
         assert_eq!(window_bytes(p, 3 * p), 2 * p as u64);
         assert_eq!(window_bytes(0x1000, 2 * p - 0x1000), 0);

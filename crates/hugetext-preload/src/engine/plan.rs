@@ -13,22 +13,37 @@ pub(super) fn plan(f: &Facts) -> Plan {
             collapse: false,
             collapse_first: false,
             not_congruent: false,
+            cont_note: None,
             copy: CopyPlan::No,
         };
     }
     let s = f.strategy;
-    let file = f.congruent && matches!(s, Auto | File);
-    let collapse = f.congruent && !f.collapse_refused && matches!(s, Auto | Collapse);
+    let file_asked = f.congruent && matches!(s, Auto | File);
+    let collapse_asked = f.congruent && !f.collapse_refused && matches!(s, Auto | Collapse);
+    // Contpte unit: MADV_COLLAPSE builds PMD-size folios only (512 MiB
+    // there); evict + refill does fill 2 MiB folios (the MADV_HUGEPAGE
+    // readahead order is capped at 2 MiB, mm/filemap.c), but only PFNs
+    // show that it did.
+    let file = file_asked && (!f.contpte || f.sees_folios);
+    let collapse = collapse_asked && !f.contpte;
+    let cont_note = match (file_asked && !file, collapse_asked && !collapse) {
+        (true, true) => Some(CONT_NO_FILE_NO_COLLAPSE),
+        (true, false) => Some(CONT_NO_FILE),
+        (false, true) => Some(CONT_NO_COLLAPSE),
+        (false, false) => None,
+    };
     Plan {
         file,
         collapse,
         collapse_first: file && collapse && f.order == Order::Collapse,
         not_congruent: !f.congruent && matches!(s, File | Collapse),
+        cont_note,
         copy: match s {
             File | Collapse => CopyPlan::No,
             Auto | Copy if f.gdb => {
                 CopyPlan::Skip("gdb-friendly mode (HUGETEXT_GDB=1): not copying text to anonymous memory")
             }
+            Auto | Copy if f.no_anon_thp && f.contpte => CopyPlan::Skip(CONT_ANON_NEVER),
             Auto | Copy if f.no_anon_thp => {
                 CopyPlan::Skip("copy route skipped: transparent_hugepage is `never`, anonymous memory cannot be huge")
             }
@@ -36,6 +51,12 @@ pub(super) fn plan(f: &Facts) -> Plan {
         },
     }
 }
+
+/// The contpte unit's notes (arm64, 64 KiB pages).
+const CONT_NO_COLLAPSE: &str = "collapse route skipped: MADV_COLLAPSE builds only PMD-size folios (512 MiB with 64 KiB pages), never the 2 MiB contiguous-PTE block";
+const CONT_NO_FILE: &str = "file route skipped: evict + MADV_HUGEPAGE refill reads 2 MiB folios here, but without PFN access (CAP_SYS_ADMIN) nothing shows a process the folio size behind its file text, so it could not be verified";
+const CONT_NO_FILE_NO_COLLAPSE: &str = "file and collapse routes skipped: MADV_COLLAPSE builds only PMD-size folios (512 MiB with 64 KiB pages), never the 2 MiB contiguous-PTE block; evict + MADV_HUGEPAGE refill reads 2 MiB folios, but without PFN access (CAP_SYS_ADMIN) nothing shows a process the folio size behind its file text, so it could not be verified";
+const CONT_ANON_NEVER: &str = "copy route skipped: 2 MiB anonymous folios are off (/sys/kernel/mm/transparent_hugepage/hugepages-2048kB/enabled is `never`, or `inherit` with transparent_hugepage `never`); as root: echo madvise > /sys/kernel/mm/transparent_hugepage/hugepages-2048kB/enabled";
 
 /// How the file route drops and refaults one window, from what is known of
 /// this kernel's `MADV_DONTNEED` ([`PT`]) and the pass's probe budget:
@@ -59,6 +80,8 @@ mod tests {
             collapse_refused: false,
             gdb: false,
             no_anon_thp: false,
+            contpte: false,
+            sees_folios: true,
         }
     }
 
@@ -67,6 +90,7 @@ mod tests {
         collapse: false,
         collapse_first: false,
         not_congruent: false,
+        cont_note: None,
         copy: CopyPlan::No,
     };
 
@@ -80,6 +104,7 @@ mod tests {
                 collapse: true,
                 collapse_first: false,
                 not_congruent: false,
+                cont_note: None,
                 copy: CopyPlan::Yes
             }
         );
@@ -224,5 +249,51 @@ mod tests {
         assert_eq!(window_mode(PT_KEPT, 0, 0), (false, true));
         // 6.14+ with CONFIG_PT_RECLAIM: neither.
         assert_eq!(window_mode(PT_FREED, 0, 0), (false, false));
+    }
+
+    #[test]
+    fn contpte_unit_routes() {
+        let root = Facts {
+            contpte: true,
+            ..facts(Strategy::Auto)
+        };
+        // Evict + refill reaches 2 MiB folios; collapse never does.
+        let p = plan(&root);
+        assert!(p.file && !p.collapse && !p.collapse_first);
+        assert_eq!(p.cont_note, Some(CONT_NO_COLLAPSE));
+        assert_eq!(p.copy, CopyPlan::Yes);
+        // Without PFN access the file route cannot be verified.
+        let user = Facts {
+            sees_folios: false,
+            ..root
+        };
+        let p = plan(&user);
+        assert!(!p.file && !p.collapse);
+        assert_eq!(p.cont_note, Some(CONT_NO_FILE_NO_COLLAPSE));
+        assert_eq!(p.copy, CopyPlan::Yes);
+        let p = plan(&Facts {
+            strategy: Strategy::File,
+            ..user
+        });
+        assert_eq!((p.file, p.cont_note, p.copy), (false, Some(CONT_NO_FILE), CopyPlan::No));
+        // Not congruent: nothing to say about the zero-copy routes.
+        assert_eq!(
+            plan(&Facts {
+                congruent: false,
+                ..user
+            })
+            .cont_note,
+            None
+        );
+        // The 2 MiB mTHP size off: say how to turn it on.
+        let never = Facts {
+            no_anon_thp: true,
+            ..root
+        };
+        assert!(
+            matches!(plan(&never).copy, CopyPlan::Skip(m) if m.contains("echo madvise > /sys/kernel/mm/transparent_hugepage/hugepages-2048kB/enabled"))
+        );
+        // The PMD unit is unchanged.
+        assert_eq!(plan(&facts(Strategy::Auto)).cont_note, None);
     }
 }

@@ -42,7 +42,7 @@ pub(super) fn route_times<const N: usize>(o: &mut Out<N>, t: &Totals) {
                         o.s(sep).mib(b).s(what[0]);
                         if !what[1].is_empty() {
                             let unit = if what[1].contains("cache") {
-                                scan::pmd()
+                                scan::unit()
                             } else {
                                 scan::page()
                             };
@@ -115,7 +115,8 @@ pub(super) fn summary(pass: &Pass, scope: &Scope, t0: u64) {
     }
     o.s(": ").mib(t.huge()).s(" of ").mib(t.windows);
     o.s(" text in whole ")
-        .size(scan::pmd() as u64)
+        .size(scan::unit() as u64)
+        .s(if scan::is_contpte() { " contpte-block" } else { "" })
         .s(" windows is huge-backed (already ")
         .mib(t.already);
     o.s(", file ")
@@ -129,11 +130,15 @@ pub(super) fn summary(pass: &Pass, scope: &Scope, t0: u64) {
         .s("; ")
         .u(t.small_mappings as u64)
         .s(" text mappings have no whole ")
-        .size(scan::pmd() as u64)
+        .size(scan::unit() as u64)
         .s(" window");
     crate::hot::summary(&mut o);
     if pass.scan.is_smaps() {
         o.s("; verified with /proc/self/smaps totals");
+    } else if pass.scan.is_cont() && pass.scan.sees_folios() {
+        o.s("; verified with pagemap PFNs and /proc/kpageflags");
+    } else if pass.scan.is_cont() {
+        o.s("; copies verified by mincore as they were allocated");
     }
     if pass.touch {
         o.s("; pages touched, no MADV_POPULATE_READ");
@@ -172,6 +177,8 @@ pub(super) fn record(pass: &Pass, scope: &Scope, t0: u64) {
         sys::now_ns() - t0,
         pass.scan.is_smaps() as u64,
         pass.touch as u64,
+        scan::unit() as u64,
+        scan::is_contpte() as u64,
     ];
     let mut o = Out::<1024>::new(2);
     o.s(PREFIX).s("{\"v\":").u(VERSION);

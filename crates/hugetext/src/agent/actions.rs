@@ -82,7 +82,7 @@ impl Keeper {
             }
         }
         if let Some(auto) = &cfg.agent.auto {
-            let min = auto.min_eligible_mib * (1 << 20) / crate::kernel::pmd_size() as u64;
+            let min = auto.min_eligible_mib * (1 << 20) / crate::kernel::unit_size() as u64;
             for p in self.recently.within(auto.ran_within, Instant::now()) {
                 if p.to_str().is_some_and(|s| s.ends_with(" (deleted)")) {
                     continue;

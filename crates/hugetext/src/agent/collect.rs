@@ -230,14 +230,34 @@ fn class_series(report: &Report, c: &Counts) -> Vec<(Kind, String, u64)> {
     v
 }
 
-/// PMD-mapped share of the file-backed text (0 when there is none).
+/// Share of the file-backed text mapped huge, by the unit of huge text (0
+/// when there is none): PMD-mapped; on arm64 with 64 KiB pages, where no
+/// page-cache folio reaches the 512 MiB PMD, also text in whole folios of
+/// at least the 2 MiB contiguous-PTE block mapped aligned to their size
+/// (`PteAligned` of such an order: arm64 maps them with contiguous PTEs,
+/// one TLB entry per block; `kernel::huge_unit`).
 fn pmd_fraction(c: &Counts) -> f64 {
+    let (unit, kind) = kernel::huge_unit();
+    huge_fraction(
+        c,
+        (kind == crate::elf::HugeUnit::Contpte).then(|| (unit / kernel::page_size()).trailing_zeros()),
+    )
+}
+
+/// [`pmd_fraction`] with the contpte unit's order in pages, if the unit is
+/// a contpte block.
+fn huge_fraction(c: &Counts, contpte_order: Option<u32>) -> f64 {
     let total = c.total(Kind::File);
     if total == 0 {
-        0.0
-    } else {
-        c.get(Kind::File, Class::PmdAligned) as f64 / total as f64
+        return 0.0;
     }
+    let mut huge = c.get(Kind::File, Class::PmdAligned);
+    if let Some(min) = contpte_order {
+        huge += (min..crate::folio::MAX_ORDER as u32)
+            .map(|o| c.get(Kind::File, Class::PteAligned(o)))
+            .sum::<u64>();
+    }
+    huge as f64 / total as f64
 }
 
 /// Register one family of per-key text series (bytes by kind and class, PMD
@@ -285,7 +305,7 @@ fn register_groups(
     );
     r.register(
         format!("{name}_pmd_mapped_ratio"),
-        format!("Share of the file-backed text mapped by PMDs, per {label}"),
+        format!("Share of the file-backed text mapped huge, per {label}: by PMDs (arm64 with 64 KiB pages: by whole 2 MiB contiguous-PTE blocks, the unit of huge text there)"),
         frac,
     );
     r.register(
@@ -352,7 +372,7 @@ pub fn scrape(m: &AgentMetrics, input: &ScrapeInput) -> Result<String> {
     );
     r.register(
         "system_pmd_mapped_ratio",
-        "Share of all file-backed text mapped by PMDs",
+        "Share of all file-backed text mapped huge: by PMDs (arm64 with 64 KiB pages: by whole 2 MiB contiguous-PTE blocks, the unit of huge text there)",
         ConstGauge::new(pmd_fraction(&report.total)),
     );
 
@@ -544,6 +564,24 @@ pub fn target_state(t: &warm::Target) -> Result<(u64, Option<u64>)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn contpte_mapped_text_counts_as_huge_where_it_is_the_unit() {
+        // 64 KiB pages: order 5 is the 2 MiB contpte block.
+        let mut c = Counts::default();
+        c.add(Kind::File, Class::PteAligned(5), 32); // one 2 MiB folio, aligned
+        c.add(Kind::File, Class::PteAligned(7), 128); // 8 MiB
+        c.add(Kind::File, Class::PteAligned(4), 16); // 1 MiB: below the block
+        c.add(Kind::File, Class::PteUnaligned(5), 32); // not aligned: no contpte
+        c.add(Kind::File, Class::BasePage, 48);
+        c.add(Kind::Anon, Class::PteAligned(5), 32); // anon is not counted
+        assert_eq!(huge_fraction(&c, Some(5)), 160.0 / 256.0);
+        // The PMD unit: PMD-mapped only.
+        assert_eq!(huge_fraction(&c, None), 0.0);
+        c.add(Kind::File, Class::PmdAligned, 256);
+        assert_eq!(huge_fraction(&c, None), 0.5);
+        assert_eq!(huge_fraction(&Counts::default(), Some(5)), 0.0);
+    }
 
     #[test]
     fn vmstat_fields_of_this_kernel() {

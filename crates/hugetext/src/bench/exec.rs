@@ -1,5 +1,6 @@
 //! The exec-readahead microbenchmark of the Linux "large folios for exec
-//! memory" patches: a large file of RET stubs mapped executable.
+//! memory" patches: a large file of RET stubs mapped executable (x86-64
+//! `ret`, or AArch64 `ret` where hugetext runs on arm64, [`ret_stub`]).
 //!
 //! - **cold**: evict the file's page cache, map it `PROT_READ|PROT_EXEC` and
 //!   call one stub per page in order: page faults + readahead + first
@@ -42,13 +43,31 @@ use super::{ms, Progress, Stopped, Until};
 use crate::kernel::{self, Mapping};
 use crate::{folio, pagecache, warm, Error, Result};
 
-/// x86 `ret`.
-const RET: u8 = 0xC3;
+/// The stub: one `ret` instruction, repeated over the whole file, so that
+/// a call to any page's first byte returns at once. x86-64: `ret` (0xc3);
+/// AArch64: `ret` (0xd65f03c0, little-endian; instructions are 4-byte
+/// aligned, and every page starts on an instruction). `None` on machines
+/// the benchmark does not know.
+pub fn ret_stub() -> Option<&'static [u8]> {
+    if cfg!(target_arch = "x86_64") {
+        Some(&RET_X86_64)
+    } else if cfg!(target_arch = "aarch64") {
+        Some(&RET_AARCH64)
+    } else {
+        None
+    }
+}
+
+/// x86-64 `ret`.
+pub const RET_X86_64: [u8; 1] = [0xC3];
+/// AArch64 `ret` (`ret x30`), 0xd65f03c0 in little-endian bytes.
+pub const RET_AARCH64: [u8; 4] = 0xd65f03c0u32.to_le_bytes();
 
 /// What to run.
 #[derive(Debug, Clone)]
 pub struct Options {
-    /// Size of the RET-stub file in bytes (rounded down to whole PMDs).
+    /// Size of the RET-stub file in bytes (rounded down to whole windows of
+    /// the unit of huge text: PMDs, or 2 MiB blocks with 64 KiB pages).
     pub size: u64,
     /// Runs (the minimum with `until.ci_width`); each run measures every
     /// variant once.
@@ -316,13 +335,13 @@ fn variant_report(v: Variant, rs: Vec<Run>) -> VariantReport {
 
 /// Run the benchmark.
 pub fn run(opts: &Options, progress: &dyn Progress) -> Result<Report> {
-    if !cfg!(target_arch = "x86_64") {
+    let Some(stub) = ret_stub() else {
         return Err(Error::Unsupported(
-            "bench exec calls x86 RET stubs: it runs on x86_64 only".into(),
+            "bench exec calls RET stubs of x86-64 or AArch64: it runs on those machines only".into(),
         ));
-    }
+    };
     let ps = kernel::page_size() as u64;
-    let size = super::pmd_multiple(opts.size)?;
+    let size = super::unit_multiple(opts.size)?;
     if opts.runs == 0 {
         return Err(Error::Invalid("--runs must be at least 1".into()));
     }
@@ -341,7 +360,7 @@ pub fn run(opts: &Options, progress: &dyn Progress) -> Result<Report> {
     let mut total_steps = 1 + u64::from(opts.runs) * steps_per_run;
     progress.start(total_steps);
     for p in &paths {
-        super::write_filled(p, size, RET)?;
+        super::write_pattern(p, size, stub)?;
     }
     progress.step("stub files written");
 
@@ -351,10 +370,6 @@ pub fn run(opts: &Options, progress: &dyn Progress) -> Result<Report> {
     let sequence: Vec<u32> = (0..calls).map(|_| rng.u32(..pages as u32)).collect();
     let passes = opts.random_passes.max(1);
 
-    let mut files = Vec::new();
-    for p in &paths {
-        files.push(File::open(p).map_err(|e| Error::io(p, e))?);
-    }
     let mut runs: [Vec<Run>; 3] = Default::default();
     let started = Instant::now();
     let mut r = 0u32;
@@ -367,13 +382,12 @@ pub fn run(opts: &Options, progress: &dyn Progress) -> Result<Report> {
             total_steps += steps_per_run;
             progress.start(total_steps);
         }
-        let one = measure_run(&files, &paths, size, r, &sequence, passes, progress)?;
+        let one = measure_run(&paths, size, r, &sequence, passes, progress)?;
         for (v, run) in VARIANTS.iter().zip(one) {
             runs[v.index()].push(run);
         }
         r += 1;
     };
-    drop(files);
     for p in &paths {
         let _ = std::fs::remove_file(p);
     }
@@ -409,6 +423,41 @@ pub fn run(opts: &Options, progress: &dyn Progress) -> Result<Report> {
     })
 }
 
+/// kB of this process's `[addr, addr + len)` (unit-aligned) in whole
+/// windows of `unit` each held by one folio of at least the unit, mapped
+/// there (pagemap PFNs and `/proc/kpageflags`,
+/// `hugetext_abi::kpf::block_is_one_folio`); 0 without PFN access. Where
+/// the unit is the 2 MiB contiguous-PTE block, that is what arm64 maps
+/// with one TLB entry per block.
+fn own_unit_mapped_kb(addr: usize, len: usize, unit: usize) -> u64 {
+    use std::os::unix::fs::FileExt;
+    let ps = kernel::page_size();
+    let np = unit / ps;
+    let (Ok(pm), Ok(kf)) = (File::open("/proc/self/pagemap"), File::open("/proc/kpageflags")) else {
+        return 0;
+    };
+    let mut raw = vec![0u8; np * 8];
+    let mut words = |f: &File, off: u64| -> Vec<u64> {
+        if f.read_exact_at(&mut raw, off).is_err() {
+            raw.fill(0);
+        }
+        raw.chunks(8)
+            .map(|c| u64::from_ne_bytes(c.try_into().unwrap()))
+            .collect()
+    };
+    let mut kb = 0;
+    for w in (addr..addr + len).step_by(unit) {
+        let pfns: Vec<u64> = words(&pm, (w / ps * 8) as u64)
+            .into_iter()
+            .map(|e| hugetext_abi::pagemap::pfn(e).unwrap_or(0))
+            .collect();
+        if pfns[0] != 0 && hugetext_abi::kpf::block_is_one_folio(&pfns, &words(&kf, pfns[0] * 8)) {
+            kb += unit as u64 / 1024;
+        }
+    }
+    kb
+}
+
 /// Call the RET stub at `addr`.
 ///
 /// # Safety
@@ -435,7 +484,6 @@ struct Prepared<'a> {
 /// `passes` random passes alternating the variants pass by pass (rotated
 /// too). Returns the runs in [`VARIANTS`] order.
 fn measure_run(
-    files: &[File],
     paths: &[PathBuf],
     size: u64,
     r: u32,
@@ -447,7 +495,7 @@ fn measure_run(
     let mut prepared: Vec<Option<Prepared>> = (0..n).map(|_| None).collect();
     for k in 0..n {
         let v = VARIANTS[(r as usize + k) % n];
-        let mut p = cold(&files[v.index()], &paths[v.index()], size, v)?;
+        let mut p = cold(&paths[v.index()], size, v)?;
         p.position = k as u32;
         prepared[v.index()] = Some(p);
     }
@@ -468,10 +516,16 @@ fn measure_run(
     }
     let mut out = Vec::new();
     for (v, p) in VARIANTS.iter().zip(prepared) {
-        let pmd_mapped_kb = crate::procfs::own_mapping_stats(p.map.addr() as u64)?.map_or(0, |s| s.file_pmd_kb);
+        let pmd_mapped_kb = match kernel::huge_unit() {
+            // 64 KiB pages: mapped by the unit means whole 2 MiB blocks of
+            // one folio each (contiguous PTEs); smaps counts PMDs only.
+            (unit, crate::elf::HugeUnit::Contpte) => own_unit_mapped_kb(p.map.addr(), size as usize, unit),
+            _ => crate::procfs::own_mapping_stats(p.map.addr() as u64)?.map_or(0, |s| s.file_pmd_kb),
+        };
         drop(p.map);
         let view = folio::scan_file(p.path, None)?;
-        let pmd_kb = view.pmd_kb();
+        // Folios of at least the unit (PMD-size wherever the unit is the PMD).
+        let pmd_kb = view.huge_kb();
         let random_ms = p.random_passes_ms.iter().copied().fold(f64::INFINITY, f64::min);
         progress.step(&format!(
             "run {}: {} cold {:.0} ms, random {:.0} ms",
@@ -500,9 +554,17 @@ fn measure_run(
 
 /// Evict `file`, prepare it as variant `v` wants, map it and time the cold
 /// sweep; the mapping is kept for the random phase.
-fn cold<'a>(file: &File, path: &'a Path, size: u64, v: Variant) -> Result<Prepared<'a>> {
+fn cold(path: &Path, size: u64, v: Variant) -> Result<Prepared<'_>> {
+    // The file is opened afresh for every cold sweep, as a program's start
+    // opens it: the kernel keeps readahead state in the open file (`f_ra`),
+    // and a second sweep through the same open file read the first 2 MiB
+    // of the `huge` variant in 64 KiB to 1 MiB folios on Linux 7.3 with
+    // 64 KiB pages (its first sweep: 2 MiB and larger).
+    let file = &File::open(path).map_err(|e| Error::io(path, e))?;
     let ps = kernel::page_size();
-    let pmd = kernel::pmd_size();
+    // Congruent to the unit (the PMD; the 2 MiB contpte block with 64 KiB
+    // pages, whose 512 MiB PMD no page-cache folio reaches).
+    let pmd = kernel::unit_size();
     let pages = size as usize / ps;
     pagecache::evict(file, 0..size)?;
     let cached_after_evict = folio::scan_file(path, None)?.cached_kb;
@@ -571,6 +633,17 @@ pub(crate) fn pct(part: u64, whole: u64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ret_stubs_of_each_machine() {
+        assert_eq!(RET_X86_64, [0xc3]);
+        // `ret` (x30) is 0xd65f03c0, stored little-endian.
+        assert_eq!(RET_AARCH64, [0xc0, 0x03, 0x5f, 0xd6]);
+        // Both divide a page, so every page starts on an instruction.
+        assert_eq!(4096 % RET_AARCH64.len(), 0);
+        let here = ret_stub().expect("x86-64 or AArch64");
+        assert_eq!(here.len(), if cfg!(target_arch = "aarch64") { 4 } else { 1 });
+    }
 
     fn run(cold_ms: f64, random_ms: f64, warm_ms: Option<f64>) -> Run {
         Run {

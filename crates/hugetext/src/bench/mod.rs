@@ -44,13 +44,20 @@ pub use crate::progress::Progress;
 /// bytes all equal to `byte`, and flush it to disk so that its page cache
 /// can be evicted afterwards.
 pub fn write_filled(path: &Path, size: u64, byte: u8) -> Result<()> {
+    write_pattern(path, size, &[byte])
+}
+
+/// Write a new file of `size` bytes repeating `pattern` (whose length
+/// divides 1 MiB: an instruction word, for instance), synced.
+pub fn write_pattern(path: &Path, size: u64, pattern: &[u8]) -> Result<()> {
     use std::io::Write;
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .open(path)
         .map_err(|e| Error::io(path, e))?;
-    let block = vec![byte; 1 << 20];
+    assert!(!pattern.is_empty() && (1 << 20) % pattern.len() == 0);
+    let block: Vec<u8> = pattern.iter().copied().cycle().take(1 << 20).collect();
     let mut left = size;
     while left > 0 {
         let n = left.min(block.len() as u64) as usize;
@@ -68,6 +75,25 @@ pub fn pmd_multiple(size: u64) -> Result<u64> {
         0 => Err(Error::Invalid(format!(
             "--size must be at least one PMD ({} KiB)",
             pmd / 1024
+        ))),
+        n => Ok(n),
+    }
+}
+
+/// `size` rounded down to whole windows of the unit of huge text
+/// ([`kernel::unit_size`]: the PMD, or the 2 MiB contiguous-PTE block on
+/// arm64 with 64 KiB pages), for `--size`: at least one.
+pub fn unit_multiple(size: u64) -> Result<u64> {
+    let unit = kernel::unit_size() as u64;
+    match size / unit * unit {
+        0 => Err(Error::Invalid(format!(
+            "--size must be at least one {} ({} KiB)",
+            if unit == kernel::pmd_size() as u64 {
+                "PMD"
+            } else {
+                "contiguous-PTE block"
+            },
+            unit / 1024
         ))),
         n => Ok(n),
     }
@@ -253,6 +279,9 @@ mod tests {
         assert_eq!(pmd_multiple(3 * pmd + 5).unwrap(), 3 * pmd);
         assert_eq!(pmd_multiple(pmd).unwrap(), pmd);
         assert!(pmd_multiple(pmd - 1).is_err());
+        let unit = crate::kernel::unit_size() as u64;
+        assert_eq!(unit_multiple(2 * unit + 1).unwrap(), 2 * unit);
+        assert!(unit_multiple(unit - 1).is_err());
     }
 
     #[test]

@@ -39,7 +39,7 @@ pub use deps::resolve_deps;
 /// Largest PMD size `check` and `align` align for: the kernel's own rule
 /// for read-only PT_LOADs (binfmt_elf) stops at 32 MiB, since a larger
 /// alignment (512 MiB on 64 KiB-page arm64) costs too much address space.
-pub const MAX_ALIGN_PMD: u64 = 32 << 20;
+pub const MAX_ALIGN_PMD: u64 = hugetext_abi::geometry::MAX_ALIGN_PMD as u64;
 
 /// The machine a file is checked and aligned for, and that machine's page
 /// and PMD sizes: the running kernel's when the file is for the running
@@ -101,8 +101,9 @@ impl HugeUnit {
 /// The unit of huge text for `machine` with `page`-byte pages and a
 /// `pmd`-byte PMD ([`Target::unit`]).
 pub fn huge_unit(machine: u16, page: u64, pmd: u64) -> (u64, HugeUnit) {
-    match hugetext_abi::geometry::cont_pte_size(page as usize) {
-        Some(block) if machine == object::elf::EM_AARCH64 && pmd > MAX_ALIGN_PMD => (block as u64, HugeUnit::Contpte),
+    // The rule lives in hugetext-abi, which the preload shares.
+    match hugetext_abi::geometry::huge_unit(machine == object::elf::EM_AARCH64, page as usize, pmd as usize) {
+        (block, true) => (block as u64, HugeUnit::Contpte),
         _ => (pmd, HugeUnit::Pmd),
     }
 }
