@@ -537,7 +537,14 @@ fn the_agents_system_calls_pass_the_units_filter() {
         .unwrap()
         .parse()
         .unwrap();
-    let page = scrape_once(&addr);
+    // The policy's gauges appear after its first pass, which a loaded
+    // machine may not have run by the first scrape.
+    let t = Instant::now();
+    let mut page = scrape_once(&addr);
+    while !page.contains("hugetext_policy_eligible_windows") && t.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(200));
+        page = scrape_once(&addr);
+    }
     assert!(page.contains("hugetext_policy_eligible_windows"), "{page}");
     // SAFETY: kill(2) on our own descendant.
     unsafe { libc::kill(agent_pid, libc::SIGHUP) };
