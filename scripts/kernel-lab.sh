@@ -39,13 +39,16 @@
 # (check/VERSION: a git repository of the pristine source, built out of
 # tree in check/VERSION-x86_64 and check/VERSION-arm64, so that a later
 # check only recompiles what the series changes), one source tree
-# per variant (src-stock/, src-patched/) built in place, each a git
+# per variant (src-stock/, src-patched/; 7.x: src-7.x-stock/, src-7.x-patched/)
+# built in place, each a git
 # repository of the pristine source (stock: that commit; patched: the series
 # on top). Whichever tree is built first, the other is a copy of it
 # (cp -a) switched with git, so its first build only recompiles what the
 # series touches and relinks; a build whose inputs (source version,
 # configuration, series) did not change is skipped. Build times go to
-# build-times.jsonl.
+# build-times.jsonl. Results: results/ (6.12), results-7.x/, results-bench/.
+# The guests run the series' KUnit suites (built in) and, in the xfs cells,
+# the mm selftests built from the patched tree (tests/vm/lab-probe.sh).
 # Exit status: 0 when everything passed, 1 when a guest check failed, 2 for
 # bad usage, a missing tool, or a failed build.
 set -euo pipefail
@@ -76,7 +79,7 @@ while [ $# -gt 0 ]; do
               *) die "unknown cell '${1:-}' (stock|patched:ext4|xfs)" ;; esac ;;
     --thp) shift; thp=${1:?--thp needs a mode} ;;
     --timeout) shift; timeout_s=${1:?--timeout needs seconds} ;;
-    -h|--help) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;
   esac
   shift
