@@ -4,6 +4,14 @@
 /// Where the kernel states the THP mode.
 pub const ENABLED_PATH: &str = "/sys/kernel/mm/transparent_hugepage/enabled";
 
+/// The word the kernel brackets in a THP `enabled` file (`always [madvise]
+/// never`), `None` when nothing is bracketed.
+fn bracketed(text: &[u8]) -> Option<&[u8]> {
+    let open = text.iter().position(|&c| c == b'[')?;
+    let rest = &text[open + 1..];
+    Some(&rest[..rest.iter().position(|&c| c == b']')?])
+}
+
 /// The global THP mode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ThpMode {
@@ -19,10 +27,7 @@ impl ThpMode {
     /// Parse the contents of [`ENABLED_PATH`]: the bracketed word. `None`
     /// when nothing is bracketed or the word is not a mode.
     pub fn parse(text: &[u8]) -> Option<ThpMode> {
-        let open = text.iter().position(|&c| c == b'[')?;
-        let rest = &text[open + 1..];
-        let word = &rest[..rest.iter().position(|&c| c == b']')?];
-        match word {
+        match bracketed(text)? {
             b"always" => Some(ThpMode::Always),
             b"madvise" => Some(ThpMode::Madvise),
             b"never" => Some(ThpMode::Never),
@@ -64,10 +69,7 @@ pub enum SizeMode {
 impl SizeMode {
     /// Parse the contents of a size's `enabled` file.
     pub fn parse(text: &[u8]) -> Option<SizeMode> {
-        let open = text.iter().position(|&c| c == b'[')?;
-        let rest = &text[open + 1..];
-        let word = &rest[..rest.iter().position(|&c| c == b']')?];
-        match word {
+        match bracketed(text)? {
             b"always" => Some(SizeMode::Always),
             b"inherit" => Some(SizeMode::Inherit),
             b"madvise" => Some(SizeMode::Madvise),
