@@ -413,11 +413,10 @@ STEP_CMD = {"align": "`align`", "warm": "`align` + `warm`", "run": "`run`"}
 
 
 # --- the batching benchmarks (LAB_PART=bench) ------------------------------------
-BENCH_SWITCH = {"mprotect": "vm.mprotect_pte_batch", "readahead": "vm.readahead_batch_insert"}
 
 
 def is_bench_cell(lab):
-    return any("/bench/mprotect-" in k or "/bench/readahead-" in k for k in lab.get("commands", {}))
+    return any("/bench/mprotect-" in k for k in lab.get("commands", {}))
 
 
 def bench_runs(lab, name):
@@ -455,24 +454,6 @@ def bench_rows(lab):
                     counts.append(f"| mprotect | {case} | {sw} | {folios} | {st.get('expected_folio_pct', 0):.0f}% | {'yes' if st.get('verified') else 'no'} |")
             if len(vals) == 2:
                 rows.append(f"| mprotect: time in mprotect(), {case} | {rnd} | {vals['0'] * 1000:.1f} ms | {vals['1'] * 1000:.1f} ms | {vals['1'] / vals['0']:.2f} |")
-    ra = bench_runs(lab, "readahead")
-    for conf in ("shared-file", "distinct-files"):
-        for rnd, by in sorted(ra.items()):
-            vals = {}
-            for sw in ("0", "1"):
-                rc, d = by.get(sw, (None, None))
-                if rc != 0 or not d:
-                    if conf == "shared-file":
-                        bad.append(f"{lab['cell']}: bench readahead round {rnd}, switch {sw}: status {rc}")
-                    continue
-                c = (d.get("configs") or {}).get(conf) or {}
-                vals[sw] = c.get("mb_per_s")
-                if rnd == "1":
-                    folios = ", ".join(f"{k} kB: {v // 1024} MiB" for k, v in sorted(c.get("folios_kb", {}).items(), key=lambda kv: -kv[1]))
-                    total = d.get("threads", 0) * d.get("size_per_thread_bytes", 0) >> 20
-                    counts.append(f"| readahead | {conf} | {sw} | {folios} (of {total} MiB read) | — | — |")
-            if len(vals) == 2 and vals["0"] and vals["1"]:
-                rows.append(f"| readahead: MB/s, {conf} | {rnd} | {vals['0']:.0f} | {vals['1']:.0f} | {vals['1'] / vals['0']:.2f} |")
     if not mp:
         bad.append(f"{lab['cell']}: no bench mprotect result")
     return rows, counts, bad
