@@ -1,22 +1,25 @@
 #!/usr/bin/env bash
 # The arm64 kernel with 64 KiB base pages (PMD 512 MiB): Debian's Linux 7.3
-# source (apt's linux-source-7.3) cross-built for arm64 from allnoconfig and
-# the fragment kernel/arm64-64k.config (scripts/kconfig/merge_config.sh -n),
-# everything built in, no modules; Debian ships no such kernel. The kernel
+# or 6.12 source (apt's linux-source-7.3, linux-source-6.12) cross-built for
+# arm64 from allnoconfig and the fragment kernel/arm64-64k.config
+# (scripts/kconfig/merge_config.sh -n), everything built in, no modules;
+# Debian ships no such kernel. The kernel
 # matrix boots it as a --kernel cell (qemu-system-aarch64 -M virt -cpu max):
 #
-#   scripts/kernel-64k.sh [--rebuild] [--jobs N]
+#   scripts/kernel-64k.sh [--version 7.3|6.12] [--rebuild] [--jobs N]
 #   scripts/kernel-matrix.sh --kernel 7.x-arm64-64k=$(scripts/kernel-64k.sh) \
 #     --cell 7.x-arm64-64k:xfs --thp always
 #
-#   --rebuild   run make even when the cached Image is up to date
-#   --jobs N    make -jN (default: the number of CPUs); make runs under nice -n 19
+#   --version V  the source: 7.3 (default) or 6.12
+#   --rebuild    run make even when the cached Image is up to date
+#   --jobs N     make -jN (default: the number of CPUs); make runs under nice -n 19
 #
 # Prints the path of the Image (target/kernel-lab/src-arm64-64k/arch/arm64/
-# boot/Image) on standard output. Caches (target/kernel-lab/): the source
-# package (cache/, fetched as scripts/kernel-lab.sh does), the built tree
-# (src-arm64-64k/); a build whose source and resolved configuration did not
-# change is skipped. Build times go to build-times.jsonl (variant arm64-64k).
+# boot/Image for 7.3, src-arm64-64k-6.12/... for 6.12) on standard output.
+# Caches (target/kernel-lab/): the source package (cache/, fetched as
+# scripts/kernel-lab.sh does), the built tree; a build whose source and
+# resolved configuration did not change is skipped. Build times go to
+# build-times.jsonl (variant arm64-64k or arm64-64k-6.12).
 # Exit status: 0 when the Image is built or up to date, 2 for bad usage, a
 # missing tool, or a failed configuration or build (one line says which).
 set -euo pipefail
@@ -27,12 +30,14 @@ die() { echo "kernel-64k: $*" >&2; exit 2; }
 say() { echo "kernel-64k: $*" >&2; }
 
 rebuild=0
+version=7.3
 jobs=$(nproc)
 while [ $# -gt 0 ]; do
   case $1 in
     --rebuild) rebuild=1 ;;
+    --version) shift; case ${1:-} in 7.3|6.12) version=$1 ;; *) die "--version takes 7.3 or 6.12" ;; esac ;;
     --jobs) shift; [[ ${1:-} =~ ^[1-9][0-9]*$ ]] || die "--jobs needs a positive number"; jobs=$1 ;;
-    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;
   esac
   shift
@@ -47,7 +52,9 @@ frag=$repo/kernel/arm64-64k.config
 
 lab=$repo/target/kernel-lab
 cache=$lab/cache
-tree=$lab/src-arm64-64k
+variant=arm64-64k
+[ "$version" = 7.3 ] || variant=arm64-64k-$version
+tree=$lab/src-$variant
 image=$tree/arch/arm64/boot/Image
 mkdir -p "$cache"
 # The private apt configuration shared with scripts/kernel-lab.sh and
@@ -93,9 +100,10 @@ configure() {
   ) || die "configuring ${tree#"$repo"/} failed: $why"
 }
 
-tb=$(source_tarball 7.3)
+tb=$(source_tarball "$version")
 t0=$(date +%s)
 kind="make after a change"
+[ -s "$tree/.k64-built" ] || kind="clean build"
 if [ "$(cat "$tree/.k64-source" 2> /dev/null)" != "$(basename "$tb")" ]; then
   say "unpacking $(basename "$tb") into ${tree#"$repo"/}"
   unpack "$tb" "$tree"
@@ -109,12 +117,12 @@ if [ $rebuild = 0 ] && [ "$(cat "$tree/.k64-built" 2> /dev/null)" = "$key" ] && 
   echo "$image"
   exit 0
 fi
-log=$lab/build-arm64-64k.log
+log=$lab/build-$variant.log
 say "building Image (nice -n 19 make -j$jobs; $kind), log: ${log#"$repo"/}"
 (cd "$tree" && nice -n 19 make -j"$jobs" Image > "$log" 2>&1) ||
   die "building the arm64 64 KiB-page kernel failed: $(first_error "$log") (see ${log#"$repo"/})"
 secs=$(( $(date +%s) - t0 ))
 echo "$key" > "$tree/.k64-built"
-echo "{\"variant\":\"arm64-64k\",\"kind\":\"$kind\",\"seconds\":$secs,\"date\":\"$(date -u +%FT%TZ)\",\"jobs\":$jobs}" >> "$lab/build-times.jsonl"
+echo "{\"variant\":\"$variant\",\"kind\":\"$kind\",\"seconds\":$secs,\"date\":\"$(date -u +%FT%TZ)\",\"jobs\":$jobs}" >> "$lab/build-times.jsonl"
 say "built in $secs s: ${image#"$repo"/} ($(stat -c %s "$image") bytes)"
 echo "$image"
