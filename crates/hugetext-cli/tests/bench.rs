@@ -87,6 +87,7 @@ fn exec_json_shape_and_verified_states() {
             "dir",
             "filesystem",
             "kernel",
+            "page_kb",
             "pages",
             "random_calls",
             "random_passes",
@@ -96,9 +97,18 @@ fn exec_json_shape_and_verified_states() {
             "size_bytes",
             "stopped",
             "targets",
+            "unit",
+            "unit_kb",
             "variants"
         ]
     );
+    let unit_kb = v["unit_kb"].as_u64().unwrap();
+    assert_eq!(unit_kb * 1024, hugetext::kernel::unit_size() as u64);
+    assert_eq!(
+        v["page_kb"].as_u64().unwrap() * 1024,
+        hugetext::kernel::page_size() as u64
+    );
+    let units = 32 * 1024 / unit_kb;
     assert_eq!(keys(&v["variants"]), ["baseline", "huge", "warm"]);
     assert_eq!(
         keys(&v["targets"]),
@@ -156,7 +166,15 @@ fn exec_json_shape_and_verified_states() {
             assert_eq!(keys(r), run_keys, "{name}");
             assert_eq!(
                 keys(&r["state"]),
-                ["cached_before_kb", "folios_kb", "pmd_folio_pct", "pmd_mapped_pct"]
+                [
+                    "cached_before_kb",
+                    "cold_faults",
+                    "cold_major_faults",
+                    "folios_kb",
+                    "pgpgin_kb",
+                    "pmd_folio_pct",
+                    "pmd_mapped_pct"
+                ]
             );
             let passes: Vec<f64> = r["random_passes_ms"].as_array().unwrap().iter().map(num).collect();
             assert_eq!(passes.len(), 3, "default: 3 passes of the random phase");
@@ -169,6 +187,15 @@ fn exec_json_shape_and_verified_states() {
             let total = folios_total_kb(&state["folios_kb"]);
             assert_eq!(total, 32 * 1024, "{name}: {state}");
             let (pmd_folios, pmd_mapped) = (num(&state["pmd_folio_pct"]), num(&state["pmd_mapped_pct"]));
+            let faults = state["cold_faults"].as_u64().unwrap();
+            assert!(state["cold_major_faults"].as_u64().unwrap() <= faults, "{state}");
+            if name != "warm" {
+                // Evicted first (cached_before_kb is checked below for the
+                // baseline, by the benchmark itself for huge), so the sweep
+                // read the whole file from the disk; other readers on the
+                // machine may add to the machine-wide counter.
+                assert!(state["pgpgin_kb"].as_u64().unwrap() >= 32 * 1024, "{name}: {state}");
+            }
             if name == "baseline" {
                 // Exec faults read 4 KiB folios on x86 (doc/kernel-facts.md §1),
                 // unless khugepaged collapses them meanwhile: under THP
@@ -177,10 +204,20 @@ fn exec_json_shape_and_verified_states() {
                 if !khugepaged {
                     assert_eq!(pmd_folios, 0.0, "{state}");
                     assert_eq!(pmd_mapped, 0.0, "{state}");
+                    // Small mappings: more than one fault per unit (fault-around
+                    // maps at most 64 KiB per fault; one page with 64 KiB pages).
+                    assert!(faults > units, "{state}");
                 }
             } else {
                 assert_eq!(pmd_folios, 100.0, "{name}: {state}");
                 assert_eq!(pmd_mapped, 100.0, "{name}: {state}");
+                // PMD-mapped a unit at a time: a fault per PMD, a few more
+                // where a fault raced the folio's read (a retried fault counts
+                // twice). Contpte blocks are mapped by as many faults as the
+                // kernel's fault path takes (what the 64 KiB table reports).
+                if v["unit"] == "pmd" {
+                    assert!(faults >= units / 2 && faults <= 2 * units + 4, "{name}: {state}");
+                }
             }
         }
         // Variants rotate: each takes a different position in the 2 runs.

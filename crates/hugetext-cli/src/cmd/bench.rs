@@ -331,18 +331,33 @@ fn run_exec(a: ExecArgs) -> Result<u8> {
     let q = &r.ratios;
     println!(
         "exec benchmark (the exec-readahead microbenchmark of the Linux \"large folios for exec memory\" patches): \
-         {} MiB file of RET stubs per variant on {} ({}), kernel {}, {} runs (times: median, min–max)\n",
+         {} MiB file of RET stubs per variant on {} ({}), kernel {}, {} KiB pages, {} runs (times: median, min–max)\n",
         r.size_bytes >> 20,
         r.filesystem,
         r.dir.display(),
         r.kernel,
+        r.page_kb,
         r.runs
     );
+    // The unit the states count in: the PMD, or with 64 KiB pages the
+    // 2 MiB contpte block.
+    let (unit_folios, unit_mapped, warm_head) = match r.unit {
+        hugetext::elf::HugeUnit::Pmd => (
+            "Page cache in PMD-size folios".to_string(),
+            "Mapping PMD-mapped".to_string(),
+            "Warm (PMD page cache)".to_string(),
+        ),
+        hugetext::elf::HugeUnit::Contpte => (
+            format!("Page cache in folios of {} KiB or more", r.unit_kb),
+            format!("Mapping contpte-mapped ({} KiB blocks)", r.unit_kb),
+            format!("Warm ({} KiB folios)", r.unit_kb),
+        ),
+    };
     let mut t = table(&[
         "Phase",
         "Baseline",
         "Huge (MADV_HUGEPAGE)",
-        "Warm (PMD page cache)",
+        &warm_head,
         "huge/base",
         "warm/base",
     ]);
@@ -390,7 +405,7 @@ fn run_exec(a: ExecArgs) -> Result<u8> {
         }
     };
     t.add_row(vec![
-        "Page cache in PMD-size folios".to_string(),
+        unit_folios,
         state(b, |s| s.pmd_folio_pct),
         state(h, |s| s.pmd_folio_pct),
         state(w, |s| s.pmd_folio_pct),
@@ -398,10 +413,44 @@ fn run_exec(a: ExecArgs) -> Result<u8> {
         "".into(),
     ]);
     t.add_row(vec![
-        "Mapping PMD-mapped".to_string(),
+        unit_mapped,
         state(b, |s| s.pmd_mapped_pct),
         state(h, |s| s.pmd_mapped_pct),
         state(w, |s| s.pmd_mapped_pct),
+        "".into(),
+        "".into(),
+    ]);
+    // Counts: what an emulator or a busy neighbour cannot distort.
+    let count = |v: &exec::VariantReport, f: fn(&exec::State) -> u64| {
+        let mut vals: Vec<u64> = v.runs.iter().map(|r| f(&r.state)).collect();
+        vals.sort_unstable();
+        let (lo, hi) = (vals[0], vals[vals.len() - 1]);
+        if lo == hi {
+            lo.to_string()
+        } else {
+            format!("{} ({lo}–{hi})", vals[vals.len() / 2])
+        }
+    };
+    let faults = |v: &exec::VariantReport| {
+        format!(
+            "{}, {} major",
+            count(v, |s| s.cold_faults),
+            count(v, |s| s.cold_major_faults)
+        )
+    };
+    t.add_row(vec![
+        "Cold sweep page faults".to_string(),
+        faults(b),
+        faults(h),
+        faults(w),
+        "".into(),
+        "".into(),
+    ]);
+    t.add_row(vec![
+        "Read from disk, kB (pgpgin)".to_string(),
+        count(b, |s| s.pgpgin_kb),
+        count(h, |s| s.pgpgin_kb),
+        count(w, |s| s.pgpgin_kb),
         "".into(),
         "".into(),
     ]);

@@ -30,7 +30,11 @@
 //! ([`stats::paired_ratio`]).
 //!
 //! Each run records the state it measured: the page cache's share in PMD
-//! folios (`folio::scan_file`) and the mapping's `FilePmdMapped` from smaps.
+//! folios (`folio::scan_file`) and the mapping's `FilePmdMapped` from smaps
+//! (with 64 KiB pages: 2 MiB blocks and contpte mappings), and two counts
+//! that no emulator or noisy neighbour distorts: the page faults the cold
+//! sweep took (`getrusage`, this thread) and the kB read from disk for the
+//! variant (`pgpgin` of `/proc/vmstat`, over the warm fill and the sweep).
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -163,12 +167,51 @@ pub struct State {
     /// `FilePmdMapped` of the benchmark's mapping, as a share of its size,
     /// in percent (what the random phase ran on).
     pub pmd_mapped_pct: f64,
+    /// Page faults of the cold sweep, minor and major (`getrusage`,
+    /// `RUSAGE_THREAD`): one per page read in base pages, one per folio
+    /// where the kernel maps a large folio at once.
+    pub cold_faults: u64,
+    /// Of those, major faults (the ones that waited for a read).
+    pub cold_major_faults: u64,
+    /// kB read from block devices while this variant was prepared and swept
+    /// (`pgpgin` of `/proc/vmstat`: machine-wide, so other readers count
+    /// too); about the file's size when readahead read it once.
+    pub pgpgin_kb: u64,
+}
+
+/// This thread's (minor, major) page faults so far.
+fn thread_faults() -> (u64, u64) {
+    // SAFETY: getrusage writes one rusage into the zeroed value it is given.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    if unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) } != 0 {
+        return (0, 0);
+    }
+    (ru.ru_minflt as u64, ru.ru_majflt as u64)
+}
+
+/// `pgpgin` of `/proc/vmstat` (kB read from block devices since boot); 0
+/// where it cannot be read.
+fn pgpgin_kb() -> u64 {
+    std::fs::read_to_string("/proc/vmstat")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find_map(|l| l.strip_prefix("pgpgin ").and_then(|v| v.trim().parse().ok()))
+        })
+        .unwrap_or(0)
 }
 
 /// Everything the benchmark measured.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Report {
     pub kernel: String,
+    /// Base page size of the kernel, kB.
+    pub page_kb: u64,
+    /// The unit of huge text the states count in: the PMD, or the 2 MiB
+    /// contiguous-PTE block with 64 KiB pages (`pmd` or `contpte`).
+    pub unit: crate::elf::HugeUnit,
+    /// Its size, kB.
+    pub unit_kb: u64,
     pub size_bytes: u64,
     pub pages: u64,
     pub random_calls: u64,
@@ -408,6 +451,9 @@ pub fn run(opts: &Options, progress: &dyn Progress) -> Result<Report> {
     };
     Ok(Report {
         kernel: kernel::KernelVersion::current().to_string(),
+        page_kb: kernel::page_size() as u64 / 1024,
+        unit: kernel::huge_unit().1,
+        unit_kb: kernel::unit_size() as u64 / 1024,
         size_bytes: size,
         pages,
         random_calls: calls,
@@ -476,6 +522,8 @@ struct Prepared<'a> {
     warm_ms: Option<f64>,
     cached_before_kb: u64,
     cold_ms: f64,
+    cold_faults: (u64, u64),
+    pgpgin_kb: u64,
     random_passes_ms: Vec<f64>,
     position: u32,
 }
@@ -546,6 +594,9 @@ fn measure_run(
                 pmd_folio_pct: pct(pmd_kb, view.cached_kb),
                 folios_kb: view.folios_kb,
                 pmd_mapped_pct: pct(pmd_mapped_kb, size / 1024),
+                cold_faults: p.cold_faults.0 + p.cold_faults.1,
+                cold_major_faults: p.cold_faults.1,
+                pgpgin_kb: p.pgpgin_kb,
             },
         });
     }
@@ -568,6 +619,7 @@ fn cold(path: &Path, size: u64, v: Variant) -> Result<Prepared<'_>> {
     let pages = size as usize / ps;
     pagecache::evict(file, 0..size)?;
     let cached_after_evict = folio::scan_file(path, None)?.cached_kb;
+    let pgpgin_before = pgpgin_kb();
     let mut warm_ms = None;
     if v == Variant::Warm {
         let t = Instant::now();
@@ -604,18 +656,27 @@ fn cold(path: &Path, size: u64, v: Variant) -> Result<Prepared<'_>> {
         map.madvise(0, size as usize, kernel::MADV_HUGEPAGE)?;
     }
     let base = map.addr();
+    let faults_before = thread_faults();
     let t = Instant::now();
     for p in 0..pages {
         // SAFETY: every byte of the file is RET and the mapping is PROT_EXEC.
         unsafe { call(base + p * ps) };
     }
     let cold_ms = ms(t.elapsed());
+    let faults_after = thread_faults();
+    let cold_faults = (
+        faults_after.0.saturating_sub(faults_before.0),
+        faults_after.1.saturating_sub(faults_before.1),
+    );
+    let pgpgin_kb = pgpgin_kb().saturating_sub(pgpgin_before);
     Ok(Prepared {
         path,
         map,
         warm_ms,
         cached_before_kb,
         cold_ms,
+        cold_faults,
+        pgpgin_kb,
         random_passes_ms: Vec::new(),
         position: 0,
     })
@@ -658,6 +719,9 @@ mod tests {
                 folios_kb: BTreeMap::new(),
                 pmd_folio_pct: 0.0,
                 pmd_mapped_pct: 0.0,
+                cold_faults: 0,
+                cold_major_faults: 0,
+                pgpgin_kb: 0,
             },
         }
     }
