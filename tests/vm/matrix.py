@@ -112,11 +112,16 @@ def interpret(name, rc, lines):
             if f.get("millis") and f.get("pmd_kb"):
                 out["ms_per_mib"] = f["millis"] / (f["pmd_kb"] / 1024.0)
         else:
-            states = {}
+            states, full = {}, {}
             for v, d in (doc.get("variants") or {}).items():
                 runs = d.get("runs") or [{}]
                 states[v] = runs[0].get("state", {}).get("pmd_mapped_pct")
+                full[v] = runs[0].get("state", {})
             out["pmd_mapped_pct"] = states
+            # The whole state of the first run (folio sizes after the cold
+            # sweep, shares, faults, pgpgin) and the unit it counts in.
+            out["states"] = full
+            out.update({k: doc.get(k) for k in ("unit", "unit_kb", "page_kb", "size_bytes", "filesystem")})
         return out
     if name.startswith("fixture-"):
         return fixture_probe(out, text)
@@ -254,7 +259,7 @@ def doc(paths):
     old = Path("doc/kernels.json")
     if old.exists():
         cells += [c for c in json.loads(old.read_text()) if c["cell"] not in ran]
-    order = {k: i for i, k in enumerate(["5.10", "6.1", "6.12", "7.x", "6.12-arm64", "6.12-arm64-16k", "7.x-arm64", "7.x-arm64-16k"])}
+    order = {k: i for i, k in enumerate(["5.10", "6.1", "6.12", "7.x", "6.12-arm64", "6.12-arm64-16k", "6.12-arm64-64k", "7.x-arm64", "7.x-arm64-16k", "7.x-arm64-64k"])}
     cells.sort(key=lambda c: (order.get(c["cell"].split(":")[0], 9), c["cell"]))
     Path("doc/kernels.json").write_text(json.dumps(cells, indent=1, sort_keys=True) + "\n")
     rows = []
@@ -296,7 +301,7 @@ def doc(paths):
         rel = c.get("guest", {}).get("release", "?")
         for mode, p in sorted(c.get("probes", {}).items()):
             for linker in ("bfd", "lld", "mold"):
-                got = {w: p.get(f"fixture-{w}-{linker}") for w in ("plain", "warm", "alignwarm", "run")}
+                got = {w: p.get(f"fixture-{w}-{linker}") for w in ("plain", "warm", "alignwarm", "run", "hot")}
                 if not any(got.values()):
                     continue
                 size = next((g for g in got.values() if g and g.get("page_size_kb")), {})
@@ -311,7 +316,7 @@ def doc(paths):
                     f"| {k} ({rel}) | {size.get('page_size_kb', '?')} KiB / {size.get('pmd_size_kb', '?')} kB "
                     f"| {fs} | {mode} | {linker} PIE "
                     f"| {(got['plain'] or got['run'] or {}).get('text_kb', '?')} "
-                    f"| {kb(got['plain'])} | {kb(got['warm'])} | {kb(got['alignwarm'])} | {kb(got['run'])} |"
+                    f"| {kb(got['plain'])} | {kb(got['warm'])} | {kb(got['alignwarm'])} | {kb(got['run'])} | {kb(got['hot'])} |"
                 )
     fixtures_md = ""
     if fixture_rows:
@@ -324,16 +329,23 @@ ways: a plain exec, `hugetext warm` then a plain exec and `hugetext align`,
 `warm`, then a plain exec (both where the filesystem gives large folios),
 and `hugetext run`. The PIEs' `p_align` is 64 KiB, so the kernel places them
 64 KiB-aligned: their text can be PMD-mapped only after `align` (or by `run`'s
-copy), and contpte blocks of 2 MiB (16 KiB pages) need a 2 MiB-aligned base
-too. Each cell is kB PMD-mapped / kB of
+copy), and contpte blocks of 2 MiB (16 and 64 KiB pages) need a 2 MiB-aligned
+base too. Each cell is kB PMD-mapped / kB of
 contpte blocks, read by `hugetext inspect --cont` while the program waits:
 naturally aligned, physically contiguous blocks of the contpte size (64 KiB
-with 4 KiB pages, 2 MiB with 16 KiB pages) inside one folio, mapped by page
-table entries, which the arm64 kernel maps with the contiguous bit.
+with 4 KiB pages, 2 MiB with 16 and 64 KiB pages) inside one folio, mapped by
+page table entries, which the arm64 kernel maps with the contiguous bit. With
+64 KiB pages the PMD is 512 MiB, which no page-cache folio reaches: there the
+2 MiB contpte block is the unit of huge text, and `run` copies into 2 MiB
+anonymous folios (`hugepages-2048kB` enabled). **run --hot** (lld only): a
+sampled profile of the fixture's own run (`hugetext profile`, cpu-clock),
+then `run --hot` with it: only the windows holding 99% of the samples are
+copied ("—" where the cell ran before this column existed).
 
-| kernel | page / PMD size | fs | THP | fixture | text kB | plain exec | warm, exec | align, warm, exec | run |
-|---|---|---|---|---|---|---|---|---|---|
+| kernel | page / PMD size | fs | THP | fixture | text kB | plain exec | warm, exec | align, warm, exec | run | run --hot |
+|---|---|---|---|---|---|---|---|---|---|---|
 """ + "\n".join(fixture_rows) + "\n"
+    fixtures_md += bench_64k(cells)
     date = max((c.get("date", "") for c in cells), default="")
     accel = sorted({c.get("accel", "?") for c in cells})
     secs = sum(c.get("seconds", 0) for c in cells)
@@ -400,6 +412,74 @@ How to read it:
   hugetext must say and do without them is tested by the others.
 """ + fixtures_md
     Path("doc/kernels.md").write_text(md)
+
+
+def folio_mix(folios):
+    """'2048 kB: 100%' style: each folio size's share of the cached kB."""
+    total = sum(folios.values()) or 1
+    parts = sorted(((int(k), v) for k, v in folios.items()), reverse=True)
+    return ", ".join(f"{k} kB {v * 100 / total:.0f}%" for k, v in parts if v) or "none"
+
+
+def bench_64k(cells):
+    """The exec-readahead benchmark on the 64 KiB-page kernels: what each
+    variant's cold sweep left (folio sizes, contpte-mapped share, faults,
+    kB read), with the fixture's `run` beside it."""
+    rows = []
+    for c in cells:
+        k, fs = c["cell"].split(":")
+        rel = c.get("guest", {}).get("release", "?")
+        for mode, p in sorted(c.get("probes", {}).items()):
+            b = p.get("bench-exec") or {}
+            if b.get("unit") != "contpte" or b.get("page_kb") != 64:
+                continue
+            for v, label in (("baseline", "plain exec mapping"), ("huge", "MADV_HUGEPAGE"), ("warm", "`hugetext warm` first")):
+                st = (b.get("states") or {}).get(v)
+                if not st:
+                    continue
+                rows.append(
+                    f"| {k} ({rel}) | {fs} | {mode} | {label} | {folio_mix(st.get('folios_kb', {}))} "
+                    f"| {st.get('pmd_folio_pct', 0):.0f}% | {st.get('pmd_mapped_pct', 0):.0f}% "
+                    f"| {st.get('cold_faults', '?')} ({st.get('cold_major_faults', '?')}) | {st.get('pgpgin_kb', '?')} |"
+                )
+            r = p.get("fixture-run-lld") or {}
+            if r.get("contpte_kb") is not None:
+                rows.append(
+                    f"| {k} ({rel}) | {fs} | {mode} | `hugetext run` (lld PIE, {r.get('text_kb', '?')} kB text) "
+                    f"| anonymous | — | {r['contpte_kb'] * 100 / (r.get('text_kb') or 1):.0f}% ({r['contpte_kb']} kB) | — | — |"
+                )
+    if not rows:
+        return ""
+    size = next(
+        (c["probes"][m]["bench-exec"].get("size_bytes") for c in cells for m in c.get("probes", {})
+         if (c["probes"][m].get("bench-exec") or {}).get("unit") == "contpte"),
+        0,
+    )
+    return f"""
+## arm64 with 64 KiB pages: the exec-readahead benchmark
+
+The Linux "improve large folio readahead for exec memory" patches were
+measured on arm64 with 64 KiB base pages (Neoverse V2, a 512 MB executable on
+ext4): cold faults took 50% less time and random calls 23% less. There the
+PMD is 512 MiB, above the page cache's largest folio, and the unit that one
+TLB entry maps is the 2 MiB contpte block (32 × 64 KiB). Debian ships no
+64 KiB kernel; `scripts/kernel-64k.sh --version 7.3|6.12` builds one from
+Debian's source, and `scripts/kernel-matrix.sh --kernel
+7.x-arm64-64k=IMAGE --cell 7.x-arm64-64k:ext4` boots it. In each guest
+`hugetext bench exec --size {size >> 20}M --runs 1` sweeps a file of AArch64
+`ret` stubs cold, one call per page, three ways. Times under qemu TCG are
+emulated, so the table gives what the kernel did, as counts: the page
+cache's folio sizes after the sweep (share of the cached kB), the share in
+folios of 2 MiB or more, the share mapped as whole 2 MiB contpte blocks of
+one folio each (pagemap and `/proc/kpageflags`), the sweep's page faults
+(major in brackets; fault-around is one page with 64 KiB pages, so a
+fault per page is the base-page rate) and the kB read from the disk
+(`pgpgin`). The last row of each cell is `hugetext run` on the lld-linked
+fixture: its text copied into 2 MiB anonymous folios.
+
+| kernel | fs | THP | variant | page cache after the cold sweep | in ≥2 MiB folios | contpte-mapped | faults (major) | kB read |
+|---|---|---|---|---|---|---|---|---|
+""" + "\n".join(rows) + "\n"
 
 
 def mprotect(logs):

@@ -85,7 +85,7 @@ fresh plain.pie "$dir/pie.aligned"
 capture plain-exec pmd_kb_of "$dir/plain.pie"
 
 # aarch64: per fixture, what a plain exec, `warm` then exec, `align` and
-# `warm` then exec, and `run` give the text, in kB PMD-mapped and in kB of contpte blocks: naturally aligned,
+# `warm` then exec, `run` (and for lld `run --hot`) give the text, in kB PMD-mapped and in kB of contpte blocks: naturally aligned,
 # physically contiguous blocks of the contpte size inside one folio, mapped
 # by PTEs (`inspect --cont`; 64 KiB with 4 KiB pages, 2 MiB with 16 KiB).
 if [ "$(uname -m)" = aarch64 ]; then
@@ -120,6 +120,14 @@ if [ "$(uname -m)" = aarch64 ]; then
     fi
     fresh "fx-run-$l.pie" "target/fixtures/$l/pie"
     capture "fixture-run-$l" measure_of "$ht" run -- "$dir/fx-run-$l.pie"
+    # run --hot: a sampled profile of the fixture's own run (cpu-clock, as
+    # on a machine with no PMU), then only the windows holding its samples.
+    if [ "$l" = lld ]; then
+      "$ht" profile --frequency 4999 -o "$dir/fx-$l.profile.json" -- "$dir/fx-$l.pie" > "$dir/profile.out" 2>&1 ||
+        sed 's/^/profile: /' "$dir/profile.out"
+      fresh "fx-hot-$l.pie" "target/fixtures/$l/pie"
+      capture "fixture-hot-$l" measure_of "$ht" run -v --hot "$dir/fx-$l.profile.json" -- "$dir/fx-hot-$l.pie"
+    fi
   done
 fi
 
