@@ -321,7 +321,9 @@ fn hot_environment(
     let Some(path) = profile else {
         return Ok(None);
     };
-    let pmd = hugetext::kernel::pmd_size() as u64;
+    // Windows of the unit of huge text: the PMD, or the 2 MiB contpte
+    // block with 64 KiB pages (what the preload remaps in).
+    let pmd = hugetext::kernel::unit_size() as u64;
     let (list, files) =
         hugetext::profile::load_hot_list(path, share, pmd).map_err(|e| exit_with(125, e.to_string()))?;
     if verbose {

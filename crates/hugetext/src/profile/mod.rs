@@ -69,7 +69,9 @@ pub struct Profile {
     pub pid: Option<i32>,
     /// Granule of `pages` (bytes): 4096.
     pub page_size: u64,
-    /// Window size (bytes): the PMD size, 2 MiB on x86-64.
+    /// Window size (bytes): the unit of huge text, the PMD size (2 MiB on
+    /// x86-64), or the 2 MiB contpte block with 64 KiB pages, whose 512 MiB
+    /// PMD no page-cache folio reaches. The key keeps its name.
     pub pmd_size: u64,
     /// All counts seen, attributed or not.
     pub total: u64,
