@@ -167,6 +167,13 @@ def fixture_probe(out, text):
         out["contpte_kb"] = None
         out["pmd_kb"] = out["file_pmd_kb"] + out["anon_huge_kb"]
         return out
+    # run --hot (fixture-hot-*): the profile's samples and what run kept cold.
+    h = re.search(r"hot windows ([\d.]+) MiB, cold windows left alone ([\d.]+) MiB", text)
+    if h:
+        out.update(hot_mib=float(h.group(1)), cold_mib=float(h.group(2)))
+    n = re.search(r"^(\d+) samples \(cpu-clock\)", text, re.M)
+    if n:
+        out["profile_samples"] = int(n.group(1))
     out.update(
         page_size_kb=doc.get("page_size_kb"),
         pmd_size_kb=doc.get("pmd_size_kb"),
@@ -310,7 +317,10 @@ def doc(paths):
                     if not g:
                         return "—"
                     cont = g.get("contpte_kb")
-                    return f"{g.get('pmd_kb', '?')} / {'not measured' if cont is None else cont}"
+                    hot = ""
+                    if g.get("hot_mib") is not None:
+                        hot = f" (hot {g['hot_mib']:.0f} MiB, cold {g['cold_mib']:.0f} MiB; {g.get('profile_samples', '?')} samples)"
+                    return f"{g.get('pmd_kb', '?')} / {'not measured' if cont is None else cont}{hot}"
 
                 fixture_rows.append(
                     f"| {k} ({rel}) | {size.get('page_size_kb', '?')} KiB / {size.get('pmd_size_kb', '?')} kB "

@@ -102,6 +102,13 @@ if [ "$(uname -m)" = aarch64 ]; then
     echo
     stop_ready
   }
+  # measure_hot PROG...: measure_of, then what the profile held and what
+  # run's -v says it remapped of it.
+  measure_hot() {
+    measure_of "$@"
+    grep -h 'samples (cpu-clock)\|windows of .* holding' "$dir/profile.out"
+    grep -h 'hot windows' "$dir/wait.out" | tail -n 1
+  }
   for l in bfd lld mold; do
     [ -x "target/fixtures/$l/pie" ] || continue
     fresh "fx-$l.pie" "target/fixtures/$l/pie"
@@ -126,7 +133,7 @@ if [ "$(uname -m)" = aarch64 ]; then
       "$ht" profile --frequency 4999 -o "$dir/fx-$l.profile.json" -- "$dir/fx-$l.pie" > "$dir/profile.out" 2>&1 ||
         sed 's/^/profile: /' "$dir/profile.out"
       fresh "fx-hot-$l.pie" "target/fixtures/$l/pie"
-      capture "fixture-hot-$l" measure_of "$ht" run -v --hot "$dir/fx-$l.profile.json" -- "$dir/fx-hot-$l.pie"
+      capture "fixture-hot-$l" measure_hot "$ht" run -v --hot "$dir/fx-$l.profile.json" -- "$dir/fx-hot-$l.pie"
     fi
   done
 fi

@@ -1326,7 +1326,15 @@ fn signals_fork_and_exec_after_remap() {
 
 #[test]
 fn c_api_second_call_counts_what_the_first_did() {
-    let o = cprog(&["threads", "3"], "remap_threads_lld");
+    common::preload();
+    // The program's executable mappings after each call go to stderr
+    // (REMAP_THREADS_MAPS): on a failure they show which windows moved.
+    let o = Command::new(common::cprogs().join("remap_threads_lld"))
+        .args(["threads", "3"])
+        .env("HUGETEXT_VERBOSE", "1")
+        .env("REMAP_THREADS_MAPS", "1")
+        .output()
+        .unwrap();
     let out = common::text(&o.stdout);
     let v: Vec<i64> = out
         .lines()

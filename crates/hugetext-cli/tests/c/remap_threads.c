@@ -35,6 +35,17 @@ static atomic_long handled;
 
 static long call_at(char *p) { return ((long (*)(void))p)(); }
 
+/* REMAP_THREADS_MAPS set: the executable mappings after call `c`, to
+ * stderr (which of libbig.so's windows are file-backed, which copied). */
+static void dump_maps(int c) {
+    FILE *f = fopen("/proc/self/maps", "r");
+    char line[512];
+    if (!f) return;
+    while (fgets(line, sizeof line, f))
+        if (strstr(line, " r-xp ") || strstr(line, " r-xs ")) fprintf(stderr, "maps after call %d: %s", c + 1, line);
+    fclose(f);
+}
+
 static int check_all(void) {
     for (int k = 0; k < nfunc; k++)
         if (call_at(lib_stubs_begin + (long)k * BLOCK) != expected[k]) return 0;
@@ -107,6 +118,7 @@ int main(int argc, char **argv) {
         long r = hugetext_remap_text();
         printf("remapped=%ld\n", r);
         if (r < 0 && r != -EBUSY) { fprintf(stderr, "hugetext_remap_text: %s\n", strerror((int)-r)); }
+        if (getenv("REMAP_THREADS_MAPS")) dump_maps(c);
     }
     usleep(2000);
     atomic_store(&stop, 1);
