@@ -129,7 +129,10 @@ fn dlopen_dlclose_and_again_from_threads_is_huge_each_time() {
                 r.huge_kib >= 16 * KIB_PER_MIB && r.huge_kib <= r.text_kib,
                 "{case}: round {i}: {r:?}\n{err}"
             );
-            assert_eq!(r.left_kib, 0, "{case}: round {i}: mappings left after dlclose: {r:?}");
+            assert_eq!(
+                r.left_kib, 0,
+                "{case}: round {i}: mappings left after dlclose: {r:?}\n{err}"
+            );
             assert_eq!(
                 r.stale_lines, 0,
                 "{case}: round {i}: perf map names unloaded text: {r:?}"

@@ -455,6 +455,9 @@ fn run_exec(a: ExecArgs) -> Result<u8> {
         "".into(),
     ]);
     println!("{t}\n");
+    for n in &r.notes {
+        println!("note: {n}\n");
+    }
     println!("{}\n", ratio_note(r.runs, r.stopped, &a.until));
     for (label, ratio, subject) in [
         ("random calls, huge/baseline", &q.random_huge_over_baseline, "huge text"),

@@ -93,8 +93,12 @@ static long left_in(unsigned long lo, unsigned long hi) {
     long kb = 0;
     while (f && fgets(line, sizeof line, f)) {
         unsigned long s, e;
-        if (sscanf(line, "%lx-%lx", &s, &e) == 2 && s < hi && e > lo)
+        if (sscanf(line, "%lx-%lx", &s, &e) == 2 && s < hi && e > lo) {
             kb += (long)((e < hi ? e : hi) - (s > lo ? s : lo)) / 1024;
+            /* What it is (a copy left behind, or another mapping the kernel
+             * put in the freed range), for a failing test to show. */
+            fprintf(stderr, "left in [%lx, %lx): %s", lo, hi, line);
+        }
     }
     if (f) fclose(f);
     return kb;
