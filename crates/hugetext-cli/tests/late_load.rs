@@ -186,7 +186,7 @@ fn late_objects_obey_no_dlopen_kill_switch_exclude_and_minimum() {
         let (rs, err) = late_load(args, env, None, &lib, 2);
         for r in &rs {
             assert_eq!(r.huge_kib, 0, "{args:?} {env:?}: {r:?}\n{err}");
-            assert_eq!(r.left_kib, 0, "{args:?} {env:?}: {r:?}");
+            assert_eq!(r.left_kib, 0, "{args:?} {env:?}: {r:?}\n{err}");
         }
         assert!(!err.contains(LATE_SUMMARY), "{args:?} {env:?}: {err}");
         assert!(err.contains(says), "{args:?} {env:?}: expected {says:?} in\n{err}");
