@@ -123,6 +123,9 @@ def interpret(name, rc, lines):
             out["states"] = full
             out.update({k: doc.get(k) for k in ("unit", "unit_kb", "page_kb", "size_bytes", "filesystem")})
         return out
+    if name == "read-ahead":
+        out["kb"] = {d: int(kb) for d, kb in re.findall(r"^(\w+) (\d+)$", text, re.M)}
+        return out
     if name.startswith("fixture-"):
         return fixture_probe(out, text)
     if name.endswith("-exec"):
@@ -443,12 +446,14 @@ def bench_64k(cells):
             b = p.get("bench-exec") or {}
             if b.get("unit") != "contpte" or b.get("page_kb") != 64:
                 continue
+            ra = (p.get("read-ahead") or {}).get("kb") or {}
+            ra_note = ", ".join(f"{d} {kb} kB" for d, kb in sorted(ra.items())) or "not recorded"
             for v, label in (("baseline", "plain exec mapping"), ("huge", "MADV_HUGEPAGE"), ("warm", "`hugetext warm` first")):
                 st = (b.get("states") or {}).get(v)
                 if not st:
                     continue
                 rows.append(
-                    f"| {k} ({rel}) | {fs} | {mode} | {label} | {folio_mix(st.get('folios_kb', {}))} "
+                    f"| {k} ({rel}; readahead {ra_note}) | {fs} | {mode} | {label} | {folio_mix(st.get('folios_kb', {}))} "
                     f"| {st.get('pmd_folio_pct', 0):.0f}% | {st.get('pmd_mapped_pct', 0):.0f}% "
                     f"| {st.get('cold_faults', '?')} ({st.get('cold_major_faults', '?')}) | {st.get('pgpgin_kb', '?')} |"
                 )
