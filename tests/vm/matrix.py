@@ -383,7 +383,12 @@ The kernels are the newest Debian cloud kernel of each series: `5.10`
 (Debian 11), `6.1` (Debian 12), `6.12` (Debian 12 security), `7.x` (Debian 13
 backports). On the aarch64 kernels (`6.12-arm64`, `7.x-arm64`: 4 KiB pages;
 `6.12-arm64-16k`, `7.x-arm64-16k`: 16 KiB pages, 32 MiB PMD) the fixtures are the same programs built for aarch64 with
-70 MiB of text, and "whole 2 MiB windows" are whole PMD windows.
+70 MiB of text, and "whole 2 MiB windows" are whole PMD windows. Debian
+ships no arm64 kernel with 64 KiB pages: `6.12-arm64-64k` and
+`7.x-arm64-64k` are Debian's linux-source-6.12 and -7.3 built with
+`scripts/kernel-64k.sh --version 6.12|7.3` (PMD 512 MiB) and booted with
+`--kernel`; there the unit of huge text is the 2 MiB contpte block, and
+"whole 2 MiB windows" are whole blocks.
 
 | kernel | fs | THP | tests passed | large folios | PAGEMAP_SCAN | MADV_COLLAPSE | plain exec: the kernel's own share | warm: route, then exec kB PMD | run file, aligned | run auto, aligned | run copy, aligned | run collapse, aligned | run auto, unaligned | run auto, DSO |
 |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|

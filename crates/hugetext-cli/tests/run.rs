@@ -745,9 +745,14 @@ fn file_strategy_on_non_congruent_text_explains() {
         let err = common::text(&r.stderr);
         if err.contains("not congruent") {
             explained += 1;
-        } else {
+        } else if err.contains(", file 0.0 MiB,") {
+            // Congruent by chance (a 64 KiB-aligned base that fell on the
+            // 2 MiB grid): the file route must have worked, unless this
+            // filesystem gives no 2 MiB folios (6.12 with 64 KiB pages),
+            // which the route says.
             assert!(
-                !err.contains(", file 0.0 MiB,"),
+                !common::fs_gives_pmd_folios(prog.parent().unwrap())
+                    && err.contains("some windows stayed small"),
                 "{linker}: congruent, yet the file route did nothing: {err}"
             );
         }
