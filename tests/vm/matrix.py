@@ -87,7 +87,7 @@ def interpret(name, rc, lines):
     """What a probe's output says: route and PMD-mapped kB where it has them."""
     out = {"rc": rc}
     text = "\n".join(lines)
-    if name in ("doctor", "warm", "warm-mapped", "warm-replace", "bench-exec"):
+    if name in ("doctor", "warm", "warm-mapped", "warm-replace") or name.startswith("bench-exec"):
         try:
             # The JSON document, then whatever the command wrote to stderr
             # after it (warm's "nothing warmed" line when it exits 3).
@@ -448,26 +448,33 @@ def bench_64k(cells):
         k, fs = c["cell"].split(":")
         rel = c.get("guest", {}).get("release", "?")
         for mode, p in sorted(c.get("probes", {}).items()):
-            b = p.get("bench-exec") or {}
+          # The benchmark at fixed readahead windows where the probe ran it
+          # so, else at the window the kernel booted with.
+          fixed = [n for n in ("bench-exec-ra128", "bench-exec-ra8192") if p.get(n)]
+          for name in fixed or ["bench-exec"]:
+            b = p.get(name) or {}
             if b.get("unit") != "contpte" or b.get("page_kb") != 64:
                 continue
-            ra = (p.get("read-ahead") or {}).get("kb") or {}
-            ra_note = ", ".join(f"{d} {kb} kB" for d, kb in sorted(ra.items())) or "not recorded"
+            if name == "bench-exec":
+                ra = (p.get("read-ahead") or {}).get("kb") or {}
+                ra_note = str(ra.get("vda", "?"))
+            else:
+                ra_note = name.rsplit("ra", 1)[1]
             for v, label in (("baseline", "plain exec mapping"), ("huge", "MADV_HUGEPAGE"), ("warm", "`hugetext warm` first")):
                 st = (b.get("states") or {}).get(v)
                 if not st:
                     continue
                 rows.append(
-                    f"| {k} ({rel}; readahead {ra_note}) | {fs} | {mode} | {label} | {folio_mix(st.get('folios_kb', {}))} "
+                    f"| {k} ({rel}) | {fs} | {ra_note} kB | {label} | {folio_mix(st.get('folios_kb', {}))} "
                     f"| {st.get('pmd_folio_pct', 0):.0f}% | {st.get('pmd_mapped_pct', 0):.0f}% "
                     f"| {st.get('cold_faults', '?')} ({st.get('cold_major_faults', '?')}) | {st.get('pgpgin_kb', '?')} |"
                 )
-            r = p.get("fixture-run-lld") or {}
-            if r.get("contpte_kb") is not None:
-                rows.append(
-                    f"| {k} ({rel}) | {fs} | {mode} | `hugetext run` (lld PIE, {r.get('text_kb', '?')} kB text) "
-                    f"| anonymous | — | {r['contpte_kb'] * 100 / (r.get('text_kb') or 1):.0f}% ({r['contpte_kb']} kB) | — | — |"
-                )
+          r = p.get("fixture-run-lld") or {}
+          if r.get("contpte_kb") is not None and (p.get("bench-exec") or {}).get("page_kb") == 64:
+              rows.append(
+                  f"| {k} ({rel}) | {fs} | — | `hugetext run` (lld PIE, {r.get('text_kb', '?')} kB text) "
+                  f"| anonymous 2 MiB folios | — | {r['contpte_kb'] * 100 / (r.get('text_kb') or 1):.0f}% ({r['contpte_kb']} kB) | — | — |"
+              )
     if not rows:
         return ""
     size = next(
@@ -497,7 +504,7 @@ fault per page is the base-page rate) and the kB read from the disk
 (`pgpgin`). The last row of each cell is `hugetext run` on the lld-linked
 fixture: its text copied into 2 MiB anonymous folios.
 
-| kernel | fs | THP | variant | page cache after the cold sweep | in ≥2 MiB folios | contpte-mapped | faults (major) | kB read |
+| kernel | fs | readahead | variant | page cache after the cold sweep | in ≥2 MiB folios | contpte-mapped | faults (major) | kB read |
 |---|---|---|---|---|---|---|---|---|
 """ + "\n".join(rows) + "\n"
 

@@ -146,4 +146,16 @@ fi
 # say what they got instead (6.12 with 64 KiB pages: the contrast with 7.x);
 # it runs x86-64 or AArch64 RET stubs, whichever the machine is.
 capture bench-exec "$ht" bench exec --size 32M --runs 1 --random-passes 1 --dir "$dir" --json
+# With 64 KiB pages, again at two fixed readahead windows of the disk under
+# test (vda): the kernels boot it with different ones (6.12 128 kB, 7.3
+# 8192 kB here), and the exec and mmap readahead paths read up to it.
+if [ "$(uname -m)" = aarch64 ] && [ "$(awk '/^KernelPageSize:/ {print $2; exit}' /proc/self/smaps)" = 64 ]; then
+  ra=/sys/block/vda/queue/read_ahead_kb
+  was=$(cat $ra)
+  for kb in 128 8192; do
+    echo "$kb" > $ra
+    capture "bench-exec-ra$kb" "$ht" bench exec --size 32M --runs 1 --random-passes 1 --dir "$dir" --json
+  done
+  echo "$was" > $ra
+fi
 rm -rf "$dir"
