@@ -630,8 +630,20 @@ fn cold(path: &Path, size: u64, v: Variant) -> Result<Prepared<'_>> {
     // pages, whose 512 MiB PMD no page-cache folio reaches).
     let pmd = kernel::unit_size();
     let pages = size as usize / ps;
-    pagecache::evict(file, 0..size)?;
-    let cached_after_evict = folio::scan_file(path, None)?.cached_kb;
+    // The kernel may hold a few folios for a moment (a background
+    // collapse or writeback of the file just written): evict again, a few
+    // times, before calling the file held by someone else.
+    let mut cached_after_evict = 0;
+    for attempt in 0..4 {
+        if attempt > 0 {
+            std::thread::sleep(std::time::Duration::from_millis(100 << attempt));
+        }
+        pagecache::evict(file, 0..size)?;
+        cached_after_evict = folio::scan_file(path, None)?.cached_kb;
+        if cached_after_evict == 0 {
+            break;
+        }
+    }
     let pgpgin_before = pgpgin_kb();
     let mut warm_ms = None;
     let mut warm_note = None;
