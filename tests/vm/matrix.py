@@ -353,7 +353,10 @@ page table entries, which the arm64 kernel maps with the contiguous bit. With
 anonymous folios (`hugepages-2048kB` enabled). **run --hot** (lld only): a
 sampled profile of the fixture's own run (`hugetext profile`, cpu-clock),
 then `run --hot` with it: only the windows holding 99% of the samples are
-copied ("—" where the cell ran before this column existed).
+copied ("—" where the cell ran before this column existed). The fixture
+calls each of its stubs once, so a few dozen samples fall all over its text:
+how many windows are hot depends on where they fell; what the column shows is
+that `run` copies exactly the profile's hot windows (hot MiB = contpte kB).
 
 | kernel | page / PMD size | fs | THP | fixture | text kB | plain exec | warm, exec | align, warm, exec | run | run --hot |
 |---|---|---|---|---|---|---|---|---|---|---|
@@ -494,15 +497,20 @@ TLB entry maps is the 2 MiB contpte block (32 × 64 KiB). Debian ships no
 Debian's source, and `scripts/kernel-matrix.sh --kernel
 7.x-arm64-64k=IMAGE --cell 7.x-arm64-64k:ext4` boots it. In each guest
 `hugetext bench exec --size {size >> 20}M --runs 1` sweeps a file of AArch64
-`ret` stubs cold, one call per page, three ways. Times under qemu TCG are
-emulated, so the table gives what the kernel did, as counts: the page
+`ret` stubs cold, one call per page, three ways, with the readahead window
+of the disk set to 128 kB (what 6.12 gives the virtio disk) and to 8192 kB
+(what 7.3 gives it): the exec and mmap readahead paths read up to that
+window, so the kernels are compared at the same one. Times under qemu TCG
+are emulated, so the table gives what the kernel did, as counts: the page
 cache's folio sizes after the sweep (share of the cached kB), the share in
 folios of 2 MiB or more, the share mapped as whole 2 MiB contpte blocks of
 one folio each (pagemap and `/proc/kpageflags`), the sweep's page faults
 (major in brackets; fault-around is one page with 64 KiB pages, so a
 fault per page is the base-page rate) and the kB read from the disk
 (`pgpgin`). The last row of each cell is `hugetext run` on the lld-linked
-fixture: its text copied into 2 MiB anonymous folios.
+fixture: its text copied into 2 MiB anonymous folios, the share of its text
+contpte-mapped. [kernel-facts.md §7](kernel-facts.md) reads these counts
+against the two kernels' `mm/filemap.c`.
 
 | kernel | fs | readahead | variant | page cache after the cold sweep | in ≥2 MiB folios | contpte-mapped | faults (major) | kB read |
 |---|---|---|---|---|---|---|---|---|
