@@ -1348,15 +1348,25 @@ fn c_api_second_call_counts_what_the_first_did() {
     let err = common::text(&o.stderr);
     assert_eq!(v.len(), 3, "{out}");
     assert!(v[0] >= 16 * MIB as i64, "{v:?}\n{err}");
-    // A later call counts what the earlier ones did, and finishes windows
-    // they left in place because no huge page could be had then (a
-    // fragmented 64 KiB-page guest: 64 MiB, then 68 MiB); it never counts
-    // less, and never more without such a window.
-    for w in v.windows(2) {
-        assert!(w[1] >= w[0], "{v:?}\n{err}");
-    }
-    if v.iter().any(|&x| x != v[0]) {
-        assert!(err.contains("were left in place"), "{v:?}\n{err}");
+    // Each call returns what its pass verified huge, as its -v summary says.
+    // A later call copies nothing again: it counts what the earlier ones
+    // did, unless they left windows in place for want of a huge page (a
+    // fragmented 64 KiB-page guest: 64 MiB, then the other 4 MiB). The
+    // counts themselves may move between calls: under memory pressure the
+    // kernel may split a copied 2 MiB folio to migrate it, and collapse it
+    // again (a 64 KiB-page guest: 60, then 62 of 68 MiB, all 68 moved).
+    let passes: Vec<&str> = err
+        .lines()
+        .filter(|l| l.starts_with("hugetext: pid ") && l.contains("is huge-backed"))
+        .collect();
+    assert_eq!(passes.len(), 3, "{err}");
+    let left = err.contains("were left in place");
+    for (i, (line, &got)) in passes.iter().zip(&v).enumerate() {
+        let said = format!(": {:.1} MiB of ", got as f64 / MIB as f64);
+        assert!(line.contains(&said), "call {}: returned {got}, said {line}", i + 1);
+        if i > 0 && !left {
+            assert!(line.contains(", copy 0.0 MiB)"), "call {} copied again: {err}", i + 1);
+        }
     }
 }
 
