@@ -27,15 +27,24 @@ pub(super) fn scratch_with_tmp() -> (tempfile::TempDir, PathBuf) {
 
 /// `unshare` running what the caller appends with `tmp` bound over /tmp;
 /// with `pid_ns`, as pid 1 of a new pid namespace with its own /proc (and
-/// killed when unshare is).
+/// killed when unshare is). A checkout under /tmp stays visible: its root
+/// is bound at the same path inside the new /tmp first.
 pub(super) fn with_private_tmp(tmp: &Path, pid_ns: bool) -> Command {
     let mut cmd = Command::new("unshare");
     cmd.arg("--mount");
     if pid_ns {
         cmd.args(["--pid", "--fork", "--mount-proc", "--kill-child"]);
     }
-    cmd.args(["sh", "-c", "mount --bind \"$0\" /tmp && exec \"$@\""])
-        .arg(tmp);
+    let root = tk::root();
+    let under_tmp = root.strip_prefix("/tmp").map(Path::to_path_buf).unwrap_or_default();
+    cmd.args([
+        "sh",
+        "-c",
+        "if [ -n \"$1\" ]; then mkdir -p \"$0/$1\" && mount --bind \"/tmp/$1\" \"$0/$1\" || exit 1; fi; \
+         mount --bind \"$0\" /tmp && shift && exec \"$@\"",
+    ])
+    .arg(tmp)
+    .arg(&under_tmp);
     cmd.env_remove("HUGETEXT_STRATEGY").env_remove("HUGETEXT_VERBOSE");
     cmd
 }
