@@ -378,7 +378,10 @@ fn without_cap_sys_admin_falls_back_to_smaps() {
         let (a, b) = (before.rss_kb - before.file_pmd_kb, smaps.rss_kb - smaps.file_pmd_kb);
         (a.min(b), a.max(b))
     };
-    assert!(lo <= pte && pte <= hi, "inspect {pte} kB, smaps {before:?} then {smaps:?}");
+    assert!(
+        lo <= pte && pte <= hi,
+        "inspect {pte} kB, smaps {before:?} then {smaps:?}"
+    );
     // --file too: cached kB without folio sizes.
     let out = Command::new("setpriv")
         .args(["--inh-caps=-all", "--bounding-set=-sys_admin", "--"])

@@ -751,8 +751,7 @@ fn file_strategy_on_non_congruent_text_explains() {
             // filesystem gives no 2 MiB folios (6.12 with 64 KiB pages),
             // which the route says.
             assert!(
-                !common::fs_gives_pmd_folios(prog.parent().unwrap())
-                    && err.contains("some windows stayed small"),
+                !common::fs_gives_pmd_folios(prog.parent().unwrap()) && err.contains("some windows stayed small"),
                 "{linker}: congruent, yet the file route did nothing: {err}"
             );
         }
