@@ -526,8 +526,8 @@ fn perf_names_the_copy(exe: &Path, dir: &Path, ns: Ns) -> String {
             if ns == Ns::PidAndProc {
                 let tmp = dir.join("tmp");
                 std::fs::create_dir(&tmp).unwrap();
-                c.args(["--mount-proc", "sh", "-c", "mount --bind \"$0\" /tmp && exec \"$@\""])
-                    .arg(tmp);
+                common::prepare_private_tmp(&tmp);
+                c.arg("--mount-proc").args(common::private_tmp_args(&tmp));
             }
             c.arg(common::bin());
             c

@@ -37,6 +37,37 @@ pub fn root() -> PathBuf {
         .unwrap()
 }
 
+/// The checkout's path relative to /tmp, when it lives there.
+pub fn checkout_under_tmp() -> Option<PathBuf> {
+    root().strip_prefix("/tmp").ok().map(Path::to_path_buf)
+}
+
+/// Make `tmp` ready to be bound over /tmp by [`private_tmp_args`]: for a
+/// checkout under /tmp, the mount point that keeps it visible there (made
+/// before a test looks at `tmp`).
+pub fn prepare_private_tmp(tmp: &Path) {
+    if let Some(rel) = checkout_under_tmp() {
+        std::fs::create_dir_all(tmp.join(rel)).unwrap();
+    }
+}
+
+/// Arguments for a command run in a new mount namespace (`unshare --mount
+/// ...`): `sh -c` binding `tmp` over /tmp, then exec of what the caller
+/// appends. A checkout under /tmp stays visible: its root is bound at the
+/// same path inside `tmp` first ([`prepare_private_tmp`] made the mount
+/// point) and `tmp` is bound recursively.
+pub fn private_tmp_args(tmp: &Path) -> Vec<std::ffi::OsString> {
+    vec![
+        "sh".into(),
+        "-c".into(),
+        "if [ -n \"$1\" ]; then mount --bind \"/tmp/$1\" \"$0/$1\" || exit 1; fi; \
+         mount --rbind \"$0\" /tmp && shift && exec \"$@\""
+            .into(),
+        tmp.into(),
+        checkout_under_tmp().unwrap_or_default().into(),
+    ]
+}
+
 /// Run `hugetext ARGS...` and capture its output.
 pub fn hugetext(args: &[&str]) -> Output {
     Command::new(bin()).args(args).output().expect("spawn hugetext")

@@ -22,39 +22,21 @@ pub(super) fn scratch_with_tmp() -> (tempfile::TempDir, PathBuf) {
     let tmp = d.path().join("tmp");
     std::fs::create_dir(&tmp).unwrap();
     std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o1777)).unwrap();
-    // A checkout under /tmp: the mount point that keeps it visible inside
-    // the private /tmp (with_private_tmp), made before any test looks.
-    if let Some(rel) = checkout_under_tmp() {
-        std::fs::create_dir_all(tmp.join(rel)).unwrap();
-    }
+    tk::prepare_private_tmp(&tmp);
     (d, tmp)
-}
-
-/// The checkout's path relative to /tmp, when it lives there.
-fn checkout_under_tmp() -> Option<PathBuf> {
-    tk::root().strip_prefix("/tmp").ok().map(Path::to_path_buf)
 }
 
 /// `unshare` running what the caller appends with `tmp` bound over /tmp;
 /// with `pid_ns`, as pid 1 of a new pid namespace with its own /proc (and
-/// killed when unshare is). A checkout under /tmp stays visible: its root
-/// is bound at the same path inside the new /tmp first (`tmp` from
-/// [`scratch_with_tmp`], which made the mount point).
+/// killed when unshare is). A checkout under /tmp stays visible
+/// (`tk::private_tmp_args`; `tmp` from [`scratch_with_tmp`]).
 pub(super) fn with_private_tmp(tmp: &Path, pid_ns: bool) -> Command {
     let mut cmd = Command::new("unshare");
     cmd.arg("--mount");
     if pid_ns {
         cmd.args(["--pid", "--fork", "--mount-proc", "--kill-child"]);
     }
-    let under_tmp = checkout_under_tmp().unwrap_or_default();
-    cmd.args([
-        "sh",
-        "-c",
-        "if [ -n \"$1\" ]; then mount --bind \"/tmp/$1\" \"$0/$1\" || exit 1; fi; \
-         mount --rbind \"$0\" /tmp && shift && exec \"$@\"",
-    ])
-    .arg(tmp)
-    .arg(&under_tmp);
+    cmd.args(tk::private_tmp_args(tmp));
     cmd.env_remove("HUGETEXT_STRATEGY").env_remove("HUGETEXT_VERBOSE");
     cmd
 }
@@ -238,7 +220,7 @@ fn secure_execution_ignores_hugetext_variables_and_writes_no_perf_map() {
     assert!(out.split_whitespace().count() == 2, "{out}");
     assert!(!err.contains("hugetext"), "HUGETEXT_VERBOSE was obeyed: {err}");
     // (Not counting the mount point a checkout under /tmp needs.)
-    let mount_point = checkout_under_tmp().and_then(|r| r.components().next().map(|c| tmp.join(c)));
+    let mount_point = tk::checkout_under_tmp().and_then(|r| r.components().next().map(|c| tmp.join(c)));
     let left: Vec<_> = std::fs::read_dir(&tmp)
         .unwrap()
         .flatten()
