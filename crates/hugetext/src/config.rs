@@ -164,7 +164,7 @@ impl Config {
             return Ok(None);
         };
         let share = self.hot_share.unwrap_or(99.0) / 100.0;
-        crate::profile::load_hot(p, share, crate::kernel::unit_size() as u64).map(Some)
+        crate::profile::load_hot(p, share).map(Some)
     }
 
     /// Read and parse a config file; errors are one line,

@@ -321,17 +321,14 @@ fn hot_environment(
     let Some(path) = profile else {
         return Ok(None);
     };
-    // Windows of the unit of huge text: the PMD, or the 2 MiB contpte
-    // block with 64 KiB pages (what the preload remaps in).
-    let pmd = hugetext::kernel::unit_size() as u64;
-    let (list, files) =
-        hugetext::profile::load_hot_list(path, share, pmd).map_err(|e| exit_with(125, e.to_string()))?;
+    let (list, files) = hugetext::profile::load_hot_list(path, share).map_err(|e| exit_with(125, e.to_string()))?;
+    let window = hugetext::profile::window_size();
     if verbose {
         let bytes: u64 = files.iter().flat_map(|f| &f.ranges).map(|r| r[1] - r[0]).sum();
         eprintln!(
             "hugetext: {}: {} windows in {} files hold {}% of the profile's samples ({} MiB): only they are remapped",
             path.display(),
-            bytes / pmd,
+            bytes / window,
             files.len(),
             share * 100.0,
             bytes >> 20

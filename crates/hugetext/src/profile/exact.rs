@@ -249,7 +249,7 @@ pub fn run(command: &[OsString], opts: &Options) -> Result<Outcome> {
         .spawn()
         .map_err(|e| Error::Other(format!("{}: cannot start: {e}", qemu.display())))?;
     drop(wr);
-    let pmd = crate::kernel::unit_size() as u64;
+    let pmd = super::window_size();
     let mut space = Space::new(Some(child.id() as i32), pmd);
     let mut model = Model::new(opts.geometry, pmd);
     let mut slots: Vec<Slot> = Vec::new();

@@ -274,10 +274,18 @@ pub fn hot_list(p: &Profile, share: f64) -> String {
     out
 }
 
+/// This machine's profile window, bytes: the unit of huge text (the PMD,
+/// or the 2 MiB contpte block with 64 KiB pages, whose 512 MiB PMD no
+/// page-cache folio reaches), which the preload remaps in. Every source
+/// counts in it and every reader checks it.
+pub fn window_size() -> u64 {
+    crate::kernel::unit_size() as u64
+}
+
 /// Read the profile at `path` and compile the hot-window list for `share`
-/// of its counts, for a machine whose PMD size is `pmd`.
-pub fn load_hot_list(path: &Path, share: f64, pmd: u64) -> Result<(String, Vec<HotFile>)> {
-    let p = load_for(path, pmd)?;
+/// of its counts, for this machine ([`window_size`]).
+pub fn load_hot_list(path: &Path, share: f64) -> Result<(String, Vec<HotFile>)> {
+    let p = load_for(path)?;
     let list = fits(hot_list(&p, share)).map_err(|e| Error::Invalid(format!("{}: {e}", path.display())))?;
     Ok((list, hot_windows(&p, share)))
 }
@@ -296,14 +304,15 @@ pub fn fits(list: String) -> Result<String> {
 }
 
 /// The hot windows of the profile at `path` for `share` of its counts, for
-/// a machine whose PMD size is `pmd` (`warm` and `agent`'s `hot` key).
-pub fn load_hot(path: &Path, share: f64, pmd: u64) -> Result<Vec<HotFile>> {
-    Ok(hot_windows(&load_for(path, pmd)?, share))
+/// this machine ([`window_size`]; `warm` and `agent`'s `hot` key).
+pub fn load_hot(path: &Path, share: f64) -> Result<Vec<HotFile>> {
+    Ok(hot_windows(&load_for(path)?, share))
 }
 
 /// Read a profile and check that its windows are this machine's.
-fn load_for(path: &Path, pmd: u64) -> Result<Profile> {
+fn load_for(path: &Path) -> Result<Profile> {
     let p = Profile::load(path)?;
+    let pmd = window_size();
     if p.pmd_size != pmd {
         return Err(Error::Invalid(format!(
             "{}: the profile counts windows of {} KiB, this machine's huge pages are {} KiB: profile on this machine",

@@ -108,7 +108,7 @@ impl Session {
             spaces: HashMap::new(),
             tally: Tally::default(),
             lost: 0,
-            pmd: crate::kernel::unit_size() as u64,
+            pmd: super::window_size(),
         }
     }
 

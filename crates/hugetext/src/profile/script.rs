@@ -75,7 +75,7 @@ fn parse_mmap(pid: i32, t: &str) -> Option<Line> {
 
 /// The profile of a `perf script` output.
 pub fn read(input: impl BufRead, name: &str) -> Result<Profile> {
-    let pmd = crate::kernel::unit_size() as u64;
+    let pmd = super::window_size();
     let mut maps: HashMap<i32, (Vec<Vma>, Space, bool)> = HashMap::new();
     let mut tally = Tally::default();
     let (mut samples, mut mmaps) = (0u64, 0u64);
