@@ -1147,13 +1147,15 @@ fn grandchildren_see_the_environment_they_would_see_without_hugetext() {
 }
 
 fn cprog(args: &[&str], name: &str) -> Output {
+    cprog_command(name).args(args).output().unwrap()
+}
+
+/// The C API program `name`, verbose, its preload built.
+fn cprog_command(name: &str) -> Command {
     common::preload();
-    let o = Command::new(common::cprogs().join(name))
-        .args(args)
-        .env("HUGETEXT_VERBOSE", "1")
-        .output()
-        .unwrap();
-    o
+    let mut c = Command::new(common::cprogs().join(name));
+    c.env("HUGETEXT_VERBOSE", "1");
+    c
 }
 
 /// Drop a file's clean, unmapped page cache.
@@ -1330,12 +1332,10 @@ fn signals_fork_and_exec_after_remap() {
 
 #[test]
 fn c_api_second_call_counts_what_the_first_did() {
-    common::preload();
     // The program's executable mappings after each call go to stderr
     // (REMAP_THREADS_MAPS): on a failure they show which windows moved.
-    let o = Command::new(common::cprogs().join("remap_threads_lld"))
+    let o = cprog_command("remap_threads_lld")
         .args(["threads", "3"])
-        .env("HUGETEXT_VERBOSE", "1")
         .env("REMAP_THREADS_MAPS", "1")
         .output()
         .unwrap();
