@@ -442,6 +442,40 @@ def folio_mix(folios):
     return ", ".join(f"{k} kB {v * 100 / total:.0f}%" for k, v in parts if v) or "none"
 
 
+BENCH_VARIANTS = (("baseline", "plain exec mapping"), ("huge", "MADV_HUGEPAGE"), ("warm", "`hugetext warm` first"))
+
+
+def bench_64k_rows(k, rel, fs, p):
+    """The rows of one cell's probes (one THP mode) on a 64 KiB-page kernel:
+    the benchmark at the fixed readahead windows where the probe ran it so,
+    else at the window the kernel booted with; then the fixture's `run`."""
+    rows = []
+    fixed = [n for n in ("bench-exec-ra128", "bench-exec-ra8192") if p.get(n)]
+    for name in fixed or ["bench-exec"]:
+        b = p.get(name) or {}
+        if b.get("unit") != "contpte" or b.get("page_kb") != 64:
+            continue
+        if name == "bench-exec":
+            ra_note = str(((p.get("read-ahead") or {}).get("kb") or {}).get("vda", "?"))
+        else:
+            ra_note = name.rsplit("ra", 1)[1]
+        for v, label in BENCH_VARIANTS:
+            st = (b.get("states") or {}).get(v)
+            if st:
+                rows.append(
+                    f"| {k} ({rel}) | {fs} | {ra_note} kB | {label} | {folio_mix(st.get('folios_kb', {}))} "
+                    f"| {st.get('pmd_folio_pct', 0):.0f}% | {st.get('pmd_mapped_pct', 0):.0f}% "
+                    f"| {st.get('cold_faults', '?')} ({st.get('cold_major_faults', '?')}) | {st.get('pgpgin_kb', '?')} |"
+                )
+    r = p.get("fixture-run-lld") or {}
+    if r.get("contpte_kb") is not None and (p.get("bench-exec") or {}).get("page_kb") == 64:
+        rows.append(
+            f"| {k} ({rel}) | {fs} | — | `hugetext run` (lld PIE, {r.get('text_kb', '?')} kB text) "
+            f"| anonymous 2 MiB folios | — | {r['contpte_kb'] * 100 / (r.get('text_kb') or 1):.0f}% ({r['contpte_kb']} kB) | — | — |"
+        )
+    return rows
+
+
 def bench_64k(cells):
     """The exec-readahead benchmark on the 64 KiB-page kernels: what each
     variant's cold sweep left (folio sizes, contpte-mapped share, faults,
@@ -450,34 +484,8 @@ def bench_64k(cells):
     for c in cells:
         k, fs = c["cell"].split(":")
         rel = c.get("guest", {}).get("release", "?")
-        for mode, p in sorted(c.get("probes", {}).items()):
-          # The benchmark at fixed readahead windows where the probe ran it
-          # so, else at the window the kernel booted with.
-          fixed = [n for n in ("bench-exec-ra128", "bench-exec-ra8192") if p.get(n)]
-          for name in fixed or ["bench-exec"]:
-            b = p.get(name) or {}
-            if b.get("unit") != "contpte" or b.get("page_kb") != 64:
-                continue
-            if name == "bench-exec":
-                ra = (p.get("read-ahead") or {}).get("kb") or {}
-                ra_note = str(ra.get("vda", "?"))
-            else:
-                ra_note = name.rsplit("ra", 1)[1]
-            for v, label in (("baseline", "plain exec mapping"), ("huge", "MADV_HUGEPAGE"), ("warm", "`hugetext warm` first")):
-                st = (b.get("states") or {}).get(v)
-                if not st:
-                    continue
-                rows.append(
-                    f"| {k} ({rel}) | {fs} | {ra_note} kB | {label} | {folio_mix(st.get('folios_kb', {}))} "
-                    f"| {st.get('pmd_folio_pct', 0):.0f}% | {st.get('pmd_mapped_pct', 0):.0f}% "
-                    f"| {st.get('cold_faults', '?')} ({st.get('cold_major_faults', '?')}) | {st.get('pgpgin_kb', '?')} |"
-                )
-          r = p.get("fixture-run-lld") or {}
-          if r.get("contpte_kb") is not None and (p.get("bench-exec") or {}).get("page_kb") == 64:
-              rows.append(
-                  f"| {k} ({rel}) | {fs} | — | `hugetext run` (lld PIE, {r.get('text_kb', '?')} kB text) "
-                  f"| anonymous 2 MiB folios | — | {r['contpte_kb'] * 100 / (r.get('text_kb') or 1):.0f}% ({r['contpte_kb']} kB) | — | — |"
-              )
+        for _mode, p in sorted(c.get("probes", {}).items()):
+            rows += bench_64k_rows(k, rel, fs, p)
     if not rows:
         return ""
     size = next(
