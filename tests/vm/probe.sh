@@ -91,8 +91,10 @@ capture plain-exec pmd_kb_of "$dir/plain.pie"
 # `warm` then exec, `run` (and for lld `run --hot`) give the text, in kB PMD-mapped and in kB of contpte blocks: naturally aligned,
 # physically contiguous blocks of the contpte size inside one folio, mapped
 # by PTEs (`inspect --cont`; 64 KiB with 4 KiB pages, 2 MiB with 16 KiB).
+# The base page size, kB.
+page_kb=$(awk '/^KernelPageSize:/ {print $2; exit}' /proc/self/smaps)
 if [ "$(uname -m)" = aarch64 ]; then
-  case $(awk '/^KernelPageSize:/ {print $2; exit}' /proc/self/smaps) in
+  case $page_kb in
     4) cont=64K ;;
     *) cont=2M ;;
   esac
@@ -145,16 +147,17 @@ fi
 # Where the kernel gives no folios of the unit, its huge and warm variants
 # say what they got instead (6.12 with 64 KiB pages: the contrast with 7.x);
 # it runs x86-64 or AArch64 RET stubs, whichever the machine is.
-capture bench-exec "$ht" bench exec --size 32M --runs 1 --random-passes 1 --dir "$dir" --json
+bench_exec() { "$ht" bench exec --size 32M --runs 1 --random-passes 1 --dir "$dir" --json; }
+capture bench-exec bench_exec
 # With 64 KiB pages, again at two fixed readahead windows of the disk under
 # test (vda): the kernels boot it with different ones (6.12 128 kB, 7.3
 # 8192 kB here), and the exec and mmap readahead paths read up to it.
-if [ "$(uname -m)" = aarch64 ] && [ "$(awk '/^KernelPageSize:/ {print $2; exit}' /proc/self/smaps)" = 64 ]; then
+if [ "$(uname -m)" = aarch64 ] && [ "$page_kb" = 64 ]; then
   ra=/sys/block/vda/queue/read_ahead_kb
   was=$(cat $ra)
   for kb in 128 8192; do
     echo "$kb" > $ra
-    capture "bench-exec-ra$kb" "$ht" bench exec --size 32M --runs 1 --random-passes 1 --dir "$dir" --json
+    capture "bench-exec-ra$kb" bench_exec
   done
   echo "$was" > $ra
 fi
