@@ -230,3 +230,45 @@ fn secure_execution_ignores_hugetext_variables_and_writes_no_perf_map() {
     assert!(left.is_empty(), "secure-execution mode wrote {left:?} (uid {uid})");
     assert_eq!(tk::tree_state(d.path()), before);
 }
+
+/// `run --include` with patterns a backtracking matcher needs hours for
+/// (`.*` eight times, then a byte the path lacks) against a library path
+/// of over 1,000 bytes: the program starts at once, and each pattern
+/// includes exactly what it matches. (Before: the program stalled before
+/// `main`, still at it after 20 s for a 420-byte path.)
+#[test]
+fn a_backtracking_include_pattern_does_not_stall_the_program() {
+    tk::preload();
+    let d = tk::scratch();
+    let mut dir = d.path().to_path_buf();
+    for c in ["d", "e", "f", "g"] {
+        dir.push(c.repeat(250));
+    }
+    std::fs::create_dir_all(&dir).unwrap();
+    let prog = tk::copy_fixture(&dir, "lld", "usebig");
+    let lib = tk::copy_fixture(&dir, "lld", "libbig.so").canonicalize().unwrap();
+    let lib = lib.to_str().unwrap().to_string();
+    let alone = Command::new(&prog).output().unwrap();
+    assert!(alone.status.success());
+    for (re, included) in [
+        (".*.*.*.*.*.*.*.*Z", lib.contains('Z')),
+        ("^.*.*.*.*.*.*.*.*.*.*.*.*.*.*.*.*#$", false),
+        (
+            "[^#]*[^#]*[^#]*[^#]*[^#]*[^#]*[^#]*[^#]*[^#]*#|d+d+d+d+d+d+d+d+d+d+#",
+            false,
+        ),
+        (".*.*.*.*.*.*.*.*/libbig\\.so$", true),
+    ] {
+        let mut cmd = Command::new(tk::bin());
+        cmd.args(["run", "-v", "--strategy", "copy", "--include", re, "--"])
+            .arg(&prog)
+            .env_remove("HUGETEXT_VERBOSE");
+        let o = output_within(&mut cmd, Duration::from_secs(60))
+            .unwrap_or_else(|| panic!("--include {re:?} stalled the program for 60 s (killed)"));
+        let err = tk::text(&o.stderr);
+        assert!(o.status.success(), "{re}: {err}");
+        assert_eq!(o.stdout, alone.stdout, "{re}");
+        let named = err.lines().any(|l| l.starts_with(&format!("hugetext: {lib}: ")));
+        assert_eq!(named, included, "--include {re:?}: {err}");
+    }
+}
