@@ -24,6 +24,13 @@
 //! so a `hugetext_remap_text()` call in another thread never works on
 //! mappings the loader is creating or removing.
 //!
+//! A program that installs a seccomp filter after start (a sandbox) may
+//! forbid what the pass needs, and a filter that kills the process for any
+//! call it does not list would kill it for the pass's first `madvise`:
+//! before each pass the calling thread's seccomp state is compared with the
+//! one at start-up (`seccomp`), and once a filter was added this copy stays
+//! passive (`-v` says so once).
+//!
 //! No `la_symbind*`/`la_pltenter` hooks: defining them would make the loader
 //! route every PLT call through the auditor.
 
@@ -63,6 +70,13 @@ const DF_TEXTREL: u64 = 4;
 /// The first `LA_ACT_CONSISTENT` (start-up, handled by the preload's
 /// constructor) has passed.
 static STARTED: AtomicBool = AtomicBool::new(false);
+/// The seccomp state of the thread that started the process, read at the
+/// first `LA_ACT_CONSISTENT` (before any code of the program ran):
+/// mode + 1 (0: unknown) and filters + 1 (0: unknown).
+static START_MODE: AtomicUsize = AtomicUsize::new(0);
+static START_FILTERS: AtomicUsize = AtomicUsize::new(0);
+/// A seccomp filter was added after start: no more passes (for good).
+static PASSIVE: AtomicBool = AtomicBool::new(false);
 /// Link maps opened since the last `LA_ACT_CONSISTENT`.
 const MAXP: usize = 512;
 static PENDING: [AtomicUsize; MAXP] = [const { AtomicUsize::new(0) }; MAXP];
@@ -306,18 +320,25 @@ pub extern "C" fn la_activity(_cookie: *mut usize, flag: c_uint) {
             // Start-up: the preload's constructor handles these objects.
             STARTED.store(true, Relaxed);
             NPENDING.store(0, Relaxed);
+            if let Some((mode, filters)) = crate::seccomp::state() {
+                START_MODE.store(usize::from(mode) + 1, Relaxed);
+                START_FILTERS.store(filters.map_or(0, |f| f as usize + 1), Relaxed);
+            }
         }
         return;
     }
+    let passive = PASSIVE.load(Relaxed);
     match flag {
-        LA_ACT_ADD => hold(),
-        LA_ACT_DELETE => {
+        LA_ACT_ADD if !passive => hold(),
+        LA_ACT_DELETE if !passive => {
             hold();
             forget_closing();
         }
         LA_ACT_CONSISTENT => {
             let n = NPENDING.swap(0, Relaxed).min(MAXP);
-            if n > 0 {
+            // New objects: the loader has just opened, read and closed
+            // their files in this thread, the calls `sandboxed` makes.
+            if n > 0 && !passive && !sandboxed() {
                 if HELD.load(Relaxed) == 0 {
                     hold();
                 }
@@ -327,6 +348,28 @@ pub extern "C" fn la_activity(_cookie: *mut usize, flag: c_uint) {
         }
         _ => {}
     }
+}
+
+/// Has the calling thread gained a seccomp filter since start-up? Then
+/// become passive for good (and say so once with `-v`).
+fn sandboxed() -> bool {
+    let known = |v: usize| v.checked_sub(1);
+    let start =
+        known(START_MODE.load(Relaxed)).map(|m| (m as u8, known(START_FILTERS.load(Relaxed)).map(|f| f as u32)));
+    let now = crate::seccomp::state();
+    if !crate::seccomp::changed(start, now) {
+        return false;
+    }
+    PASSIVE.store(true, Relaxed);
+    if Config::from_env().verbose {
+        let mut o = line();
+        match now {
+            None => o.s("cannot read this thread's seccomp state in /proc/thread-self/status"),
+            Some(_) => o.s("a seccomp filter was installed after start (a sandbox)"),
+        };
+        o.s(": objects loaded after start (dlopen) are left alone from now on, as the filter may kill the process for the calls a remap makes");
+    }
+    true
 }
 
 /// Drop the perf map lines of the objects being unloaded.

@@ -26,6 +26,7 @@ mod maps;
 mod out;
 mod perfmap;
 mod scan;
+mod seccomp;
 mod smaps;
 mod sys;
 mod verify;

@@ -272,3 +272,74 @@ fn a_backtracking_include_pattern_does_not_stall_the_program() {
         assert_eq!(named, included, "--include {re:?}: {err}");
     }
 }
+
+/// tests/c/sandbox_dlopen.c, built in `dir`: after start it installs a
+/// seccomp allow-list that kills the process for any other call, then
+/// dlopens a library.
+fn sandbox_dlopen(dir: &Path) -> PathBuf {
+    let exe = dir.join("sandbox_dlopen");
+    let o = Command::new("gcc")
+        .args(["-O1", "-w"])
+        .arg(tk::root().join("crates/hugetext-cli/tests/c/sandbox_dlopen.c"))
+        .arg("-ldl")
+        .arg("-o")
+        .arg(&exe)
+        .output()
+        .expect("gcc");
+    assert!(o.status.success(), "gcc: {}", tk::text(&o.stderr));
+    exe
+}
+
+/// A program that sandboxes itself after start (a seccomp allow-list with
+/// `SECCOMP_RET_KILL_PROCESS`, as systemd's `SystemCallFilter=` and most
+/// sandboxes make) and then dlopens a plugin with 18 MiB of text: under
+/// `run` it runs as it does alone, and `-v` says once that objects loaded
+/// after start are left alone. (Before: killed by SIGSYS at the auditor's
+/// first `madvise`.)
+#[test]
+fn a_program_that_sandboxes_itself_then_dlopens_is_not_killed() {
+    use std::os::unix::process::ExitStatusExt;
+    tk::preload();
+    let d = tk::scratch();
+    let exe = sandbox_dlopen(d.path());
+    let lib = tk::fixture("lld", "libbig.so");
+    let alone = Command::new(&exe).arg(&lib).output().unwrap();
+    assert!(
+        alone.status.success(),
+        "alone: {:?} {}",
+        alone.status,
+        tk::text(&alone.stderr)
+    );
+    assert!(tk::text(&alone.stdout).starts_with("lib_f0="));
+    let run = |extra: &[&str], verbose: bool| {
+        let mut cmd = Command::new(tk::bin());
+        cmd.arg("run")
+            .args(verbose.then_some("-v"))
+            .args(["--strategy", "copy", "--"])
+            .arg(&exe)
+            .arg(&lib)
+            .args(extra)
+            .env_remove("HUGETEXT_VERBOSE");
+        output_within(&mut cmd, Duration::from_secs(120)).expect("the program hung (killed after 120 s)")
+    };
+    let passive = "a seccomp filter was installed after start";
+    let late = "loaded after start (dlopen): ";
+    // Unsandboxed, the same dlopen is followed: the library is copied.
+    let o = run(&["open"], true);
+    let err = tk::text(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains(late) && !err.contains(passive), "{err}");
+    for verbose in [true, false] {
+        let o = run(&[], verbose);
+        let err = tk::text(&o.stderr);
+        assert!(
+            o.status.success(),
+            "killed under run (signal {:?}): {err}",
+            o.status.signal()
+        );
+        assert_eq!(o.stdout, alone.stdout, "{err}");
+        assert!(!err.contains(late), "a late pass ran under the filter: {err}");
+        let said = err.lines().filter(|l| l.contains(passive)).count();
+        assert_eq!(said, usize::from(verbose), "{err}");
+    }
+}
