@@ -15,7 +15,8 @@ pub const PREFIX: &str = "hugetext-report: ";
 pub const VERSION: u64 = 1;
 
 /// The keys after `v`, in the order written:
-/// - `pid`: the process (as the kernel outside any pid namespace sees it);
+/// - `pid`: the process (as the kernel outside any pid namespace sees it;
+///   0 when unknown: `getpid` failed under a seccomp filter);
 /// - `late`: 1 for a pass over objects loaded after start (dlopen);
 /// - `pmd`: the PMD size, bytes;
 /// - `windows`: bytes of text in whole windows of the unit (`unit`; the

@@ -70,6 +70,14 @@ impl<const N: usize> Out<N> {
         self.bytes(&tmp[i..])
     }
 
+    /// A pid, or "?" where it is unknown (`getpid` failed).
+    pub fn pid(&mut self, pid: Option<u32>) -> &mut Self {
+        match pid {
+            Some(p) => self.u(u64::from(p)),
+            None => self.s("?"),
+        }
+    }
+
     /// Lower-case hex without prefix.
     pub fn x(&mut self, mut v: u64) -> &mut Self {
         let mut tmp = [0u8; 16];

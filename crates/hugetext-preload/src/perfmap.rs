@@ -341,18 +341,26 @@ pub enum Skip {
     /// A regular file with other names (a hard link planted at the path
     /// would have us overwrite the file it names).
     Linked,
+    /// This process's pid is unknown (`getpid` fails under a seccomp
+    /// filter, and `/proc/self/status` cannot be read): no path to write.
+    NoPid,
 }
 
 impl Skip {
     /// "not writing /tmp/perf-N.map: why".
     pub fn say(self) {
         let mut o = crate::out::line();
-        o.s("not writing ").bytes(path().name());
+        o.s("not writing ");
+        match path() {
+            Some(p) => o.bytes(p.name()),
+            None => o.s("/tmp/perf-PID.map"),
+        };
         match self {
             Skip::Errno(e) => o.err(e),
             Skip::NotRegular => o.s(": not a regular file (a FIFO or a device someone put there)"),
             Skip::NotOurs => o.s(": owned by another user"),
             Skip::Linked => o.s(": it has other names (a hard link someone put there)"),
+            Skip::NoPid => o.s(": this process's pid is unknown (getpid failed, and /proc/self/status cannot be read)"),
         };
     }
 }
@@ -384,25 +392,43 @@ impl MapPath {
 /// process of another namespace also has; otherwise (no pid namespace, or
 /// one with its own `/proc`, hence its own mount namespace) the pid as the
 /// process sees it, which perf looks up inside its mount namespace.
-pub fn path() -> MapPath {
+/// None when this process's pid is unknown ([`map_pid`]).
+pub fn path() -> Option<MapPath> {
     let mut p = Out::<64>::new(-1);
-    p.s("/tmp/perf-").u(map_pid().0 as u64).s(".map\0");
-    MapPath(p)
+    p.s("/tmp/perf-").u(u64::from(map_pid().0?)).s(".map\0");
+    Some(MapPath(p))
 }
 
-/// (the pid that names the perf map, this process's own pid).
-pub fn map_pid() -> (u32, u32) {
-    let own = sys::getpid() as u32;
+/// (the pid that names the perf map, this process's own pid); None where
+/// unknown: `getpid` failed (a seccomp filter may make it fail) and
+/// `/proc/self/status` could not tell either.
+pub fn map_pid() -> (Option<u32>, Option<u32>) {
     let mut buf = [0u8; 512];
     let mut outer = None;
+    let mut last = None;
     let _ = crate::maps::for_each_line(b"/proc/self/status\0", &mut buf, |l| match l.strip_prefix(b"NStgid:") {
         Some(v) => {
             outer = outer_pid(v);
+            last = own_pid(v);
             false
         }
         None => true,
     });
-    (outer.unwrap_or(own), own)
+    let own = sys::getpid().or(last);
+    (outer.or(own), own)
+}
+
+/// This process's pid: [`sys::getpid`], or where that fails the pid it
+/// has in its own pid namespace according to `/proc/self/status`.
+pub fn pid() -> Option<u32> {
+    sys::getpid().or_else(|| map_pid().1)
+}
+
+/// The innermost pid of an `NStgid` value ("\t12345\t1": 1), the one
+/// `getpid` returns. Pure.
+fn own_pid(v: &[u8]) -> Option<u32> {
+    let last = v.split(|&c| c == b'\t' || c == b' ').rfind(|f| !f.is_empty())?;
+    u32::try_from(dec(last)?).ok().filter(|&p| p > 0)
 }
 
 /// The outermost pid of an `NStgid` value ("\t12345\t1"), when it lists
@@ -433,8 +459,11 @@ fn judge(st: &libc::stat, euid: u32) -> Result<(), Skip> {
 /// below, instead of blocking the program), and keep it only if [`judge`]
 /// says so. Returns the fd and its `stat`.
 fn open_own(flags: i32) -> Result<(i32, libc::stat), Skip> {
+    let Some(path) = path() else {
+        return Err(Skip::NoPid);
+    };
     let fd = sys::open(
-        path().c(),
+        path.c(),
         flags | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC,
         0o600,
     );
@@ -445,10 +474,10 @@ fn open_own(flags: i32) -> Result<(i32, libc::stat), Skip> {
     // SAFETY: zero is a valid `stat`.
     let mut st: libc::stat = unsafe { core::mem::zeroed() };
     let r = sys::fstat(fd, &mut st);
-    let ok = if r < 0 {
-        Err(Skip::Errno(r))
-    } else {
-        judge(&st, sys::geteuid())
+    let ok = match (r, sys::geteuid()) {
+        (r, _) if r < 0 => Err(Skip::Errno(r)),
+        (_, Some(euid)) => judge(&st, euid),
+        (_, None) => Err(Skip::Errno(-(libc::EPERM as isize))),
     };
     match ok {
         Ok(()) => Ok((fd, st)),
@@ -680,8 +709,12 @@ mod tests {
         // This process (not in a pid namespace of its own here, or seeing
         // only its own /proc): its own pid.
         let (map, own) = super::map_pid();
-        assert_eq!(own, std::process::id());
-        assert!(map == own || map > 1);
+        assert_eq!(own, Some(std::process::id()));
+        assert!(map == own || map > Some(1));
+        assert_eq!(super::pid(), own);
+        assert_eq!(super::own_pid(b"\t12345\t7"), Some(7));
+        assert_eq!(super::own_pid(b"\t12345"), Some(12345));
+        assert_eq!(super::own_pid(b"\t"), None);
     }
 
     #[test]

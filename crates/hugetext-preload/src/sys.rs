@@ -337,12 +337,17 @@ pub fn name_anon(addr: usize, len: usize, name: &[u8]) -> isize {
     unsafe { prctl(PR_SET_VMA, PR_SET_VMA_ANON_NAME, addr, len, name.as_ptr() as usize) }
 }
 
-pub fn getpid() -> i32 {
-    call(libc::SYS_getpid, 0, 0, 0, 0, 0, 0) as i32
+/// This process's pid; None when the call fails (a seccomp filter may make
+/// it return an error: never read `-errno` as a pid).
+pub fn getpid() -> Option<u32> {
+    u32::try_from(call(libc::SYS_getpid, 0, 0, 0, 0, 0, 0))
+        .ok()
+        .filter(|&p| p > 0)
 }
 
-pub fn geteuid() -> u32 {
-    call(libc::SYS_geteuid, 0, 0, 0, 0, 0, 0) as u32
+/// The effective user id; None when the call fails (a seccomp filter).
+pub fn geteuid() -> Option<u32> {
+    u32::try_from(call(libc::SYS_geteuid, 0, 0, 0, 0, 0, 0)).ok()
 }
 
 /// Fault `[addr, addr + len)` in for reading by loading one byte per
@@ -408,10 +413,11 @@ pub fn restore_signals(old: u64) {
     );
 }
 
-/// Monotonic clock in nanoseconds.
+/// Monotonic clock in nanoseconds; 0 when the call fails (a seccomp
+/// filter): durations are then 0, never negative (use `saturating_sub`).
 pub fn now_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    call(
+    let r = call(
         libc::SYS_clock_gettime,
         libc::CLOCK_MONOTONIC as usize,
         &mut ts as *mut libc::timespec as usize,
@@ -420,6 +426,9 @@ pub fn now_ns() -> u64 {
         0,
         0,
     );
+    if r < 0 {
+        return 0;
+    }
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 

@@ -16,7 +16,7 @@ use core::sync::atomic::Ordering::Relaxed;
 use hugetext_abi::env;
 
 use crate::out::{line, Out};
-use crate::{config, engine, maps, sys};
+use crate::{config, engine, maps, perfmap, sys};
 
 /// Where this process stands in a chain of wrappers (`HUGETEXT_VIA`).
 pub struct Via {
@@ -53,7 +53,9 @@ impl Via {
     /// A process a wrapper forked (then exec'd): its child, not the wrapper
     /// become the program (an exec keeps the pid).
     pub fn forked_by_wrapper(&self) -> bool {
-        self.pid != 0 && self.pid != sys::getpid() as u32
+        // Not knowing this process's pid (a seccomp filter), it may be one:
+        // run plain, the safe side.
+        self.pid != 0 && Some(self.pid) != perfmap::pid()
     }
 
     /// Record this process as the next wrapper in `HUGETEXT_VIA` (a new
@@ -64,11 +66,15 @@ impl Via {
         let Some(slot) = config::slot(b"HUGETEXT_VIA=") else {
             return false;
         };
+        // What tells the program exec'd from a child forked on the way.
+        let Some(pid) = perfmap::pid() else {
+            return false;
+        };
         let mut name = Out::<1100>::new(-1);
         name_self(&mut name, argv);
         let mut o = Out::<4096>::new(-1);
         o.s("HUGETEXT_VIA=")
-            .u(sys::getpid() as u64)
+            .u(u64::from(pid))
             .s(":")
             .u(self.hops as u64 + 1)
             .s(":");
@@ -192,7 +198,7 @@ pub fn at_start(cfg: &config::Config, argv: &[*const c_char], late: &str, pass: 
             name_self(&mut name, argv);
             line()
                 .s("pid ")
-                .u(sys::getpid() as u64)
+                .pid(perfmap::pid())
                 .s(": ")
                 .bytes(name.contents())
                 .s(" has no text in whole windows: if it execs a program, the preload stays for it (wrapper ")
@@ -211,7 +217,7 @@ pub fn at_start(cfg: &config::Config, argv: &[*const c_char], late: &str, pass: 
     if cfg.verbose && via.hops > 0 {
         let mut o = line();
         o.s("pid ")
-            .u(sys::getpid() as u64)
+            .pid(perfmap::pid())
             .s(": via ")
             .u(via.hops as u64)
             .s(if via.hops == 1 { " wrapper: " } else { " wrappers: " })
@@ -244,7 +250,7 @@ pub extern "C" fn became_program() {
     if config::Config::from_env().verbose {
         line()
             .s("pid ")
-            .u(sys::getpid() as u64)
+            .pid(perfmap::pid())
             .s(": text loaded after start was remapped: not a wrapper after all; the processes it starts from now on run without the preload");
     }
 }

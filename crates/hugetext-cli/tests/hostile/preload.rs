@@ -343,3 +343,38 @@ fn a_program_that_sandboxes_itself_then_dlopens_is_not_killed() {
         assert_eq!(said, usize::from(verbose), "{err}");
     }
 }
+
+/// A program whose `getpid` fails (a seccomp filter returning `EPERM`):
+/// `-v` and the JSON report give its real pid (from /proc/self/status) and
+/// the perf map is `/tmp/perf-PID.map`, never pid 4294967295 (-1 read as a
+/// pid, as before).
+#[test]
+fn a_filtered_getpid_is_never_read_as_a_pid() {
+    tk::preload();
+    let (_d, tmp) = scratch_with_tmp();
+    let prog = tk::fixture("lld", "pie");
+    let mut cmd = with_private_tmp(&tmp, false);
+    cmd.arg(tk::cprogs().join("wrap"))
+        .arg("nogetpid")
+        .arg(tk::bin())
+        .args(["run", "-v", "--strategy", "copy", "--"])
+        .arg(&prog)
+        .env("HUGETEXT_REPORT", "json");
+    let o = output_within(&mut cmd, Duration::from_secs(60)).expect("the program hung");
+    let err = tk::text(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(tk::text(&o.stdout).starts_with("sum="), "{}", tk::text(&o.stdout));
+    assert!(!err.contains("4294967295"), "{err}");
+    let pid = err
+        .lines()
+        .find_map(|l| l.strip_prefix("hugetext: pid ")?.split(':').next()?.parse::<u32>().ok())
+        .unwrap_or_else(|| panic!("no summary line with a pid: {err}"));
+    assert!(err.contains(&format!("\"pid\":{pid},")), "{err}");
+    let maps: Vec<_> = std::fs::read_dir(&tmp)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("perf-"))
+        .collect();
+    assert_eq!(maps, [format!("perf-{pid}.map")], "{err}");
+}

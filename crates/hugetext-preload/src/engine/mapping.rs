@@ -101,7 +101,7 @@ impl Pass<'_> {
     ) {
         let t0 = sys::now_ns();
         let w = self.route_already(c, a, n, first);
-        self.t.ns[0] += sys::now_ns() - t0;
+        self.t.ns[0] += sys::now_ns().saturating_sub(t0);
         let Some(mut w) = w else {
             return;
         };
@@ -142,11 +142,11 @@ impl Pass<'_> {
             match step {
                 Some(step) => {
                     self.route_file(c, &mut w, fd, advised, step);
-                    self.t.ns[1] += sys::now_ns() - t0;
+                    self.t.ns[1] += sys::now_ns().saturating_sub(t0);
                 }
                 None => {
                     self.route_collapse(c, &mut w);
-                    self.t.ns[2] += sys::now_ns() - t0;
+                    self.t.ns[2] += sys::now_ns().saturating_sub(t0);
                 }
             }
             if w.done() {
@@ -166,7 +166,7 @@ impl Pass<'_> {
             CopyPlan::Yes => {
                 let t0 = sys::now_ns();
                 self.route_copy(c, &mut w, fd, elf);
-                self.t.ns[3] += sys::now_ns() - t0;
+                self.t.ns[3] += sys::now_ns().saturating_sub(t0);
             }
         }
     }

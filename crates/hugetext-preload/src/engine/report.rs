@@ -106,9 +106,9 @@ pub(super) fn summary(pass: &Pass, scope: &Scope, t0: u64) {
     let t = &pass.t;
     let mut o = line();
     let (outer, own) = perfmap::map_pid();
-    o.s("pid ").u(own as u64);
+    o.s("pid ").pid(own);
     if outer != own {
-        o.s(" (pid ").u(outer as u64).s(" outside its pid namespace)");
+        o.s(" (pid ").pid(outer).s(" outside its pid namespace)");
     }
     if scope.only.is_some() {
         o.s(", loaded after start (dlopen)");
@@ -126,7 +126,7 @@ pub(super) fn summary(pass: &Pass, scope: &Scope, t0: u64) {
         .s(", copy ")
         .mib(t.copy);
     o.s(") in ")
-        .ms(sys::now_ns() - t0)
+        .ms(sys::now_ns().saturating_sub(t0))
         .s("; ")
         .u(t.small_mappings as u64)
         .s(" text mappings have no whole ")
@@ -158,7 +158,7 @@ pub(super) fn record(pass: &Pass, scope: &Scope, t0: u64) {
     let t = &pass.t;
     let (outer, _) = perfmap::map_pid();
     let values: [u64; FIELDS.len()] = [
-        outer as u64,
+        outer.map_or(0, u64::from),
         scope.only.is_some() as u64,
         scan::pmd() as u64,
         t.windows,
@@ -174,7 +174,7 @@ pub(super) fn record(pass: &Pass, scope: &Scope, t0: u64) {
         t.ns[1],
         t.ns[2],
         t.ns[3],
-        sys::now_ns() - t0,
+        sys::now_ns().saturating_sub(t0),
         pass.scan.is_smaps() as u64,
         pass.touch as u64,
         scan::unit() as u64,
