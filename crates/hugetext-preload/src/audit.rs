@@ -372,11 +372,19 @@ fn sandboxed() -> bool {
     true
 }
 
-/// Drop the perf map lines of the objects being unloaded.
+/// Drop the perf map lines of the objects being unloaded. Rewriting the
+/// map takes calls `dlclose` itself does not make (`getpid`, `fstat`,
+/// `pread`, ...): only when this copy wrote to the map, and not once a
+/// seccomp filter was added (a program that loads its plugins, then
+/// sandboxes itself, then unloads one).
 fn forget_closing() {
+    let closing = SPANS.iter().any(|(m, _, _, c)| m.load(Relaxed) != 0 && c.load(Relaxed));
+    let rewrite = closing && perfmap::opened() && !sandboxed();
     for (m, lo, hi, closing) in SPANS.iter() {
         if closing.swap(false, Relaxed) {
-            perfmap::drop_range(lo.load(Relaxed) as u64, hi.load(Relaxed) as u64);
+            if rewrite {
+                perfmap::drop_range(lo.load(Relaxed) as u64, hi.load(Relaxed) as u64);
+            }
             m.store(0, Relaxed);
         }
     }

@@ -492,6 +492,7 @@ fn open_own(flags: i32) -> Result<(i32, libc::stat), Skip> {
 /// what is refused. Returns the fd.
 pub fn open_map() -> Result<i32, Skip> {
     let (fd, st) = open_own(libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND)?;
+    OPENED.store(true, core::sync::atomic::Ordering::Relaxed);
     // A map last written before this process started was left by an earlier
     // process with the same pid (pids are reused): its lines would give perf
     // wrong names for our addresses. Our own lines (or a JIT's in this
@@ -500,6 +501,15 @@ pub fn open_map() -> Result<i32, Skip> {
         sys::ftruncate(fd, 0);
     }
     Ok(fd)
+}
+
+/// This copy of the library opened the perf map to write ([`open_map`]).
+static OPENED: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+
+/// Has this copy of the library written to the perf map (so that it may
+/// have lines to drop)?
+pub fn opened() -> bool {
+    OPENED.load(core::sync::atomic::Ordering::Relaxed)
 }
 
 /// Remove from this process's `/tmp/perf-PID.map` the lines whose start

@@ -4,9 +4,12 @@
  * other system call kills the whole process with SIGSYS), then dlopens LIB
  * and calls its lib_f0.
  *
- *   sandbox_dlopen LIB [open]
+ *   sandbox_dlopen LIB [open|after]
  *
- * With "open", no filter (the same program unsandboxed). stdout: "lib_f0=N". Exit 2 when the filter cannot be installed or the
+ * With "open", no filter (the same program unsandboxed). With "after", the
+ * library is loaded first, then the filter installed, then the library is
+ * closed and loaded again (plugins loaded, then the sandbox entered).
+ * stdout: "lib_f0=N" per load. Exit 2 when the filter cannot be installed or the
  * library not loaded. (For hugetext's hostile tests: under `hugetext run`
  * the auditor's pass over objects loaded after start must not make a system
  * call the filter forbids.) */
@@ -18,6 +21,7 @@
 #include <linux/seccomp.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
@@ -61,13 +65,30 @@ static int sandbox(void) {
     return syscall(__NR_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog);
 }
 
-int main(int argc, char **argv) {
-    if (argc < 2 || argc > 3) { fprintf(stderr, "usage: sandbox_dlopen LIB [open]\n"); return 2; }
-    if (argc == 2 && sandbox()) { perror("sandbox_dlopen: seccomp"); return 2; }
-    void *h = dlopen(argv[1], RTLD_NOW);
-    if (!h) { fprintf(stderr, "sandbox_dlopen: %s\n", dlerror()); return 2; }
+static void *load(const char *lib) {
+    void *h = dlopen(lib, RTLD_NOW);
+    if (!h) { fprintf(stderr, "sandbox_dlopen: %s\n", dlerror()); exit(2); }
     long (*f0)(void) = (long (*)(void))dlsym(h, "lib_f0");
-    if (!f0) { fprintf(stderr, "sandbox_dlopen: %s\n", dlerror()); return 2; }
+    if (!f0) { fprintf(stderr, "sandbox_dlopen: %s\n", dlerror()); exit(2); }
     printf("lib_f0=%ld\n", f0());
+    fflush(stdout);
+    return h;
+}
+
+int main(int argc, char **argv) {
+    const char *mode = argc == 3 ? argv[2] : "";
+    if (argc < 2 || argc > 3 || (argc == 3 && strcmp(mode, "open") && strcmp(mode, "after"))) {
+        fprintf(stderr, "usage: sandbox_dlopen LIB [open|after]\n");
+        return 2;
+    }
+    if (!strcmp(mode, "after")) {
+        void *h = load(argv[1]);
+        if (sandbox()) { perror("sandbox_dlopen: seccomp"); return 2; }
+        if (dlclose(h)) { fprintf(stderr, "sandbox_dlopen: %s\n", dlerror()); return 2; }
+        load(argv[1]);
+        return 0;
+    }
+    if (argc == 2 && sandbox()) { perror("sandbox_dlopen: seccomp"); return 2; }
+    load(argv[1]);
     return 0;
 }

@@ -291,11 +291,13 @@ fn sandbox_dlopen(dir: &Path) -> PathBuf {
 }
 
 /// A program that sandboxes itself after start (a seccomp allow-list with
-/// `SECCOMP_RET_KILL_PROCESS`, as systemd's `SystemCallFilter=` and most
-/// sandboxes make) and then dlopens a plugin with 18 MiB of text: under
-/// `run` it runs as it does alone, and `-v` says once that objects loaded
-/// after start are left alone. (Before: killed by SIGSYS at the auditor's
-/// first `madvise`.)
+/// `SECCOMP_RET_KILL_PROCESS`, as most sandboxes make) and then dlopens a
+/// plugin with 18 MiB of text: under `run` it runs as it does alone, and
+/// `-v` says once that objects loaded after start are left alone. (Before:
+/// killed by SIGSYS at the auditor's first `madvise`.) The same for one
+/// that loads the plugin (copied, with perf-map lines), then sandboxes
+/// itself, then unloads and loads it again (before: killed at `dlclose`,
+/// where the auditor rewrote the perf map).
 #[test]
 fn a_program_that_sandboxes_itself_then_dlopens_is_not_killed() {
     use std::os::unix::process::ExitStatusExt;
@@ -342,6 +344,28 @@ fn a_program_that_sandboxes_itself_then_dlopens_is_not_killed() {
         let said = err.lines().filter(|l| l.contains(passive)).count();
         assert_eq!(said, usize::from(verbose), "{err}");
     }
+    let alone = Command::new(&exe).arg(&lib).arg("after").output().unwrap();
+    assert!(
+        alone.status.success(),
+        "alone: {:?} {}",
+        alone.status,
+        tk::text(&alone.stderr)
+    );
+    assert_eq!(tk::text(&alone.stdout).lines().count(), 2);
+    let o = run(&["after"], true);
+    let err = tk::text(&o.stderr);
+    assert!(
+        o.status.success(),
+        "killed under run (signal {:?}): {err}",
+        o.status.signal()
+    );
+    assert_eq!(o.stdout, alone.stdout, "{err}");
+    assert_eq!(
+        err.matches(late).count(),
+        1,
+        "only the load before the filter is followed: {err}"
+    );
+    assert_eq!(err.lines().filter(|l| l.contains(passive)).count(), 1, "{err}");
 }
 
 /// A program whose `getpid` fails (a seccomp filter returning `EPERM`):
