@@ -700,6 +700,9 @@ mod tests {
             "a++",
             "[a[b]]",
             "[a--b]",
+            // `^` after an escaped `|` is inside the pattern (an anchor to
+            // `regex`, a literal to the matcher).
+            "a\\|^b",
         ];
         for bad in unsupported {
             assert!(
