@@ -37,7 +37,8 @@
 
 #define ALLOW(nr) BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (nr), 0, 1), BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW)
 
-/* What dlopen, stdio and exit need: nothing more. */
+/* What dlopen, stdio and exit need (statx and lseek for other C
+ * libraries' loaders): nothing more. No madvise, mremap or prctl. */
 static int sandbox(void) {
     struct sock_filter f[] = {
         BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
@@ -50,6 +51,8 @@ static int sandbox(void) {
         ALLOW(__NR_close),
         ALLOW(__NR_fstat),
         ALLOW(__NR_newfstatat),
+        ALLOW(__NR_statx),
+        ALLOW(__NR_lseek),
         ALLOW(__NR_mmap),
         ALLOW(__NR_mprotect),
         ALLOW(__NR_munmap),
