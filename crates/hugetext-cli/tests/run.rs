@@ -1032,6 +1032,22 @@ fn a_preload_that_is_not_a_shared_object_is_refused_before_exec() {
         assert!(err.starts_with("hugetext: ") && err.contains(why), "{err}");
         assert!(o.stdout.is_empty(), "the program ran");
     }
+    // Something that is there but no file: said so, not "no such file".
+    for (preload, why) in [
+        ("/dev/zero", "/dev/zero: a character device, not a shared object"),
+        ("/", "/: a directory, not a shared object"),
+    ] {
+        let o = Command::new(common::bin())
+            .args(["run", "--", "sh", "-c", "echo ran"])
+            .env("HUGETEXT_PRELOAD", preload)
+            .output()
+            .unwrap();
+        let err = common::text(&o.stderr);
+        assert_eq!(o.status.code(), Some(125), "{err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains(why) && !err.contains("no such file"), "{err}");
+        assert!(o.stdout.is_empty(), "the program ran");
+    }
 }
 
 #[test]
