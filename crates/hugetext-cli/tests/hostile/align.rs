@@ -172,8 +172,9 @@ fn others_in(dir: &Path, keep: &Path) -> Vec<PathBuf> {
 /// (SIGKILL) at each step of writing the new file: the program is the old
 /// file or the new one, privileged either way; no hidden temporary file
 /// is privileged unless the kill landed in the instant between its naming
-/// and the rename; and the next `align` in that directory removes every
-/// leftover, says so, and gives the program its new, privileged content.
+/// and the rename; `check` names what is left; and the next `align` in
+/// that directory removes every leftover, says so, and gives the program
+/// its new, privileged content.
 /// (Before: a hidden set-user-ID copy with the capability stayed for
 /// good.) Other leftovers are beyond the unprivileged user's reach.
 #[test]
@@ -217,6 +218,17 @@ fn killed_align_leaves_nothing_privileged_behind() {
             let o = tk::as_attacker().arg("cat").arg(p).output().unwrap();
             assert!(!o.status.success(), "{step}: the attacker read {}", p.display());
         }
+
+        // check names what is left, and leaves it.
+        let o = tk::hugetext(&["check", s(&prog)]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{step}: {err}");
+        assert_eq!(
+            err.contains("hidden temporary files"),
+            !left.is_empty(),
+            "{step}: {err}"
+        );
+        assert_eq!(others_in(&st.victims, &prog), left, "{step}");
 
         // The next align removes what is left and says so.
         let o = tk::hugetext(&["align", s(&prog)]);
