@@ -17,5 +17,7 @@ mod preload;
 mod procfs;
 #[path = "hostile/profile.rs"]
 mod profile;
+#[path = "hostile/routecost.rs"]
+mod routecost;
 #[path = "hostile/warm.rs"]
 mod warm;

@@ -5,14 +5,17 @@
 //! the same steps, all here:
 //!
 //! 1. [`NewFile::beside`]: a temporary file in the target's directory (so the
-//!    final rename is atomic), removed again if anything fails before
-//!    [`NewFile::commit`];
-//! 2. [`copy_metadata`]: the original's owner, then its mode (set-id bits
-//!    after the `chown`, which clears them), then every extended attribute
-//!    (`security.capability` among them; `chown` clears that too), then,
-//!    optionally, its access and modification times;
-//! 3. [`NewFile::commit`]: `fsync`, close, `rename` over the target, `fsync`
-//!    the directory.
+//!    final rename is atomic), without a name where the filesystem allows
+//!    (`O_TMPFILE`), mode 0600 and no extended attributes, removed again if
+//!    anything fails before the commit;
+//! 2. [`NewFile::commit_keeping`]: `fsync`; then [`copy_metadata`]: the
+//!    original's owner, then its mode (set-id bits after the `chown`, which
+//!    clears them), then every extended attribute (`security.capability`
+//!    among them; `chown` clears that too), then, optionally, its access
+//!    and modification times; `fsync`; then the name (`linkat`, `rename`)
+//!    and an `fsync` of the directory. A process killed at any point
+//!    leaves the old file or the new one at the name, and at most a hidden
+//!    temporary file that [`remove_leftovers`] removes on the next run.
 //!
 //! Every name hugetext writes a file at goes through [`check_output`] first
 //! (the rule: [`output_refusal`]), and [`NewFile::commit`] renames only
@@ -182,23 +185,40 @@ pub fn check_output(path: &Path) -> io::Result<Output> {
     }
 }
 
-/// A new file being written next to the file it will replace. Dropped
-/// without [`commit`](NewFile::commit), it is removed.
+/// A new file being written next to the file it will replace, then put in
+/// place by [`commit`](NewFile::commit) (or
+/// [`commit_keeping`](NewFile::commit_keeping)). Dropped without a commit,
+/// it is removed.
+///
+/// Where the filesystem allows it, the file has no name while it is
+/// written (`O_TMPFILE`): a process killed meanwhile leaves nothing behind
+/// and the kernel frees its blocks. Elsewhere it has a hidden name (the
+/// prefix and 12 random letters and digits). Named or not, it keeps its
+/// creation mode (0600 unless given) and no extended attributes until the
+/// commit: the original's owner, set-id bits and file capabilities come in
+/// the commit's last steps, just before the file takes the target's name.
+/// For as long as this process lives the file holds a shared `flock`, so
+/// that [`remove_leftovers`] tells the file of a run that was killed (no
+/// lock) from one being written now.
 #[derive(Debug)]
 pub struct NewFile {
-    /// Open read-write until the commit closes it.
+    /// Open read-write until `finish_writing` or the commit closes it.
     file: Option<File>,
-    /// Removes the file when dropped, unless persisted.
-    path: tempfile::TempPath,
+    /// Open read-only and locked, from `finish_writing` on.
+    ro: Option<File>,
+    /// Its name while it has one (removed when dropped); `None` while it
+    /// has none (`O_TMPFILE`).
+    name: Option<tempfile::TempPath>,
     dir: PathBuf,
+    prefix: String,
     /// Its inode: what its name must still hold when it is opened again or
     /// renamed (another user who owns the directory could swap it).
     id: FileId,
 }
 
 impl NewFile {
-    /// Create an empty file (mode 0600, a unique name starting with
-    /// `prefix`) in the directory of `target`.
+    /// Create an empty file (mode 0600; its name, if it needs one, starts
+    /// with `prefix`) in the directory of `target`.
     pub fn beside(target: &Output, prefix: &str) -> io::Result<NewFile> {
         NewFile::beside_with_mode(target, prefix, 0o600)
     }
@@ -206,17 +226,33 @@ impl NewFile {
     /// The same with `mode`, less the umask, as `open` gives a new file: for
     /// a file that does not take its mode from another one.
     ///
-    /// The name is random (not one another user can guess and plant first)
+    /// A name is random (not one another user can guess and plant first)
     /// and the file is created with `O_CREAT|O_EXCL`, which never follows a
     /// link: it is a new inode of ours, or an error.
     pub fn beside_with_mode(target: &Output, prefix: &str, mode: u32) -> io::Result<NewFile> {
+        NewFile::create(target, prefix, mode, true)
+    }
+
+    /// [`beside_with_mode`](NewFile::beside_with_mode), unnamed only if
+    /// `unnamed` (tests take the named route on any filesystem).
+    fn create(target: &Output, prefix: &str, mode: u32, unnamed: bool) -> io::Result<NewFile> {
         let dir = dir_of(target.path());
-        let (file, path) = new_temp_in(&dir, prefix, mode)?;
+        let (file, name) = match unnamed.then(|| unnamed_in(&dir, mode)).flatten() {
+            Some(f) => (f, None),
+            None => {
+                let (f, p) = new_temp_in(&dir, prefix, mode)?;
+                (f, Some(p))
+            }
+        };
+        lock_shared(&file);
         let id = FileId::of(&file.metadata()?);
+        stop_at("created");
         Ok(NewFile {
             file: Some(file),
-            path,
+            ro: None,
+            name,
             dir,
+            prefix: prefix.to_string(),
             id,
         })
     }
@@ -227,11 +263,6 @@ impl NewFile {
     /// After [`finish_writing`](NewFile::finish_writing) (a caller bug).
     pub fn file(&self) -> &File {
         self.file.as_ref().expect("NewFile written to after finish_writing")
-    }
-
-    /// Where the file is now.
-    pub fn path(&self) -> &Path {
-        &self.path
     }
 
     /// The directory it is in (the target's).
@@ -247,61 +278,295 @@ impl NewFile {
     /// `fsync` the file and close it (a writable descriptor keeps
     /// `MADV_COLLAPSE` away and makes `exec` fail with `ETXTBSY`); returns
     /// the file opened again read-only. [`commit`](NewFile::commit) still
-    /// renames it.
+    /// puts it in place.
     pub fn finish_writing(&mut self) -> io::Result<File> {
-        if let Some(f) = self.file.take() {
-            f.sync_all()?;
+        if self.ro.is_none() {
+            let w = self.file.as_ref().expect("NewFile finished twice");
+            w.sync_all()?;
+            let ro = match &self.name {
+                // Its only way in: this process's descriptor.
+                None => File::open(fd_path(w))?,
+                Some(p) => File::open(p)?,
+            };
+            if FileId::of(&ro.metadata()?) != self.id {
+                return Err(swapped());
+            }
+            // Locked before the writable descriptor's lock goes with it.
+            lock_shared(&ro);
+            self.ro = Some(ro);
+            self.file = None;
         }
-        let ro = File::open(&self.path)?;
-        if FileId::of(&ro.metadata()?) != self.id {
-            return Err(swapped());
-        }
-        Ok(ro)
+        self.ro.as_ref().expect("set above").try_clone()
     }
 
-    /// `fsync` the file (unless [`finish_writing`](NewFile::finish_writing)
-    /// did), close it, rename it over `target` and `fsync` the
-    /// directory so the rename is durable. Closing before the rename matters:
-    /// a writable descriptor on a program makes `exec` fail with `ETXTBSY`.
+    /// [`commit_keeping`](NewFile::commit_keeping) with nothing to keep:
+    /// for a file of its own (a report, a plot).
+    pub fn commit(self, target: &Output) -> io::Result<()> {
+        self.commit_keeping(target, None)
+    }
+
+    /// Put the file in place of `target`, in this order: `fsync` and close
+    /// the writable descriptor (a writable descriptor on a program makes
+    /// `exec` fail with `ETXTBSY`); give the file `keep`'s owner, mode,
+    /// extended attributes and times ([`copy_metadata`]) and `fsync` it;
+    /// give it the target's name; `fsync` the directory. Privileges (set-id
+    /// bits, capabilities) thus appear last: a file without a name yet
+    /// (`O_TMPFILE`) vanishes if the process is killed before it is linked,
+    /// and a hidden name holds them only for the instant before the rename.
+    ///
     /// The name must still hold what [`check_output`] saw: for a new name,
-    /// the rename fails if anything appeared there meanwhile
+    /// linking or renaming fails if anything appeared there meanwhile
     /// (`RENAME_NOREPLACE`); over a file, if another inode took its place.
-    /// On error the file is removed and `target` is as it was.
-    pub fn commit(mut self, target: &Output) -> io::Result<()> {
-        if let Some(f) = self.file.take() {
-            f.sync_all()?;
+    /// On error the new file is removed and `target` is as it was.
+    pub fn commit_keeping(
+        mut self,
+        target: &Output,
+        keep: Option<(&File, &Metadata, &MetadataCopy<'_>)>,
+    ) -> io::Result<()> {
+        stop_at("written");
+        let ro = match self.ro.take() {
+            Some(f) => f,
+            None => {
+                self.finish_writing()?;
+                self.ro.take().expect("set by finish_writing")
+            }
+        };
+        if let Some(p) = &self.name {
+            let ours = std::fs::symlink_metadata(p)?;
+            if !ours.file_type().is_file() || FileId::of(&ours) != self.id {
+                return Err(swapped());
+            }
         }
-        let NewFile { path, dir, id, .. } = self;
-        let ours = std::fs::symlink_metadata(&path)?;
-        if !ours.file_type().is_file() || FileId::of(&ours) != id {
-            return Err(swapped());
+        if let Some((from, meta, what)) = keep {
+            copy_metadata(from, meta, &ro, what).map_err(|e| {
+                io::Error::new(
+                    e.kind(),
+                    format!("cannot give the new file the original's owner/mode/attributes ({e})"),
+                )
+            })?;
         }
+        ro.sync_all()?;
+        stop_at("metadata");
         let changed = || {
             io::Error::new(
                 io::ErrorKind::AlreadyExists,
                 "the name changed while the new file was being written; nothing was replaced, run again",
             )
         };
+        let still_there = |id: FileId| -> io::Result<()> {
+            let now = std::fs::symlink_metadata(target.path())?;
+            if !now.file_type().is_file() || FileId::of(&now) != id {
+                return Err(changed());
+            }
+            Ok(())
+        };
+        let name = match (self.name.take(), target.existing) {
+            // A new name: linked there directly, never over anything.
+            (None, None) => {
+                return link_unnamed(&ro, target.path())
+                    .map_err(|e| match e.kind() {
+                        io::ErrorKind::AlreadyExists => changed(),
+                        _ => e,
+                    })
+                    .and_then(|()| sync_dir(&self.dir));
+            }
+            (None, Some(_)) => self.link_hidden(&ro)?,
+            (Some(name), _) => name,
+        };
+        stop_at("linked");
         match target.existing {
-            None => path
+            None => name
                 .persist_noclobber(target.path())
                 .map_err(|e| match e.error.kind() {
                     io::ErrorKind::AlreadyExists => changed(),
                     _ => e.error,
                 })?,
             Some(id) => {
-                let now = std::fs::symlink_metadata(target.path())?;
-                if !now.file_type().is_file() || FileId::of(&now) != id {
-                    return Err(changed());
-                }
-                path.persist(target.path()).map_err(|e| e.error)?
+                still_there(id)?;
+                name.persist(target.path()).map_err(|e| e.error)?
             }
         }
-        if let Ok(d) = File::open(&dir) {
-            let _ = d.sync_all();
-        }
-        Ok(())
+        stop_at("renamed");
+        sync_dir(&self.dir)
     }
+
+    /// Give the unnamed file `ro` a hidden name in the directory (the
+    /// prefix and 12 random characters), removed when dropped.
+    fn link_hidden(&self, ro: &File) -> io::Result<tempfile::TempPath> {
+        for _ in 0..16 {
+            let p = self.dir.join(format!("{}{}", self.prefix, random_chars()));
+            match link_unnamed(ro, &p) {
+                Ok(()) => return tempfile::TempPath::try_from_path(p),
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            "cannot find a free temporary name in this directory",
+        ))
+    }
+}
+
+/// `fsync` a directory, so that a rename or link in it is durable (where
+/// the directory cannot be opened, the rename stands and is not forced to
+/// disk).
+fn sync_dir(dir: &Path) -> io::Result<()> {
+    if let Ok(d) = File::open(dir) {
+        d.sync_all()?;
+    }
+    Ok(())
+}
+
+/// The name of an open file under `/proc/self/fd`.
+fn fd_path(f: &File) -> PathBuf {
+    PathBuf::from(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(f)))
+}
+
+/// Give the file open as `f` (unnamed: `O_TMPFILE`) the name `to`; fails
+/// with `AlreadyExists` if the name exists.
+fn link_unnamed(f: &File, to: &Path) -> io::Result<()> {
+    rustix::fs::linkat(
+        rustix::fs::CWD,
+        fd_path(f),
+        rustix::fs::CWD,
+        to,
+        AtFlags::SYMLINK_FOLLOW,
+    )
+    .map_err(io::Error::from)
+}
+
+/// A new file without a name in `dir` (`O_TMPFILE`, `mode` less the umask),
+/// or `None` where the filesystem or kernel has none, or `/proc` (through
+/// which it is linked into place) is missing.
+fn unnamed_in(dir: &Path, mode: u32) -> Option<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_TMPFILE | libc::O_CLOEXEC)
+        .mode(mode)
+        .open(dir)
+        .ok()?;
+    fd_path(&f).exists().then_some(f)
+}
+
+/// Take a shared `flock` on `f`, held until every descriptor of that open
+/// file is closed (the process's end included): [`remove_leftovers`] removes
+/// only what it can lock exclusively. Where the filesystem has no `flock`,
+/// nothing is locked, and [`remove_leftovers`] leaves the files alone.
+fn lock_shared(f: &File) {
+    let _ = rustix::fs::flock(f.as_fd(), rustix::fs::FlockOperation::NonBlockingLockShared);
+}
+
+/// 12 random letters and digits.
+fn random_chars() -> String {
+    const SET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    let mut b = [0u8; 12];
+    // SAFETY: `b` is a writable buffer of the length given.
+    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
+    if n != b.len() as isize {
+        // Unique enough with the clock; the link fails, never overwrites,
+        // on a clash.
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        b = (t ^ (u128::from(std::process::id()) << 64)).to_le_bytes()[..12]
+            .try_into()
+            .expect("12 bytes");
+    }
+    b.iter().map(|x| SET[*x as usize % SET.len()] as char).collect()
+}
+
+/// Test hook: with `HUGETEXT_TEST_STOP_AT=STEP` in the environment, the
+/// process stops itself (`SIGSTOP`) at that step of writing a new file
+/// (`created`, `written`, `metadata`, `linked`, `renamed`), so that a test
+/// can kill it exactly there.
+fn stop_at(step: &str) {
+    if std::env::var_os("HUGETEXT_TEST_STOP_AT").is_some_and(|v| v == step) {
+        // SAFETY: raise() has no memory-safety preconditions.
+        unsafe { libc::raise(libc::SIGSTOP) };
+    }
+}
+
+/// Whether `name` is one hugetext gives its temporary files: it starts with
+/// a dot, has `hugetext-` in its prefix, and ends with `-` and 12 random
+/// letters and digits (`.hugetext-align-Ab3…`, `.prog.hugetext-Xy9…`).
+/// Pure.
+pub fn is_temp_name(name: &std::ffi::OsStr) -> bool {
+    let Some(name) = name.to_str() else {
+        return false;
+    };
+    let Some(prefix) = name.len().checked_sub(12).and_then(|n| name.get(..n)) else {
+        return false;
+    };
+    let random = &name[prefix.len()..];
+    name.starts_with('.')
+        && prefix.ends_with('-')
+        && prefix.contains("hugetext-")
+        && random.bytes().all(|b| b.is_ascii_alphanumeric())
+}
+
+/// Remove from `dir` the temporary files of hugetext runs that were killed
+/// before they could remove them. Only files that are provably such
+/// leftovers go: a temporary name ([`is_temp_name`]), a regular file with
+/// one link, owned by the caller (or, for root, set-id or with file
+/// capabilities: what a killed root run makes of another user's program),
+/// and no live hugetext process holding its lock. Returns the names
+/// removed; what cannot be read or locked is left alone. With `remove`
+/// false, only finds them.
+pub fn remove_leftovers(dir: &Path) -> Vec<PathBuf> {
+    leftovers(dir, true)
+}
+
+/// The leftovers [`remove_leftovers`] would remove, removed if `remove`.
+pub fn leftovers(dir: &Path, remove: bool) -> Vec<PathBuf> {
+    let euid = rustix::process::geteuid().as_raw();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut removed = Vec::new();
+    for e in entries.flatten() {
+        if !is_temp_name(&e.file_name()) {
+            continue;
+        }
+        let p = e.path();
+        if is_leftover(&p, euid) && (!remove || std::fs::remove_file(&p).is_ok()) {
+            removed.push(p);
+        }
+    }
+    removed
+}
+
+/// Whether `p` is a leftover [`remove_leftovers`] may remove; it is then
+/// locked (by a descriptor closed on return: no live process of ours took
+/// it meanwhile, since ours hold the lock from before the name appears).
+fn is_leftover(p: &Path, euid: u32) -> bool {
+    use std::os::unix::fs::OpenOptionsExt;
+    let Ok(m) = std::fs::symlink_metadata(p) else {
+        return false;
+    };
+    if !m.file_type().is_file() || m.nlink() != 1 {
+        return false;
+    }
+    let Ok(f) = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(p)
+    else {
+        return false;
+    };
+    let Ok(fm) = f.metadata() else {
+        return false;
+    };
+    if FileId::of(&fm) != FileId::of(&m) {
+        return false;
+    }
+    let privileged = || fm.mode() & 0o6000 != 0 || get_xattr(&f, "security.capability").is_ok();
+    if fm.uid() != euid && !(euid == 0 && privileged()) {
+        return false;
+    }
+    rustix::fs::flock(f.as_fd(), rustix::fs::FlockOperation::NonBlockingLockExclusive).is_ok()
 }
 
 /// The error for a temporary file whose name no longer holds it.
@@ -327,10 +592,12 @@ fn new_temp_in(dir: &Path, prefix: &str, mode: u32) -> io::Result<(File, tempfil
 }
 
 /// A scratch file for a probe that needs a name on `dir`'s filesystem
-/// (mode 0600; see [`NewFile::beside_with_mode`] for the name): removed
-/// when the returned path is dropped.
+/// (mode 0600; see [`NewFile::beside_with_mode`] for the name), locked
+/// like a [`NewFile`]: removed when the returned path is dropped.
 pub fn scratch_file_in(dir: &Path, prefix: &str) -> io::Result<(File, tempfile::TempPath)> {
-    new_temp_in(dir, prefix, 0o600)
+    let (f, p) = new_temp_in(dir, prefix, 0o600)?;
+    lock_shared(&f);
+    Ok((f, p))
 }
 
 /// The directory a file is in (`.` for a bare name).
@@ -666,22 +933,26 @@ mod tests {
         let target = dir.path().join("t");
         std::fs::write(&target, b"old").unwrap();
         let out = check_output(&target).unwrap();
-        let n = NewFile::beside(&out, ".x-").unwrap();
-        let p = n.path().to_path_buf();
-        assert!(p.exists() && p.parent() == Some(dir.path()));
-        assert_eq!(std::fs::metadata(&p).unwrap().permissions().mode() & 0o777, 0o600);
-        drop(n);
-        assert!(!p.exists());
-        assert_eq!(std::fs::read(&target).unwrap(), b"old");
+        for unnamed in [true, false] {
+            let n = NewFile::create(&out, ".x-", 0o600, unnamed).unwrap();
+            assert_eq!(n.file().metadata().unwrap().permissions().mode() & 0o777, 0o600);
+            // Named only where the filesystem has no O_TMPFILE (or the
+            // test asks for a name).
+            assert_eq!(n.name.is_none(), unnamed, "ext4 and xfs have O_TMPFILE");
+            drop(n);
+            assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+            assert_eq!(std::fs::read(&target).unwrap(), b"old");
 
-        let mut n = NewFile::beside(&out, ".x-").unwrap();
-        n.file().write_all(b"new").unwrap();
-        let p = n.path().to_path_buf();
-        let ro = n.finish_writing().unwrap();
-        assert_eq!(getfl(&ro) & libc::O_ACCMODE, libc::O_RDONLY);
-        n.commit(&out).unwrap();
-        assert!(!p.exists());
-        assert_eq!(std::fs::read(&target).unwrap(), b"new");
+            let out = check_output(&target).unwrap();
+            let mut n = NewFile::create(&out, ".x-", 0o600, unnamed).unwrap();
+            n.file().write_all(b"new").unwrap();
+            let ro = n.finish_writing().unwrap();
+            assert_eq!(getfl(&ro) & libc::O_ACCMODE, libc::O_RDONLY);
+            n.commit(&out).unwrap();
+            assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+            assert_eq!(std::fs::read(&target).unwrap(), b"new");
+            std::fs::write(&target, b"old").unwrap();
+        }
         assert_eq!(dir_of(Path::new("bare")), Path::new("."));
     }
 
@@ -715,6 +986,84 @@ mod tests {
         assert!(ok(facts(Existing::Regular { uid: 1000 }, 0, true, 1000)));
         let why = output_refusal(&facts(Existing::Symlink, 0, false, 0)).unwrap();
         assert!(why.contains("symbolic link") && !why.contains('\n'), "{why}");
+    }
+
+    #[test]
+    fn temporary_names_are_told_from_others() {
+        let t = |n: &str| is_temp_name(std::ffi::OsStr::new(n));
+        assert!(t(".hugetext-align-Ab3dEf6hIj9K"));
+        assert!(t(".prog.hugetext-Ab3dEf6hIj9K"));
+        assert!(t(".hugetext-collapse-probe-000000000000"));
+        assert!(!t("hugetext-align-Ab3dEf6hIj9K"), "not hidden");
+        assert!(!t(".hugetext-align-Ab3dEf6hIj9"), "11 characters");
+        assert!(!t(".hugetext-align-Ab3dEf6hIj9.K"));
+        assert!(!t(".other-Ab3dEf6hIj9K"));
+        assert!(!t(".hugetext-align-"));
+        assert!(!t(".hugetext-alignAb3dEf6hIj9KL"));
+    }
+
+    /// A killed run's file is removed by the next; a live one's, a user's
+    /// file of a like name, and another user's are not.
+    #[test]
+    fn only_unlocked_leftovers_of_ours_are_removed() {
+        let dir = scratch();
+        let target = dir.path().join("t");
+        std::fs::write(&target, b"old").unwrap();
+        let out = check_output(&target).unwrap();
+        // A killed run: a temporary name nobody holds a lock on.
+        let dead = dir.path().join(".hugetext-align-DeadDeadDead");
+        std::fs::write(&dead, b"x").unwrap();
+        std::fs::set_permissions(&dead, std::fs::Permissions::from_mode(0o4755)).unwrap();
+        // A live one (the named route, so that it is visible).
+        let live = NewFile::create(&out, ".hugetext-align-", 0o600, false).unwrap();
+        let live_name = live.name.as_ref().unwrap().to_path_buf();
+        let (_probe, probe) = scratch_file_in(dir.path(), ".hugetext-doctor-").unwrap();
+        // Not ours: other names, another user's unprivileged file, a link.
+        let user = dir.path().join(".hugetext-align-notes");
+        std::fs::write(&user, b"mine").unwrap();
+        let theirs = dir.path().join(".hugetext-align-TheirsTheirs");
+        std::fs::write(&theirs, b"x").unwrap();
+        rustix::fs::chown(&theirs, Some(rustix::fs::Uid::from_raw(65534)), None).unwrap();
+        let linked = dir.path().join(".hugetext-align-LinkedLinked");
+        std::fs::write(&linked, b"x").unwrap();
+        std::fs::hard_link(&linked, dir.path().join("kept")).unwrap();
+
+        assert_eq!(remove_leftovers(dir.path()), vec![dead.clone()]);
+        assert!(!dead.exists());
+        for p in [&live_name, &probe.to_path_buf(), &user, &theirs, &linked, &target] {
+            assert!(p.exists(), "{} removed", p.display());
+        }
+        drop(live);
+        assert!(!live_name.exists());
+    }
+
+    #[test]
+    fn privileges_come_only_at_the_commit() {
+        let dir = scratch();
+        let src = dir.path().join("prog");
+        std::fs::write(&src, b"old").unwrap();
+        std::fs::set_permissions(&src, std::fs::Permissions::from_mode(0o4755)).unwrap();
+        let f = File::open(&src).unwrap();
+        rustix::fs::fsetxattr(f.as_fd(), "user.keep", b"1", rustix::fs::XattrFlags::empty()).unwrap();
+        let meta = f.metadata().unwrap();
+        for unnamed in [true, false] {
+            let out = check_output(&src).unwrap();
+            let mut n = NewFile::create(&out, ".hugetext-align-", 0o600, unnamed).unwrap();
+            n.file().write_all(b"new").unwrap();
+            let ro = n.finish_writing().unwrap();
+            assert_eq!(ro.metadata().unwrap().mode() & 0o7777, 0o600);
+            assert!(list_xattrs(&ro).unwrap().is_empty());
+            let keep = MetadataCopy {
+                owner_required: true,
+                ..Default::default()
+            };
+            n.commit_keeping(&out, Some((&f, &meta, &keep))).unwrap();
+            let m = std::fs::metadata(&src).unwrap();
+            assert_eq!(m.mode() & 0o7777, 0o4755);
+            assert_eq!(get_xattr(&File::open(&src).unwrap(), "user.keep").unwrap(), b"1");
+            assert_eq!(std::fs::read(&src).unwrap(), b"new");
+            assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+        }
     }
 
     #[test]
@@ -754,10 +1103,10 @@ mod tests {
         let target = dir.path().join("t");
         std::fs::write(&target, b"old").unwrap();
         let out = check_output(&target).unwrap();
-        let mut n = NewFile::beside(&out, ".x-").unwrap();
+        let mut n = NewFile::create(&out, ".x-", 0o600, false).unwrap();
         let other = dir.path().join("other");
         std::fs::write(&other, b"planted").unwrap();
-        std::fs::rename(&other, n.path()).unwrap();
+        std::fs::rename(&other, n.name.as_ref().unwrap()).unwrap();
         assert!(n.finish_writing().is_err());
         assert!(n.commit(&out).is_err());
         assert_eq!(std::fs::read(&target).unwrap(), b"old");

@@ -78,8 +78,9 @@ pub fn find_preload(explicit: Option<&Path>) -> Result<PathBuf> {
     }
     if let Some(p) = explicit {
         return Err(Error::Invalid(format!(
-            "{}: no such file (from {PRELOAD_ENV} or --preload); point it at libhugetext.so",
-            p.display()
+            "{}: {} (from {PRELOAD_ENV} or --preload); point it at libhugetext.so",
+            p.display(),
+            not_a_preload(std::fs::metadata(p))
         )));
     }
     let looked: Vec<String> = cands.iter().map(|p| p.display().to_string()).collect();
@@ -87,6 +88,28 @@ pub fn find_preload(explicit: Option<&Path>) -> Result<PathBuf> {
         "cannot find {PRELOAD_NAME} (looked in {}); build it with `cargo build --release` or set {PRELOAD_ENV}=/path/to/{PRELOAD_NAME}",
         looked.join(", ")
     )))
+}
+
+/// Why a named preload that is not a regular file cannot be used, from
+/// what `stat` (links followed) says of it: missing, unreadable, or a
+/// device, directory, FIFO or socket. Pure.
+fn not_a_preload(stat: std::io::Result<std::fs::Metadata>) -> String {
+    use std::os::unix::fs::FileTypeExt;
+    let m = match stat {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return "no such file".into(),
+        Err(e) => return format!("cannot be read ({e})"),
+    };
+    let t = m.file_type();
+    let what = match () {
+        _ if t.is_dir() => "a directory",
+        _ if t.is_char_device() => "a character device",
+        _ if t.is_block_device() => "a block device",
+        _ if t.is_fifo() => "a FIFO",
+        _ if t.is_socket() => "a socket",
+        _ => return "not a regular file".into(),
+    };
+    format!("{what}, not a shared object")
 }
 
 /// What the ELF header and program headers of a would-be preload say: its
@@ -561,6 +584,24 @@ pub fn huge_text_of(pid: i32, file: &Path) -> Result<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_named_preload_that_is_no_file_says_what_it_is() {
+        assert_eq!(
+            not_a_preload(std::fs::metadata("/dev/zero")),
+            "a character device, not a shared object"
+        );
+        assert_eq!(
+            not_a_preload(std::fs::metadata("/")),
+            "a directory, not a shared object"
+        );
+        assert_eq!(not_a_preload(std::fs::metadata("/nonexistent/x")), "no such file");
+        let e = find_preload(Some(Path::new("/dev/zero"))).unwrap_err().to_string();
+        assert!(
+            e.starts_with("/dev/zero: a character device") && !e.contains("no such"),
+            "{e}"
+        );
+    }
 
     #[test]
     fn a_preload_must_be_an_elf_shared_object() {

@@ -239,7 +239,8 @@ fn cache_dir() -> Option<PathBuf> {
 }
 
 /// A kept measurement: a small regular file of ours (never a link, a FIFO,
-/// or another user's), else `None`.
+/// or another user's) with plausible values ([`plausible`]), else `None`
+/// (measured again, and the file rewritten).
 fn load(path: &Path) -> Option<RouteCosts> {
     let f = openfile::open_regular(path, openfile::Follow::No).ok()?;
     let m = f.metadata().ok()?;
@@ -248,7 +249,23 @@ fn load(path: &Path) -> Option<RouteCosts> {
     }
     let mut s = String::new();
     f.take(4096).read_to_string(&mut s).ok()?;
-    serde_json::from_str(&s).ok()
+    serde_json::from_str(&s).ok().filter(plausible)
+}
+
+/// The range a measured cost can be in, milliseconds per MiB: from 1 TB/s
+/// (faster than any memory copy) to 10 s per MiB (slower than a floppy).
+const PLAUSIBLE_MS_PER_MIB: std::ops::RangeInclusive<f64> = 1e-6..=1e4;
+
+/// Whether kept costs can be believed: both costs within
+/// [`PLAUSIBLE_MS_PER_MIB`] (not negative, zero, infinite or absurd), and
+/// names and reasons of a sane length without control characters. Pure.
+pub fn plausible(c: &RouteCosts) -> bool {
+    let text = |s: &str, max: usize| s.len() <= max && !s.chars().any(char::is_control);
+    let cost = |c: &Cost| match c {
+        Cost::MsPerMib(v) => PLAUSIBLE_MS_PER_MIB.contains(v),
+        Cost::No(why) => !why.is_empty() && text(why, 300),
+    };
+    cost(&c.refill) && cost(&c.collapse) && text(&c.fs, 64) && text(&c.release, 256) && text(&c.boot_id, 64)
 }
 
 /// Keep a measurement (a new file renamed over the old one); a failure
@@ -331,6 +348,28 @@ mod tests {
         let no = Cost::No("why".into());
         assert_eq!(median(vec![Cost::MsPerMib(1.0), no.clone(), Cost::MsPerMib(2.0)]), no);
         assert!(matches!(median(Vec::new()), Cost::No(_)));
+    }
+
+    #[test]
+    fn absurd_kept_costs_are_not_believed() {
+        let ok = |c: Cost, r: Cost| plausible(&costs(c, r));
+        assert!(ok(Cost::MsPerMib(0.25), Cost::MsPerMib(3.0)));
+        assert!(ok(
+            Cost::No("EINVAL: this kernel does not collapse file text".into()),
+            Cost::MsPerMib(3.0)
+        ));
+        for absurd in [-7.0, 0.0, 1e300, f64::INFINITY, f64::NAN, 1e-300] {
+            assert!(!ok(Cost::MsPerMib(absurd), Cost::MsPerMib(3.0)), "{absurd}");
+            assert!(!ok(Cost::MsPerMib(0.25), Cost::MsPerMib(absurd)), "{absurd}");
+        }
+        assert!(!ok(Cost::No(String::new()), Cost::MsPerMib(3.0)));
+        assert!(!ok(Cost::No("a\nforged line".into()), Cost::MsPerMib(3.0)));
+        // Such a file is not loaded.
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("route-costs-1.json");
+        store(&p, &costs(Cost::MsPerMib(-7.0), Cost::MsPerMib(1e300)));
+        assert!(p.exists());
+        assert_eq!(load(&p), None);
     }
 
     #[test]

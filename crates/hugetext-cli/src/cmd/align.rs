@@ -76,10 +76,12 @@ contiguous-PTE block, as the 512 MiB PMD is out of reach):
   * skewed ones (lld, mold: vaddr - offset = one page) get zero padding inserted before
     them and every later file offset (e_phoff, e_shoff, p_offset, sh_offset) moved;
     virtual addresses never change; the padding is a hole where possible.
-The new file is written next to the target, re-parsed and compared byte by byte with
-the original, given its owner, mode and xattrs (file capabilities included), then
-renamed over it: a running program keeps working, and any failure (disk full, no
-permission) leaves the original as it was. Signed files (signature sections, appended
+The new file is written next to the target (unnamed, or hidden and mode 0600),
+re-parsed and compared byte by byte with the original, given its owner, mode and
+xattrs (file capabilities included) only as its last step, then renamed over it: a
+running program keeps working, and any failure (disk full, no permission, a kill)
+leaves the original as it was. Hidden temporary files of killed runs in that
+directory are removed by the next align. Signed files (signature sections, appended
 signatures, IMA/EVM xattrs) are refused unless --force. -o OUT must be a new name or
 a regular file you own: a symlink, directory, device, FIFO or socket is refused (exit 1).
 With --json, an error is a JSON object too ({\"status\": \"error\", \"error\": ...}).

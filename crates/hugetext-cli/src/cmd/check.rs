@@ -100,7 +100,28 @@ pub fn run(args: Args) -> Result<u8> {
         serde_json::to_writer_pretty(&mut out, &entries)?;
         writeln!(out)?;
     }
+    out.flush()?;
+    report_leftovers(&args.files);
     Ok(code)
+}
+
+/// Say on stderr which directories of `files` hold hidden temporary files
+/// that killed hugetext runs left (`align` there removes them): each
+/// directory looked at once.
+fn report_leftovers(files: &[PathBuf]) {
+    let dirs: std::collections::BTreeSet<PathBuf> = files.iter().map(|f| hugetext::fsutil::dir_of(f)).collect();
+    for dir in dirs {
+        let left = hugetext::fsutil::leftovers(&dir, false);
+        if left.is_empty() {
+            continue;
+        }
+        let names: Vec<String> = left.iter().map(|p| p.display().to_string()).collect();
+        eprintln!(
+            "hugetext: warning: {}: hidden temporary files of an interrupted hugetext run ({}); `hugetext align` of a file there removes them",
+            dir.display(),
+            names.join(", ")
+        );
+    }
 }
 
 pub use hugetext::units::mib;

@@ -81,3 +81,60 @@ fn scratch_dir_in_a_shared_dir_is_private() {
     assert!(!scratch.exists());
     assert_eq!(tk::tree_state(&st.victims), before, "a root-owned file changed");
 }
+
+/// The `.hugetext-bench-*` scratch directories in `dir`.
+fn scratch_dirs(dir: &Path) -> Vec<std::path::PathBuf> {
+    fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with(".hugetext-bench-"))
+        .collect()
+}
+
+/// `bench exec` killed outright (SIGKILL: no handler runs) while its
+/// scratch files exist leaves its scratch directory behind; the next
+/// benchmark in that directory removes it, and a benchmark running beside
+/// it keeps its own. (Before: it stayed, 193 MB after one kill.)
+#[test]
+fn the_next_bench_removes_what_a_killed_one_left() {
+    use std::time::{Duration, Instant};
+    let st = Stage::new();
+    let bench = |runs: &str| {
+        let mut cmd = std::process::Command::new(tk::bin());
+        cmd.args(["bench", "exec", "--size", "16M", "--runs", runs, "--dir"])
+            .arg(&st.tmp)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        cmd
+    };
+    let mut killed = bench("1000").spawn().unwrap();
+    let t0 = Instant::now();
+    while scratch_dirs(&st.tmp)
+        .iter()
+        .all(|d| fs::read_dir(d).unwrap().next().is_none())
+    {
+        assert!(t0.elapsed() < Duration::from_secs(60), "no scratch file appeared");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    killed.kill().unwrap();
+    killed.wait().unwrap();
+    let left = scratch_dirs(&st.tmp);
+    assert_eq!(left.len(), 1, "{left:?}");
+
+    // A benchmark running meanwhile, and the next one.
+    let mut beside = bench("1000").spawn().unwrap();
+    let t0 = Instant::now();
+    let live = loop {
+        if let Some(d) = scratch_dirs(&st.tmp).into_iter().find(|d| *d != left[0]) {
+            break d;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(60), "no scratch directory appeared");
+        std::thread::sleep(Duration::from_millis(2));
+    };
+    let o = bench("1").output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(!left[0].exists(), "the killed run's scratch directory stayed");
+    assert!(live.exists(), "a running benchmark's scratch directory was removed");
+    beside.kill().unwrap();
+    beside.wait().unwrap();
+}

@@ -3,7 +3,10 @@
 //! fit (disk space, memory), and removed whatever ends the benchmark: its
 //! end, an error, a panic (unwinding drops the guard), or SIGINT, SIGTERM or
 //! SIGHUP (a thread that receives them removes every live scratch
-//! directory, then lets the signal end the process as it would have).
+//! directory, then lets the signal end the process as it would have). What
+//! a run killed outright (SIGKILL, a crash, a power loss) leaves behind is
+//! removed by the next benchmark in the same directory: a live run holds a
+//! lock on its directory, a dead one's lock is gone.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, Once};
@@ -24,7 +27,13 @@ fn live() -> MutexGuard<'static, Vec<PathBuf>> {
 #[derive(Debug)]
 pub struct ScratchDir {
     dir: tempfile::TempDir,
+    /// The directory open, with a shared `flock` held while this process
+    /// lives: [`remove_leftovers`] of another run leaves it alone.
+    _lock: Option<std::fs::File>,
 }
+
+/// The name prefix of scratch directories.
+const PREFIX: &str = ".hugetext-bench-";
 
 impl ScratchDir {
     /// Create one in `base`. Registered under the lock, so that a signal
@@ -32,14 +41,19 @@ impl ScratchDir {
     fn create(base: &Path) -> Result<ScratchDir> {
         use std::os::unix::fs::PermissionsExt;
         install_signal_thread();
+        remove_leftovers(base);
         let mut live = live();
         let dir = tempfile::Builder::new()
-            .prefix(".hugetext-bench-")
+            .prefix(PREFIX)
             .permissions(std::fs::Permissions::from_mode(0o700))
             .tempdir_in(base)
             .map_err(|e| Error::io(base, e))?;
+        let lock = std::fs::File::open(dir.path()).ok();
+        if let Some(f) = &lock {
+            let _ = rustix::fs::flock(f, rustix::fs::FlockOperation::NonBlockingLockShared);
+        }
         live.push(dir.path().to_path_buf());
-        Ok(ScratchDir { dir })
+        Ok(ScratchDir { dir, _lock: lock })
     }
 
     /// Where it is.
@@ -53,6 +67,42 @@ impl Drop for ScratchDir {
         live().retain(|p| p != self.dir.path());
         // TempDir's own drop removes the directory.
     }
+}
+
+/// Remove the scratch directories in `base` that benchmarks killed outright
+/// left behind: named like ours (the prefix and 6 random letters and
+/// digits), a directory of the caller's, mode 0700, and no live benchmark
+/// holding its lock. Returns the directories removed.
+pub fn remove_leftovers(base: &Path) -> Vec<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let euid = rustix::process::geteuid().as_raw();
+    let ours = |name: &str| {
+        name.strip_prefix(PREFIX)
+            .is_some_and(|r| r.len() == 6 && r.bytes().all(|b| b.is_ascii_alphanumeric()))
+    };
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return Vec::new();
+    };
+    let mut removed = Vec::new();
+    for e in entries.flatten() {
+        if !e.file_name().to_str().is_some_and(ours) {
+            continue;
+        }
+        let p = e.path();
+        let Ok(m) = std::fs::symlink_metadata(&p) else { continue };
+        if !m.is_dir() || m.uid() != euid || m.mode() & 0o777 != 0o700 {
+            continue;
+        }
+        let Ok(d) = std::fs::File::open(&p) else { continue };
+        if d.metadata().map(|dm| (dm.dev(), dm.ino())).ok() != Some((m.dev(), m.ino())) {
+            continue;
+        }
+        if rustix::fs::flock(&d, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_ok() {
+            remove_tree(&p);
+            removed.push(p);
+        }
+    }
+    removed
 }
 
 /// Remove a directory and everything in it, again if a file appeared in it
@@ -184,5 +234,28 @@ mod tests {
         assert!(r.is_err());
         assert!(!p.exists(), "{} left behind", p.display());
         assert!(!live().contains(&p));
+    }
+
+    /// A scratch directory nobody holds (its benchmark was killed) goes at
+    /// the next benchmark in that directory; a live one and other names stay.
+    #[test]
+    fn the_next_run_removes_what_a_killed_one_left() {
+        use std::os::unix::fs::PermissionsExt;
+        let exe = std::env::current_exe().unwrap();
+        let base = tempfile::Builder::new()
+            .prefix(".scratch-test-")
+            .tempdir_in(exe.parent().unwrap())
+            .unwrap();
+        let dead = base.path().join(".hugetext-bench-Dead01");
+        std::fs::create_dir(&dead).unwrap();
+        std::fs::set_permissions(&dead, std::fs::Permissions::from_mode(0o700)).unwrap();
+        std::fs::write(dead.join("ret-stubs-warm.bin"), vec![0u8; 4096]).unwrap();
+        let other = base.path().join(".hugetext-bench-mine");
+        std::fs::create_dir(&other).unwrap();
+        let live = scratch_dir(Some(base.path()), "--size", 1 << 20).unwrap();
+        assert!(!dead.exists(), "the killed run's directory stayed");
+        assert!(other.exists());
+        assert_eq!(remove_leftovers(base.path()), Vec::<PathBuf>::new());
+        assert!(live.path().exists(), "a live run's directory was removed");
     }
 }

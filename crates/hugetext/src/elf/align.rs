@@ -209,6 +209,9 @@ pub fn align_file(path: &Path, opts: &AlignOptions) -> Result<AlignOutcome> {
         }
     };
     let target = fsutil::check_output(&target).map_err(|e| Error::io(&target, e))?;
+    // Hidden temporary files of runs that were killed in this directory:
+    // removed (found only, with --dry-run).
+    let left = fsutil::leftovers(&fsutil::dir_of(target.path()), !opts.dry_run);
 
     let mut outcome = AlignOutcome {
         status: AlignStatus::Cannot,
@@ -221,6 +224,18 @@ pub fn align_file(path: &Path, opts: &AlignOptions) -> Result<AlignOutcome> {
         reasons: before.reasons.clone(),
         warnings: before.warnings.clone(),
     };
+    if !left.is_empty() {
+        let names: Vec<String> = left.iter().map(|p| p.display().to_string()).collect();
+        let files = match left.len() {
+            1 => "a hidden temporary file".to_string(),
+            n => format!("{n} hidden temporary files"),
+        };
+        let done = if opts.dry_run { "found" } else { "removed" };
+        outcome.warnings.push(format!(
+            "{done} {files} of an interrupted hugetext run: {}",
+            names.join(", ")
+        ));
+    }
     match before.verdict {
         Verdict::PmdMappable => {
             outcome.status = AlignStatus::NothingToDo;
@@ -286,26 +301,6 @@ pub fn align_file(path: &Path, opts: &AlignOptions) -> Result<AlignOutcome> {
     verify(&input, &model, &before, &plan, &machine, tmp.file()).map_err(|msg| {
         Error::Other(format!("{}: the rewritten file failed verification ({msg}); nothing was replaced (this is a bug; please report it)", path.display()))
     })?;
-    // In place, failing to keep the owner is an error; for a new `-o` file,
-    // an owner we may not give away is left as ours.
-    let keep = MetadataCopy {
-        owner_required: in_place,
-        times: false,
-        skip_xattrs: &inv.stale_xattrs,
-    };
-    fsutil::copy_metadata(&input, &in_meta, tmp.file(), &keep).map_err(|e| {
-        Error::io(
-            target.path(),
-            io::Error::new(
-                e.kind(),
-                format!(
-                    "cannot give the new file the original's owner/mode/attributes ({e}); the original is untouched"
-                ),
-            ),
-        )
-    })?;
-    tmp.sync().map_err(werr)?;
-
     if in_place {
         // Do not replace a file that changed under us since we read it.
         let now = std::fs::metadata(target.path()).map_err(|e| Error::io(target.path(), e))?;
@@ -321,15 +316,25 @@ pub fn align_file(path: &Path, opts: &AlignOptions) -> Result<AlignOutcome> {
             )));
         }
     }
-    tmp.commit(&target).map_err(|e| {
-        Error::io(
-            target.path(),
-            io::Error::new(
-                e.kind(),
-                format!("cannot rename the new file into place ({e}); the original is untouched"),
-            ),
-        )
-    })?;
+    // The original's owner, mode, set-id bits, attributes and capabilities
+    // come last, in the commit (a killed run leaves nothing privileged).
+    // In place, failing to keep the owner is an error; for a new `-o` file,
+    // an owner we may not give away is left as ours.
+    let keep = MetadataCopy {
+        owner_required: in_place,
+        times: false,
+        skip_xattrs: &inv.stale_xattrs,
+    };
+    tmp.commit_keeping(&target, Some((&input, &in_meta, &keep)))
+        .map_err(|e| {
+            Error::io(
+                target.path(),
+                io::Error::new(
+                    e.kind(),
+                    format!("cannot put the new file in place ({e}); the original is untouched"),
+                ),
+            )
+        })?;
     let target = target.path();
     let out_meta = std::fs::metadata(target).map_err(|e| Error::io(target, e))?;
     outcome.grew_on_disk_by = (out_meta.blocks() as i64 - in_meta.blocks() as i64) * 512;

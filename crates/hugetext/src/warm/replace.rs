@@ -121,26 +121,28 @@ pub fn replace_and_warm(
         .unwrap_or_default();
     let mut src: &File = &t.file;
     src.seek(SeekFrom::Start(0)).map_err(|e| Error::io(&real, e))?;
+    // Leftovers of killed runs in this directory go first.
+    fsutil::remove_leftovers(fsutil::dir_of(&real).as_path());
     // Removed again on any error below.
     let mut new =
         NewFile::beside(&out, &format!(".{name}.hugetext-")).map_err(|e| Error::io(fsutil::dir_of(&real), e))?;
-    let tmp = new.path().to_path_buf();
-    std::io::copy(&mut src, &mut new.file()).map_err(|e| Error::io(&tmp, e))?;
-    // Same owner, mode, xattrs (security.capability among them) and times.
+    std::io::copy(&mut src, &mut new.file()).map_err(|e| Error::io(&real, e))?;
+    // Warm the copy: its pages are clean after the sync, and nobody maps
+    // it, so all of it can be evicted and refilled.
+    let copy = new.finish_writing().map_err(|e| Error::io(&real, e))?;
+    for r in &t.ranges {
+        pagecache::evict(&copy, page_out(&r.range()))?;
+        pagecache::fill_bounded(&copy, r.range())?;
+    }
+    // Same owner, mode, xattrs (security.capability among them) and
+    // times, given in the commit's last steps.
     let keep = MetadataCopy {
         owner_required: true,
         times: true,
         skip_xattrs: &[],
     };
-    fsutil::copy_metadata(src, &t.meta, new.file(), &keep).map_err(|e| Error::io(&tmp, e))?;
-    // Warm the copy: its pages are clean after the sync, and nobody maps
-    // it, so all of it can be evicted and refilled.
-    let copy = new.finish_writing().map_err(|e| Error::io(&tmp, e))?;
-    for r in &t.ranges {
-        pagecache::evict(&copy, page_out(&r.range()))?;
-        pagecache::fill_bounded(&copy, r.range())?;
-    }
-    new.commit(&out).map_err(|e| Error::io(&real, e))?;
+    new.commit_keeping(&out, Some((src, &t.meta, &keep)))
+        .map_err(|e| Error::io(&real, e))?;
     // What is at the path now: the warmed copy.
     let meta = copy.metadata().map_err(|e| Error::io(&real, e))?;
     let warmed = Target {
