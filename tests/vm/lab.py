@@ -793,16 +793,20 @@ The first form's batched page-cache insertion for readahead is dropped: the
 shape the maintainer asked for means reworking `__filemap_add_folio()` for
 every caller, and its only figures were emulated (see the cover letter).
 
-The 7.x series: PMD-order exec folios as opt-in `vm.exec_folio_order` (7.3
-has `exec_folio_order()`, 64 KiB on arm64 and 0 on x86), ELF PMD alignment
-that follows it (congruent read-only segments with a whole window, only while
-exec folios are PMD-sized and the file can hold PMD folios, 64-bit), the
-soft-dirty fix, and the same tests. 7.3 already has the mmap_miss exemption,
-the 2 MiB cap and PTE-batched mprotect.
+The 7.x series: first a fix of mainline's own, also ready to be sent alone
+(merging the dirty bits of a PTE batch, in batched `mprotect()` and in the
+restore path of `try_to_unmap_one()`, no longer marks the whole batch
+soft-dirty; x86, powerpc book3s64, s390 and riscv), then PMD-order exec
+folios as opt-in `vm.exec_folio_order` (7.3 has `exec_folio_order()`, 64 KiB
+on arm64 and 0 on x86), ELF PMD alignment that follows it (congruent
+read-only segments with a whole window, only while exec folios are PMD-sized
+and the file can hold PMD folios, 64-bit), and the same tests. 7.3 already
+has the mmap_miss exemption, the 2 MiB cap and PTE-batched mprotect.
 
-`scripts/kernel-lab.sh --check` (CI) checks both series: they apply to the
-pristine packaged sources, every patch is clean under that tree's
-`checkpatch.pl --strict`, the files they change and their KUnit tests
+`scripts/kernel-lab.sh --check` (CI) checks both series, and the 7.x fix
+alone: they apply to the pristine packaged sources, every patch is clean
+under that tree's `checkpatch.pl --strict`, adds no `scripts/kernel-doc`
+warning to the kernel files it changes, the files they change and their KUnit tests
 compile with `-Werror` for x86-64 and arm64 (4 KiB pages), and the changed
 selftests compile. Its trees are cached under `target/kernel-lab/check/`
 (pristine source as a git repository, out-of-tree builds per architecture):
