@@ -35,7 +35,9 @@
 #                 --strict and adds no scripts/kernel-doc warning, the C
 #                 files it changes (and its KUnit tests)
 #                 compile for x86-64 and for arm64 (cross, 4 KiB pages), and
-#                 the selftests it changes compile; no full build, no boot
+#                 the selftests it changes compile; and the figures the 7.x
+#                 patches quote are those of doc/kernel.json (lab.py
+#                 figures); no full build, no boot
 #
 # Caches (target/kernel-lab/): the source packages (cache/; fetched with a
 # private apt configuration, scripts/lib/debian-apt.sh), the --check trees
@@ -151,6 +153,8 @@ configure() { # TREE
 if [ $check = 1 ]; then
   t0=$(date +%s)
   command -v aarch64-linux-gnu-gcc > /dev/null 2>&1 || die "'aarch64-linux-gnu-gcc' not found: run scripts/install-deps.sh"
+  # The figures the 7.x patches quote are the lab record's (doc/kernel.json).
+  python3 tests/vm/lab.py figures doc/kernel.json || die "a 7.x patch or its cover letter quotes figures that are not the lab record's"
   tb612=$(source_tarball 6.12) || exit 2
   tb73=$(source_tarball 7.3) || exit 2
   bash scripts/lib/kernel-check.sh 6.12 "$tb612" kernel/6.12 || exit 2

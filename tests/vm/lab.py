@@ -9,6 +9,10 @@
   lab.py benches LAB_JSON...        the batching benchmarks (--bench): summary;
                                     exit 1 if one failed or is missing
   lab.py doc BUILD_TIMES LAB_JSON...  write doc/kernel.md and doc/kernel.json
+  lab.py figures KERNEL_JSON        the figures the 7.x patches and their cover
+                                    letter quote, computed from the lab record
+                                    (doc/kernel.json), must appear in them as
+                                    computed; exit 1 on drift
 
 A measurement is one fresh, evicted copy of a fixture exec'd (or mapped) in
 the guest: the kB read from disk until it said "ready" (pgpgin), its
@@ -809,7 +813,10 @@ alone: they apply to the pristine packaged sources, every patch is clean
 under that tree's `checkpatch.pl --strict`, adds no `scripts/kernel-doc`
 warning to the kernel files it changes, the files they change and their KUnit tests
 compile with `-Werror` for x86-64 and arm64 (4 KiB pages), and the changed
-selftests compile. Its trees are cached under `target/kernel-lab/check/`
+selftests compile; and every figure the 7.x patches and their cover letter
+quote from the lab (PMD-mapped %, kB read, resident text, the soft-dirty
+count) is recomputed from [kernel.json](kernel.json) and must appear as
+computed (`tests/vm/lab.py figures`). Its trees are cached under `target/kernel-lab/check/`
 (pristine source as a git repository, out-of-tree builds per architecture):
 measured on 2 shared cores under load, 548 s the first time (both packages
 unpacked, four build directories configured and prepared), 121 s after a
@@ -989,6 +996,61 @@ def conclusions(idx):
     return "\n".join(lines)
 
 
+# --- figures quoted in the 7.x patches: generated from the record ----------------
+def figures(json_path):
+    """Each phrase below, with its numbers computed from the lab record, must
+    appear (whitespace folded) in the files named: a patch or cover letter
+    that quotes a figure the record does not hold fails the check."""
+    d = json.loads(Path(json_path).read_text())
+    cells = {c["cell"]: c for c in d["cells"] if c.get("series") == "7.x"}
+
+    def m(cell, ident):
+        return cells[cell]["measurements"][ident]
+
+    def mib(kb):
+        return f"{kb / 1024:.1f}"
+
+    def more(new, old):
+        return f"+{round(100 * (new - old) / old)}%"
+
+    on_node, stock_node = m("lab7-patched:xfs", "on/node/plain"), m("lab7-stock:xfs", "stock/node/plain")
+    on = {fx: round(m("lab7-patched:xfs", f"on/{fx}/plain")["pmd_pct"]) for fx in ("bfd", "dso", "node", "lld", "mold")}
+    stock = {fx: round(m("lab7-stock:xfs", f"stock/{fx}/plain")["pmd_pct"]) for fx in ("bfd", "dso")}
+    sd = None
+    for line in (cells["lab7-stock:xfs"].get("selftests") or {}).get("soft-dirty", {}).get("failed", []):
+        sd = re.search(r"(\d+) of (\d+) pages soft-dirty", line) or sd
+    sd = f"{sd.group(1)} of {sd.group(2)} pages soft-dirty" if sd else "(no soft-dirty failure on stock in the record)"
+    k = "kernel/7.x/"
+    want = [
+        (k + "0002-mm-filemap-opt-in-PMD-order-exec-folios.patch",
+         (f"PMD-maps {on['bfd']}% of a GNU ld PIE with 20 MiB of text and of a shared library with 20 MiB of text "
+          f"({stock['bfd']}% stock;")),
+        (k + "0002-mm-filemap-opt-in-PMD-order-exec-folios.patch",
+         (f"and {on['node']}% of node's 26 MiB of text, which then reads {mib(on_node['pgpgin_kb'])} MiB at its "
+          f"first exec against {mib(stock_node['pgpgin_kb'])} MiB stock "
+          f"({more(on_node['pgpgin_kb'], stock_node['pgpgin_kb'])}) and keeps {mib(on_node['resident_kb'])} MiB "
+          f"of its text mapping resident against {mib(stock_node['resident_kb'])} MiB "
+          f"({more(on_node['resident_kb'], stock_node['resident_kb'])})")),
+        (k + "0002-mm-filemap-opt-in-PMD-order-exec-folios.patch", f"PIEs linked by lld or mold gain nothing ({on['lld']}%)"),
+        (k + "0003-binfmt_elf-PMD-align-ET_DYN-programs-for-PMD-sized-e.patch",
+         f"PMD-maps {on['bfd']}% of its text ({stock['bfd']}% stock); PIEs linked by lld or mold get {on['mold']}%"),
+        (k + "0001-mm-don-t-set-soft-dirty-when-merging-the-dirty-bits-.patch", f"found {sd} after mprotect(PROT_READ)"),
+        (k + "standalone/0001-mm-don-t-set-soft-dirty-when-merging-the-dirty-bits-.patch",
+         f"found {sd} after mprotect(PROT_READ)"),
+        (k + "README.md", f"finds {sd} after `mprotect(PROT_READ)`"),
+    ]
+    bad = 0
+    for path, phrase in want:
+        text = re.sub(r"\s+", " ", Path(path).read_text())
+        if phrase not in text:
+            print(f"lab.py figures: {path} does not quote the record ({json_path}): want \"{phrase}\"",
+                  file=sys.stderr)
+            bad += 1
+    if not bad:
+        print(f"lab.py figures: {len(want)} quoted figures match {json_path}")
+    return 1 if bad else 0
+
+
 def main(argv):
     if len(argv) == 4 and argv[1] == "collect":
         return collect(argv[2], argv[3])
@@ -998,6 +1060,8 @@ def main(argv):
         return check(argv[2:])
     if len(argv) >= 4 and argv[1] == "doc":
         return doc(argv[2], argv[3:])
+    if len(argv) == 3 and argv[1] == "figures":
+        return figures(argv[2])
     print(__doc__, file=sys.stderr)
     return 2
 
