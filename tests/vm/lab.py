@@ -804,7 +804,8 @@ soft-dirty; x86, powerpc book3s64, s390 and riscv), then PMD-order exec
 folios as opt-in `vm.exec_folio_order` (7.3 has `exec_folio_order()`, 64 KiB
 on arm64 and 0 on x86), ELF PMD alignment that follows it (congruent
 read-only executable segments with a whole window, only while exec folios
-are PMD-sized, the file can hold PMD folios and is not shmem, and at least
+are PMD-sized, the file backing the mapping (under overlayfs the real
+one) can hold PMD folios and is not shmem, and at least
 16 bits of load-bias randomisation remain, 64-bit), and the same tests. 7.3 already
 has the mmap_miss exemption, the 2 MiB cap and PTE-batched mprotect.
 
