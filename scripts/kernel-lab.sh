@@ -27,12 +27,17 @@
 #   --write-doc   regenerate doc/kernel.md and doc/kernel.json from the results
 #                 of both series (each one's last exec run, the last --bench run)
 #   --check       the CI check, for both series: kernel/6.12/ against
-#                 linux-source-6.12 and kernel/7.x/ against linux-source-7.3.
+#                 linux-source-6.12 and kernel/7.x/ against linux-source-7.3
+#                 (and the patch of kernel/7.x/standalone/, which must be
+#                 the same change as kernel/7.x/0001, on its own).
 #                 Each applies to the pristine packaged source (git apply
 #                 --check), is clean under that tree's scripts/checkpatch.pl
-#                 --strict, the C files it changes (and its KUnit tests)
+#                 --strict and adds no scripts/kernel-doc warning, the C
+#                 files it changes (and its KUnit tests)
 #                 compile for x86-64 and for arm64 (cross, 4 KiB pages), and
-#                 the selftests it changes compile; no full build, no boot
+#                 the selftests it changes compile; and the figures the 7.x
+#                 patches quote are those of doc/kernel.json (lab.py
+#                 figures); no full build, no boot
 #
 # Caches (target/kernel-lab/): the source packages (cache/; fetched with a
 # private apt configuration, scripts/lib/debian-apt.sh), the --check trees
@@ -148,9 +153,19 @@ configure() { # TREE
 if [ $check = 1 ]; then
   t0=$(date +%s)
   command -v aarch64-linux-gnu-gcc > /dev/null 2>&1 || die "'aarch64-linux-gnu-gcc' not found: run scripts/install-deps.sh"
+  # The figures the 7.x patches quote are the lab record's (doc/kernel.json).
+  python3 tests/vm/lab.py figures doc/kernel.json || die "a 7.x patch or its cover letter quotes figures that are not the lab record's"
   tb612=$(source_tarball 6.12) || exit 2
   tb73=$(source_tarball 7.3) || exit 2
   bash scripts/lib/kernel-check.sh 6.12 "$tb612" kernel/6.12 || exit 2
+  # The soft-dirty fix is also posted alone (kernel/7.x/standalone/): the
+  # same change as the series' first patch, checked on its own too.
+  for p in kernel/7.x/standalone/*.patch; do
+    first=(kernel/7.x/0001-*.patch)
+    [ "$(git patch-id --stable < "$p" | cut -d' ' -f1)" = "$(git patch-id --stable < "${first[0]}" | cut -d' ' -f1)" ] ||
+      die "$p is not the same change as ${first[0]}"
+  done
+  bash scripts/lib/kernel-check.sh 7.x-standalone "$tb73" kernel/7.x/standalone 7.x || exit 2
   bash scripts/lib/kernel-check.sh 7.x "$tb73" kernel/7.x || exit 2
   say "check passed in $(( $(date +%s) - t0 )) s"
   exit 0

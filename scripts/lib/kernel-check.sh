@@ -1,25 +1,28 @@
 #!/usr/bin/env bash
 # One series of the CI check of scripts/kernel-lab.sh --check:
 #
-#   scripts/lib/kernel-check.sh NAME TARBALL SERIES_DIR
+#   scripts/lib/kernel-check.sh NAME TARBALL SERIES_DIR [TREE]
 #
 # The series (SERIES_DIR/*.patch) applies to the pristine source of TARBALL
 # (git apply --check, patch by patch), is clean under that tree's
-# scripts/checkpatch.pl --strict, the C files it changes (with its KUnit
-# tests: kernel/check.config) compile with -Werror for x86-64 and for arm64
+# scripts/checkpatch.pl --strict, adds no scripts/kernel-doc warning to a
+# kernel file it changes, the C files it changes (with its KUnit tests:
+# kernel/check.config) compile with -Werror for x86-64 and for arm64
 # (cross, aarch64-linux-gnu-), and the selftests it changes compile.
 #
-# Cached in target/kernel-lab/check/: NAME/ is a git repository of the
-# pristine source (tag pristine), built out of tree in NAME-x86_64/ and
-# NAME-arm64/, so a later check recompiles only what the series changes;
-# a series already checked against this source is not applied again.
+# Cached in target/kernel-lab/check/: TREE/ (default NAME) is a git
+# repository of the pristine source (tag pristine), built out of tree in
+# TREE-x86_64/ and TREE-arm64/, so a later check recompiles only what the
+# series changes; a series already checked against this source is not
+# applied again.  Two series can share one TREE (a patch posted alone and
+# the series it opens): each check then re-applies its own.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 repo=$(pwd)
-name=$1 tb=$2 dir=$3
+name=$1 tb=$2 dir=$3 treename=${4:-$1}
 lab=$repo/target/kernel-lab
 check=$lab/check
-tree=$check/$name
+tree=$check/$treename
 jobs=$(nproc)
 
 say() { echo "kernel-lab: $name: $*" >&2; }
@@ -31,6 +34,9 @@ first_error() { # LOG: the first compiler or make error in LOG
 series=("$repo/$dir"/*.patch)
 [ -e "${series[0]}" ] || die "no patches in $dir/"
 stamp=$( { basename "$tb"; cat "${series[@]}"; } | sha256sum | cut -c1-16)
+kdoc_warnings() { # FILE SHOWN-AS: scripts/kernel-doc's warnings, without line numbers
+  (cd "$tree" && scripts/kernel-doc -none "$1" 2>&1 | sed -e "s#$1#$2#g" -e 's#:[0-9][0-9]*[: ]# #' | LC_ALL=C sort)
+}
 mkdir -p "$check"
 
 # --- the pristine tree, unpacked once per source package -------------------
@@ -62,10 +68,21 @@ if [ "$(cat "$tree/.check-series" 2> /dev/null)" != "$stamp" ]; then
   done
   say "the series (${#series[@]} patches) applies to $(basename "$tb" .tar.xz)"
   for p in "${series[@]}"; do
-    (cd "$tree" && perl scripts/checkpatch.pl --strict -q --no-tree "$p") > "$check/$name-style.log" 2>&1 ||
+    # The packaged source has no git history: the commit ids of Fixes:
+    # tags cannot be looked up in it (UNKNOWN_COMMIT_ID).
+    (cd "$tree" && perl scripts/checkpatch.pl --strict -q --no-tree --ignore UNKNOWN_COMMIT_ID "$p") > "$check/$name-style.log" 2>&1 ||
       die "$(basename "$p") is not clean under the tree's scripts/checkpatch.pl --strict: $(grep -m 1 -E '^(ERROR|WARNING|CHECK)' "$check/$name-style.log" || head -n 1 "$check/$name-style.log")"
   done
   say "scripts/checkpatch.pl --strict: no errors, warnings or checks"
+  # kernel-doc: no warning that the pristine file does not have already.
+  kfiles=$(cat "${series[@]}" | sed -n 's#^+++ b/\(.*\.[ch]\)$#\1#p' | grep -v "^tools/" | sort -u || true)
+  for f in $kfiles; do
+    (cd "$tree" && git show "pristine:$f" > "$check/$name-kdoc.pristine" 2> /dev/null) || : > "$check/$name-kdoc.pristine"
+    new=$(LC_ALL=C comm -13 <(kdoc_warnings "$check/$name-kdoc.pristine" "$f") <(kdoc_warnings "$f" "$f"))
+    [ -z "$new" ] || die "the series adds scripts/kernel-doc warnings to $f: $(head -n 1 <<< "$new")"
+  done
+  rm -f "$check/$name-kdoc.pristine"
+  say "scripts/kernel-doc: no new warnings in $(wc -w <<< "$kfiles") files"
   echo "$stamp" > "$tree/.check-series"
 else
   say "the series was applied and checked against this source already"
@@ -91,7 +108,10 @@ configure() { # ARCH OUT: configure OUT when its inputs changed
       { cat "$out/merge.log" >&2; exit 1; }
     make -s "${make_arch[@]}" O="$out" olddefconfig > /dev/null
   ) || die "configuring ${out#"$repo"/} failed"
+  # Every option of kernel/check.config that this source (with the series)
+  # defines is set; a series without KUnit tests of its own has fewer.
   for o in $(sed -n 's/^\(CONFIG_[A-Z0-9_]*\)=y$/\1/p' "$repo/kernel/check.config"); do
+    grep -rqsx --include='Kconfig*' "config ${o#CONFIG_}" "$tree" || continue
     grep -q "^$o=y" "$out/.config" || die "$arch: $o is not set in ${out#"$repo"/}/.config"
   done
   echo "$key" > "$out/.check-config"
@@ -99,14 +119,14 @@ configure() { # ARCH OUT: configure OUT when its inputs changed
 
 # The kernel C files the series changes, as objects: a KUnit file under
 # fs/tests/ is #included by the loader it tests; the 32-bit ELF loader
-# includes binfmt_elf.c; a changed header brings the object that uses what
+# includes binfmt_elf.c; a changed header brings the objects that use what
 # the series changes in it (include/linux/pgtable.h: the batched PTE
-# helpers of mm/mprotect.c).
+# helpers of mm/mprotect.c, mm/rmap.c and mm/memory.c).
 objects() { # OUT -> the objects to build
   local objs
   objs=$(cat "${series[@]}" | sed -n 's#^+++ b/\(.*\)\.[ch]$#&#p' | sed 's#^+++ b/##' | grep -v '^tools/' |
-    sed -e 's#^fs/tests/binfmt_elf_kunit\.c$#fs/binfmt_elf.c#' -e 's#^include/linux/pgtable\.h$#mm/mprotect.c#' |
-    sed -n 's#\.c$#.o#p' | sort -u | tr '\n' ' ')
+    sed -e 's#^fs/tests/binfmt_elf_kunit\.c$#fs/binfmt_elf.c#' -e 's#^include/linux/pgtable\.h$#mm/mprotect.c mm/rmap.c mm/memory.c#' |
+    tr ' ' '\n' | sed -n 's#\.c$#.o#p' | sort -u | tr '\n' ' ')
   grep -q 'fs/binfmt_elf.o' <<< "$objs" && grep -q '^CONFIG_COMPAT_BINFMT_ELF=y' "$1/.config" && objs="$objs fs/compat_binfmt_elf.o"
   echo "$objs"
 }

@@ -9,6 +9,10 @@
   lab.py benches LAB_JSON...        the batching benchmarks (--bench): summary;
                                     exit 1 if one failed or is missing
   lab.py doc BUILD_TIMES LAB_JSON...  write doc/kernel.md and doc/kernel.json
+  lab.py figures KERNEL_JSON        the figures the 7.x patches and their cover
+                                    letter quote, computed from the lab record
+                                    (doc/kernel.json), must appear in them as
+                                    computed; exit 1 on drift
 
 A measurement is one fresh, evicted copy of a fixture exec'd (or mapped) in
 the guest: the kB read from disk until it said "ready" (pgpgin), its
@@ -793,18 +797,27 @@ The first form's batched page-cache insertion for readahead is dropped: the
 shape the maintainer asked for means reworking `__filemap_add_folio()` for
 every caller, and its only figures were emulated (see the cover letter).
 
-The 7.x series: PMD-order exec folios as opt-in `vm.exec_folio_order` (7.3
-has `exec_folio_order()`, 64 KiB on arm64 and 0 on x86), ELF PMD alignment
-that follows it (congruent read-only segments with a whole window, only while
-exec folios are PMD-sized and the file can hold PMD folios, 64-bit), the
-soft-dirty fix, and the same tests. 7.3 already has the mmap_miss exemption,
-the 2 MiB cap and PTE-batched mprotect.
+The 7.x series: first a fix of mainline's own, also ready to be sent alone
+(merging the dirty bits of a PTE batch, in batched `mprotect()` and in the
+restore path of `try_to_unmap_one()`, no longer marks the whole batch
+soft-dirty; x86, powerpc book3s64, s390 and riscv), then PMD-order exec
+folios as opt-in `vm.exec_folio_order` (7.3 has `exec_folio_order()`, 64 KiB
+on arm64 and 0 on x86), ELF PMD alignment that follows it (congruent
+read-only executable segments with a whole window, only while exec folios
+are PMD-sized, the file backing the mapping (under overlayfs the real
+one) can hold PMD folios and is not shmem, and at least
+16 bits of load-bias randomisation remain, 64-bit), and the same tests. 7.3 already
+has the mmap_miss exemption, the 2 MiB cap and PTE-batched mprotect.
 
-`scripts/kernel-lab.sh --check` (CI) checks both series: they apply to the
-pristine packaged sources, every patch is clean under that tree's
-`checkpatch.pl --strict`, the files they change and their KUnit tests
+`scripts/kernel-lab.sh --check` (CI) checks both series, and the 7.x fix
+alone: they apply to the pristine packaged sources, every patch is clean
+under that tree's `checkpatch.pl --strict`, adds no `scripts/kernel-doc`
+warning to the kernel files it changes, the files they change and their KUnit tests
 compile with `-Werror` for x86-64 and arm64 (4 KiB pages), and the changed
-selftests compile. Its trees are cached under `target/kernel-lab/check/`
+selftests compile; and every figure the 7.x patches and their cover letter
+quote from the lab (PMD-mapped %, kB read, resident text, the soft-dirty
+count) is recomputed from [kernel.json](kernel.json) and must appear as
+computed (`tests/vm/lab.py figures`). Its trees are cached under `target/kernel-lab/check/`
 (pristine source as a git repository, out-of-tree builds per architecture):
 measured on 2 shared cores under load, 548 s the first time (both packages
 unpacked, four build directories configured and prepared), 121 s after a
@@ -984,6 +997,61 @@ def conclusions(idx):
     return "\n".join(lines)
 
 
+# --- figures quoted in the 7.x patches: generated from the record ----------------
+def figures(json_path):
+    """Each phrase below, with its numbers computed from the lab record, must
+    appear (whitespace folded) in the files named: a patch or cover letter
+    that quotes a figure the record does not hold fails the check."""
+    d = json.loads(Path(json_path).read_text())
+    cells = {c["cell"]: c for c in d["cells"] if c.get("series") == "7.x"}
+
+    def m(cell, ident):
+        return cells[cell]["measurements"][ident]
+
+    def mib(kb):
+        return f"{kb / 1024:.1f}"
+
+    def more(new, old):
+        return f"+{round(100 * (new - old) / old)}%"
+
+    on_node, stock_node = m("lab7-patched:xfs", "on/node/plain"), m("lab7-stock:xfs", "stock/node/plain")
+    on = {fx: round(m("lab7-patched:xfs", f"on/{fx}/plain")["pmd_pct"]) for fx in ("bfd", "dso", "node", "lld", "mold")}
+    stock = {fx: round(m("lab7-stock:xfs", f"stock/{fx}/plain")["pmd_pct"]) for fx in ("bfd", "dso")}
+    sd = None
+    for line in (cells["lab7-stock:xfs"].get("selftests") or {}).get("soft-dirty", {}).get("failed", []):
+        sd = re.search(r"(\d+) of (\d+) pages soft-dirty", line) or sd
+    sd = f"{sd.group(1)} of {sd.group(2)} pages soft-dirty" if sd else "(no soft-dirty failure on stock in the record)"
+    k = "kernel/7.x/"
+    want = [
+        (k + "0002-mm-filemap-opt-in-PMD-order-exec-folios.patch",
+         (f"PMD-maps {on['bfd']}% of a GNU ld PIE with 20 MiB of text and of a shared library with 20 MiB of text "
+          f"({stock['bfd']}% stock;")),
+        (k + "0002-mm-filemap-opt-in-PMD-order-exec-folios.patch",
+         (f"and {on['node']}% of node's 26 MiB of text, which then reads {mib(on_node['pgpgin_kb'])} MiB at its "
+          f"first exec against {mib(stock_node['pgpgin_kb'])} MiB stock "
+          f"({more(on_node['pgpgin_kb'], stock_node['pgpgin_kb'])}) and keeps {mib(on_node['resident_kb'])} MiB "
+          f"of its text mapping resident against {mib(stock_node['resident_kb'])} MiB "
+          f"({more(on_node['resident_kb'], stock_node['resident_kb'])})")),
+        (k + "0002-mm-filemap-opt-in-PMD-order-exec-folios.patch", f"PIEs linked by lld or mold gain nothing ({on['lld']}%)"),
+        (k + "0003-binfmt_elf-PMD-align-ET_DYN-programs-for-PMD-sized-e.patch",
+         f"PMD-maps {on['bfd']}% of its text ({stock['bfd']}% stock); PIEs linked by lld or mold get {on['mold']}%"),
+        (k + "0001-mm-don-t-set-soft-dirty-when-merging-the-dirty-bits-.patch", f"found {sd} after mprotect(PROT_READ)"),
+        (k + "standalone/0001-mm-don-t-set-soft-dirty-when-merging-the-dirty-bits-.patch",
+         f"found {sd} after mprotect(PROT_READ)"),
+        (k + "README.md", f"finds {sd} after `mprotect(PROT_READ)`"),
+    ]
+    bad = 0
+    for path, phrase in want:
+        text = re.sub(r"\s+", " ", Path(path).read_text())
+        if phrase not in text:
+            print(f"lab.py figures: {path} does not quote the record ({json_path}): want \"{phrase}\"",
+                  file=sys.stderr)
+            bad += 1
+    if not bad:
+        print(f"lab.py figures: {len(want)} quoted figures match {json_path}")
+    return 1 if bad else 0
+
+
 def main(argv):
     if len(argv) == 4 and argv[1] == "collect":
         return collect(argv[2], argv[3])
@@ -993,6 +1061,8 @@ def main(argv):
         return check(argv[2:])
     if len(argv) >= 4 and argv[1] == "doc":
         return doc(argv[2], argv[3:])
+    if len(argv) == 3 and argv[1] == "figures":
+        return figures(argv[2])
     print(__doc__, file=sys.stderr)
     return 2
 
