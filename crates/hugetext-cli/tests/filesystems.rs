@@ -71,7 +71,7 @@ fn doctor_verdict(dir: &Path, fstype: &str) -> bool {
         "doctor says {c} but fill+scan says {experiment}"
     );
     // warm's own probe (an O_TMPFILE file) says the same.
-    assert_eq!(hugetext::fsutil::probe_pmd_folios(dir), Some(experiment), "{fstype}");
+    assert_eq!(hugetext::pagecache::probe_pmd_folios(dir), Some(experiment), "{fstype}");
     println!(
         "{fstype}: PMD-order page-cache folios: {}",
         if doctor_yes { "yes" } else { "no" }

@@ -356,7 +356,7 @@ fn page_size(ps: usize, pmd: usize, cont_pte: Option<usize>) -> Finding {
     if let Some(block) = cont_pte {
         value += &format!(", {} kB contpte block", block / 1024);
         // Contpte blocks exist on arm64 only.
-        let (unit, _) = crate::elf::huge_unit(object::elf::EM_AARCH64, ps as u64, pmd as u64);
+        let (unit, _) = crate::kernel::huge_unit_of(object::elf::EM_AARCH64, ps as u64, pmd as u64);
         meaning = if unit == block as u64 {
             // 64 KiB pages: the PMD is beyond the page cache's largest folio.
             format!(

@@ -579,11 +579,31 @@ pub fn mapping_pids_of(dev: u64, ino: u64) -> Vec<ProcRef> {
     proc_refs(pids_mapping(dev, ino))
 }
 
+/// The device number `/proc/PID/maps` shows for `f`: the superblock's.
+/// On most filesystems it is `st_dev`; on btrfs `stat` reports the
+/// subvolume's anonymous device instead, so a file's `st_dev` never matches
+/// the maps lines of the processes that map it. Learnt by mapping the
+/// file's first page and reading this process's own maps; `st_dev` when the
+/// file cannot be mapped (it is empty).
+pub fn maps_dev(f: &std::fs::File) -> std::io::Result<u64> {
+    use std::os::fd::AsFd;
+    let st_dev = f.metadata()?.dev();
+    let ps = crate::kernel::page_size();
+    let Ok(m) = crate::kernel::Mapping::file_congruent(f.as_fd(), 0, ps, libc::PROT_READ, ps) else {
+        return Ok(st_dev);
+    };
+    let vmas = read_maps(None).map_err(|e| std::io::Error::other(e.to_string()))?;
+    Ok(vmas
+        .iter()
+        .find(|v| v.start == m.addr() as u64)
+        .map_or(st_dev, |v| libc::makedev(v.dev_major, v.dev_minor)))
+}
+
 /// The processes that map the open file `f`. The device is the one maps
-/// lines show ([`crate::fsutil::maps_dev`]; on btrfs not `st_dev`).
+/// lines show ([`maps_dev`]; on btrfs not `st_dev`).
 pub fn mapping_pids_file(f: &std::fs::File) -> std::io::Result<Vec<ProcRef>> {
     let ino = f.metadata()?.ino();
-    let dev = crate::fsutil::maps_dev(f)?;
+    let dev = maps_dev(f)?;
     Ok(mapping_pids_of(dev, ino))
 }
 

@@ -103,7 +103,7 @@ pub fn run(args: Args) -> Result<u8> {
     Ok(code)
 }
 
-pub use hugetext::units::mib;
+use hugetext::units::mib;
 
 fn print_report(out: &mut impl Write, r: &CheckReport) -> Result<()> {
     let kind = r.kind.as_str();
