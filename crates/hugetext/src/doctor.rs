@@ -228,8 +228,11 @@ pub struct Facts {
     pub path: PathBuf,
     /// `uname -r`.
     pub release: String,
+    /// The kernel release as numbers.
     pub version: KernelVersion,
+    /// Base page size, bytes.
     pub page_size: usize,
+    /// PMD size, bytes.
     pub pmd_size: usize,
     /// The unit of huge text ([`kernel::huge_unit`]): the PMD size, or the
     /// contpte block where no page-cache folio reaches the PMD.
@@ -249,8 +252,11 @@ pub struct Facts {
     pub route_costs: std::result::Result<crate::routecost::RouteCosts, FactError>,
     /// `CONFIG_READ_ONLY_THP_FOR_FS` (`y`, `n`), when the config is readable.
     pub read_only_thp_for_fs: Option<String>,
+    /// This process holds `CAP_SYS_ADMIN`.
     pub cap_sys_admin: bool,
+    /// `/proc/self/pagemap` shows page frame numbers (root with `CAP_SYS_ADMIN`).
     pub pfn_access: bool,
+    /// The `PAGEMAP_SCAN` ioctl is available (Linux 6.7 and later).
     pub pagemap_scan: bool,
     /// Anonymous memory can be named (`PR_SET_VMA_ANON_NAME`).
     pub anon_vma_name: bool,

@@ -509,9 +509,13 @@ impl Counts {
 /// virtual page number `vpn`, of `kind`, classified as `class`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Segment {
+    /// First virtual page number.
     pub vpn: u64,
+    /// Number of base pages.
     pub pages: u64,
+    /// What backs the pages.
     pub kind: Kind,
+    /// How the segment is mapped and aligned.
     pub class: Class,
 }
 

@@ -39,13 +39,20 @@ pub enum Existing {
     Missing,
     /// A regular file owned by `uid`.
     Regular {
+        /// Its owner.
         uid: u32,
     },
+    /// A symbolic link.
     Symlink,
+    /// A directory.
     Directory,
+    /// A character device.
     CharDevice,
+    /// A block device.
     BlockDevice,
+    /// A named pipe.
     Fifo,
+    /// A Unix socket.
     Socket,
 }
 
@@ -119,7 +126,9 @@ pub fn output_refusal(f: &OutputFacts) -> Option<String> {
 /// A file's identity: device and inode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FileId {
+    /// Device number (`st_dev`).
     pub dev: u64,
+    /// Inode number.
     pub ino: u64,
 }
 

@@ -152,8 +152,11 @@ pub fn host_is_aarch64() -> bool {
 /// Kernel release as (major, minor, patch), from `uname`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
 pub struct KernelVersion {
+    /// Major version (the 6 of 6.12.3).
     pub major: u32,
+    /// Minor version (the 12 of 6.12.3).
     pub minor: u32,
+    /// Patch level (the 3 of 6.12.3); 0 when absent.
     pub patch: u32,
 }
 

@@ -32,6 +32,7 @@ pub use hugetext_abi::env::MAX_HOPS as MAX_WRAPPERS;
 /// What `hugetext run` asks of the preload.
 #[derive(Clone, Debug, Default)]
 pub struct RunOptions {
+    /// Which routes the preload may take (`HUGETEXT_STRATEGY`).
     pub strategy: Strategy,
     /// Only mappings whose path matches (preload regex subset).
     pub include: Option<String>,
@@ -447,7 +448,9 @@ pub fn injectable(program: &Path) -> Injectable {
 /// ([`procfs::read_smaps`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TextMapping {
+    /// Start address.
     pub start: u64,
+    /// End address (exclusive).
     pub end: u64,
     /// The file behind the code. For text the preload copied into anonymous
     /// memory: the name it gave (`[anon:hugetext:PATH]`), or, on kernels
