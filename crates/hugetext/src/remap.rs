@@ -550,17 +550,6 @@ pub fn text_mappings(pid: i32) -> Result<Vec<TextMapping>> {
     Ok(out)
 }
 
-/// Sum of huge-backed text bytes of `pid` whose file path is `file`.
-pub fn huge_text_of(pid: i32, file: &Path) -> Result<u64> {
-    let want = file.canonicalize().map_err(|e| Error::io(file, e))?;
-    let want = want.to_string_lossy();
-    Ok(text_mappings(pid)?
-        .iter()
-        .filter(|m| m.path == want)
-        .map(TextMapping::huge)
-        .sum())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -35,7 +35,7 @@ pub use plan::{
     cut_ranges, open_regular, plan, plan_all, plan_exact, resolve_deps, resolve_link, restrict_to_hot, Runtime, Target,
     WarmRange,
 };
-pub use replace::{replace_and_warm, replace_refusals, ReplaceAllow};
+pub use replace::{replace_and_warm, ReplaceAllow};
 pub use report::{FileReport, RangeReport, SmallReasons};
 pub use run::{warm_all, CollapseState, FileOutcome, WarmReport};
 // Who maps or writes a file: procfs facts that warm and agent use.
