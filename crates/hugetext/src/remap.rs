@@ -623,6 +623,12 @@ mod tests {
         assert_eq!(get(&v, "HUGETEXT_LATE").unwrap(), "1");
         let v = late_environment(lib, false, Some(OsStr::new("/a/libaudit.so:/old/libhugetext.so")));
         assert_eq!(get(&v, "LD_AUDIT").unwrap(), "/a/libaudit.so:/opt/h/libhugetext.so");
+        // A user's library whose name only starts like ours stays.
+        let v = late_environment(lib, false, Some(OsStr::new("/opt/libhugetextual.so")));
+        assert_eq!(
+            get(&v, "LD_AUDIT").unwrap(),
+            "/opt/libhugetextual.so:/opt/h/libhugetext.so"
+        );
         let v = late_environment(lib, true, Some(OsStr::new("/a/libaudit.so")));
         assert_eq!(get(&v, "LD_AUDIT"), None);
         assert_eq!(get(&v, "HUGETEXT_LATE").unwrap(), "0");
