@@ -114,7 +114,7 @@ pub struct FsProbe {
 /// on x86-64, 64 MiB on a 16 KiB-page arm64 kernel): fill it through a
 /// `MADV_HUGEPAGE` mapping, count PMD-order folios, map it again without
 /// advice and read `FilePmdMapped`, then try `MADV_COLLAPSE` on small folios.
-pub fn probe_fs(path: &Path) -> Result<FsProbe> {
+fn probe_fs(path: &Path) -> Result<FsProbe> {
     let dir = probe_dir(path);
     let st = rustix::fs::statfs(&dir).map_err(|e| Error::io(&dir, e.into()))?;
     let mut probe = FsProbe {
@@ -181,7 +181,7 @@ pub fn probe_fs(path: &Path) -> Result<FsProbe> {
 /// The page cache's largest folio, 2048 pages (`MAX_PAGECACHE_ORDER`, 11:
 /// the xarray's limit), when it is smaller than a PMD: 128 MiB with
 /// 64 KiB pages, below their 512 MiB PMD. Pure.
-pub fn page_cache_cap_below(page: u64, pmd: usize) -> Option<u64> {
+fn page_cache_cap_below(page: u64, pmd: usize) -> Option<u64> {
     let cap = page << 11;
     (page > 0 && cap < pmd as u64).then_some(cap)
 }

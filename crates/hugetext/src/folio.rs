@@ -35,7 +35,7 @@ pub fn read_pagemap(pid: Option<i32>, addr: usize, n: usize) -> Result<Vec<u64>>
 }
 
 /// Read the kpageflags words of `n` consecutive PFNs starting at `pfn`.
-pub fn read_kpageflags(kpf_file: &File, pfn: u64, n: usize) -> Result<Vec<u64>> {
+fn read_kpageflags(kpf_file: &File, pfn: u64, n: usize) -> Result<Vec<u64>> {
     read_u64s(kpf_file, Path::new("/proc/kpageflags"), pfn * 8, n)
 }
 
@@ -434,7 +434,7 @@ impl Counts {
     }
 
     /// Add PTE-mapped contiguous aligned blocks of order `order` (pages).
-    pub fn add_cont_pte(&mut self, kind: Kind, order: u32, pages: u64) {
+    fn add_cont_pte(&mut self, kind: Kind, order: u32, pages: u64) {
         self.cont_pte[kind.idx()][order as usize] += pages;
     }
 

@@ -145,7 +145,7 @@ pub fn unit_size() -> usize {
 }
 
 /// Is the running machine arm64 (where contpte mappings exist)?
-pub fn host_is_aarch64() -> bool {
+fn host_is_aarch64() -> bool {
     cfg!(target_arch = "aarch64")
 }
 

@@ -119,7 +119,7 @@ pub fn fill_bounded(file: &File, range: Range<u64>) -> Result<()> {
 /// executable mappings ([`fill_exec`]), which it can map with contiguous
 /// PTEs; elsewhere in small folios ([`fill_small`]). Both read nothing
 /// outside the (page-rounded) range.
-pub fn fill_edge(file: &File, range: Range<u64>) -> Result<()> {
+fn fill_edge(file: &File, range: Range<u64>) -> Result<()> {
     if kernel::cont_pte_size().is_some() {
         fill_exec(file, range)
     } else {
@@ -133,7 +133,7 @@ pub fn fill_edge(file: &File, range: Range<u64>) -> Result<()> {
 /// arm64 since Linux 6.16) and bounds the read to the mapping; kernels
 /// without that read one page per fault (`MADV_RANDOM`). Pages already
 /// cached keep their folio size.
-pub fn fill_exec(file: &File, range: Range<u64>) -> Result<()> {
+fn fill_exec(file: &File, range: Range<u64>) -> Result<()> {
     let ps = kernel::page_size() as u64;
     let size = file
         .metadata()
@@ -161,7 +161,7 @@ pub fn fill_exec(file: &File, range: Range<u64>) -> Result<()> {
 
 /// How many windows to have in flight at once: one per CPU, at least 4
 /// (a window read mostly waits for I/O), at most 8.
-pub fn default_parallelism() -> usize {
+fn default_parallelism() -> usize {
     std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(4)

@@ -51,7 +51,7 @@ pub struct RunOptions {
 /// `$HUGETEXT_PRELOAD` (an explicit choice wins), next to the `hugetext`
 /// binary (a cargo build or an unpacked release), `../lib/hugetext/` from the
 /// binary's directory (an installed prefix), then `/usr/local/lib`.
-pub fn preload_candidates(explicit: Option<&Path>, exe: Option<&Path>) -> Vec<PathBuf> {
+fn preload_candidates(explicit: Option<&Path>, exe: Option<&Path>) -> Vec<PathBuf> {
     let mut v = Vec::new();
     if let Some(p) = explicit {
         v.push(p.to_path_buf());
@@ -293,7 +293,7 @@ const OPTIONAL_STATIC_TLS: u64 = 512;
 /// libraries' static TLS ([`initial_static_tls`]) on top of the default
 /// surplus, keeping what `current` sets (a value the user chose for the
 /// same tunable wins). `None`: nothing to change.
-pub fn tunables_with_static_tls(current: Option<&OsStr>, need: u64) -> Option<OsString> {
+fn tunables_with_static_tls(current: Option<&OsStr>, need: u64) -> Option<OsString> {
     const NAME: &str = env::STATIC_TLS_TUNABLE;
     let cur = current.map(|c| c.to_string_lossy().into_owned()).unwrap_or_default();
     if need == 0 || cur.split(':').any(|t| t.split('=').next() == Some(NAME)) {
