@@ -14,7 +14,14 @@ In one run, paired and alternating order (whole-first, hot-first, ...):
 Prints medians per side, the median of the per-pair ratios hot/whole, and for
 (3) a 95% percentile-bootstrap interval of that ratio.
 """
-import argparse, os, random, statistics, subprocess, sys, tempfile, time
+import argparse
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -34,7 +41,8 @@ def run_args(ht, profile):
 def private_kib(ht, exe, profile):
     p = subprocess.Popen(run_args(ht, profile) + [exe, "wait"], stdin=subprocess.PIPE,
                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    p.stdout.readline(); p.stdout.readline()
+    p.stdout.readline()
+    p.stdout.readline()
     total, cur = 0, None
     with open(f"/proc/{p.pid}/smaps") as f:
         for line in f:
@@ -44,7 +52,8 @@ def private_kib(ht, exe, profile):
                 cur = w[1] == "r-xp" and (len(w) == 5 or w[5].startswith("[anon:hugetext"))
             elif cur and w[0] in ("Private_Clean:", "Private_Dirty:"):
                 total += int(w[1])
-    p.stdin.close(); p.wait()
+    p.stdin.close()
+    p.wait()
     return total
 
 
@@ -67,13 +76,14 @@ def paired(n, f):
         r = {}
         for side in order:
             r[side] = f(side)
-        whole.append(r[None]); hot.append(r["hot"])
+        whole.append(r[None])
+        hot.append(r["hot"])
     return whole, hot
 
 
 def ci95(whole, hot, seed=0xab):
     rng = random.Random(seed)
-    ratios = [h / w for w, h in zip(whole, hot)]
+    ratios = [h / w for w, h in zip(whole, hot, strict=True)]
     meds = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(10000))
     return statistics.median(ratios), meds[249], meds[9749]
 

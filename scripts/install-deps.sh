@@ -12,6 +12,7 @@ pkgs=(gcc binutils lld mold xfsprogs btrfs-progs e2fsprogs hyperfine linux-perf 
 pkgs+=(strace systemd)  # agent_packaging.rs: the syscalls the agent makes, checked against the unit's SystemCallFilter (systemd-analyze)
 pkgs+=(gcc-aarch64-linux-gnu binutils-aarch64-linux-gnu qemu-user)  # tests/arm64.rs: cross-built AArch64 programs, run under qemu-user
 pkgs+=(gcc-aarch64-linux-gnu)  # scripts/kernel-lab.sh --check: the kernel series' objects cross-compiled for arm64
+pkgs+=(shellcheck)  # scripts/lint.sh
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -60,6 +61,8 @@ if ! dpkg -s prometheus >/dev/null 2>&1; then
   if [ -d /run/systemd/system ]; then systemctl disable --now prometheus >/dev/null 2>&1 || true; fi
 fi
 command -v cargo-deb >/dev/null 2>&1 || { echo "install-deps: cargo install --locked cargo-deb" >&2; cargo install --locked --quiet cargo-deb; }
+# scripts/lint.sh: ruff (Python lint) is not packaged in Debian 12; from PyPI.
+command -v ruff >/dev/null 2>&1 || { echo "install-deps: pip install ruff" >&2; python3 -m pip install --quiet ruff 2>/dev/null || python3 -m pip install --quiet --break-system-packages ruff; }
 command -v kubernetes-validate >/dev/null 2>&1 || { echo "install-deps: pip install kubernetes-validate" >&2; python3 -m pip install --quiet kubernetes-validate 2>/dev/null || python3 -m pip install --quiet --break-system-packages kubernetes-validate; }
 # Objects loaded after start (crates/hugetext-cli/tests/late_load.rs): a JDK
 # (java, javac) and python3's numpy from PyPI (its wheel bundles OpenBLAS in

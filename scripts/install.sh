@@ -16,7 +16,7 @@
 # Builds with `cargo build --release` first if the build is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-prefix=/usr/local destdir= systemd=0
+prefix=/usr/local destdir='' systemd=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --prefix) prefix=$2; shift 2 ;;
@@ -26,6 +26,8 @@ while [ $# -gt 0 ]; do
     *) echo "install.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
+# build unless both are there: the build is meant to run when either test fails
+# shellcheck disable=SC2015
 [ -x target/release/hugetext ] && [ -f target/release/libhugetext.so ] || cargo build --release --workspace --locked
 root=$destdir$prefix
 install -Dm755 target/release/hugetext "$root/bin/hugetext"

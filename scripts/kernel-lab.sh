@@ -112,7 +112,7 @@ series=("$repo"/kernel/"$ser"/*.patch)
 # Per series: the source version, the trees' and results' prefix, the guest
 # kernels' names (6.12 keeps the names it always had).
 case $ser in
-  6.12) srcver=6.12 pre= kname=lab ;;
+  6.12) srcver=6.12 pre='' kname=lab ;;
   7.x) srcver=7.3 pre=7.x- kname=lab7 ;;
 esac
 jobs=$(nproc)
@@ -194,6 +194,8 @@ build() { # VARIANT -> builds target/kernel-lab/src-VARIANT/arch/x86/boot/bzImag
   if [ "$(cat "$tree/.lab-source" 2> /dev/null)" != "$(basename "$tb")" ]; then
     if built_tree "$other"; then
       say "copying the built $other tree to ${tree#"$repo"/} (its objects are reused)"
+      # die when any of the three steps fails
+      # shellcheck disable=SC2015
       rm -rf "$tree" "$tree.tmp" && cp -a "$lab/src-$pre$other" "$tree.tmp" && mv "$tree.tmp" "$tree" ||
         die "copying ${lab#"$repo"/}/src-$pre$other to ${tree#"$repo"/} failed (disk full?)"
       rm -f "$tree/.lab-state" "$tree/.lab-series" "$tree/.lab-built"

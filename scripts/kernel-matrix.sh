@@ -276,15 +276,19 @@ arm64_userland() { # ROOT
     ( cd "$vm/cache" && apt-get download -q "${arm64_debs[@]/%/:arm64}" >/dev/null 2>&1 ) ||
       die "apt-get download of the arm64 packages failed (no network, or apt-get update not run since dpkg --add-architecture arm64)"
     for p in "${arm64_debs[@]}"; do
+      # the newest download: Debian package file names, sorted by time
+      # shellcheck disable=SC2012
       deb=$(ls -t "$vm/cache/${p}"_*_arm64.deb | head -n 1)
       dpkg-deb -x "$deb" "$stage"
     done
     # Merged /usr, as in the root.
     for d in bin sbin lib; do
+      # skip anything but a real directory
+      # shellcheck disable=SC2015
       [ -d "$stage/$d" ] && [ ! -L "$stage/$d" ] || continue
       mkdir -p "$stage/usr/$d" && cp -a "$stage/$d/." "$stage/usr/$d/" && rm -rf "${stage:?}/$d"
     done
-    rm -rf "$stage/usr/share"
+    rm -rf "${stage:?}/usr/share"
     ln -sf mawk "$stage/usr/bin/awk"   # an alternatives link where Debian installs it
     missing=$(find "$stage/usr" -type f -perm -u+x | while read -r f; do
         "${cross}readelf" -d "$f" 2>/dev/null | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p'
@@ -298,6 +302,8 @@ arm64_userland() { # ROOT
     echo "${arm64_debs[*]}" > "$stage/.done"
   fi
   cp -a "$stage/usr/." "$dest/usr/"
+  # the config is optional: neither step may stop the build
+  # shellcheck disable=SC2015
   mkdir -p "$dest/etc" && cp -a "$stage/etc/mke2fs.conf" "$dest/etc/" 2>/dev/null || true
 }
 
@@ -391,6 +397,8 @@ fetch_kernel() { # SERIES -> prints the extracted directory
     ( cd "$vm/cache" && debian_apt download -q "${debs[@]/%/${rust_target:+:arm64}}" >/dev/null 2>&1 ) ||
       die "apt-get download ${debs[*]} failed (no network or no such package)"
     for p in "${debs[@]}"; do
+      # the newest download: Debian package file names, sorted by time
+      # shellcheck disable=SC2012
       dpkg-deb -x "$(ls -t "$vm/cache/${p}"_*.deb | head -n 1)" "$dir"
     done
     touch "$dir/.done"
@@ -448,6 +456,8 @@ kernel_image() { # SERIES-or-NAME -> the kernel to boot
 accel=(-accel tcg -cpu max)
 # arm64 under TCG: pointer authentication with QEMU's own cheap hash instead
 # of the architected QARMA (several times faster, same instructions).
+# the commas belong to the -cpu value
+# shellcheck disable=SC2054
 [ "$arch" = x86_64 ] || accel=(-accel tcg -cpu max,pauth-impdef=on)
 if [ -w /dev/kvm ] && [ "$arch" = x86_64 ]; then
   if timeout 20 qemu-system-x86_64 -accel kvm -cpu host -m 256M -nographic -no-reboot \
@@ -501,6 +511,8 @@ EOF
       -drive "file=$vm/payload.img,if=virtio,format=raw,readonly=on" \
       < /dev/null > "$log" 2>&1 || rc=$?
     secs=$(( $(date +%s) - t0 ))
+    # split on purpose: one JSON string per mode
+    # shellcheck disable=SC2086
     thp_json=$(printf '"%s",' ${thp//,/ }); thp_json="[${thp_json%,}]"
     meta="{\"cell\":\"$cell\",\"arch\":\"$arch\",\"kernel_pkg\":\"$kname\",\"seconds\":$secs,\"qemu_status\":$rc,\"accel\":\"${accel[1]}\",\"date\":\"$(date -u +%F)\",\"thp\":$thp_json}"
     python3 tests/vm/matrix.py collect "$log" "$plan" "$meta" > "$res"

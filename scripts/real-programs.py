@@ -346,7 +346,7 @@ def facts(stderr):
     for m in SUMMARY.finditer(stderr):
         huge += float(m.group(3))
         text += float(m.group(4))
-        for k, g in zip(routes, range(5, 9)):
+        for k, g in zip(routes, range(5, 9), strict=True):
             routes[k] += float(m.group(g))
     route = " + ".join(f"{k} {v:.0f}" for k, v in routes.items() if v > 0) or "none"
     return text, huge, route

@@ -6,6 +6,7 @@ cd "$(dirname "$0")/.."
 source scripts/install-deps.sh
 export PATH="$HOME/.cargo/bin:$PATH"
 cargo build --release --workspace --locked
+bash scripts/lint.sh
 bash tests/fixtures/mkfixtures.sh target/fixtures
 cargo test --release --workspace --locked -- --test-threads=2
 # The kernel patch series (kernel/6.12/, kernel/7.x/): each applies to

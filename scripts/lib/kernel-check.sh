@@ -110,6 +110,8 @@ configure() { # ARCH OUT: configure OUT when its inputs changed
   ) || die "configuring ${out#"$repo"/} failed"
   # Every option of kernel/check.config that this source (with the series)
   # defines is set; a series without KUnit tests of its own has fewer.
+  # config option names: one word each
+  # shellcheck disable=SC2013
   for o in $(sed -n 's/^\(CONFIG_[A-Z0-9_]*\)=y$/\1/p' "$repo/kernel/check.config"); do
     grep -rqsx --include='Kconfig*' "config ${o#CONFIG_}" "$tree" || continue
     grep -q "^$o=y" "$out/.config" || die "$arch: $o is not set in ${out#"$repo"/}/.config"
@@ -153,5 +155,7 @@ for t in $tests; do
     "$tree-selftests/$t" > "$check/$name-selftests.log" 2>&1) ||
     die "selftest $t does not compile: $(first_error "$check/$name-selftests.log") (see ${check#"$repo"/}/$name-selftests.log)"
 done
+# unquoted on purpose: the names on one line
+# shellcheck disable=SC2086
 [ -n "$tests" ] && say "selftests compiled: $(echo $tests | tr '\n' ' ')"
 say "passed"

@@ -1,4 +1,6 @@
 # shellcheck shell=bash
+# repo, cache and aptd are set by the script that sources this:
+# shellcheck disable=SC2154
 # Debian's kernel source packages (linux-source-VERSION), fetched with the
 # private apt configuration of scripts/lib/debian-apt.sh and cached in
 # $cache. Sourced by scripts/kernel-lab.sh and scripts/kernel-64k.sh, which set
@@ -10,15 +12,21 @@
 
 source_tarball() { # VERSION -> the path of the cached linux-source-VERSION tarball
   local v=$1 deb tb
+  # the newest download: Debian package file names, sorted by time
+  # shellcheck disable=SC2012
   deb=$(ls -t "$cache"/linux-source-"$v"_*.deb 2> /dev/null | head -n 1 || true)
   if [ -z "$deb" ]; then
     # A tarball taken out of an earlier download is enough.
+    # the newest download: Debian package file names, sorted by time
+    # shellcheck disable=SC2012
     tb=$(ls -t "$cache"/linux-source-"$v"_*.tar.xz 2> /dev/null | head -n 1 || true)
     if [ -n "$tb" ] && [ -s "$tb" ]; then echo "$tb"; return 0; fi
     say "fetching linux-source-$v with apt (private configuration: ${aptd#"$repo"/})"
     debian_apt_ready
     (cd "$cache" && debian_apt download -q "linux-source-$v" > /dev/null 2>&1) ||
       die "apt-get download linux-source-$v failed (no network, or no such package in ${aptd#"$repo"/}/sources.list)"
+    # the newest download: Debian package file names, sorted by time
+    # shellcheck disable=SC2012
     deb=$(ls -t "$cache"/linux-source-"$v"_*.deb | head -n 1)
   fi
   tb=$cache/$(basename "$deb" .deb).tar.xz

@@ -1,4 +1,6 @@
 #!/bin/busybox sh
+# busybox ash, checked as dash (POSIX sh):
+# shellcheck shell=dash
 # /init of a kernel-matrix guest (built by scripts/kernel-matrix.sh).
 # Loads the modules, makes the disk under test (HT_FS) and mounts it at the
 # repository's path, copies the payload (test binaries, fixtures) onto it,
@@ -11,6 +13,8 @@ mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev
 mkdir -p /dev/pts /dev/shm && mount -t devpts devpts /dev/pts && mount -t tmpfs tmpfs /dev/shm
+# Written into the guest image by scripts/kernel-matrix.sh.
+# shellcheck source=/dev/null
 . /ht.env
 echo 1 > /proc/sys/kernel/printk
 
@@ -38,6 +42,8 @@ stuck() {
   finish error "watchdog: not finished in ${HT_DEADLINE:-1800} s (see the @@STUCK lines)"
 ) &
 
+# module paths: one word each
+# shellcheck disable=SC2013
 for m in $(cat /modules.order); do
   insmod "/lib/modules/$(uname -r)/$m.ko" || finish unsupported "this kernel cannot load module $m"
 done
@@ -125,6 +131,8 @@ for mode in $HT_THP; do
     # libtest's "test NAME ... ok" line.
     # The slowest suite takes under 200 s in these guests.
     emit "{\"kind\":\"suite-start\",\"thp\":\"$mode\",\"suite\":\"$key\"}"
+    # split on purpose: one argument per test name
+    # shellcheck disable=SC2086
     timeout -s KILL 600 "$exe" --exact --test-threads=1 $names > /tmp/out 2> /tmp/err &
     tpid=$!
     # One look at the processes before the suite's time is up.
@@ -147,4 +155,4 @@ for mode in $HT_THP; do
   done
   sh "${HT_PROBE:-tests/vm/probe.sh}" "$mode" "$caps"
 done
-finish done ""
+finish "done" ""

@@ -25,6 +25,8 @@ caps=$2   # the guest's capabilities, space-separated; "large-folios" among
 case " $caps " in *" large-folios "*) lf=1 ;; *) lf=0 ;; esac
 # The cell's facts (HT_FS: the filesystem under test), which the guest's
 # /init reads but does not export.
+# Written into the guest image by scripts/kernel-matrix.sh.
+# shellcheck source=/dev/null
 [ -r /ht.env ] && . /ht.env
 ht=$PWD/target/release/hugetext
 # The preload's machine-readable record of each pass, which lab.py reads.
@@ -75,6 +77,8 @@ setting() { # NAME: set the patches' sysctls
   esac
   # Only the switches this kernel has (the 7.x series has no
   # thp_readahead_cap or elf_pmd_align: its alignment follows exec folios).
+  # split on purpose: the fields of the line
+  # shellcheck disable=SC2086
   set -- $v
   [ -e /proc/sys/vm/exec_folio_order ] && echo "$1" > /proc/sys/vm/exec_folio_order
   [ -e /proc/sys/vm/thp_readahead_cap ] && echo "$2" > /proc/sys/vm/thp_readahead_cap
@@ -263,6 +267,8 @@ for name in $fixtures; do
     if [ "$name" = node ]; then
       measure "$s/$name/plain" "$text" "$prog" "$node_args"
     else
+      # split on purpose: run_prog prints a command line
+      # shellcheck disable=SC2046
       measure "$s/$name/plain" "$text" $(run_prog "$prog")
     fi
   done
@@ -294,6 +300,8 @@ for name in $fixtures; do
   if [ "$name" = node ]; then
     measure "$s/$name/align" "$aligned" "$prog" "$node_args"
   else
+    # split on purpose: run_prog prints a command line
+    # shellcheck disable=SC2046
     measure "$s/$name/align" "$aligned" $(run_prog "$prog")
   fi
   # warm: the aligned file's page cache filled with PMD folios, then a plain exec
@@ -302,6 +310,8 @@ for name in $fixtures; do
   if [ "$name" = node ]; then
     measure "$s/$name/warm" "$aligned" "$prog" "$node_args"
   else
+    # split on purpose: run_prog prints a command line
+    # shellcheck disable=SC2046
     measure "$s/$name/warm" "$aligned" $(run_prog "$prog")
   fi
   fi
@@ -310,6 +320,8 @@ for name in $fixtures; do
   if [ "$name" = node ]; then
     measure "$s/$name/run" "$text" "$ht" run -v -- "$prog" "$node_args"
   else
+    # split on purpose: run_prog prints a command line
+    # shellcheck disable=SC2046
     measure "$s/$name/run" "$text" "$ht" run -v -- $(run_prog "$prog")
   fi
   done

@@ -294,7 +294,7 @@ def doc(paths):
             def replaced(r):
                 return f" ({r['replaced_mib']:.0f} replaced)" if r.get("replaced_mib") else ""
 
-            def run(n):
+            def run(n, p=p):
                 r = p.get(n, {})
                 return f"{r['route']} {r['huge_mib']:.0f}/{r['text_mib']:.0f}" if "route" in r else "?"
 

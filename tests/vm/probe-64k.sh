@@ -23,6 +23,8 @@ for kb in "$(cat $ra)" 16384; do
     f=$dir/$kind-$kb.bin
     cp target/fixtures/lld/pie "$f" && sync && echo 3 > /proc/sys/vm/drop_caches
     capture "cached-$kind-ra$kb" "$ht" inspect --file "$f" --json
+    # $1 is the inner shell's (the read branch)
+    # shellcheck disable=SC2016
     case $kind in
       read) capture "fault-$kind-ra$kb" sh -c 'cat "$1" > /dev/null' read "$f" ;;
       # The fixture's text is congruent modulo 64 KiB only: align it to the

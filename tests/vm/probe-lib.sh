@@ -1,3 +1,6 @@
+# shellcheck shell=sh
+# dir and mode are set by the probe that sources this:
+# shellcheck disable=SC2154
 # What the guest probes share (tests/vm/probe.sh, lab-probe.sh, probe-64k.sh):
 # sourced from the repository root on the disk under test; POSIX sh. Each
 # probe names its scratch directory `dir` before using these.
@@ -29,7 +32,7 @@ start_ready() {
 # it; its status is the function's.
 stop_ready() {
   exec 3>&-
-  wait $pid
+  wait "$pid"
 }
 
 # capture NAME CMD...: run CMD, print its output tagged with NAME (under the

@@ -44,6 +44,8 @@ pmd_kb_of() {
 capture doctor "$ht" doctor --json --path "$dir"
 # Each disk's readahead window as the guest booted it: the exec and mmap
 # readahead paths read up to it, so the benchmark's fault counts depend on it.
+# expanded by the inner shell
+# shellcheck disable=SC2016
 capture read-ahead sh -c 'for q in /sys/block/vd*/queue/read_ahead_kb; do d=${q#/sys/block/}; echo "${d%%/*} $(cat "$q")"; done'
 
 # An lld PIE made PMD-mappable by `align`, on the disk under test.

@@ -194,13 +194,15 @@ pub fn preload_entries(v: &[u8]) -> impl Iterator<Item = &[u8]> {
     v.split(|&c| is_preload_separator(c)).filter(|e| !e.is_empty())
 }
 
-/// Is this `LD_PRELOAD` entry (a path or a file name) libhugetext?
+/// Is this `LD_PRELOAD` entry (a path or a file name) libhugetext: a file
+/// named `libhugetext.so`, or `libhugetext.so.` and a version? Another
+/// library whose name merely starts the same (`libhugetextual.so`) is not.
 pub fn is_hugetext_preload(entry: &[u8]) -> bool {
     let base = match entry.iter().rposition(|&c| c == b'/') {
         Some(i) => &entry[i + 1..],
         None => entry,
     };
-    base.starts_with(b"libhugetext")
+    base == b"libhugetext.so" || base.starts_with(b"libhugetext.so.")
 }
 
 #[cfg(test)]
@@ -284,6 +286,9 @@ mod tests {
         assert!(is_hugetext_preload(b"libhugetext.so"));
         assert!(is_hugetext_preload(b"/usr/lib/libhugetext.so.0"));
         assert!(!is_hugetext_preload(b"/libhugetext/libfoo.so"));
+        assert!(!is_hugetext_preload(b"/opt/libhugetextual.so"));
+        assert!(!is_hugetext_preload(b"libhugetext.sox"));
+        assert!(!is_hugetext_preload(b"/opt/libhugetext"));
         assert_eq!(preload_entries(b" : ").count(), 0);
     }
 }

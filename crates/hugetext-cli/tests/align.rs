@@ -22,6 +22,8 @@ fn fill_pmd_page_cache(path: &Path) {
     let len = f.metadata().unwrap().len() as usize;
     use std::os::unix::io::AsRawFd;
     let fd = f.as_raw_fd();
+    // SAFETY: fd is an open descriptor of ours; the fixed mapping lands
+    // inside a reservation this function just made and owns.
     unsafe {
         // Dirty pages (a fresh copy) are not evicted: write them back first.
         assert_eq!(libc::fsync(fd), 0);
@@ -251,6 +253,7 @@ fn xattr_get(path: &Path, name: &str) -> Option<Vec<u8>> {
     let p = CString::new(path.as_os_str().as_bytes()).unwrap();
     let n = CString::new(name).unwrap();
     let mut buf = vec![0u8; 1024];
+    // SAFETY: valid C strings and a buffer of the length given.
     let r = unsafe { libc::getxattr(p.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
     if r < 0 {
         return None;
@@ -262,6 +265,7 @@ fn xattr_get(path: &Path, name: &str) -> Option<Vec<u8>> {
 fn xattr_set(path: &Path, name: &str, value: &[u8]) {
     let p = CString::new(path.as_os_str().as_bytes()).unwrap();
     let n = CString::new(name).unwrap();
+    // SAFETY: valid C strings and a value of the length given.
     let r = unsafe { libc::setxattr(p.as_ptr(), n.as_ptr(), value.as_ptr().cast(), value.len(), 0) };
     assert_eq!(r, 0, "setxattr {name}: {}", std::io::Error::last_os_error());
 }
@@ -714,6 +718,7 @@ fn output_that_is_not_a_regular_file_is_refused() {
     let cdev = CString::new(dev.as_os_str().as_bytes()).unwrap();
     // SAFETY: a valid path; the device numbers of /dev/null.
     assert_eq!(
+        // SAFETY: a valid path; the device numbers of /dev/null.
         unsafe { libc::mknod(cdev.as_ptr(), libc::S_IFCHR | 0o666, libc::makedev(1, 3)) },
         0
     );

@@ -49,6 +49,7 @@ fn copy_route_says_how_to_get_folios_of_the_unit_when_they_are_off() {
         common::skip_line("skipped: no 2 MiB anonymous THP size on this kernel (Linux 6.8+)");
         return;
     }
+    // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         common::skip_line("skipped: needs root to switch THP off");
         return;

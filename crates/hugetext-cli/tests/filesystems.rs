@@ -71,7 +71,7 @@ fn doctor_verdict(dir: &Path, fstype: &str) -> bool {
         "doctor says {c} but fill+scan says {experiment}"
     );
     // warm's own probe (an O_TMPFILE file) says the same.
-    assert_eq!(hugetext::fsutil::probe_pmd_folios(dir), Some(experiment), "{fstype}");
+    assert_eq!(hugetext::pagecache::probe_pmd_folios(dir), Some(experiment), "{fstype}");
     println!(
         "{fstype}: PMD-order page-cache folios: {}",
         if doctor_yes { "yes" } else { "no" }
@@ -328,6 +328,7 @@ fn ext4_image_matches_root_ext4() {
     // 4 KiB blocks under a 16 KiB-page arm64 kernel's 32 MiB PMD).
     let block = {
         let c = std::ffi::CString::new(fs.path().as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: statfs is plain data; all-zero is a valid value.
         let mut st: libc::statfs = unsafe { std::mem::zeroed() };
         // SAFETY: a valid C string and a statfs buffer of ours.
         assert_eq!(unsafe { libc::statfs(c.as_ptr(), &mut st) }, 0);

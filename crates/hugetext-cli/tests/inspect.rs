@@ -144,6 +144,7 @@ fn helper_entry() {
             // Reserve, then place the file at an address ≡ shift (mod PMD).
             let r = kernel::Mapping::anon_aligned(len + pmd, libc::PROT_NONE, pmd).unwrap();
             let at = r.addr() + shift;
+            // SAFETY: a fixed mapping inside the reservation r, which this test owns.
             let p = unsafe {
                 libc::mmap(
                     at as *mut _,
@@ -165,6 +166,7 @@ fn helper_entry() {
             let m = kernel::Mapping::anon_aligned(len, libc::PROT_READ | libc::PROT_WRITE, pmd).unwrap();
             m.madvise(0, len, kernel::MADV_HUGEPAGE).unwrap();
             for i in (0..len).step_by(kernel::page_size()) {
+                // SAFETY: i is inside the writable mapping m.
                 unsafe { m.as_ptr().add(i).write_volatile(1) };
             }
             (m.addr(), Box::new(m))

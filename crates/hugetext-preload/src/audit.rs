@@ -274,8 +274,11 @@ pub unsafe extern "C" fn la_objopen(map: *const LinkMap, lmid: c_long, _cookie: 
     if map.is_null() {
         return 0;
     }
-    if lmid == 0 && SHARED.load(Relaxed) == 0 && is_hugetext((*map).l_name) {
-        find_preload(&*map);
+    // SAFETY: `map` is not null, and the loader passes its own link map,
+    // valid for the call.
+    if lmid == 0 && SHARED.load(Relaxed) == 0 && is_hugetext(unsafe { (*map).l_name }) {
+        // SAFETY: as above.
+        find_preload(unsafe { &*map });
     }
     let n = NPENDING.load(Relaxed);
     if n < MAXP {
@@ -294,7 +297,8 @@ pub unsafe extern "C" fn la_objclose(cookie: *mut usize) -> c_uint {
     if cookie.is_null() {
         return 0;
     }
-    let lm = *cookie;
+    // SAFETY: not null, and the loader's cookie for this object.
+    let lm = unsafe { *cookie };
     // An object removed before the consistent state that would have
     // handled it (a dlopen that failed after mapping it): forget it, its
     // link map is about to be freed.
@@ -423,7 +427,9 @@ unsafe impl Zeroable for Late {}
 /// `ld` is the object's mapped dynamic section (DT_NULL-terminated).
 unsafe fn has_textrel(ld: *const Dyn) -> bool {
     for i in 0..4096 {
-        let d = *ld.add(i);
+        // SAFETY: the caller's contract: a DT_NULL-terminated dynamic
+        // section, read no further than its DT_NULL.
+        let d = unsafe { *ld.add(i) };
         match d.tag {
             0 => return false,
             DT_TEXTREL => return true,

@@ -202,12 +202,17 @@ pub fn slot(var: &[u8]) -> Option<*mut *mut c_char> {
 /// `p` is a slot of `environ` ([`slot`]), at single-threaded start-up.
 unsafe fn remove_at(p: *mut *mut c_char) {
     let mut q = p;
-    loop {
-        *q = *q.add(1);
-        if (*q).is_null() {
-            break;
+    // SAFETY: the caller's contract: `p` is a slot of the null-terminated
+    // `environ` array, so every slot up to its null is valid, and nothing
+    // else reads the environment at single-threaded start-up.
+    unsafe {
+        loop {
+            *q = *q.add(1);
+            if (*q).is_null() {
+                break;
+            }
+            q = q.add(1);
         }
-        q = q.add(1);
     }
 }
 

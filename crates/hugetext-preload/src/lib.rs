@@ -20,6 +20,7 @@
 
 mod audit;
 mod config;
+mod copies;
 mod engine;
 mod hot;
 mod maps;

@@ -12,7 +12,8 @@
 //! - so when that total equals the VMA's whole windows, **every** window of
 //!   the VMA is huge; when it is 0, none is; in between, the count is known
 //!   and the positions are not, and no window is claimed (conservative:
-//!   routes then act on all of the VMA's windows; see engine.rs);
+//!   routes then act on all of the VMA's windows; see `Verifier::huge_windows`
+//!   in verify.rs);
 //! - the copy route's new anonymous mapping is exactly the windows to move,
 //!   so `AnonHugePages` = its size proves each of them;
 //! - `Anonymous` + `Swap` of a private file mapping are its copy-on-write

@@ -18,13 +18,17 @@
 #[inline(always)]
 unsafe fn raw6(n: usize, a: usize, b: usize, c: usize, d: usize, e: usize, f: usize) -> isize {
     let ret: isize;
-    core::arch::asm!(
-        "syscall",
-        inlateout("rax") n as isize => ret,
-        in("rdi") a, in("rsi") b, in("rdx") c, in("r10") d, in("r8") e, in("r9") f,
-        lateout("rcx") _, lateout("r11") _,
-        options(nostack),
-    );
+    // SAFETY: the caller's contract (valid arguments for call `n`); the
+    // instruction clobbers only what the operands name.
+    unsafe {
+        core::arch::asm!(
+            "syscall",
+            inlateout("rax") n as isize => ret,
+            in("rdi") a, in("rsi") b, in("rdx") c, in("r10") d, in("r8") e, in("r9") f,
+            lateout("rcx") _, lateout("r11") _,
+            options(nostack),
+        );
+    }
     ret
 }
 
@@ -33,13 +37,17 @@ unsafe fn raw6(n: usize, a: usize, b: usize, c: usize, d: usize, e: usize, f: us
 #[inline(always)]
 unsafe fn raw6(n: usize, a: usize, b: usize, c: usize, d: usize, e: usize, f: usize) -> isize {
     let ret: isize;
-    core::arch::asm!(
-        "svc 0",
-        in("x8") n,
-        inlateout("x0") a as isize => ret,
-        in("x1") b, in("x2") c, in("x3") d, in("x4") e, in("x5") f,
-        options(nostack),
-    );
+    // SAFETY: the caller's contract (valid arguments for call `n`); the
+    // instruction clobbers only what the operands name.
+    unsafe {
+        core::arch::asm!(
+            "svc 0",
+            in("x8") n,
+            inlateout("x0") a as isize => ret,
+            in("x1") b, in("x2") c, in("x3") d, in("x4") e, in("x5") f,
+            options(nostack),
+        );
+    }
     ret
 }
 

@@ -150,13 +150,13 @@ pub struct Cont {
 
 impl Cont {
     /// Is the window at `w` one the copy route proved and moved there
-    /// ([`crate::engine::was_copied`]) and still that copy: every page
+    /// ([`crate::copies::was_copied`]) and still that copy: every page
     /// present and anonymous? (A range remembered from a copy since
     /// unmapped, by `dlclose` for instance, may hold file text again.)
     fn still_copied(&self, w: usize) -> bool {
         let (unit, page) = (scan::unit(), scan::page());
         let np = unit / page;
-        if np == 0 || np > MAX_UNIT_PAGES || self.pagemap < 0 || !crate::engine::was_copied(w, w + unit) {
+        if np == 0 || np > MAX_UNIT_PAGES || self.pagemap < 0 || !crate::copies::was_copied(w, w + unit) {
             return false;
         }
         let mut e = [0u64; MAX_UNIT_PAGES];

@@ -52,6 +52,7 @@ fn target() {
     let anon = Mapping::anon_aligned(anon_mib * MIB, libc::PROT_READ | libc::PROT_WRITE, pmd).unwrap();
     anon.madvise(0, anon.len(), kernel::MADV_HUGEPAGE).unwrap();
     for i in (0..anon.len()).step_by(4096) {
+        // SAFETY: i is inside the writable mapping anon.
         unsafe { anon.as_ptr().add(i).write_volatile(1) };
     }
     let big = scratch("pmd-text", 512);

@@ -114,7 +114,7 @@ pub struct FsProbe {
 /// on x86-64, 64 MiB on a 16 KiB-page arm64 kernel): fill it through a
 /// `MADV_HUGEPAGE` mapping, count PMD-order folios, map it again without
 /// advice and read `FilePmdMapped`, then try `MADV_COLLAPSE` on small folios.
-pub fn probe_fs(path: &Path) -> Result<FsProbe> {
+fn probe_fs(path: &Path) -> Result<FsProbe> {
     let dir = probe_dir(path);
     let st = rustix::fs::statfs(&dir).map_err(|e| Error::io(&dir, e.into()))?;
     let mut probe = FsProbe {
@@ -181,7 +181,7 @@ pub fn probe_fs(path: &Path) -> Result<FsProbe> {
 /// The page cache's largest folio, 2048 pages (`MAX_PAGECACHE_ORDER`, 11:
 /// the xarray's limit), when it is smaller than a PMD: 128 MiB with
 /// 64 KiB pages, below their 512 MiB PMD. Pure.
-pub fn page_cache_cap_below(page: u64, pmd: usize) -> Option<u64> {
+fn page_cache_cap_below(page: u64, pmd: usize) -> Option<u64> {
     let cap = page << 11;
     (page > 0 && cap < pmd as u64).then_some(cap)
 }
@@ -228,8 +228,11 @@ pub struct Facts {
     pub path: PathBuf,
     /// `uname -r`.
     pub release: String,
+    /// The kernel release as numbers.
     pub version: KernelVersion,
+    /// Base page size, bytes.
     pub page_size: usize,
+    /// PMD size, bytes.
     pub pmd_size: usize,
     /// The unit of huge text ([`kernel::huge_unit`]): the PMD size, or the
     /// contpte block where no page-cache folio reaches the PMD.
@@ -249,8 +252,11 @@ pub struct Facts {
     pub route_costs: std::result::Result<crate::routecost::RouteCosts, FactError>,
     /// `CONFIG_READ_ONLY_THP_FOR_FS` (`y`, `n`), when the config is readable.
     pub read_only_thp_for_fs: Option<String>,
+    /// This process holds `CAP_SYS_ADMIN`.
     pub cap_sys_admin: bool,
+    /// `/proc/self/pagemap` shows page frame numbers (root with `CAP_SYS_ADMIN`).
     pub pfn_access: bool,
+    /// The `PAGEMAP_SCAN` ioctl is available (Linux 6.7 and later).
     pub pagemap_scan: bool,
     /// Anonymous memory can be named (`PR_SET_VMA_ANON_NAME`).
     pub anon_vma_name: bool,
@@ -356,7 +362,7 @@ fn page_size(ps: usize, pmd: usize, cont_pte: Option<usize>) -> Finding {
     if let Some(block) = cont_pte {
         value += &format!(", {} kB contpte block", block / 1024);
         // Contpte blocks exist on arm64 only.
-        let (unit, _) = crate::elf::huge_unit(object::elf::EM_AARCH64, ps as u64, pmd as u64);
+        let (unit, _) = crate::kernel::huge_unit_of(object::elf::EM_AARCH64, ps as u64, pmd as u64);
         meaning = if unit == block as u64 {
             // 64 KiB pages: the PMD is beyond the page cache's largest folio.
             format!(

@@ -35,7 +35,7 @@ pub fn read_pagemap(pid: Option<i32>, addr: usize, n: usize) -> Result<Vec<u64>>
 }
 
 /// Read the kpageflags words of `n` consecutive PFNs starting at `pfn`.
-pub fn read_kpageflags(kpf_file: &File, pfn: u64, n: usize) -> Result<Vec<u64>> {
+fn read_kpageflags(kpf_file: &File, pfn: u64, n: usize) -> Result<Vec<u64>> {
     read_u64s(kpf_file, Path::new("/proc/kpageflags"), pfn * 8, n)
 }
 
@@ -434,7 +434,7 @@ impl Counts {
     }
 
     /// Add PTE-mapped contiguous aligned blocks of order `order` (pages).
-    pub fn add_cont_pte(&mut self, kind: Kind, order: u32, pages: u64) {
+    fn add_cont_pte(&mut self, kind: Kind, order: u32, pages: u64) {
         self.cont_pte[kind.idx()][order as usize] += pages;
     }
 
@@ -509,9 +509,13 @@ impl Counts {
 /// virtual page number `vpn`, of `kind`, classified as `class`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Segment {
+    /// First virtual page number.
     pub vpn: u64,
+    /// Number of base pages.
     pub pages: u64,
+    /// What backs the pages.
     pub kind: Kind,
+    /// How the segment is mapped and aligned.
     pub class: Class,
 }
 

@@ -42,13 +42,20 @@ pub enum Existing {
     Missing,
     /// A regular file owned by `uid`.
     Regular {
+        /// Its owner.
         uid: u32,
     },
+    /// A symbolic link.
     Symlink,
+    /// A directory.
     Directory,
+    /// A character device.
     CharDevice,
+    /// A block device.
     BlockDevice,
+    /// A named pipe.
     Fifo,
+    /// A Unix socket.
     Socket,
 }
 
@@ -122,7 +129,9 @@ pub fn output_refusal(f: &OutputFacts) -> Option<String> {
 /// A file's identity: device and inode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FileId {
+    /// Device number (`st_dev`).
     pub dev: u64,
+    /// Inode number.
     pub ino: u64,
 }
 
@@ -850,66 +859,6 @@ pub fn overlay_layer_in(mountinfo: &str, path: &Path, exists: impl Fn(&Path) -> 
         }
     }
     layers.into_iter().map(|d| d.join(rel)).find(|p| exists(p))
-}
-
-/// The device number `/proc/PID/maps` shows for `f`: the superblock's.
-/// On most filesystems it is `st_dev`; on btrfs `stat` reports the
-/// subvolume's anonymous device instead, so a file's `st_dev` never matches
-/// the maps lines of the processes that map it. Learnt by mapping the
-/// file's first page and reading this process's own maps; `st_dev` when the
-/// file cannot be mapped (it is empty).
-pub fn maps_dev(f: &File) -> io::Result<u64> {
-    let st_dev = f.metadata()?.dev();
-    let ps = crate::kernel::page_size();
-    let Ok(m) = crate::kernel::Mapping::file_congruent(f.as_fd(), 0, ps, libc::PROT_READ, ps) else {
-        return Ok(st_dev);
-    };
-    let vmas = crate::procfs::read_maps(None).map_err(|e| io::Error::other(e.to_string()))?;
-    Ok(vmas
-        .iter()
-        .find(|v| v.start == m.addr() as u64)
-        .map_or(st_dev, |v| libc::makedev(v.dev_major, v.dev_minor)))
-}
-
-/// An unnamed file (`O_TMPFILE`: no name ever appears, it vanishes when
-/// closed) of `len` bytes of `RET` instructions, like text, in `dir`,
-/// written back; its writable descriptor is closed (`MADV_COLLAPSE` refuses
-/// files open for writing), and the read-only one returned is its last
-/// reference.
-pub fn text_tmpfile(dir: &Path, len: usize) -> io::Result<File> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut w = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .custom_flags(libc::O_TMPFILE | libc::O_CLOEXEC)
-        .mode(0o600)
-        .open(dir)?;
-    w.write_all(&vec![0xc3u8; len])?;
-    w.sync_all()?;
-    File::open(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&w)))
-}
-
-/// Whether the filesystem holding directory `dir` gives PMD-order
-/// page-cache folios, by experiment: an unnamed temporary file
-/// (`O_TMPFILE`: no name appears, it vanishes when closed) of one PMD
-/// window is written, evicted, read back through a `MADV_HUGEPAGE` mapping
-/// and its folios counted. `None` when the experiment cannot be made (a
-/// read-only filesystem, no `O_TMPFILE` support, no PFN access).
-pub fn probe_pmd_folios(dir: &Path) -> Option<bool> {
-    if !crate::kernel::pfn_access() {
-        return None;
-    }
-    // One window of the huge unit (the PMD, or the contpte block with
-    // 64 KiB pages).
-    let pmd = crate::kernel::unit_size();
-    let f = text_tmpfile(dir, pmd).ok()?;
-    let path = PathBuf::from(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&f)));
-    crate::pagecache::evict(&f, 0..0).ok()?;
-    crate::pagecache::fill_huge(&f, 0..pmd as u64).ok()?;
-    let huge = crate::folio::scan_file(&path, None).ok()?.pmd_windows.len() == 1;
-    let _ = crate::pagecache::evict(&f, 0..0);
-    Some(huge)
 }
 
 #[cfg(test)]

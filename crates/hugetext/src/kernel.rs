@@ -70,15 +70,72 @@ pub fn cont_pte_size() -> Option<usize> {
     hugetext_abi::geometry::cont_pte_size(page_size())
 }
 
+/// The unit of huge text on a target kernel (what an ELF target is described
+/// in: `elf::Target::unit`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum HugeUnit {
+    /// One PMD entry maps it.
+    #[default]
+    Pmd,
+    /// An arm64 contiguous-PTE block: one TLB entry maps it.
+    Contpte,
+}
+
+impl HugeUnit {
+    /// "PMD-mapped" or "contpte-mapped", for sentences.
+    pub fn mapped(self) -> &'static str {
+        match self {
+            HugeUnit::Pmd => "PMD-mapped",
+            HugeUnit::Contpte => "contpte-mapped",
+        }
+    }
+
+    /// "PMD-mappable" or "contpte-mappable", for sentences.
+    pub fn mappable(self) -> &'static str {
+        match self {
+            HugeUnit::Pmd => "PMD-mappable",
+            HugeUnit::Contpte => "contpte-mappable",
+        }
+    }
+}
+
+/// The unit of huge text for `machine` with `page`-byte pages and a
+/// `pmd`-byte PMD ([`HugeUnit`]).
+pub fn huge_unit_of(machine: u16, page: u64, pmd: u64) -> (u64, HugeUnit) {
+    // The rule lives in hugetext-abi, which the preload shares.
+    match hugetext_abi::geometry::huge_unit(machine == object::elf::EM_AARCH64, page as usize, pmd as usize) {
+        (block, true) => (block as u64, HugeUnit::Contpte),
+        _ => (pmd, HugeUnit::Pmd),
+    }
+}
+
+/// `e_machine` of the machine hugetext runs on (`EM_NONE` for one it does
+/// not know).
+pub fn host_machine() -> u16 {
+    if cfg!(target_arch = "x86_64") {
+        object::elf::EM_X86_64
+    } else if cfg!(target_arch = "aarch64") {
+        object::elf::EM_AARCH64
+    } else {
+        object::elf::EM_NONE
+    }
+}
+
+/// Machines whose ELF files `align` rewrites.
+pub fn supported_machine(m: u16) -> bool {
+    matches!(m, object::elf::EM_X86_64 | object::elf::EM_AARCH64)
+}
+
 /// The unit of huge text on the running kernel, bytes, and what maps it:
 /// the PMD size ([`pmd_size`]), except on arm64 with 64 KiB pages, whose
 /// 512 MiB PMD no page-cache folio reaches (the page cache stops at 2048
 /// pages, 128 MiB); there it is the 2 MiB contiguous-PTE block, which a
 /// 2 MiB folio naturally aligned in the file and the address space gets
 /// (one TLB entry). `warm` fills, and `inspect` and `explain` count, windows
-/// of this size; the same rule as `check`'s ([`crate::elf::huge_unit`]).
-pub fn huge_unit() -> (usize, crate::elf::HugeUnit) {
-    let (unit, kind) = crate::elf::huge_unit(crate::elf::host_machine(), page_size() as u64, pmd_size() as u64);
+/// of this size; the same rule as `check`'s ([`huge_unit_of`]).
+pub fn huge_unit() -> (usize, HugeUnit) {
+    let (unit, kind) = huge_unit_of(host_machine(), page_size() as u64, pmd_size() as u64);
     (unit as usize, kind)
 }
 
@@ -88,15 +145,18 @@ pub fn unit_size() -> usize {
 }
 
 /// Is the running machine arm64 (where contpte mappings exist)?
-pub fn host_is_aarch64() -> bool {
+fn host_is_aarch64() -> bool {
     cfg!(target_arch = "aarch64")
 }
 
 /// Kernel release as (major, minor, patch), from `uname`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
 pub struct KernelVersion {
+    /// Major version (the 6 of 6.12.3).
     pub major: u32,
+    /// Minor version (the 12 of 6.12.3).
     pub minor: u32,
+    /// Patch level (the 3 of 6.12.3); 0 when absent.
     pub patch: u32,
 }
 

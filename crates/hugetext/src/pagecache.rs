@@ -119,7 +119,7 @@ pub fn fill_bounded(file: &File, range: Range<u64>) -> Result<()> {
 /// executable mappings ([`fill_exec`]), which it can map with contiguous
 /// PTEs; elsewhere in small folios ([`fill_small`]). Both read nothing
 /// outside the (page-rounded) range.
-pub fn fill_edge(file: &File, range: Range<u64>) -> Result<()> {
+fn fill_edge(file: &File, range: Range<u64>) -> Result<()> {
     if kernel::cont_pte_size().is_some() {
         fill_exec(file, range)
     } else {
@@ -133,7 +133,7 @@ pub fn fill_edge(file: &File, range: Range<u64>) -> Result<()> {
 /// arm64 since Linux 6.16) and bounds the read to the mapping; kernels
 /// without that read one page per fault (`MADV_RANDOM`). Pages already
 /// cached keep their folio size.
-pub fn fill_exec(file: &File, range: Range<u64>) -> Result<()> {
+fn fill_exec(file: &File, range: Range<u64>) -> Result<()> {
     let ps = kernel::page_size() as u64;
     let size = file
         .metadata()
@@ -161,7 +161,7 @@ pub fn fill_exec(file: &File, range: Range<u64>) -> Result<()> {
 
 /// How many windows to have in flight at once: one per CPU, at least 4
 /// (a window read mostly waits for I/O), at most 8.
-pub fn default_parallelism() -> usize {
+fn default_parallelism() -> usize {
     std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(4)
@@ -419,7 +419,7 @@ pub fn collapse_supported(dir: &Path) -> Result<CollapseSupport> {
 /// is no reason to write a 512 MiB scratch file to be told so). `None`
 /// where the PMD is the unit of huge text ([`kernel::huge_unit`]).
 pub fn collapse_out_of_reach() -> Option<String> {
-    (kernel::huge_unit().1 == crate::elf::HugeUnit::Contpte).then(|| {
+    (kernel::huge_unit().1 == kernel::HugeUnit::Contpte).then(|| {
         format!(
             "MADV_COLLAPSE has nothing to collapse file text into: the {} MiB PMD is larger than any page-cache folio on this kernel",
             kernel::pmd_size() >> 20
@@ -450,6 +450,46 @@ pub fn collapse_window(file: &File, offset: u64) -> Result<()> {
     let pmd = kernel::pmd_size();
     let map = Mapping::file_congruent(file.as_fd(), offset, pmd, libc::PROT_READ | libc::PROT_EXEC, pmd)?;
     map.madvise(0, pmd, kernel::MADV_COLLAPSE)
+}
+
+/// An unnamed file (`O_TMPFILE`: no name ever appears, it vanishes when
+/// closed) of `len` bytes of `RET` instructions, like text, in `dir`,
+/// written back; its writable descriptor is closed (`MADV_COLLAPSE` refuses
+/// files open for writing), and the read-only one returned is its last
+/// reference.
+pub fn text_tmpfile(dir: &Path, len: usize) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut w = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_TMPFILE | libc::O_CLOEXEC)
+        .mode(0o600)
+        .open(dir)?;
+    w.write_all(&vec![0xc3u8; len])?;
+    w.sync_all()?;
+    File::open(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&w)))
+}
+
+/// Whether the filesystem holding directory `dir` gives PMD-order
+/// page-cache folios, by experiment: an unnamed temporary file
+/// (`O_TMPFILE`: no name appears, it vanishes when closed) of one PMD
+/// window is written, evicted, read back through a `MADV_HUGEPAGE` mapping
+/// and its folios counted. `None` when the experiment cannot be made (a
+/// read-only filesystem, no `O_TMPFILE` support, no PFN access).
+pub fn probe_pmd_folios(dir: &Path) -> Option<bool> {
+    if !kernel::pfn_access() {
+        return None;
+    }
+    // One window of the huge unit (the PMD, or the contpte block with
+    // 64 KiB pages).
+    let pmd = kernel::unit_size();
+    let f = text_tmpfile(dir, pmd).ok()?;
+    let path = std::path::PathBuf::from(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&f)));
+    evict(&f, 0..0).ok()?;
+    fill_huge(&f, 0..pmd as u64).ok()?;
+    let huge = crate::folio::scan_file(&path, None).ok()?.pmd_windows.len() == 1;
+    let _ = evict(&f, 0..0);
+    Some(huge)
 }
 
 #[cfg(test)]

@@ -60,7 +60,7 @@ pub fn secure_exec(f: &ExecFacts) -> Option<Secure> {
 
 /// Pure: does a `security.capability` value grant anything? (`vfs_cap_data`:
 /// magic with the effective flag, then permitted/inheritable pairs.)
-pub fn caps_grant(xattr: &[u8]) -> bool {
+fn caps_grant(xattr: &[u8]) -> bool {
     let word = |i: usize| {
         xattr
             .get(i..i + 4)
@@ -255,7 +255,7 @@ pub fn anon_vma_names() -> bool {
 
 /// The system search path in the output of `ld.so --help` (glibc 2.33 and
 /// later): the lines that end with `(system search path)`. Pure.
-pub fn parse_system_dirs(help: &str) -> Vec<PathBuf> {
+fn parse_system_dirs(help: &str) -> Vec<PathBuf> {
     help.lines()
         .filter_map(|l| l.trim().strip_suffix("(system search path)"))
         .map(|d| PathBuf::from(d.trim()))

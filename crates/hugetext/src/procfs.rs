@@ -69,11 +69,6 @@ impl Vma {
         self.inode != 0
     }
 
-    /// `MAP_SHARED` rather than private.
-    pub fn is_shared(&self) -> bool {
-        self.perms.as_bytes().get(3) == Some(&b's')
-    }
-
     /// The device as `MAJ:MIN` in hex, as `/proc/PID/maps` prints it.
     pub fn dev(&self) -> String {
         format!("{:02x}:{:02x}", self.dev_major, self.dev_minor)
@@ -118,7 +113,7 @@ pub fn escape_name(bytes: &[u8]) -> String {
 }
 
 /// The bytes of a name written by [`escape_name`].
-pub fn name_bytes(text: &str) -> Vec<u8> {
+fn name_bytes(text: &str) -> Vec<u8> {
     let b = text.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
@@ -150,7 +145,7 @@ pub fn path_name(path: &Path) -> String {
 
 /// Parse the text of `/proc/PID/maps` (or the header lines of smaps).
 /// Lines that are not VMA headers are ignored.
-pub fn parse_maps(text: &str) -> Vec<Vma> {
+fn parse_maps(text: &str) -> Vec<Vma> {
     text.lines().filter_map(parse_vma_line).collect()
 }
 
@@ -193,7 +188,7 @@ pub fn proc_error(pid: Option<i32>, path: &Path, e: std::io::Error) -> Error {
 }
 
 /// Read a `/proc/PID/<what>` file (None = this process).
-pub fn read_proc(pid: Option<i32>, what: &str) -> Result<String> {
+fn read_proc(pid: Option<i32>, what: &str) -> Result<String> {
     let path = proc_path(pid, what);
     std::fs::read_to_string(&path).map_err(|e| proc_error(pid, &path, e))
 }
@@ -264,7 +259,7 @@ pub struct SmapsStats {
 }
 
 /// Parse the text of `/proc/PID/smaps`.
-pub fn parse_smaps(text: &str) -> Vec<(Vma, SmapsStats)> {
+fn parse_smaps(text: &str) -> Vec<(Vma, SmapsStats)> {
     let mut out: Vec<(Vma, SmapsStats)> = Vec::new();
     for line in text.lines() {
         if let Some((key, val)) = line.split_once(':') {
@@ -434,7 +429,7 @@ pub fn descendants(root: i32) -> Vec<i32> {
 
 /// The command name of a process (`/proc/PID/comm`, at most 15 bytes), as
 /// [`escape_name`] writes it.
-pub fn read_comm(pid: i32) -> Result<String> {
+fn read_comm(pid: i32) -> Result<String> {
     Ok(read_proc_names(Some(pid), "comm")?.trim_end_matches('\n').to_string())
 }
 
@@ -449,7 +444,7 @@ pub fn read_exe(pid: i32) -> Option<String> {
 /// The processes whose address space maps the file with device `dev` and
 /// inode `ino` (from `/proc/*/maps`), sorted. Processes that vanish or cannot
 /// be read are skipped.
-pub fn pids_mapping(dev: u64, ino: u64) -> Vec<i32> {
+fn pids_mapping(dev: u64, ino: u64) -> Vec<i32> {
     let (major, minor) = (libc::major(dev), libc::minor(dev));
     all_pids()
         .unwrap_or_default()
@@ -482,7 +477,7 @@ impl OpenFd {
 /// The descriptors of process `pid` that refer to the file with device `dev`
 /// and inode `ino` (from `/proc/PID/fd` and `fdinfo`). Empty when the process
 /// vanished or cannot be read.
-pub fn fds_on(pid: i32, dev: u64, ino: u64) -> Vec<OpenFd> {
+fn fds_on(pid: i32, dev: u64, ino: u64) -> Vec<OpenFd> {
     let Ok(rd) = std::fs::read_dir(proc_path(Some(pid), "fd")) else {
         return Vec::new();
     };
@@ -510,7 +505,7 @@ pub fn fds_on(pid: i32, dev: u64, ino: u64) -> Vec<OpenFd> {
 
 /// A field of `/proc/meminfo` (given without the colon, e.g. `MemAvailable`),
 /// in bytes.
-pub fn meminfo(field: &str) -> Result<u64> {
+fn meminfo(field: &str) -> Result<u64> {
     let s = std::fs::read_to_string("/proc/meminfo").map_err(|e| Error::io("/proc/meminfo", e))?;
     s.lines()
         .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
@@ -579,11 +574,31 @@ pub fn mapping_pids_of(dev: u64, ino: u64) -> Vec<ProcRef> {
     proc_refs(pids_mapping(dev, ino))
 }
 
+/// The device number `/proc/PID/maps` shows for `f`: the superblock's.
+/// On most filesystems it is `st_dev`; on btrfs `stat` reports the
+/// subvolume's anonymous device instead, so a file's `st_dev` never matches
+/// the maps lines of the processes that map it. Learnt by mapping the
+/// file's first page and reading this process's own maps; `st_dev` when the
+/// file cannot be mapped (it is empty).
+pub fn maps_dev(f: &std::fs::File) -> std::io::Result<u64> {
+    use std::os::fd::AsFd;
+    let st_dev = f.metadata()?.dev();
+    let ps = crate::kernel::page_size();
+    let Ok(m) = crate::kernel::Mapping::file_congruent(f.as_fd(), 0, ps, libc::PROT_READ, ps) else {
+        return Ok(st_dev);
+    };
+    let vmas = read_maps(None).map_err(|e| std::io::Error::other(e.to_string()))?;
+    Ok(vmas
+        .iter()
+        .find(|v| v.start == m.addr() as u64)
+        .map_or(st_dev, |v| libc::makedev(v.dev_major, v.dev_minor)))
+}
+
 /// The processes that map the open file `f`. The device is the one maps
-/// lines show ([`crate::fsutil::maps_dev`]; on btrfs not `st_dev`).
+/// lines show ([`maps_dev`]; on btrfs not `st_dev`).
 pub fn mapping_pids_file(f: &std::fs::File) -> std::io::Result<Vec<ProcRef>> {
     let ino = f.metadata()?.ino();
-    let dev = crate::fsutil::maps_dev(f)?;
+    let dev = maps_dev(f)?;
     Ok(mapping_pids_of(dev, ino))
 }
 
@@ -682,7 +697,7 @@ mod tests {
         let v = parse_vma_line("7f00-7f10 r-xp 00001000 08:01 1234     /tmp/a b (deleted)").unwrap();
         assert_eq!(v.path, "/tmp/a b (deleted)");
         assert_eq!((v.start, v.end, v.offset, v.inode), (0x7f00, 0x7f10, 0x1000, 1234));
-        assert!(v.is_exec() && !v.is_shared());
+        assert!(v.is_exec() && v.perms.as_bytes().get(3) == Some(&b'p'));
         let a = parse_vma_line("7f00-7f10 rw-p 00000000 00:00 0 ").unwrap();
         assert_eq!(a.path, "");
         assert!(!a.is_file());

@@ -32,6 +32,7 @@ pub use hugetext_abi::env::MAX_HOPS as MAX_WRAPPERS;
 /// What `hugetext run` asks of the preload.
 #[derive(Clone, Debug, Default)]
 pub struct RunOptions {
+    /// Which routes the preload may take (`HUGETEXT_STRATEGY`).
     pub strategy: Strategy,
     /// Only mappings whose path matches (preload regex subset).
     pub include: Option<String>,
@@ -50,7 +51,7 @@ pub struct RunOptions {
 /// `$HUGETEXT_PRELOAD` (an explicit choice wins), next to the `hugetext`
 /// binary (a cargo build or an unpacked release), `../lib/hugetext/` from the
 /// binary's directory (an installed prefix), then `/usr/local/lib`.
-pub fn preload_candidates(explicit: Option<&Path>, exe: Option<&Path>) -> Vec<PathBuf> {
+fn preload_candidates(explicit: Option<&Path>, exe: Option<&Path>) -> Vec<PathBuf> {
     let mut v = Vec::new();
     if let Some(p) = explicit {
         v.push(p.to_path_buf());
@@ -315,7 +316,7 @@ const OPTIONAL_STATIC_TLS: u64 = 512;
 /// libraries' static TLS ([`initial_static_tls`]) on top of the default
 /// surplus, keeping what `current` sets (a value the user chose for the
 /// same tunable wins). `None`: nothing to change.
-pub fn tunables_with_static_tls(current: Option<&OsStr>, need: u64) -> Option<OsString> {
+fn tunables_with_static_tls(current: Option<&OsStr>, need: u64) -> Option<OsString> {
     const NAME: &str = env::STATIC_TLS_TUNABLE;
     let cur = current.map(|c| c.to_string_lossy().into_owned()).unwrap_or_default();
     if need == 0 || cur.split(':').any(|t| t.split('=').next() == Some(NAME)) {
@@ -470,7 +471,9 @@ pub fn injectable(program: &Path) -> Injectable {
 /// ([`procfs::read_smaps`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TextMapping {
+    /// Start address.
     pub start: u64,
+    /// End address (exclusive).
     pub end: u64,
     /// The file behind the code. For text the preload copied into anonymous
     /// memory: the name it gave (`[anon:hugetext:PATH]`), or, on kernels
@@ -570,17 +573,6 @@ pub fn text_mappings(pid: i32) -> Result<Vec<TextMapping>> {
     Ok(out)
 }
 
-/// Sum of huge-backed text bytes of `pid` whose file path is `file`.
-pub fn huge_text_of(pid: i32, file: &Path) -> Result<u64> {
-    let want = file.canonicalize().map_err(|e| Error::io(file, e))?;
-    let want = want.to_string_lossy();
-    Ok(text_mappings(pid)?
-        .iter()
-        .filter(|m| m.path == want)
-        .map(TextMapping::huge)
-        .sum())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -672,6 +664,12 @@ mod tests {
         assert_eq!(get(&v, "HUGETEXT_LATE").unwrap(), "1");
         let v = late_environment(lib, false, Some(OsStr::new("/a/libaudit.so:/old/libhugetext.so")));
         assert_eq!(get(&v, "LD_AUDIT").unwrap(), "/a/libaudit.so:/opt/h/libhugetext.so");
+        // A user's library whose name only starts like ours stays.
+        let v = late_environment(lib, false, Some(OsStr::new("/opt/libhugetextual.so")));
+        assert_eq!(
+            get(&v, "LD_AUDIT").unwrap(),
+            "/opt/libhugetextual.so:/opt/h/libhugetext.so"
+        );
         let v = late_environment(lib, true, Some(OsStr::new("/a/libaudit.so")));
         assert_eq!(get(&v, "LD_AUDIT"), None);
         assert_eq!(get(&v, "HUGETEXT_LATE").unwrap(), "0");

@@ -126,7 +126,7 @@ pub fn measure(dir: &Path) -> Result<RouteCosts> {
         // 512 MiB scratch file).
         return Err(Error::Other(format!("no zero-copy route to a PMD mapping: {why}")));
     }
-    let f = fsutil::text_tmpfile(dir, pmd).map_err(|e| Error::io(dir, e))?;
+    let f = pagecache::text_tmpfile(dir, pmd).map_err(|e| Error::io(dir, e))?;
     // Alternating rounds, the median of each route: one window's timing is
     // noisy (a busy machine, a virtual disk).
     let (mut refill, mut collapse) = (Vec::new(), Vec::new());
@@ -324,7 +324,7 @@ mod tests {
         let c = measure(dir).unwrap();
         eprintln!("{}", describe(&c));
         assert_eq!(c.dev, std::fs::metadata(dir).unwrap().dev());
-        let pmd_folios = fsutil::probe_pmd_folios(dir);
+        let pmd_folios = pagecache::probe_pmd_folios(dir);
         if pmd_folios == Some(true) && kernel::thp_mode().is_some() {
             assert!(c.refill.ms_per_mib().is_some(), "{c:?}");
         }

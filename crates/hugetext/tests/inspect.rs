@@ -74,11 +74,13 @@ fn anon_thp_and_base_pages() {
     let a = Mapping::anon_aligned(2 * pmd, libc::PROT_READ | libc::PROT_WRITE, pmd).unwrap();
     a.madvise(0, 2 * pmd, kernel::MADV_HUGEPAGE).unwrap();
     for i in (0..2 * pmd).step_by(ps) {
+        // SAFETY: i is inside the writable mapping a.
         unsafe { a.as_ptr().add(i).write_volatile(1) };
     }
     let b = Mapping::anon_aligned(2 * pmd, libc::PROT_READ | libc::PROT_WRITE, pmd).unwrap();
     b.madvise(0, 2 * pmd, kernel::MADV_NOHUGEPAGE).unwrap();
     for i in (0..MIB).step_by(ps) {
+        // SAFETY: i is inside the writable mapping b.
         unsafe { b.as_ptr().add(i).write_volatile(1) };
     }
     for m in methods() {

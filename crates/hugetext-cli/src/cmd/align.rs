@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use anyhow::Result;
 use hugetext::elf::{self, AlignOptions, AlignStatus};
 
-use super::check::mib;
+use hugetext::units::mib;
 
 /// Rewrite an ELF file so its read-only segments can be PMD-mapped.
 ///

@@ -220,7 +220,7 @@ struct AbArgs {
     #[arg(long, value_name = "PROFILE")]
     hot: Option<PathBuf>,
     /// With --hot: the share of the profile's samples its windows hold.
-    #[arg(long, value_name = "PCT", default_value = "99", requires = "hot", value_parser = super::profile::parse_percent)]
+    #[arg(long, value_name = "PCT", default_value = "99", requires = "hot", value_parser = super::parse_percent)]
     hot_share: f64,
     /// The command to run, after `--`.
     #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_name = "COMMAND")]

@@ -124,7 +124,7 @@ fn report_leftovers(files: &[PathBuf]) {
     }
 }
 
-pub use hugetext::units::mib;
+use hugetext::units::mib;
 
 fn print_report(out: &mut impl Write, r: &CheckReport) -> Result<()> {
     let kind = r.kind.as_str();

@@ -15,6 +15,19 @@ pub mod profile;
 pub mod run;
 pub mod warm;
 
+/// A `--min-pct`-style percentage ("99" or "99%", in (0, 100]) as a
+/// fraction, for clap's `value_parser`.
+pub(crate) fn parse_percent(s: &str) -> std::result::Result<f64, String> {
+    let v: f64 = s
+        .trim_end_matches('%')
+        .parse()
+        .map_err(|_| format!("'{s}' is not a percentage"))?;
+    if !(v > 0.0 && v <= 100.0) {
+        return Err("must be in (0, 100]".into());
+    }
+    Ok(v / 100.0)
+}
+
 /// The library's [`Progress`](hugetext::progress::Progress) drawn as a bar
 /// on stderr when it is a terminal; silent otherwise (notes still print).
 pub struct Bar {

@@ -11,8 +11,8 @@ use hugetext::profile::report::{self, Summary};
 use hugetext::profile::tlb::{self, Estimate, FileEstimate};
 use hugetext::profile::{self, exact, sample, script, Profile};
 
-use super::check::mib;
 use super::exit_with;
+use hugetext::units::mib;
 
 /// The long help of `hugetext profile`.
 const LONG_HELP: &str = "\
@@ -96,7 +96,7 @@ pub struct Args {
     pub svg: Option<PathBuf>,
 
     /// List the windows holding this percentage of the counts (what `run --hot` remaps).
-    #[arg(long, value_name = "PCT", value_parser = parse_percent)]
+    #[arg(long, value_name = "PCT", value_parser = super::parse_percent)]
     pub hot: Option<f64>,
 
     /// Write the windows of --hot (default 99%) as a hot-window list for HUGETEXT_HOT.
@@ -129,17 +129,6 @@ fn parse_itlb(s: &str) -> std::result::Result<String, String> {
         let names: Vec<&str> = tlb::GEOMETRIES.iter().map(|g| g.name).collect();
         format!("unknown iTLB model '{s}' (one of: {})", names.join(", "))
     })
-}
-
-pub(crate) fn parse_percent(s: &str) -> std::result::Result<f64, String> {
-    let v: f64 = s
-        .trim_end_matches('%')
-        .parse()
-        .map_err(|_| format!("'{s}' is not a percentage"))?;
-    if !(v > 0.0 && v <= 100.0) {
-        return Err("must be in (0, 100]".into());
-    }
-    Ok(v / 100.0)
 }
 
 pub fn run(args: Args) -> Result<u8> {

@@ -175,7 +175,7 @@ pub struct Args {
     pub hot: Option<PathBuf>,
 
     /// With --hot: the share of the profile's samples the remapped windows hold
-    #[arg(long, value_name = "PCT", default_value = "99", requires = "hot", value_parser = super::profile::parse_percent)]
+    #[arg(long, value_name = "PCT", default_value = "99", requires = "hot", value_parser = super::parse_percent)]
     pub hot_share: f64,
 
     /// The program to run, and its arguments

@@ -4,28 +4,6 @@
 
 use super::*;
 
-/// Ranges this library moved into anonymous memory in earlier passes (the
-/// kernel may not support naming them: CONFIG_ANON_VMA_NAME). Only touched
-/// while holding the pass lock (`BUSY` in lib.rs), hence Relaxed.
-pub(super) static COPIED: [(AtomicUsize, AtomicUsize); 64] = [const { (AtomicUsize::new(0), AtomicUsize::new(0)) }; 64];
-
-pub(super) fn remember_copy(start: usize, end: usize) {
-    for (s, e) in COPIED.iter() {
-        if s.load(Relaxed) == 0 {
-            s.store(start, Relaxed);
-            e.store(end, Relaxed);
-            return;
-        }
-    }
-}
-
-pub(crate) fn was_copied(start: usize, end: usize) -> bool {
-    COPIED.iter().any(|(s, e)| {
-        let (s, e) = (s.load(Relaxed), e.load(Relaxed));
-        s != 0 && s <= start && end <= e
-    })
-}
-
 pub(super) fn thp_never() -> bool {
     let fd = sys::open(
         b"/sys/kernel/mm/transparent_hugepage/enabled\0",

@@ -35,7 +35,7 @@ impl Pass<'_> {
         }
         let m = m as usize;
         let new = (m + pmd - 1) & !(pmd - 1);
-        // SAFETY (every munmap and the mprotect of this function): the
+        // SAFETY: (every munmap and the mprotect of this function) the
         // ranges are parts of our own fresh mapping `m`, which nothing else
         // refers to, until mremap moves them over the text.
         unsafe {

@@ -45,7 +45,7 @@ use crate::smaps::Smaps;
 use crate::sys;
 use crate::verify::Verifier;
 use crate::zeroed::{Zeroable, Zeroed};
-use core::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering::Relaxed};
+use core::sync::atomic::{AtomicBool, AtomicU8, Ordering::Relaxed};
 use hugetext_abi::copyname;
 use hugetext_abi::pattern;
 use hugetext_abi::thp::ThpMode;
@@ -58,8 +58,8 @@ mod mapping;
 mod plan;
 mod report;
 
-pub(crate) use collect::was_copied;
-use collect::{anon_unit_never, fs_name, open_mapped, remember_copy};
+use crate::copies::{remember_copy, was_copied};
+use collect::{anon_unit_never, fs_name, open_mapped};
 use file::FileStep;
 use plan::{plan, window_mode};
 

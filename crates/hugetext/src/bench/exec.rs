@@ -181,8 +181,9 @@ pub struct State {
 
 /// This thread's (minor, major) page faults so far.
 fn thread_faults() -> (u64, u64) {
-    // SAFETY: getrusage writes one rusage into the zeroed value it is given.
+    // SAFETY: rusage is plain data; all-zero is a valid value.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage writes one rusage into the value it is given.
     if unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) } != 0 {
         return (0, 0);
     }
@@ -516,7 +517,9 @@ fn own_unit_mapped_kb(addr: usize, len: usize, unit: usize) -> u64 {
 /// `addr` must point at a `ret` instruction in executable memory.
 #[inline(always)]
 unsafe fn call(addr: usize) {
-    let f: extern "C" fn() = std::mem::transmute(addr);
+    // SAFETY: the caller's contract: `addr` is a `ret` in executable memory,
+    // a function of no arguments that returns at once.
+    let f: extern "C" fn() = unsafe { std::mem::transmute(addr) };
     f();
 }
 

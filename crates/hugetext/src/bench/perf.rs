@@ -101,6 +101,7 @@ impl ItlbCounter {
         }
         // SAFETY: a fresh fd we own.
         Ok(ItlbCounter {
+            // SAFETY: a fresh fd we own.
             fd: unsafe { OwnedFd::from_raw_fd(fd as i32) },
         })
     }

@@ -69,61 +69,10 @@ pub struct Target {
     pub note: Option<String>,
 }
 
-/// The unit of huge text on a target kernel ([`Target::unit`]).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum HugeUnit {
-    /// One PMD entry maps it.
-    #[default]
-    Pmd,
-    /// An arm64 contiguous-PTE block: one TLB entry maps it.
-    Contpte,
-}
-
-impl HugeUnit {
-    /// "PMD-mapped" or "contpte-mapped", for sentences.
-    pub fn mapped(self) -> &'static str {
-        match self {
-            HugeUnit::Pmd => "PMD-mapped",
-            HugeUnit::Contpte => "contpte-mapped",
-        }
-    }
-
-    /// "PMD-mappable" or "contpte-mappable", for sentences.
-    pub fn mappable(self) -> &'static str {
-        match self {
-            HugeUnit::Pmd => "PMD-mappable",
-            HugeUnit::Contpte => "contpte-mappable",
-        }
-    }
-}
-
-/// The unit of huge text for `machine` with `page`-byte pages and a
-/// `pmd`-byte PMD ([`Target::unit`]).
-pub fn huge_unit(machine: u16, page: u64, pmd: u64) -> (u64, HugeUnit) {
-    // The rule lives in hugetext-abi, which the preload shares.
-    match hugetext_abi::geometry::huge_unit(machine == object::elf::EM_AARCH64, page as usize, pmd as usize) {
-        (block, true) => (block as u64, HugeUnit::Contpte),
-        _ => (pmd, HugeUnit::Pmd),
-    }
-}
-
-/// `e_machine` of the machine hugetext runs on (`EM_NONE` for one it does
-/// not know).
-pub fn host_machine() -> u16 {
-    if cfg!(target_arch = "x86_64") {
-        object::elf::EM_X86_64
-    } else if cfg!(target_arch = "aarch64") {
-        object::elf::EM_AARCH64
-    } else {
-        object::elf::EM_NONE
-    }
-}
-
-/// Machines whose ELF files `align` rewrites.
-pub fn supported_machine(m: u16) -> bool {
-    matches!(m, object::elf::EM_X86_64 | object::elf::EM_AARCH64)
-}
+/// The unit of huge text and the machines hugetext knows live on the
+/// kernel floor ([`crate::kernel`]), which knows no ELF; they are named here
+/// too because ELF targets are described in them.
+pub use crate::kernel::{host_machine, supported_machine, HugeUnit};
 
 /// Parse a `--page-size` value: 4K, 16K or 64K (also `16384`, `16KiB`).
 pub fn parse_page_size(s: &str) -> Result<u64> {
@@ -145,7 +94,7 @@ impl Target {
     /// machine (what `warm` and `explain` measure against).
     pub fn running() -> Target {
         let (page_size, pmd_size) = (crate::kernel::page_size() as u64, crate::kernel::pmd_size() as u64);
-        let (unit, unit_kind) = huge_unit(host_machine(), page_size, pmd_size);
+        let (unit, unit_kind) = crate::kernel::huge_unit_of(host_machine(), page_size, pmd_size);
         Target {
             machine: layout::machine_name(host_machine()),
             page_size,
@@ -203,7 +152,7 @@ impl Target {
                 (false, _) => format!("{what}, and hugetext aligns x86-64 and AArch64 files only"),
             });
         }
-        let (unit, unit_kind) = huge_unit(machine, page_size, pmd_size);
+        let (unit, unit_kind) = crate::kernel::huge_unit_of(machine, page_size, pmd_size);
         Ok(Target {
             machine: name,
             page_size,

@@ -44,7 +44,7 @@ impl FsCache {
         self.fs
             .entry((dev, name.clone()))
             .or_insert_with(|| {
-                let pmd_folios = fsutil::probe_pmd_folios(dir);
+                let pmd_folios = crate::pagecache::probe_pmd_folios(dir);
                 FsFacts {
                     // Asked only where it can matter: text in small folios on
                     // a filesystem that gives PMD folios.

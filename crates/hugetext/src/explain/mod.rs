@@ -114,7 +114,7 @@ pub struct FsFacts {
     /// Type name (`ext4`, `tmpfs`, `btrfs`, …).
     pub name: String,
     /// Whether it gives PMD-size page-cache folios, by experiment
-    /// ([`fsutil::probe_pmd_folios`](crate::fsutil::probe_pmd_folios)); `None`: could not be tried.
+    /// ([`pagecache::probe_pmd_folios`](crate::pagecache::probe_pmd_folios)); `None`: could not be tried.
     pub pmd_folios: Option<bool>,
     /// Whether `MADV_COLLAPSE` (and so khugepaged) collapses file text in
     /// small folios in place here, while processes map it, by experiment

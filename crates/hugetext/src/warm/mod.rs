@@ -35,7 +35,7 @@ pub use plan::{
     cut_ranges, open_regular, plan, plan_all, plan_exact, resolve_deps, resolve_link, restrict_to_hot, Runtime, Target,
     WarmRange,
 };
-pub use replace::{replace_and_warm, replace_refusals, ReplaceAllow};
+pub use replace::{replace_and_warm, ReplaceAllow};
 pub use report::{FileReport, RangeReport, SmallReasons};
 pub use run::{warm_all, CollapseState, FileOutcome, WarmReport};
 // Who maps or writes a file: procfs facts that warm and agent use.
@@ -124,7 +124,7 @@ pub struct WarmContext {
     /// `None` until a collapse was tried; then whether it works.
     pub collapse: Option<pagecache::CollapseSupport>,
     /// Per filesystem (`st_dev`), whether it gives PMD-order page-cache
-    /// folios ([`fsutil::probe_pmd_folios`]; `None`: could not be probed).
+    /// folios ([`crate::pagecache::probe_pmd_folios`]; `None`: could not be probed).
     /// Asked only when a file's windows all stayed small.
     pub pmd_folios: std::collections::HashMap<u64, Option<bool>>,
 }
@@ -227,7 +227,7 @@ pub fn warm_target(t: &Target, opts: &WarmOptions, ctx: &mut WarmContext) -> Res
         let verdict = *ctx
             .pmd_folios
             .entry(dev)
-            .or_insert_with(|| fsutil::probe_pmd_folios(&dir));
+            .or_insert_with(|| pagecache::probe_pmd_folios(&dir));
         report::filesystem_verdict(&mut report, verdict);
     }
 

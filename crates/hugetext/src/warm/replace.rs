@@ -29,19 +29,8 @@ pub struct ReplaceAllow {
     pub signed: bool,
 }
 
-/// Reasons `--replace` refuses a file; empty when it may proceed.
-pub fn replace_refusals(path: &Path, allow: ReplaceAllow) -> Result<Vec<String>> {
-    let m = std::fs::symlink_metadata(path).map_err(|e| Error::io(path, e))?;
-    if m.file_type().is_symlink() {
-        // We rename over the name we were given: resolve it first.
-        return replace_refusals(&std::fs::canonicalize(path).map_err(|e| Error::io(path, e))?, allow);
-    }
-    let f = File::open(path).map_err(|e| Error::io(path, e))?;
-    refusals_of(&f, &m, path, allow)
-}
-
-/// [`replace_refusals`] of the open file `f` with metadata `m` (`path`
-/// names it in errors).
+/// Reasons `--replace` refuses the open file `f` with metadata `m` (`path`
+/// names it in errors); empty when it may proceed.
 fn refusals_of(f: &File, m: &Metadata, path: &Path, allow: ReplaceAllow) -> Result<Vec<String>> {
     let mut why = Vec::new();
     let impact = ReplaceImpact::of(f).map_err(|e| Error::io(path, e))?;
@@ -87,7 +76,7 @@ fn refusals_of(f: &File, m: &Metadata, path: &Path, allow: ReplaceAllow) -> Resu
 /// mode, owner, extended attributes including file capabilities, times),
 /// warm the copy, and rename it over the original. Processes already
 /// running keep the old inode; new ones map the warmed copy. Refuses
-/// (see [`replace_refusals`]) where that would break something, and when
+/// (the reasons of `refusals_of`) where that would break something, and when
 /// the path no longer names the planned file: the copy is made from the
 /// planned file's open descriptor and renamed only over that inode.
 pub fn replace_and_warm(

@@ -115,6 +115,7 @@ pub(super) fn discover_run(exe: &Path, opts: &Options, seen: &mut Vec<Vma>) -> R
         }
     };
     let mut root_status = None;
+    // SAFETY: rusage is plain data; all-zero is a valid value.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     let mut root_ru = ru;
     let options = libc::PTRACE_O_TRACEFORK
