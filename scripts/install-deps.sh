@@ -62,7 +62,11 @@ if ! dpkg -s prometheus >/dev/null 2>&1; then
 fi
 command -v cargo-deb >/dev/null 2>&1 || { echo "install-deps: cargo install --locked cargo-deb" >&2; cargo install --locked --quiet cargo-deb; }
 # scripts/lint.sh: ruff (Python lint) is not packaged in Debian 12; from PyPI.
-command -v ruff >/dev/null 2>&1 || { echo "install-deps: pip install ruff" >&2; python3 -m pip install --quiet ruff 2>/dev/null || python3 -m pip install --quiet --break-system-packages ruff; }
+command -v ruff >/dev/null 2>&1 || { echo "install-deps: pip install ruff" >&2; python3 -m pip install --quiet 'ruff==0.17.*' 2>/dev/null || python3 -m pip install --quiet --break-system-packages 'ruff==0.17.*'; }
+# scripts/lint.sh: rustfmt and clippy come with rustup's default profile, not its minimal one.
+for c in rustfmt clippy; do
+  rustup component list --installed 2>/dev/null | grep -q "^$c" || { echo "install-deps: rustup component add $c" >&2; rustup component add "$c" >/dev/null; }
+done
 command -v kubernetes-validate >/dev/null 2>&1 || { echo "install-deps: pip install kubernetes-validate" >&2; python3 -m pip install --quiet kubernetes-validate 2>/dev/null || python3 -m pip install --quiet --break-system-packages kubernetes-validate; }
 # Objects loaded after start (crates/hugetext-cli/tests/late_load.rs): a JDK
 # (java, javac) and python3's numpy from PyPI (its wheel bundles OpenBLAS in
