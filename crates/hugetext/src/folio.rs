@@ -226,6 +226,12 @@ pub fn scan_open(f: &File, path: &Path, range: Option<Range<u64>>) -> Result<Fil
     let end = range.end.div_ceil(ps) * ps;
     while off < end {
         let len = chunk.min(end - off) as usize;
+        // A chunk with nothing cached (most of a sparse file) is skipped
+        // without mapping it: the scan costs what is cached, not the range.
+        if kernel::cached_pages(f, off, len as u64) == Some(0) {
+            off += len as u64;
+            continue;
+        }
         let map = Mapping::file_congruent(f.as_fd(), off, len, libc::PROT_READ, largest as usize)?;
         map.madvise(0, len, libc::MADV_RANDOM)?;
         let resident = map.resident()?;

@@ -463,6 +463,54 @@ pub fn pids_mapping(dev: u64, ino: u64) -> Vec<i32> {
         .collect()
 }
 
+/// A mapped file as `/proc/PID/maps` names it: (device major, device minor, inode).
+pub type MapsKey = (u32, u32, u64);
+
+/// For each file of `files`, the processes other than this one that map it
+/// ([`mapping_pids_of`] for many files at once): one pass over every
+/// process's maps, however many files are asked about. Files nobody maps
+/// are absent.
+pub fn mapping_pids_many(
+    files: &std::collections::HashSet<MapsKey>,
+) -> std::collections::HashMap<MapsKey, Vec<ProcRef>> {
+    let mut pids: std::collections::HashMap<MapsKey, Vec<i32>> = Default::default();
+    if files.is_empty() {
+        return Default::default();
+    }
+    for pid in all_pids().unwrap_or_default() {
+        let Ok(vmas) = read_maps(Some(pid)) else { continue };
+        for v in vmas {
+            let key = (v.dev_major, v.dev_minor, v.inode);
+            if v.inode != 0 && files.contains(&key) {
+                let list = pids.entry(key).or_default();
+                if list.last() != Some(&pid) {
+                    list.push(pid);
+                }
+            }
+        }
+    }
+    // Names read once per process, not once per file it maps.
+    let mut comms: std::collections::HashMap<i32, ProcRef> = Default::default();
+    pids.into_iter()
+        .map(|(key, list)| {
+            let refs = list
+                .into_iter()
+                .filter(|&pid| pid != std::process::id() as i32)
+                .map(|pid| {
+                    comms
+                        .entry(pid)
+                        .or_insert_with(|| ProcRef {
+                            pid,
+                            comm: read_comm(pid).unwrap_or_default(),
+                        })
+                        .clone()
+                })
+                .collect();
+            (key, refs)
+        })
+        .collect()
+}
+
 /// One open file descriptor of a process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct OpenFd {
