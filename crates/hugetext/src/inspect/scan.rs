@@ -325,11 +325,44 @@ impl Scanner<'_> {
     ) -> Result<Counts> {
         let pgs = kernel::page_size() as u64;
         let ps_kb = pgs / 1024;
-        self.read_pagemap(pagemap, path, pid, vma.start, vma.end)?;
         let mut counts = Counts::default();
         let mut segs: Vec<Segment> = Vec::new();
-        let cls = self.classifier.as_mut().expect("pagemap methods have a classifier");
-        cls.classify(vma.start / pgs, &self.pagemap_buf, &mut counts, |seg| segs.push(seg))?;
+        // pagemap is read 64 PMDs at a time, and only the runs of PMD-size
+        // windows with a page present are kept and classified: memory is
+        // bounded by what is mapped, not by the size of the mapping (a
+        // sparse terabyte). No folio is larger than a PMD, so one that
+        // straddles two windows has pages present in both: runs keep
+        // folios whole.
+        let pmd = kernel::pmd_size() as u64;
+        let per_read = 64 * pmd;
+        let mut run: Vec<u64> = Vec::new();
+        let mut run_vpn = 0;
+        let mut pos = vma.start;
+        while pos < vma.end {
+            let end = (pos / per_read * per_read + per_read).min(vma.end);
+            self.read_pagemap(pagemap, path, pid, pos, end)?;
+            let cls = self.classifier.as_mut().expect("pagemap methods have a classifier");
+            let mut a = pos;
+            while a < end {
+                let b = ((a / pmd + 1) * pmd).min(end);
+                let words = &self.pagemap_buf[((a - pos) / pgs) as usize..((b - pos) / pgs) as usize];
+                if words.iter().any(|&w| w & PM_PRESENT != 0) {
+                    if run.is_empty() {
+                        run_vpn = a / pgs;
+                    }
+                    run.extend_from_slice(words);
+                } else if !run.is_empty() {
+                    cls.classify(run_vpn, &run, &mut counts, |seg| segs.push(seg))?;
+                    run.clear();
+                }
+                a = b;
+            }
+            pos = end;
+        }
+        if !run.is_empty() {
+            let cls = self.classifier.as_mut().expect("pagemap methods have a classifier");
+            cls.classify(run_vpn, &run, &mut counts, |seg| segs.push(seg))?;
+        }
         // thpmaps' rule: PMD-mapped folios are fully mapped, aligned PMD-size
         // folios; smaps says how many. Move that many out of "pte-aligned"
         // (first ones first: smaps does not say where they are).
