@@ -304,8 +304,13 @@ pub fn read_smaps(pid: Option<i32>) -> Result<Vec<(Vma, SmapsStats)>> {
 /// The `VmFlags` of each VMA of a process (`/proc/PID/smaps`): (start
 /// address, the two-letter flags, e.g. `rd ex mr mw me nh`).
 pub fn read_vm_flags(pid: Option<i32>) -> Result<Vec<(u64, Vec<String>)>> {
+    Ok(parse_vm_flags(&read_proc_names(pid, "smaps")?))
+}
+
+/// The `VmFlags` of each VMA in the text of `/proc/PID/smaps` ([`read_vm_flags`]).
+pub fn parse_vm_flags(text: &str) -> Vec<(u64, Vec<String>)> {
     let mut out: Vec<(u64, Vec<String>)> = Vec::new();
-    for line in read_proc_names(pid, "smaps")?.lines() {
+    for line in text.lines() {
         if let Some(flags) = line.strip_prefix("VmFlags:") {
             if let Some(last) = out.last_mut() {
                 last.1 = flags.split_whitespace().map(String::from).collect();
@@ -314,7 +319,7 @@ pub fn read_vm_flags(pid: Option<i32>) -> Result<Vec<(u64, Vec<String>)>> {
             out.push((vma.start, Vec::new()));
         }
     }
-    Ok(out)
+    out
 }
 
 /// A field of `/proc/PID/status` (e.g. `THP_enabled`), trimmed; `None`

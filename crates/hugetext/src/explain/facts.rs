@@ -314,12 +314,17 @@ fn gather_one(pid: i32, fs_cache: &mut FsCache) -> Result<Gathered> {
         )));
     }
     let thp_disabled = procfs::status_field(pid, "THP_enabled")?.map(|v| v == "0");
-    let vmas = procfs::read_maps(Some(pid))?;
-    let texts = remap::text_mappings(pid)?;
+    // smaps read once: the mappings, the text among them, their VmFlags.
+    let smaps_text = procfs::read_proc_names(Some(pid), "smaps")?;
+    let smaps = procfs::parse_smaps(&smaps_text);
+    let flags = procfs::parse_vm_flags(&smaps_text);
+    drop(smaps_text);
+    let texts = remap::text_mappings_in(&smaps);
+    let vmas: Vec<procfs::Vma> = smaps.into_iter().map(|(v, _)| v).collect();
     // Looked up by start address: one pass each, whatever the number of
     // mappings.
     let by_start: HashMap<u64, &procfs::Vma> = vmas.iter().map(|v| (v.start, v)).collect();
-    let advice: HashMap<u64, (bool, bool)> = procfs::read_vm_flags(Some(pid))?
+    let advice: HashMap<u64, (bool, bool)> = flags
         .into_iter()
         .map(|(start, f)| {
             let has = |flag: &str| f.iter().any(|x| x == flag);
