@@ -9,6 +9,8 @@ mod agent;
 mod align;
 #[path = "hostile/bench.rs"]
 mod bench;
+#[path = "hostile/explain.rs"]
+mod explain;
 #[path = "hostile/hot.rs"]
 mod hot;
 #[path = "hostile/preload.rs"]

@@ -757,3 +757,87 @@ pub fn hotcold_profile(dir: &Path) -> PathBuf {
     std::fs::write(&p, prof.to_string()).unwrap();
     p
 }
+
+/// What [`measured`] saw of one command.
+pub struct Measured {
+    /// Its status and captured output (killed by SIGKILL when it timed out).
+    pub output: Output,
+    /// Wall time until it ended (or was killed).
+    pub elapsed: std::time::Duration,
+    /// Its peak resident memory, kB (`ru_maxrss` of this child alone).
+    pub max_rss_kb: u64,
+    /// Still running at the deadline: killed.
+    pub timed_out: bool,
+}
+
+/// Run `cmd` (stdin from /dev/null, output captured) and measure it: its
+/// wall time and its own peak RSS (`wait4`, so concurrent tests' children do
+/// not count). Killed if still running after `timeout`, so that a test of a
+/// bound stops by itself on code that has none.
+pub fn measured(cmd: &mut Command, timeout: std::time::Duration) -> Measured {
+    measured_fed(cmd, timeout, None)
+}
+
+/// What writes a command's standard input (on a thread of its own).
+pub type Feed = Box<dyn FnOnce(std::process::ChildStdin) + Send>;
+
+/// [`measured`], with `feed` writing the command's standard input (none:
+/// /dev/null): input of any size without a file.
+pub fn measured_fed(cmd: &mut Command, timeout: std::time::Duration, feed: Option<Feed>) -> Measured {
+    use std::io::Read;
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::Stdio;
+    let t0 = std::time::Instant::now();
+    cmd.stdin(if feed.is_some() { Stdio::piped() } else { Stdio::null() });
+    // Reaped below by wait4, which gives its rusage (Child::wait does not).
+    #[allow(clippy::zombie_processes)]
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
+    let drain = |mut r: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut v = Vec::new();
+            let _ = r.read_to_end(&mut v);
+            v
+        })
+    };
+    let out = drain(Box::new(child.stdout.take().unwrap()));
+    let err = drain(Box::new(child.stderr.take().unwrap()));
+    if let (Some(feed), Some(stdin)) = (feed, child.stdin.take()) {
+        // A writer killed with its reader gets EPIPE, not a hang.
+        std::thread::spawn(move || feed(stdin));
+    }
+    let pid = child.id() as libc::pid_t;
+    let mut timed_out = false;
+    let (status, ru) = loop {
+        let mut status = 0;
+        // SAFETY: a zeroed rusage is valid; wait4 fills it for our own child.
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        let flags = if timed_out { 0 } else { libc::WNOHANG };
+        // SAFETY: status and ru are valid for writing.
+        let r = unsafe { libc::wait4(pid, &mut status, flags, &mut ru) };
+        if r == pid {
+            break (status, ru);
+        }
+        assert!(r == 0, "wait4: {}", std::io::Error::last_os_error());
+        if t0.elapsed() > timeout {
+            // SAFETY: our child, not yet reaped.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            timed_out = true;
+        } else {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    };
+    Measured {
+        elapsed: t0.elapsed(),
+        output: Output {
+            status: std::process::ExitStatus::from_raw(status),
+            stdout: out.join().unwrap(),
+            stderr: err.join().unwrap(),
+        },
+        max_rss_kb: ru.ru_maxrss as u64,
+        timed_out,
+    }
+}

@@ -226,6 +226,18 @@ pub fn scan_open(f: &File, path: &Path, range: Option<Range<u64>>) -> Result<Fil
     let end = range.end.div_ceil(ps) * ps;
     while off < end {
         let len = chunk.min(end - off) as usize;
+        // A chunk with nothing cached (most of a sparse file) is skipped
+        // without mapping it: the scan costs what is cached, not the range.
+        // Kernels without cachestat (before 6.5) skip the file's holes
+        // instead (zero pages cached there by reads of a hole go uncounted).
+        let skip = match kernel::cached_pages(f, off, len as u64) {
+            Some(n) => n == 0,
+            None => all_hole(f, off, len as u64),
+        };
+        if skip {
+            off += len as u64;
+            continue;
+        }
         let map = Mapping::file_congruent(f.as_fd(), off, len, libc::PROT_READ, largest as usize)?;
         map.madvise(0, len, libc::MADV_RANDOM)?;
         let resident = map.resident()?;
@@ -265,6 +277,19 @@ pub fn scan_open(f: &File, path: &Path, range: Option<Range<u64>>) -> Result<Fil
         off += len as u64;
     }
     Ok(out)
+}
+
+/// Whether `[off, off + len)` of `f` is a hole (`SEEK_DATA` finds no data
+/// before its end). Filesystems without holes say no.
+fn all_hole(f: &File, off: u64, len: u64) -> bool {
+    use std::os::fd::AsRawFd;
+    // SAFETY: lseek on a descriptor we hold; the scan does not use the
+    // file offset.
+    let r = unsafe { libc::lseek(f.as_raw_fd(), off as libc::off_t, libc::SEEK_DATA) };
+    if r < 0 {
+        return std::io::Error::last_os_error().raw_os_error() == Some(libc::ENXIO);
+    }
+    r as u64 >= off + len
 }
 
 /// `/proc/kpagecount` words for the present pages of a pagemap slice

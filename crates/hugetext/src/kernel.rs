@@ -528,6 +528,47 @@ pub fn has_cap_sys_admin() -> bool {
 /// page. The ABI (`PAGE_IS_*`, the argument and region structs, the ioctl
 /// number) is `hugetext_abi::pagemap_scan`, shared with the preload.
 pub use hugetext_abi::pagemap_scan;
+/// Pages of `[off, off + len)` of the open file `f` held in the page cache,
+/// by `cachestat(2)` (Linux 6.5): the kernel walks what is cached, not the
+/// range, so a sparse terabyte with nothing cached answers at once. `None`
+/// where the kernel or the filesystem does not have it (`ENOSYS`,
+/// `EOPNOTSUPP` on hugetlbfs).
+pub fn cached_pages(f: &std::fs::File, off: u64, len: u64) -> Option<u64> {
+    #[repr(C)]
+    struct Range {
+        off: u64,
+        len: u64,
+    }
+    #[repr(C)]
+    #[derive(Default)]
+    struct Stat {
+        nr_cache: u64,
+        nr_dirty: u64,
+        nr_writeback: u64,
+        nr_evicted: u64,
+        nr_recently_evicted: u64,
+    }
+    // The same number on every architecture (the unified syscall table).
+    const SYS_CACHESTAT: libc::c_long = 451;
+    if len == 0 {
+        return Some(0); // 0 would mean "to the end of the file"
+    }
+    let range = Range { off, len };
+    let mut st = Stat::default();
+    // SAFETY: both structs are repr(C) as the kernel's cachestat_range and
+    // cachestat, valid for the call; flags must be 0.
+    let r = unsafe {
+        libc::syscall(
+            SYS_CACHESTAT,
+            f.as_raw_fd(),
+            &range as *const Range,
+            &mut st as *mut Stat,
+            0 as libc::c_uint,
+        )
+    };
+    (r == 0).then_some(st.nr_cache)
+}
+
 pub use hugetext_abi::pagemap_scan::PageRegion;
 use hugetext_abi::pagemap_scan::{PmScanArg, PAGEMAP_SCAN};
 

@@ -299,8 +299,13 @@ pub fn read_smaps(pid: Option<i32>) -> Result<Vec<(Vma, SmapsStats)>> {
 /// The `VmFlags` of each VMA of a process (`/proc/PID/smaps`): (start
 /// address, the two-letter flags, e.g. `rd ex mr mw me nh`).
 pub fn read_vm_flags(pid: Option<i32>) -> Result<Vec<(u64, Vec<String>)>> {
+    Ok(parse_vm_flags(&read_proc_names(pid, "smaps")?))
+}
+
+/// The `VmFlags` of each VMA in the text of `/proc/PID/smaps` ([`read_vm_flags`]).
+pub fn parse_vm_flags(text: &str) -> Vec<(u64, Vec<String>)> {
     let mut out: Vec<(u64, Vec<String>)> = Vec::new();
-    for line in read_proc_names(pid, "smaps")?.lines() {
+    for line in text.lines() {
         if let Some(flags) = line.strip_prefix("VmFlags:") {
             if let Some(last) = out.last_mut() {
                 last.1 = flags.split_whitespace().map(String::from).collect();
@@ -309,7 +314,7 @@ pub fn read_vm_flags(pid: Option<i32>) -> Result<Vec<(u64, Vec<String>)>> {
             out.push((vma.start, Vec::new()));
         }
     }
-    Ok(out)
+    out
 }
 
 /// A field of `/proc/PID/status` (e.g. `THP_enabled`), trimmed; `None`
@@ -454,6 +459,54 @@ fn pids_mapping(dev: u64, ino: u64) -> Vec<i32> {
                 vmas.iter()
                     .any(|v| v.inode == ino && v.dev_major == major && v.dev_minor == minor)
             })
+        })
+        .collect()
+}
+
+/// A mapped file as `/proc/PID/maps` names it: (device major, device minor, inode).
+pub type MapsKey = (u32, u32, u64);
+
+/// For each file of `files`, the processes other than this one that map it
+/// ([`mapping_pids_of`] for many files at once): one pass over every
+/// process's maps, however many files are asked about. Files nobody maps
+/// are absent.
+pub fn mapping_pids_many(
+    files: &std::collections::HashSet<MapsKey>,
+) -> std::collections::HashMap<MapsKey, Vec<ProcRef>> {
+    let mut pids: std::collections::HashMap<MapsKey, Vec<i32>> = Default::default();
+    if files.is_empty() {
+        return Default::default();
+    }
+    for pid in all_pids().unwrap_or_default() {
+        let Ok(vmas) = read_maps(Some(pid)) else { continue };
+        for v in vmas {
+            let key = (v.dev_major, v.dev_minor, v.inode);
+            if v.inode != 0 && files.contains(&key) {
+                let list = pids.entry(key).or_default();
+                if list.last() != Some(&pid) {
+                    list.push(pid);
+                }
+            }
+        }
+    }
+    // Names read once per process, not once per file it maps.
+    let mut comms: std::collections::HashMap<i32, ProcRef> = Default::default();
+    pids.into_iter()
+        .map(|(key, list)| {
+            let refs = list
+                .into_iter()
+                .filter(|&pid| pid != std::process::id() as i32)
+                .map(|pid| {
+                    comms
+                        .entry(pid)
+                        .or_insert_with(|| ProcRef {
+                            pid,
+                            comm: read_comm(pid).unwrap_or_default(),
+                        })
+                        .clone()
+                })
+                .collect();
+            (key, refs)
         })
         .collect()
 }

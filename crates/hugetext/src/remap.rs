@@ -509,7 +509,11 @@ impl TextMapping {
 /// that starts the segment leaves no file-backed head), or lies between two
 /// mappings of P (the loader's mappings of P on either side).
 pub fn text_mappings(pid: i32) -> Result<Vec<TextMapping>> {
-    let vmas = procfs::read_smaps(Some(pid))?;
+    Ok(text_mappings_in(&procfs::read_smaps(Some(pid))?))
+}
+
+/// [`text_mappings`] of smaps already read.
+pub fn text_mappings_in(vmas: &[(procfs::Vma, procfs::SmapsStats)]) -> Vec<TextMapping> {
     let file_of = |i: usize| -> Option<&str> {
         let n = vmas[i].0.path.as_str();
         n.starts_with('/').then_some(n)
@@ -570,7 +574,7 @@ pub fn text_mappings(pid: i32) -> Result<Vec<TextMapping>> {
             });
         }
     }
-    Ok(out)
+    out
 }
 
 #[cfg(test)]

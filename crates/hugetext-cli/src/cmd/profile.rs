@@ -231,11 +231,23 @@ fn gather(args: &Args) -> Result<Profile> {
 }
 
 fn from_perf_script(path: &std::path::Path) -> Result<Profile> {
-    if path.as_os_str() == "-" {
-        return Ok(script::read(std::io::stdin().lock(), "stdin")?);
+    let read = if path.as_os_str() == "-" {
+        script::read(std::io::stdin().lock(), "stdin")?
+    } else {
+        let f = std::fs::File::open(path).with_context(|| format!("{}: cannot open", path.display()))?;
+        script::read(std::io::BufReader::new(f), &path.display().to_string())?
+    };
+    if read.long_lines > 0 {
+        eprintln!(
+            "note: {} longer than {} KiB skipped (not perf script -F pid,ip,dso output)",
+            match read.long_lines {
+                1 => "1 line".to_string(),
+                n => format!("{n} lines"),
+            },
+            script::MAX_LINE >> 10
+        );
     }
-    let f = std::fs::File::open(path).with_context(|| format!("{}: cannot open", path.display()))?;
-    Ok(script::read(std::io::BufReader::new(f), &path.display().to_string())?)
+    Ok(read.profile)
 }
 
 fn note_lost(lost: u64) {

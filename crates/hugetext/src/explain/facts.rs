@@ -29,11 +29,28 @@ impl SystemFacts {
 }
 
 /// Per-filesystem facts, probed once per directory's filesystem; what each
-/// ELF interpreter supports, asked once.
+/// ELF interpreter supports, asked once; per file (the inode a mapping
+/// maps), its layout's segments and filesystem, read once however many
+/// mappings map it; per mapped range of a file, its page cache, scanned
+/// once. The work per mapping is bounded, and the whole is linear in
+/// mappings.
 #[derive(Default)]
 struct FsCache {
     fs: HashMap<(u64, String), FsFacts>,
     loaders: HashMap<String, Option<bool>>,
+    files: HashMap<(u64, u64), FileFacts>,
+    cache: HashMap<RangeKey, std::result::Result<CacheFacts, FactError>>,
+}
+
+/// A range of a file: (device, inode), offset, length.
+type RangeKey = ((u64, u64), u64, u64);
+
+/// What is read once per mapped file.
+#[derive(Clone)]
+struct FileFacts {
+    /// Executable segments: (offset, filesz, vaddr, p_align); `Err`: why not.
+    segments: std::result::Result<Vec<(u64, u64, u64, u64)>, String>,
+    fs: FsFacts,
 }
 
 impl FsCache {
@@ -58,23 +75,6 @@ impl FsCache {
             })
             .clone()
     }
-}
-
-/// Whole windows of the unit of huge text in `[start, end)` in process
-/// `pid` with no page present (pagemap's present bit; readable without
-/// privilege).
-fn unmapped_windows(pid: i32, start: u64, end: u64) -> Result<u64> {
-    let pmd = kernel::unit_size() as u64;
-    let per = (pmd / kernel::page_size() as u64) as usize;
-    let (ws, we) = (start.div_ceil(pmd) * pmd, end / pmd * pmd);
-    if ws >= we {
-        return Ok(0);
-    }
-    let words = folio::read_pagemap(Some(pid), ws as usize, ((we - ws) / pmd) as usize * per)?;
-    Ok(words
-        .chunks(per)
-        .filter(|w| w.iter().all(|&x| x & folio::PM_PRESENT == 0))
-        .count() as u64)
 }
 
 /// kB mapped huge (by a PMD; where the unit is the contpte block, by
@@ -130,19 +130,26 @@ fn mapping_facts(pid: i32, t: &remap::TextMapping, offset: u64, fs_cache: &mut F
             (named.clone(), f)
         }
     };
-    // Text mappings map executable segments; a read-only segment before
-    // the text can share its first page.
-    let segments = opened.as_ref().map_err(|e| e.to_string()).and_then(|f| {
-        elf::check_open(&file_path, f)
-            .map(|r| {
-                r.segments
-                    .iter()
-                    .filter(|s| s.executable)
-                    .map(|s| (s.offset, s.filesz, s.vaddr, s.p_align))
-                    .collect::<Vec<_>>()
-            })
-            .map_err(|e| e.to_string())
+    // The inode this mapping maps: read once for all its mappings.
+    let key = opened.as_ref().ok().and_then(|f| {
+        use std::os::unix::fs::MetadataExt;
+        f.metadata().ok().map(|md| (md.dev(), md.ino()))
     });
+    let facts = opened.as_ref().map_err(FactError::clone).map(|file| match key {
+        Some(key) => {
+            if !fs_cache.files.contains_key(&key) {
+                let facts = file_facts(file, &file_path, &named, fs_cache);
+                fs_cache.files.insert(key, facts.clone());
+                return facts;
+            }
+            fs_cache.files[&key].clone()
+        }
+        None => file_facts(file, &file_path, &named, fs_cache),
+    });
+    let segments = facts
+        .as_ref()
+        .map_err(|e| e.to_string())
+        .and_then(|f| f.segments.clone());
     let page = kernel::page_size() as u64;
     m.layout = Some(match segments {
         Ok(segs) => layout_of(t.start, offset, &segs, pmd, page),
@@ -151,36 +158,75 @@ fn mapping_facts(pid: i32, t: &remap::TextMapping, offset: u64, fs_cache: &mut F
             _ => Layout::NotCongruent { why },
         },
     });
-    if let Ok(file) = &opened {
-        let dir = named.parent().unwrap_or(Path::new("/")).to_path_buf();
-        let mut fs = fs_cache.get(file, &dir);
-        // An overlay maps the file of the layer it comes from: that filesystem decides.
-        if fs.name == "overlayfs" {
-            if let Some(layer) = fsutil::overlay_layer_of(&named) {
-                if let Ok(real) = crate::openfile::open_regular(&layer, crate::openfile::Follow::Yes) {
-                    let under = fs_cache.get(&real, layer.parent().unwrap_or(Path::new("/")));
-                    fs = FsFacts {
-                        name: format!("overlayfs over {} ({})", under.name, layer.display()),
-                        pmd_folios: under.pmd_folios,
-                        collapse_in_place: under.collapse_in_place,
-                    };
-                }
-            }
-        }
-        m.fs = Some(fs);
-    }
+    m.fs = facts.ok().map(|f| f.fs);
     let len = t.end - t.start;
-    m.cache = Some(opened.as_ref().map_err(FactError::clone).and_then(|file| {
+    let scan = |file: &std::fs::File| {
         folio::scan_open(file, &file_path, Some(offset..offset + len))
             .map(|f| CacheFacts {
                 windows: f.total_windows,
                 pmd_windows: f.pmd_windows.len() as u64,
                 folios_kb: f.folios_kb.clone(),
-                blockers: procfs::mapping_pids_file(file).unwrap_or_default(),
+                // Filled in for every file at once (fill_blockers).
+                blockers: Vec::new(),
             })
             .map_err(FactError::from)
-    }));
+    };
+    m.cache = Some(match (&opened, key) {
+        (Err(e), _) => Err(e.clone()),
+        (Ok(file), Some(key)) => fs_cache
+            .cache
+            .entry((key, offset, len))
+            .or_insert_with(|| scan(file))
+            .clone(),
+        (Ok(file), None) => scan(file),
+    });
     m
+}
+
+/// The facts of one mapped file: its executable segments and filesystem.
+fn file_facts(file: &std::fs::File, file_path: &Path, named: &Path, fs_cache: &mut FsCache) -> FileFacts {
+    // Text mappings map executable segments; a read-only segment before
+    // the text can share its first page.
+    let segments = elf::check_open(file_path, file)
+        .map(|r| {
+            r.segments
+                .iter()
+                .filter(|s| s.executable)
+                .map(|s| (s.offset, s.filesz, s.vaddr, s.p_align))
+                .collect::<Vec<_>>()
+        })
+        .map_err(|e| e.to_string());
+    let dir = named.parent().unwrap_or(Path::new("/")).to_path_buf();
+    let mut fs = fs_cache.get(file, &dir);
+    // An overlay maps the file of the layer it comes from: that filesystem decides.
+    if fs.name == "overlayfs" {
+        if let Some(layer) = fsutil::overlay_layer_of(named) {
+            if let Ok(real) = crate::openfile::open_regular(&layer, crate::openfile::Follow::Yes) {
+                let under = fs_cache.get(&real, layer.parent().unwrap_or(Path::new("/")));
+                fs = FsFacts {
+                    name: format!("overlayfs over {} ({})", under.name, layer.display()),
+                    pmd_folios: under.pmd_folios,
+                    collapse_in_place: under.collapse_in_place,
+                };
+            }
+        }
+    }
+    FileFacts { segments, fs }
+}
+
+/// The processes mapping each file whose page cache was read (they keep
+/// its small folios from being evicted by `warm`): one pass over every
+/// process's maps for all the files of all `procs`, not one per mapping.
+fn fill_blockers(procs: &mut [ProcessFacts], keys: &[Vec<Option<procfs::MapsKey>>]) {
+    let wanted: std::collections::HashSet<procfs::MapsKey> = keys.iter().flatten().flatten().copied().collect();
+    let by_file = procfs::mapping_pids_many(&wanted);
+    for (p, keys) in procs.iter_mut().zip(keys) {
+        for (m, key) in p.mappings.iter_mut().zip(keys) {
+            if let (Some(Ok(c)), Some(key)) = (&mut m.cache, key) {
+                c.blockers = by_file.get(key).cloned().unwrap_or_default();
+            }
+        }
+    }
 }
 
 /// Gather the facts of one process: its text mappings, their backing,
@@ -188,7 +234,11 @@ fn mapping_facts(pid: i32, t: &remap::TextMapping, offset: u64, fs_cache: &mut F
 /// kernel thread is an error with one line that says so.
 pub fn gather_process(pid: i32) -> Result<ProcessFacts> {
     let mut fs_cache = FsCache::default();
-    gather_one(pid, &mut fs_cache)
+    let (p, keys) = gather_one(pid, &mut fs_cache)?;
+    let mut procs = [p];
+    fill_blockers(&mut procs, &[keys]);
+    let [p] = procs;
+    Ok(p)
 }
 
 /// The systemd unit in a `/proc/PID/cgroup` text: the last `.service` or
@@ -245,7 +295,11 @@ fn unit_of(pid: i32) -> Option<UnitFacts> {
     Some(UnitFacts { name, memory_thp })
 }
 
-fn gather_one(pid: i32, fs_cache: &mut FsCache) -> Result<ProcessFacts> {
+/// One process's facts, and for each of its mappings the file whose
+/// blockers [`fill_blockers`] finds (as maps names it).
+type Gathered = (ProcessFacts, Vec<Option<procfs::MapsKey>>);
+
+fn gather_one(pid: i32, fs_cache: &mut FsCache) -> Result<Gathered> {
     let st = procfs::read_stat(pid)?;
     if st.is_kernel_thread() {
         return Err(Error::Invalid(format!(
@@ -260,35 +314,59 @@ fn gather_one(pid: i32, fs_cache: &mut FsCache) -> Result<ProcessFacts> {
         )));
     }
     let thp_disabled = procfs::status_field(pid, "THP_enabled")?.map(|v| v == "0");
-    let vmas = procfs::read_maps(Some(pid))?;
-    let texts = remap::text_mappings(pid)?;
-    let flags = procfs::read_vm_flags(Some(pid))?;
-    let insp = inspect::inspect(
+    // smaps read once: the mappings, the text among them, their VmFlags.
+    let smaps_text = procfs::read_proc_names(Some(pid), "smaps")?;
+    let smaps = procfs::parse_smaps(&smaps_text);
+    let flags = procfs::parse_vm_flags(&smaps_text);
+    drop(smaps_text);
+    let texts = remap::text_mappings_in(&smaps);
+    let vmas: Vec<procfs::Vma> = smaps.into_iter().map(|(v, _)| v).collect();
+    // Looked up by start address: one pass each, whatever the number of
+    // mappings.
+    let by_start: HashMap<u64, &procfs::Vma> = vmas.iter().map(|v| (v.start, v)).collect();
+    let advice: HashMap<u64, (bool, bool)> = flags
+        .into_iter()
+        .map(|(start, f)| {
+            let has = |flag: &str| f.iter().any(|x| x == flag);
+            (start, (has("nh"), has("hg")))
+        })
+        .collect();
+    // kB by backing per mapping, kept as four numbers each (not inspect's
+    // counts per mapping: tens of thousands of mappings stay small).
+    let mut kb: HashMap<u64, (u64, u64, u64, u64)> = HashMap::new();
+    inspect::inspect_each(
         &inspect::Options {
             target: inspect::Target::Pids(vec![pid]),
             all: false,
             cont_orders: Vec::new(),
-            mappings: true,
+            mappings: false,
             method: None,
         },
         &(),
+        &mut |_, vma, counts| {
+            kb.insert(vma.start, kb_of(counts));
+        },
     )?;
-    let counts: HashMap<u64, &Counts> = insp
-        .processes
-        .iter()
-        .flat_map(|p| p.mappings.iter().map(|m| (m.vma.start, &m.counts)))
-        .collect();
-    let mut mappings = Vec::new();
+    let pagemap_path = PathBuf::from(format!("/proc/{pid}/pagemap"));
+    let pagemap = std::fs::File::open(&pagemap_path).ok();
+    let mut mappings = Vec::with_capacity(texts.len());
+    let mut keys = Vec::with_capacity(texts.len());
     for t in &texts {
-        let offset = vmas.iter().find(|v| v.start == t.start).map_or(0, |v| v.offset);
+        let vma = by_start.get(&t.start);
+        let offset = vma.map_or(0, |v| v.offset);
         let mut m = mapping_facts(pid, t, offset, fs_cache);
-        if let Some(c) = counts.get(&t.start) {
-            (m.pmd_kb, m.pte_large_kb, m.base_kb, m.pte_unknown_kb) = kb_of(c);
+        if let Some(&k) = kb.get(&t.start) {
+            (m.pmd_kb, m.pte_large_kb, m.base_kb, m.pte_unknown_kb) = k;
         }
-        let has = |flag: &str| flags.iter().any(|(s, f)| *s == t.start && f.iter().any(|x| x == flag));
-        m.nohugepage = has("nh");
-        m.hugepage = has("hg");
-        m.unmapped_windows = unmapped_windows(pid, t.start, t.end).unwrap_or(0);
+        (m.nohugepage, m.hugepage) = advice.get(&t.start).copied().unwrap_or_default();
+        m.unmapped_windows = pagemap
+            .as_ref()
+            .and_then(|pm| inspect::unmapped_windows(pm, &pagemap_path, t.start, t.end).ok())
+            .unwrap_or(0);
+        keys.push(
+            vma.filter(|v| !t.copied && v.is_file())
+                .map(|v| (v.dev_major, v.dev_minor, v.inode)),
+        );
         mappings.push(m);
     }
     let loader = vmas
@@ -316,16 +394,19 @@ fn gather_one(pid: i32, fs_cache: &mut FsCache) -> Result<ProcessFacts> {
                 elf_thp,
             }
         });
-    Ok(ProcessFacts {
-        pid,
-        comm: st.comm,
-        thp_disabled,
-        exe: procfs::read_exe(pid),
-        loader,
-        glibc_tunables: glibc_tunables_of(pid),
-        unit: unit_of(pid),
-        mappings,
-    })
+    Ok((
+        ProcessFacts {
+            pid,
+            comm: st.comm,
+            thp_disabled,
+            exe: procfs::read_exe(pid),
+            loader,
+            glibc_tunables: glibc_tunables_of(pid),
+            unit: unit_of(pid),
+            mappings,
+        },
+        keys,
+    ))
 }
 
 /// Gather the facts of several processes (the filesystem experiment runs
@@ -334,14 +415,18 @@ fn gather_one(pid: i32, fs_cache: &mut FsCache) -> Result<ProcessFacts> {
 /// kernel threads, zombies, processes that exited meanwhile).
 pub fn gather(pids: &[i32], strict: bool) -> Result<(Vec<ProcessFacts>, u64)> {
     let mut fs_cache = FsCache::default();
-    let (mut out, mut skipped) = (Vec::new(), 0);
+    let (mut out, mut keys, mut skipped) = (Vec::new(), Vec::new(), 0);
     for &pid in pids {
         match gather_one(pid, &mut fs_cache) {
-            Ok(p) => out.push(p),
+            Ok((p, k)) => {
+                out.push(p);
+                keys.push(k);
+            }
             Err(e) if strict => return Err(e),
             Err(_) => skipped += 1,
         }
     }
+    fill_blockers(&mut out, &keys);
     Ok((out, skipped))
 }
 

@@ -31,7 +31,7 @@ mod file;
 mod scan;
 
 pub use file::{contpte_kb, inspect_file, FileJson, FileView, FilesJson};
-pub use scan::inspect;
+pub use scan::{inspect, inspect_each, unmapped_windows};
 
 /// Which processes to inspect.
 #[derive(Debug, Clone, PartialEq, Eq)]

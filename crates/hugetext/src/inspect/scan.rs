@@ -14,6 +14,18 @@ use crate::{Error, Result};
 
 /// Inspect processes; `progress` counts them.
 pub fn inspect(opts: &Options, progress: &dyn Progress) -> Result<Report> {
+    inspect_each(opts, progress, &mut |_, _, _| {})
+}
+
+/// [`inspect`], handing `each` every mapping in scope with resident pages
+/// (pid, the mapping, its counts) as it is read: a caller that needs a few
+/// numbers per mapping keeps those, not a [`MappingReport`] each (set
+/// [`Options::mappings`] to `false`).
+pub fn inspect_each(
+    opts: &Options,
+    progress: &dyn Progress,
+    each: &mut dyn FnMut(i32, &Vma, &Counts),
+) -> Result<Report> {
     let method = opts.method.unwrap_or_else(Method::detect);
     let (pids, strict) = match &opts.target {
         Target::System => (procfs::all_pids()?, false),
@@ -34,6 +46,7 @@ pub fn inspect(opts: &Options, progress: &dyn Progress) -> Result<Report> {
         pagemap_buf: Vec::new(),
         regions: Vec::new(),
         unique: UniqueAcc::default(),
+        each,
     };
     let mut report = Report {
         method,
@@ -93,6 +106,7 @@ struct Scanner<'a> {
     pagemap_buf: Vec<u64>,
     regions: Vec<kernel::PageRegion>,
     unique: UniqueAcc,
+    each: &'a mut dyn FnMut(i32, &Vma, &Counts),
 }
 
 fn proc_exists(pid: i32) -> bool {
@@ -137,6 +151,7 @@ impl Scanner<'_> {
             return;
         }
         out.counts.merge(&counts);
+        (self.each)(out.pid, &vma, &counts);
         if self.keep_mappings {
             out.mappings.push(MappingReport {
                 vma,
@@ -310,11 +325,44 @@ impl Scanner<'_> {
     ) -> Result<Counts> {
         let pgs = kernel::page_size() as u64;
         let ps_kb = pgs / 1024;
-        self.read_pagemap(pagemap, path, pid, vma.start, vma.end)?;
         let mut counts = Counts::default();
         let mut segs: Vec<Segment> = Vec::new();
-        let cls = self.classifier.as_mut().expect("pagemap methods have a classifier");
-        cls.classify(vma.start / pgs, &self.pagemap_buf, &mut counts, |seg| segs.push(seg))?;
+        // pagemap is read 64 PMDs at a time, and only the runs of PMD-size
+        // windows with a page present are kept and classified: memory is
+        // bounded by what is mapped, not by the size of the mapping (a
+        // sparse terabyte). No folio is larger than a PMD, so one that
+        // straddles two windows has pages present in both: runs keep
+        // folios whole.
+        let pmd = kernel::pmd_size() as u64;
+        let per_read = 64 * pmd;
+        let mut run: Vec<u64> = Vec::new();
+        let mut run_vpn = 0;
+        let mut pos = vma.start;
+        while pos < vma.end {
+            let end = (pos / per_read * per_read + per_read).min(vma.end);
+            self.read_pagemap(pagemap, path, pid, pos, end)?;
+            let cls = self.classifier.as_mut().expect("pagemap methods have a classifier");
+            let mut a = pos;
+            while a < end {
+                let b = ((a / pmd + 1) * pmd).min(end);
+                let words = &self.pagemap_buf[((a - pos) / pgs) as usize..((b - pos) / pgs) as usize];
+                if words.iter().any(|&w| w & PM_PRESENT != 0) {
+                    if run.is_empty() {
+                        run_vpn = a / pgs;
+                    }
+                    run.extend_from_slice(words);
+                } else if !run.is_empty() {
+                    cls.classify(run_vpn, &run, &mut counts, |seg| segs.push(seg))?;
+                    run.clear();
+                }
+                a = b;
+            }
+            pos = end;
+        }
+        if !run.is_empty() {
+            let cls = self.classifier.as_mut().expect("pagemap methods have a classifier");
+            cls.classify(run_vpn, &run, &mut counts, |seg| segs.push(seg))?;
+        }
         // thpmaps' rule: PMD-mapped folios are fully mapped, aligned PMD-size
         // folios; smaps says how many. Move that many out of "pte-aligned"
         // (first ones first: smaps does not say where they are).
@@ -341,6 +389,58 @@ impl Scanner<'_> {
         }
         Ok(counts)
     }
+}
+
+/// Whole windows of the unit of huge text in `[start, end)` of the process
+/// whose `pagemap` this is that have no page present (never executed since
+/// the process started, or dropped). Bounded by what is mapped, as the
+/// inspection is: with `PAGEMAP_SCAN` the kernel reports only the present
+/// ranges (a sparse 1 TiB mapping costs what its few pages cost); without
+/// it, pagemap is read a bounded chunk at a time. The present bit needs no
+/// privilege.
+pub fn unmapped_windows(pagemap: &File, path: &Path, start: u64, end: u64) -> Result<u64> {
+    let unit = kernel::unit_size() as u64;
+    let pgs = kernel::page_size() as u64;
+    let (ws, we) = (start.div_ceil(unit) * unit, end / unit * unit);
+    if ws >= we {
+        return Ok(0);
+    }
+    let total = (we - ws) / unit;
+    if kernel::pagemap_scan_supported() {
+        let mut regions = Vec::new();
+        kernel::pagemap_scan(pagemap, ws, we, ps::PAGE_IS_PRESENT, ps::PAGE_IS_PRESENT, &mut regions)?;
+        let (mut touched, mut last) = (0u64, None);
+        for r in &regions {
+            let (first, past) = (r.start / unit, r.end.div_ceil(unit));
+            let from = match last {
+                Some(l) if l >= first => l + 1,
+                _ => first,
+            };
+            if past > from {
+                touched += past - from;
+                last = Some(past - 1);
+            }
+        }
+        return Ok(total - touched.min(total));
+    }
+    // 64 windows (256 KiB of pagemap with 4 KiB pages) per read.
+    let per = (unit / pgs) as usize;
+    let mut buf = vec![0u64; 64 * per];
+    let mut unmapped = 0;
+    let mut w = ws;
+    while w < we {
+        let n = (((we - w) / unit) as usize).min(64);
+        let words = &mut buf[..n * per];
+        if folio::read_words_into(pagemap, w / pgs * 8, words).map_err(|e| Error::io(path, e))? < words.len() {
+            return Err(Error::Other(format!("{}: short read", path.display())));
+        }
+        unmapped += words
+            .chunks(per)
+            .filter(|c| c.iter().all(|&x| x & PM_PRESENT == 0))
+            .count() as u64;
+        w += n as u64 * unit;
+    }
+    Ok(unmapped)
 }
 
 /// A file: (device major, device minor, inode).

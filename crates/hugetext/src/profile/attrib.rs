@@ -7,7 +7,7 @@
 //! attributed to PATH: the copy sits at the addresses of the text it
 //! replaced, so the load bias of PATH's other mappings places it.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fs::File;
 use std::sync::Arc;
 
@@ -41,9 +41,11 @@ pub struct Loc {
     pub huge: bool,
 }
 
-/// The GNU build-id of an ELF file, hex; `None` if it has none or is not ELF.
+/// The GNU build-id of an ELF file, hex; `None` if it has none or is not ELF
+/// (or not a regular file: a FIFO is not opened for reading).
 pub fn build_id(path: &str) -> Option<String> {
-    build_id_of(&File::open(path).ok()?)
+    let f = crate::openfile::open_nonblocking(std::path::Path::new(path), crate::openfile::Follow::Yes).ok()?;
+    f.metadata().ok()?.is_file().then(|| build_id_of(&f))?
 }
 
 /// [`build_id`] of a file already open.
@@ -56,18 +58,29 @@ pub fn build_id_of(f: &File) -> Option<String> {
 }
 
 /// Read `path`'s build-id and segments (`open` is where to read it: the
-/// path itself, or through `/proc/PID/root`). A file that is not ELF has none.
+/// path itself, or through `/proc/PID/root`; both as maps names them,
+/// [`procfs::escape_name`], so a name that is not UTF-8 is read as the bytes
+/// it stands for). A file that is not ELF has none; what is not a regular
+/// file (a FIFO, a device) is not read at all.
 pub fn file_info(path: &str, open: &str) -> FileInfo {
-    let segs = elf::text_segments(std::path::Path::new(open)).unwrap_or_default();
+    let at = procfs::name_path(open);
+    let f = crate::openfile::open_nonblocking(&at, crate::openfile::Follow::Yes)
+        .ok()
+        .filter(|f| f.metadata().is_ok_and(|m| m.is_file()));
+    let segs = f
+        .as_ref()
+        .and_then(|f| elf::model_of(f, &at).ok())
+        .map(|m| elf::text_segments_of(&m))
+        .unwrap_or_default();
     FileInfo {
         path: path.to_string(),
-        build_id: build_id(open),
+        build_id: f.as_ref().and_then(build_id_of),
         text: segs.iter().filter(|s| s.is_executable()).copied().collect(),
         loads: segs,
     }
 }
 
-/// One mapping that may hold code.
+/// One file mapping (or text `run` copied).
 #[derive(Debug, Clone)]
 struct Region {
     start: u64,
@@ -76,19 +89,29 @@ struct Region {
     path: String,
     /// Text `run` copied into anonymous memory.
     copy: bool,
+    /// Addresses in it are attributed (code); the others are kept for the
+    /// load bias of their file's copies only.
+    text: bool,
 }
 
 /// The code mappings of one process, and the files behind them.
+///
+/// Mappings are kept by start address and never overlap, so that one
+/// mapping more ([`Space::map`]) or one address looked up
+/// ([`Space::resolve`]) costs a logarithm of their number, not a pass over
+/// all of them.
 #[derive(Debug)]
 pub struct Space {
     pid: Option<i32>,
-    regions: Vec<Region>,
+    regions: BTreeMap<u64, Region>,
+    /// Start addresses of the file-backed (not copied) regions of each path.
+    by_path: HashMap<String, BTreeSet<u64>>,
     files: HashMap<String, FileRef>,
     pmd: u64,
 }
 
 /// The file a maps line names: a path, or PATH of `[anon:hugetext:PATH]`.
-fn region_of(v: &Vma) -> Option<Region> {
+fn region_of(v: &Vma, exec_only: bool) -> Option<Region> {
     let (path, copy) = if v.path.starts_with('/') {
         (v.path.trim_end_matches(" (deleted)").to_string(), false)
     } else {
@@ -101,6 +124,7 @@ fn region_of(v: &Vma) -> Option<Region> {
         offset: v.offset,
         path,
         copy,
+        text: copy || !exec_only || v.is_exec(),
     })
 }
 
@@ -109,7 +133,8 @@ impl Space {
     pub fn new(pid: Option<i32>, pmd: u64) -> Space {
         Space {
             pid,
-            regions: Vec::new(),
+            regions: BTreeMap::new(),
+            by_path: HashMap::new(),
             files: HashMap::new(),
             pmd,
         }
@@ -124,47 +149,67 @@ impl Space {
         let vmas = procfs::read_maps(self.pid)?;
         self.set_maps(&vmas, exec_only);
         if let (true, Some(pid)) = (exec_only, self.pid) {
-            let copies: Vec<Region> = crate::remap::text_mappings(pid)
-                .unwrap_or_default()
-                .into_iter()
-                .filter(|m| m.copied)
-                .map(|m| Region {
-                    start: m.start,
-                    end: m.end,
-                    offset: 0,
-                    path: m.path,
-                    copy: true,
-                })
-                .collect();
-            self.add_copies(&vmas, copies);
+            for m in crate::remap::text_mappings(pid).unwrap_or_default() {
+                if m.copied {
+                    self.insert(Region {
+                        start: m.start,
+                        end: m.end,
+                        offset: 0,
+                        path: m.path,
+                        copy: true,
+                        text: true,
+                    });
+                }
+            }
         }
         Ok(())
     }
 
     /// Use these maps lines.
     pub fn set_maps(&mut self, vmas: &[Vma], exec_only: bool) {
-        let wanted = |v: &&Vma| !exec_only || v.is_exec();
-        self.regions = vmas.iter().filter(wanted).filter_map(region_of).collect();
-        let copies: Vec<Region> = self.regions.iter().filter(|r| r.copy).cloned().collect();
-        self.add_copies(vmas, copies);
+        self.regions.clear();
+        self.by_path.clear();
+        for v in vmas {
+            self.map(v, exec_only);
+        }
     }
 
-    /// Add copied text, and its file's other mappings (for the load bias).
-    fn add_copies(&mut self, vmas: &[Vma], copies: Vec<Region>) {
-        if copies.is_empty() {
-            return;
+    /// One mapping more (a `perf script` mmap record, in time order): it
+    /// replaces every mapping it overlaps, as `mmap` does.
+    pub fn map(&mut self, v: &Vma, exec_only: bool) {
+        self.unmap(v.start, v.end);
+        if let Some(r) = region_of(v, exec_only) {
+            self.insert(r);
         }
-        let named: Vec<Region> = vmas
-            .iter()
-            .filter(|v| !v.is_exec())
-            .filter_map(region_of)
-            .filter(|r| !r.copy && copies.iter().any(|c| c.path == r.path))
-            .collect();
-        self.regions.retain(|r| !copies.iter().any(|c| c.start == r.start));
-        self.regions.extend(copies);
-        self.regions.extend(named);
-        self.regions.sort_by_key(|r| r.start);
-        self.regions.dedup_by_key(|r| r.start);
+    }
+
+    /// Forget the regions that overlap `[start, end)`.
+    fn unmap(&mut self, start: u64, end: u64) {
+        let before = self
+            .regions
+            .range(..start)
+            .next_back()
+            .filter(|(_, r)| r.end > start)
+            .map(|(&s, _)| s);
+        let inside: Vec<u64> = self.regions.range(start..end).map(|(&s, _)| s).collect();
+        for s in before.into_iter().chain(inside) {
+            if let Some(r) = self.regions.remove(&s) {
+                if let Some(set) = self.by_path.get_mut(&r.path) {
+                    set.remove(&s);
+                    if set.is_empty() {
+                        self.by_path.remove(&r.path);
+                    }
+                }
+            }
+        }
+    }
+
+    fn insert(&mut self, r: Region) {
+        self.unmap(r.start, r.end);
+        if !r.copy {
+            self.by_path.entry(r.path.clone()).or_default().insert(r.start);
+        }
+        self.regions.insert(r.start, r);
     }
 
     fn file(&mut self, path: &str) -> FileRef {
@@ -173,7 +218,7 @@ impl Space {
             .entry(path.to_string())
             .or_insert_with(|| {
                 let via_root = pid.map(|p| format!("/proc/{p}/root{path}"));
-                let open = via_root.filter(|p| std::path::Path::new(p).exists());
+                let open = via_root.filter(|p| procfs::name_path(p).exists());
                 Arc::new(file_info(path, open.as_deref().unwrap_or(path)))
             })
             .clone()
@@ -181,16 +226,19 @@ impl Space {
 
     /// Where `addr` is, if a file backs it.
     pub fn resolve(&mut self, addr: u64) -> Option<Loc> {
-        let i = self.regions.partition_point(|r| r.start <= addr).checked_sub(1)?;
-        let r = self.regions[i].clone();
-        if addr >= r.end {
+        let r = self.regions.range(..=addr).next_back()?.1;
+        if addr >= r.end || !r.text {
             return None;
         }
+        let r = r.clone();
         let file = self.file(&r.path);
         let bias = if r.copy {
-            self.regions
-                .iter()
-                .filter(|o| !o.copy && o.path == r.path)
+            // The first of its file's mappings that places it.
+            self.by_path
+                .get(&r.path)
+                .into_iter()
+                .flatten()
+                .filter_map(|s| self.regions.get(s))
                 .find_map(|o| bias_of(&file, o))
         } else {
             bias_of(&file, &r)
@@ -292,5 +340,28 @@ mod tests {
         assert_eq!((l.offset, l.huge), (2 * M + 12, true));
         assert!(s.resolve(base + 5 * M).is_none());
         assert!(s.resolve(1).is_none());
+    }
+
+    #[test]
+    fn a_new_mapping_replaces_what_it_overlaps() {
+        let mut s = Space::new(None, M);
+        let vma = |a: u64, b: u64, perms: &str, path: &str| {
+            procfs::parse_vma_line(&format!("{a:x}-{b:x} {perms} 00000000 08:01 12 {path}")).unwrap()
+        };
+        s.map(&vma(0x10000, 0x30000, "r-xp", "/a"), true);
+        s.map(&vma(0x40000, 0x50000, "r-xp", "/b"), true);
+        assert_eq!(s.resolve(0x20000).unwrap().file.path, "/a");
+        // Overlapping the tail of /a and the head of /b: both go.
+        s.map(&vma(0x28000, 0x44000, "r-xp", "/c"), true);
+        assert_eq!(s.resolve(0x29000).unwrap().file.path, "/c");
+        assert!(s.resolve(0x10000).is_none());
+        assert!(s.resolve(0x48000).is_none());
+        // Data is not code, and an anonymous mapping unmaps what it covers.
+        s.map(&vma(0x60000, 0x70000, "r--p", "/d"), true);
+        assert!(s.resolve(0x60000).is_none());
+        s.map(&vma(0x28000, 0x30000, "rw-p", ""), true);
+        assert!(s.resolve(0x29000).is_none());
+        assert_eq!(s.regions.len(), 1);
+        assert_eq!(s.by_path.keys().collect::<Vec<_>>(), ["/d"]);
     }
 }
