@@ -125,6 +125,20 @@ fn plain() -> bool {
     }
 }
 
+/// The address of the preload copy's saved settings, once found.
+static SAVED_AT: AtomicUsize = AtomicUsize::new(0);
+
+/// Where this process's saved settings are published (`clean::SAVED`):
+/// the preload copy's word when this copy is the auditor and found it.
+pub fn saved_word() -> &'static AtomicUsize {
+    match SAVED_AT.load(Relaxed) {
+        0 => &crate::clean::SAVED,
+        // SAFETY: the preload copy's `SAVED`, at the same offset in the
+        // same file (checked in `find_preload`), never unloaded.
+        p => unsafe { &*(p as *const AtomicUsize) },
+    }
+}
+
 /// The pass lock of this process: the preload copy's when this copy is the
 /// auditor and found it, else this copy's own.
 pub fn lock_word() -> &'static AtomicBool {
@@ -235,6 +249,7 @@ fn find_preload(map: &LinkMap) {
     }
     SHARED.store(core::ptr::addr_of!(crate::BUSY) as usize - own + other, Relaxed);
     PLAIN_AT.store(core::ptr::addr_of!(crate::PLAIN) as usize - own + other, Relaxed);
+    SAVED_AT.store(core::ptr::addr_of!(crate::clean::SAVED) as usize - own + other, Relaxed);
     BECAME_AT.store(crate::via::became_program as *const () as usize - own + other, Relaxed);
     let audited = core::ptr::addr_of!(crate::AUDITED) as usize - own + other;
     // SAFETY: the preload copy's `AUDITED` flag (its .bss, mapped and
