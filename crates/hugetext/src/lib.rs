@@ -51,6 +51,7 @@ pub mod kernel;
 pub mod openfile;
 pub mod outcome;
 pub mod pagecache;
+pub mod perfmaps;
 pub mod prerun;
 pub mod procfs;
 pub mod profile;
