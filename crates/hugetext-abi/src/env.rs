@@ -20,6 +20,14 @@ pub const VERBOSE: &str = "HUGETEXT_VERBOSE";
 pub const DISABLE: &str = "HUGETEXT_DISABLE";
 /// Write `/tmp/perf-PID.map` for copied text.
 pub const PERF_MAP: &str = "HUGETEXT_PERF_MAP";
+/// The first line libhugetext.so writes into a perf map it creates
+/// (`/tmp/perf-PID.map`): a one-byte symbol at address 0, which no process
+/// maps, so perf names nothing with it. `run` removes maps that start with
+/// it once their process has ended and they are [`PERF_MAP_KEEP_SECS`] old.
+pub const PERF_MAP_MARK: &[u8] = b"0 1 hugetext-perf-map-v1\n";
+/// How long a perf map of an ended process is kept (1 hour): `perf report`
+/// run after the program still names its copied code.
+pub const PERF_MAP_KEEP_SECS: u64 = 3600;
 /// Name copied text in `/proc/PID/maps`.
 pub const NAME: &str = "HUGETEXT_NAME";
 /// The dynamic loader's list of libraries to preload.

@@ -584,3 +584,46 @@ fn thp_disabled_except_advised_does_not_stop_pmd_mapped_file_text() {
     assert_ok(&mapping(h.pid(), &file));
     h.stop();
 }
+
+/// A process that kept hugetext's settings (`run --inherit`: its
+/// environment still has the tunable `run` added) is reported with the
+/// user's own `GLIBC_TUNABLES`, not hugetext's.
+#[test]
+fn explain_reports_the_user_s_tunables_not_hugetext_s() {
+    common::preload();
+    for (user, want) in [
+        (None, Value::Null),
+        (
+            Some("glibc.malloc.arena_max=2"),
+            Value::from("glibc.malloc.arena_max=2"),
+        ),
+    ] {
+        let mut cmd = Command::new(common::bin());
+        cmd.args(["run", "--inherit", "--", "sh", "-c", "exec sleep 60"])
+            .env_remove("GLIBC_TUNABLES")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        if let Some(u) = user {
+            cmd.env("GLIBC_TUNABLES", u);
+        }
+        let mut child = common::spawn_retry(&mut cmd);
+        let pid = child.id();
+        // Until the shell has exec'd sleep (same pid); generous bound.
+        let t0 = std::time::Instant::now();
+        while std::fs::read_to_string(format!("/proc/{pid}/comm")).map_or(true, |c| c.trim() != "sleep") {
+            assert!(t0.elapsed().as_secs() < 60, "sleep did not start");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+        let out = common::hugetext(&["explain", "--json", "--pid", &pid.to_string()]);
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(
+            environ.windows(19).any(|w| w == b"optional_static_tls"),
+            "the case needs hugetext's tunable in the environment"
+        );
+        assert!(out.status.success(), "{}", common::text(&out.stderr));
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["processes"][0]["glibc_tunables"], want, "{user:?}");
+    }
+}

@@ -328,8 +328,9 @@ fn copy_strategy(compat: Option<&str>) {
             map.display()
         );
     }
-    // Every moved function's address is inside a copied text mapping.
-    for l in syms.lines() {
+    // Every moved function's address is inside a copied text mapping (the
+    // first line marks the map as the preload's).
+    for l in syms.lines().filter(|l| !is_mark(l)) {
         let a = u64::from_str_radix(l.split(' ').next().unwrap(), 16).unwrap();
         assert!(
             copied.iter().any(|m| m.start <= a && a < m.end),
@@ -376,6 +377,7 @@ fn fixture_functions(pid: i32, file: &Path) -> Vec<(u64, u64, String)> {
 /// (`START SIZE NAME`, hex without prefix).
 fn perf_map_entries(text: &str) -> Vec<(u64, u64, String)> {
     text.lines()
+        .filter(|l| !is_mark(l))
         .map(|l| {
             let mut f = l.splitn(3, ' ');
             let (a, n, name) = (f.next().unwrap(), f.next().unwrap(), f.next().unwrap());
@@ -386,6 +388,11 @@ fn perf_map_entries(text: &str) -> Vec<(u64, u64, String)> {
             )
         })
         .collect()
+}
+
+/// The line that marks a perf map as the preload's (a symbol at address 0).
+fn is_mark(line: &str) -> bool {
+    line.as_bytes() == hugetext_abi::env::PERF_MAP_MARK.strip_suffix(b"\n").unwrap()
 }
 
 /// The names perf gives `addr`: those of the entries containing it.
@@ -1877,4 +1884,217 @@ fn an_auditor_the_loader_cannot_load_is_said_up_front() {
         said[0].starts_with("hugetext: ") && said[0].contains("would not find ld-linux"),
         "{err}"
     );
+}
+
+/// What `spawn sh -c SHOW` prints: the environment of the program (spawn's
+/// `/proc/PID/environ`), then its child's (`env -0`), split at NULs.
+const SHOW: &str = "cat /proc/$PPID/environ; printf '\\0--\\0'; env -0";
+
+/// (the program's /proc/PID/environ, its child's environment) from SHOW's
+/// output, without empty entries.
+fn two_environs(out: &[u8]) -> (Vec<String>, Vec<String>) {
+    let all: Vec<String> = out
+        .split(|&c| c == 0)
+        .map(|e| String::from_utf8_lossy(e).into_owned())
+        .filter(|e| !e.is_empty())
+        .collect();
+    let cut = all.iter().position(|e| e == "--").expect("the separator");
+    (all[..cut].to_vec(), all[cut + 1..].to_vec())
+}
+
+/// No trace of hugetext in an environment, and the user's own preload list
+/// as it was.
+fn assert_clean(env: &[String], user_preload: &str, case: &str) {
+    for e in env {
+        assert!(!e.starts_with("HUGETEXT_"), "{case}: {e} in {env:?}");
+        assert!(
+            !(e.starts_with("LD_") && e.contains("libhugetext")),
+            "{case}: {e} in {env:?}"
+        );
+        assert!(!e.contains("optional_static_tls"), "{case}: {e} in {env:?}");
+    }
+    let want = format!("LD_PRELOAD={user_preload}");
+    assert_eq!(
+        env.iter().filter(|e| e.starts_with("LD_PRELOAD=")).collect::<Vec<_>>(),
+        [&want],
+        "{case}: {env:?}"
+    );
+}
+
+/// The program (reached through a wrapper script, or forked by `runuser`)
+/// and its children see the environment they would see without hugetext,
+/// in `environ` and in `/proc/PID/environ`, with the user's own
+/// `LD_PRELOAD` exactly as it was (separators included), while the
+/// program's text is remapped.
+#[test]
+fn the_program_and_its_children_see_no_trace_of_hugetext() {
+    let spawn = common::cprogs().join("spawn");
+    let dir = common::scratch();
+    let script = dir.path().join("wrapper.sh");
+    std::fs::write(&script, format!("#!/bin/sh\nexec {} \"$@\"\n", spawn.display())).unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let user_preload = " libm.so.6";
+    let mut cases: Vec<(&str, Vec<std::ffi::OsString>)> = vec![
+        ("direct", vec![spawn.clone().into()]),
+        ("wrapper script", vec![script.clone().into()]),
+    ];
+    let runuser = ["/usr/sbin/runuser", "/sbin/runuser", "/usr/bin/runuser"]
+        .into_iter()
+        .find(|p| Path::new(p).exists());
+    match runuser {
+        Some(r) => cases.push((
+            "runuser",
+            vec![r.into(), "-u".into(), "root".into(), "--".into(), spawn.clone().into()],
+        )),
+        None => common::skip_line("runuser not installed: that case is skipped"),
+    }
+    common::preload();
+    for (case, argv) in cases {
+        let mut cmd = Command::new(common::bin());
+        cmd.args(["run", "--strategy", "copy", "--"])
+            .args(&argv)
+            .args(["sh", "-c", SHOW])
+            .env("LD_PRELOAD", user_preload)
+            .env("HUGETEXT_REPORT", "json")
+            .env_remove("LD_AUDIT")
+            .env_remove("GLIBC_TUNABLES");
+        let o = cmd.output().unwrap();
+        let err = common::text(&o.stderr);
+        assert!(o.status.success(), "{case}: {err}");
+        let recs = records(&err);
+        if let Some(pid) = recs.first().and_then(|r| r["pid"].as_u64()) {
+            common::remove_perf_map(pid as u32);
+        }
+        if case != "runuser" {
+            // (runuser forks the program: what reaches it is another matter.)
+            assert!(
+                recs.iter().any(|r| r["huge"].as_u64() > Some(0)),
+                "{case}: the text was remapped: {err}"
+            );
+        }
+        let (program, child) = two_environs(&o.stdout);
+        assert_clean(
+            &program,
+            user_preload,
+            &format!("{case}: the program's /proc/PID/environ"),
+        );
+        assert_clean(&child, user_preload, &format!("{case}: its child's environment"));
+    }
+}
+
+/// `run -- chroot ROOT PROGRAM` into a root without libhugetext.so: one
+/// line says so, the command runs without hugetext (no loader error, no
+/// variables passed).
+#[test]
+fn run_into_a_root_without_the_preload_says_so_and_passes_nothing() {
+    let busybox = Path::new("/bin/busybox");
+    if !busybox.exists() {
+        common::skip_line("no /bin/busybox (a static program to run in an empty root): skipped");
+        return;
+    }
+    common::preload();
+    let dir = common::scratch();
+    let root = dir.path().join("root");
+    std::fs::create_dir_all(root.join("bin")).unwrap();
+    std::fs::copy(busybox, root.join("bin/busybox")).unwrap();
+    let o = Command::new(common::bin())
+        .args(["run", "--", "chroot"])
+        .arg(&root)
+        .args(["/bin/busybox", "env"])
+        .env_remove("LD_PRELOAD")
+        .output()
+        .unwrap();
+    let err = common::text(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("does not exist: it runs without hugetext"), "{err}");
+    let out = common::text(&o.stdout);
+    for bad in ["HUGETEXT_", "LD_PRELOAD", "LD_AUDIT", "optional_static_tls"] {
+        assert!(!out.contains(bad), "{bad} passed into the root: {out}");
+    }
+}
+
+/// Perf maps the preload starts carry its first line; `run` removes those of
+/// processes that ended over an hour ago, and leaves fresh ones, other
+/// users', symbolic links and maps without that line (a JIT's).
+#[test]
+fn perf_maps_of_ended_processes_are_removed_by_a_later_run() {
+    use std::os::unix::fs::symlink;
+    use std::time::{Duration, SystemTime};
+    let mark = hugetext_abi::env::PERF_MAP_MARK;
+    // Pids of processes that have ended.
+    let mut dead = Vec::new();
+    while dead.len() < 5 {
+        let mut c = Command::new("true").spawn().unwrap();
+        let pid = c.id();
+        c.wait().unwrap();
+        if !Path::new(&format!("/proc/{pid}")).exists() && !Path::new(&format!("/tmp/perf-{pid}.map")).exists() {
+            dead.push(pid);
+        }
+    }
+    let map = |pid: u32| PathBuf::from(format!("/tmp/perf-{pid}.map"));
+    let old = SystemTime::now() - Duration::from_secs(2 * 3600);
+    let write = |pid: u32, body: &[u8], mtime: Option<SystemTime>| {
+        std::fs::write(map(pid), body).unwrap();
+        if let Some(t) = mtime {
+            std::fs::File::options()
+                .write(true)
+                .open(map(pid))
+                .unwrap()
+                .set_modified(t)
+                .unwrap();
+        }
+    };
+    let body = [mark, b"7f0000001000 40 main\n"].concat();
+    write(dead[0], &body, Some(old)); // removed
+    write(dead[1], &body, None); // fresh: kept
+    write(dead[2], &body, Some(old)); // another user's: kept
+    let (uid, gid) = common::attacker();
+    std::os::unix::fs::chown(map(dead[2]), Some(uid), Some(gid)).unwrap();
+    write(dead[3], b"7f0000001000 40 jitted\n", Some(old)); // not ours: kept
+    let dir = common::scratch();
+    let target = dir.path().join("target.map");
+    std::fs::write(&target, &body).unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&target)
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
+    symlink(&target, map(dead[4])).unwrap(); // a symbolic link: kept
+                                             // Each run removes a bounded number: other stale maps may come first.
+    for _ in 0..50 {
+        if !map(dead[0]).exists() {
+            break;
+        }
+        let o = Command::new(common::bin())
+            .args(["run", "--", "true"])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", common::text(&o.stderr));
+    }
+    let exists: Vec<bool> = dead
+        .iter()
+        .map(|&p| std::fs::symlink_metadata(map(p)).is_ok())
+        .collect();
+    for &p in &dead {
+        let _ = std::fs::remove_file(map(p));
+    }
+    assert_eq!(exists, [false, true, true, true, true], "pids {dead:?}");
+    assert!(target.exists());
+
+    // A map the preload writes starts with that line.
+    let o = Command::new(common::bin())
+        .args(["run", "--strategy", "copy", "--"])
+        .arg(common::fixture("lld", "pie"))
+        .env("HUGETEXT_REPORT", "json")
+        .output()
+        .unwrap();
+    let err = common::text(&o.stderr);
+    let pid = records(&err).first().and_then(|r| r["pid"].as_u64()).expect("a record") as u32;
+    let got = std::fs::read(map(pid));
+    common::remove_perf_map(pid);
+    let got = got.unwrap_or_else(|e| panic!("perf map of {pid}: {e}: {err}"));
+    assert!(got.starts_with(mark), "{}", common::text(&got));
+    assert!(got.len() > mark.len(), "it names the copied code too");
 }

@@ -125,6 +125,7 @@ fn plain() -> bool {
     }
 }
 
+
 /// The pass lock of this process: the preload copy's when this copy is the
 /// auditor and found it, else this copy's own.
 pub fn lock_word() -> &'static AtomicBool {
@@ -235,6 +236,7 @@ fn find_preload(map: &LinkMap) {
     }
     SHARED.store(core::ptr::addr_of!(crate::BUSY) as usize - own + other, Relaxed);
     PLAIN_AT.store(core::ptr::addr_of!(crate::PLAIN) as usize - own + other, Relaxed);
+    crate::clean::SAVED_AT.store(core::ptr::addr_of!(crate::clean::SAVED) as usize - own + other, Relaxed);
     BECAME_AT.store(crate::via::became_program as *const () as usize - own + other, Relaxed);
     let audited = core::ptr::addr_of!(crate::AUDITED) as usize - own + other;
     // SAFETY: the preload copy's `AUDITED` flag (its .bss, mapped and

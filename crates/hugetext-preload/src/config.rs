@@ -78,11 +78,27 @@ fn env_entries() -> impl Iterator<Item = &'static [u8]> {
     })
 }
 
+/// The value of `name` in the environment; this library's settings
+/// (`HUGETEXT_*`) from the copy kept when they left the environment
+/// (`clean`), once they have.
 pub fn getenv(name: &[u8]) -> Option<&'static [u8]> {
-    env_entries().find_map(|e| {
-        let rest = e.strip_prefix(name)?;
-        rest.strip_prefix(b"=")
-    })
+    let value = |e: &'static [u8]| e.strip_prefix(name)?.strip_prefix(b"=");
+    if name.starts_with(crate::clean::PREFIX) {
+        if let Some(mut p) = crate::clean::saved() {
+            // SAFETY: the saved table: NULL-terminated, its strings
+            // NUL-terminated, never freed (`clean::save`).
+            unsafe {
+                while !(*p).is_null() {
+                    if let Some(v) = value(cstr(*p)) {
+                        return Some(v);
+                    }
+                    p = p.add(1);
+                }
+            }
+            return None;
+        }
+    }
+    env_entries().find_map(value)
 }
 
 /// A boolean setting's value, `default` when unset.
@@ -247,6 +263,9 @@ pub fn restore_tunables() {
     remove(b"HUGETEXT_TUNABLES=");
 }
 
+/// Take this library's entries out of `var` (`NAME=`) in place, each with
+/// one separator next to it (the one `run` added): the user's own entries
+/// and separators stay exactly as they were.
 fn strip(var: &[u8]) {
     // SAFETY: single-threaded start-up (called from the constructor only);
     // the environment array and its strings are writable process memory.
@@ -260,26 +279,7 @@ fn strip(var: &[u8]) {
             let len = cstr(*p).len();
             let bytes = core::slice::from_raw_parts_mut(s, len + 1);
             if bytes.starts_with(var) {
-                let start = var.len();
-                let mut w = start;
-                let mut r = start;
-                let mut kept = 0;
-                while r < len {
-                    let mut e = r;
-                    while e < len && !env::is_preload_separator(bytes[e]) {
-                        e += 1;
-                    }
-                    if e > r && !env::is_hugetext_preload(&bytes[r..e]) {
-                        if kept > 0 {
-                            bytes[w] = b':';
-                            w += 1;
-                        }
-                        bytes.copy_within(r..e, w);
-                        w += e - r;
-                        kept += 1;
-                    }
-                    r = e + 1;
-                }
+                let (w, kept) = strip_value(bytes, var.len(), len);
                 bytes[w] = 0;
                 if kept == 0 {
                     remove_at(p);
@@ -288,5 +288,57 @@ fn strip(var: &[u8]) {
             }
             p = p.add(1);
         }
+    }
+}
+
+/// Compact `b[start..len]` (a list of entries), leaving out this library's
+/// entries, each with the separator after it (or, for the last, before
+/// it). Returns (the end of what is kept, the entries kept). Pure.
+fn strip_value(b: &mut [u8], start: usize, len: usize) -> (usize, usize) {
+    let (mut r, mut w, mut kept) = (start, start, 0);
+    while r < len {
+        if env::is_preload_separator(b[r]) {
+            b[w] = b[r];
+            w += 1;
+            r += 1;
+            continue;
+        }
+        let mut e = r;
+        while e < len && !env::is_preload_separator(b[e]) {
+            e += 1;
+        }
+        if env::is_hugetext_preload(&b[r..e]) {
+            r = e;
+            if r < len {
+                r += 1;
+            } else if w > start && env::is_preload_separator(b[w - 1]) {
+                w -= 1;
+            }
+        } else {
+            b.copy_within(r..e, w);
+            w += e - r;
+            r = e;
+            kept += 1;
+        }
+    }
+    (w, kept)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stripped(v: &str) -> (String, usize) {
+        let mut b = v.as_bytes().to_vec();
+        let (w, k) = strip_value(&mut b, 0, v.len());
+        (String::from_utf8(b[..w].to_vec()).unwrap(), k)
+    }
+
+    #[test]
+    fn only_our_entries_and_their_separator_go() {
+        assert_eq!(stripped("/l/libhugetext.so: libm.so.6"), (" libm.so.6".into(), 1));
+        assert_eq!(stripped("a.so b.so:/l/libhugetext.so"), ("a.so b.so".into(), 2));
+        assert_eq!(stripped("/l/libhugetext.so"), ("".into(), 0));
+        assert_eq!(stripped("a.so::b.so"), ("a.so::b.so".into(), 2));
     }
 }

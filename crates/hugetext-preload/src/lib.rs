@@ -19,6 +19,7 @@
 //! (doc/run.md).
 
 mod audit;
+mod clean;
 mod config;
 mod copies;
 mod engine;
@@ -105,11 +106,18 @@ extern "C" fn at_load(argc: c_int, argv: *const *const c_char, _envp: *const *co
                 WRAPPER.store(true, Ordering::Relaxed);
                 return;
             }
-            via::Start::Plain => return,
+            via::Start::Plain => {
+                clean::clean();
+                return;
+            }
         }
     }
     if cfg.verbose {
         out::line().s("objects loaded after start (dlopen) ").s(late);
+    }
+    if !cfg.inherit {
+        // Last: `cfg` and the wrapper chain point into the environment.
+        clean::clean();
     }
 }
 

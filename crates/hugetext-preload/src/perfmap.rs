@@ -497,8 +497,16 @@ pub fn open_map() -> Result<i32, Skip> {
     // process with the same pid (pids are reused): its lines would give perf
     // wrong names for our addresses. Our own lines (or a JIT's in this
     // process) are never older than the process.
-    if st.st_size > 0 && started_at().is_some_and(|t| (st.st_mtime as u64) + 1 < t) {
+    let mut size = st.st_size;
+    if size > 0 && started_at().is_some_and(|t| (st.st_mtime as u64) + 1 < t) {
         sys::ftruncate(fd, 0);
+        size = 0;
+    }
+    // A map this library starts says so in its first line, so that a later
+    // `run` can tell it from others' (a JIT's) and remove it once its
+    // process has ended (see `PERF_MAP_MARK`).
+    if size == 0 {
+        sys::write(fd, hugetext_abi::env::PERF_MAP_MARK);
     }
     Ok(fd)
 }

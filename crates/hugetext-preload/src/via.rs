@@ -253,6 +253,7 @@ pub extern "C" fn became_program() {
             .pid(perfmap::pid())
             .s(": text loaded after start was remapped: not a wrapper after all; the processes it starts from now on run without the preload");
     }
+    crate::clean::clean_later();
 }
 
 #[cfg(test)]

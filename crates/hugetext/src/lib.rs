@@ -66,6 +66,7 @@ pub mod kernel;
 pub mod openfile;
 pub mod outcome;
 pub mod pagecache;
+pub mod perfmaps;
 #[allow(missing_docs)]
 pub mod prerun;
 pub mod procfs;

@@ -306,8 +306,124 @@ pub fn audit_line(preload: &Path, missing: &[String]) -> Option<String> {
     })
 }
 
+/// The root directory a launcher that changes root runs its command in:
+/// `chroot [OPTION]... NEWROOT`, `unshare --root=DIR` (`-R DIR`),
+/// `nsenter --root=DIR` (`-rDIR`), or `nsenter -t PID` with `-r` or `-m`
+/// (that process's root, `/proc/PID/root`). None for other programs, or
+/// when the arguments name no root. Pure.
+pub fn new_root(program: &std::ffi::OsStr, args: &[OsString]) -> Option<PathBuf> {
+    let base = Path::new(program).file_name()?.to_str()?;
+    let args: Vec<&str> = args.iter().map(|a| a.to_str()).collect::<Option<_>>()?;
+    match base {
+        "chroot" => {
+            let mut it = args.iter();
+            while let Some(a) = it.next() {
+                match *a {
+                    "--userspec" | "--groups" => {
+                        it.next();
+                    }
+                    "--" => return it.next().map(PathBuf::from),
+                    a if a.starts_with('-') => {}
+                    a => return Some(PathBuf::from(a)),
+                }
+            }
+            None
+        }
+        "unshare" | "nsenter" => {
+            let (mut root, mut pid, mut whose_root) = (None, None, false);
+            let mut it = args.iter();
+            while let Some(a) = it.next() {
+                let value = |long: &str| a.strip_prefix(long).and_then(|r| r.strip_prefix('='));
+                if base == "unshare" {
+                    if let Some(v) = value("--root") {
+                        root = Some(v.to_string());
+                    } else if *a == "--root" || *a == "-R" {
+                        root = it.next().map(|s| s.to_string());
+                    } else if let Some(v) = a.strip_prefix("-R") {
+                        root = Some(v.to_string());
+                    }
+                } else if let Some(v) = value("--root") {
+                    root = Some(v.to_string());
+                } else if *a == "--root" || *a == "-r" || *a == "--mount" || *a == "-m" {
+                    whose_root = true;
+                } else if let Some(v) = a.strip_prefix("-r") {
+                    root = Some(v.to_string());
+                } else if let Some(v) = value("--target") {
+                    pid = Some(v.to_string());
+                } else if *a == "--target" || *a == "-t" {
+                    pid = it.next().map(|s| s.to_string());
+                } else if let Some(v) = a.strip_prefix("-t") {
+                    pid = Some(v.to_string());
+                }
+                if !a.starts_with('-') || *a == "--" {
+                    break; // the command
+                }
+            }
+            match (root, pid) {
+                (Some(r), _) => Some(PathBuf::from(r)),
+                (None, Some(p)) if whose_root => Some(PathBuf::from(format!("/proc/{p}/root"))),
+                _ => None,
+            }
+        }
+        _ => None,
+    }
+}
+
+/// Does `path` (absolute) exist inside `root`? Resolved by the kernel
+/// relative to the root (`RESOLVE_IN_ROOT`), so that a symbolic link in
+/// the root points where it would for the command.
+pub fn exists_in_root(root: &Path, path: &Path) -> bool {
+    let Ok(dir) = std::fs::File::open(root) else {
+        return false;
+    };
+    let rel = path.strip_prefix("/").unwrap_or(path);
+    let flags = rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC | rustix::fs::OFlags::PATH;
+    match rustix::fs::openat2(
+        &dir,
+        rel,
+        flags,
+        rustix::fs::Mode::empty(),
+        rustix::fs::ResolveFlags::IN_ROOT,
+    ) {
+        Ok(_) => true,
+        // Kernels before 5.6: the plain path under the root.
+        Err(rustix::io::Errno::NOSYS) => root.join(rel).exists(),
+        Err(_) => false,
+    }
+}
+
+/// The line `run` says when the command runs in another root that does not
+/// hold the preload (it then runs the command without it).
+pub fn root_line(program: &str, root: &Path, preload: &Path) -> String {
+    format!(
+        "warning: {program} runs its command in {}, where {} does not exist: it runs without hugetext (install libhugetext.so at that path inside the root, or use `hugetext run` there)",
+        root.display(),
+        preload.display()
+    )
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn roots_of_launchers() {
+        let r = |p: &str, a: &[&str]| {
+            let a: Vec<OsString> = a.iter().map(OsString::from).collect();
+            new_root(std::ffi::OsStr::new(p), &a)
+        };
+        assert_eq!(r("/usr/sbin/chroot", &["/srv/r", "/bin/sh"]), Some("/srv/r".into()));
+        assert_eq!(
+            r("chroot", &["--userspec", "1:1", "--skip-chdir", "/srv/r", "x"]),
+            Some("/srv/r".into())
+        );
+        assert_eq!(r("unshare", &["-m", "--root=/srv/r", "x"]), Some("/srv/r".into()));
+        assert_eq!(r("unshare", &["-R", "/srv/r", "x"]), Some("/srv/r".into()));
+        assert_eq!(r("unshare", &["-m", "x"]), None);
+        assert_eq!(r("nsenter", &["-t", "12", "-m", "x"]), Some("/proc/12/root".into()));
+        assert_eq!(r("nsenter", &["--root=/srv/r", "x"]), Some("/srv/r".into()));
+        assert_eq!(r("nsenter", &["-t", "12", "-n", "x"]), None);
+        assert_eq!(r("env", &["/srv/r"]), None);
+    }
+
     use super::*;
 
     #[test]

@@ -210,13 +210,20 @@ pub fn environment(
     }
     let mut ld = OsString::from(preload.as_os_str());
     if let Some(cur) = current_preload.filter(|c| !c.is_empty()) {
-        // Drop an older hugetext from the list.
-        for item in env::preload_entries(cur.as_bytes()) {
+        // The user's own list as it is (the preload takes out its own
+        // entry and the `:` after it, leaving the user's value exactly);
+        // an older hugetext is dropped from it.
+        let older = env::preload_entries(cur.as_bytes()).any(env::is_hugetext_preload);
+        for item in env::preload_entries(cur.as_bytes()).filter(|_| older) {
             if env::is_hugetext_preload(item) {
                 continue;
             }
             ld.push(":");
             ld.push(OsStr::from_bytes(item));
+        }
+        if !older {
+            ld.push(":");
+            ld.push(cur);
         }
     }
     let flag = |b: bool| OsString::from(if b { "1" } else { "0" });
@@ -250,10 +257,20 @@ pub fn late_environment(preload: &Path, off: bool, current: Option<&OsStr>) -> V
         return vec![(OsString::from(env::LATE), OsString::from("0"))];
     }
     let mut v = OsString::new();
-    for item in current.map(|c| c.as_bytes()).into_iter().flat_map(env::preload_entries) {
-        if !env::is_hugetext_preload(item) {
-            v.push(OsStr::from_bytes(item));
+    let cur = current.map(|c| c.as_bytes()).filter(|c| !c.is_empty());
+    match cur {
+        // The user's own list as it is (see `environment`).
+        Some(c) if !env::preload_entries(c).any(env::is_hugetext_preload) => {
+            v.push(OsStr::from_bytes(c));
             v.push(":");
+        }
+        _ => {
+            for item in cur.into_iter().flat_map(env::preload_entries) {
+                if !env::is_hugetext_preload(item) {
+                    v.push(OsStr::from_bytes(item));
+                    v.push(":");
+                }
+            }
         }
     }
     v.push(preload.as_os_str());

@@ -14,9 +14,10 @@ const ENV_HELP: &str = "\
 How it works: `hugetext run` replaces itself with PROGRAM (exec: same pid,
 like `env` or `taskset`), with libhugetext.so injected through LD_PRELOAD.
 Before main, the library remaps the text of the program and of every shared
-library loaded at start, then removes itself from LD_PRELOAD and LD_AUDIT and
-puts GLIBC_TUNABLES back as it was, so child processes run plain (unless
---inherit). A wrapper without text of its own (a #! script's shell, env, a
+library loaded at start, then removes itself from LD_PRELOAD and LD_AUDIT,
+puts GLIBC_TUNABLES back as it was and removes every HUGETEXT_* variable
+(also from /proc/PID/environ), so the program and its child processes see
+the environment they would see without hugetext (unless --inherit). A wrapper without text of its own (a #! script's shell, env, a
 version manager's shim) that execs the real program keeps the preload for
 it, up to 8 wrappers in a row; -v names the chain. What a wrapper forks
 (a helper it runs first) runs plain. The library is named in LD_AUDIT too,
@@ -55,6 +56,8 @@ five from its options):
   HUGETEXT_GDB=1           never copy text to anonymous memory, so debuggers,
                            profilers and core dumps see the file behind all code
   HUGETEXT_PERF_MAP=0      do not write /tmp/perf-PID.map for copied text
+                           (kept an hour after the process ends, then
+                           removed by a later run)
   HUGETEXT_NAME=0          do not name copied text [anon:hugetext:PATH]
   HUGETEXT_DISABLE=1       the preload does nothing
   HUGETEXT_LATE=0          do not follow objects loaded after start (dlopen);
@@ -220,6 +223,19 @@ pub fn run(args: Args) -> Result<u8> {
         ));
     }
     let shown = program.to_string_lossy();
+    // A launcher that runs its command in another root (chroot, nsenter,
+    // unshare): the preload must exist there, or the loader of every
+    // program inside complains and nothing is remapped.
+    if let Some(root) = prerun::new_root(program, rest) {
+        if !prerun::exists_in_root(&root, &preload) {
+            eprintln!("hugetext: {}", prerun::root_line(&shown, &root, &preload));
+            let err = std::process::Command::new(&resolved).arg0(program).args(rest).exec();
+            return Err(match err.kind() {
+                std::io::ErrorKind::NotFound => exit_with(127, format!("{shown}: cannot execute: {err}")),
+                _ => exit_with(126, format!("{shown}: cannot execute: {err}")),
+            });
+        }
+    }
     if remap::injectable(&resolved) == Injectable::Static {
         let advice = prerun::static_advice(&shown, prerun::file_text(&resolved).as_ref());
         eprintln!("hugetext: warning: {shown} is statically linked: libhugetext.so cannot be injected, it runs unchanged; {advice}");
@@ -259,6 +275,11 @@ pub fn run(args: Args) -> Result<u8> {
                 );
             }
         }
+    }
+    // Perf maps of processes that ended long ago: a few per run.
+    let reaped = hugetext::perfmaps::reap(std::path::Path::new("/tmp"), std::time::SystemTime::now());
+    if args.verbose && reaped > 0 {
+        eprintln!("hugetext: removed {reaped} perf maps (/tmp/perf-PID.map) of processes that ended over an hour ago");
     }
     let mut env = remap::environment(&opts, &preload, std::env::var_os("LD_PRELOAD").as_deref())
         .map_err(|e| exit_with(125, e.to_string()))?;

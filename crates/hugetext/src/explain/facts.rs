@@ -268,13 +268,29 @@ fn loader_knows_elf_thp(path: &Path) -> Option<bool> {
     (out.status.success() && text.contains("glibc.")).then(|| text.lines().any(|l| l.starts_with("glibc.elf.thp:")))
 }
 
-/// `GLIBC_TUNABLES` of a process; `None` when unset or its environment is
-/// unreadable.
+/// The user's own `GLIBC_TUNABLES` of a process; `None` when unset or its
+/// environment is unreadable.
 fn glibc_tunables_of(pid: i32) -> Option<String> {
-    let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
-    env.split(|b| *b == 0)
-        .find_map(|v| v.strip_prefix(b"GLIBC_TUNABLES="))
-        .map(|v| String::from_utf8_lossy(v).into_owned())
+    user_tunables(&std::fs::read(format!("/proc/{pid}/environ")).ok()?)
+}
+
+/// The user's own `GLIBC_TUNABLES` in an environment block (NUL-separated):
+/// where `hugetext run` added its tunable and the note of what was there
+/// before is still in the environment (a process run with `--inherit`, a
+/// wrapper being followed), what was there before. Pure.
+pub fn user_tunables(env: &[u8]) -> Option<String> {
+    use hugetext_abi::env;
+    let find = |name: &str| {
+        env.split(|b| *b == 0)
+            .find_map(|v| v.strip_prefix(name.as_bytes())?.strip_prefix(b"="))
+    };
+    let cur = find(env::GLIBC_TUNABLES)?;
+    let own = match find(env::TUNABLES).and_then(|note| env::tunables_restore(note, Some(cur))) {
+        Some(None) => return None,
+        Some(Some(n)) => &cur[..n],
+        None => cur,
+    };
+    Some(String::from_utf8_lossy(own).into_owned())
 }
 
 /// The unit of process `pid` and its `MemoryTHP=`, where systemd runs the
@@ -477,5 +493,28 @@ mod tests {
             Some("session-3.scope")
         );
         assert_eq!(unit_of_cgroup("4:memory:/a.service\n0::/\n"), None);
+    }
+}
+
+#[cfg(test)]
+mod user_tunables_tests {
+    use super::user_tunables;
+
+    #[test]
+    fn hugetext_s_tunable_is_not_the_user_s() {
+        let tls = "glibc.rtld.optional_static_tls=612";
+        let ours = format!("A=1\0GLIBC_TUNABLES={tls}\0HUGETEXT_TUNABLES=-\0");
+        assert_eq!(user_tunables(ours.as_bytes()), None);
+        let both = format!("GLIBC_TUNABLES=glibc.malloc.arena_max=2:{tls}\0HUGETEXT_TUNABLES=24\0");
+        assert_eq!(
+            user_tunables(both.as_bytes()).as_deref(),
+            Some("glibc.malloc.arena_max=2")
+        );
+        let user = "GLIBC_TUNABLES=glibc.malloc.arena_max=2\0";
+        assert_eq!(
+            user_tunables(user.as_bytes()).as_deref(),
+            Some("glibc.malloc.arena_max=2")
+        );
+        assert_eq!(user_tunables(b"A=1\0"), None);
     }
 }

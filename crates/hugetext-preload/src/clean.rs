@@ -1,0 +1,308 @@
+//! A clean world for the program: once the preload has read its settings,
+//! the `HUGETEXT_*` variables leave the environment, and so do they (with
+//! what was taken out of `LD_PRELOAD`, `LD_AUDIT` and `GLIBC_TUNABLES`)
+//! from the initial environment block on the stack, the bytes
+//! `/proc/PID/environ` shows (mm->env_start..env_end, which a process
+//! cannot move without CAP_SYS_RESOURCE: the strings that stay are moved
+//! together, `environ` points at their new places, and the tail is NULs).
+//!
+//! The settings stay readable by this library (objects loaded after start
+//! are remapped with them): a copy of the `HUGETEXT_*` entries is kept in
+//! memory of its own ([`saved`]), which the auditor's copy of the library
+//! reads too (`audit::saved_word`).
+
+use core::ffi::c_char;
+use core::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+
+use crate::sys;
+
+extern "C" {
+    static mut environ: *mut *mut c_char;
+}
+
+/// The prefix of this library's settings.
+pub const PREFIX: &[u8] = b"HUGETEXT_";
+
+/// The address of the saved settings (a NULL-terminated array of
+/// NUL-terminated `NAME=value` strings), 0 until [`clean`] ran.
+pub static SAVED: AtomicUsize = AtomicUsize::new(0);
+
+/// The address of the preload copy's [`SAVED`], once the auditor copy
+/// found it (`audit::find_preload` sets it).
+pub static SAVED_AT: AtomicUsize = AtomicUsize::new(0);
+
+/// Where this process's saved settings are published ([`SAVED`]): the
+/// preload copy's word when this copy is the auditor and found it.
+fn saved_word() -> &'static AtomicUsize {
+    match SAVED_AT.load(Relaxed) {
+        0 => &SAVED,
+        // SAFETY: the preload copy's `SAVED`, at the same offset in the
+        // same file (checked in `audit::find_preload`), never unloaded.
+        p => unsafe { &*(p as *const AtomicUsize) },
+    }
+}
+
+/// The saved settings of this process, if the environment was cleaned.
+pub fn saved() -> Option<*const *const c_char> {
+    match saved_word().load(Relaxed) {
+        0 => None,
+        p => Some(p as *const *const c_char),
+    }
+}
+
+fn cstr(p: *const c_char) -> &'static [u8] {
+    // SAFETY: environment strings (or our saved copies) are NUL-terminated
+    // and never freed.
+    unsafe { core::ffi::CStr::from_ptr(p).to_bytes() }
+}
+
+/// Copy the `HUGETEXT_*` entries of the environment into a fresh mapping
+/// and publish it in [`SAVED`]. False when nothing could be saved.
+fn save() -> bool {
+    if SAVED.load(Relaxed) != 0 {
+        return true;
+    }
+    // SAFETY: single-threaded start-up; `environ` is the NULL-terminated
+    // array libc maintains.
+    let env = unsafe { environ };
+    if env.is_null() {
+        return false;
+    }
+    let (mut n, mut bytes) = (0usize, 0usize);
+    let mut p = env;
+    // SAFETY: walking the array up to its NULL terminator.
+    unsafe {
+        while !(*p).is_null() {
+            let s = cstr(*p);
+            if s.starts_with(PREFIX) {
+                n += 1;
+                bytes += s.len() + 1;
+            }
+            p = p.add(1);
+        }
+    }
+    let table = (n + 1) * core::mem::size_of::<usize>();
+    let len = table + bytes;
+    let mem = sys::mmap(
+        len,
+        libc::PROT_READ | libc::PROT_WRITE,
+        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+        -1,
+        0,
+    );
+    if mem < 0 {
+        return false;
+    }
+    let base = mem as usize;
+    let (mut i, mut w) = (0usize, base + table);
+    let mut p = env;
+    // SAFETY: a fresh mapping of `len` bytes (zeroed: the table's last slot
+    // is its NULL), filled with `n` pointers and `bytes` bytes; never
+    // unmapped.
+    unsafe {
+        while !(*p).is_null() {
+            let s = cstr(*p);
+            if s.starts_with(PREFIX) && i < n {
+                core::ptr::copy_nonoverlapping(s.as_ptr(), w as *mut u8, s.len());
+                *((w + s.len()) as *mut u8) = 0;
+                *((base + i * core::mem::size_of::<usize>()) as *mut usize) = w;
+                w += s.len() + 1;
+                i += 1;
+            }
+            p = p.add(1);
+        }
+    }
+    SAVED.store(base, Relaxed);
+    true
+}
+
+/// Remove every `HUGETEXT_*` entry from `environ`.
+fn remove_settings() {
+    // SAFETY: single-threaded start-up; entries are shifted down within
+    // the NULL-terminated array.
+    unsafe {
+        let mut p = environ;
+        if p.is_null() {
+            return;
+        }
+        while !(*p).is_null() {
+            if cstr(*p).starts_with(PREFIX) {
+                let mut q = p;
+                loop {
+                    *q = *q.add(1);
+                    if (*q).is_null() {
+                        break;
+                    }
+                    q = q.add(1);
+                }
+            } else {
+                p = p.add(1);
+            }
+        }
+    }
+}
+
+/// `env_start` and `env_end` of this process (fields 50 and 51 of
+/// `/proc/self/stat`).
+fn env_block() -> Option<(usize, usize)> {
+    let mut buf = [0u8; 1024];
+    let mut r = None;
+    crate::maps::for_each_line(b"/proc/self/stat\0", &mut buf, |l| {
+        r = block_of_stat(l);
+        false
+    })
+    .ok()?;
+    r
+}
+
+/// (env_start, env_end) from a `/proc/PID/stat` line. Pure.
+fn block_of_stat(l: &[u8]) -> Option<(usize, usize)> {
+    // Fields 3.. follow the command name, which may hold spaces and
+    // parentheses.
+    let i = l.iter().rposition(|&c| c == b')')?;
+    let mut f = l[i + 1..].split(|&c| c == b' ').filter(|f| !f.is_empty()).skip(47);
+    let dec = |s: &[u8]| -> Option<usize> {
+        s.iter().try_fold(0usize, |v, &c| {
+            c.is_ascii_digit()
+                .then(|| v.checked_mul(10)?.checked_add((c - b'0') as usize))?
+        })
+    };
+    let (a, z) = (dec(f.next()?)?, dec(f.next()?)?);
+    (a != 0 && a < z).then_some((a, z))
+}
+
+/// Rewrite the initial environment block: the strings `environ` still
+/// names in it (and the loader's copy of `GLIBC_TUNABLES`, as the program
+/// sees it), moved together in their order, `environ` pointed at them,
+/// NULs after. Left as it is when the entries are not in increasing order
+/// of address (something rearranged them: moving could overwrite one).
+fn compact() {
+    let Some((start, end)) = env_block() else { return };
+    // SAFETY: single-threaded start-up. The block is the process's own
+    // stack memory (writable); entries inside it are the kernel-copied
+    // strings, and each is copied to an address not above its own (the
+    // order check), so no string is overwritten before it moves.
+    unsafe {
+        let env = environ;
+        if env.is_null() {
+            return;
+        }
+        let mut last = 0usize;
+        let mut p = env;
+        while !(*p).is_null() {
+            let a = *p as usize;
+            if start <= a && a < end {
+                if a <= last {
+                    return;
+                }
+                last = a;
+            }
+            p = p.add(1);
+        }
+        let mut w = start;
+        let mut p = env;
+        while !(*p).is_null() {
+            let a = *p as usize;
+            if start <= a && a < end {
+                let n = cstr(*p).len() + 1;
+                if a + n > end {
+                    return;
+                }
+                core::ptr::copy(a as *const u8, w as *mut u8, n);
+                *p = w as *mut c_char;
+                w += n;
+            } else if cstr(*p).starts_with(b"GLIBC_TUNABLES=") {
+                // The loader's copy (glibc before 2.40 points the entry at
+                // it): its bytes go where the original was, if they fit
+                // before the next string still to move; the entry keeps
+                // pointing at the copy.
+                let n = cstr(*p).len() + 1;
+                let mut q = p.add(1);
+                let mut limit = end;
+                while !(*q).is_null() {
+                    let b = *q as usize;
+                    if start <= b && b < end {
+                        limit = b;
+                        break;
+                    }
+                    q = q.add(1);
+                }
+                if w + n <= limit {
+                    core::ptr::copy_nonoverlapping(*p as *const u8, w as *mut u8, n);
+                    w += n;
+                }
+            }
+            p = p.add(1);
+        }
+        core::ptr::write_bytes(w as *mut u8, 0, end - w);
+    }
+}
+
+/// Does this process run one thread (`Threads:` of `/proc/self/status`)?
+fn single_threaded() -> bool {
+    let mut buf = [0u8; 512];
+    let mut one = false;
+    let _ = crate::maps::for_each_line(b"/proc/self/status\0", &mut buf, |l| {
+        match l.strip_prefix(b"Threads:") {
+            Some(v) => {
+                one = v.iter().filter(|c| !c.is_ascii_whitespace()).eq(b"1".iter());
+                false
+            }
+            None => true,
+        }
+    });
+    one
+}
+
+/// [`clean`] for a process that may run other threads by now (a wrapper
+/// that turned out to be the program when text it loaded later was
+/// remapped): the strings of the initial block are moved only while no
+/// other thread can be reading them.
+pub fn clean_later() {
+    if save() {
+        remove_settings();
+        if single_threaded() {
+            compact();
+        }
+    }
+}
+
+/// Save the settings, then take them (and what `run` added to the loader's
+/// variables: see `config::strip_preload`) out of the environment and of
+/// the initial environment block. Runs at single-threaded start-up.
+pub fn clean() {
+    if !save() {
+        // Without a copy, objects loaded later would lose the settings:
+        // leave them.
+        return;
+    }
+    remove_settings();
+    compact();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn env_block_fields_of_stat() {
+        let mut l = b"12 (a) b) c) S".to_vec();
+        for i in 4..=52 {
+            l.extend_from_slice(
+                format!(
+                    " {}",
+                    if i == 50 {
+                        1000
+                    } else if i == 51 {
+                        2000
+                    } else {
+                        i
+                    }
+                )
+                .as_bytes(),
+            );
+        }
+        assert_eq!(block_of_stat(&l), Some((1000, 2000)));
+        assert_eq!(block_of_stat(b"12 (a) S 1 2"), None);
+    }
+}
