@@ -125,7 +125,6 @@ fn plain() -> bool {
     }
 }
 
-
 /// The pass lock of this process: the preload copy's when this copy is the
 /// auditor and found it, else this copy's own.
 pub fn lock_word() -> &'static AtomicBool {
