@@ -259,7 +259,7 @@ pub struct SmapsStats {
 }
 
 /// Parse the text of `/proc/PID/smaps`.
-fn parse_smaps(text: &str) -> Vec<(Vma, SmapsStats)> {
+pub fn parse_smaps(text: &str) -> Vec<(Vma, SmapsStats)> {
     let mut out: Vec<(Vma, SmapsStats)> = Vec::new();
     for line in text.lines() {
         if let Some((key, val)) = line.split_once(':') {
