@@ -235,6 +235,9 @@ def collect(log, cell_json):
     res = {
         "cell": cell.get("cell"),
         "variant": guest.get("variant"),
+        # how "patched" was switched: the series' sysctls (records before
+        # the probe said so), or THP policy (a 7.x series without sysctls)
+        "switch": guest.get("switch") or ("sysctl" if guest.get("variant") == "patched" else None),
         "release": guest.get("release"),
         "series": series_of(guest.get("release")),
         "thp": guest.get("thp"),
