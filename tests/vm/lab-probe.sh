@@ -218,6 +218,8 @@ kselftests() {
   # load_address_pmd execs itself: from the disk under test, whose page
   # cache may hold PMD folios
   cp "$st/exec/load_address_pmd" "$kd/" 2> /dev/null
+  # and its static-PIE twin (the 7.x series' form), which it execs from there
+  cp "$st/exec/load_address_pmd_static" "$kd/" 2> /dev/null
   kselftest exec_folios 300 "$st/mm/exec_folios" "$kd"
   kselftest load_address_pmd 300 "$kd/load_address_pmd"
   kselftest soft-dirty 300 "$st/mm/soft-dirty"
