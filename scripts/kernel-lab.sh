@@ -302,6 +302,10 @@ build_selftests() {
       "$st/mm/exec_folios" "$st/mm/soft-dirty" "$st/mm/mkdirty" "$st/mm/cow" \
       "$st/mm/uffd-unit-tests" "$st/mm/khugepaged"
     make -C tools/testing/selftests/exec OUTPUT="$st/exec" "$st/exec/load_address_pmd"
+    # the static-PIE twin, where the series' Makefile has it (7.x)
+    if grep -q load_address_pmd_static tools/testing/selftests/exec/Makefile; then
+      make -C tools/testing/selftests/exec OUTPUT="$st/exec" "$st/exec/load_address_pmd_static"
+    fi
   ) > "$log" 2>&1 || die "building the $ser selftests failed: $(first_error "$log") (see ${log#"$repo"/})"
   say "selftests built from the patched $ser tree in $(( $(date +%s) - t )) s"
 }

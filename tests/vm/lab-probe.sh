@@ -10,9 +10,14 @@
 #   align  `hugetext align`, then a plain exec of the aligned file
 #   warm   `hugetext warm` of the (aligned) file, then a plain exec
 #   run    `hugetext run` of the original file
-# and, on a patched kernel, the plain exec once per setting of the patches'
-# sysctls (off = all 0, the defaults; on = exec folios at PMD order, the
-# 2 MiB THP readahead cap, vm.elf_pmd_align=1; congruent = vm.elf_pmd_align=2).
+# and, on a patched kernel, the plain exec once per setting of the patches:
+# where they have sysctls (6.12; the 7.x series' first form, whose records
+# the lab still reads), off = all 0, the defaults; on = exec folios at PMD
+# order, the 2 MiB THP readahead cap, vm.elf_pmd_align=1; congruent =
+# vm.elf_pmd_align=2. The 7.x series follows THP policy and has no switch
+# of its own: off = THP `madvise` (nothing advised, so the patches do
+# nothing), on = THP `always`; the MADV_HUGEPAGE route is what the
+# hugetext steps measure.
 # Then the guard: ET_EXEC programs, PIEs whose segments are not eligible,
 # non-exec and writable mappings, with address randomisation off, under
 # every setting (tests/vm/lab.py checks that nothing moved or changed size).
@@ -36,12 +41,27 @@ labmap=$extra/labmap
 dir=$PWD/target/scratch/lab-$mode
 rm -rf "$dir" && mkdir -p "$dir"
 
+# Patched: a kernel with the series' sysctl (6.12, and the 7.x series'
+# first form), or one whose built-in KUnit suites include the 7.x series'
+# exec_folio suite, which only a kernel with the series has (read from
+# debugfs, else from the kernel log).
+thp_enabled=/sys/kernel/mm/transparent_hugepage/enabled
+policy=0
+patched_by_kunit() {
+  [ -d /sys/kernel/debug/kunit ] || mount -t debugfs debugfs /sys/kernel/debug 2> /dev/null
+  [ -d /sys/kernel/debug/kunit/exec_folio ] && return 0
+  dmesg | grep -q '# Subtest: exec_folio$'
+}
 if [ -e /proc/sys/vm/exec_folio_order ]; then
   variant=patched
   settings="off on congruent"
-  # The 7.x series has no vm.elf_pmd_align: its alignment follows exec
-  # folios, so "congruent" would repeat "on".
+  # The 7.x series' first form has no vm.elf_pmd_align: its alignment
+  # follows exec folios, so "congruent" would repeat "on".
   [ -e /proc/sys/vm/elf_pmd_align ] || settings="off on"
+elif patched_by_kunit; then
+  variant=patched
+  policy=1
+  settings="off on"
 else
   variant=stock
   settings=stock
@@ -66,9 +86,20 @@ khrestore() { [ -n "$khsaved" ] && echo "$khsaved" > "$khsleep"; return 0; }
 # whole text windows in small folios before their first exec fault.
 ra_kb=${LAB_READ_AHEAD_KB:-128}
 for q in /sys/block/vd*/queue/read_ahead_kb; do [ -w "$q" ] && echo "$ra_kb" > "$q"; done
-echo "@@HT {\"kind\":\"lab-guest\",\"variant\":\"$variant\",\"thp\":\"$mode\",\"read_ahead_kb\":$ra_kb,\"release\":\"$(uname -r)\",\"uptime\":$(cut -d. -f1 /proc/uptime)}"
+switch=sysctl
+[ $policy = 1 ] && switch=thp
+[ "$variant" = stock ] && switch=none
+echo "@@HT {\"kind\":\"lab-guest\",\"variant\":\"$variant\",\"switch\":\"$switch\",\"thp\":\"$mode\",\"read_ahead_kb\":$ra_kb,\"release\":\"$(uname -r)\",\"uptime\":$(cut -d. -f1 /proc/uptime)}"
 
-setting() { # NAME: set the patches' sysctls
+setting() { # NAME: set the patches' sysctls, or THP policy (boot: the cell's mode)
+  if [ $policy = 1 ]; then
+    case $1 in
+      off) echo madvise > "$thp_enabled" ;;
+      on) echo always > "$thp_enabled" ;;
+      *) echo "$mode" > "$thp_enabled" ;;
+    esac
+    return 0
+  fi
   case $1 in
     off) v="0 0 0" ;;
     on) v="9 1 1" ;;
@@ -182,12 +213,17 @@ kselftests() {
   khrestore
   st=$extra/selftests
   [ -d "$st" ] || { echo "@@LAB selftest|@missing"; return 0; }
+  # the sysctls at their defaults; THP as the cell booted it, so that a
+  # cell booted with THP never or madvise shows the selftests' skips
   setting off
+  setting boot
   kd=$dir/selftests
   mkdir -p "$kd" && cd "$kd" || return 0
   # load_address_pmd execs itself: from the disk under test, whose page
   # cache may hold PMD folios
   cp "$st/exec/load_address_pmd" "$kd/" 2> /dev/null
+  # and its static-PIE twin (the 7.x series' form), which it execs from there
+  cp "$st/exec/load_address_pmd_static" "$kd/" 2> /dev/null
   kselftest exec_folios 300 "$st/mm/exec_folios" "$kd"
   kselftest load_address_pmd 300 "$kd/load_address_pmd"
   kselftest soft-dirty 300 "$st/mm/soft-dirty"
@@ -198,6 +234,7 @@ kselftests() {
   cd - > /dev/null || true
   rm -rf "$kd"
   setting off
+  setting boot
 }
 
 if [ "${LAB_PART:-}" = selftests ]; then
@@ -362,5 +399,6 @@ setting "$s"
 if [ -z "${LAB_NO_BENCH:-}" ] && [ $lf = 1 ]; then
   out "$s/bench/exec" "$ht" bench exec --size 32M --runs 1 --random-passes 1 --dir "$dir" --json
 fi
+setting boot
 rm -rf "$dir"
 echo "@@HT {\"kind\":\"probe\",\"name\":\"lab\",\"thp\":\"$mode\",\"rc\":0}"

@@ -235,6 +235,9 @@ def collect(log, cell_json):
     res = {
         "cell": cell.get("cell"),
         "variant": guest.get("variant"),
+        # how "patched" was switched: the series' sysctls (records before
+        # the probe said so), or THP policy (a 7.x series without sysctls)
+        "switch": guest.get("switch") or ("sysctl" if guest.get("variant") == "patched" else None),
         "release": guest.get("release"),
         "series": series_of(guest.get("release")),
         "thp": guest.get("thp"),
@@ -753,7 +756,8 @@ and RHEL 10, against Debian's `linux-source-6.12`) and
 [kernel/7.x/](../kernel/7.x/) for mainline (against Debian's
 `linux-source-7.3`), holding only what 7.3 lacks. Each has a cover letter
 (README.md) with the review of the first 6.12 form, finding by finding.
-Every switch defaults to the stock behaviour.
+Every 6.12 switch defaults to the stock behaviour; the 7.x series has no
+switch of its own and follows THP policy.
 
 The 6.12 series:
 
@@ -800,14 +804,20 @@ every caller, and its only figures were emulated (see the cover letter).
 The 7.x series: first a fix of mainline's own, also ready to be sent alone
 (merging the dirty bits of a PTE batch, in batched `mprotect()` and in the
 restore path of `try_to_unmap_one()`, no longer marks the whole batch
-soft-dirty; x86, powerpc book3s64, s390 and riscv), then PMD-order exec
-folios as opt-in `vm.exec_folio_order` (7.3 has `exec_folio_order()`, 64 KiB
-on arm64 and 0 on x86), ELF PMD alignment that follows it (congruent
-read-only executable segments with a whole window, only while exec folios
-are PMD-sized, the file backing the mapping (under overlayfs the real
-one) can hold PMD folios and is not shmem, and at least
-16 bits of load-bias randomisation remain, 64-bit), and the same tests. 7.3 already
-has the mmap_miss exemption, the 2 MiB cap and PTE-batched mprotect.
+soft-dirty; x86, powerpc book3s64, s390 and riscv), then PMD-sized exec
+folios under THP `always` (7.3 has `exec_folio_order()`, 64 KiB on arm64
+and 0 on x86), ELF PMD alignment under THP `always` (congruent read-only
+executable segments with a whole window, only where the file backing the
+mapping (under overlayfs the real one; shmem only when its `huge=` gives
+it PMD folios) can hold PMD folios and at least 16 bits of load-bias
+randomisation remain, 64-bit), and the same tests. Neither adds a
+setting: they follow THP policy (not under `madvise` or `never`, not with
+`MADV_NOHUGEPAGE` or `PR_SET_THP_DISABLE`). The record below is of the
+series' first form, which did the same behind `vm.exec_folio_order`
+(set to 9 for "patched"); the lab measures this form as THP `always`
+against THP `madvise` with nothing advised, and has not run it yet. 7.3
+already has the mmap_miss exemption, the 2 MiB cap and PTE-batched
+mprotect.
 
 `scripts/kernel-lab.sh --check` (CI) checks both series, and the 7.x fix
 alone: they apply to the pristine packaged sources, every patch is clean
@@ -847,7 +857,9 @@ folio sizes and mapping states are the evidence, not the times.**
 (`hugetext inspect`) of the program's (or the library's) executable
 mappings, over their size; "read at first exec" is `pgpgin` from exec to
 "ready". Patched = the series' switches set (`vm.exec_folio_order=9`, and
-on 6.12 `vm.thp_readahead_cap=1`, `vm.elf_pmd_align=1`); "+ hugetext" is
+on 6.12 `vm.thp_readahead_cap=1`, `vm.elf_pmd_align=1`; a 7.x kernel
+without switches, recorded as `"switch": "thp"`: THP `always`, and "off"
+is THP `madvise` with nothing advised); "+ hugetext" is
 the best of `align` (aligned file, plain exec), `align` + `warm` (then plain
 exec) and `run` (the original file), with the command that got there.
 
@@ -1023,17 +1035,17 @@ def figures(json_path):
     sd = f"{sd.group(1)} of {sd.group(2)} pages soft-dirty" if sd else "(no soft-dirty failure on stock in the record)"
     k = "kernel/7.x/"
     want = [
-        (k + "0002-mm-filemap-opt-in-PMD-order-exec-folios.patch",
+        (k + "0002-mm-filemap-read-PMD-sized-exec-folios-under-THP-alwa.patch",
          (f"PMD-maps {on['bfd']}% of a GNU ld PIE with 20 MiB of text and of a shared library with 20 MiB of text "
           f"({stock['bfd']}% stock;")),
-        (k + "0002-mm-filemap-opt-in-PMD-order-exec-folios.patch",
+        (k + "0002-mm-filemap-read-PMD-sized-exec-folios-under-THP-alwa.patch",
          (f"and {on['node']}% of node's 26 MiB of text, which then reads {mib(on_node['pgpgin_kb'])} MiB at its "
           f"first exec against {mib(stock_node['pgpgin_kb'])} MiB stock "
           f"({more(on_node['pgpgin_kb'], stock_node['pgpgin_kb'])}) and keeps {mib(on_node['resident_kb'])} MiB "
           f"of its text mapping resident against {mib(stock_node['resident_kb'])} MiB "
           f"({more(on_node['resident_kb'], stock_node['resident_kb'])})")),
-        (k + "0002-mm-filemap-opt-in-PMD-order-exec-folios.patch", f"PIEs linked by lld or mold gain nothing ({on['lld']}%)"),
-        (k + "0003-binfmt_elf-PMD-align-ET_DYN-programs-for-PMD-sized-e.patch",
+        (k + "0002-mm-filemap-read-PMD-sized-exec-folios-under-THP-alwa.patch", f"PIEs linked by lld or mold gain nothing ({on['lld']}%)"),
+        (k + "0003-binfmt_elf-PMD-align-ET_DYN-programs-under-THP-alway.patch",
          f"PMD-maps {on['bfd']}% of its text ({stock['bfd']}% stock); PIEs linked by lld or mold get {on['mold']}%"),
         (k + "0001-mm-don-t-set-soft-dirty-when-merging-the-dirty-bits-.patch", f"found {sd} after mprotect(PROT_READ)"),
         (k + "standalone/0001-mm-don-t-set-soft-dirty-when-merging-the-dirty-bits-.patch",
