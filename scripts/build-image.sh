@@ -36,7 +36,8 @@ chmod 755 "$work"  # apt reads the local .deb as _apt
 
 [ -x target/release/hugetext ] && [ -f target/release/libhugetext.so ] ||
   cargo build --release --locked -p hugetext-cli -p hugetext-preload
-cargo deb -p hugetext-cli --no-build --fast --output "$work/hugetext.deb" >/dev/null
+# Stripped: the debug info the release build keeps is 30 MiB of the binary.
+cargo deb -p hugetext-cli --no-build --fast --strip --output "$work/hugetext.deb" >/dev/null
 deb="$work/hugetext.deb"
 
 # The inputs' hash: the files the .deb installs (contents, not mtimes), its
@@ -55,10 +56,13 @@ fi
 
 # mmdebstrap installs the .deb's dependencies from the mirror, then the .deb
 # itself with dpkg in the new root (apt cannot reach a local file from the
-# chroot); the dpkg path filters keep docs and locales out.
+# chroot); the dpkg path filters keep docs and locales out. The merged-usr
+# hook makes the /usr symlinks itself, as debootstrap and Debian's images do,
+# instead of installing usrmerge (which brings 47 MiB of perl).
 deps=$(dpkg-deb -f "$deb" Depends | tr ',' '\n' | sed 's/[(|].*//; s/ //g' | grep . | sort -u | paste -sd, -)
 echo "build-image: mmdebstrap --variant=minbase $suite + hugetext_$version.deb" >&2
 mmdebstrap --variant=minbase --mode=root \
+  --hook-dir=/usr/share/mmdebstrap/hooks/merged-usr \
   --dpkgopt='path-exclude=/usr/share/doc/*' \
   --dpkgopt='path-include=/usr/share/doc/*/copyright' \
   --dpkgopt='path-include=/usr/share/doc/hugetext/examples/*' \
