@@ -672,7 +672,9 @@ fn daemonset_pod_sees_host_processes_and_warms_host_files() {
     )
     .unwrap_or_else(|| panic!("no ratio for cgroup {}: {page}", cg.name));
     // The cgroup's file text, by class, against smaps: PMD-mapped bytes
-    // exactly, the total within 4 pages (printed, to see what differs).
+    // exactly, the total within 4 pages: the agent also counts the [vdso]'s
+    // present page as file text (PAGEMAP_SCAN calls kernel pages file),
+    // which this sum of file mappings leaves out.
     let prefix = format!("hugetext_cgroup_text_bytes{{cgroup=\"{}\",kind=\"file\",", cg.name);
     let total: f64 = page
         .lines()
