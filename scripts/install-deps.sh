@@ -10,6 +10,7 @@ pkgs=(gcc binutils lld mold xfsprogs btrfs-progs e2fsprogs hyperfine linux-perf 
       qemu-system-arm gcc-aarch64-linux-gnu binutils-aarch64-linux-gnu libc6-dev-arm64-cross
       make flex bison bc libelf-dev libssl-dev)
 pkgs+=(strace systemd)  # agent_packaging.rs: the syscalls the agent makes, checked against the unit's SystemCallFilter (systemd-analyze)
+pkgs+=(podman runc mmdebstrap)  # scripts/build-image.sh and tests/daemonset_pod.rs: the image, run as the DaemonSet runs it (runc: crun refuses hybrid cgroups)
 pkgs+=(gcc-aarch64-linux-gnu binutils-aarch64-linux-gnu qemu-user)  # tests/arm64.rs: cross-built AArch64 programs, run under qemu-user
 pkgs+=(gcc-aarch64-linux-gnu)  # scripts/kernel-lab.sh --check: the kernel series' objects cross-compiled for arm64
 pkgs+=(shellcheck)  # scripts/lint.sh

@@ -1,13 +1,28 @@
 #!/usr/bin/env bash
 # The test command: install what is needed, build everything, build the ELF
 # fixtures, and run the whole test suite against the real kernel.
+#
+#   bash scripts/test.sh               # everything
+#   bash scripts/test.sh --containers  # only the container part (a few minutes)
+#
+# The container part: scripts/build-image.sh builds the image (a Debian
+# minbase root plus the .deb, reused while its inputs' hash is unchanged)
+# into rootful podman, and tests/daemonset_pod.rs runs it with the settings
+# of packaging/k8s/daemonset.yaml.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/install-deps.sh
 export PATH="$HOME/.cargo/bin:$PATH"
+if [ "${1:-}" = "--containers" ]; then
+  cargo build --release --locked -p hugetext-cli -p hugetext-preload
+  bash tests/fixtures/mkfixtures.sh target/fixtures
+  bash scripts/build-image.sh
+  exec cargo test --release --locked -p hugetext-cli --test daemonset_pod -- --test-threads=2
+fi
 cargo build --release --workspace --locked
 bash scripts/lint.sh
 bash tests/fixtures/mkfixtures.sh target/fixtures
+bash scripts/build-image.sh
 cargo test --release --workspace --locked -- --test-threads=2
 # The kernel patch series (kernel/6.12/, kernel/7.x/): each applies to
 # Debian's packaged source (linux-source-6.12, linux-source-7.3), is clean
