@@ -113,7 +113,7 @@ pub fn escape_name(bytes: &[u8]) -> String {
 }
 
 /// The bytes of a name written by [`escape_name`].
-fn name_bytes(text: &str) -> Vec<u8> {
+pub(crate) fn name_bytes(text: &str) -> Vec<u8> {
     let b = text.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
