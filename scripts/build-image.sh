@@ -27,6 +27,8 @@ done
 
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 manifest_image=$(sed -n 's/^ *image: *//p' packaging/k8s/daemonset.yaml | head -1)
+# the host's own release file, read at run time
+# shellcheck disable=SC1091
 suite=$(. /etc/os-release && echo "${VERSION_CODENAME:?}")
 tag="localhost/hugetext:$version"
 
@@ -34,8 +36,9 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/hugetext-image.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 chmod 755 "$work"  # apt reads the local .deb as _apt
 
-[ -x target/release/hugetext ] && [ -f target/release/libhugetext.so ] ||
+if ! [ -x target/release/hugetext ] || ! [ -f target/release/libhugetext.so ]; then
   cargo build --release --locked -p hugetext-cli -p hugetext-preload
+fi
 # Stripped: the debug info the release build keeps is 30 MiB of the binary.
 cargo deb -p hugetext-cli --no-build --fast --strip --output "$work/hugetext.deb" >/dev/null
 deb="$work/hugetext.deb"
@@ -61,6 +64,9 @@ fi
 # instead of installing usrmerge (which brings 47 MiB of perl).
 deps=$(dpkg-deb -f "$deb" Depends | tr ',' '\n' | sed 's/[(|].*//; s/ //g' | grep . | sort -u | paste -sd, -)
 echo "build-image: mmdebstrap --variant=minbase $suite + hugetext_$version.deb" >&2
+# The hooks are shell commands mmdebstrap runs with "$1" set to the root:
+# single-quoted so that they expand there, not here.
+# shellcheck disable=SC2016
 mmdebstrap --variant=minbase --mode=root \
   --hook-dir=/usr/share/mmdebstrap/hooks/merged-usr \
   --dpkgopt='path-exclude=/usr/share/doc/*' \
