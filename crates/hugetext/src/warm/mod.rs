@@ -163,6 +163,12 @@ pub fn warm_target(t: &Target, opts: &WarmOptions, ctx: &mut WarmContext) -> Res
     }
 
     let (mut report, have) = report::measure(t, &fs, &stuck)?;
+    if report.size != t.size {
+        notes.push(format!(
+            "the file changed size while it was warmed ({} bytes when planned, {} now): what it holds now is reported",
+            t.size, report.size
+        ));
+    }
     report.notes = notes.clone();
 
     // Better route: collapse windows that stayed small in place.
