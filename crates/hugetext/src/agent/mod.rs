@@ -223,7 +223,12 @@ impl Agent {
         let (addr, t) = http::start(sa, shared.clone(), http::Limits::of_this_process(), stop_http.clone())?;
         let mut threads = vec![t];
         let sh = shared.clone();
-        threads.push(std::thread::spawn(move || keep(&sh)));
+        threads.push(
+            std::thread::Builder::new()
+                .name("hugetext-policy".into())
+                .spawn(move || keep(&sh))
+                .map_err(|e| Error::Other(format!("cannot start the policy thread: {e}")))?,
+        );
         Ok(Agent {
             shared,
             stop_http,
