@@ -533,7 +533,8 @@ unsafe fn touch_pages_guarded(addr: usize, len: usize) -> bool {
 
 /// `cachestat(2)` (Linux 6.5): pages of `[offset, offset + len)` of `fd`
 /// in the page cache, counted by the kernel without a per-page walk of the
-/// holes. `None` where the kernel has no such call.
+/// holes. `None` where the kernel has no such call, or on a stacking
+/// filesystem, whose pages it does not see.
 pub fn cached_pages(fd: BorrowedFd<'_>, offset: u64, len: u64) -> Option<u64> {
     #[repr(C)]
     struct Range {
@@ -552,6 +553,13 @@ pub fn cached_pages(fd: BorrowedFd<'_>, offset: u64, len: u64) -> Option<u64> {
     static MISSING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
     if MISSING.load(std::sync::atomic::Ordering::Relaxed) || len == 0 {
         return (len == 0).then_some(0);
+    }
+    // Stacking filesystems (overlayfs, FUSE passthrough, eCryptfs) keep the
+    // pages in the file below, which mappings reach and cachestat does not.
+    const STACKED: [i64; 3] = [0x794c_7630, 0x6573_5546, 0xf15f];
+    match rustix::fs::fstatfs(fd) {
+        Ok(st) if !STACKED.contains(&(st.f_type as i64)) => {}
+        _ => return None,
     }
     let r = Range { off: offset, len };
     let mut st = Stat::default();
