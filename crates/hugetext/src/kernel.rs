@@ -557,6 +557,8 @@ pub fn cached_pages(fd: BorrowedFd<'_>, offset: u64, len: u64) -> Option<u64> {
     // Stacking filesystems (overlayfs, FUSE passthrough, eCryptfs) keep the
     // pages in the file below, which mappings reach and cachestat does not.
     const STACKED: [i64; 3] = [0x794c_7630, 0x6573_5546, 0xf15f];
+    // `f_type`'s type differs between architectures.
+    #[allow(clippy::unnecessary_cast)]
     match rustix::fs::fstatfs(fd) {
         Ok(st) if !STACKED.contains(&(st.f_type as i64)) => {}
         _ => return None,
