@@ -312,6 +312,17 @@ mod tests {
     use super::*;
 
     #[test]
+    fn globs_into_proc_and_sys_are_named() {
+        assert_eq!(under_kernel_fs("/sys/**"), Some("/sys"));
+        assert_eq!(under_kernel_fs("/proc/*/exe"), Some("/proc"));
+        assert_eq!(under_kernel_fs("/usr/../proc/x"), Some("/proc"));
+        assert_eq!(under_kernel_fs("//./sys"), Some("/sys"));
+        assert_eq!(under_kernel_fs("/*/lib/*.so"), Some("/proc"));
+        assert_eq!(under_kernel_fs("/usr/lib/**/*.so"), None);
+        assert_eq!(under_kernel_fs("/srv/proc/*.so"), None);
+    }
+
+    #[test]
     fn mem_limits_parse() {
         assert_eq!("50%".parse::<MemLimit>().unwrap(), MemLimit::Percent(50.0));
         assert_eq!("4G".parse::<MemLimit>().unwrap(), MemLimit::Bytes(4 << 30));

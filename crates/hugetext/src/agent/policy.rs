@@ -57,8 +57,8 @@ pub fn explicit_files_until(cfg: &Config, cancel: &dyn Fn() -> bool) -> Explicit
         }
     }
     for g in &cfg.agent.globs {
-        let before = out.files.len();
-        match walk_glob(g, &mut out.files, cancel) {
+        let mut matched = false;
+        match walk_glob(g, &mut out.files, &mut matched, cancel) {
             Walk::Done => {}
             Walk::Cancelled => {
                 out.cancelled = true;
@@ -68,7 +68,7 @@ pub fn explicit_files_until(cfg: &Config, cancel: &dyn Fn() -> bool) -> Explicit
                 "glob {g:?}: stopped after {why} (walks are bounded; symbolic links to directories are not followed): name a narrower tree"
             )),
         }
-        if out.files.len() == before {
+        if !matched {
             out.missing.push(g.clone());
         }
     }
@@ -82,8 +82,8 @@ enum Walk {
 }
 
 /// Add the regular files matching the absolute glob `pattern` to `files`
-/// (see [`explicit_files_until`]).
-fn walk_glob(pattern: &str, files: &mut BTreeSet<PathBuf>, cancel: &dyn Fn() -> bool) -> Walk {
+/// (see [`explicit_files_until`]); `matched` is set when one does.
+fn walk_glob(pattern: &str, files: &mut BTreeSet<PathBuf>, matched: &mut bool, cancel: &dyn Fn() -> bool) -> Walk {
     let Ok(full) = glob::Pattern::new(pattern) else {
         return Walk::Done;
     };
@@ -97,9 +97,10 @@ fn walk_glob(pattern: &str, files: &mut BTreeSet<PathBuf>, cancel: &dyn Fn() -> 
     let lit = comps.iter().take_while(|c| !wild(c)).count();
     let mut root = PathBuf::from("/");
     root.extend(&comps[..lit]);
-    let add = |p: &Path, files: &mut BTreeSet<PathBuf>| {
+    let mut add = |p: &Path, files: &mut BTreeSet<PathBuf>| {
         if p.is_file() {
             files.insert(crate::warm::resolve_link(p));
+            *matched = true;
         }
     };
     if lit == comps.len() {
@@ -339,6 +340,27 @@ mod tests {
         r.saw(Path::new("/b"), t0 + Duration::from_secs(50));
         let later = t0 + Duration::from_secs(70);
         assert_eq!(r.within(Duration::from_secs(60), later), vec![PathBuf::from("/b")]);
+    }
+
+    #[test]
+    fn glob_walks_do_not_follow_links_to_directories() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().canonicalize().unwrap();
+        std::fs::create_dir_all(d.join("a/b")).unwrap();
+        std::fs::write(d.join("a/b/x.so"), b"x").unwrap();
+        std::fs::write(d.join("top.so"), b"x").unwrap();
+        std::os::unix::fs::symlink("..", d.join("a/up")).unwrap();
+        std::os::unix::fs::symlink("..", d.join("a/b/up")).unwrap();
+        std::os::unix::fs::symlink(d.join("a/b/x.so"), d.join("a/link.so")).unwrap();
+        let mut cfg = Config::default();
+        cfg.agent.globs = vec![format!("{}/**/*.so", d.display()), format!("{}/a/*/x.so", d.display())];
+        let w = explicit_files_until(&cfg, &|| false);
+        // The link to a file is resolved to it; the links to directories
+        // are not followed.
+        assert!(w.missing.is_empty() && w.cut_short.is_empty() && !w.cancelled, "{w:?}");
+        let files: Vec<PathBuf> = w.files.into_iter().collect();
+        assert_eq!(files, vec![d.join("a/b/x.so"), d.join("top.so")]);
+        assert!(explicit_files_until(&cfg, &|| true).cancelled);
     }
 
     #[test]
