@@ -266,8 +266,33 @@ fn globs<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error
             return Err(serde::de::Error::custom(format!("glob {g:?} is not an absolute path")));
         }
         glob::Pattern::new(g).map_err(|e| serde::de::Error::custom(format!("glob {g:?}: {e}")))?;
+        if let Some(fs) = under_kernel_fs(g) {
+            return Err(serde::de::Error::custom(format!(
+                "glob {g:?} reaches into {fs}, which holds no programs to warm (and links that loop): name the files' own directories"
+            )));
+        }
     }
     Ok(v)
+}
+
+/// `/proc` or `/sys` when the absolute pattern or path `p` (its `..`
+/// resolved lexically) names something in them, or may (a wildcard in its
+/// first component). Pure.
+pub fn under_kernel_fs(p: &str) -> Option<&'static str> {
+    let mut parts: Vec<&str> = Vec::new();
+    for c in p.split('/') {
+        match c {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            c => parts.push(c),
+        }
+    }
+    let first = parts.first()?;
+    ["/proc", "/sys"]
+        .into_iter()
+        .find(|fs| glob::Pattern::new(first).is_ok_and(|pat| pat.matches(&fs[1..])))
 }
 
 fn duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
@@ -285,6 +310,17 @@ fn duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Duration, D::Error
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn globs_into_proc_and_sys_are_named() {
+        assert_eq!(under_kernel_fs("/sys/**"), Some("/sys"));
+        assert_eq!(under_kernel_fs("/proc/*/exe"), Some("/proc"));
+        assert_eq!(under_kernel_fs("/usr/../proc/x"), Some("/proc"));
+        assert_eq!(under_kernel_fs("//./sys"), Some("/sys"));
+        assert_eq!(under_kernel_fs("/*/lib/*.so"), Some("/proc"));
+        assert_eq!(under_kernel_fs("/usr/lib/**/*.so"), None);
+        assert_eq!(under_kernel_fs("/srv/proc/*.so"), None);
+    }
 
     #[test]
     fn mem_limits_parse() {

@@ -230,7 +230,7 @@ pub fn scan_open(f: &File, path: &Path, range: Option<Range<u64>>) -> Result<Fil
         // without mapping it: the scan costs what is cached, not the range.
         // Kernels without cachestat (before 6.5) skip the file's holes
         // instead (zero pages cached there by reads of a hole go uncounted).
-        let skip = match kernel::cached_pages(f, off, len as u64) {
+        let skip = match kernel::cached_pages(f.as_fd(), off, len as u64) {
             Some(n) => n == 0,
             None => all_hole(f, off, len as u64),
         };
@@ -241,12 +241,21 @@ pub fn scan_open(f: &File, path: &Path, range: Option<Range<u64>>) -> Result<Fil
         let map = Mapping::file_congruent(f.as_fd(), off, len, libc::PROT_READ, largest as usize)?;
         map.madvise(0, len, libc::MADV_RANDOM)?;
         let resident = map.resident()?;
-        for (i, r) in resident.iter().enumerate() {
-            if *r {
-                // SAFETY: the page is inside our mapping and cached; a read
-                // maps it without I/O.
-                unsafe { std::ptr::read_volatile(map.as_ptr().add(i * ps as usize)) };
+        let mut i = 0;
+        while i < resident.len() {
+            if !resident[i] {
+                i += 1;
+                continue;
             }
+            let j = i + resident[i..].iter().take_while(|r| **r).count();
+            // The pages are cached, so this maps them without I/O. A file
+            // truncated meanwhile is an error here (never SIGBUS): pages
+            // past its end stay unmapped and are not counted.
+            match map.populate_read(i * ps as usize, (j - i) * ps as usize) {
+                Err(e) if !kernel::is_past_eof(&e) => return Err(e),
+                _ => {}
+            }
+            i = j;
         }
         let pm = read_pagemap(None, map.addr(), resident.len())?;
         let sizes = folio_sizes(&kpf_file, &pm)?;

@@ -451,10 +451,15 @@ pub fn populate_by_touch() -> bool {
 /// PMD window reads a PMD-order folio and maps it whole, so the window's
 /// other loads cost no fault.
 ///
+/// Never dies of SIGBUS: a page past the end of a file (truncated by
+/// someone else meanwhile) is an `EFAULT` error ([`is_past_eof`]), from
+/// `MADV_POPULATE_READ` or from the loads, which run under a guard that
+/// turns the fault into that error.
+///
 /// # Safety
 /// `[addr, addr + len)` must be readable memory of this process that stays
-/// mapped during the call (a fault past the end of a file raises SIGBUS
-/// where `MADV_POPULATE_READ` would return EFAULT).
+/// mapped during the call. A page past the end of a file in it may be
+/// replaced by a private zero page (the guard's way out of the fault).
 pub unsafe fn populate_read(addr: usize, len: usize) -> Result<()> {
     if !populate_by_touch() {
         // SAFETY: MADV_POPULATE_READ only faults pages in; it discards nothing.
@@ -466,14 +471,27 @@ pub unsafe fn populate_read(addr: usize, len: usize) -> Result<()> {
         }
     }
     // SAFETY: the caller's contract.
-    unsafe { touch_pages(addr, len) };
-    Ok(())
+    match unsafe { touch_pages_guarded(addr, len) } {
+        true => Ok(()),
+        false => Err(Error::Sys {
+            call: "read (past the end of the file)",
+            source: std::io::Error::from_raw_os_error(libc::EFAULT),
+        }),
+    }
+}
+
+/// Whether `e` is [`populate_read`]'s error for a page past the end of the
+/// file (the file shrank under the mapping).
+pub fn is_past_eof(e: &Error) -> bool {
+    matches!(e, Error::Sys { source, .. } if source.raw_os_error() == Some(libc::EFAULT))
 }
 
 /// Load one byte of every page of `[addr, addr + len)`, in address order.
 ///
 /// # Safety
-/// As for [`populate_read`]: readable memory of this process.
+/// As for [`populate_read`]: readable memory of this process. A page of a
+/// file mapping past the end of the file raises SIGBUS here: prefer
+/// [`populate_read`].
 pub unsafe fn touch_pages(addr: usize, len: usize) {
     let ps = page_size();
     let mut p = addr;
@@ -482,6 +500,141 @@ pub unsafe fn touch_pages(addr: usize, len: usize) {
         unsafe { std::ptr::read_volatile(p as *const u8) };
         p += ps;
     }
+}
+
+thread_local! {
+    /// The range whose SIGBUS the guard takes on this thread (start, end).
+    static BUS_GUARD: std::cell::Cell<(usize, usize)> = const { std::cell::Cell::new((0, 0)) };
+    /// Set by the guard when it took a fault.
+    static BUS_HIT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// The SIGBUS action before the guard's (run for faults outside a guard).
+static OLD_BUS: std::sync::OnceLock<libc::sigaction> = std::sync::OnceLock::new();
+static PAGE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(4096);
+
+extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut c_void) {
+    // SAFETY: the kernel passes a valid siginfo for SA_SIGINFO handlers.
+    let addr = unsafe { (*info).si_addr() } as usize;
+    let (start, end) = BUS_GUARD.with(|g| g.get());
+    if addr >= start && addr < end {
+        let ps = PAGE.load(std::sync::atomic::Ordering::Relaxed);
+        // Replace the page that cannot be read with a private zero page
+        // (async-signal-safe: one system call); the load then completes.
+        // SAFETY: the page is inside the guarded range, which the caller
+        // of `touch_pages_guarded` owns.
+        unsafe {
+            libc::mmap(
+                (addr & !(ps - 1)) as *mut c_void,
+                ps,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
+                -1,
+                0,
+            )
+        };
+        BUS_HIT.with(|h| h.set(true));
+        return;
+    }
+    // Not ours: what was there before (by default, the process dies as it
+    // would have without the guard).
+    match OLD_BUS.get() {
+        Some(old) if old.sa_flags & libc::SA_SIGINFO != 0 && old.sa_sigaction > 1 => {
+            // SAFETY: the previous handler, called as it was installed.
+            let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut c_void) =
+                unsafe { std::mem::transmute(old.sa_sigaction) };
+            f(sig, info, ctx)
+        }
+        Some(old) if old.sa_sigaction > 1 => {
+            // SAFETY: as above, a plain handler.
+            let f: extern "C" fn(libc::c_int) = unsafe { std::mem::transmute(old.sa_sigaction) };
+            f(sig)
+        }
+        _ => {
+            // SAFETY: resetting to the default action; the faulting load
+            // runs again and the kernel delivers SIGBUS as it would have.
+            unsafe { libc::signal(libc::SIGBUS, libc::SIG_DFL) };
+        }
+    }
+}
+
+/// Install the SIGBUS guard's handler once per process.
+fn install_bus_guard() {
+    OLD_BUS.get_or_init(|| {
+        PAGE.store(page_size(), std::sync::atomic::Ordering::Relaxed);
+        // SAFETY: plain sigaction calls with zeroed, then filled, structs.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_sigbus as *const () as usize;
+            sa.sa_flags = libc::SA_SIGINFO | libc::SA_NODEFER;
+            libc::sigemptyset(&mut sa.sa_mask);
+            let mut old: libc::sigaction = std::mem::zeroed();
+            libc::sigaction(libc::SIGBUS, &sa, &mut old);
+            old
+        }
+    });
+}
+
+/// [`touch_pages`] under a SIGBUS guard: a page that cannot be read (past
+/// the end of a file that shrank) becomes a zero page instead of killing
+/// the process. False when that happened.
+///
+/// # Safety
+/// As for [`populate_read`].
+unsafe fn touch_pages_guarded(addr: usize, len: usize) -> bool {
+    install_bus_guard();
+    BUS_HIT.with(|h| h.set(false));
+    BUS_GUARD.with(|g| g.set((addr, addr + len)));
+    // SAFETY: the caller's contract; faults in the range are the guard's.
+    unsafe { touch_pages(addr, len) };
+    BUS_GUARD.with(|g| g.set((0, 0)));
+    !BUS_HIT.with(|h| h.get())
+}
+
+/// `cachestat(2)` (Linux 6.5): pages of `[offset, offset + len)` of `fd`
+/// in the page cache, counted by the kernel without a per-page walk of the
+/// holes. `None` where the kernel has no such call, or on a stacking
+/// filesystem, whose pages it does not see.
+pub fn cached_pages(fd: BorrowedFd<'_>, offset: u64, len: u64) -> Option<u64> {
+    #[repr(C)]
+    struct Range {
+        off: u64,
+        len: u64,
+    }
+    #[repr(C)]
+    #[derive(Default)]
+    struct Stat {
+        nr_cache: u64,
+        nr_dirty: u64,
+        nr_writeback: u64,
+        nr_evicted: u64,
+        nr_recently_evicted: u64,
+    }
+    static MISSING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if MISSING.load(std::sync::atomic::Ordering::Relaxed) || len == 0 {
+        return (len == 0).then_some(0);
+    }
+    // Stacking filesystems (overlayfs, FUSE passthrough, eCryptfs) keep the
+    // pages in the file below, which mappings reach and cachestat does not.
+    const STACKED: [i64; 3] = [0x794c_7630, 0x6573_5546, 0xf15f];
+    // `f_type`'s type differs between architectures.
+    #[allow(clippy::unnecessary_cast)]
+    match rustix::fs::fstatfs(fd) {
+        Ok(st) if !STACKED.contains(&(st.f_type as i64)) => {}
+        _ => return None,
+    }
+    let r = Range { off: offset, len };
+    let mut st = Stat::default();
+    // SAFETY: cachestat reads `r` and writes `st`, both ours and of the
+    // kernel's layout; 451 is its number on every architecture.
+    let rc = unsafe { libc::syscall(451, fd.as_raw_fd(), &r as *const Range, &mut st as *mut Stat, 0u32) };
+    if rc != 0 {
+        if std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOSYS) {
+            MISSING.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        return None;
+    }
+    Some(st.nr_cache)
 }
 
 /// `posix_fadvise(fd, offset, len, POSIX_FADV_DONTNEED)`: drop the clean,
@@ -528,47 +681,6 @@ pub fn has_cap_sys_admin() -> bool {
 /// page. The ABI (`PAGE_IS_*`, the argument and region structs, the ioctl
 /// number) is `hugetext_abi::pagemap_scan`, shared with the preload.
 pub use hugetext_abi::pagemap_scan;
-/// Pages of `[off, off + len)` of the open file `f` held in the page cache,
-/// by `cachestat(2)` (Linux 6.5): the kernel walks what is cached, not the
-/// range, so a sparse terabyte with nothing cached answers at once. `None`
-/// where the kernel or the filesystem does not have it (`ENOSYS`,
-/// `EOPNOTSUPP` on hugetlbfs).
-pub fn cached_pages(f: &std::fs::File, off: u64, len: u64) -> Option<u64> {
-    #[repr(C)]
-    struct Range {
-        off: u64,
-        len: u64,
-    }
-    #[repr(C)]
-    #[derive(Default)]
-    struct Stat {
-        nr_cache: u64,
-        nr_dirty: u64,
-        nr_writeback: u64,
-        nr_evicted: u64,
-        nr_recently_evicted: u64,
-    }
-    // The same number on every architecture (the unified syscall table).
-    const SYS_CACHESTAT: libc::c_long = 451;
-    if len == 0 {
-        return Some(0); // 0 would mean "to the end of the file"
-    }
-    let range = Range { off, len };
-    let mut st = Stat::default();
-    // SAFETY: both structs are repr(C) as the kernel's cachestat_range and
-    // cachestat, valid for the call; flags must be 0.
-    let r = unsafe {
-        libc::syscall(
-            SYS_CACHESTAT,
-            f.as_raw_fd(),
-            &range as *const Range,
-            &mut st as *mut Stat,
-            0 as libc::c_uint,
-        )
-    };
-    (r == 0).then_some(st.nr_cache)
-}
-
 pub use hugetext_abi::pagemap_scan::PageRegion;
 use hugetext_abi::pagemap_scan::{PmScanArg, PAGEMAP_SCAN};
 

@@ -299,10 +299,14 @@ pub fn fill_small(file: &File, range: Range<u64>) -> Result<()> {
         let off = start + i as u64 * ps;
         let len = ((j - i) as u64 * ps).min(size - off) as usize;
         buf.resize(len, 0);
-        exact.read_exact_at(&mut buf, off).map_err(|e| Error::Sys {
-            call: "pread",
-            source: e,
-        })?;
+        match exact.read_exact_at(&mut buf, off) {
+            // The file shrank meanwhile: nothing more to read.
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
+            r => r.map_err(|e| Error::Sys {
+                call: "pread",
+                source: e,
+            })?,
+        }
         i = j;
     }
     Ok(())

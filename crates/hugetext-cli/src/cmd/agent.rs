@@ -53,12 +53,15 @@ pub fn run(args: Args) -> Result<u8> {
     if args.check_config {
         let cfg = agent::load_config(args.config.as_deref())?;
         let mut keeper = agent::actions::Keeper::new(&cfg);
-        let (files, missing) = keeper.candidates(&cfg);
-        for f in &files {
+        let found = keeper.candidates_until(&cfg, &|| false);
+        for f in &found.files {
             println!("{}", f.display());
         }
-        for m in &missing {
+        for m in &found.missing {
             eprintln!("hugetext: note: {m}: no such file");
+        }
+        for c in &found.cut_short {
+            eprintln!("hugetext: note: {c}");
         }
         return Ok(0);
     }

@@ -21,13 +21,25 @@ pub fn log(msg: &str) {
     eprintln!("hugetext agent: {msg}");
 }
 
+/// The files the policy keeps warm now ([`Keeper::candidates_until`]).
+#[derive(Debug, Default)]
+pub struct Candidates {
+    pub files: Vec<PathBuf>,
+    /// Paths and globs that match nothing.
+    pub missing: Vec<String>,
+    /// Globs whose walk stopped at a budget, in words.
+    pub cut_short: Vec<String>,
+    /// Stopped early (a reload or the agent stopping): partial.
+    pub cancelled: bool,
+}
+
 /// The policy's state across evaluations.
 pub struct Keeper {
     rate: RateLimit,
     recently: RecentlyRan,
     /// Per file: the identity tried, and when it may be tried again.
     attempts: HashMap<PathBuf, (FileId, Instant)>,
-    eligible: HashMap<FileId, u64>,
+    eligible: HashMap<FileId, (u64, u64)>,
     ctx: WarmContext,
     blocked_logged: BTreeSet<PathBuf>,
 }
@@ -56,8 +68,16 @@ impl Keeper {
 
     /// Record the files every process maps as text now (the auto rule).
     pub fn note_running(&mut self) {
+        self.note_running_until(&|| false)
+    }
+
+    /// [`Keeper::note_running`], stopped as soon as `cancel` says so.
+    pub fn note_running_until(&mut self, cancel: &dyn Fn() -> bool) {
         let now = Instant::now();
         for pid in procfs::all_pids().unwrap_or_default() {
+            if cancel() {
+                return;
+            }
             // Vanished or unreadable processes are simply not seen.
             let Ok(vmas) = procfs::read_maps(Some(pid)) else {
                 continue;
@@ -74,34 +94,68 @@ impl Keeper {
     /// The files the policy keeps warm now, and the paths or globs that
     /// match nothing.
     pub fn candidates(&mut self, cfg: &Config) -> (Vec<PathBuf>, Vec<String>) {
-        let (mut files, missing) = policy::explicit_files(cfg);
+        let c = self.candidates_until(cfg, &|| false);
+        (c.files, c.missing)
+    }
+
+    /// [`Keeper::candidates`], stopped as soon as `cancel` says so (then
+    /// `cancelled` is set and the lists are partial). Glob walks are
+    /// bounded ([`policy::explicit_files_until`]); a file of the auto rule
+    /// larger than the memory guard allows is not a candidate (it could
+    /// never be warmed, and looking at it costs in proportion).
+    pub fn candidates_until(&mut self, cfg: &Config, cancel: &dyn Fn() -> bool) -> Candidates {
+        let found = policy::explicit_files_until(cfg, cancel);
+        let mut out = Candidates {
+            missing: found.missing,
+            cut_short: found.cut_short,
+            cancelled: found.cancelled,
+            ..Default::default()
+        };
+        let mut files = found.files;
+        if out.cancelled {
+            out.files = files.into_iter().collect();
+            return out;
+        }
         if cfg.deps {
             let roots: Vec<PathBuf> = files.iter().cloned().collect();
             for r in roots {
+                if cancel() {
+                    out.cancelled = true;
+                    break;
+                }
                 files.extend(warm::resolve_deps(&r).unwrap_or_default());
             }
         }
-        if let Some(auto) = &cfg.agent.auto {
+        if let (Some(auto), false) = (&cfg.agent.auto, out.cancelled) {
+            let limit: MemLimit = cfg.max_mem.unwrap_or_default();
             let min = auto.min_eligible_mib * (1 << 20) / crate::kernel::unit_size() as u64;
             for p in self.recently.within(auto.ran_within, Instant::now()) {
+                if cancel() {
+                    out.cancelled = true;
+                    break;
+                }
                 if p.to_str().is_some_and(|s| s.ends_with(" (deleted)")) {
                     continue;
                 }
-                if self.eligible_windows(&p).is_some_and(|e| e >= min.max(1)) {
+                let fits = |(e, bytes): (u64, u64)| e >= min.max(1) && warm::check_memory(bytes, limit).is_ok();
+                if self.eligible_windows(&p).is_some_and(fits) {
                     files.insert(p);
                 }
             }
         }
-        (files.into_iter().collect(), missing)
+        out.files = files.into_iter().collect();
+        out
     }
 
-    /// Eligible windows of `path`, cached per file identity.
-    fn eligible_windows(&mut self, path: &std::path::Path) -> Option<u64> {
+    /// Eligible windows and bytes to warm of `path`, cached per file
+    /// identity.
+    fn eligible_windows(&mut self, path: &std::path::Path) -> Option<(u64, u64)> {
         let id = FileId::of(path).ok()?;
         if let Some(&e) = self.eligible.get(&id) {
             return Some(e);
         }
-        let e = warm::plan_exact(path).ok()?.eligible_windows();
+        let t = warm::plan_exact(path).ok()?;
+        let e = (t.eligible_windows(), t.bytes());
         if self.eligible.len() > 10_000 {
             self.eligible.clear();
         }
@@ -111,6 +165,13 @@ impl Keeper {
 
     /// Evaluate the policy once: warm what may be warmed now.
     pub fn evaluate(&mut self, cfg: &Config, files: &[PathBuf], m: &AgentMetrics) {
+        self.evaluate_until(cfg, files, m, &|| false)
+    }
+
+    /// [`Keeper::evaluate`], stopped between files as soon as `cancel`
+    /// says so. One round warms at most what the memory guard allows in
+    /// all (the rest waits for the next round).
+    pub fn evaluate_until(&mut self, cfg: &Config, files: &[PathBuf], m: &AgentMetrics, cancel: &dyn Fn() -> bool) {
         let limit: MemLimit = cfg.max_mem.unwrap_or_default();
         // The `hot` key: only the profile's hot windows; a profile that
         // cannot be used stops warming until the config is fixed.
@@ -122,8 +183,12 @@ impl Keeper {
                 return;
             }
         };
+        let mut round = 0u64;
         for path in files {
-            if let Err(e) = self.consider(path, limit, hot.as_deref(), m) {
+            if cancel() {
+                return;
+            }
+            if let Err(e) = self.consider(path, limit, hot.as_deref(), m, &mut round) {
                 m.action("warm", "failed");
                 log(&format!("{}: {e}", path.display()));
             }
@@ -133,7 +198,14 @@ impl Keeper {
     /// Whether to warm `path` now, and warm it. The file is opened once
     /// ([`warm::plan_exact`]); its identity, who maps it and the warm itself
     /// all come from that open file.
-    fn consider(&mut self, path: &PathBuf, limit: MemLimit, hot: Option<&[HotFile]>, m: &AgentMetrics) -> Result<()> {
+    fn consider(
+        &mut self,
+        path: &PathBuf,
+        limit: MemLimit,
+        hot: Option<&[HotFile]>,
+        m: &AgentMetrics,
+        round: &mut u64,
+    ) -> Result<()> {
         let t = match hot {
             Some(h) => warm::restrict_to_hot(warm::plan_exact(path)?, h),
             None => warm::plan_exact(path)?,
@@ -144,6 +216,16 @@ impl Keeper {
             .attempts
             .get(path)
             .is_some_and(|(i, until)| *i == id && now < *until);
+        // Larger than the memory guard allows: refused before anything
+        // costs in proportion to its size (measuring it, warming it).
+        if let Err(e) = warm::check_memory(t.bytes(), limit) {
+            if !attempted {
+                m.action("warm", "memory_guard");
+                log(&format!("{}: {e}", path.display()));
+                self.attempts.insert(path.clone(), (id, now + Duration::from_secs(60)));
+            }
+            return Ok(());
+        }
         let (eligible, pmd) = super::collect::target_state(&t)?;
         let mut c = Candidate {
             eligible_windows: eligible,
@@ -169,10 +251,9 @@ impl Keeper {
             return Ok(());
         }
         self.blocked_logged.remove(path);
-        if let Err(e) = warm::check_memory(t.bytes(), limit) {
-            m.action("warm", "memory_guard");
-            self.attempts.insert(path.clone(), (id, now + Duration::from_secs(60)));
-            log(&format!("{}: {e}", path.display()));
+        // What this round has warmed already counts against the guard: the
+        // rest waits for the next round.
+        if warm::check_memory(*round + t.bytes(), limit).is_err() {
             return Ok(());
         }
         if !self.rate.allow(now) {
@@ -180,6 +261,7 @@ impl Keeper {
             return Ok(());
         }
         let opts = WarmOptions::default();
+        *round += t.bytes();
         let r = warm::warm_target(&t, &opts, &mut self.ctx)?;
         let result = if matches!(r.route, warm::Route::None | warm::Route::NeedsAlign) {
             "impossible"

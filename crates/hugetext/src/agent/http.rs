@@ -5,9 +5,10 @@
 //! Bounded whatever clients do:
 //! - at most [`Limits::max_conns`] connections (derived from the open-file
 //!   limit); past it, a new connection evicts the oldest one that is not
-//!   waiting for a page (an idle or half-sent request costs its sender the
-//!   slot, not the scrapers), and when every slot is waiting for a page the
-//!   newcomer gets `503` and is closed;
+//!   waiting for a page and is older than [`FRESH`] (an idle or half-sent
+//!   request costs its sender the slot, not the scrapers), and when there
+//!   is none the newcomer gets `503` (its request is read and dropped
+//!   first, so that closing it never sends a reset ahead of the answer);
 //! - a connection that does not send a whole request header within
 //!   [`Limits::header_timeout`] (new, slow, or idle between keep-alive
 //!   requests) is closed;
@@ -42,7 +43,18 @@ pub struct Limits {
     pub max_life: Duration,
     /// Threads that build pages (requests beyond wait for one).
     pub page_threads: usize,
+    /// Refused connections being answered `503` at once (beyond, a
+    /// refused connection is closed without an answer).
+    pub max_refusing: usize,
 }
+
+/// The listen backlog: a burst of connections waits in it for `accept`
+/// rather than being dropped.
+pub const BACKLOG: u32 = 1024;
+
+/// How long a refused connection is kept to answer it: its request is read
+/// and dropped, so that closing it sends the `503`, not a reset.
+pub const REFUSE_LINGER: Duration = Duration::from_secs(2);
 
 /// Connections at most, whatever the open-file limit.
 pub const MAX_CONNS: usize = 128;
@@ -54,8 +66,10 @@ impl Limits {
     /// The bounds for a process whose soft open-file limit is `nofile`.
     pub fn for_nofile(nofile: u64) -> Limits {
         let room = nofile.saturating_sub(RESERVED_FDS);
+        let max_conns = (room.min(MAX_CONNS as u64) as usize).max(4);
         Limits {
-            max_conns: (room.min(MAX_CONNS as u64) as usize).max(4),
+            max_conns,
+            max_refusing: max_conns,
             header_timeout: Duration::from_secs(10),
             max_life: Duration::from_secs(300),
             page_threads: 8,
@@ -109,7 +123,8 @@ fn text(code: StatusCode, t: &str) -> Resp {
 /// Answer one request.
 async fn handle(req: Request<Incoming>, sh: Arc<Shared>) -> Resp {
     match (req.method(), req.uri().path()) {
-        (&Method::GET, "/metrics") => {
+        // HEAD: the same answer, which hyper sends without its body.
+        (&Method::GET | &Method::HEAD, "/metrics") => {
             let om = req
                 .headers()
                 .get(hyper::header::ACCEPT)
@@ -133,8 +148,8 @@ async fn handle(req: Request<Incoming>, sh: Arc<Shared>) -> Resp {
                 }
             }
         }
-        (&Method::GET, "/healthz") => text(StatusCode::OK, "ok\n"),
-        (&Method::GET, "/") => reply(
+        (&Method::GET | &Method::HEAD, "/healthz") => text(StatusCode::OK, "ok\n"),
+        (&Method::GET | &Method::HEAD, "/") => reply(
             StatusCode::OK,
             "text/html; charset=utf-8",
             Body::Text(
@@ -149,10 +164,14 @@ async fn handle(req: Request<Incoming>, sh: Arc<Shared>) -> Resp {
 /// One open connection, as the accept loop sees it.
 struct Slot {
     id: u64,
+    opened: std::time::Instant,
     /// A request of this connection is waiting for its page.
     busy: Arc<AtomicBool>,
     evict: Arc<Notify>,
 }
+
+/// A connection younger than this is never evicted as idle.
+pub const FRESH: Duration = Duration::from_secs(1);
 
 /// The open connections, oldest first.
 #[derive(Default)]
@@ -186,17 +205,22 @@ impl Slots {
     /// A slot for a new connection, or `None`: refuse it.
     fn take(&self, max: usize) -> Option<(u64, Arc<AtomicBool>, Arc<Notify>)> {
         let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
-        let idle = open.iter().filter(|s| !s.busy.load(Ordering::SeqCst)).count();
+        // Idle: not waiting for a page, and open long enough to have sent
+        // a request (a connection of a burst that is still sending its
+        // request is not idle: evicting it would answer it nothing).
+        let evictable = |s: &Slot| !s.busy.load(Ordering::SeqCst) && s.opened.elapsed() >= FRESH;
+        let idle = open.iter().filter(|s| evictable(s)).count();
         match admit(open.len(), idle, max) {
             Admit::Refuse => return None,
             Admit::EvictOldestIdle => {
-                if let Some(i) = open.iter().position(|s| !s.busy.load(Ordering::SeqCst)) {
+                if let Some(i) = open.iter().position(evictable) {
                     open.remove(i).evict.notify_one();
                 }
             }
             Admit::Serve => {}
         }
         let slot = Slot {
+            opened: std::time::Instant::now(),
             id: self.next.fetch_add(1, Ordering::SeqCst),
             busy: Arc::new(AtomicBool::new(false)),
             evict: Arc::new(Notify::new()),
@@ -259,9 +283,46 @@ async fn connection(
     }
 }
 
+/// Answer a refused connection `503`, end the sending side, then read and
+/// drop what the client sent (its request) until it closes: closing a
+/// socket with unread data would send a reset, which can reach the client
+/// before the answer.
+async fn refuse(stream: tokio::net::TcpStream) {
+    use std::os::fd::AsRawFd;
+    // A fresh socket's send buffer holds the answer, once the runtime
+    // knows the socket is writable.
+    let mut sent = 0;
+    while sent < REFUSED.len() {
+        if stream.writable().await.is_err() {
+            return;
+        }
+        match stream.try_write(&REFUSED[sent..]) {
+            Ok(n) => sent += n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(_) => return,
+        }
+    }
+    // SAFETY: shutdown(2) of the sending side of our own socket.
+    unsafe { libc::shutdown(stream.as_raw_fd(), libc::SHUT_WR) };
+    let mut buf = [0u8; 4096];
+    let mut left = 64usize << 10;
+    while left > 0 {
+        if stream.readable().await.is_err() {
+            return;
+        }
+        match stream.try_read(&mut buf) {
+            Ok(0) => return,
+            Ok(n) => left = left.saturating_sub(n),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(_) => return,
+        }
+    }
+}
+
 /// Accept and serve until `stop` is notified.
 async fn accept_loop(listener: tokio::net::TcpListener, sh: Arc<Shared>, lim: Limits, stop: Arc<Notify>) {
     let slots = Arc::new(Slots::default());
+    let refusing = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     loop {
         let stream = tokio::select! {
             _ = stop.notified() => return,
@@ -276,8 +337,17 @@ async fn accept_loop(listener: tokio::net::TcpListener, sh: Arc<Shared>, lim: Li
             },
         };
         let Some((id, busy, evict)) = slots.take(lim.max_conns) else {
-            // Never blocks: a fresh socket's send buffer holds this.
-            let _ = stream.try_write(REFUSED);
+            if refusing.load(Ordering::SeqCst) < lim.max_refusing {
+                refusing.fetch_add(1, Ordering::SeqCst);
+                let refusing = refusing.clone();
+                tokio::spawn(async move {
+                    let _ = tokio::time::timeout(REFUSE_LINGER, refuse(stream)).await;
+                    refusing.fetch_sub(1, Ordering::SeqCst);
+                });
+            } else {
+                // Too many being refused: a try, and close.
+                let _ = stream.try_write(REFUSED);
+            }
             continue;
         };
         let (sh, slots) = (sh.clone(), slots.clone());
@@ -296,14 +366,7 @@ pub(super) fn start(
     lim: Limits,
     stop: Arc<Notify>,
 ) -> Result<(std::net::SocketAddr, std::thread::JoinHandle<()>)> {
-    let std_listener =
-        std::net::TcpListener::bind(addr).map_err(|e| Error::Invalid(format!("cannot listen on {addr}: {e}")))?;
-    let local = std_listener
-        .local_addr()
-        .map_err(|e| Error::Invalid(format!("cannot listen on {addr}: {e}")))?;
-    std_listener
-        .set_nonblocking(true)
-        .map_err(|e| Error::Invalid(format!("cannot listen on {addr}: {e}")))?;
+    let bad = |e: std::io::Error| Error::Invalid(format!("cannot listen on {addr}: {e}"));
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_io()
         .enable_time()
@@ -313,9 +376,16 @@ pub(super) fn start(
         .map_err(|e| Error::Invalid(format!("cannot start the HTTP listener: {e}")))?;
     let listener = {
         let _g = rt.enter();
-        tokio::net::TcpListener::from_std(std_listener)
-            .map_err(|e| Error::Invalid(format!("cannot listen on {addr}: {e}")))?
+        let sock = match addr {
+            std::net::SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4(),
+            std::net::SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6(),
+        }
+        .map_err(bad)?;
+        sock.set_reuseaddr(true).map_err(bad)?;
+        sock.bind(addr).map_err(bad)?;
+        sock.listen(BACKLOG).map_err(bad)?
     };
+    let local = listener.local_addr().map_err(bad)?;
     let t = std::thread::Builder::new()
         .name("hugetext-agent-http".into())
         .spawn(move || rt.block_on(accept_loop(listener, sh, lim, stop)))

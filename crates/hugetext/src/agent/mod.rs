@@ -94,6 +94,19 @@ pub fn load_config(path: Option<&std::path::Path>) -> Result<Config> {
     }
 }
 
+/// How long [`Agent::stop`] waits for the threads.
+pub const STOP_WAIT: Duration = Duration::from_millis(600);
+
+/// The auto rule's look at every process costs CPU in proportion to the
+/// processes; it runs at most every this many times its last cost (at
+/// most 1/20 of a CPU, whatever users exec)…
+const SCAN_COST_FACTOR: u32 = 20;
+/// …and at most once per this long.
+const SCAN_MIN_INTERVAL: Duration = Duration::from_secs(1);
+/// A whole evaluation of the policy likewise runs at most every this many
+/// times its last cost (and at most every 100 ms).
+const EVAL_COST_FACTOR: u32 = 10;
+
 /// State shared by the threads.
 struct Shared {
     cfg: RwLock<Arc<Config>>,
@@ -210,7 +223,12 @@ impl Agent {
         let (addr, t) = http::start(sa, shared.clone(), http::Limits::of_this_process(), stop_http.clone())?;
         let mut threads = vec![t];
         let sh = shared.clone();
-        threads.push(std::thread::spawn(move || keep(&sh)));
+        threads.push(
+            std::thread::Builder::new()
+                .name("hugetext-policy".into())
+                .spawn(move || keep(&sh))
+                .map_err(|e| Error::Other(format!("cannot start the policy thread: {e}")))?,
+        );
         Ok(Agent {
             shared,
             stop_http,
@@ -275,12 +293,21 @@ impl Agent {
         }
     }
 
-    /// Stop the threads and wait for them (an in-flight scrape finishes).
+    /// Stop the threads and wait for them, a little: the policy's work
+    /// stops at its next check (within milliseconds, or a warm of one file
+    /// in progress); what has not ended within [`STOP_WAIT`] is left to end
+    /// with the process.
     pub fn stop(mut self) {
         self.shared.stop.store(true, Ordering::SeqCst);
         self.stop_http.notify_one();
+        let until = Instant::now() + STOP_WAIT;
         for t in self.threads.drain(..) {
-            let _ = t.join();
+            while !t.is_finished() && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            if t.is_finished() {
+                let _ = t.join();
+            }
         }
     }
 
@@ -306,7 +333,9 @@ impl Agent {
 }
 
 /// Keep the policy: evaluate on exec/exit events, file changes, and every
-/// poll interval.
+/// poll interval. The work is bounded in CPU whatever users do (see
+/// [`SCAN_COST_FACTOR`], [`EVAL_COST_FACTOR`]) and stops as soon as the
+/// agent stops or the config is reloaded.
 fn keep(sh: &Shared) {
     let cfg = sh.cfg.read().unwrap_or_else(|e| e.into_inner()).clone();
     let mut keeper = actions::Keeper::new(&cfg);
@@ -325,8 +354,12 @@ fn keep(sh: &Shared) {
     let mut files_watch: Option<watch::FileWatch> = None;
     let mut watched: Vec<PathBuf> = Vec::new();
     let mut last_eval: Option<Instant> = None;
+    let mut eval_cost = Duration::ZERO;
+    let mut last_scan: Option<Instant> = None;
+    let mut scan_cost = Duration::ZERO;
     let mut dirty = true;
     let mut logged_missing: Vec<String> = Vec::new();
+    let mut logged_cut: Vec<String> = Vec::new();
     while !sh.stop.load(Ordering::SeqCst) {
         let g = sh.generation.load(Ordering::SeqCst);
         if g != generation {
@@ -335,6 +368,7 @@ fn keep(sh: &Shared) {
             keeper.reconfigure(&cfg);
             files_watch = None;
             dirty = true;
+            last_eval = None;
         }
         match &conn {
             Some(c) => match c.recv() {
@@ -369,17 +403,29 @@ fn keep(sh: &Shared) {
                 .get_or_create(&vec![("source".to_string(), "poll".to_string())])
                 .inc();
         }
-        // Events come in bursts: evaluate at most every 100 ms.
-        let settled = last_eval.map_or(true, |t| now.duration_since(t) >= Duration::from_millis(100));
-        if !(due || (dirty && settled)) {
+        // Events come in bursts: evaluate at most every 100 ms, and at most
+        // every EVAL_COST_FACTOR times what the last evaluation cost.
+        let gap = (eval_cost * EVAL_COST_FACTOR).max(Duration::from_millis(100));
+        let settled = last_eval.map_or(true, |t| now.duration_since(t) >= gap);
+        if !((due || dirty) && settled) {
             continue;
         }
         dirty = false;
         last_eval = Some(now);
+        let cancel = || sh.stop.load(Ordering::SeqCst) || sh.generation.load(Ordering::SeqCst) != generation;
         if cfg.agent.auto.is_some() {
-            keeper.note_running();
+            let gap = (scan_cost * SCAN_COST_FACTOR).max(SCAN_MIN_INTERVAL);
+            if last_scan.map_or(true, |t| now.duration_since(t) >= gap) {
+                keeper.note_running_until(&cancel);
+                last_scan = Some(now);
+                scan_cost = now.elapsed();
+            }
         }
-        let (files, missing) = keeper.candidates(&cfg);
+        let found = keeper.candidates_until(&cfg, &cancel);
+        if found.cancelled {
+            continue;
+        }
+        let (files, missing) = (found.files, found.missing);
         sh.metrics.policy_files.set(files.len() as i64);
         sh.metrics.policy_missing.set(missing.len() as i64);
         if missing != logged_missing {
@@ -390,11 +436,18 @@ fn keep(sh: &Shared) {
             }
             logged_missing = missing;
         }
+        if found.cut_short != logged_cut {
+            for c in found.cut_short.iter().filter(|c| !logged_cut.contains(c)) {
+                log(c);
+            }
+            logged_cut = found.cut_short;
+        }
         if files_watch.is_none() || files != watched {
             files_watch = watch::FileWatch::new(&files).ok().map(|(w, _)| w);
             watched = files.clone();
         }
         *sh.policy_files.lock().unwrap_or_else(|e| e.into_inner()) = files.clone();
-        keeper.evaluate(&cfg, &files, &sh.metrics);
+        keeper.evaluate_until(&cfg, &files, &sh.metrics, &cancel);
+        eval_cost = now.elapsed();
     }
 }

@@ -17,28 +17,149 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:9437";
 /// what the agent then opens, never following a link again), and the
 /// patterns or paths that match nothing.
 pub fn explicit_files(cfg: &Config) -> (BTreeSet<PathBuf>, Vec<String>) {
-    let mut files = BTreeSet::new();
-    let mut missing = Vec::new();
+    let w = explicit_files_until(cfg, &|| false);
+    (w.files, w.missing)
+}
+
+/// What [`explicit_files_until`] found.
+#[derive(Debug, Default)]
+pub struct Explicit {
+    pub files: BTreeSet<PathBuf>,
+    /// Paths and globs that match nothing.
+    pub missing: Vec<String>,
+    /// Globs whose walk stopped at a budget (in words, for the log).
+    pub cut_short: Vec<String>,
+    /// `cancel` said stop: the result is partial.
+    pub cancelled: bool,
+}
+
+/// Budgets of one glob's walk: directories deeper than this below the
+/// pattern's literal prefix are not entered…
+pub const GLOB_MAX_DEPTH: usize = 24;
+/// …at most this many directory entries are looked at…
+pub const GLOB_MAX_ENTRIES: u64 = 200_000;
+/// …and for at most this long.
+pub const GLOB_MAX_TIME: Duration = Duration::from_secs(3);
+
+/// [`explicit_files`], with walks that end: symbolic links to directories
+/// are never followed (so a loop of links costs nothing), `/proc` and
+/// `/sys` are never entered, each glob's walk is bounded by
+/// [`GLOB_MAX_DEPTH`], [`GLOB_MAX_ENTRIES`] and [`GLOB_MAX_TIME`], and
+/// `cancel` (asked often) stops it at once (a reload, or the agent
+/// stopping).
+pub fn explicit_files_until(cfg: &Config, cancel: &dyn Fn() -> bool) -> Explicit {
+    let mut out = Explicit::default();
     for p in &cfg.paths {
         if p.is_file() {
-            files.insert(crate::warm::resolve_link(p));
+            out.files.insert(crate::warm::resolve_link(p));
         } else {
-            missing.push(p.display().to_string());
+            out.missing.push(p.display().to_string());
         }
     }
     for g in &cfg.agent.globs {
         let mut matched = false;
-        if let Ok(it) = glob::glob(g) {
-            for p in it.flatten().filter(|p| p.is_file()) {
-                matched = true;
-                files.insert(crate::warm::resolve_link(&p));
+        match walk_glob(g, &mut out.files, &mut matched, cancel) {
+            Walk::Done => {}
+            Walk::Cancelled => {
+                out.cancelled = true;
+                return out;
             }
+            Walk::CutShort(why) => out.cut_short.push(format!(
+                "glob {g:?}: stopped after {why} (walks are bounded; symbolic links to directories are not followed): name a narrower tree"
+            )),
         }
         if !matched {
-            missing.push(g.clone());
+            out.missing.push(g.clone());
         }
     }
-    (files, missing)
+    out
+}
+
+enum Walk {
+    Done,
+    Cancelled,
+    CutShort(String),
+}
+
+/// Add the regular files matching the absolute glob `pattern` to `files`
+/// (see [`explicit_files_until`]); `matched` is set when one does.
+fn walk_glob(pattern: &str, files: &mut BTreeSet<PathBuf>, matched: &mut bool, cancel: &dyn Fn() -> bool) -> Walk {
+    let Ok(full) = glob::Pattern::new(pattern) else {
+        return Walk::Done;
+    };
+    let opts = glob::MatchOptions {
+        case_sensitive: true,
+        require_literal_separator: true,
+        require_literal_leading_dot: false,
+    };
+    let comps: Vec<&str> = pattern.split('/').filter(|c| !c.is_empty()).collect();
+    let wild = |c: &str| c.contains(['*', '?', '[']);
+    let lit = comps.iter().take_while(|c| !wild(c)).count();
+    let mut root = PathBuf::from("/");
+    root.extend(&comps[..lit]);
+    let mut add = |p: &Path, files: &mut BTreeSet<PathBuf>| {
+        if p.is_file() {
+            files.insert(crate::warm::resolve_link(p));
+            *matched = true;
+        }
+    };
+    if lit == comps.len() {
+        add(&root, files);
+        return Walk::Done;
+    }
+    // The components after the literal prefix, each a pattern, up to the
+    // first `**` (past it any depth may match).
+    let rest: Vec<Option<glob::Pattern>> = comps[lit..]
+        .iter()
+        .map(|c| (*c != "**").then(|| glob::Pattern::new(c).ok()).flatten())
+        .collect();
+    let dstar = comps[lit..].iter().position(|c| *c == "**");
+    let max_depth = match dstar {
+        Some(_) => GLOB_MAX_DEPTH,
+        None => rest.len(),
+    };
+    let start = Instant::now();
+    let mut seen = 0u64;
+    let mut stack = vec![(root, 0usize)];
+    while let Some((dir, depth)) = stack.pop() {
+        if cancel() {
+            return Walk::Cancelled;
+        }
+        let Ok(rd) = std::fs::read_dir(&dir) else { continue };
+        for e in rd.flatten() {
+            seen += 1;
+            if seen % 256 == 0 && cancel() {
+                return Walk::Cancelled;
+            }
+            if seen > GLOB_MAX_ENTRIES {
+                return Walk::CutShort(format!("{GLOB_MAX_ENTRIES} entries"));
+            }
+            if start.elapsed() > GLOB_MAX_TIME {
+                return Walk::CutShort(format!("{} s", GLOB_MAX_TIME.as_secs()));
+            }
+            let path = e.path();
+            let Ok(ft) = e.file_type() else { continue };
+            // This entry is component `depth` below the prefix: before a
+            // `**` it must match that component's pattern.
+            let fits = match dstar {
+                Some(d) if depth >= d => true,
+                _ => rest
+                    .get(depth)
+                    .and_then(|p| p.as_ref())
+                    .is_some_and(|p| p.matches_with(&e.file_name().to_string_lossy(), opts)),
+            };
+            if !fits {
+                continue;
+            }
+            if full.matches_path_with(&path, opts) {
+                add(&path, files);
+            }
+            if ft.is_dir() && depth + 1 < max_depth && path != Path::new("/proc") && path != Path::new("/sys") {
+                stack.push((path, depth + 1));
+            }
+        }
+    }
+    Walk::Done
 }
 
 /// Files mapped as text recently, for the auto rule: when each was last seen.
@@ -219,6 +340,27 @@ mod tests {
         r.saw(Path::new("/b"), t0 + Duration::from_secs(50));
         let later = t0 + Duration::from_secs(70);
         assert_eq!(r.within(Duration::from_secs(60), later), vec![PathBuf::from("/b")]);
+    }
+
+    #[test]
+    fn glob_walks_do_not_follow_links_to_directories() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().canonicalize().unwrap();
+        std::fs::create_dir_all(d.join("a/b")).unwrap();
+        std::fs::write(d.join("a/b/x.so"), b"x").unwrap();
+        std::fs::write(d.join("top.so"), b"x").unwrap();
+        std::os::unix::fs::symlink("..", d.join("a/up")).unwrap();
+        std::os::unix::fs::symlink("..", d.join("a/b/up")).unwrap();
+        std::os::unix::fs::symlink(d.join("a/b/x.so"), d.join("a/link.so")).unwrap();
+        let mut cfg = Config::default();
+        cfg.agent.globs = vec![format!("{}/**/*.so", d.display()), format!("{}/a/*/x.so", d.display())];
+        let w = explicit_files_until(&cfg, &|| false);
+        // The link to a file is resolved to it; the links to directories
+        // are not followed.
+        assert!(w.missing.is_empty() && w.cut_short.is_empty() && !w.cancelled, "{w:?}");
+        let files: Vec<PathBuf> = w.files.into_iter().collect();
+        assert_eq!(files, vec![d.join("a/b/x.so"), d.join("top.so")]);
+        assert!(explicit_files_until(&cfg, &|| true).cancelled);
     }
 
     #[test]

@@ -217,6 +217,17 @@ pub(crate) fn read_model(path: &Path) -> Result<(File, layout::Model)> {
 /// Parse the ELF headers of the open `file` (`path` names it in errors),
 /// reading only the headers. The file's offset moves; reads elsewhere use
 /// `pread`.
+/// [`model_of`] through any reader (e.g. one that notes what it reads);
+/// the reader is handed back.
+pub(crate) fn model_of_reader<R: std::io::Read + std::io::Seek>(r: R, path: &Path) -> (Result<layout::Model>, R) {
+    let cache = object::ReadCache::new(r);
+    let m = layout::Model::parse(&cache).map_err(|e| Error::Elf {
+        path: path.into(),
+        msg: e.0,
+    });
+    (m, cache.into_inner())
+}
+
 pub(crate) fn model_of(file: &File, path: &Path) -> Result<layout::Model> {
     let cache = object::ReadCache::new(file);
     layout::Model::parse(&cache).map_err(|e| Error::Elf {

@@ -141,6 +141,7 @@ pub fn warm_target(t: &Target, opts: &WarmOptions, ctx: &mut WarmContext) -> Res
     }
 
     let mut stuck = BTreeSet::new();
+    let mut shrank = false;
     if fsutil::is_memory_fs(&fs) {
         notes.push(format!(
             "{fs} keeps files in memory with no backing store to re-read them from, so warm cannot change their folios: \
@@ -157,12 +158,28 @@ pub fn warm_target(t: &Target, opts: &WarmOptions, ctx: &mut WarmContext) -> Res
         for r in &t.ranges {
             stuck.extend(resident_windows(f, &pagecache::huge_windows_in(&r.range()))?);
         }
+        // Only what is in the file now (it may have shrunk since it was
+        // planned); a file that shrinks during the fill ends it early.
+        let size = f.metadata().map(|m| m.len()).unwrap_or(t.size);
         for r in &t.ranges {
-            pagecache::fill_bounded(f, r.range())?;
+            let r = r.range();
+            match pagecache::fill_bounded(f, r.start.min(size)..r.end.min(size)) {
+                Err(e) if kernel::is_past_eof(&e) => {
+                    shrank = true;
+                    break;
+                }
+                r => r?,
+            }
         }
     }
 
     let (mut report, have) = report::measure(t, &fs, &stuck)?;
+    if report.size != t.size || shrank {
+        notes.push(format!(
+            "the file changed size while it was warmed ({} bytes when planned, {} now): what it holds now is reported",
+            t.size, report.size
+        ));
+    }
     report.notes = notes.clone();
 
     // Better route: collapse windows that stayed small in place.

@@ -246,15 +246,21 @@ pub fn plan_exact(path: &Path) -> Result<Target> {
     if size == 0 {
         return Ok(t);
     }
-    let before = resident_pages(f, size)?;
-    // The magic, read without readahead.
+    // The magic and the headers are read without readahead, noting the
+    // pages read that were not cached before, to evict them again: the
+    // cost follows what is read, never the file's size (a sparse 1 TiB
+    // file plans as fast as a small one).
     let _ = rustix::fs::fadvise(f.as_fd(), 0, None, rustix::fs::Advice::Random);
+    let mut reader = Noting::new(f, size);
     let mut magic = [0u8; 4];
-    let is_elf = size >= 4 && f.read_exact_at(&mut magic, 0).is_ok() && &magic == b"\x7fELF";
+    let is_elf = size >= 4 && std::io::Read::read_exact(&mut reader, &mut magic).is_ok() && &magic == b"\x7fELF";
     if !is_elf {
         t.ranges.push(whole(size));
     } else {
-        match elf_ranges(f, path) {
+        let _ = std::io::Seek::seek(&mut reader, std::io::SeekFrom::Start(0));
+        let (ranges, r) = elf_ranges(reader, path);
+        reader = r;
+        match ranges {
             Ok((ranges, placed_by_loader)) => {
                 t.elf = true;
                 t.ranges = ranges;
@@ -275,19 +281,98 @@ pub fn plan_exact(path: &Path) -> Result<Target> {
             }
         }
     }
-    uncache_new_pages(f, size, &before, &t.ranges)?;
+    uncache_fresh_pages(f, &reader.fresh, &t.ranges)?;
     Ok(t)
+}
+
+/// A reader of a file being planned that notes the pages it reads which
+/// were not in the page cache before (`mincore` of just those pages).
+struct Noting<'a> {
+    f: &'a File,
+    pos: u64,
+    size: u64,
+    /// Page-rounded byte ranges read that were not cached before.
+    fresh: Vec<Range<u64>>,
+}
+
+impl<'a> Noting<'a> {
+    fn new(f: &'a File, size: u64) -> Self {
+        Noting {
+            f,
+            pos: 0,
+            size,
+            fresh: Vec::new(),
+        }
+    }
+
+    /// Note the pages of `[off, off + len)` that are not cached now.
+    fn note(&mut self, off: u64, len: u64) {
+        let ps = kernel::page_size() as u64;
+        let end = (off + len).min(self.size).div_ceil(ps) * ps;
+        let start = off / ps * ps;
+        if start >= end {
+            return;
+        }
+        let res = Mapping::file_congruent(
+            self.f.as_fd(),
+            start,
+            (end - start) as usize,
+            libc::PROT_READ,
+            ps as usize,
+        )
+        .and_then(|m| m.resident());
+        let Ok(res) = res else {
+            // Unknown: the pages are left as they are.
+            return;
+        };
+        let mut i = 0;
+        while i < res.len() {
+            if res[i] {
+                i += 1;
+                continue;
+            }
+            let j = i + res[i..].iter().take_while(|r| !**r).count();
+            self.fresh.push(start + i as u64 * ps..start + j as u64 * ps);
+            i = j;
+        }
+    }
+}
+
+impl std::io::Read for Noting<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.note(self.pos, buf.len() as u64);
+        let n = self.f.read_at(buf, self.pos)?;
+        self.pos += n as u64;
+        Ok(n)
+    }
+}
+
+impl std::io::Seek for Noting<'_> {
+    fn seek(&mut self, to: std::io::SeekFrom) -> std::io::Result<u64> {
+        let p = match to {
+            std::io::SeekFrom::Start(p) => Some(p),
+            std::io::SeekFrom::End(d) => self.size.checked_add_signed(d),
+            std::io::SeekFrom::Current(d) => self.pos.checked_add_signed(d),
+        };
+        self.pos = p.ok_or_else(|| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+        Ok(self.pos)
+    }
 }
 
 /// The read-only segments of the ELF file `f` (named `path`) as warm
 /// ranges, with whether each will be PMD-mapped at run time, and whether
 /// ld.so places the file (a shared library).
-fn elf_ranges(f: &File, path: &Path) -> Result<(Vec<WarmRange>, bool)> {
+fn elf_ranges<'a>(f: Noting<'a>, path: &Path) -> (Result<(Vec<WarmRange>, bool)>, Noting<'a>) {
+    let (model, f) = crate::elf::model_of_reader(f, path);
+    (model.map(|m| elf_ranges_of(&m, path)), f)
+}
+
+/// [`elf_ranges`] of a parsed file.
+fn elf_ranges_of(model: &crate::elf::layout::Model, path: &Path) -> (Vec<WarmRange>, bool) {
     // Congruence modulo the huge unit (the PMD, or the contpte block).
     let pmd = kernel::unit_size() as u64;
-    let model = crate::elf::model_of(f, path)?;
-    let segs = crate::elf::text_segments_of(&model);
-    let facts = crate::elf::check::analyse(path, &model, &crate::elf::Target::running());
+    let segs = crate::elf::text_segments_of(model);
+    let facts = crate::elf::check::analyse(path, model, &crate::elf::Target::running());
     let (base, library) = (facts.base, facts.kind == crate::elf::check::FileKind::SharedLibrary);
     let keeps = !matches!(base, crate::elf::BaseAlignment::NotAligned);
     let size = model.file_size;
@@ -320,7 +405,7 @@ fn elf_ranges(f: &File, path: &Path) -> Result<(Vec<WarmRange>, bool)> {
             _ => merged.push(r),
         }
     }
-    Ok((merged, library))
+    (merged, library)
 }
 
 fn whole(size: u64) -> WarmRange {
@@ -333,35 +418,20 @@ fn whole(size: u64) -> WarmRange {
     }
 }
 
-/// Which pages of the file are cached (`mincore`; reads nothing).
-fn resident_pages(f: &File, size: u64) -> Result<Vec<bool>> {
-    let map = Mapping::file_congruent(f.as_fd(), 0, size as usize, libc::PROT_READ, kernel::page_size())?;
-    map.resident()
-}
-
-/// Evict the pages outside `ranges` (page-rounded) of the first `size`
-/// bytes of `f` that are cached now but were not in `before`.
-fn uncache_new_pages(f: &File, size: u64, before: &[bool], ranges: &[WarmRange]) -> Result<()> {
-    let now = resident_pages(f, size)?;
-    let ps = kernel::page_size() as u64;
-    let inside = |page: u64| {
-        let off = page * ps;
-        ranges.iter().any(|r| {
-            let pr = page_out(&r.range());
-            off >= pr.start && off < pr.end
-        })
-    };
-    let mut i = 0;
-    while i < now.len() {
-        if now[i] && !before.get(i).copied().unwrap_or(false) && !inside(i as u64) {
-            let mut j = i + 1;
-            while j < now.len() && now[j] && !before.get(j).copied().unwrap_or(false) && !inside(j as u64) {
-                j += 1;
-            }
-            pagecache::evict(f, i as u64 * ps..j as u64 * ps)?;
-            i = j;
-        } else {
-            i += 1;
+/// Evict the pages of `fresh` (read while planning, not cached before)
+/// that lie outside `ranges` (page-rounded).
+fn uncache_fresh_pages(f: &File, fresh: &[Range<u64>], ranges: &[WarmRange]) -> Result<()> {
+    for r in fresh {
+        let mut pieces = vec![r.clone()];
+        for w in ranges.iter().map(|w| page_out(&w.range())) {
+            pieces = pieces
+                .into_iter()
+                .flat_map(|p| [p.start..p.end.min(w.start), p.start.max(w.end)..p.end])
+                .filter(|p| !p.is_empty())
+                .collect();
+        }
+        for p in pieces {
+            pagecache::evict(f, p)?;
         }
     }
     Ok(())

@@ -153,12 +153,15 @@ pub(super) fn measure(t: &Target, fs: &str, stuck: &BTreeSet<u64>) -> Result<(Fi
     let (pmd, unit_kind) = kernel::huge_unit();
     let pmd = pmd as u64;
     let pmd_kb = pmd / KIB;
+    // The size now: the file may have been truncated or extended since it
+    // was planned; only what is inside it now is measured and reported.
+    let size = t.file.metadata().map(|m| m.len()).unwrap_or(t.size);
     let mut rep = FileReport {
         path: t.path.clone(),
         elf: t.elf,
         filesystem: fs.to_string(),
         route: Route::PmdReadahead,
-        size: t.size,
+        size,
         cached_kb: 0,
         unit_kb: pmd / KIB,
         pmd_kb: 0,
@@ -182,6 +185,7 @@ pub(super) fn measure(t: &Target, fs: &str, stuck: &BTreeSet<u64>) -> Result<(Fi
     let mut unblocked_small = 0u64;
     for r in &t.ranges {
         let range = r.range();
+        let range = range.start.min(size)..range.end.min(size);
         let w = pagecache::huge_windows_in(&range);
         let eligible = (w.end - w.start) / pmd;
         let mut pmd_here = 0;
@@ -298,25 +302,44 @@ pub(super) fn filesystem_verdict(rep: &mut FileReport, pmd_folios: Option<bool>)
 /// scans page by page ([`folio::scan_file`]), which is exact but slower.
 fn all_windows_pmd(f: &File, w: &Range<u64>) -> Result<Option<u64>> {
     let pmd = kernel::pmd_size() as u64;
+    let ps = kernel::page_size();
     let n = (w.end - w.start) / pmd;
     if n == 0 {
         return Ok(Some(0));
     }
-    let len = (w.end - w.start) as usize;
-    let map = Mapping::file_congruent(f.as_fd(), w.start, len, libc::PROT_READ, pmd as usize)?;
-    map.madvise(0, len, libc::MADV_RANDOM)?;
-    let res = map.resident()?;
-    let per = (pmd as usize) / kernel::page_size();
-    for k in 0..n as usize {
-        if !res[k * per] {
+    // Not every page cached (a sparse or cold file): no need to look closer.
+    if kernel::cached_pages(f.as_fd(), w.start, w.end - w.start).is_some_and(|c| c < (w.end - w.start) / ps as u64) {
+        return Ok(None);
+    }
+    // In chunks, so that memory stays bounded whatever the file's size.
+    let chunk = 64 * pmd;
+    let mut o = w.start;
+    while o < w.end {
+        let len = chunk.min(w.end - o) as usize;
+        let k_n = len / pmd as usize;
+        let map = Mapping::file_congruent(f.as_fd(), o, len, libc::PROT_READ, pmd as usize)?;
+        map.madvise(0, len, libc::MADV_RANDOM)?;
+        let res = map.resident()?;
+        let per = (pmd as usize) / ps;
+        for k in 0..k_n {
+            if !res[k * per] {
+                return Ok(None);
+            }
+            // The page is cached, so this maps it (and its folio) without
+            // I/O; a file truncated meanwhile is an error, never SIGBUS.
+            match map.populate_read(k * pmd as usize, ps) {
+                Ok(()) => {}
+                Err(e) if kernel::is_past_eof(&e) => return Ok(None),
+                Err(e) => return Err(e),
+            }
+        }
+        let kb = procfs::own_file_pmd_kb(map.addr())?;
+        if kb != k_n as u64 * pmd / KIB {
             return Ok(None);
         }
-        // SAFETY: inside our mapping; the page is cached, so the read maps
-        // it (and its folio) without I/O.
-        unsafe { std::ptr::read_volatile(map.as_ptr().add(k * pmd as usize)) };
+        o += len as u64;
     }
-    let kb = procfs::own_file_pmd_kb(map.addr())?;
-    Ok((kb == n * pmd / KIB).then_some(n))
+    Ok(Some(n))
 }
 
 /// Why no window of `t` can be PMD-mapped at run time, in words (for a
