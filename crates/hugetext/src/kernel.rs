@@ -629,7 +629,13 @@ pub fn cached_pages(fd: BorrowedFd<'_>, offset: u64, len: u64) -> Option<u64> {
     // kernel's layout; 451 is its number on every architecture.
     let rc = unsafe { libc::syscall(451, fd.as_raw_fd(), &r as *const Range, &mut st as *mut Stat, 0u32) };
     if rc != 0 {
-        if std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOSYS) {
+        // ENOSYS: before 6.5. EPERM: a seccomp allow-list that does not
+        // name the call (systemd before 255 does not know it, so the
+        // agent's unit refuses it); the kernel itself never says EPERM.
+        if matches!(
+            std::io::Error::last_os_error().raw_os_error(),
+            Some(libc::ENOSYS | libc::EPERM)
+        ) {
             MISSING.store(true, std::sync::atomic::Ordering::Relaxed);
         }
         return None;
