@@ -11,10 +11,10 @@ not installed are skipped with one line. Servers listen on 127.0.0.1 only and
 run as their own users (postgres, mysql) in scratch data directories under
 $HT_REAL_DIR (default /tmp/ht-real), made with initdb / mariadb-install-db.
 
-For each program: one `hugetext run -v` start (text MiB in whole 2 MiB
-windows, route, huge-backed MiB, from the preload's summaries, with objects
-loaded after start); PAIRS interleaved pairs plain / `hugetext run` (no -v;
-the order alternates), medians and the median of the per-pair ratios; one
+For each program: one `hugetext run` start with HUGETEXT_REPORT=json (text
+MiB in whole 2 MiB windows, route, huge-backed MiB, from the preload's
+records, tests/vm/report.py, with objects loaded after start); PAIRS
+interleaved pairs plain / `hugetext run` (no record; the order alternates), medians and the median of the per-pair ratios; one
 long-lived instance of each kind ("hold") whose process tree's smaps give the
 private MiB of executable anonymous memory (the text copies), plain and under
 `run`, with chromium's `--type=` values and the children's environment.
@@ -31,15 +31,14 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tests", "vm"))
+import report  # noqa: E402  (the one parser of the preload's record)
+
 HT = os.environ.get("HUGETEXT", os.path.join(ROOT, "target/release/hugetext"))
 W = os.environ.get("HT_REAL_DIR", "/tmp/ht-real")
 PG = "/usr/lib/postgresql/15/bin"
 PYSHIM = os.environ.get("PYTHON_SHIM", os.path.expanduser("~/.pyenv/shims/python3"))
 PAGE = "file://" + os.path.join(W, "page.html")
-SUMMARY = re.compile(
-    r"pid (\d+)([^:]*): ([\d.]+) MiB of ([\d.]+) MiB text in whole 2 MiB windows is huge-backed "
-    r"\(already ([\d.]+) MiB, file ([\d.]+) MiB, collapse ([\d.]+) MiB, copy ([\d.]+) MiB\)"
-)
 LOADER_VARS = ("LD_PRELOAD=", "LD_AUDIT=", "GLIBC_TUNABLES=", "HUGETEXT_VIA=")
 
 
@@ -340,34 +339,30 @@ def hold(p, cmd, env):
 
 
 def facts(stderr):
-    """Sums of the preload's summaries (initial pass and objects loaded later)."""
-    text = huge = 0.0
-    routes = dict(already=0.0, file=0.0, collapse=0.0, copy=0.0)
-    for m in SUMMARY.finditer(stderr):
-        huge += float(m.group(3))
-        text += float(m.group(4))
-        for k, g in zip(routes, range(5, 9), strict=True):
-            routes[k] += float(m.group(g))
-    route = " + ".join(f"{k} {v:.0f}" for k, v in routes.items() if v > 0) or "none"
-    return text, huge, route
+    """Sums of the preload's records (every process, its pass at start and
+    over objects loaded later), MiB: text, huge-backed, route."""
+    t = report.totals(report.records(stderr))
+    route = " + ".join(f"{k} {t[k] / report.MIB:.0f}" for k in report.ROUTES if t[k] > 0) or "none"
+    return t["windows"] / report.MIB, t["huge"] / report.MIB, route
 
 
 def measure(p, pairs):
     env = environ_of(p)
     run = [HT, "run", "--"]
-    verbose = [HT, "run", "-v", "--"]
+    # The recorded start: the preload's machine-readable record of each pass.
+    recorded = dict(env, **{"HUGETEXT_REPORT": "json"})
     if p.get("prepare"):
         p["prepare"]()
     one = (lambda cmd: run_server(p, cmd, env)[:2]) if p["kind"] == "server" else \
         (lambda cmd: (lambda ms, r: (ms, r))(*run_exit(cmd, env)))
-    # Warm-up (page cache), then the -v start.
+    # Warm-up (page cache), then the recorded start.
     one(p["start"])
     if p["kind"] == "server":
-        _, err = run_server(p, verbose + p["start"], env)[:2]
+        _, err = run_server(p, run + p["start"], recorded)[:2]
         same = None
     else:
         _, plain_r = run_exit(p["start"], env)
-        _, r = run_exit(verbose + p["start"], env)
+        _, r = run_exit(run + p["start"], recorded)
         err = r.stderr.decode(errors="replace")
         same = r.stdout == plain_r.stdout and r.returncode == plain_r.returncode
     text, huge, route = facts(err)
@@ -412,7 +407,7 @@ def main():
         print(f"# {p['name']}: {pairs} pairs ...", file=sys.stderr)
         m = measure(p, pairs)
         for line in m["err"].splitlines():
-            if line.startswith("hugetext:") and ("via" in line or "is huge-backed" in line or "warning" in line):
+            if line.startswith("hugetext:") and "warning" in line:
                 print(f"#   {line[:300]}", file=sys.stderr)
         h = m["held"]
         notes = []

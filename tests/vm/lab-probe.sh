@@ -166,7 +166,9 @@ measure() {
   echo "@@LAB $id/exec|pgpgin_kb $((after - before))"
   echo "@@LAB $id/exec|ready $(grep -c ready "$dir/wait.out")"
   echo "@@LAB $id/exec|seconds $(($(date +%s) - t0))"
-  awk -v p="@@LAB $id/exec|out " '{print p $0}' "$dir/wait.out" | head -n 20
+  # The first 20 lines for people, and the preload's records wherever they
+  # are (lab.py reads the record, never the -v text).
+  awk -v p="@@LAB $id/exec|out " 'NR <= 20 || /^hugetext-report: / {print p $0}' "$dir/wait.out"
   # shellcheck disable=SC2086 # INSPECT_ALL is empty or --all
   outz "$id/inspect" "$ht" inspect --pid "$pid" --json $INSPECT_ALL
   awk -v p="@@LAB $id/maps|" '{print p $0}' "/proc/$pid/maps"

@@ -26,12 +26,6 @@ from pathlib import Path
 
 from report import MIB, routes_mib, start_pass
 
-# The preload's record of a pass is read by report.py; RUN_LINE reads the
-# human -v summary of results recorded before the record existed.
-RUN_LINE = re.compile(
-    r"([\d.]+) MiB of ([\d.]+) MiB text in whole 2 MiB windows is huge-backed "
-    r"\(already ([\d.]+) MiB, file ([\d.]+) MiB, collapse ([\d.]+) MiB, copy ([\d.]+) MiB\)"
-)
 FIXTURES = ["bfd", "lld", "mold", "dso", "node"]
 FIXTURE_TEXT = {
     "bfd": "GNU ld PIE, 20 MiB text",
@@ -118,14 +112,10 @@ def measurement(outs, ident):
         if k in ("pgpgin_kb", "ready", "seconds", "rc"):
             m[k] = int(v) if v.lstrip("-").isdigit() else v
     text_out = "\n".join(line[4:] for line in ex if line.startswith("out "))
+    # The preload's record of the pass (report.py), never its -v text.
     x = start_pass(text_out)
-    r = None if x else RUN_LINE.search(text_out)
     if x:
         m["run"] = {"huge_mib": x["huge"] / MIB, "windows_mib": x["windows"] / MIB, "routes": routes_mib(x)}
-    elif r:
-        huge, total, already, file_, collapse, copy = (float(x) for x in r.groups())
-        m["run"] = {"huge_mib": huge, "windows_mib": total,
-                    "routes": {"already": already, "file": file_, "collapse": collapse, "copy": copy}}
     fileview = json_of(outs.get(ident + "/file", []))
     path = None
     if fileview and fileview.get("files"):

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 # The preload's machine-readable record of a pass, never its human -v text.
-from report import MIB, routes_mib, start_pass
+from report import MIB, profile, routes_mib, start_pass
 
 
 def parse_plan(path):
@@ -170,13 +170,14 @@ def fixture_probe(out, text):
         out["contpte_kb"] = None
         out["pmd_kb"] = out["file_pmd_kb"] + out["anon_huge_kb"]
         return out
-    # run --hot (fixture-hot-*): the profile's samples and what run kept cold.
-    h = re.search(r"hot windows ([\d.]+) MiB, cold windows left alone ([\d.]+) MiB", text)
-    if h:
-        out.update(hot_mib=float(h.group(1)), cold_mib=float(h.group(2)))
-    n = re.search(r"^(\d+) samples \(cpu-clock\)", text, re.M)
-    if n:
-        out["profile_samples"] = int(n.group(1))
+    # run --hot (fixture-hot-*): the pass's record (what run kept cold) and
+    # the profile's summary (its samples).
+    r = start_pass(text)
+    if r and r.get("hot_list"):
+        out.update(hot_mib=r["hot"] / MIB, cold_mib=r["cold"] / MIB)
+    p = profile(text)
+    if p and p.get("summary"):
+        out.update(profile_samples=p["summary"]["total"], profile_windows=p["summary"]["windows_for"])
     out.update(
         page_size_kb=doc.get("page_size_kb"),
         pmd_size_kb=doc.get("pmd_size_kb"),

@@ -109,12 +109,17 @@ if [ "$(uname -m)" = aarch64 ]; then
     echo
     stop_ready
   }
-  # measure_hot PROG...: measure_of, then what the profile held and what
-  # run's -v says it remapped of it.
+  # measure_hot PROFILE PROG...: measure_of PROG..., then the record of
+  # the program's pass (its hot and cold totals, HUGETEXT_REPORT=json) and
+  # what the profile held (`profile --json`, on one line after
+  # "hugetext-profile: "); matrix.py reads both through report.py.
   measure_hot() {
+    mh_profile=$1; shift
     measure_of "$@"
-    grep -h 'samples (cpu-clock)\|windows of .* holding' "$dir/profile.out"
-    grep -h 'hot windows' "$dir/wait.out" | tail -n 1
+    grep -h '^hugetext-report: ' "$dir/wait.out" | tail -n 1
+    printf 'hugetext-profile: '
+    "$ht" profile --input "$mh_profile" --json 2> "$dir/profile-json.err" | tr -d '\n'
+    echo
   }
   for l in bfd lld mold; do
     [ -x "target/fixtures/$l/pie" ] || continue
@@ -140,7 +145,7 @@ if [ "$(uname -m)" = aarch64 ]; then
       "$ht" profile --frequency 4999 -o "$dir/fx-$l.profile.json" -- "$dir/fx-$l.pie" > "$dir/profile.out" 2>&1 ||
         sed 's/^/profile: /' "$dir/profile.out"
       fresh "fx-hot-$l.pie" "target/fixtures/$l/pie"
-      capture "fixture-hot-$l" measure_hot "$ht" run -v --hot "$dir/fx-$l.profile.json" -- "$dir/fx-hot-$l.pie"
+      capture "fixture-hot-$l" measure_hot "$dir/fx-$l.profile.json" "$ht" run --hot "$dir/fx-$l.profile.json" -- "$dir/fx-hot-$l.pie"
     fi
   done
 fi

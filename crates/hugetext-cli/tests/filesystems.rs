@@ -149,30 +149,27 @@ fn run_file_strategy_is_huge_with(dir: &Path, compat: Option<&str>) {
     if keeps_tables {
         common::read_small(&prog);
     }
-    let r = common::run_waiting_with(compat, &["--strategy", "file", "-v"], &prog);
+    let r = common::run_waiting_recorded(compat, &["--strategy", "file"], &prog);
     let (file_pmd, anon, private_anon) = r.huge_of(&prog);
     let err = r.stop();
     assert!(file_pmd >= 16 * MIB, "FilePmdMapped {} KiB: {err}", file_pmd >> 10);
     assert_eq!(anon + private_anon, 0, "the file route adds no anonymous memory: {err}");
-    let want = common::mib(common::text_window_bytes(&prog));
+    let want = common::text_window_bytes(&prog);
+    let rec = common::start_record(&err);
+    let n = |k: &str| rec[k].as_u64().unwrap_or_else(|| panic!("{k}: {rec}"));
+    assert_eq!((n("windows"), n("huge")), (want, want), "{rec}");
     // Every window is huge, by the file route, or already (THP always on a
     // kernel that collapses file text: khugepaged may have collapsed a
     // window of the small-folio copy before the route came to it).
     let in_place = || hugetext::pagecache::collapse_supported(dir).unwrap().is_available();
-    let file_or_already = err.contains(&format!("{want} of {want} huge (already 0.0 MiB, file {want}"))
-        || (in_place()
-            && err.contains(&format!("{want} of {want} huge (already "))
-            && err.contains(", collapse 0.0 MiB, copy 0.0 MiB)"));
-    assert!(file_or_already, "expected file {want}: {err}");
+    let file_or_already =
+        n("file") == want || (in_place() && n("collapse") == 0 && n("copy") == 0 && n("file") + n("already") == want);
+    assert!(file_or_already, "expected file {want}: {rec}");
     if keeps_tables {
         // Every window, except where the kernel collapses file text in place
         // (7.x): khugepaged (THP always) may map a window whose page cache is
         // already a PMD folio with a PMD before the route replaces it.
-        let every = err.contains(&format!("{want} in windows replaced with mmap(MAP_FIXED)"));
-        assert!(
-            every || (in_place() && err.contains(" in windows replaced with mmap(MAP_FIXED)")),
-            "{err}"
-        );
+        assert!(n("replaced") == want || (in_place() && n("replaced") > 0), "{rec}");
     }
 }
 

@@ -31,12 +31,13 @@ fn profile() -> &'static Path {
     })
 }
 
-/// `hugetext run ARGS -- hotcold wait`: (anonymous huge bytes of its text, stderr).
+/// `hugetext run ARGS -- hotcold wait` with `HUGETEXT_REPORT=json`:
+/// (anonymous huge bytes of its text, stderr).
 fn run_copy(args: &[&str]) -> (u64, String) {
     let exe = common::hotcold();
     let mut all = vec!["--strategy", "copy", "-v"];
     all.extend_from_slice(args);
-    let r = common::run_waiting(&all, exe);
+    let r = common::run_waiting_recorded(None, &all, exe);
     let (_, anon_huge, _) = r.huge_of(exe);
     (anon_huge, r.stop())
 }
@@ -56,11 +57,23 @@ fn hot_path() -> &'static Path {
 #[test]
 fn run_hot_copies_only_the_hot_windows() {
     let p = hot_path().to_str().unwrap().to_string();
-    let (whole, _) = run_copy(&[]);
+    let (whole, all) = run_copy(&[]);
     let (hot, err) = run_copy(&["--hot", &p]);
     // The hot path: main's window and the three windows of stubs.
     assert_eq!(hot, 8 * MIB, "{err}");
     assert!(whole >= 96 * MIB, "the whole-text copy made {} MiB huge", whole / MIB);
+    // The record carries the list's totals (what harnesses read).
+    let rec = common::start_record(&err);
+    let n = |k: &str| rec[k].as_u64().unwrap_or_else(|| panic!("{k}: {rec}"));
+    assert_eq!((n("hot_list"), n("hot"), n("cold")), (1, 8 * MIB, 92 * MIB), "{rec}");
+    assert_eq!(n("copy"), 8 * MIB, "{rec}");
+    // Without a list, every window is in scope and the totals are 0.
+    let rec = common::start_record(&all);
+    assert_eq!(
+        (&rec["hot_list"], &rec["hot"], &rec["cold"]),
+        (&0.into(), &0.into(), &0.into())
+    );
+    // The -v summary says the same.
     assert!(
         err.contains("hot windows 8.0 MiB, cold windows left alone 92.0 MiB"),
         "{err}"

@@ -857,14 +857,6 @@ fn auto_tries_the_zero_copy_route_measured_cheaper_first() {
     }
 }
 
-/// The records `HUGETEXT_REPORT=json` adds to stderr, parsed.
-fn records(err: &str) -> Vec<serde_json::Value> {
-    err.lines()
-        .filter_map(|l| l.strip_prefix(hugetext_abi::report::PREFIX))
-        .map(|j| serde_json::from_str(j).unwrap_or_else(|e| panic!("{e}: {j}")))
-        .collect()
-}
-
 #[test]
 fn the_machine_record_has_the_summary_numbers_exactly() {
     let (_d, prog) = small_cached_copy();
@@ -876,7 +868,7 @@ fn the_machine_record_has_the_summary_numbers_exactly() {
     let out = common::output_without_perf_map(&mut cmd);
     assert!(out.status.success());
     let err = common::text(&out.stderr);
-    let r = records(&err);
+    let r = common::records(&err);
     assert_eq!(r.len(), 1, "one pass, one record: {err}");
     let r = &r[0];
     let mut want = vec!["v"];
@@ -906,7 +898,7 @@ fn the_machine_record_has_the_summary_numbers_exactly() {
     assert!(n("ns") >= n("ns_file") + n("ns_collapse") + n("ns_copy"), "{r}");
     // Not asked for: no record; asked for without -v: the record only.
     let plain = run(&[], &prog, &[]);
-    assert!(records(&common::text(&plain.stderr)).is_empty());
+    assert!(common::records(&common::text(&plain.stderr)).is_empty());
     let mut cmd = Command::new(common::bin());
     cmd.args(["run", "--no-dlopen", "--"])
         .arg(&prog)
@@ -914,7 +906,7 @@ fn the_machine_record_has_the_summary_numbers_exactly() {
         .env_remove("HUGETEXT_STRATEGY")
         .env_remove("HUGETEXT_VERBOSE");
     let quiet = common::text(&common::output_without_perf_map(&mut cmd).stderr);
-    assert_eq!(records(&quiet).len(), 1, "{quiet}");
+    assert_eq!(common::records(&quiet).len(), 1, "{quiet}");
     assert!(!quiet.contains("huge-backed"), "{quiet}");
 }
 
@@ -933,7 +925,7 @@ fn copy_route_without_privilege_proves_its_copies() {
     let out = common::output_without_perf_map(&mut cmd);
     let err = common::text(&out.stderr);
     assert!(out.status.success(), "{err}");
-    let r = records(&err);
+    let r = common::records(&err);
     assert_eq!(r.len(), 1, "{err}");
     let n = |k: &str| r[0][k].as_u64().unwrap_or_else(|| panic!("{k}: {err}"));
     assert!(n("windows") >= 12 * MIB, "{err}");
@@ -1961,7 +1953,7 @@ fn the_program_and_its_children_see_no_trace_of_hugetext() {
         let o = cmd.output().unwrap();
         let err = common::text(&o.stderr);
         assert!(o.status.success(), "{case}: {err}");
-        let recs = records(&err);
+        let recs = common::records(&err);
         if let Some(pid) = recs.first().and_then(|r| r["pid"].as_u64()) {
             common::remove_perf_map(pid as u32);
         }
@@ -2091,7 +2083,10 @@ fn perf_maps_of_ended_processes_are_removed_by_a_later_run() {
         .output()
         .unwrap();
     let err = common::text(&o.stderr);
-    let pid = records(&err).first().and_then(|r| r["pid"].as_u64()).expect("a record") as u32;
+    let pid = common::records(&err)
+        .first()
+        .and_then(|r| r["pid"].as_u64())
+        .expect("a record") as u32;
     let got = std::fs::read(map(pid));
     common::remove_perf_map(pid);
     let got = got.unwrap_or_else(|e| panic!("perf map of {pid}: {e}: {err}"));

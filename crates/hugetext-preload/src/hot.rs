@@ -216,15 +216,18 @@ pub fn mask(a: usize, n: usize) -> u64 {
     m
 }
 
-/// "; hot windows: 8.0 MiB, 92.0 MiB of cold windows left alone" when a
-/// list was read.
-pub fn summary<const N: usize>(o: &mut Out<N>) {
+/// The pass's bytes of hot windows and of cold windows left alone, when a
+/// list was read (`None`: no list, every window was in scope).
+pub fn totals() -> Option<(u64, u64)> {
     let st = state();
-    if st.text.is_some() {
-        o.s("; hot windows ")
-            .mib(st.hot)
-            .s(", cold windows left alone ")
-            .mib(st.skipped);
+    st.text.map(|_| (st.hot, st.skipped))
+}
+
+/// "; hot windows 8.0 MiB, cold windows left alone 92.0 MiB" when a list
+/// was read.
+pub fn summary<const N: usize>(o: &mut Out<N>) {
+    if let Some((hot, cold)) = totals() {
+        o.s("; hot windows ").mib(hot).s(", cold windows left alone ").mib(cold);
     }
 }
 

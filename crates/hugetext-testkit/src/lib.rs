@@ -607,6 +607,18 @@ pub fn with_compat(cmd: &mut Command, compat: Option<&str>) {
 /// `hugetext run ARGS -- PROG wait`, with `HUGETEXT_COMPAT=compat` (None:
 /// unset) and no strategy or verbosity inherited from the environment.
 pub fn run_waiting_with(compat: Option<&str>, args: &[&str], prog: &Path) -> Running {
+    Running::start(run_waiting_command(compat, args, prog))
+}
+
+/// [`run_waiting_with`] with `HUGETEXT_REPORT=json`: read each pass's
+/// numbers from the stderr of [`Running::stop`] with [`records`].
+pub fn run_waiting_recorded(compat: Option<&str>, args: &[&str], prog: &Path) -> Running {
+    let mut cmd = run_waiting_command(compat, args, prog);
+    cmd.env(hugetext_abi::report::VAR, "json");
+    Running::start(cmd)
+}
+
+fn run_waiting_command(compat: Option<&str>, args: &[&str], prog: &Path) -> Command {
     preload();
     let mut cmd = Command::new(bin());
     cmd.arg("run")
@@ -617,7 +629,26 @@ pub fn run_waiting_with(compat: Option<&str>, args: &[&str], prog: &Path) -> Run
         .env_remove("HUGETEXT_STRATEGY")
         .env_remove("HUGETEXT_VERBOSE");
     with_compat(&mut cmd, compat);
-    Running::start(cmd)
+    cmd
+}
+
+/// The records `HUGETEXT_REPORT=json` adds to stderr, parsed (panics on a
+/// record that is not JSON).
+pub fn records(err: &str) -> Vec<serde_json::Value> {
+    err.lines()
+        .filter_map(|l| l.strip_prefix(hugetext_abi::report::PREFIX))
+        .map(|j| serde_json::from_str(j).unwrap_or_else(|e| panic!("{e}: {j}")))
+        .collect()
+}
+
+/// The last record of a pass at start (not over objects loaded later with
+/// dlopen) in `err`; panics, showing `err`, when there is none.
+pub fn start_record(err: &str) -> serde_json::Value {
+    records(err)
+        .into_iter()
+        .rev()
+        .find(|r| r["late"] == 0)
+        .unwrap_or_else(|| panic!("no record of a pass at start: {err}"))
 }
 
 /// `hugetext run ARGS -- PROG wait`.

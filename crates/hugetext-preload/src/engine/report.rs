@@ -154,35 +154,40 @@ pub(super) fn summary(pass: &Pass, scope: &Scope, t0: u64) {
 /// The machine-readable record of the pass (`HUGETEXT_REPORT=json`, see
 /// `hugetext_abi::report`): the numbers of [`summary`], exact.
 pub(super) fn record(pass: &Pass, scope: &Scope, t0: u64) {
-    use hugetext_abi::report::{FIELDS, PREFIX, VERSION};
+    use hugetext_abi::report::{Record, PREFIX, VERSION};
     let t = &pass.t;
     let (outer, _) = perfmap::map_pid();
-    let values: [u64; FIELDS.len()] = [
-        outer.map_or(0, u64::from),
-        scope.only.is_some() as u64,
-        scan::pmd() as u64,
-        t.windows,
-        t.huge(),
-        t.already,
-        t.file,
-        t.collapse,
-        t.copy,
-        t.replaced,
-        t.copy_pmd,
-        t.copy_read,
-        t.ns[0],
-        t.ns[1],
-        t.ns[2],
-        t.ns[3],
-        sys::now_ns().saturating_sub(t0),
-        pass.scan.is_smaps() as u64,
-        pass.touch as u64,
-        scan::unit() as u64,
-        scan::is_contpte() as u64,
-    ];
+    let hot = crate::hot::totals();
+    let [ns_already, ns_file, ns_collapse, ns_copy] = t.ns;
+    let r = Record {
+        pid: outer.map_or(0, u64::from),
+        late: scope.only.is_some() as u64,
+        pmd: scan::pmd() as u64,
+        windows: t.windows,
+        huge: t.huge(),
+        already: t.already,
+        file: t.file,
+        collapse: t.collapse,
+        copy: t.copy,
+        replaced: t.replaced,
+        copy_pmd: t.copy_pmd,
+        copy_read: t.copy_read,
+        ns_already,
+        ns_file,
+        ns_collapse,
+        ns_copy,
+        ns: sys::now_ns().saturating_sub(t0),
+        smaps: pass.scan.is_smaps() as u64,
+        touch: pass.touch as u64,
+        unit: scan::unit() as u64,
+        contpte: scan::is_contpte() as u64,
+        hot_list: hot.is_some() as u64,
+        hot: hot.map_or(0, |h| h.0),
+        cold: hot.map_or(0, |h| h.1),
+    };
     let mut o = Out::<1024>::new(2);
     o.s(PREFIX).s("{\"v\":").u(VERSION);
-    for (k, v) in FIELDS.iter().zip(values) {
+    for (k, v) in r.pairs() {
         o.s(",\"").s(k).s("\":").u(v);
     }
     o.s("}\n");
