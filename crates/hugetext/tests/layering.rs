@@ -328,3 +328,41 @@ fn the_reader_of_crate_paths_sees_groups_and_skips_comments_and_strings() {
     let names: Vec<String> = crate_refs(&code).into_iter().collect();
     assert_eq!(names, ["Error", "elf", "fsutil", "kernel", "procfs"]);
 }
+
+/// Every `HUGETEXT_*` name is spelled once, in `hugetext_abi::settings`:
+/// the crates' sources name the constants (comments, tests, benches and
+/// examples may spell them).
+#[test]
+fn settings_are_named_only_in_the_settings_module() {
+    let crates = repo().join("crates");
+    let own = crates.join("hugetext-abi/src/settings.rs");
+    let mut bad = Vec::new();
+    for krate in fs::read_dir(&crates).unwrap() {
+        let src = krate.unwrap().path().join("src");
+        if !src.is_dir() {
+            continue;
+        }
+        for file in rust_files(&src) {
+            if file == own {
+                continue;
+            }
+            let text = fs::read_to_string(&file).unwrap();
+            // A unit-test module at the end of the file may spell them.
+            let code = text.split("#[cfg(test)]\nmod tests").next().unwrap();
+            for (n, line) in code.lines().enumerate() {
+                if line.trim_start().starts_with("//") {
+                    continue;
+                }
+                if line.contains("\"HUGETEXT_") {
+                    let rel = file.strip_prefix(repo()).unwrap_or(&file).display().to_string();
+                    bad.push(format!("{rel}:{}: {}", n + 1, line.trim()));
+                }
+            }
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "HUGETEXT_* literals outside hugetext_abi::settings (use its constants):\n{}",
+        bad.join("\n")
+    );
+}
