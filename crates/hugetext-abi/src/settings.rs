@@ -13,46 +13,47 @@ use crate::env::{parse_size, Order, Strategy, Tunables};
 /// What every setting's name starts with (test knobs too).
 pub const PREFIX: &str = "HUGETEXT_";
 
-/// Which routes may be used ([`Strategy`] word).
+/// The name of [`Setting::Strategy`].
 pub const STRATEGY: &str = "HUGETEXT_STRATEGY";
-/// Which zero-copy route `auto` tries first ([`Order`] word).
+/// The name of [`Setting::Order`].
 pub const ORDER: &str = "HUGETEXT_ORDER";
-/// Only mappings whose path matches this pattern.
+/// The name of [`Setting::Include`].
 pub const INCLUDE: &str = "HUGETEXT_INCLUDE";
-/// Skip mappings whose path matches this pattern.
+/// The name of [`Setting::Exclude`].
 pub const EXCLUDE: &str = "HUGETEXT_EXCLUDE";
-/// Keep the preload in `LD_PRELOAD` for child processes.
+/// The name of [`Setting::Inherit`].
 pub const INHERIT: &str = "HUGETEXT_INHERIT";
-/// Never move text to anonymous memory (debugger and perf friendly).
+/// The name of [`Setting::Gdb`].
 pub const GDB: &str = "HUGETEXT_GDB";
-/// One line per mapping and a summary on stderr.
+/// The name of [`Setting::Verbose`].
 pub const VERBOSE: &str = "HUGETEXT_VERBOSE";
-/// Do nothing at load.
+/// The name of [`Setting::Disable`].
 pub const DISABLE: &str = "HUGETEXT_DISABLE";
-/// Write `/tmp/perf-PID.map` for copied text (default on).
+/// The name of [`Setting::PerfMap`].
 pub const PERF_MAP: &str = "HUGETEXT_PERF_MAP";
-/// Name copied text in `/proc/PID/maps` (default on).
+/// The name of [`Setting::Name`].
 pub const NAME: &str = "HUGETEXT_NAME";
-/// Follow objects loaded after start (dlopen; default on).
+/// The name of [`Setting::Late`].
 pub const LATE: &str = "HUGETEXT_LATE";
-/// Late objects with fewer bytes in whole windows are left alone (size).
+/// The name of [`Setting::LateMin`].
 pub const LATE_MIN: &str = "HUGETEXT_LATE_MIN";
-/// What `GLIBC_TUNABLES` was before `run` added room for static TLS.
+/// The name of [`Setting::Tunables`].
 pub const TUNABLES: &str = "HUGETEXT_TUNABLES";
-/// The wrappers followed so far (`PID:HOPS:CHAIN`; `run` sets it empty).
+/// The name of [`Setting::Via`].
 pub const VIA: &str = "HUGETEXT_VIA";
-/// Kernel features to act as if missing (testing and diagnosis).
+/// The name of [`Setting::Compat`].
 pub const COMPAT: &str = "HUGETEXT_COMPAT";
-/// A file holding the hot-window list (for direct users of the preload).
+/// The name of [`Setting::Hot`].
 pub const HOT: &str = "HUGETEXT_HOT";
-/// The hot-window list itself, inline (what `run --hot` sets).
+/// The name of [`Setting::HotList`].
 pub const HOT_LIST: &str = "HUGETEXT_HOT_LIST";
-/// `json`: one machine-readable record per pass on stderr.
+/// The name of [`Setting::Report`].
 pub const REPORT: &str = "HUGETEXT_REPORT";
-/// Where `run` finds libhugetext.so (read by the command, not the preload).
+/// The name of [`Setting::Preload`].
 pub const PRELOAD: &str = "HUGETEXT_PRELOAD";
 
-/// One product setting.
+/// One product setting: what each means is [`Setting::meaning`], the one
+/// place it is written (doc/run.md explains them for users).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Setting {
     /// [`STRATEGY`]

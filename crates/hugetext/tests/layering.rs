@@ -366,3 +366,18 @@ fn settings_are_named_only_in_the_settings_module() {
         bad.join("\n")
     );
 }
+
+/// Every product setting is explained to users in doc/run.md.
+#[test]
+fn every_setting_is_in_the_run_documentation() {
+    let doc = fs::read_to_string(repo().join("doc/run.md")).unwrap();
+    let missing: Vec<&str> = hugetext_abi::settings::Setting::ALL
+        .iter()
+        .map(|s| s.name())
+        .filter(|name| {
+            !doc.match_indices(name)
+                .any(|(i, _)| !doc[i + name.len()..].starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_'))
+        })
+        .collect();
+    assert!(missing.is_empty(), "doc/run.md does not mention {missing:?}");
+}
