@@ -381,3 +381,43 @@ fn every_setting_is_in_the_run_documentation() {
         .collect();
     assert!(missing.is_empty(), "doc/run.md does not mention {missing:?}");
 }
+
+/// Every `HUGETEXT_*` variable the crates use (tests, benches and examples
+/// included) is a product setting or a test/bench knob listed in
+/// `hugetext_abi::settings`.
+#[test]
+fn every_variable_is_a_setting_or_a_listed_knob() {
+    use hugetext_abi::settings::{Setting, KNOBS, PREFIX};
+    let known: BTreeSet<&str> = Setting::ALL
+        .iter()
+        .map(|s| s.name())
+        .chain(KNOBS.iter().map(|k| k.name))
+        .collect();
+    let mut unknown = BTreeSet::new();
+    for krate in fs::read_dir(repo().join("crates")).unwrap() {
+        let dir = krate.unwrap().path();
+        if !dir.is_dir() {
+            continue;
+        }
+        for file in rust_files(&dir) {
+            let text = fs::read_to_string(&file).unwrap();
+            for (i, _) in text.match_indices(PREFIX) {
+                let name: String = text[i..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || *c == '_')
+                    .collect();
+                // `HUGETEXT_TEST_*` and the like name a family, not a variable.
+                if name.ends_with('_') || text[i + name.len()..].starts_with('*') {
+                    continue;
+                }
+                if !known.contains(name.as_str()) {
+                    unknown.insert(format!("{name} ({})", file.display()));
+                }
+            }
+        }
+    }
+    assert!(
+        unknown.is_empty(),
+        "variables neither a setting nor a knob of hugetext_abi::settings: {unknown:?}"
+    );
+}
