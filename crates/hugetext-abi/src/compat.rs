@@ -2,9 +2,6 @@
 //! new kernel the fallbacks that older kernels need (testing and diagnosis).
 //! Read by the preload and by the library alike.
 
-/// The environment variable.
-pub const VAR: &str = "HUGETEXT_COMPAT";
-
 /// The words [`Compat::parse`] knows, for messages.
 pub const WORDS: &str = "no-pagemap-scan, no-populate, no-pt-reclaim or all";
 
@@ -30,7 +27,7 @@ pub struct Compat<'a> {
 }
 
 impl<'a> Compat<'a> {
-    /// Parse the value of [`VAR`].
+    /// Parse the value of `HUGETEXT_COMPAT`.
     pub fn parse(v: &'a [u8]) -> Compat<'a> {
         let mut c = Compat::default();
         for w in v.split(|&b| b == b',' || b == b' ').filter(|w| !w.is_empty()) {

@@ -1,25 +1,8 @@
 //! The environment interface between `hugetext run` (which writes it) and
-//! libhugetext.so (which reads it): variable names, strategy words and
-//! which `LD_PRELOAD` entries are this library. See doc/run.md.
+//! libhugetext.so (which reads it): the loader's variables, strategy words
+//! and which `LD_PRELOAD` entries are this library. The `HUGETEXT_*`
+//! settings themselves are named in [`crate::settings`]. See doc/run.md.
 
-/// Which routes may be used.
-pub const STRATEGY: &str = "HUGETEXT_STRATEGY";
-/// Which zero-copy route `auto` tries first ([`Order`]).
-pub const ORDER: &str = "HUGETEXT_ORDER";
-/// Only mappings whose path matches this pattern.
-pub const INCLUDE: &str = "HUGETEXT_INCLUDE";
-/// Skip mappings whose path matches this pattern.
-pub const EXCLUDE: &str = "HUGETEXT_EXCLUDE";
-/// Keep the preload in `LD_PRELOAD` for child processes.
-pub const INHERIT: &str = "HUGETEXT_INHERIT";
-/// Never move text to anonymous memory.
-pub const GDB: &str = "HUGETEXT_GDB";
-/// One line per mapping and a summary on stderr.
-pub const VERBOSE: &str = "HUGETEXT_VERBOSE";
-/// Do nothing at load.
-pub const DISABLE: &str = "HUGETEXT_DISABLE";
-/// Write `/tmp/perf-PID.map` for copied text.
-pub const PERF_MAP: &str = "HUGETEXT_PERF_MAP";
 /// The first line libhugetext.so writes into a perf map it creates
 /// (`/tmp/perf-PID.map`): a one-byte symbol at address 0, which no process
 /// maps, so perf names nothing with it. `run` removes maps that start with
@@ -28,19 +11,12 @@ pub const PERF_MAP_MARK: &[u8] = b"0 1 hugetext-perf-map-v1\n";
 /// How long a perf map of an ended process is kept (1 hour): `perf report`
 /// run after the program still names its copied code.
 pub const PERF_MAP_KEEP_SECS: u64 = 3600;
-/// Name copied text in `/proc/PID/maps`.
-pub const NAME: &str = "HUGETEXT_NAME";
 /// The dynamic loader's list of libraries to preload.
 pub const LD_PRELOAD: &str = "LD_PRELOAD";
 /// The dynamic loader's list of audit libraries (rtld-audit(7)): `run` names
 /// libhugetext.so there too, so that it sees objects loaded after start.
 pub const LD_AUDIT: &str = "LD_AUDIT";
-/// `0`: do not follow objects loaded after start (dlopen).
-pub const LATE: &str = "HUGETEXT_LATE";
-/// Objects loaded after start whose text mapping has fewer bytes in whole
-/// PMD-size windows than this are left alone (bytes; suffix K, M or G).
-pub const LATE_MIN: &str = "HUGETEXT_LATE_MIN";
-/// Default of [`LATE_MIN`]: 2 MiB, the smallest PMD size, so any object with
+/// Default of `HUGETEXT_LATE_MIN`: 2 MiB, the smallest PMD size, so any object with
 /// one whole window (whatever the kernel's PMD size) qualifies.
 pub const LATE_MIN_DEFAULT: u64 = 2 << 20;
 
@@ -49,22 +25,41 @@ pub const LATE_MIN_DEFAULT: u64 = 2 << 20;
 pub const GLIBC_TUNABLES: &str = "GLIBC_TUNABLES";
 /// The tunable `run` adds ([`GLIBC_TUNABLES`]).
 pub const STATIC_TLS_TUNABLE: &str = "glibc.rtld.optional_static_tls";
-/// What `GLIBC_TUNABLES` was before `run` added [`STATIC_TLS_TUNABLE`]:
-/// `-` (unset), or the length in bytes of its value, a prefix of the new
-/// one. The preload restores it for the program's children and removes
-/// this variable ([`tunables_restore`]).
-pub const TUNABLES: &str = "HUGETEXT_TUNABLES";
 
-/// How to put `GLIBC_TUNABLES` back, from the [`TUNABLES`] note and its
+/// What `GLIBC_TUNABLES` was before `run` added [`STATIC_TLS_TUNABLE`]
+/// (`HUGETEXT_TUNABLES`): `-` (unset), or the length in bytes of its value,
+/// a prefix of the new one. The preload restores it for the program's
+/// children and removes the variable ([`tunables_restore`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tunables {
+    /// `-`: it was unset.
+    Unset,
+    /// Its value was this many bytes.
+    Len(usize),
+}
+
+impl Tunables {
+    /// Parse the note: `-` or decimal digits; `None` for anything else.
+    pub fn parse(v: &[u8]) -> Option<Tunables> {
+        match v {
+            b"-" => Some(Tunables::Unset),
+            n => Some(Tunables::Len(
+                usize::try_from(parse_size(n).filter(|_| n.iter().all(u8::is_ascii_digit))?).ok()?,
+            )),
+        }
+    }
+}
+
+/// How to put `GLIBC_TUNABLES` back, from the [`Tunables`] note and its
 /// current value: `Some(None)` unset it, `Some(Some(n))` keep its first `n`
 /// bytes; `None` when the note does not describe the value (left as it is):
 /// what follows the kept bytes must be the one [`STATIC_TLS_TUNABLE`]
 /// setting `run` appended (after a `:` when something is kept).
 pub fn tunables_restore(note: &[u8], cur: Option<&[u8]>) -> Option<Option<usize>> {
     let cur = cur?;
-    let keep = match note {
-        b"-" => None,
-        n => Some(parse_size(n).filter(|_| n.iter().all(u8::is_ascii_digit))? as usize),
+    let keep = match Tunables::parse(note)? {
+        Tunables::Unset => None,
+        Tunables::Len(n) => Some(n),
     };
     let added = match keep {
         None => cur,
@@ -75,17 +70,10 @@ pub fn tunables_restore(note: &[u8], cur: Option<&[u8]>) -> Option<Option<usize>
     (!value.is_empty() && value.iter().all(u8::is_ascii_digit)).then_some(keep)
 }
 
-/// The wrappers the preload followed so far (`PID:HOPS:CHAIN`): a process
-/// without text worth remapping (a shell script's interpreter, `env`, a
-/// shim) that execs keeps the preload for the program it execs, up to
-/// [`MAX_HOPS`] times; `PID` is that process's (an exec keeps it: a child
-/// it forks has another), `CHAIN` names the wrappers (` -> ` between
-/// them). `run` sets it empty, so that the slot exists in the environment.
-pub const VIA: &str = "HUGETEXT_VIA";
 /// How many wrappers in a row the preload follows.
 pub const MAX_HOPS: u32 = 8;
 
-/// `(pid, hops, chain)` of a [`VIA`] value; `(0, 0, "")` for an empty or
+/// `(pid, hops, chain)` of a `HUGETEXT_VIA` value; `(0, 0, "")` for an empty or
 /// malformed one.
 pub fn parse_via(v: &[u8]) -> (u32, u32, &[u8]) {
     let num = |f: &[u8]| -> Option<u32> {
@@ -133,7 +121,7 @@ pub enum Strategy {
 }
 
 impl Strategy {
-    /// The word for [`STRATEGY`].
+    /// The word for `HUGETEXT_STRATEGY`.
     pub fn as_str(self) -> &'static str {
         match self {
             Strategy::Auto => "auto",
@@ -143,7 +131,7 @@ impl Strategy {
         }
     }
 
-    /// Parse the value of [`STRATEGY`]: empty means `auto`; `None` for an
+    /// Parse the value of `HUGETEXT_STRATEGY`: empty means `auto`; `None` for an
     /// unknown word.
     pub fn parse(v: &[u8]) -> Option<Strategy> {
         Some(match v {
@@ -173,7 +161,7 @@ pub enum Order {
 }
 
 impl Order {
-    /// The word for [`ORDER`].
+    /// The word for `HUGETEXT_ORDER`.
     pub fn as_str(self) -> &'static str {
         match self {
             Order::File => "file",
@@ -181,7 +169,7 @@ impl Order {
         }
     }
 
-    /// Parse the value of [`ORDER`]: empty means `file`; `None` for an
+    /// Parse the value of `HUGETEXT_ORDER`: empty means `file`; `None` for an
     /// unknown word.
     pub fn parse(v: &[u8]) -> Option<Order> {
         Some(match v {

@@ -14,10 +14,6 @@
 //! and its path (the rest of the line). A file is matched by build-id
 //! first, then by path ([`find`]).
 
-/// The list's file, for direct users of the preload (opened `O_NOFOLLOW`).
-pub const VAR: &str = "HUGETEXT_HOT";
-/// The list itself, inline: what `hugetext run --hot` sets.
-pub const LIST_VAR: &str = "HUGETEXT_HOT_LIST";
 /// First word of the list.
 pub const MAGIC: &[u8] = b"hugetext-hot";
 /// The version this library writes and reads.

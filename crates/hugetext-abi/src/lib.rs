@@ -24,5 +24,6 @@ pub mod pagemap;
 pub mod pagemap_scan;
 pub mod pattern;
 pub mod report;
+pub mod settings;
 pub mod smaps;
 pub mod thp;

@@ -8,8 +8,6 @@
 //! hugetext-report: {"v":1,"pid":4242,"late":0,"pmd":2097152,"windows":81788928,"huge":81788928,"already":0,"file":81788928,"collapse":0,"copy":0,"replaced":0,"copy_pmd":0,"copy_read":0,"ns_already":20110,"ns_file":17335002,"ns_collapse":0,"ns_copy":0,"ns":17400012,"smaps":0,"touch":0,"unit":2097152,"contpte":0,"hot_list":0,"hot":0,"cold":0}
 //! ```
 
-/// The variable that asks for the record (value `json`).
-pub const VAR: &str = "HUGETEXT_REPORT";
 /// What starts the record's line.
 pub const PREFIX: &str = "hugetext-report: ";
 /// The record's format version (its `v` key).
@@ -98,7 +96,7 @@ record! {
     cold,
 }
 
-/// Whether the value of [`VAR`] asks for the record.
+/// Whether the value of `HUGETEXT_REPORT` asks for the record.
 pub fn wanted(v: &[u8]) -> bool {
     v == b"json"
 }

@@ -21,7 +21,7 @@ extern "C" {
 }
 
 /// The prefix of this library's settings.
-pub const PREFIX: &[u8] = b"HUGETEXT_";
+pub const PREFIX: &[u8] = hugetext_abi::settings::PREFIX.as_bytes();
 
 /// The address of the saved settings (a NULL-terminated array of
 /// NUL-terminated `NAME=value` strings), 0 until [`clean`] ran.

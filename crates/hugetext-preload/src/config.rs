@@ -13,6 +13,7 @@ use hugetext_abi::env;
 pub use hugetext_abi::env::Order;
 /// Which routes may be used (auto: already → file → collapse → copy).
 pub use hugetext_abi::env::Strategy;
+use hugetext_abi::settings::{self, Invalid, Settings};
 
 /// The settings of one remap pass.
 pub struct Config {
@@ -101,14 +102,6 @@ pub fn getenv(name: &[u8]) -> Option<&'static [u8]> {
     env_entries().find_map(value)
 }
 
-/// A boolean setting's value, `default` when unset.
-fn flag(v: Option<&[u8]>, default: bool) -> bool {
-    match v {
-        None => default,
-        Some(v) => !(v.is_empty() || v == b"0" || v.eq_ignore_ascii_case(b"no") || v.eq_ignore_ascii_case(b"false")),
-    }
-}
-
 /// Secure-execution mode: the kernel set `AT_SECURE` (a set-user-ID or
 /// set-group-ID program, or one with file capabilities), so the
 /// environment comes from a less privileged user. (`getauxval` reads the
@@ -127,55 +120,37 @@ impl Config {
     }
 
     fn read(secure: bool) -> Config {
-        let get = |name: &str| if secure { None } else { getenv(name.as_bytes()) };
-        let (strategy, bad_strategy) = match get(env::STRATEGY) {
-            None => (Strategy::Auto, None),
-            Some(v) => match Strategy::parse(v) {
-                Some(s) => (s, None),
-                None => (Strategy::Auto, Some(v)),
-            },
-        };
-        let (order, bad_order) = match get(env::ORDER) {
-            None => (Order::File, None),
-            Some(v) => match Order::parse(v) {
-                Some(o) => (o, None),
-                None => (Order::File, Some(v)),
-            },
-        };
+        let (s, bad) = Settings::read(|name| if secure { None } else { getenv(name.as_bytes()) });
+        Config::from_settings(&s, &bad, secure)
+    }
+
+    /// The pass's settings from what `run` wrote ([`Settings`]), with the
+    /// defaults for those unset; `secure`: no perf map.
+    pub fn from_settings(s: &Settings<'static>, bad: &Invalid<'static>, secure: bool) -> Config {
         let nonempty = |v: Option<&'static [u8]>| v.filter(|s| !s.is_empty());
         let preloaded = getenv(env::LD_PRELOAD.as_bytes())
             .map(|v| env::preload_entries(v).any(env::is_hugetext_preload))
             .unwrap_or(false);
-        let (late_min, bad_late_min) = match get(env::LATE_MIN) {
-            None => (env::LATE_MIN_DEFAULT, None),
-            Some(v) => match env::parse_size(v) {
-                Some(n) => (n, None),
-                None => (env::LATE_MIN_DEFAULT, Some(v)),
-            },
-        };
         Config {
-            report: get(hugetext_abi::report::VAR).is_some_and(hugetext_abi::report::wanted),
-            strategy,
-            order,
-            verbose: flag(get(env::VERBOSE), false),
-            gdb: flag(get(env::GDB), false),
-            perf_map: !secure && flag(get(env::PERF_MAP), true),
-            name_vmas: flag(get(env::NAME), true),
-            inherit: flag(get(env::INHERIT), false),
-            include: nonempty(get(env::INCLUDE)),
-            exclude: nonempty(get(env::EXCLUDE)),
+            report: s.report.unwrap_or(false),
+            strategy: s.strategy.unwrap_or_default(),
+            order: s.order.unwrap_or_default(),
+            verbose: s.verbose.unwrap_or(false),
+            gdb: s.gdb.unwrap_or(false),
+            perf_map: !secure && s.perf_map.unwrap_or(true),
+            name_vmas: s.name.unwrap_or(true),
+            inherit: s.inherit.unwrap_or(false),
+            include: nonempty(s.include),
+            exclude: nonempty(s.exclude),
             preloaded,
-            disabled: flag(get(env::DISABLE), false),
-            bad_strategy,
-            bad_order,
-            compat: get(hugetext_abi::compat::VAR).map(Compat::parse).unwrap_or_default(),
-            late: flag(get(env::LATE), true),
-            late_min,
-            bad_late_min,
-            hot: crate::hot::Setting::from(
-                nonempty(get(hugetext_abi::hot::LIST_VAR)),
-                nonempty(get(hugetext_abi::hot::VAR)),
-            ),
+            disabled: s.disable.unwrap_or(false),
+            bad_strategy: bad.strategy,
+            bad_order: bad.order,
+            compat: s.compat.map(Compat::parse).unwrap_or_default(),
+            late: s.late.unwrap_or(true),
+            late_min: s.late_min.unwrap_or(env::LATE_MIN_DEFAULT),
+            bad_late_min: bad.late_min,
+            hot: crate::hot::Setting::from(nonempty(s.hot_list), nonempty(s.hot)),
         }
     }
 }
@@ -192,8 +167,8 @@ pub fn strip_preload() {
     restore_tunables();
 }
 
-/// The environment slot of `var` (`NAME=`), if set.
-pub fn slot(var: &[u8]) -> Option<*mut *mut c_char> {
+/// The environment slot of the variable `name`, if set.
+pub fn slot(name: &str) -> Option<*mut *mut c_char> {
     // SAFETY: `environ` is the NULL-terminated array libc maintains; read
     // at start-up, single-threaded (see `env_entries`).
     unsafe {
@@ -202,7 +177,10 @@ pub fn slot(var: &[u8]) -> Option<*mut *mut c_char> {
             return None;
         }
         while !(*p).is_null() {
-            if cstr(*p).starts_with(var) {
+            if cstr(*p)
+                .strip_prefix(name.as_bytes())
+                .is_some_and(|r| r.starts_with(b"="))
+            {
                 return Some(p);
             }
             p = p.add(1);
@@ -232,9 +210,9 @@ unsafe fn remove_at(p: *mut *mut c_char) {
     }
 }
 
-/// Remove `var` (`NAME=`) from the environment, if set.
-pub fn remove(var: &[u8]) {
-    if let Some(p) = slot(var) {
+/// Remove the variable `name` from the environment, if set.
+pub fn remove(name: &str) {
+    if let Some(p) = slot(name) {
         // SAFETY: a slot just found, at start-up.
         unsafe { remove_at(p) };
     }
@@ -245,22 +223,19 @@ pub fn remove(var: &[u8]) {
 /// shortened in place). Then remove `HUGETEXT_TUNABLES`. A value that does
 /// not end as `run` left it is not touched.
 pub fn restore_tunables() {
-    let Some(note) = getenv(env::TUNABLES.as_bytes()) else {
+    let Some(note) = getenv(settings::TUNABLES.as_bytes()) else {
         return;
     };
-    let var = b"GLIBC_TUNABLES=";
-    match (
-        env::tunables_restore(note, getenv(env::GLIBC_TUNABLES.as_bytes())),
-        slot(var),
-    ) {
+    let var = env::GLIBC_TUNABLES;
+    match (env::tunables_restore(note, getenv(var.as_bytes())), slot(var)) {
         // SAFETY: a slot just found, at start-up.
         (Some(None), Some(p)) => unsafe { remove_at(p) },
         // SAFETY: the value has more than `n` bytes (`tunables_restore`
         // found `run`'s addition after them): the NUL lands inside it.
-        (Some(Some(n)), Some(p)) => unsafe { *(*p).add(var.len() + n) = 0 },
+        (Some(Some(n)), Some(p)) => unsafe { *(*p).add(var.len() + 1 + n) = 0 },
         _ => {}
     }
-    remove(b"HUGETEXT_TUNABLES=");
+    remove(settings::TUNABLES);
 }
 
 /// Take this library's entries out of `var` (`NAME=`) in place, each with
@@ -332,6 +307,58 @@ mod tests {
         let mut b = v.as_bytes().to_vec();
         let (w, k) = strip_value(&mut b, 0, v.len());
         (String::from_utf8(b[..w].to_vec()).unwrap(), k)
+    }
+
+    /// What the library writes (`Settings::write`, as `hugetext run` does
+    /// through `remap::settings_environment`) is what the pass reads.
+    #[test]
+    fn config_reads_what_run_writes() {
+        use hugetext_abi::env::Tunables;
+        let written = Settings {
+            strategy: Some(Strategy::Collapse),
+            order: Some(Order::Collapse),
+            include: Some(b"libfoo"),
+            exclude: Some(b"^/usr/lib/.*\\.so$"),
+            inherit: Some(true),
+            gdb: Some(true),
+            verbose: Some(true),
+            disable: Some(true),
+            perf_map: Some(false),
+            name: Some(false),
+            late: Some(false),
+            late_min: Some(6 << 20),
+            tunables: Some(Tunables::Len(24)),
+            via: Some(b""),
+            compat: Some(b"no-populate,no-pt-reclaim"),
+            hot: Some(b"/tmp/hot"),
+            hot_list: Some(b"hugetext-hot 1 2097152\n"),
+            report: Some(true),
+            preload: Some(b"/opt/libhugetext.so"),
+        };
+        let mut env: Vec<(&'static str, &'static [u8])> = Vec::new();
+        written.write(|name, v| env.push((name, Vec::leak(v.to_vec()))));
+        assert_eq!(env.len(), settings::Setting::ALL.len());
+        let (s, bad) = Settings::read(|name| env.iter().find(|(n, _)| *n == name).map(|(_, v)| *v));
+        assert_eq!(s, written);
+        let c = Config::from_settings(&s, &bad, false);
+        assert!(c.report && c.verbose && c.gdb && c.inherit && c.disabled);
+        assert!(!c.perf_map && !c.name_vmas && !c.late);
+        assert_eq!(
+            (c.strategy, c.order, c.late_min),
+            (Strategy::Collapse, Order::Collapse, 6 << 20)
+        );
+        assert_eq!((c.include, c.exclude), (written.include, written.exclude));
+        assert!(c.compat.no_populate && c.compat.no_pt_reclaim && !c.compat.no_pagemap_scan);
+        assert!(matches!(c.hot, crate::hot::Setting::Inline(v) if Some(v) == written.hot_list));
+        assert!(c.bad_strategy.is_none() && c.bad_order.is_none() && c.bad_late_min.is_none());
+        // Nothing written: the defaults.
+        let none = Config::from_settings(&Settings::default(), &Invalid::default(), false);
+        assert!(!none.report && !none.verbose && !none.disabled && none.perf_map && none.name_vmas && none.late);
+        assert_eq!((none.strategy, none.order), (Strategy::Auto, Order::File));
+        assert_eq!(none.late_min, env::LATE_MIN_DEFAULT);
+        assert!(matches!(none.hot, crate::hot::Setting::None));
+        // Secure execution: no perf map whatever the setting.
+        assert!(!Config::from_settings(&Settings::default(), &Invalid::default(), true).perf_map);
     }
 
     #[test]

@@ -80,11 +80,15 @@ pub fn load(setting: Setting, verbose: bool) -> Result<(), isize> {
     (st.text, st.cur, st.skipped, st.hot) = (None, None, 0, 0);
     let (text, name, shown): (&'static [u8], &str, &[u8]) = match setting {
         Setting::None => return Ok(()),
-        Setting::Inline(v) => (v, list::LIST_VAR, b""),
+        Setting::Inline(v) => (v, hugetext_abi::settings::HOT_LIST, b""),
         Setting::File(p) => match read_file(p, &mut st.buf) {
             // SAFETY: `buf` is static; it is rewritten only by the next
             // `load`, under the pass lock, after this pass is done with it.
-            Ok(n) => (unsafe { &*(&st.buf[..n] as *const [u8]) }, list::VAR, p),
+            Ok(n) => (
+                unsafe { &*(&st.buf[..n] as *const [u8]) },
+                hugetext_abi::settings::HOT,
+                p,
+            ),
             Err((e, why)) => return Err(refuse(verbose, p, why, e)),
         },
     };

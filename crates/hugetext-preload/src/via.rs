@@ -13,7 +13,7 @@
 use core::ffi::{c_char, CStr};
 use core::sync::atomic::Ordering::Relaxed;
 
-use hugetext_abi::env;
+use hugetext_abi::{env, settings};
 
 use crate::out::{line, Out};
 use crate::{config, engine, maps, perfmap, sys};
@@ -46,7 +46,7 @@ pub fn next(has_text: bool, hops: u32) -> Next {
 
 impl Via {
     pub fn from_env() -> Via {
-        let (pid, hops, chain) = env::parse_via(config::getenv(env::VIA.as_bytes()).unwrap_or(b""));
+        let (pid, hops, chain) = env::parse_via(config::getenv(settings::VIA.as_bytes()).unwrap_or(b""));
         Via { pid, hops, chain }
     }
 
@@ -63,7 +63,7 @@ impl Via {
     /// environment, which the program reads when it execs). False when the
     /// environment has no such slot (not started by `run`).
     pub fn follow(&self, argv: &[*const c_char]) -> bool {
-        let Some(slot) = config::slot(b"HUGETEXT_VIA=") else {
+        let Some(slot) = config::slot(settings::VIA) else {
             return false;
         };
         // What tells the program exec'd from a child forked on the way.
@@ -73,7 +73,8 @@ impl Via {
         let mut name = Out::<1100>::new(-1);
         name_self(&mut name, argv);
         let mut o = Out::<4096>::new(-1);
-        o.s("HUGETEXT_VIA=")
+        o.s(settings::VIA)
+            .s("=")
             .u(u64::from(pid))
             .s(":")
             .u(self.hops as u64 + 1)
@@ -188,7 +189,7 @@ pub fn at_start(cfg: &config::Config, argv: &[*const c_char], late: &str, pass: 
     if via.forked_by_wrapper() {
         crate::PLAIN.store(true, Relaxed);
         config::strip_preload();
-        config::remove(b"HUGETEXT_VIA=");
+        config::remove(settings::VIA);
         return Start::Plain;
     }
     let has_text = has_text();
@@ -213,7 +214,7 @@ pub fn at_start(cfg: &config::Config, argv: &[*const c_char], late: &str, pass: 
     }
     pass();
     config::strip_preload();
-    config::remove(b"HUGETEXT_VIA=");
+    config::remove(settings::VIA);
     if cfg.verbose && via.hops > 0 {
         let mut o = line();
         o.s("pid ")
@@ -246,7 +247,7 @@ pub extern "C" fn became_program() {
         return;
     }
     config::strip_preload();
-    config::remove(b"HUGETEXT_VIA=");
+    config::remove(settings::VIA);
     if config::Config::from_env().verbose {
         line()
             .s("pid ")

@@ -6,6 +6,7 @@
 //!
 //! A dev-dependency only: it panics on failure, as a test would.
 
+use hugetext_abi::settings;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -97,7 +98,7 @@ pub fn fixtures() -> &'static Path {
 /// compiler is at hand: inside the kernel-matrix guests
 /// (scripts/kernel-matrix.sh sets `HUGETEXT_TEST_PREBUILT=1`).
 pub fn prebuilt() -> bool {
-    std::env::var_os("HUGETEXT_TEST_PREBUILT").is_some()
+    std::env::var_os(settings::TEST_PREBUILT).is_some()
 }
 
 /// One fixture: `linker` in bfd/lld/mold, `name` in pie/nopie/libbig.so/usebig/small.
@@ -599,8 +600,8 @@ pub fn preload() -> PathBuf {
 /// make sure it is unset.
 pub fn with_compat(cmd: &mut Command, compat: Option<&str>) {
     match compat {
-        Some(c) => cmd.env("HUGETEXT_COMPAT", c),
-        None => cmd.env_remove("HUGETEXT_COMPAT"),
+        Some(c) => cmd.env(settings::COMPAT, c),
+        None => cmd.env_remove(settings::COMPAT),
     };
 }
 
@@ -626,8 +627,8 @@ fn run_waiting_command(compat: Option<&str>, args: &[&str], prog: &Path) -> Comm
         .arg("--")
         .arg(prog)
         .arg("wait")
-        .env_remove("HUGETEXT_STRATEGY")
-        .env_remove("HUGETEXT_VERBOSE");
+        .env_remove(settings::STRATEGY)
+        .env_remove(settings::VERBOSE);
     with_compat(&mut cmd, compat);
     cmd
 }

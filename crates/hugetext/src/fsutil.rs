@@ -492,7 +492,7 @@ fn random_chars() -> String {
 /// (`created`, `written`, `metadata`, `linked`, `renamed`), so that a test
 /// can kill it exactly there.
 fn stop_at(step: &str) {
-    if std::env::var_os("HUGETEXT_TEST_STOP_AT").is_some_and(|v| v == step) {
+    if std::env::var_os(hugetext_abi::settings::TEST_STOP_AT).is_some_and(|v| v == step) {
         // SAFETY: raise() has no memory-safety preconditions.
         unsafe { libc::raise(libc::SIGSTOP) };
     }

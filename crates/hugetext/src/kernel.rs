@@ -426,9 +426,15 @@ pub unsafe fn madvise(addr: usize, len: usize, advice: i32) -> Result<()> {
 /// missing, to exercise on a new kernel the fallbacks that older kernels
 /// need. A testing and diagnostic knob, parsed as libhugetext.so parses it
 /// (`hugetext_abi::compat`).
+///
+/// Read from this process's environment rather than passed in: its one
+/// reader, [`populate_read`], lies under `warm`, `doctor`, the page-cache
+/// experiments and the route costs, several calls deep, and the knob must
+/// reach all of them the way it reaches the preload (one variable for the
+/// whole run).
 pub fn compat() -> Compat<'static> {
     static VALUE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    let v = VALUE.get_or_init(|| std::env::var(hugetext_abi::compat::VAR).unwrap_or_default());
+    let v = VALUE.get_or_init(|| std::env::var(hugetext_abi::settings::COMPAT).unwrap_or_default());
     Compat::parse(v.as_bytes())
 }
 

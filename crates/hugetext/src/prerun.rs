@@ -223,11 +223,11 @@ pub fn inherit_cost_line(program: &str, files: &[FileText], cost: CopyCost) -> S
     )
 }
 
-/// `HUGETEXT_NAME=0` for the preload when this kernel cannot name
-/// anonymous memory ([`anon_vma_names`]) and the variable is not set.
-pub fn naming_environment() -> Option<(OsString, OsString)> {
-    let var = hugetext_abi::env::NAME;
-    (std::env::var_os(var).is_none() && !anon_vma_names()).then(|| (OsString::from(var), OsString::from("0")))
+/// Whether to tell the preload not to name copies (`HUGETEXT_NAME=0`):
+/// this kernel cannot name anonymous memory ([`anon_vma_names`]) and the
+/// variable is not set.
+pub fn naming_off() -> bool {
+    std::env::var_os(hugetext_abi::settings::NAME).is_none() && !anon_vma_names()
 }
 
 /// Can this kernel name anonymous memory (`PR_SET_VMA_ANON_NAME`, needs

@@ -14,12 +14,14 @@ use std::path::{Path, PathBuf};
 pub use crate::error::LaunchError;
 use crate::{procfs, Error, Result};
 use hugetext_abi::env;
+/// The preload's settings, one typed record ([`settings_environment`] writes it).
+pub use hugetext_abi::settings::{self, Settings};
 
 /// File name of the preload library.
 pub const PRELOAD_NAME: &str = "libhugetext.so";
 
 /// Environment variable that names the preload library explicitly.
-pub const PRELOAD_ENV: &str = "HUGETEXT_PRELOAD";
+pub use hugetext_abi::settings::PRELOAD as PRELOAD_ENV;
 
 /// How the preload may make text huge-backed (`HUGETEXT_STRATEGY`; one
 /// home with the preload: `hugetext_abi::env`).
@@ -195,15 +197,18 @@ pub fn check_pattern(re: &str) -> Result<()> {
     })
 }
 
-/// The environment changes that inject the preload with `opts`: pairs to
-/// set. `current_preload` is the program's inherited `LD_PRELOAD`; the
-/// preload goes first so its constructor sees the others' libraries mapped
-/// (all libraries are mapped before any constructor runs anyway).
-pub fn environment(
-    opts: &RunOptions,
+/// The environment changes that inject the preload with `opts`: the
+/// `LD_PRELOAD` pair to set, and `opts` in `settings` (written with
+/// [`settings_environment`]). `current_preload` is the program's inherited
+/// `LD_PRELOAD`; the preload goes first so its constructor sees the others'
+/// libraries mapped (all libraries are mapped before any constructor runs
+/// anyway).
+pub fn environment<'a>(
+    opts: &'a RunOptions,
     preload: &Path,
     current_preload: Option<&OsStr>,
-) -> Result<Vec<(OsString, OsString)>> {
+    settings: &mut Settings<'a>,
+) -> Result<(OsString, OsString)> {
     check_preload_path(preload)?;
     for re in [&opts.include, &opts.exclude].into_iter().flatten() {
         check_pattern(re)?;
@@ -226,35 +231,44 @@ pub fn environment(
             ld.push(cur);
         }
     }
-    let flag = |b: bool| OsString::from(if b { "1" } else { "0" });
-    let mut vars = vec![
-        (OsString::from(env::LD_PRELOAD), ld),
-        (OsString::from(env::STRATEGY), OsString::from(opts.strategy.as_str())),
-        (
-            OsString::from(env::INCLUDE),
-            OsString::from(opts.include.clone().unwrap_or_default()),
-        ),
-        (
-            OsString::from(env::EXCLUDE),
-            OsString::from(opts.exclude.clone().unwrap_or_default()),
-        ),
-        (OsString::from(env::INHERIT), flag(opts.inherit)),
-        (OsString::from(env::GDB), flag(opts.gdb)),
-        // The slot the preload fills when it follows a wrapper's exec.
-        (OsString::from(env::VIA), OsString::new()),
-    ];
+    // Set even when empty or off: values inherited from the caller's
+    // environment do not apply.
+    let pattern = |re: &'a Option<String>| Some(re.as_deref().unwrap_or("").as_bytes());
+    settings.strategy = Some(opts.strategy);
+    settings.include = pattern(&opts.include);
+    settings.exclude = pattern(&opts.exclude);
+    settings.inherit = Some(opts.inherit);
+    settings.gdb = Some(opts.gdb);
+    // The slot the preload fills when it follows a wrapper's exec.
+    settings.via = Some(b"");
     if opts.verbose {
-        vars.push((OsString::from(env::VERBOSE), flag(true)));
+        settings.verbose = Some(true);
     }
-    Ok(vars)
+    Ok((OsString::from(env::LD_PRELOAD), ld))
+}
+
+/// The environment variables that give the preload `settings`: the one
+/// place the library writes them ([`Settings::write`] formats each).
+pub fn settings_environment(settings: &Settings) -> Vec<(OsString, OsString)> {
+    use std::os::unix::ffi::OsStringExt;
+    let mut vars = Vec::new();
+    settings.write(|name, value| vars.push((OsString::from(name), OsString::from_vec(value.to_vec()))));
+    vars
 }
 
 /// The environment that makes the preload follow objects loaded after start:
 /// the library named in `LD_AUDIT` too (after entries that were there, less
-/// an older hugetext), or `HUGETEXT_LATE=0` with `--no-dlopen`.
-pub fn late_environment(preload: &Path, off: bool, current: Option<&OsStr>) -> Vec<(OsString, OsString)> {
+/// an older hugetext: the pair returned), or `HUGETEXT_LATE=0` with
+/// `--no-dlopen` (in `settings`).
+pub fn late_environment(
+    preload: &Path,
+    off: bool,
+    current: Option<&OsStr>,
+    settings: &mut Settings,
+) -> Option<(OsString, OsString)> {
+    settings.late = Some(!off);
     if off {
-        return vec![(OsString::from(env::LATE), OsString::from("0"))];
+        return None;
     }
     let mut v = OsString::new();
     let cur = current.map(|c| c.as_bytes()).filter(|c| !c.is_empty());
@@ -274,10 +288,7 @@ pub fn late_environment(preload: &Path, off: bool, current: Option<&OsStr>) -> V
         }
     }
     v.push(preload.as_os_str());
-    vec![
-        (OsString::from(env::LD_AUDIT), v),
-        (OsString::from(env::LATE), OsString::from("1")),
-    ]
+    Some((OsString::from(env::LD_AUDIT), v))
 }
 
 /// Bytes of static TLS (each `PT_TLS` segment's size rounded up to its
@@ -349,17 +360,16 @@ fn tunables_with_static_tls(current: Option<&OsStr>, need: u64) -> Option<OsStri
 
 /// The environment for [`tunables_with_static_tls`]: the new
 /// `GLIBC_TUNABLES` and, so that the preload can put the old value back for
-/// the program's children, what it was (`HUGETEXT_TUNABLES`: `-` for unset,
-/// else the length of the old value). Empty: nothing to change.
-pub fn tunables_environment(current: Option<&OsStr>, need: u64) -> Vec<(OsString, OsString)> {
-    let Some(t) = tunables_with_static_tls(current, need) else {
-        return Vec::new();
-    };
-    let was = current.map_or("-".to_string(), |c| c.len().to_string());
-    vec![
-        (OsString::from(env::GLIBC_TUNABLES), t),
-        (OsString::from(env::TUNABLES), OsString::from(was)),
-    ]
+/// the program's children, what it was (in `settings`: unset, or the length
+/// of the old value). `None`: nothing to change.
+pub fn tunables_environment(
+    current: Option<&OsStr>,
+    need: u64,
+    settings: &mut Settings,
+) -> Option<(OsString, OsString)> {
+    let t = tunables_with_static_tls(current, need)?;
+    settings.tunables = Some(current.map_or(env::Tunables::Unset, |c| env::Tunables::Len(c.len())));
+    Some((OsString::from(env::GLIBC_TUNABLES), t))
 }
 
 /// Why a path cannot be executed (the reason in
@@ -679,21 +689,35 @@ mod tests {
     #[test]
     fn audit_list_names_the_library_once() {
         let lib = Path::new("/opt/h/libhugetext.so");
-        let get = |v: &[(OsString, OsString)], k: &str| v.iter().find(|(n, _)| n == k).map(|(_, x)| x.clone());
-        let v = late_environment(lib, false, None);
-        assert_eq!(get(&v, "LD_AUDIT").unwrap(), "/opt/h/libhugetext.so");
-        assert_eq!(get(&v, "HUGETEXT_LATE").unwrap(), "1");
-        let v = late_environment(lib, false, Some(OsStr::new("/a/libaudit.so:/old/libhugetext.so")));
-        assert_eq!(get(&v, "LD_AUDIT").unwrap(), "/a/libaudit.so:/opt/h/libhugetext.so");
-        // A user's library whose name only starts like ours stays.
-        let v = late_environment(lib, false, Some(OsStr::new("/opt/libhugetextual.so")));
+        let mut s = Settings::default();
+        let mut audit = |cur: Option<&str>, off| {
+            late_environment(lib, off, cur.map(OsStr::new), &mut s).map(|(n, v)| {
+                assert_eq!(n, "LD_AUDIT");
+                v
+            })
+        };
+        assert_eq!(audit(None, false).unwrap(), "/opt/h/libhugetext.so");
         assert_eq!(
-            get(&v, "LD_AUDIT").unwrap(),
+            audit(Some("/a/libaudit.so:/old/libhugetext.so"), false).unwrap(),
+            "/a/libaudit.so:/opt/h/libhugetext.so"
+        );
+        // A user's library whose name only starts like ours stays.
+        assert_eq!(
+            audit(Some("/opt/libhugetextual.so"), false).unwrap(),
             "/opt/libhugetextual.so:/opt/h/libhugetext.so"
         );
-        let v = late_environment(lib, true, Some(OsStr::new("/a/libaudit.so")));
-        assert_eq!(get(&v, "LD_AUDIT"), None);
-        assert_eq!(get(&v, "HUGETEXT_LATE").unwrap(), "0");
+        let get = |s: &Settings| {
+            let v = settings_environment(s);
+            v.iter().find(|(n, _)| n == settings::LATE).map(|(_, x)| x.clone())
+        };
+        let mut s = Settings::default();
+        late_environment(lib, false, None, &mut s);
+        assert_eq!(get(&s).unwrap(), "1");
+        assert_eq!(
+            late_environment(lib, true, Some(OsStr::new("/a/libaudit.so")), &mut s),
+            None
+        );
+        assert_eq!(get(&s).unwrap(), "0");
     }
 
     #[test]
@@ -707,20 +731,22 @@ mod tests {
         );
         assert_eq!(t(Some("glibc.rtld.optional_static_tls=4096"), 100), None);
         // What the preload needs to put it back.
-        let e = |c: Option<&str>| tunables_environment(c.map(OsStr::new), 100);
-        let get = |v: &[(OsString, OsString)], k: &str| {
-            v.iter()
-                .find(|(n, _)| n == k)
-                .map(|(_, x)| x.to_str().unwrap().to_string())
+        let e = |c: Option<&str>| {
+            let mut s = Settings::default();
+            let pair = tunables_environment(c.map(OsStr::new), 100, &mut s);
+            let v = settings_environment(&s);
+            let note = v.iter().find(|(n, _)| n == settings::TUNABLES).map(|(_, x)| x.clone());
+            pair.map(|(n, t)| {
+                assert_eq!(n, env::GLIBC_TUNABLES);
+                (note.unwrap().into_string().unwrap(), t.into_string().unwrap())
+            })
         };
         for cur in [None, Some(""), Some("glibc.malloc.arena_max=2")] {
-            let v = e(cur);
-            let note = get(&v, env::TUNABLES).unwrap();
-            let new = get(&v, env::GLIBC_TUNABLES).unwrap();
+            let (note, new) = e(cur).unwrap();
             let back = env::tunables_restore(note.as_bytes(), Some(new.as_bytes())).unwrap();
-            assert_eq!(back.map(|n| &new[..n]), cur, "{v:?}");
+            assert_eq!(back.map(|n| &new[..n]), cur, "{note} {new}");
         }
-        assert!(e(Some("glibc.rtld.optional_static_tls=4096")).is_empty());
+        assert!(e(Some("glibc.rtld.optional_static_tls=4096")).is_none());
         // This test binary: libc's TLS at least.
         let me = std::env::current_exe().unwrap();
         assert!(initial_static_tls(&me, Path::new("/nonexistent")) > 0);
@@ -734,24 +760,28 @@ mod tests {
             verbose: true,
             ..Default::default()
         };
-        let env = environment(
+        let mut s = Settings::default();
+        let ld = environment(
             &opts,
             Path::new("/opt/ht/libhugetext.so"),
             Some(OsStr::new("/old/libhugetext.so libfoo.so:/x/libbar.so")),
+            &mut s,
         )
         .unwrap();
+        let env = settings_environment(&s);
         let get = |k: &str| {
             env.iter()
                 .find(|(n, _)| n == k)
                 .map(|(_, v)| v.to_string_lossy().into_owned())
         };
-        assert_eq!(
-            get("LD_PRELOAD").unwrap(),
-            "/opt/ht/libhugetext.so:libfoo.so:/x/libbar.so"
-        );
-        assert_eq!(get("HUGETEXT_STRATEGY").unwrap(), "copy");
-        assert_eq!(get("HUGETEXT_VERBOSE").unwrap(), "1");
-        assert!(environment(&opts, Path::new("/a b/libhugetext.so"), None).is_err());
+        assert_eq!(ld.0, "LD_PRELOAD");
+        assert_eq!(ld.1, "/opt/ht/libhugetext.so:libfoo.so:/x/libbar.so");
+        assert_eq!(get(settings::STRATEGY).unwrap(), "copy");
+        assert_eq!(get(settings::VERBOSE).unwrap(), "1");
+        assert_eq!(get(settings::INCLUDE).unwrap(), "");
+        assert_eq!(get(settings::VIA).unwrap(), "");
+        assert_eq!(get(settings::GDB).unwrap(), "0");
+        assert!(environment(&opts, Path::new("/a b/libhugetext.so"), None, &mut s).is_err());
     }
 
     #[test]

@@ -75,14 +75,12 @@ pub fn order(c: &RouteCosts) -> Order {
     }
 }
 
-/// The environment entry that gives the preload the order measured for the
-/// filesystem of `program` (`None` where it cannot be measured: the
-/// preload's default order, evict + refill first, applies), with the line
-/// `run -v` prints.
-pub fn environment(program: &Path) -> Option<((String, String), String)> {
+/// The order measured for the filesystem of `program`, for the preload's
+/// settings (`None` where it cannot be measured: the preload's default
+/// order, evict + refill first, applies), with the line `run -v` prints.
+pub fn for_program(program: &Path) -> Option<(Order, String)> {
     let c = for_dir(&fsutil::dir_of(program))?;
-    let var = (hugetext_abi::env::ORDER.to_string(), order(&c).as_str().to_string());
-    Some((var, describe(&c)))
+    Some((order(&c), describe(&c)))
 }
 
 /// One line for `run -v` and `doctor`: both costs and the order they give.

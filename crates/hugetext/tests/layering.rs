@@ -328,3 +328,96 @@ fn the_reader_of_crate_paths_sees_groups_and_skips_comments_and_strings() {
     let names: Vec<String> = crate_refs(&code).into_iter().collect();
     assert_eq!(names, ["Error", "elf", "fsutil", "kernel", "procfs"]);
 }
+
+/// Every `HUGETEXT_*` name is spelled once, in `hugetext_abi::settings`:
+/// the crates' sources name the constants (comments, tests, benches and
+/// examples may spell them).
+#[test]
+fn settings_are_named_only_in_the_settings_module() {
+    let crates = repo().join("crates");
+    let own = crates.join("hugetext-abi/src/settings.rs");
+    let mut bad = Vec::new();
+    for krate in fs::read_dir(&crates).unwrap() {
+        let src = krate.unwrap().path().join("src");
+        if !src.is_dir() {
+            continue;
+        }
+        for file in rust_files(&src) {
+            if file == own {
+                continue;
+            }
+            let text = fs::read_to_string(&file).unwrap();
+            // A unit-test module at the end of the file may spell them.
+            let code = text.split("#[cfg(test)]\nmod tests").next().unwrap();
+            for (n, line) in code.lines().enumerate() {
+                if line.trim_start().starts_with("//") {
+                    continue;
+                }
+                if line.contains("\"HUGETEXT_") {
+                    let rel = file.strip_prefix(repo()).unwrap_or(&file).display().to_string();
+                    bad.push(format!("{rel}:{}: {}", n + 1, line.trim()));
+                }
+            }
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "HUGETEXT_* literals outside hugetext_abi::settings (use its constants):\n{}",
+        bad.join("\n")
+    );
+}
+
+/// Every product setting is explained to users in doc/run.md.
+#[test]
+fn every_setting_is_in_the_run_documentation() {
+    let doc = fs::read_to_string(repo().join("doc/run.md")).unwrap();
+    let missing: Vec<&str> = hugetext_abi::settings::Setting::ALL
+        .iter()
+        .map(|s| s.name())
+        .filter(|name| {
+            !doc.match_indices(name)
+                .any(|(i, _)| !doc[i + name.len()..].starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_'))
+        })
+        .collect();
+    assert!(missing.is_empty(), "doc/run.md does not mention {missing:?}");
+}
+
+/// Every `HUGETEXT_*` variable the crates use (tests, benches and examples
+/// included) is a product setting or a test/bench knob listed in
+/// `hugetext_abi::settings`.
+#[test]
+fn every_variable_is_a_setting_or_a_listed_knob() {
+    use hugetext_abi::settings::{Setting, KNOBS, PREFIX};
+    let known: BTreeSet<&str> = Setting::ALL
+        .iter()
+        .map(|s| s.name())
+        .chain(KNOBS.iter().map(|k| k.name))
+        .collect();
+    let mut unknown = BTreeSet::new();
+    for krate in fs::read_dir(repo().join("crates")).unwrap() {
+        let dir = krate.unwrap().path();
+        if !dir.is_dir() {
+            continue;
+        }
+        for file in rust_files(&dir) {
+            let text = fs::read_to_string(&file).unwrap();
+            for (i, _) in text.match_indices(PREFIX) {
+                let name: String = text[i..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || *c == '_')
+                    .collect();
+                // `HUGETEXT_TEST_*` and the like name a family, not a variable.
+                if name.ends_with('_') || text[i + name.len()..].starts_with('*') {
+                    continue;
+                }
+                if !known.contains(name.as_str()) {
+                    unknown.insert(format!("{name} ({})", file.display()));
+                }
+            }
+        }
+    }
+    assert!(
+        unknown.is_empty(),
+        "variables neither a setting nor a knob of hugetext_abi::settings: {unknown:?}"
+    );
+}

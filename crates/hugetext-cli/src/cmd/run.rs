@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use anyhow::Result;
 use hugetext::prerun;
 use hugetext::remap::{self, Injectable, RunOptions, Strategy};
+use hugetext::remap::{settings, Settings};
 
 use super::exit_with;
 
@@ -142,15 +143,15 @@ impl From<StrategyArg> for Strategy {
 #[command(after_long_help = ENV_HELP, override_usage = "hugetext run [OPTIONS] -- PROGRAM [ARGS]...")]
 pub struct Args {
     /// Routes the preload may use
-    #[arg(long, value_enum, default_value = "auto", env = "HUGETEXT_STRATEGY")]
+    #[arg(long, value_enum, default_value = "auto", env = settings::STRATEGY)]
     pub strategy: StrategyArg,
 
     /// Only remap mappings whose file path matches RE (literals . [..] \d \w \s * + ? ^ $ |)
-    #[arg(long, value_name = "RE", env = "HUGETEXT_INCLUDE")]
+    #[arg(long, value_name = "RE", env = settings::INCLUDE)]
     pub include: Option<String>,
 
     /// Leave mappings whose file path matches RE alone
-    #[arg(long, value_name = "RE", env = "HUGETEXT_EXCLUDE")]
+    #[arg(long, value_name = "RE", env = settings::EXCLUDE)]
     pub exclude: Option<String>,
 
     /// Report on stderr, per text mapping, what was done and why not
@@ -170,7 +171,7 @@ pub struct Args {
     pub no_dlopen: bool,
 
     /// The libhugetext.so to inject
-    #[arg(long, value_name = "PATH", env = "HUGETEXT_PRELOAD")]
+    #[arg(long, value_name = "PATH", env = settings::PRELOAD)]
     pub preload: Option<PathBuf>,
 
     /// Remap only the windows holding the hot share of this profile's samples (`hugetext profile -o`)
@@ -204,7 +205,7 @@ pub fn run(args: Args) -> Result<u8> {
         remap::check_pattern(re).map_err(|e| exit_with(2, e.to_string()))?;
     }
     let preload = remap::find_preload(args.preload.as_deref()).map_err(|e| exit_with(125, e.to_string()))?;
-    let hot = hot_environment(args.hot.as_deref(), args.hot_share, args.verbose)?;
+    let hot = hot_list(args.hot.as_deref(), args.hot_share, args.verbose)?;
     let (program, rest) = args.command.split_first().expect("clap requires PROGRAM");
     let path_var = std::env::var_os("PATH");
     let resolved = remap::resolve_program(program, path_var.as_deref())?;
@@ -281,18 +282,28 @@ pub fn run(args: Args) -> Result<u8> {
     if args.verbose && reaped > 0 {
         eprintln!("hugetext: removed {reaped} perf maps (/tmp/perf-PID.map) of processes that ended over an hour ago");
     }
-    let mut env = remap::environment(&opts, &preload, std::env::var_os("LD_PRELOAD").as_deref())
-        .map_err(|e| exit_with(125, e.to_string()))?;
-    env.extend(naming(args.verbose));
+    // The preload's settings, written once below (`settings_environment`);
+    // `env` gathers the loader's variables.
+    let mut settings = Settings::default();
+    let mut env = vec![remap::environment(
+        &opts,
+        &preload,
+        std::env::var_os("LD_PRELOAD").as_deref(),
+        &mut settings,
+    )
+    .map_err(|e| exit_with(125, e.to_string()))?];
+    if naming(args.verbose) {
+        settings.name = Some(false);
+    }
     if opts.strategy == remap::Strategy::Auto {
-        if let Some((var, line)) = hugetext::routecost::environment(&resolved) {
+        if let Some((order, line)) = hugetext::routecost::for_program(&resolved) {
             if args.verbose {
                 eprintln!("hugetext: {line}");
             }
-            env.push((var.0.into(), var.1.into()));
+            settings.order = Some(order);
         }
     }
-    env.extend(hot);
+    settings.hot_list = hot.as_deref().map(str::as_bytes);
     // An auditor the loader cannot load is ignored with ld.so's own message:
     // say it in one line up front and name no LD_AUDIT instead.
     let missing = match (args.no_dlopen, &script) {
@@ -307,6 +318,7 @@ pub fn run(args: Args) -> Result<u8> {
         &preload,
         no_audit,
         std::env::var_os("LD_AUDIT").as_deref(),
+        &mut settings,
     ));
     if !no_audit {
         // Room in the static TLS block for the libraries loaded at start
@@ -319,8 +331,10 @@ pub fn run(args: Args) -> Result<u8> {
         env.extend(remap::tunables_environment(
             std::env::var_os("GLIBC_TUNABLES").as_deref(),
             need,
+            &mut settings,
         ));
     }
+    env.extend(remap::settings_environment(&settings));
     let err = std::process::Command::new(&resolved)
         .arg0(program)
         .args(rest)
@@ -334,11 +348,7 @@ pub fn run(args: Args) -> Result<u8> {
 
 /// `--hot PROFILE`: the hot-window list the preload reads, compiled from the
 /// profile (exit 125 when it cannot be read); `-v` says what it holds.
-fn hot_environment(
-    profile: Option<&std::path::Path>,
-    share: f64,
-    verbose: bool,
-) -> Result<Option<(OsString, OsString)>> {
+fn hot_list(profile: Option<&std::path::Path>, share: f64, verbose: bool) -> Result<Option<String>> {
     let Some(path) = profile else {
         return Ok(None);
     };
@@ -355,17 +365,20 @@ fn hot_environment(
             bytes >> 20
         );
     }
-    Ok(Some((hugetext::profile::HOT_LIST_VAR.into(), list.into())))
+    Ok(Some(list))
 }
 
 /// Once per run, not in every process: where the kernel cannot name
-/// anonymous memory, the preload is told not to try, and `-v` says so.
-fn naming(verbose: bool) -> Option<(OsString, OsString)> {
-    let var = prerun::naming_environment()?;
+/// anonymous memory, the preload is told not to try (true), and `-v` says
+/// so.
+fn naming(verbose: bool) -> bool {
+    if !prerun::naming_off() {
+        return false;
+    }
     if verbose {
         eprintln!(
             "hugetext: this kernel cannot name anonymous memory (built without CONFIG_ANON_VMA_NAME): text copied to anonymous memory shows unnamed in /proc/PID/maps"
         );
     }
-    Some(var)
+    true
 }

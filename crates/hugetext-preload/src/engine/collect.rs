@@ -180,7 +180,7 @@ pub(super) fn open_verifier(cfg: &Config) -> Result<Verifier, isize> {
             if cfg.verbose {
                 let mut o = line();
                 if e == 0 {
-                    o.s("HUGETEXT_COMPAT=no-pagemap-scan");
+                    o.s(hugetext_abi::settings::COMPAT).s("=no-pagemap-scan");
                 } else {
                     o.s("PAGEMAP_SCAN is not available (Linux 6.7+)").err(e);
                 }

@@ -93,10 +93,12 @@ pub(super) fn compat_notes(cfg: &Config) {
         return;
     }
     if cfg.compat.no_populate {
-        line().s("HUGETEXT_COMPAT=no-populate: faulting text in by touching every page, not MADV_POPULATE_READ");
+        line()
+            .s(hugetext_abi::settings::COMPAT)
+            .s("=no-populate: faulting text in by touching every page, not MADV_POPULATE_READ");
     }
     if cfg.compat.no_pt_reclaim {
-        line().s("HUGETEXT_COMPAT=no-pt-reclaim: dropping windows with two MADV_DONTNEED calls, which leave the emptied page table as kernels before 6.14 do");
+        line().s(hugetext_abi::settings::COMPAT).s("=no-pt-reclaim: dropping windows with two MADV_DONTNEED calls, which leave the emptied page table as kernels before 6.14 do");
     }
 }
 

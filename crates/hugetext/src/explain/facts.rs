@@ -285,7 +285,7 @@ pub fn user_tunables(env: &[u8]) -> Option<String> {
             .find_map(|v| v.strip_prefix(name.as_bytes())?.strip_prefix(b"="))
     };
     let cur = find(env::GLIBC_TUNABLES)?;
-    let own = match find(env::TUNABLES).and_then(|note| env::tunables_restore(note, Some(cur))) {
+    let own = match find(hugetext_abi::settings::TUNABLES).and_then(|note| env::tunables_restore(note, Some(cur))) {
         Some(None) => return None,
         Some(Some(n)) => &cur[..n],
         None => cur,

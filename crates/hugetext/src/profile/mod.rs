@@ -36,8 +36,6 @@ use crate::{Error, Result};
 pub const FORMAT: &str = "hugetext-profile";
 /// The profile file version this library writes and reads.
 pub const VERSION: u32 = 1;
-/// The variable `run --hot` sets to the hot-window list ([`hot_list`]).
-pub use hugetext_abi::hot::LIST_VAR as HOT_LIST_VAR;
 
 /// Where a profile's counts come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
