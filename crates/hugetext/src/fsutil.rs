@@ -817,7 +817,42 @@ pub struct MetadataCopy<'a> {
 /// Give `to` the owner, mode (set-id bits included), extended attributes
 /// (file capabilities included) and optionally times of `from`, whose
 /// metadata is `meta`. Errors are one line naming what could not be kept.
+///
+/// What needs `to` to be ours (the mode but set-id bits, extended
+/// attributes, times) is done before the `chown`, so that a root without
+/// `CAP_FOWNER` can still replace another user's file; set-id bits and file
+/// capabilities, which the `chown` clears, after it.
 pub fn copy_metadata(from: &File, meta: &Metadata, to: &File, what: &MetadataCopy<'_>) -> io::Result<()> {
+    const CAPABILITY: &str = "security.capability";
+    let copy_xattr = |name: &str| -> io::Result<()> {
+        let value = get_xattr(from, name)?;
+        rustix::fs::fsetxattr(to.as_fd(), name, &value, rustix::fs::XattrFlags::empty()).map_err(|e| {
+            io::Error::new(
+                io::Error::from(e).kind(),
+                format!("cannot copy extended attribute {name} ({e})"),
+            )
+        })
+    };
+    let mode = meta.mode() & 0o7777;
+    rustix::fs::fchmod(to.as_fd(), rustix::fs::Mode::from_raw_mode(mode & !0o6000))?;
+    let names: Vec<String> = list_xattrs(from)?
+        .into_iter()
+        .filter(|n| !what.skip_xattrs.contains(n))
+        .collect();
+    for name in names.iter().filter(|n| *n != CAPABILITY) {
+        copy_xattr(name)?;
+    }
+    if what.times {
+        let ts = |s: i64, ns: i64| rustix::fs::Timespec {
+            tv_sec: s,
+            tv_nsec: ns as _,
+        };
+        let times = rustix::fs::Timestamps {
+            last_access: ts(meta.atime(), meta.atime_nsec()),
+            last_modification: ts(meta.mtime(), meta.mtime_nsec()),
+        };
+        rustix::fs::futimens(to.as_fd(), &times)?;
+    }
     let uid = rustix::fs::Uid::from_raw(meta.uid());
     let gid = rustix::fs::Gid::from_raw(meta.gid());
     match rustix::fs::fchown(to.as_fd(), Some(uid), Some(gid)) {
@@ -835,29 +870,11 @@ pub fn copy_metadata(from: &File, meta: &Metadata, to: &File, what: &MetadataCop
         }
     }
     // After chown, which clears set-id bits and capabilities.
-    rustix::fs::fchmod(to.as_fd(), rustix::fs::Mode::from_raw_mode(meta.mode() & 0o7777))?;
-    for name in list_xattrs(from)? {
-        if what.skip_xattrs.contains(&name) {
-            continue;
-        }
-        let value = get_xattr(from, &name)?;
-        rustix::fs::fsetxattr(to.as_fd(), name.as_str(), &value, rustix::fs::XattrFlags::empty()).map_err(|e| {
-            io::Error::new(
-                io::Error::from(e).kind(),
-                format!("cannot copy extended attribute {name} ({e})"),
-            )
-        })?;
+    if mode & 0o6000 != 0 {
+        rustix::fs::fchmod(to.as_fd(), rustix::fs::Mode::from_raw_mode(mode))?;
     }
-    if what.times {
-        let ts = |s: i64, ns: i64| rustix::fs::Timespec {
-            tv_sec: s,
-            tv_nsec: ns as _,
-        };
-        let times = rustix::fs::Timestamps {
-            last_access: ts(meta.atime(), meta.atime_nsec()),
-            last_modification: ts(meta.mtime(), meta.mtime_nsec()),
-        };
-        rustix::fs::futimens(to.as_fd(), &times)?;
+    if names.iter().any(|n| n == CAPABILITY) {
+        copy_xattr(CAPABILITY)?;
     }
     Ok(())
 }
