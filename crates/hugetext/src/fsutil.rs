@@ -522,7 +522,13 @@ impl PrivateDir {
                 // Not the directory just made: someone swapped it.
                 return Err(swapped());
             }
-            let _ = rustix::fs::flock(&fd, rustix::fs::FlockOperation::NonBlockingLockShared);
+            // Waits for a concurrent run's removal of leftovers, which may
+            // have taken this still unlocked directory for one: then it is
+            // gone (no links), and another is made.
+            let _ = rustix::fs::flock(&fd, rustix::fs::FlockOperation::LockShared);
+            if rustix::fs::fstat(&fd)?.st_nlink == 0 {
+                continue;
+            }
             return Ok(PrivateDir {
                 fd,
                 path,
