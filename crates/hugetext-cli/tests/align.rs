@@ -312,6 +312,52 @@ fn in_place_keeps_mode_owner_xattrs_and_capabilities() {
     assert_eq!(left.len(), 1, "{left:?}");
 }
 
+/// Root without `CAP_FOWNER` (a container's or a hardened unit's root)
+/// rewrites another user's program in place, keeping owner, mode and a
+/// user attribute: everything that needs the file to be ours is done before
+/// the `chown`, the link into place too (protected hardlinks refuse to
+/// link another user's file). A set-user-ID program of another user, which
+/// only its owner or `CAP_FOWNER` may make, is refused in one line and left
+/// untouched, with nothing left behind. (Before: both refused with "Operation
+/// not permitted".)
+#[test]
+fn root_without_cap_fowner_replaces_another_users_program() {
+    let dir = common::scratch();
+    let f = common::copy_fixture(dir.path(), "lld", "pie");
+    std::os::unix::fs::chown(&f, Some(1234), Some(5678)).unwrap();
+    fs::set_permissions(&f, fs::Permissions::from_mode(0o755)).unwrap();
+    xattr_set(&f, "user.hugetext-test", b"keep me");
+    let align_without_fowner = |f: &Path| {
+        Command::new("setpriv")
+            .args(["--bounding-set=-fowner", "--inh-caps=-fowner", "--"])
+            .arg(common::bin())
+            .args(["align", s(f)])
+            .output()
+            .unwrap()
+    };
+    let o = align_without_fowner(&f);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let m = fs::metadata(&f).unwrap();
+    assert_eq!((m.uid(), m.gid(), m.mode() & 0o7777), (1234, 5678, 0o755));
+    assert_eq!(xattr_get(&f, "user.hugetext-test").as_deref(), Some(&b"keep me"[..]));
+    assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
+
+    let g = common::copy_fixture(dir.path(), "lld", "nopie");
+    std::os::unix::fs::chown(&g, Some(1234), Some(5678)).unwrap();
+    fs::set_permissions(&g, fs::Permissions::from_mode(0o4755)).unwrap();
+    let before = fs::read(&g).unwrap();
+    let o = align_without_fowner(&g);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("the original is untouched") && err.lines().count() == 1,
+        "{err}"
+    );
+    assert_eq!(fs::read(&g).unwrap(), before);
+    assert_eq!(fs::metadata(&g).unwrap().mode() & 0o7777, 0o4755);
+    assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 2);
+}
+
 #[test]
 fn output_option_leaves_input_untouched_and_dry_run_writes_nothing() {
     let dir = common::scratch();

@@ -8,14 +8,19 @@
 //!    final rename is atomic), without a name where the filesystem allows
 //!    (`O_TMPFILE`), mode 0600 and no extended attributes, removed again if
 //!    anything fails before the commit;
-//! 2. [`NewFile::commit_keeping`]: `fsync`; then [`copy_metadata`]: the
-//!    original's owner, then its mode (set-id bits after the `chown`, which
-//!    clears them), then every extended attribute (`security.capability`
-//!    among them; `chown` clears that too), then, optionally, its access
-//!    and modification times; `fsync`; then the name (`linkat`, `rename`)
-//!    and an `fsync` of the directory. A process killed at any point
-//!    leaves the old file or the new one at the name, and at most a hidden
-//!    temporary file that [`remove_leftovers`] removes on the next run.
+//! 2. [`NewFile::commit_keeping`]: `fsync`; a name for the file inside a
+//!    private directory made for it beside the target (mode 0700: no other
+//!    user can open, run or link what is in it); then [`copy_metadata`]:
+//!    the original's owner, then its mode (set-id bits after the `chown`,
+//!    which clears them), then every extended attribute
+//!    (`security.capability` among them; `chown` clears that too), then,
+//!    optionally, its access and modification times; `fsync`; then the
+//!    rename out of the private directory over the target, an `fsync` of
+//!    the target's directory, and the private directory's removal. A
+//!    process killed at any point leaves the old file or the new one at the
+//!    name, and at most a hidden temporary file, or a private directory,
+//!    that [`remove_leftovers`] removes on the next run; a privileged file
+//!    is never where another user can reach it.
 //!
 //! Every name hugetext writes a file at goes through [`check_output`] first
 //! (the rule: [`output_refusal`]), and [`NewFile::commit`] renames only
@@ -318,10 +323,14 @@ impl NewFile {
     /// the writable descriptor (a writable descriptor on a program makes
     /// `exec` fail with `ETXTBSY`); give the file `keep`'s owner, mode,
     /// extended attributes and times ([`copy_metadata`]) and `fsync` it;
-    /// give it the target's name; `fsync` the directory. Privileges (set-id
-    /// bits, capabilities) thus appear last: a file without a name yet
-    /// (`O_TMPFILE`) vanishes if the process is killed before it is linked,
-    /// and a hidden name holds them only for the instant before the rename.
+    /// give it the target's name; `fsync` the directory. With `keep`, the
+    /// file is first named (linked, or moved) in a [`PrivateDir`], still
+    /// ours and unprivileged (so protected hardlinks never refuse the
+    /// link), gets the original's owner, set-id bits and capabilities
+    /// there, and leaves it only by the rename over the target: a process
+    /// killed at any step leaves nothing privileged that another user can
+    /// open, run or link. Without `keep`, a file without a name yet
+    /// (`O_TMPFILE`) gets a hidden one for the instant before the rename.
     ///
     /// The name must still hold what [`check_output`] saw: for a new name,
     /// linking or renaming fails if anything appeared there meanwhile
@@ -346,16 +355,6 @@ impl NewFile {
                 return Err(swapped());
             }
         }
-        if let Some((from, meta, what)) = keep {
-            copy_metadata(from, meta, &ro, what).map_err(|e| {
-                io::Error::new(
-                    e.kind(),
-                    format!("cannot give the new file the original's owner/mode/attributes ({e})"),
-                )
-            })?;
-        }
-        ro.sync_all()?;
-        stop_at("metadata");
         let changed = || {
             io::Error::new(
                 io::ErrorKind::AlreadyExists,
@@ -369,6 +368,58 @@ impl NewFile {
             }
             Ok(())
         };
+        if let Some((from, meta, what)) = keep {
+            // Named only inside a directory of ours that nobody else may
+            // enter, before it gets any privilege (so that protected
+            // hardlinks never apply: the file is still ours).
+            let mut private = PrivateDir::create(&self.dir, &self.prefix)?;
+            match self.name.take() {
+                None => link_unnamed_at(&ro, &private.fd, PRIVATE_FILE)?,
+                Some(name) => {
+                    rustix::fs::renameat(rustix::fs::CWD, &*name, &private.fd, PRIVATE_FILE)?;
+                    // Moved: no longer removed by that name.
+                    let _ = name.keep();
+                }
+            }
+            private.holds_file = true;
+            let st = rustix::fs::statat(&private.fd, PRIVATE_FILE, AtFlags::SYMLINK_NOFOLLOW)?;
+            if (st.st_dev, st.st_ino) != (self.id.dev, self.id.ino) {
+                return Err(swapped());
+            }
+            stop_at("linked");
+            copy_metadata(from, meta, &ro, what).map_err(|e| {
+                io::Error::new(
+                    e.kind(),
+                    format!("cannot give the new file the original's owner/mode/attributes ({e})"),
+                )
+            })?;
+            ro.sync_all()?;
+            stop_at("metadata");
+            let to = target.path();
+            match target.existing {
+                None => rustix::fs::renameat_with(
+                    &private.fd,
+                    PRIVATE_FILE,
+                    rustix::fs::CWD,
+                    to,
+                    rustix::fs::RenameFlags::NOREPLACE,
+                )
+                .map_err(|e| match e {
+                    rustix::io::Errno::EXIST => changed(),
+                    e => e.into(),
+                })?,
+                Some(id) => {
+                    still_there(id)?;
+                    rustix::fs::renameat(&private.fd, PRIVATE_FILE, rustix::fs::CWD, to)?;
+                }
+            }
+            private.holds_file = false;
+            stop_at("renamed");
+            sync_dir(&self.dir)?;
+            return private.remove();
+        }
+        ro.sync_all()?;
+        stop_at("metadata");
         let name = match (self.name.take(), target.existing) {
             // A new name: linked there directly, never over anything.
             (None, None) => {
@@ -432,6 +483,91 @@ fn fd_path(f: &File) -> PathBuf {
     PathBuf::from(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(f)))
 }
 
+/// The name of the new file inside its [`PrivateDir`].
+const PRIVATE_FILE: &str = "file";
+
+/// A directory of ours in the target's directory (same filesystem, so the
+/// final rename is atomic), where the new file is named while it gets the
+/// original's owner, set-id bits and capabilities: mode 0700, so no other
+/// user can open, run or hard-link what is inside (no search permission).
+/// Its name is a temporary one ([`is_temp_name`]); it holds a shared `flock`
+/// while this process lives, like a [`NewFile`], so that [`remove_leftovers`]
+/// removes it (and the file in it) only when the run that made it was
+/// killed. Dropped, it is removed with what it holds.
+struct PrivateDir {
+    fd: rustix::fd::OwnedFd,
+    path: PathBuf,
+    /// Whether [`PRIVATE_FILE`] is in it.
+    holds_file: bool,
+}
+
+impl PrivateDir {
+    /// Make one in `dir`, its name `prefix` and 12 random characters.
+    fn create(dir: &Path, prefix: &str) -> io::Result<PrivateDir> {
+        use rustix::fs::{Mode, OFlags};
+        for _ in 0..16 {
+            let path = dir.join(format!("{prefix}{}", random_chars()));
+            match rustix::fs::mkdir(&path, Mode::from_raw_mode(0o700)) {
+                Ok(()) => {}
+                Err(rustix::io::Errno::EXIST) => continue,
+                Err(e) => return Err(e.into()),
+            }
+            let fd = rustix::fs::open(
+                &path,
+                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::empty(),
+            )?;
+            let st = rustix::fs::fstat(&fd)?;
+            if st.st_uid != rustix::process::geteuid().as_raw() || st.st_mode & 0o7777 != 0o700 {
+                // Not the directory just made: someone swapped it.
+                return Err(swapped());
+            }
+            // Waits for a concurrent run's removal of leftovers, which may
+            // have taken this still unlocked directory for one: then it is
+            // gone (no links), and another is made.
+            let _ = rustix::fs::flock(&fd, rustix::fs::FlockOperation::LockShared);
+            if rustix::fs::fstat(&fd)?.st_nlink == 0 {
+                continue;
+            }
+            return Ok(PrivateDir {
+                fd,
+                path,
+                holds_file: false,
+            });
+        }
+        Err(io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            "cannot find a free temporary name in this directory",
+        ))
+    }
+
+    /// Remove it (empty by now).
+    fn remove(mut self) -> io::Result<()> {
+        self.holds_file = false;
+        let r = rustix::fs::unlinkat(rustix::fs::CWD, &self.path, AtFlags::REMOVEDIR);
+        self.path = PathBuf::new();
+        r.map_err(io::Error::from)
+    }
+}
+
+impl Drop for PrivateDir {
+    fn drop(&mut self) {
+        if self.path.as_os_str().is_empty() {
+            return;
+        }
+        if self.holds_file {
+            let _ = rustix::fs::unlinkat(&self.fd, PRIVATE_FILE, AtFlags::empty());
+        }
+        let _ = rustix::fs::unlinkat(rustix::fs::CWD, &self.path, AtFlags::REMOVEDIR);
+    }
+}
+
+/// Give the file open as `f` (unnamed: `O_TMPFILE`) the name `name` in the
+/// directory open as `dir`.
+fn link_unnamed_at(f: &File, dir: &rustix::fd::OwnedFd, name: &str) -> io::Result<()> {
+    rustix::fs::linkat(rustix::fs::CWD, fd_path(f), dir, name, AtFlags::SYMLINK_FOLLOW).map_err(io::Error::from)
+}
+
 /// Give the file open as `f` (unnamed: `O_TMPFILE`) the name `to`; fails
 /// with `AlreadyExists` if the name exists.
 fn link_unnamed(f: &File, to: &Path) -> io::Result<()> {
@@ -489,7 +625,7 @@ fn random_chars() -> String {
 
 /// Test hook: with `HUGETEXT_TEST_STOP_AT=STEP` in the environment, the
 /// process stops itself (`SIGSTOP`) at that step of writing a new file
-/// (`created`, `written`, `metadata`, `linked`, `renamed`), so that a test
+/// (`created`, `written`, `linked`, `metadata`, `renamed`), so that a test
 /// can kill it exactly there.
 fn stop_at(step: &str) {
     if std::env::var_os(hugetext_abi::settings::TEST_STOP_AT).is_some_and(|v| v == step) {
@@ -521,7 +657,9 @@ pub fn is_temp_name(name: &std::ffi::OsStr) -> bool {
 /// leftovers go: a temporary name ([`is_temp_name`]), a regular file with
 /// one link, owned by the caller (or, for root, set-id or with file
 /// capabilities: what a killed root run makes of another user's program),
-/// and no live hugetext process holding its lock. Returns the names
+/// and no live hugetext process holding its lock; or a private directory
+/// of such a name, the caller's, mode 0700, holding nothing or only the
+/// new file (one link), unlocked. Returns the names
 /// removed; what cannot be read or locked is left alone. With `remove`
 /// false, only finds them.
 pub fn remove_leftovers(dir: &Path) -> Vec<PathBuf> {
@@ -542,6 +680,10 @@ pub fn leftovers(dir: &Path, remove: bool) -> Vec<PathBuf> {
         let p = e.path();
         if is_leftover(&p, euid) && (!remove || std::fs::remove_file(&p).is_ok()) {
             removed.push(p);
+        } else if let Some(d) = leftover_dir(&p, euid) {
+            if !remove || remove_leftover_dir(&p, &d).is_ok() {
+                removed.push(p);
+            }
         }
     }
     removed
@@ -576,6 +718,55 @@ fn is_leftover(p: &Path, euid: u32) -> bool {
         return false;
     }
     rustix::fs::flock(f.as_fd(), rustix::fs::FlockOperation::NonBlockingLockExclusive).is_ok()
+}
+
+/// Whether `p` is the [`PrivateDir`] of a killed run that
+/// [`remove_leftovers`] may remove, with or without the new file in it: a
+/// directory owned by the caller, mode 0700, holding nothing but
+/// [`PRIVATE_FILE`] (a regular file with one link), and no live hugetext
+/// process holding its lock. Returns it open and locked.
+fn leftover_dir(p: &Path, euid: u32) -> Option<rustix::fd::OwnedFd> {
+    use rustix::fs::{FileType, Mode, OFlags};
+    let m = std::fs::symlink_metadata(p).ok()?;
+    if !m.file_type().is_dir() || m.uid() != euid || m.mode() & 0o7777 != 0o700 {
+        return None;
+    }
+    let fd = rustix::fs::open(
+        p,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .ok()?;
+    let st = rustix::fs::fstat(&fd).ok()?;
+    if (st.st_dev, st.st_ino) != (m.dev(), m.ino()) {
+        return None;
+    }
+    rustix::fs::flock(&fd, rustix::fs::FlockOperation::NonBlockingLockExclusive).ok()?;
+    let dir = rustix::fs::Dir::read_from(&fd).ok()?;
+    for e in dir {
+        let e = e.ok()?;
+        let name = e.file_name().to_bytes();
+        if name == b"." || name == b".." {
+            continue;
+        }
+        if name != PRIVATE_FILE.as_bytes() {
+            return None;
+        }
+        let f = rustix::fs::statat(&fd, PRIVATE_FILE, AtFlags::SYMLINK_NOFOLLOW).ok()?;
+        if FileType::from_raw_mode(f.st_mode) != FileType::RegularFile || f.st_nlink != 1 {
+            return None;
+        }
+    }
+    Some(fd)
+}
+
+/// Remove the leftover [`PrivateDir`] `p`, open (and locked) as `fd`.
+fn remove_leftover_dir(p: &Path, fd: &rustix::fd::OwnedFd) -> io::Result<()> {
+    match rustix::fs::unlinkat(fd, PRIVATE_FILE, AtFlags::empty()) {
+        Ok(()) | Err(rustix::io::Errno::NOENT) => {}
+        Err(e) => return Err(e.into()),
+    }
+    rustix::fs::unlinkat(rustix::fs::CWD, p, AtFlags::REMOVEDIR).map_err(io::Error::from)
 }
 
 /// The error for a temporary file whose name no longer holds it.
@@ -632,7 +823,42 @@ pub struct MetadataCopy<'a> {
 /// Give `to` the owner, mode (set-id bits included), extended attributes
 /// (file capabilities included) and optionally times of `from`, whose
 /// metadata is `meta`. Errors are one line naming what could not be kept.
+///
+/// What needs `to` to be ours (the mode but set-id bits, extended
+/// attributes, times) is done before the `chown`, so that a root without
+/// `CAP_FOWNER` can still replace another user's file; set-id bits and file
+/// capabilities, which the `chown` clears, after it.
 pub fn copy_metadata(from: &File, meta: &Metadata, to: &File, what: &MetadataCopy<'_>) -> io::Result<()> {
+    const CAPABILITY: &str = "security.capability";
+    let copy_xattr = |name: &str| -> io::Result<()> {
+        let value = get_xattr(from, name)?;
+        rustix::fs::fsetxattr(to.as_fd(), name, &value, rustix::fs::XattrFlags::empty()).map_err(|e| {
+            io::Error::new(
+                io::Error::from(e).kind(),
+                format!("cannot copy extended attribute {name} ({e})"),
+            )
+        })
+    };
+    let mode = meta.mode() & 0o7777;
+    rustix::fs::fchmod(to.as_fd(), rustix::fs::Mode::from_raw_mode(mode & !0o6000))?;
+    let names: Vec<String> = list_xattrs(from)?
+        .into_iter()
+        .filter(|n| !what.skip_xattrs.contains(n))
+        .collect();
+    for name in names.iter().filter(|n| *n != CAPABILITY) {
+        copy_xattr(name)?;
+    }
+    if what.times {
+        let ts = |s: i64, ns: i64| rustix::fs::Timespec {
+            tv_sec: s,
+            tv_nsec: ns as _,
+        };
+        let times = rustix::fs::Timestamps {
+            last_access: ts(meta.atime(), meta.atime_nsec()),
+            last_modification: ts(meta.mtime(), meta.mtime_nsec()),
+        };
+        rustix::fs::futimens(to.as_fd(), &times)?;
+    }
     let uid = rustix::fs::Uid::from_raw(meta.uid());
     let gid = rustix::fs::Gid::from_raw(meta.gid());
     match rustix::fs::fchown(to.as_fd(), Some(uid), Some(gid)) {
@@ -650,29 +876,11 @@ pub fn copy_metadata(from: &File, meta: &Metadata, to: &File, what: &MetadataCop
         }
     }
     // After chown, which clears set-id bits and capabilities.
-    rustix::fs::fchmod(to.as_fd(), rustix::fs::Mode::from_raw_mode(meta.mode() & 0o7777))?;
-    for name in list_xattrs(from)? {
-        if what.skip_xattrs.contains(&name) {
-            continue;
-        }
-        let value = get_xattr(from, &name)?;
-        rustix::fs::fsetxattr(to.as_fd(), name.as_str(), &value, rustix::fs::XattrFlags::empty()).map_err(|e| {
-            io::Error::new(
-                io::Error::from(e).kind(),
-                format!("cannot copy extended attribute {name} ({e})"),
-            )
-        })?;
+    if mode & 0o6000 != 0 {
+        rustix::fs::fchmod(to.as_fd(), rustix::fs::Mode::from_raw_mode(mode))?;
     }
-    if what.times {
-        let ts = |s: i64, ns: i64| rustix::fs::Timespec {
-            tv_sec: s,
-            tv_nsec: ns as _,
-        };
-        let times = rustix::fs::Timestamps {
-            last_access: ts(meta.atime(), meta.atime_nsec()),
-            last_modification: ts(meta.mtime(), meta.mtime_nsec()),
-        };
-        rustix::fs::futimens(to.as_fd(), &times)?;
+    if names.iter().any(|n| n == CAPABILITY) {
+        copy_xattr(CAPABILITY)?;
     }
     Ok(())
 }
@@ -977,11 +1185,45 @@ mod tests {
         std::fs::write(&linked, b"x").unwrap();
         std::fs::hard_link(&linked, dir.path().join("kept")).unwrap();
 
-        assert_eq!(remove_leftovers(dir.path()), vec![dead.clone()]);
-        assert!(!dead.exists());
-        for p in [&live_name, &probe.to_path_buf(), &user, &theirs, &linked, &target] {
+        // Private directories of killed runs, with the new file in it or
+        // without; a live run's; a user's directory of a like name.
+        let private = |name: &str, mode: u32| {
+            let d = dir.path().join(name);
+            std::fs::create_dir(&d).unwrap();
+            std::fs::set_permissions(&d, std::fs::Permissions::from_mode(mode)).unwrap();
+            d
+        };
+        let dead_full = private(".hugetext-align-FullFullFull", 0o700);
+        std::fs::write(dead_full.join(PRIVATE_FILE), b"x").unwrap();
+        std::fs::set_permissions(dead_full.join(PRIVATE_FILE), std::fs::Permissions::from_mode(0o4755)).unwrap();
+        let dead_empty = private(".hugetext-align-EmptyEmptyEm", 0o700);
+        let open_dir = private(".hugetext-align-OpenOpenOpen", 0o755);
+        let other_file = private(".hugetext-align-OtherOtherOt", 0o700);
+        std::fs::write(other_file.join("notes"), b"mine").unwrap();
+        let live_dir = PrivateDir::create(dir.path(), ".hugetext-align-").unwrap();
+
+        let mut removed = remove_leftovers(dir.path());
+        removed.sort();
+        let mut want = vec![dead.clone(), dead_full.clone(), dead_empty.clone()];
+        want.sort();
+        assert_eq!(removed, want);
+        assert!(!dead.exists() && !dead_full.exists() && !dead_empty.exists());
+        for p in [
+            &live_name,
+            &probe.to_path_buf(),
+            &user,
+            &theirs,
+            &linked,
+            &target,
+            &open_dir,
+            &other_file,
+            &live_dir.path,
+        ] {
             assert!(p.exists(), "{} removed", p.display());
         }
+        let live_dir_path = live_dir.path.clone();
+        drop(live_dir);
+        assert!(!live_dir_path.exists());
         drop(live);
         assert!(!live_name.exists());
     }

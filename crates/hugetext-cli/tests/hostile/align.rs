@@ -157,6 +157,19 @@ fn stopped(pid: u32) -> bool {
     stat.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with('T'))
 }
 
+/// Every file below `dir`, in directories too (seen as root).
+fn files_below(dir: &Path) -> Vec<PathBuf> {
+    let mut v = Vec::new();
+    for e in fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        match fs::symlink_metadata(&p).unwrap().is_dir() {
+            true => v.extend(files_below(&p)),
+            false => v.push(p),
+        }
+    }
+    v
+}
+
 /// Everything in `dir` but `keep`.
 fn others_in(dir: &Path, keep: &Path) -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = fs::read_dir(dir)
@@ -169,19 +182,20 @@ fn others_in(dir: &Path, keep: &Path) -> Vec<PathBuf> {
 }
 
 /// `align` of a set-user-ID program with a file capability, killed
-/// (SIGKILL) at each step of writing the new file: the program is the old
-/// file or the new one, privileged either way; no hidden temporary file
-/// is privileged unless the kill landed in the instant between its naming
-/// and the rename; `check` names what is left; and the next `align` in
-/// that directory removes every leftover, says so, and gives the program
-/// its new, privileged content.
-/// (Before: a hidden set-user-ID copy with the capability stayed for
-/// good.) Other leftovers are beyond the unprivileged user's reach.
+/// (SIGKILL) at each step of writing the new file, the instant between
+/// naming the privileged new file and the rename included: the program is
+/// the old file or the new one, privileged either way; no file the
+/// unprivileged user can reach is set-id or has a capability, and they can
+/// neither open nor hard-link a privileged leftover; `check` names what is
+/// left; and the next `align` in that directory removes every leftover,
+/// says so, and gives the program its new, privileged content.
+/// (Before: a kill between the naming and the rename left a hidden
+/// set-user-ID copy with the capability that any user could run and link.)
 #[test]
 fn killed_align_leaves_nothing_privileged_behind() {
     use std::time::{Duration, Instant};
     let st = Stage::new();
-    for step in ["created", "written", "metadata", "linked", "renamed"] {
+    for step in ["created", "written", "linked", "metadata", "renamed"] {
         let prog = privileged_program(&st);
         let old = fs::read(&prog).unwrap();
         let mut child = std::process::Command::new(tk::bin())
@@ -209,15 +223,38 @@ fn killed_align_leaves_nothing_privileged_behind() {
         let replaced = now != old;
         assert_eq!(replaced, step == "renamed", "{step}");
         let left = others_in(&st.victims, &prog);
-        for p in &left {
-            // Named and privileged only for the instant before the rename.
-            if step == "linked" {
-                continue;
+        let attacker = |args: &[&str]| {
+            tk::as_attacker()
+                .args(args)
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .status()
+                .unwrap()
+                .success()
+        };
+        // What the unprivileged user can reach: nothing privileged but
+        // the program itself.
+        let o = tk::as_attacker()
+            .args(["find", s(&st.victims), "-perm", "/6000", "-print"])
+            .output()
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), s(&prog), "{step}");
+        let stolen = st.tmp.join("stolen");
+        for p in files_below(&st.victims).iter().filter(|p| **p != prog) {
+            // Unprivileged leftovers are the caller's, mode 0600.
+            assert!(!attacker(&["cat", s(p)]), "{step}: the attacker read {}", p.display());
+            assert!(
+                !attacker(&["ln", s(p), s(&stolen)]),
+                "{step}: the attacker hard-linked {}",
+                p.display()
+            );
+            if privileged(p) {
+                // Named only inside a directory nobody else may enter.
+                assert!(!attacker(&["test", "-e", s(p)]), "{step}: {} is reachable", p.display());
             }
-            assert!(!privileged(p), "{step}: {} is a privileged leftover", p.display());
-            let o = tk::as_attacker().arg("cat").arg(p).output().unwrap();
-            assert!(!o.status.success(), "{step}: the attacker read {}", p.display());
         }
+        assert!(!stolen.exists(), "{step}");
+        assert!(!left.is_empty() || !["linked", "metadata"].contains(&step), "{step}");
 
         // check names what is left, and leaves it.
         let o = tk::hugetext(&["check", s(&prog)]);
