@@ -615,7 +615,7 @@ pub fn run_waiting_with(compat: Option<&str>, args: &[&str], prog: &Path) -> Run
 /// numbers from the stderr of [`Running::stop`] with [`records`].
 pub fn run_waiting_recorded(compat: Option<&str>, args: &[&str], prog: &Path) -> Running {
     let mut cmd = run_waiting_command(compat, args, prog);
-    cmd.env(hugetext_abi::report::VAR, "json");
+    cmd.env(hugetext_abi::settings::REPORT, "json");
     Running::start(cmd)
 }
 
