@@ -14,6 +14,7 @@ pkgs+=(podman runc mmdebstrap)  # scripts/build-image.sh and tests/daemonset_pod
 pkgs+=(gcc-aarch64-linux-gnu binutils-aarch64-linux-gnu qemu-user)  # tests/arm64.rs: cross-built AArch64 programs, run under qemu-user
 pkgs+=(gcc-aarch64-linux-gnu)  # scripts/kernel-lab.sh --check: the kernel series' objects cross-compiled for arm64
 pkgs+=(shellcheck)  # scripts/lint.sh
+pkgs+=(time)  # testkit::measured: GNU time reports a command's own peak memory
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -803,11 +803,28 @@ pub struct Measured {
 }
 
 /// Run `cmd` (stdin from /dev/null, output captured) and measure it: its
-/// wall time and its own peak RSS (`wait4`, so concurrent tests' children do
-/// not count). Killed if still running after `timeout`, so that a test of a
-/// bound stops by itself on code that has none.
+/// wall time and its own peak RSS. Killed if still running after `timeout`,
+/// so that a test of a bound stops by itself on code that has none.
+///
+/// The peak comes from GNU `time` (`%M`), which forks the command from its
+/// own small process: a child of this test process would count this
+/// process's peak too, since `exec` keeps the peak of the memory it
+/// replaces in `ru_maxrss`, and that memory is a copy of this (fat, many
+/// tests at once) process's.
 pub fn measured(cmd: &mut Command, timeout: std::time::Duration) -> Measured {
     measured_fed(cmd, timeout, None)
+}
+
+/// The peak GNU `time` wrote: the last line (it puts "Command exited with
+/// non-zero status" or "terminated by signal" before it). Killed together
+/// with time at a timeout: nothing written, 0.
+fn peak_kb(report: &Path, timed_out: bool) -> u64 {
+    let text = std::fs::read_to_string(report).unwrap_or_default();
+    match text.lines().last().and_then(|l| l.trim().parse().ok()) {
+        Some(kb) => kb,
+        None if timed_out => 0,
+        None => panic!("no peak memory in GNU time's report: {text:?}"),
+    }
 }
 
 /// What writes a command's standard input (on a thread of its own).
@@ -817,11 +834,33 @@ pub type Feed = Box<dyn FnOnce(std::process::ChildStdin) + Send>;
 /// /dev/null): input of any size without a file.
 pub fn measured_fed(cmd: &mut Command, timeout: std::time::Duration, feed: Option<Feed>) -> Measured {
     use std::io::Read;
+    use std::os::unix::process::CommandExt;
     use std::os::unix::process::ExitStatusExt;
     use std::process::Stdio;
     let t0 = std::time::Instant::now();
+    let peak = tempfile::NamedTempFile::new().expect("a temporary file for time's report");
+    let mut timed = Command::new("/usr/bin/time");
+    timed
+        .arg("-f")
+        .arg("%M")
+        .arg("-o")
+        .arg(peak.path())
+        .arg(cmd.get_program())
+        .args(cmd.get_args());
+    for (k, v) in cmd.get_envs() {
+        match v {
+            Some(v) => timed.env(k, v),
+            None => timed.env_remove(k),
+        };
+    }
+    if let Some(d) = cmd.get_current_dir() {
+        timed.current_dir(d);
+    }
+    // Its own process group: a timeout kills time and the command together.
+    timed.process_group(0);
+    let cmd = &mut timed;
     cmd.stdin(if feed.is_some() { Stdio::piped() } else { Stdio::null() });
-    // Reaped below by wait4, which gives its rusage (Child::wait does not).
+    // Reaped below by wait4 (Child::wait would do too; wait4 polls).
     #[allow(clippy::zombie_processes)]
     let mut child = cmd
         .stdout(Stdio::piped())
@@ -843,7 +882,7 @@ pub fn measured_fed(cmd: &mut Command, timeout: std::time::Duration, feed: Optio
     }
     let pid = child.id() as libc::pid_t;
     let mut timed_out = false;
-    let (status, ru) = loop {
+    let (status, _) = loop {
         let mut status = 0;
         // SAFETY: a zeroed rusage is valid; wait4 fills it for our own child.
         let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
@@ -855,8 +894,8 @@ pub fn measured_fed(cmd: &mut Command, timeout: std::time::Duration, feed: Optio
         }
         assert!(r == 0, "wait4: {}", std::io::Error::last_os_error());
         if t0.elapsed() > timeout {
-            // SAFETY: our child, not yet reaped.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
+            // SAFETY: the process group our child leads (not yet reaped).
+            unsafe { libc::kill(-pid, libc::SIGKILL) };
             timed_out = true;
         } else {
             std::thread::sleep(std::time::Duration::from_millis(20));
@@ -869,7 +908,7 @@ pub fn measured_fed(cmd: &mut Command, timeout: std::time::Duration, feed: Optio
             stdout: out.join().unwrap(),
             stderr: err.join().unwrap(),
         },
-        max_rss_kb: ru.ru_maxrss as u64,
+        max_rss_kb: peak_kb(peak.path(), timed_out),
         timed_out,
     }
 }
