@@ -11,7 +11,7 @@ pkgs=(gcc binutils lld mold xfsprogs btrfs-progs e2fsprogs hyperfine linux-perf 
       make flex bison bc libelf-dev libssl-dev)
 pkgs+=(strace systemd)  # agent_packaging.rs: the syscalls the agent makes, checked against the unit's SystemCallFilter (systemd-analyze)
 pkgs+=(gcc-aarch64-linux-gnu binutils-aarch64-linux-gnu qemu-user)  # tests/arm64.rs: cross-built AArch64 programs, run under qemu-user
-pkgs+=(gcc-aarch64-linux-gnu)  # scripts/kernel-lab.sh --check: the kernel series' objects cross-compiled for arm64
+pkgs+=(gcc-aarch64-linux-gnu gcc-powerpc64le-linux-gnu gcc-s390x-linux-gnu gcc-riscv64-linux-gnu)  # scripts/kernel-lab.sh --check: the kernel series' objects cross-compiled for arm64, ppc64el, s390x, riscv64
 pkgs+=(shellcheck)  # scripts/lint.sh
 missing=()
 for p in "${pkgs[@]}"; do
