@@ -34,7 +34,9 @@
 #                 --check), is clean under that tree's scripts/checkpatch.pl
 #                 --strict and adds no scripts/kernel-doc warning, the C
 #                 files it changes (and its KUnit tests)
-#                 compile for x86-64 and for arm64 (cross, 4 KiB pages), and
+#                 compile for x86-64 and, with Debian's cross compilers,
+#                 for arm64 (4 KiB pages), ppc64el, s390x and riscv64
+#                 (touched objects only, each from its defconfig), and
 #                 the selftests it changes compile; and the figures the 7.x
 #                 patches quote are those of doc/kernel.json (lab.py
 #                 figures); no full build, no boot
@@ -42,7 +44,7 @@
 # Caches (target/kernel-lab/): the source packages (cache/; fetched with a
 # private apt configuration, scripts/lib/debian-apt.sh), the --check trees
 # (check/VERSION: a git repository of the pristine source, built out of
-# tree in check/VERSION-x86_64 and check/VERSION-arm64, so that a later
+# tree in check/VERSION-ARCH for each of the five architectures, so that a later
 # check only recompiles what the series changes), one source tree
 # per variant (src-stock/, src-patched/; 7.x: src-7.x-stock/, src-7.x-patched/)
 # built in place, each a git
@@ -152,7 +154,9 @@ configure() { # TREE
 # --- the CI check: each series applies, is clean, and what it changes compiles
 if [ $check = 1 ]; then
   t0=$(date +%s)
-  command -v aarch64-linux-gnu-gcc > /dev/null 2>&1 || die "'aarch64-linux-gnu-gcc' not found: run scripts/install-deps.sh"
+  for cc in aarch64-linux-gnu-gcc powerpc64le-linux-gnu-gcc s390x-linux-gnu-gcc riscv64-linux-gnu-gcc; do
+    command -v $cc > /dev/null 2>&1 || die "'$cc' not found: run scripts/install-deps.sh"
+  done
   # The figures the 7.x patches quote are the lab record's (doc/kernel.json).
   python3 tests/vm/lab.py figures doc/kernel.json || die "a 7.x patch or its cover letter quotes figures that are not the lab record's"
   tb612=$(source_tarball 6.12) || exit 2

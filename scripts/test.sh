@@ -26,9 +26,9 @@ bash scripts/build-image.sh
 cargo test --release --workspace --locked -- --test-threads=2
 # The kernel patch series (kernel/6.12/, kernel/7.x/): each applies to
 # Debian's packaged source (linux-source-6.12, linux-source-7.3), is clean
-# under checkpatch --strict, and the files it changes compile for x86-64 and
-# arm64 (doc/kernel.md; the full build, boot and measurement is
-# scripts/kernel-lab.sh).
+# under checkpatch --strict, and the files it changes compile for x86-64,
+# arm64, ppc64el, s390x and riscv64 (doc/kernel.md; the full build, boot
+# and measurement is scripts/kernel-lab.sh).
 bash scripts/kernel-lab.sh --check
 # The kernel matrix's CI cells, in qemu: x86-64 (Debian 13's 7.x on ext4,
 # Debian 12's 6.1 on xfs), then aarch64 (7.x arm64 on xfs, the workspace

@@ -7,13 +7,14 @@
 # (git apply --check, patch by patch), is clean under that tree's
 # scripts/checkpatch.pl --strict, adds no scripts/kernel-doc warning to a
 # kernel file it changes, the C files it changes (with its KUnit tests:
-# kernel/check.config) compile with -Werror for x86-64 and for arm64
-# (cross, aarch64-linux-gnu-), and the selftests it changes compile.
+# kernel/check.config) compile with -Werror for x86-64 and, with Debian's
+# cross compilers, for arm64, ppc64el, s390x and riscv64 (each from its
+# defconfig plus kernel/check.config), and the selftests it changes compile.
 #
 # Cached in target/kernel-lab/check/: TREE/ (default NAME) is a git
 # repository of the pristine source (tag pristine), built out of tree in
 # TREE-x86_64/ and TREE-arm64/, so a later check recompiles only what the
-# series changes; a series already checked against this source is not
+# series changes (TREE-ppc64el/, TREE-s390x/, TREE-riscv64/ alike); a series already checked against this source is not
 # applied again.  Two series can share one TREE (a patch posted alone and
 # the series it opens): each check then re-applies its own.
 set -euo pipefail
@@ -42,7 +43,7 @@ mkdir -p "$check"
 # --- the pristine tree, unpacked once per source package -------------------
 if [ "$(cat "$tree/.check-source" 2> /dev/null)" != "$(basename "$tb")" ]; then
   say "unpacking $(basename "$tb" .tar.xz) into ${tree#"$repo"/}"
-  rm -rf "$tree" "$tree.tmp" "$tree"-x86_64 "$tree"-arm64 && mkdir -p "$tree.tmp"
+  rm -rf "$tree" "$tree.tmp" "$tree"-x86_64 "$tree"-arm64 "$tree"-ppc64el "$tree"-s390x "$tree"-riscv64 && mkdir -p "$tree.tmp"
   tar -xf "$tb" -C "$tree.tmp" || die "unpacking $tb failed"
   mv "$tree.tmp"/linux-source-* "$tree" && rmdir "$tree.tmp"
   # A repository of its own: git apply inside another repository's work
@@ -89,9 +90,21 @@ else
 fi
 
 # --- compile: per architecture, out of tree ---------------------------------
+arches=(x86_64 arm64 ppc64el s390x riscv64)
+make_args() { # ARCH -> the make arguments that select it (cross compilers)
+  case $1 in
+    arm64) echo ARCH=arm64 CROSS_COMPILE=aarch64-linux-gnu- ;;
+    ppc64el) echo ARCH=powerpc CROSS_COMPILE=powerpc64le-linux-gnu- ;;
+    s390x) echo ARCH=s390 CROSS_COMPILE=s390x-linux-gnu- ;;
+    riscv64) echo ARCH=riscv CROSS_COMPILE=riscv64-linux-gnu- ;;
+  esac
+}
+defconfig() { # ARCH -> its defconfig target (ppc64el: little-endian 64-bit)
+  if [ "$1" = ppc64el ]; then echo ppc64le_defconfig; else echo defconfig; fi
+}
 configure() { # ARCH OUT: configure OUT when its inputs changed
-  local arch=$1 out=$2 key make_arch=()
-  [ "$arch" = arm64 ] && make_arch=(ARCH=arm64 CROSS_COMPILE=aarch64-linux-gnu-)
+  local arch=$1 out=$2 key make_arch
+  read -r -a make_arch <<< "$(make_args "$arch")"
   key=$(cat "$repo/kernel/lab.config" "$repo/kernel/check.config" "$tree/.check-series" | sha256sum | cut -c1-16)
   [ "$(cat "$out/.check-config" 2> /dev/null)" = "$key" ] && return 0
   mkdir -p "$out"
@@ -101,7 +114,7 @@ configure() { # ARCH OUT: configure OUT when its inputs changed
       make -s O="$out" x86_64_defconfig > /dev/null
       frags=(kernel/configs/kvm_guest.config "$repo/kernel/lab.config" "$repo/kernel/check.config")
     else
-      make -s "${make_arch[@]}" O="$out" defconfig > /dev/null
+      make -s "${make_arch[@]}" O="$out" "$(defconfig "$arch")" > /dev/null
       frags=("$repo/kernel/check.config")
     fi
     scripts/kconfig/merge_config.sh -m -O "$out" "$out/.config" "${frags[@]}" > "$out/merge.log" 2>&1 ||
@@ -133,21 +146,22 @@ objects() { # OUT -> the objects to build
   echo "$objs"
 }
 
-for arch in x86_64 arm64; do
+for arch in "${arches[@]}"; do
   out=$tree-$arch
-  make_arch=()
-  [ "$arch" = arm64 ] && make_arch=(ARCH=arm64 CROSS_COMPILE=aarch64-linux-gnu-)
+  read -r -a make_arch <<< "$(make_args "$arch")"
+  t_arch=$(date +%s)
   configure "$arch" "$out"
   objs=$(objects "$out")
   say "$arch: compiling $objs"
   # shellcheck disable=SC2086 # one argument per object
   (cd "$tree" && nice -n 5 make -j"$jobs" "${make_arch[@]}" O="$out" KCFLAGS=-Werror $objs > "$check/$name-$arch.log" 2>&1) ||
     die "$arch: the patched files do not compile: $(first_error "$check/$name-$arch.log") (see ${check#"$repo"/}/$name-$arch.log)"
+  say "$arch: compiled in $(( $(date +%s) - t_arch )) s"
 done
 
 # --- the selftests the series changes ---------------------------------------
 tests=$(cat "${series[@]}" | sed -n 's#^+++ b/tools/testing/selftests/\(mm\|exec\)/\([^/]*\)\.c$#\1/\2#p' |
-  grep -v -E '/(vm_util|thp_settings|hugepage_settings)$' | sort -u)
+  { grep -v -E '/(vm_util|thp_settings|hugepage_settings)$' || true; } | sort -u)
 for t in $tests; do
   sdir=${t%/*}
   mkdir -p "$tree-selftests/$sdir"
