@@ -678,6 +678,20 @@ pub fn cprogs() -> &'static Path {
     })
 }
 
+/// A fresh scratch directory (mode 0755, so the account can traverse it)
+/// holding `attacker/`, a directory the unprivileged [`attacker`] account
+/// owns: where a hostile test's user keeps what it "made".
+pub fn attacker_home() -> (tempfile::TempDir, PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = scratch();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let home = dir.path().canonicalize().unwrap().join("attacker");
+    std::fs::create_dir(&home).unwrap();
+    let (uid, gid) = attacker();
+    std::os::unix::fs::chown(&home, Some(uid), Some(gid)).unwrap();
+    (dir, home)
+}
+
 /// A dedicated unprivileged local account for the hostile-input tests
 /// (`tests/hostile.rs`): created on first use with `useradd` (CI runs as
 /// root on a fresh machine), reused afterwards. Returns its uid and gid.

@@ -205,19 +205,6 @@ print("closed" if closed else "open", round(time.monotonic() - t, 1), flush=True
     assert_eq!(tk::tree_state(scratch.path()), before);
 }
 
-/// A directory the unprivileged account owns, in a fresh scratch directory
-/// (traversable by it).
-fn attacker_home() -> (tempfile::TempDir, std::path::PathBuf) {
-    use std::os::unix::fs::PermissionsExt;
-    let dir = tk::scratch();
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let home = dir.path().canonicalize().unwrap().join("attacker");
-    std::fs::create_dir(&home).unwrap();
-    let (uid, gid) = tk::attacker();
-    std::os::unix::fs::chown(&home, Some(uid), Some(gid)).unwrap();
-    (dir, home)
-}
-
 /// The agent with `config` (written to the scratch directory `dir`), its
 /// log in `dir/agent.log`; up and answering scrapes when this returns.
 fn agent_with(dir: &std::path::Path, config: &str) -> (Kid, String) {
@@ -316,7 +303,7 @@ time.sleep(float(sys.argv[2]))
 /// in by loads (`HUGETEXT_COMPAT=no-populate`, as before Linux 5.14).
 #[test]
 fn a_user_truncating_a_file_they_mapped_does_not_kill_the_agent() {
-    let (dir, home) = attacker_home();
+    let (dir, home) = tk::attacker_home();
     let file = home.join("text.bin");
     let mut mk = tk::as_attacker();
     mk.args(["dd", "if=/dev/zero", "bs=1M", "count=32", "status=none"])
@@ -407,7 +394,7 @@ fn cost_during(agent: &mut Kid, addr: &str, log: &std::path::Path, secs: u64) ->
 /// size: the agent stays small and idle, and answers.
 #[test]
 fn a_sparse_terabyte_file_mapped_executable_costs_the_agent_nothing() {
-    let (dir, home) = attacker_home();
+    let (dir, home) = tk::attacker_home();
     let file = home.join("huge.bin");
     let mut mk = tk::as_attacker();
     mk.args(["truncate", "-s", "1T"]).arg(&file);
@@ -446,7 +433,7 @@ fn a_sparse_terabyte_file_mapped_executable_costs_the_agent_nothing() {
 /// it costs (and at least a second apart), whatever users exec.
 #[test]
 fn an_exec_storm_beside_two_thousand_processes_stays_cheap() {
-    let (dir, _home) = attacker_home();
+    let (dir, _home) = tk::attacker_home();
     let (mut agent, addr) = agent_with(
         dir.path(),
         "[agent]\npoll_interval = \"200ms\"\n[agent.auto]\nmin_eligible_mib = 2\nran_within = \"1h\"\n",
@@ -539,7 +526,7 @@ fn ends_within(mut cmd: Command, within: Duration) -> std::process::Output {
 /// stops at a reload or SIGTERM; `/proc` and `/sys` are refused in globs.
 #[test]
 fn symlink_loops_under_a_glob_hang_nothing() {
-    let (dir, home) = attacker_home();
+    let (dir, home) = tk::attacker_home();
     let plant = r#"
 set -e
 cd "$1"
@@ -662,7 +649,7 @@ print(" ".join(f"{k}={v}" for k, v in sorted(res.items())), flush=True)
 /// body.
 #[test]
 fn a_burst_of_scrapes_gets_pages_or_503s_and_head_is_answered() {
-    let (dir, _home) = attacker_home();
+    let (dir, _home) = tk::attacker_home();
     let (_agent, addr) = agent_with(dir.path(), "paths = []\n");
     for round in 0..3 {
         let o = Command::new("/usr/bin/python3")

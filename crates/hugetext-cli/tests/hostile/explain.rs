@@ -3,7 +3,6 @@
 //! must get an answer at a cost bounded by what is mapped: linear in the
 //! number of mappings, and nothing proportional to a mapping's size.
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
@@ -19,12 +18,7 @@ const RSS_KB: u64 = 400 << 10;
 /// A directory the unprivileged account owns, with a copy of the
 /// `manymaps` program in it.
 fn attacker_home() -> (tempfile::TempDir, PathBuf) {
-    let dir = tk::scratch();
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let home = dir.path().canonicalize().unwrap().join("attacker");
-    std::fs::create_dir(&home).unwrap();
-    let (uid, gid) = tk::attacker();
-    std::os::unix::fs::chown(&home, Some(uid), Some(gid)).unwrap();
+    let (dir, home) = tk::attacker_home();
     std::fs::copy(tk::cprogs().join("manymaps"), home.join("manymaps")).unwrap();
     (dir, home)
 }

@@ -44,12 +44,8 @@ fn swap_in(at: &Path, make: &[&str]) {
 /// A directory the unprivileged account owns, holding a program it "ran"
 /// (a copy of a fixture), and a root-owned victim file elsewhere.
 fn setup() -> (tempfile::TempDir, PathBuf, PathBuf) {
-    let dir = tk::scratch();
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let home = dir.path().canonicalize().unwrap().join("attacker");
-    std::fs::create_dir(&home).unwrap();
+    let (dir, home) = tk::attacker_home();
     let (uid, gid) = tk::attacker();
-    std::os::unix::fs::chown(&home, Some(uid), Some(gid)).unwrap();
     let prog = home.join("prog");
     std::fs::copy(tk::fixture("bfd", "nopie"), &prog).unwrap();
     std::os::unix::fs::chown(&prog, Some(uid), Some(gid)).unwrap();
