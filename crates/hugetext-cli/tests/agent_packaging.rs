@@ -12,7 +12,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use serde_yaml::Value as Yaml;
+mod k8s_support;
+use k8s_support::{docs, of_kind};
 
 fn read(rel: &str) -> String {
     let p = common::root().join(rel);
@@ -25,19 +26,6 @@ fn agent_caps() -> BTreeSet<String> {
         .iter()
         .map(|c| c.name.trim_start_matches("CAP_").to_string())
         .collect()
-}
-
-fn docs(rel: &str) -> Vec<Yaml> {
-    let text = read(rel);
-    serde_yaml::Deserializer::from_str(&text)
-        .map(|d| serde::Deserialize::deserialize(d).unwrap())
-        .collect()
-}
-
-fn of_kind<'a>(docs: &'a [Yaml], kind: &str) -> &'a Yaml {
-    docs.iter()
-        .find(|d| d["kind"] == kind)
-        .unwrap_or_else(|| panic!("no {kind}"))
 }
 
 /// A tool a test needs: present, or skipped here (a failure in CI, which

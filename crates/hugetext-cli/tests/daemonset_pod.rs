@@ -16,18 +16,11 @@ use std::time::{Duration, Instant};
 
 use serde_yaml::Value as Yaml;
 
-fn manifest() -> Vec<Yaml> {
-    let p = common::root().join("packaging/k8s/daemonset.yaml");
-    let text = std::fs::read_to_string(&p).unwrap();
-    serde_yaml::Deserializer::from_str(&text)
-        .map(|d| serde::Deserialize::deserialize(d).unwrap())
-        .collect()
-}
+mod k8s_support;
+use k8s_support::{docs, of_kind};
 
-fn of_kind<'a>(docs: &'a [Yaml], kind: &str) -> &'a Yaml {
-    docs.iter()
-        .find(|d| d["kind"] == kind)
-        .unwrap_or_else(|| panic!("daemonset.yaml: no {kind}"))
+fn manifest() -> Vec<Yaml> {
+    docs("packaging/k8s/daemonset.yaml")
 }
 
 fn keys(v: &Yaml) -> Vec<String> {
