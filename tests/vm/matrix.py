@@ -128,6 +128,8 @@ def interpret(name, rc, lines):
         return out
     if name.startswith("fixture-"):
         return fixture_probe(out, text)
+    if name == "shmem-text":
+        return shmem_probe(out, text)
     if name.endswith("-exec"):
         m = re.search(r"file_pmd_kb=(\d+) anon_huge_kb=(\d+)", text)
         if m:
@@ -189,6 +191,44 @@ def fixture_probe(out, text):
     return out
 
 
+def shmem_probe(out, text):
+    """The shmem-text probe: 4 processes of an aligned PIE run from a
+    huge=within_size tmpfs; per process kB ShmemPmdMapped and kB private of
+    its text, and meminfo's ShmemHugePages while they ran."""
+    procs = [
+        {"shmem_pmd_kb": int(h), "private_kb": int(p), "text_kb": int(t)}
+        for h, p, t in re.findall(r"^proc=\d+ shmem_pmd_kb=(\d+) private_kb=(\d+) text_kb=(\d+)$", text, re.M)
+    ]
+    if not procs:
+        out["unparsed"] = text.splitlines()[-3:]
+        return out
+    way = re.search(r"^way=(\S+)$", text, re.M)
+    meminfo = re.search(r"^shmem_huge_pages_kb=(\d+)$", text, re.M)
+    out.update(
+        way=way.group(1) if way else None,
+        processes=procs,
+        shmem_huge_pages_kb=int(meminfo.group(1)) if meminfo else None,
+    )
+    return out
+
+
+def shmem_cell(p):
+    """doc/kernels.md's shmem column: kB ShmemPmdMapped per process (the
+    same in all: one number), their private kB, ShmemHugePages."""
+    s = p.get("shmem-text")
+    if not s:
+        return "—"
+    procs = s.get("processes")
+    if not procs:
+        return f"failed (rc {s.get('rc')})"
+    pmd = sorted({q["shmem_pmd_kb"] for q in procs})
+    private = sum(q["private_kb"] for q in procs)
+    return (
+        f"{len(procs)} × {'/'.join(str(k) for k in pmd)} kB, {private} kB private; "
+        f"ShmemHugePages {s.get('shmem_huge_pages_kb', '?')} kB"
+    )
+
+
 def failures(cell):
     bad = []
     if cell.get("error"):
@@ -241,6 +281,8 @@ def describe(name, p):
         return f"{name} {p.get('route')} {p.get('pmd_kb')} kB{per}"
     if name.startswith("fixture-") and "pmd_kb" in p:
         return f"{name} PMD {p['pmd_kb']} kB, contpte {p.get('contpte_kb', '?')} kB"
+    if name == "shmem-text" and p.get("processes"):
+        return f"{name} {shmem_cell({name: p})}"
     if "file_pmd_kb" in p:
         return f"{name} {p['file_pmd_kb']} kB"
     if name == "bench-exec":
@@ -278,7 +320,7 @@ def doc(paths):
         k, fs = c["cell"].split(":")
         rel = c.get("guest", {}).get("release", "?")
         if c.get("unsupported"):
-            rows.append(f"| {k} ({rel}) | {fs} | — | unsupported: {c['unsupported']} |" + " |" * 11)
+            rows.append(f"| {k} ({rel}) | {fs} | — | unsupported: {c['unsupported']} |" + " |" * 12)
             continue
         for mode, p in sorted(c.get("probes", {}).items()):
             tests = [t for t in c["tests"] if t["thp"] == mode and t["result"] != "n/a"]
@@ -304,7 +346,7 @@ def doc(paths):
                 f"{own_share(p, plain)} | {warm.get('route', '?')}: {we.get('file_pmd_kb', '?')} | "
                 f"{run('run-file-aligned')}{replaced(p.get('run-file-aligned', {}))} | {run('run-auto-aligned')} | {run('run-copy-aligned')} | "
                 f"{run('run-collapse-aligned')} | "
-                f"{run('run-auto-unaligned')} | {run('run-auto-dso')} |"
+                f"{run('run-auto-unaligned')} | {run('run-auto-dso')} | {shmem_cell(p)} |"
             )
     fixture_rows = []
     for c in cells:
@@ -394,8 +436,8 @@ ships no arm64 kernel with 64 KiB pages: `6.12-arm64-64k` and
 `--kernel`; there the unit of huge text is the 2 MiB contpte block, and
 "whole 2 MiB windows" are whole blocks.
 
-| kernel | fs | THP | tests passed | large folios | PAGEMAP_SCAN | MADV_COLLAPSE | plain exec: the kernel's own share | warm: route, then exec kB PMD | run file, aligned | run auto, aligned | run copy, aligned | run collapse, aligned | run auto, unaligned | run auto, DSO |
-|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|
+| kernel | fs | THP | tests passed | large folios | PAGEMAP_SCAN | MADV_COLLAPSE | plain exec: the kernel's own share | warm: route, then exec kB PMD | run file, aligned | run auto, aligned | run copy, aligned | run collapse, aligned | run auto, unaligned | run auto, DSO | huge tmpfs: 4 processes, kB ShmemPmdMapped each |
+|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|
 """ + "\n".join(rows) + """
 
 How to read it:
@@ -424,6 +466,12 @@ How to read it:
   pages; the preload detects that and replaces each window with one
   `mmap(MAP_FIXED)` of the same file range (see [run.md](run.md)). N MiB of
   text went through that replacement, detected at run time, not forced.
+- **huge tmpfs**: the aligned PIE on a tmpfs mounted `huge=within_size`
+  (the text store's mount, `/run/hugetext/text`), four processes of it
+  running: kB of each one's text `ShmemPmdMapped`, the kB of text private
+  to them all together, and `ShmemHugePages` while they ran. Shared huge
+  text needs no large folios in the disk's filesystem: shmem has had PMD
+  folios since 4.8. "—": the cell ran before this column existed.
 - **kernel**: the package, and the day its cell last ran: each row keeps
   the results of its cell's last run, so a row run before a fix still shows
   the failures of that day (`--all` / `--arm64` refresh every row).

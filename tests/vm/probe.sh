@@ -85,6 +85,10 @@ mkdir -p "$dir/dso" && cp target/fixtures/bfd/usebig target/fixtures/bfd/libbig.
 sync
 capture run-auto-dso "$ht" run -v -- "$dir/dso/usebig"
 
+# Shared huge text from a huge tmpfs (the text store): 4 processes of the
+# aligned PIE, their ShmemPmdMapped and private kB, ShmemHugePages.
+capture shmem-text shmem_text "$dir/pie.aligned"
+
 # No hugetext step at all: what exec gives by itself.
 fresh plain.pie "$dir/pie.aligned"
 capture plain-exec pmd_kb_of "$dir/plain.pie"
