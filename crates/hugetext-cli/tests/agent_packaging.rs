@@ -121,11 +121,100 @@ fn daemonset_has_what_the_agent_needs_and_no_more() {
         assert_eq!(c[probe]["httpGet"]["path"], "/healthz");
         assert_eq!(c[probe]["httpGet"]["port"], pname);
     }
-    // Every host path is mounted read-only (checked above) and is a directory.
+    // Every host path is mounted read-only (checked above) and is a
+    // directory; only the text store's may be missing (the kubelet makes it).
     for v in pod["volumes"].as_sequence().unwrap() {
         if !v["hostPath"].is_null() {
-            assert_eq!(v["hostPath"]["type"], "Directory", "{v:?}");
+            let ty = if v["hostPath"]["path"] == "/run/hugetext" {
+                "DirectoryOrCreate"
+            } else {
+                "Directory"
+            };
+            assert_eq!(v["hostPath"]["type"], ty, "{v:?}");
         }
+    }
+    // The host's text store at the path the agent reads it, seeing the
+    // huge tmpfs the host mounts there after the pod started.
+    let store = pod["volumes"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|v| v["hostPath"]["path"] == "/run/hugetext")
+        .expect("a hostPath volume for the host's /run/hugetext");
+    let m = mounts.iter().find(|m| m["name"] == store["name"]).unwrap();
+    assert_eq!(m["mountPath"], "/run/hugetext");
+    assert_eq!(m["mountPropagation"], "HostToContainer");
+    assert!(
+        Path::new(&unit_value_of(STORE_UNIT, "Where")).starts_with("/run/hugetext"),
+        "the store unit mounts under the volume"
+    );
+}
+
+/// The text store's systemd mount unit.
+const STORE_UNIT: &str = "packaging/systemd/run-hugetext-text.mount";
+
+/// The one value of `key` in a unit file of the repository.
+fn unit_value_of(unit: &str, key: &str) -> String {
+    let v: Vec<String> = read(unit)
+        .lines()
+        .filter_map(|l| l.strip_prefix(&format!("{key}=")))
+        .map(str::to_string)
+        .collect();
+    assert_eq!(v.len(), 1, "{unit}: {key}= {v:?}");
+    v[0].clone()
+}
+
+/// The text store's mount unit: named for where it mounts (systemd
+/// requires it), a tmpfs with 2 MiB pages below i_size, a size cap, no
+/// set-uid or devices, and options this kernel's tmpfs takes as written
+/// (mounted here with exactly them, it says huge=within_size).
+#[test]
+fn text_store_mount_unit_is_a_huge_tmpfs_this_kernel_mounts() {
+    let where_ = unit_value_of(STORE_UNIT, "Where");
+    assert_eq!(where_, "/run/hugetext/text");
+    let name = Path::new(STORE_UNIT).file_name().unwrap().to_str().unwrap();
+    if tool("systemd-escape") {
+        let o = Command::new("systemd-escape")
+            .args(["-p", "--suffix=mount", &where_])
+            .output()
+            .unwrap();
+        assert_eq!(common::text(&o.stdout).trim(), name);
+    }
+    assert_eq!(unit_value_of(STORE_UNIT, "Type"), "tmpfs");
+    let opts = unit_value_of(STORE_UNIT, "Options");
+    let set: BTreeSet<&str> = opts.split(',').collect();
+    for o in ["huge=within_size", "mode=0755", "nosuid", "nodev"] {
+        assert!(set.contains(o), "{opts}: {o}");
+    }
+    assert!(set.iter().any(|o| o.starts_with("size=")), "{opts}: a size cap");
+    assert!(!set.contains("noexec"), "{opts}: text is executed from it");
+    assert!(read(STORE_UNIT).contains("WantedBy=local-fs.target"));
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        common::skip_line("skipped: mounting the unit's tmpfs needs root");
+        return;
+    }
+    let dir = common::scratch();
+    let mnt = dir.path().join("text");
+    std::fs::create_dir(&mnt).unwrap();
+    let what = unit_value_of(STORE_UNIT, "What");
+    ok(Command::new("mount")
+        .args(["-t", "tmpfs", "-o", &opts, &what])
+        .arg(&mnt));
+    let mnt = mnt.canonicalize().unwrap();
+    let result = std::panic::catch_unwind(|| {
+        let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
+        let line = mounts
+            .lines()
+            .find(|l| l.split(' ').nth(1) == Some(mnt.to_str().unwrap()))
+            .expect("mounted")
+            .to_string();
+        assert!(line.contains("huge=within_size"), "{line}");
+        assert!(line.contains("mode=755"), "{line}");
+    });
+    let _ = Command::new("umount").arg(&mnt).status();
+    if let Err(e) = result {
+        std::panic::resume_unwind(e);
     }
 }
 
@@ -678,6 +767,7 @@ fn deb_installs_works_from_usr_bin_and_removes_cleanly() {
         "/usr/share/man/man1/hugetext.1.gz",
         "/usr/share/bash-completion/completions/hugetext",
         "/usr/lib/systemd/system/hugetext-agent.service",
+        "/usr/lib/systemd/system/run-hugetext-text.mount",
         "/usr/share/doc/hugetext/examples/agent.conf",
     ] {
         assert!(Path::new(f).exists(), "{f} not installed");

@@ -201,8 +201,11 @@ fn podman_args(docs: &[Yaml], configmaps: &Path, host_port: u16, name: &str) -> 
                     }
                     let src = if !vol["hostPath"].is_null() {
                         let p = PathBuf::from(vol["hostPath"]["path"].as_str().unwrap());
-                        if vol["hostPath"]["type"] == "Directory" {
-                            assert!(p.is_dir(), "hostPath {}", p.display());
+                        match vol["hostPath"]["type"].as_str() {
+                            Some("Directory") => assert!(p.is_dir(), "hostPath {}", p.display()),
+                            // What the kubelet does: make it (0755) if missing.
+                            Some("DirectoryOrCreate") => std::fs::create_dir_all(&p).unwrap(),
+                            t => unknown("hostPath.type", t.unwrap_or("(none)")),
                         }
                         p
                     } else if !vol["configMap"].is_null() {
