@@ -4,6 +4,9 @@
 pub const LRU: u64 = 1 << 5;
 pub const MMAP: u64 = 1 << 11;
 pub const ANON: u64 = 1 << 12;
+/// Swap-backed: anonymous memory and shmem (tmpfs, memfd, SysV shm); on a
+/// page that is not [`ANON`], a shmem page.
+pub const SWAPBACKED: u64 = 1 << 14;
 pub const COMPOUND_HEAD: u64 = 1 << 15;
 pub const COMPOUND_TAIL: u64 = 1 << 16;
 /// hugetlb page.

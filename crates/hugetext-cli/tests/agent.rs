@@ -506,3 +506,41 @@ fn policy_warms_a_program_after_it_exits() {
     next.stop();
     a.stop();
 }
+
+/// Text run from a huge tmpfs is its own kind in the agent's series,
+/// `kind="shmem"`, PMD-mapped bytes equal to smaps' ShmemPmdMapped, and
+/// counted huge in the path's ratio.
+#[test]
+fn huge_tmpfs_text_is_exported_as_shmem_equal_to_smaps() {
+    if common::contpte_unit() {
+        common::skip_line("skipped: the unit of huge text is the contpte block here");
+        return;
+    }
+    let Some(fs) = common::tmpfs("huge=always,size=64m") else {
+        return;
+    };
+    let p = common::aligned_fixture(fs.path(), "bfd", "pie");
+    let r = Running::fixture(&p);
+    let shmem_pmd = common::shmem_pmd_kb(r.pid(), &p);
+    assert!(shmem_pmd >= 8 * common::pmd_kb(), "ShmemPmdMapped {shmem_pmd} kB");
+    let a = AgentProc::with_config(None);
+    let page = a.metrics();
+    let path = p.canonicalize().unwrap();
+    let series = format!(
+        "hugetext_exe_text_bytes{{path=\"{}\",kind=\"shmem\",class=\"thp-pmd-aligned-{}kB\"}}",
+        path.display(),
+        common::pmd_kb()
+    );
+    let got = sample(&page, &series).unwrap_or_else(|| panic!("no {series} in the page"));
+    assert_eq!(got as u64, shmem_pmd * 1024, "{series} vs smaps ShmemPmdMapped");
+    let file = format!("hugetext_exe_text_bytes{{path=\"{}\",kind=\"file\"", path.display());
+    assert!(!page.contains(&file), "shmem text counted as page cache too");
+    let ratio = sample(
+        &page,
+        &format!("hugetext_exe_pmd_mapped_ratio{{path=\"{}\"}}", path.display()),
+    )
+    .unwrap();
+    assert!(ratio > 0.5, "{ratio}");
+    r.stop();
+    a.stop();
+}

@@ -627,3 +627,66 @@ fn explain_reports_the_user_s_tunables_not_hugetext_s() {
         assert_eq!(v["processes"][0]["glibc_tunables"], want, "{user:?}");
     }
 }
+
+/// Text run from a huge tmpfs: explain reports its backing as shmem, PMD-
+/// mapped by as much as smaps' ShmemPmdMapped, and nothing to fix.
+#[test]
+fn huge_tmpfs_text_is_shmem_and_pmd_mapped() {
+    if common::contpte_unit() {
+        common::skip_line("skipped: the unit of huge text is the contpte block here");
+        return;
+    }
+    let Some(fs) = common::tmpfs("huge=always,size=64m") else {
+        return;
+    };
+    let p = common::aligned_fixture(fs.path(), "bfd", "pie");
+    let r = common::Running::fixture(&p);
+    let shmem_pmd = common::shmem_pmd_kb(r.pid(), &p);
+    assert!(shmem_pmd >= 8 * common::pmd_kb(), "ShmemPmdMapped {shmem_pmd} kB");
+    let m = mapping(r.pid(), &p);
+    assert_eq!(m["backing"], "shmem", "{m:#}");
+    assert_eq!(m["pmd_kb"], shmem_pmd, "{m:#}");
+    assert_ok(&m);
+    let out = common::hugetext(&["explain", "--pid", &r.pid().to_string()]);
+    assert!(
+        common::text(&out.stdout).contains(&format!("{} (shmem)", s(&p))),
+        "{}",
+        common::text(&out.stdout)
+    );
+    r.stop();
+}
+
+/// Where the filesystem gives no PMD folios, a PIE whose text every process
+/// maps congruently (aligned: p_align of the PMD size) can be shared from
+/// one copy in the text store: explain names `hugetext warm --shmem`. A
+/// fixed-address executable keeps today's advice. (A tmpfs without huge
+/// pages is the filesystem without large folios here.)
+#[test]
+fn no_large_folios_and_shareable_advises_warm_shmem() {
+    let Some(fs) = common::tmpfs("huge=never,size=96m") else {
+        return;
+    };
+    if common::fs_gives_pmd_folios(fs.path()) {
+        common::skip_line("skipped: tmpfs gives folios of the unit of huge text here (shmem_enabled=force?)");
+        return;
+    }
+    let pie = common::aligned_fixture(fs.path(), "bfd", "pie");
+    let r = common::Running::fixture(&pie);
+    let m = mapping(r.pid(), &pie);
+    assert_eq!(reason(&m), "fs-no-large-folios", "{m:#}");
+    assert!(
+        fix(&m).starts_with(&format!("hugetext warm --shmem {}", s(&pie))),
+        "{m:#}"
+    );
+    r.stop();
+
+    let exe = common::copy_fixture(fs.path(), "bfd", "nopie");
+    let r = common::Running::fixture(&exe);
+    let m = mapping(r.pid(), &exe);
+    assert_eq!(reason(&m), "fs-no-large-folios", "{m:#}");
+    assert!(
+        fix(&m).starts_with(&format!("move {} to a filesystem with large folios", s(&exe))),
+        "{m:#}"
+    );
+    r.stop();
+}

@@ -607,20 +607,20 @@ fn json_shape_is_stable() {
             keys(&v["skipped"]),
             ["kernel_threads", "unreadable", "vanished", "zombies"]
         );
-        assert_counts(&v["total"], &["unique"], &["file", "anon"]);
-        assert_counts(&v["total"]["unique"], &[], &["file"]);
+        assert_counts(&v["total"], &["unique"], &["file", "shmem", "anon"]);
+        assert_counts(&v["total"]["unique"], &[], &["file", "shmem"]);
         let p = &v["processes"][0];
         assert_eq!(p["pid"], child.id());
         assert_eq!(p["comm"], "sleep");
         if rollup {
-            assert_counts(p, &["pid", "comm"], &["file", "anon"]);
+            assert_counts(p, &["pid", "comm"], &["file", "shmem", "anon"]);
         } else {
             assert_eq!(keys(p), ["comm", "mappings", "pid"]);
             let maps = p["mappings"].as_array().unwrap();
             assert!(!maps.is_empty());
             let fixed = ["start", "end", "perms", "offset", "dev", "inode", "path"];
             for m in maps {
-                assert_counts(m, &fixed, &["file", "anon"]);
+                assert_counts(m, &fixed, &["file", "shmem", "anon"]);
                 assert!(m["start"].as_str().unwrap().starts_with("0x"), "{m}");
                 assert!(m["end"].as_str().unwrap().starts_with("0x"), "{m}");
                 assert!(m["perms"].is_string() && m["dev"].is_string() && m["path"].is_string());
@@ -714,5 +714,56 @@ fn copied_text_is_named_after_its_file_as_explain_names_it() {
         "{table}"
     );
     common::remove_perf_map(r.child.id());
+    r.stop();
+}
+
+/// A huge tmpfs mounted for the test with the aligned bfd PIE on it,
+/// running: its text is shmem mapped by PMDs. `None` (skipped) where no
+/// tmpfs can be mounted or its text is not PMD-mapped (arm64 with 64 KiB
+/// pages: no 512 MiB folios).
+fn shmem_huge_fixture() -> Option<(common::Tmpfs, std::path::PathBuf, common::Running, u64)> {
+    if common::contpte_unit() {
+        common::skip_line("skipped: the unit of huge text is the contpte block here");
+        return None;
+    }
+    let fs = common::tmpfs("huge=always,size=64m")?;
+    let p = common::aligned_fixture(fs.path(), "bfd", "pie");
+    let r = common::Running::fixture(&p);
+    let shmem_pmd = common::shmem_pmd_kb(r.pid(), &p);
+    assert!(
+        shmem_pmd >= 8 * common::pmd_kb(),
+        "a huge tmpfs gave the aligned PIE's text no PMD mappings: ShmemPmdMapped {shmem_pmd} kB"
+    );
+    Some((fs, p, r, shmem_pmd))
+}
+
+/// Text run from a huge tmpfs is a kind of its own, shmem: mapped by PMDs
+/// as smaps' ShmemPmdMapped says, none of it counted as page cache.
+#[test]
+fn huge_tmpfs_text_is_shmem_pmd_mapped_as_smaps_says() {
+    let Some((_fs, p, r, shmem_pmd)) = shmem_huge_fixture() else {
+        return;
+    };
+    let v = run_json(&["inspect", "--json", "--pid", &r.pid().to_string()]);
+    let f = p.canonicalize().unwrap();
+    let m = v["processes"][0]["mappings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["path"] == f.to_str().unwrap() && m["perms"].as_str().unwrap().contains('x'))
+        .unwrap_or_else(|| panic!("no text mapping of {} in {v}", f.display()))
+        .clone();
+    assert_eq!(kb(&m, &pmd_label("shmem", "thp-pmd-aligned")), shmem_pmd, "{m}");
+    assert_eq!(kb(&m, "file_kb"), 0, "{m}");
+    assert_eq!(kb(&m, &pmd_label("file", "thp-pmd-aligned")), 0, "{m}");
+    assert!(kb(&m, "shmem_kb") >= shmem_pmd, "{m}");
+    // Counted once in the unique view, as shmem.
+    let u = &v["total"]["unique"];
+    assert!(kb(u, &pmd_label("shmem", "thp-pmd-aligned")) >= shmem_pmd, "{u}");
+    // The table says it too.
+    let out = common::hugetext(&["inspect", "--pid", &r.pid().to_string(), "--rollup"]);
+    let t = common::text(&out.stdout);
+    assert!(t.contains("shmem kB"), "{t}");
+    assert!(t.contains(&pmd_label("shmem", "thp-pmd-aligned")), "{t}");
     r.stop();
 }

@@ -271,6 +271,84 @@ pub fn loop_fs(fstype: &str) -> Option<LoopFs> {
     }
 }
 
+/// A tmpfs mounted for one test on a directory of its own (see
+/// [`tmpfs`]); dropping it unmounts it (retrying while a process the test
+/// started is still exiting, lazily as a last resort).
+pub struct Tmpfs {
+    dir: tempfile::TempDir,
+}
+
+impl Tmpfs {
+    /// The mount point.
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        for _ in 0..50 {
+            if run_quiet(Command::new("umount").arg(self.dir.path())).is_ok() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        if let Err(e) = run_quiet(Command::new("umount").arg("--lazy").arg(self.dir.path())) {
+            eprintln!("warning: cannot unmount {}: {e}", self.dir.path().display());
+        }
+    }
+}
+
+/// A tmpfs mounted with `options` (e.g. `huge=always,size=64m`) on a
+/// scratch directory; `None` (after a "skipped: ..." line) when it cannot
+/// be mounted (not root), a test failure then if `CI` is set.
+pub fn tmpfs(options: &str) -> Option<Tmpfs> {
+    let dir = scratch();
+    match run_quiet(
+        Command::new("mount")
+            .args(["-t", "tmpfs", "-o", options, "hugetext-test"])
+            .arg(dir.path()),
+    ) {
+        Ok(_) => Some(Tmpfs { dir }),
+        Err(why) => {
+            let msg = format!("skipped: cannot mount a tmpfs ({options}): {why}");
+            skip_line(&msg);
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "{msg} (CI is set: this test must run as root)"
+            );
+            None
+        }
+    }
+}
+
+/// `hugetext align` of the fixture `linker`/`name` into `dir` (a PIE or
+/// DSO with `p_align` of the PMD size: the kernel or ld.so places it so its
+/// text is congruent, every process alike). Returns the aligned file.
+pub fn aligned_fixture(dir: &Path, linker: &str, name: &str) -> PathBuf {
+    let out = dir.join(name);
+    let o = hugetext(&[
+        "align",
+        fixture(linker, name).to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "align: {}", text(&o.stderr));
+    out
+}
+
+/// kB `ShmemPmdMapped` of the executable mappings of `file` in `pid`
+/// (smaps).
+pub fn shmem_pmd_kb(pid: i32, file: &Path) -> u64 {
+    let f = file.canonicalize().unwrap().to_string_lossy().into_owned();
+    hugetext::procfs::read_smaps(Some(pid))
+        .unwrap()
+        .iter()
+        .filter(|(v, _)| v.is_exec() && v.path == f)
+        .map(|(_, s)| s.shmem_pmd_kb)
+        .sum()
+}
+
 /// The running kernel's PMD size in bytes (2 MiB on x86-64, 32 MiB on a
 /// 16 KiB-page arm64 kernel): tests compute expectations from it.
 pub fn pmd() -> u64 {

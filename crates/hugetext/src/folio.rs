@@ -330,22 +330,41 @@ pub fn read_words_into(f: &File, offset: u64, out: &mut [u64]) -> std::io::Resul
     Ok(done / 8)
 }
 
-/// Anonymous memory or page cache (file-backed, including shmem).
+/// Anonymous memory, page cache, or shmem.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Kind {
-    /// Page cache (and shmem): what program text is.
+    /// Page cache of a file on disk: what program text is.
     File,
-    /// Anonymous memory.
+    /// Anonymous memory (text `hugetext run` copied).
     Anon,
+    /// Shmem mapped from a file (tmpfs, memfd, SysV shm): file-backed and
+    /// shared like page cache, but its folio sizes are tmpfs's (`huge=`),
+    /// not the disk filesystem's.
+    Shmem,
 }
 
 impl Kind {
-    /// `file` or `anon`, the prefix of thpmaps' labels.
+    /// Every kind, in display order.
+    pub const ALL: [Kind; 3] = [Kind::File, Kind::Shmem, Kind::Anon];
+
+    /// `file`, `shmem` or `anon`, the prefix of thpmaps' labels.
     pub fn name(self) -> &'static str {
         match self {
             Kind::File => "file",
             Kind::Anon => "anon",
+            Kind::Shmem => "shmem",
+        }
+    }
+
+    /// The kind of a mapped page from its `/proc/kpageflags` word.
+    pub fn of_flags(w: u64) -> Kind {
+        if w & kpf::ANON != 0 {
+            Kind::Anon
+        } else if w & kpf::SWAPBACKED != 0 {
+            Kind::Shmem
+        } else {
+            Kind::File
         }
     }
 
@@ -422,17 +441,17 @@ pub fn pmd_order() -> u32 {
 /// (`--cont`). Cheap to add to and merge; all numbers are pages.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Counts {
-    pages: [[u64; N_CODES]; 2],
-    cont_pte: [[u64; MAX_ORDER]; 2],
-    cont_pmd: [[u64; MAX_ORDER]; 2],
+    pages: [[u64; N_CODES]; 3],
+    cont_pte: [[u64; MAX_ORDER]; 3],
+    cont_pmd: [[u64; MAX_ORDER]; 3],
 }
 
 impl Default for Counts {
     fn default() -> Self {
         Counts {
-            pages: [[0; N_CODES]; 2],
-            cont_pte: [[0; MAX_ORDER]; 2],
-            cont_pmd: [[0; MAX_ORDER]; 2],
+            pages: [[0; N_CODES]; 3],
+            cont_pte: [[0; MAX_ORDER]; 3],
+            cont_pmd: [[0; MAX_ORDER]; 3],
         }
     }
 }
@@ -493,7 +512,7 @@ impl Counts {
 
     /// Add another set of counts to this one.
     pub fn merge(&mut self, other: &Counts) {
-        for k in 0..2 {
+        for k in 0..Kind::ALL.len() {
             for (a, b) in self.pages[k].iter_mut().zip(other.pages[k].iter()) {
                 *a += b;
             }
@@ -506,7 +525,23 @@ impl Counts {
 
     /// True when nothing is counted.
     pub fn is_empty(&self) -> bool {
-        self.total(Kind::File) == 0 && self.total(Kind::Anon) == 0
+        Kind::ALL.iter().all(|&k| self.total(k) == 0)
+    }
+
+    /// Move every count of kind `from` to kind `to` (a mapping found to be
+    /// shmem after some of its pages were counted as page cache).
+    pub fn move_kind(&mut self, from: Kind, to: Kind) {
+        let (f, t) = (from.idx(), to.idx());
+        if f == t {
+            return;
+        }
+        for c in 0..N_CODES {
+            self.pages[t][c] += std::mem::take(&mut self.pages[f][c]);
+        }
+        for o in 0..MAX_ORDER {
+            self.cont_pte[t][o] += std::mem::take(&mut self.cont_pte[f][o]);
+            self.cont_pmd[t][o] += std::mem::take(&mut self.cont_pmd[f][o]);
+        }
     }
 
     /// Every class present in these counts (or, with `all`, every class this
@@ -668,7 +703,7 @@ impl<'a> Classifier<'a> {
         let large = kpf::COMPOUND_HEAD | kpf::COMPOUND_TAIL;
         for &(i, j, next) in &self.runs {
             let f = &self.flags[i..j];
-            let kind_of = |w: u64| if w & kpf::ANON != 0 { Kind::Anon } else { Kind::File };
+            let kind_of = Kind::of_flags;
             let mut k = 0;
             let len = j - i;
             while k < len {

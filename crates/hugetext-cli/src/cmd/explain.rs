@@ -161,7 +161,12 @@ fn print(r: &Report, json: bool) -> Result<()> {
     for p in &r.processes {
         println!("{}", p.summary);
         for m in &p.mappings {
-            let backing = if m.backing == "file" { "" } else { " (anonymous copy)" };
+            let backing = match (m.backing, &m.store_copy) {
+                ("anon-copy", _) => " (anonymous copy)".to_string(),
+                ("shmem", Some(c)) => format!(" (shmem: {})", c.describe()),
+                ("shmem", None) => " (shmem)".to_string(),
+                _ => String::new(),
+            };
             println!("  {}{backing} {}-{}", m.path, m.start, m.end);
             let mut now = format!("    now: {} kB {}", m.pmd_kb, kind.mapped());
             if m.pte_large_kb > 0 {

@@ -262,10 +262,18 @@ fn new_table(header: &[&str]) -> Table {
 
 fn kinds_of(report: &Report, c: &Counts) -> Vec<Kind> {
     let mut v = vec![Kind::File];
+    if report.all || c.total(Kind::Shmem) > 0 {
+        v.push(Kind::Shmem);
+    }
     if report.all || c.total(Kind::Anon) > 0 {
         v.push(Kind::Anon);
     }
     v
+}
+
+/// kB of every kind.
+fn all_kb(c: &Counts) -> u64 {
+    kb(Kind::ALL.iter().map(|&k| c.total(k)).sum())
 }
 
 fn print_tables(report: &Report, args: &Args, elapsed: Duration) {
@@ -305,12 +313,13 @@ fn print_tables(report: &Report, args: &Args, elapsed: Duration) {
                                 v.end,
                                 v.perms,
                                 v.offset,
-                                match (&m.copy_of, v.path.is_empty()) {
-                                    (Some(file), _) => format!("{file} (anonymous copy)"),
-                                    (None, true) => "[anon]".to_string(),
-                                    (None, false) => v.path.clone(),
+                                match (&m.copy_of, &m.store_copy, v.path.is_empty()) {
+                                    (Some(file), _, _) => format!("{file} (anonymous copy)"),
+                                    (None, Some(c), _) => format!("{} ({})", v.path, c.describe()),
+                                    (None, None, true) => "[anon]".to_string(),
+                                    (None, None, false) => v.path.clone(),
                                 },
-                                kb(m.counts.total(Kind::File) + m.counts.total(Kind::Anon)),
+                                all_kb(&m.counts),
                                 "resident"
                             )
                         } else {
@@ -332,6 +341,7 @@ fn print_tables(report: &Report, args: &Args, elapsed: Duration) {
             "large folios (PTE)",
             "base pages",
             "partial",
+            "shmem kB (PMD-mapped)",
             "anon kB",
         ]);
         if let Some(c) = t.column_mut(1) {
@@ -363,6 +373,10 @@ fn print_tables(report: &Report, args: &Args, elapsed: Duration) {
                 } else {
                     pct(c.get(Kind::File, Class::Partial), f)
                 },
+                match c.total(Kind::Shmem) {
+                    0 => "0".into(),
+                    sh => format!("{} ({})", kb(sh), pct(c.get(Kind::Shmem, Class::PmdAligned), sh)),
+                },
                 kb(c.total(Kind::Anon)).to_string(),
             ]);
         }
@@ -377,8 +391,8 @@ fn print_tables(report: &Report, args: &Args, elapsed: Duration) {
     }
     for kind in kinds_of(report, tot) {
         let all = tot.total(kind);
-        let uniq = report.unique.as_ref().filter(|_| kind == Kind::File);
-        let uall = uniq.map(|u| u.total(Kind::File)).unwrap_or(0);
+        let uniq = report.unique.as_ref().filter(|_| kind != Kind::Anon);
+        let uall = uniq.map(|u| u.total(kind)).unwrap_or(0);
         let mut labels = report.labelled(tot, kind, args.inc_empty);
         // Classes that appear only in the unique view (cannot happen, but be exact).
         if let Some(u) = uniq {
@@ -410,7 +424,7 @@ fn print_tables(report: &Report, args: &Args, elapsed: Duration) {
     println!(
         "total: {what} of {} processes, {} kB mapped ({how}; {:.1} ms)",
         report.processes.len(),
-        kb(tot.total(Kind::File) + tot.total(Kind::Anon)),
+        all_kb(tot),
         elapsed.as_secs_f64() * 1e3
     );
     println!("{t}");

@@ -217,7 +217,7 @@ impl Capped {
 /// (`thp-pmd-aligned-2048kB`, `base-page`, `pte-mapped` ...).
 fn class_series(report: &Report, c: &Counts) -> Vec<(Kind, String, u64)> {
     let mut v = Vec::new();
-    for kind in [Kind::File, Kind::Anon] {
+    for kind in Kind::ALL {
         for (label, kb) in report.labelled(c, kind, false) {
             let class = label
                 .strip_prefix(kind.name())
@@ -230,8 +230,8 @@ fn class_series(report: &Report, c: &Counts) -> Vec<(Kind, String, u64)> {
     v
 }
 
-/// Share of the file-backed text mapped huge, by the unit of huge text (0
-/// when there is none): PMD-mapped; on arm64 with 64 KiB pages, where no
+/// Share of the file-backed text (page cache and shmem) mapped huge, by
+/// the unit of huge text (0 when there is none): PMD-mapped; on arm64 with 64 KiB pages, where no
 /// page-cache folio reaches the 512 MiB PMD, also text in whole folios of
 /// at least the 2 MiB contiguous-PTE block mapped aligned to their size
 /// (`PteAligned` of such an order: arm64 maps them with contiguous PTEs,
@@ -247,15 +247,18 @@ fn pmd_fraction(c: &Counts) -> f64 {
 /// [`pmd_fraction`] with the contpte unit's order in pages, if the unit is
 /// a contpte block.
 fn huge_fraction(c: &Counts, contpte_order: Option<u32>) -> f64 {
-    let total = c.total(Kind::File);
+    let kinds = [Kind::File, Kind::Shmem];
+    let total: u64 = kinds.iter().map(|&k| c.total(k)).sum();
     if total == 0 {
         return 0.0;
     }
-    let mut huge = c.get(Kind::File, Class::PmdAligned);
+    let mut huge: u64 = kinds.iter().map(|&k| c.get(k, Class::PmdAligned)).sum();
     if let Some(min) = contpte_order {
-        huge += (min..crate::folio::MAX_ORDER as u32)
-            .map(|o| c.get(Kind::File, Class::PteAligned(o)))
-            .sum::<u64>();
+        for k in kinds {
+            huge += (min..crate::folio::MAX_ORDER as u32)
+                .map(|o| c.get(k, Class::PteAligned(o)))
+                .sum::<u64>();
+        }
     }
     huge as f64 / total as f64
 }
@@ -275,7 +278,7 @@ fn register_groups(
     let procs: Family<Labels, Gauge> = Family::default();
     let mut sorted: Vec<(String, Group)> = groups.into_iter().collect();
     sorted.sort_by(|a, b| {
-        let t = |g: &Group| g.counts.total(Kind::File) + g.counts.total(Kind::Anon);
+        let t = |g: &Group| Kind::ALL.iter().map(|&k| g.counts.total(k)).sum::<u64>();
         t(&b.1).cmp(&t(&a.1)).then_with(|| a.0.cmp(&b.0))
     });
     let mut capped = Capped {
@@ -299,7 +302,7 @@ fn register_groups(
     }
     r.register_with_unit(
         format!("{name}_text"),
-        format!("Text mapped by processes, per {label}, kind (file, anon) and class (base-page, thp-pte-aligned-<size>, thp-pmd-aligned-<size>, ...); shared text once per mapping"),
+        format!("Text mapped by processes, per {label}, kind (file: page cache, shmem: tmpfs such as the text store, anon: copies) and class (base-page, thp-pte-aligned-<size>, thp-pmd-aligned-<size>, ...); shared text once per mapping"),
         Unit::Bytes,
         bytes,
     );
@@ -314,6 +317,24 @@ fn register_groups(
         procs,
     );
     capped.dropped
+}
+
+// the store's root: shmemstore::DEFAULT_ROOT once merged
+const STORE_ROOT: &str = "/run/hugetext/text";
+
+/// Bytes used and the size of the tmpfs mounted at `root` (`statvfs`);
+/// `None` when nothing is there, or it is not a tmpfs (no store mounted:
+/// the directory's own filesystem says nothing about the store).
+fn store_usage(root: &Path) -> Option<(u64, u64)> {
+    let fs = rustix::fs::statfs(root).ok()?;
+    if crate::fsutil::fs_type_name(fs.f_type as u64) != "tmpfs" {
+        return None;
+    }
+    let v = rustix::fs::statvfs(root).ok()?;
+    Some((
+        v.f_blocks.saturating_sub(v.f_bfree) * v.f_frsize,
+        v.f_blocks * v.f_frsize,
+    ))
 }
 
 /// Build one `/metrics` page: inspect every process now, then render.
@@ -375,6 +396,22 @@ pub fn scrape(m: &AgentMetrics, input: &ScrapeInput) -> Result<String> {
         "Share of all file-backed text mapped huge: by PMDs (arm64 with 64 KiB pages: by whole 2 MiB contiguous-PTE blocks, the unit of huge text there)",
         ConstGauge::new(pmd_fraction(&report.total)),
     );
+
+    // The text store: what its tmpfs holds, and its cap.
+    if let Some((used, size)) = store_usage(Path::new(STORE_ROOT)) {
+        r.register_with_unit(
+            "text_store_used",
+            "Memory the text store's files take (its tmpfs: shmem, counted once however many processes map it)",
+            Unit::Bytes,
+            ConstGauge::new(used as i64),
+        );
+        r.register_with_unit(
+            "text_store_size",
+            "The text store's cap (its tmpfs's size=)",
+            Unit::Bytes,
+            ConstGauge::new(size as i64),
+        );
+    }
 
     // Processes that could not be read.
     let sk = &report.skipped;
@@ -564,6 +601,36 @@ pub fn target_state(t: &warm::Target) -> Result<(u64, Option<u64>)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The store's size is what its tmpfs says (statvfs): a 4 MiB file in
+    /// a 64 MiB tmpfs mounted here; a directory on another filesystem is
+    /// no store.
+    #[test]
+    fn store_usage_is_the_tmpfs_statvfs() {
+        let disk = tempfile::tempdir_in(concat!(env!("CARGO_MANIFEST_DIR"), "/../../target")).unwrap();
+        if crate::fsutil::fs_name_at(disk.path()).is_ok_and(|n| n != "tmpfs") {
+            assert_eq!(store_usage(disk.path()), None);
+        }
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=64m", "hugetext-test"])
+            .arg(dir.path())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            return;
+        }
+        std::fs::write(dir.path().join("f"), vec![1u8; 4 << 20]).unwrap();
+        let got = store_usage(dir.path());
+        let _ = std::process::Command::new("umount").arg(dir.path()).status();
+        let (used, size) = got.expect("a tmpfs is a store");
+        assert_eq!(size, 64 << 20);
+        assert!((4 << 20..8 << 20).contains(&used), "{used}");
+    }
 
     #[test]
     fn contpte_mapped_text_counts_as_huge_where_it_is_the_unit() {

@@ -222,13 +222,24 @@ pub fn decide(sys: &SystemFacts, p: &ProcessFacts, m: &MappingFacts) -> Verdict 
             } else {
                 format!("{} gives no PMD-size page-cache folios here", fs.name)
             };
+            // A PIE or DSO every process maps congruently: one copy in the
+            // text store (a huge tmpfs) serves them all, PMD-mapped and
+            // shared, on any filesystem; a copy per process is the fallback.
+            let fix = if m.shareable && m.store_copy.is_none() {
+                format!(
+                    "hugetext warm --shmem {} (one copy in the text store, a tmpfs with 2 MiB pages, shared by every process that runs it)",
+                    m.path
+                )
+            } else {
+                format!(
+                    "move {} to a filesystem with large folios (xfs; ext4 on Linux 6.16 or later), or start it with `hugetext run --strategy copy`",
+                    m.path
+                )
+            };
             return verdict(
                 Reason::FsNoLargeFolios,
                 format!("{what} (tested with a scratch file on the same filesystem)"),
-                Some(format!(
-                    "move {} to a filesystem with large folios (xfs; ext4 on Linux 6.16 or later), or start it with `hugetext run --strategy copy`",
-                    m.path
-                )),
+                Some(fix),
                 gain,
             );
         }

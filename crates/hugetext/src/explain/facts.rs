@@ -50,6 +50,8 @@ type RangeKey = ((u64, u64), u64, u64);
 struct FileFacts {
     /// Executable segments: (offset, filesz, vaddr, p_align); `Err`: why not.
     segments: std::result::Result<Vec<(u64, u64, u64, u64)>, String>,
+    /// A PIE or DSO every process maps congruently ([`MappingFacts::shareable`]).
+    shareable: bool,
     fs: FsFacts,
 }
 
@@ -85,7 +87,7 @@ fn kb_of(counts: &Counts) -> (u64, u64, u64, u64) {
     let (unit, unit_kind) = kernel::huge_unit();
     let unit_order = (unit / kernel::page_size()).trailing_zeros();
     let (mut pmd, mut large, mut base, mut unknown) = (0, 0, 0, 0);
-    for kind in [Kind::File, Kind::Anon] {
+    for kind in Kind::ALL {
         for class in counts.classes(kind, false) {
             let kb = counts.get(kind, class) * ps;
             match class {
@@ -109,6 +111,7 @@ fn mapping_facts(pid: i32, t: &remap::TextMapping, offset: u64, fs_cache: &mut F
         offset,
         path: t.path.clone(),
         copied: t.copied,
+        store_copy: inspect::store_copy_of(&t.path),
         ..Default::default()
     };
     if t.copied {
@@ -146,6 +149,7 @@ fn mapping_facts(pid: i32, t: &remap::TextMapping, offset: u64, fs_cache: &mut F
         }
         None => file_facts(file, &file_path, &named, fs_cache),
     });
+    m.shareable = facts.as_ref().is_ok_and(|f| f.shareable);
     let segments = facts
         .as_ref()
         .map_err(|e| e.to_string())
@@ -187,7 +191,9 @@ fn mapping_facts(pid: i32, t: &remap::TextMapping, offset: u64, fs_cache: &mut F
 fn file_facts(file: &std::fs::File, file_path: &Path, named: &Path, fs_cache: &mut FsCache) -> FileFacts {
     // Text mappings map executable segments; a read-only segment before
     // the text can share its first page.
-    let segments = elf::check_open(file_path, file)
+    let report = elf::check_open(file_path, file);
+    let segments = report
+        .as_ref()
         .map(|r| {
             r.segments
                 .iter()
@@ -196,6 +202,18 @@ fn file_facts(file: &std::fs::File, file_path: &Path, named: &Path, fs_cache: &m
                 .collect::<Vec<_>>()
         })
         .map_err(|e| e.to_string());
+    // Every process maps it at the same offset modulo the unit: placed by
+    // the kernel or ld.so at a base aligned to p_align (at least the unit),
+    // every executable segment congruent.
+    let unit = kernel::unit_size() as u64;
+    let shareable = report.as_ref().is_ok_and(|r| {
+        use elf::check::{BaseAlignment, FileKind};
+        matches!(r.kind, FileKind::Pie | FileKind::StaticPie | FileKind::SharedLibrary)
+            && r.base == BaseAlignment::Aligned
+            && r.max_p_align >= unit
+    }) && segments
+        .as_ref()
+        .is_ok_and(|s| !s.is_empty() && s.iter().all(|&(off, _, vaddr, _)| vaddr.wrapping_sub(off) % unit == 0));
     let dir = named.parent().unwrap_or(Path::new("/")).to_path_buf();
     let mut fs = fs_cache.get(file, &dir);
     // An overlay maps the file of the layer it comes from: that filesystem decides.
@@ -211,7 +229,11 @@ fn file_facts(file: &std::fs::File, file_path: &Path, named: &Path, fs_cache: &m
             }
         }
     }
-    FileFacts { segments, fs }
+    FileFacts {
+        segments,
+        shareable,
+        fs,
+    }
 }
 
 /// The processes mapping each file whose page cache was read (they keep
@@ -350,6 +372,7 @@ fn gather_one(pid: i32, fs_cache: &mut FsCache) -> Result<Gathered> {
     // kB by backing per mapping, kept as four numbers each (not inspect's
     // counts per mapping: tens of thousands of mappings stay small).
     let mut kb: HashMap<u64, (u64, u64, u64, u64)> = HashMap::new();
+    let mut shmem: std::collections::HashSet<u64> = Default::default();
     inspect::inspect_each(
         &inspect::Options {
             target: inspect::Target::Pids(vec![pid]),
@@ -361,6 +384,9 @@ fn gather_one(pid: i32, fs_cache: &mut FsCache) -> Result<Gathered> {
         &(),
         &mut |_, vma, counts| {
             kb.insert(vma.start, kb_of(counts));
+            if counts.total(Kind::Shmem) > 0 {
+                shmem.insert(vma.start);
+            }
         },
     )?;
     let pagemap_path = PathBuf::from(format!("/proc/{pid}/pagemap"));
@@ -375,6 +401,7 @@ fn gather_one(pid: i32, fs_cache: &mut FsCache) -> Result<Gathered> {
             (m.pmd_kb, m.pte_large_kb, m.base_kb, m.pte_unknown_kb) = k;
         }
         (m.nohugepage, m.hugepage) = advice.get(&t.start).copied().unwrap_or_default();
+        m.shmem = !t.copied && shmem.contains(&t.start);
         m.unmapped_windows = pagemap
             .as_ref()
             .and_then(|pm| inspect::unmapped_windows(pm, &pagemap_path, t.start, t.end).ok())

@@ -148,6 +148,15 @@ pub struct MappingFacts {
     pub path: String,
     /// Anonymous copy made by `hugetext run` (the `copy` route).
     pub copied: bool,
+    /// Its pages are shmem (a file on tmpfs, a memfd): shared, and huge
+    /// when tmpfs gives PMD-size folios, whatever the disk's filesystem does.
+    pub shmem: bool,
+    /// A copy in the text store: the original it stands for.
+    pub store_copy: Option<crate::inspect::StoreCopy>,
+    /// A PIE or shared library whose text every process maps at the same
+    /// offset modulo the unit (`p_align` of the unit, congruent segments):
+    /// one copy of it in a huge tmpfs can be shared by all of them.
+    pub shareable: bool,
     /// kB mapped by PMDs.
     pub pmd_kb: u64,
     /// kB in large folios mapped by PTEs.
@@ -244,8 +253,12 @@ pub struct MappingReport {
     pub end: String,
     pub offset: u64,
     pub path: String,
-    /// `file` or `anon-copy`.
+    /// `file` (page cache), `shmem` (tmpfs, memfd, the text store) or
+    /// `anon-copy`.
     pub backing: &'static str,
+    /// A copy in the text store: the original it stands for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub store_copy: Option<crate::inspect::StoreCopy>,
     pub size_kb: u64,
     pub pmd_kb: u64,
     pub pte_large_kb: u64,
@@ -306,7 +319,12 @@ pub fn report(sys: &SystemFacts, procs: &[ProcessFacts]) -> Report {
                         end: format!("{:x}", m.end),
                         offset: m.offset,
                         path: m.path.clone(),
-                        backing: if m.copied { "anon-copy" } else { "file" },
+                        backing: match (m.copied, m.shmem) {
+                            (true, _) => "anon-copy",
+                            (false, true) => "shmem",
+                            (false, false) => "file",
+                        },
+                        store_copy: m.store_copy.clone(),
                         size_kb: (m.end - m.start) / 1024,
                         pmd_kb: m.pmd_kb,
                         pte_large_kb: m.pte_large_kb,

@@ -20,6 +20,13 @@
 //! per file page ("unique", keyed by device, inode and file page index): a
 //! page mapped differently by different processes is counted once, under its
 //! best mapping.
+//!
+//! Text mapped from a file whose pages are shmem (tmpfs, memfd: swap-backed
+//! pages that are not anonymous) is a kind of its own, [`Kind::Shmem`]:
+//! shared like page cache, huge when tmpfs gives PMD-size folios
+//! (`huge=`), whatever the disk's filesystem does. A mapping of a file in
+//! the text store (a copy `hugetext warm --shmem` made) is also named as a
+//! copy of its original ([`store_copy_of`]).
 
 use std::path::PathBuf;
 
@@ -94,6 +101,64 @@ pub struct MappingReport {
     /// For text `hugetext run` copied into anonymous memory: the file it
     /// was copied from (set by [`Report::name_copies`]).
     pub copy_of: Option<String>,
+    /// For a mapping of a file in the text store: the original it copies.
+    pub store_copy: Option<StoreCopy>,
+}
+
+// the store's root: shmemstore::DEFAULT_ROOT once merged
+const STORE_ROOT: &str = "/run/hugetext/text";
+
+/// The original file a text store copy stands for, as its name says
+/// (`<st_dev hex>-<st_ino>-<size>-<mtime_ns>-<build-id hex or none>`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct StoreCopy {
+    /// `st_dev` of the original (the kernel's encoding, as `stat` gives it).
+    pub dev: u64,
+    /// Its inode number.
+    pub inode: u64,
+    /// Its size in bytes when copied.
+    pub size: u64,
+    /// Its modification time when copied, nanoseconds since the epoch.
+    pub mtime_ns: u64,
+    /// Its GNU build-id (hex), if it has one.
+    pub build_id: Option<String>,
+}
+
+impl StoreCopy {
+    /// `device 0x803 inode 1234` and the build-id, for the tables.
+    pub fn describe(&self) -> String {
+        let id = self
+            .build_id
+            .as_deref()
+            .map(|b| format!(", build-id {b}"))
+            .unwrap_or_default();
+        format!("store copy of device {:#x} inode {}{id}", self.dev, self.inode)
+    }
+}
+
+/// The original of a text store copy from the path of a mapping (as
+/// `/proc/PID/maps` gives it): `None` unless the file is directly under the
+/// store's root (`/run/hugetext/text`) and its name has the store's form.
+pub fn store_copy_of(path: &str) -> Option<StoreCopy> {
+    let name = path.strip_suffix(" (deleted)").unwrap_or(path);
+    let name = name.strip_prefix(STORE_ROOT)?.strip_prefix('/')?;
+    let parts: Vec<&str> = name.split('-').collect();
+    let [dev, ino, size, mtime, id] = parts[..] else {
+        return None;
+    };
+    let dec = |s: &str| (!s.is_empty() && s.bytes().all(|b| b.is_ascii_digit())).then(|| s.parse::<u64>().ok())?;
+    let hex = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_hexdigit());
+    Some(StoreCopy {
+        dev: hex(dev).then(|| u64::from_str_radix(dev, 16).ok())??,
+        inode: dec(ino)?,
+        size: dec(size)?,
+        mtime_ns: dec(mtime)?,
+        build_id: match id {
+            "none" => None,
+            id if hex(id) => Some(id.to_ascii_lowercase()),
+            _ => return None,
+        },
+    })
 }
 
 /// One inspected process.
@@ -229,7 +294,7 @@ impl Report {
     /// The JSON report of `hugetext inspect --json`: every mapping, or with
     /// `rollup` a sum per process; `elapsed` is how long the inspection took.
     pub fn to_json(&self, rollup: bool, elapsed: std::time::Duration) -> ReportJson {
-        let kinds = [Kind::File, Kind::Anon];
+        let kinds = Kind::ALL;
         let processes = self
             .processes
             .iter()
@@ -248,6 +313,7 @@ impl Report {
                             inode: m.vma.inode,
                             path: m.vma.path.clone(),
                             copy_of: m.copy_of.clone(),
+                            store_copy: m.store_copy.clone(),
                             counts: self.class_kb(&m.counts, &kinds),
                         })
                         .collect()
@@ -270,7 +336,10 @@ impl Report {
             processes,
             total: TotalJson {
                 counts: self.class_kb(&self.total, &kinds),
-                unique: self.unique.as_ref().map(|u| self.class_kb(u, &[Kind::File])),
+                unique: self
+                    .unique
+                    .as_ref()
+                    .map(|u| self.class_kb(u, &[Kind::File, Kind::Shmem])),
             },
         }
     }
@@ -321,6 +390,10 @@ pub struct MappingJson {
     /// copied from (absent otherwise).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub copy_of: Option<String>,
+    /// A mapping of a text store copy: the original, from the copy's name
+    /// (absent otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub store_copy: Option<StoreCopy>,
     #[serde(flatten)]
     pub counts: ClassKb,
 }
@@ -332,4 +405,31 @@ pub struct TotalJson {
     #[serde(flatten)]
     pub counts: ClassKb,
     pub unique: Option<ClassKb>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn store_names_parse_and_others_do_not() {
+        let c = store_copy_of("/run/hugetext/text/803-1234-20971520-1700000000123456789-ab12cd").unwrap();
+        assert_eq!((c.dev, c.inode, c.size), (0x803, 1234, 20971520));
+        assert_eq!(c.mtime_ns, 1700000000123456789);
+        assert_eq!(c.build_id.as_deref(), Some("ab12cd"));
+        let c = store_copy_of("/run/hugetext/text/fd00-7-4096-0-none (deleted)").unwrap();
+        assert_eq!((c.dev, c.build_id), (0xfd00, None));
+        for p in [
+            "/usr/bin/803-1234-1-2-none",
+            "/run/hugetext/text/sub/803-1234-1-2-none",
+            "/run/hugetext/text/803-1234-1-2",
+            "/run/hugetext/text/803-1234-1-2-none-x",
+            "/run/hugetext/text/80g-1234-1-2-none",
+            "/run/hugetext/text/803--1-2-none",
+            "/run/hugetext/text/803-12-1-2-zz",
+            "/run/hugetext/textual/803-1234-1-2-none",
+        ] {
+            assert_eq!(store_copy_of(p), None, "{p}");
+        }
+    }
 }

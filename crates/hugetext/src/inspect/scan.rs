@@ -146,14 +146,21 @@ impl Scanner<'_> {
         Ok(Some(out))
     }
 
-    fn push(&mut self, out: &mut ProcessReport, vma: Vma, counts: Counts) {
+    fn push(&mut self, out: &mut ProcessReport, vma: Vma, mut counts: Counts) {
         if counts.is_empty() {
             return;
+        }
+        // One file is all shmem or all page cache: pages whose flags did
+        // not say (a tail page first in a run, on kernels that report the
+        // swap-backed bit on heads only) go with the rest.
+        if counts.total(Kind::Shmem) > 0 {
+            counts.move_kind(Kind::File, Kind::Shmem);
         }
         out.counts.merge(&counts);
         (self.each)(out.pid, &vma, &counts);
         if self.keep_mappings {
             out.mappings.push(MappingReport {
+                store_copy: super::store_copy_of(&vma.path),
                 vma,
                 counts,
                 copy_of: None,
@@ -170,8 +177,11 @@ impl Scanner<'_> {
             let mut c = Counts::default();
             let file_pmd = s.file_pmd_kb + s.shmem_pmd_kb;
             let file_kb = s.rss_kb.saturating_sub(s.anonymous_kb);
-            c.add(Kind::File, Class::PmdAligned, file_pmd / ps_kb);
-            c.add(Kind::File, Class::PteUnknown, file_kb.saturating_sub(file_pmd) / ps_kb);
+            // Without page flags a mapping is shmem when smaps says some of
+            // it is PMD-mapped shmem (PTE-mapped shmem counts as page cache).
+            let fk = if s.shmem_pmd_kb > 0 { Kind::Shmem } else { Kind::File };
+            c.add(fk, Class::PmdAligned, file_pmd / ps_kb);
+            c.add(fk, Class::PteUnknown, file_kb.saturating_sub(file_pmd) / ps_kb);
             c.add(Kind::Anon, Class::PmdAligned, s.anon_huge_kb / ps_kb);
             c.add(
                 Kind::Anon,
@@ -247,21 +257,26 @@ impl Scanner<'_> {
         .map_err(|e| if proc_exists(pid) { e } else { Error::NoProcess(pid) })?;
         let regions = std::mem::take(&mut self.regions);
         let mut pte: Vec<(u64, u64)> = Vec::new();
-        let mut hugetlb: Option<bool> = None;
+        // The page flags of the mapping's first huge page: hugetlb, and
+        // for a file, shmem or page cache (one file is all one or the other).
+        let mut first: Option<u64> = None;
         for r in &regions {
             if r.categories & ps::PAGE_IS_PFNZERO != 0 {
                 continue;
             }
             if r.categories & ps::PAGE_IS_HUGE != 0 {
-                let kind = if r.categories & ps::PAGE_IS_FILE != 0 {
-                    Kind::File
-                } else {
-                    Kind::Anon
-                };
-                if hugetlb.is_none() {
-                    hugetlb = Some(self.is_hugetlb(pagemap, path, pid, r.start)?);
+                if first.is_none() {
+                    first = Some(self.page_flags(pagemap, path, pid, r.start)?);
                 }
-                let class = if hugetlb == Some(true) {
+                let w = first.unwrap_or(0);
+                let kind = if r.categories & ps::PAGE_IS_FILE == 0 {
+                    Kind::Anon
+                } else if w & folio::kpf::SWAPBACKED != 0 {
+                    Kind::Shmem
+                } else {
+                    Kind::File
+                };
+                let class = if w & folio::kpf::HUGE != 0 {
                     Class::Hugetlb
                 } else {
                     Class::PmdAligned
@@ -299,20 +314,20 @@ impl Scanner<'_> {
         Ok(counts)
     }
 
-    /// Whether the PMD-size mapping at `addr` is hugetlbfs (one pagemap word
-    /// and one kpageflags word).
-    fn is_hugetlb(&mut self, pagemap: &File, path: &Path, pid: i32, addr: u64) -> Result<bool> {
+    /// The `/proc/kpageflags` word of the page mapped at `addr` (0 when
+    /// not present or not readable).
+    fn page_flags(&mut self, pagemap: &File, path: &Path, pid: i32, addr: u64) -> Result<u64> {
         let pgs = kernel::page_size() as u64;
         self.read_pagemap(pagemap, path, pid, addr, addr + pgs)?;
         let e = self.pagemap_buf[0];
-        let Some(kpf) = self.kpf else { return Ok(false) };
+        let Some(kpf) = self.kpf else { return Ok(0) };
         if e & PM_PRESENT == 0 {
-            return Ok(false);
+            return Ok(0);
         }
         let mut w = [0u64; 1];
         folio::read_words_into(kpf, (e & folio::PM_PFN_MASK) * 8, &mut w)
             .map_err(|e| Error::io("/proc/kpageflags", e))?;
-        Ok(w[0] & folio::kpf::HUGE != 0)
+        Ok(w[0])
     }
 
     fn vma_pagemap_smaps(
@@ -368,8 +383,15 @@ impl Scanner<'_> {
         // (first ones first: smaps does not say where they are).
         let pmd = folio::pmd_order();
         let pmd_pages = 1u64 << pmd;
+        if counts.total(Kind::Shmem) > 0 {
+            counts.move_kind(Kind::File, Kind::Shmem);
+            for seg in segs.iter_mut().filter(|g| g.kind == Kind::File) {
+                seg.kind = Kind::Shmem;
+            }
+        }
         for (kind, kb) in [
-            (Kind::File, s.file_pmd_kb + s.shmem_pmd_kb),
+            (Kind::File, s.file_pmd_kb),
+            (Kind::Shmem, s.shmem_pmd_kb),
             (Kind::Anon, s.anon_huge_kb),
         ] {
             let want = (kb / ps_kb) / pmd_pages * pmd_pages;
@@ -445,11 +467,12 @@ pub fn unmapped_windows(pagemap: &File, path: &Path, start: u64, end: u64) -> Re
 
 /// A file: (device major, device minor, inode).
 type FileKey = (u32, u32, u64);
-/// Classified file page ranges `[start, end)` (page indexes) of one file.
-type FileRanges = Vec<(u64, u64, Class)>;
+/// Classified file page ranges `[start, end)` (page indexes) of one file,
+/// and whether any of its pages was shmem (then all of them are).
+type FileRanges = (Vec<(u64, u64, Class)>, bool);
 
-/// Accumulates file-backed pages by (device, inode, file page) so shared
-/// text is counted once.
+/// Accumulates file-backed pages (page cache and shmem) by (device, inode,
+/// file page) so shared text is counted once.
 #[derive(Default)]
 struct UniqueAcc {
     files: HashMap<FileKey, FileRanges, rustc_hash::FxBuildHasher>,
@@ -459,17 +482,18 @@ struct UniqueAcc {
 
 impl UniqueAcc {
     fn add(&mut self, vma: &Vma, seg: Segment) {
-        if seg.kind != Kind::File {
+        if seg.kind == Kind::Anon {
             return;
         }
         if !vma.is_file() {
-            self.direct.add(Kind::File, seg.class, seg.pages);
+            self.direct.add(seg.kind, seg.class, seg.pages);
             return;
         }
         let pgs = kernel::page_size() as u64;
         let start = vma.offset / pgs + (seg.vpn - vma.start / pgs);
         let end = start + seg.pages;
-        let v = self.files.entry((vma.dev_major, vma.dev_minor, vma.inode)).or_default();
+        let (v, shmem) = self.files.entry((vma.dev_major, vma.dev_minor, vma.inode)).or_default();
+        *shmem |= seg.kind == Kind::Shmem;
         match v.last_mut() {
             Some(last) if last.1 == start && last.2 == seg.class => last.1 = end,
             _ => v.push((start, end, seg.class)),
@@ -479,12 +503,13 @@ impl UniqueAcc {
     /// Count every file page once, under the best class any mapping gave it.
     fn finish(&mut self) -> Counts {
         let mut c = std::mem::take(&mut self.direct);
-        for (_, mut iv) in self.files.drain() {
+        for (_, (mut iv, shmem)) in self.files.drain() {
+            let kind = if shmem { Kind::Shmem } else { Kind::File };
             iv.sort_unstable_by_key(|&(s, e, _)| (s, e));
             let disjoint = iv.windows(2).all(|w| w[0].1 <= w[1].0);
             if disjoint {
                 for (s, e, class) in iv {
-                    c.add(Kind::File, class, e - s);
+                    c.add(kind, class, e - s);
                 }
                 continue;
             }
@@ -499,7 +524,7 @@ impl UniqueAcc {
             let mut prev = 0u64;
             for (pos, start, class) in events {
                 if let Some((&best, _)) = active.iter().next_back() {
-                    c.add(Kind::File, best, pos - prev);
+                    c.add(kind, best, pos - prev);
                 }
                 prev = pos;
                 if start {
