@@ -232,6 +232,73 @@ fn unprivileged_doctor_says_what_it_cannot_see() {
     let fs = check(&v, "fs-large-folios");
     assert_eq!(fs["status"], "warn");
     assert!(fs["value"].as_str().unwrap().starts_with("not probed"), "{fs}");
+    // Mounting the shared-text experiment's tmpfs needs root: said, not failed.
+    let sh = check(&v, "shmem-text");
+    assert_eq!(sh["status"], "warn", "{sh}");
+    assert!(sh["value"].as_str().unwrap().contains("CAP_SYS_ADMIN"), "{sh}");
+}
+
+/// The mounts whose source is the doctor's experiment tmpfs.
+fn doctor_tmpfs_mounts() -> usize {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains(" - tmpfs hugetext-doctor "))
+        .count()
+}
+
+/// doctor's experiment on a huge tmpfs agrees with one of the test's own: a
+/// file on a tmpfs mounted huge=within_size, mapped PROT_EXEC PMD-aligned,
+/// is PMD-mapped (ShmemPmdMapped) exactly when doctor says shared huge text
+/// is available; its tmpfs is unmounted afterwards.
+#[test]
+fn shmem_text_matches_an_experiment_and_leaves_no_mount() {
+    if common::contpte_unit() {
+        common::skip_line("skipped: the unit of huge text is the contpte block here");
+        return;
+    }
+    let Some(fs) = common::tmpfs("huge=within_size,size=16m") else {
+        return;
+    };
+    let pmd = common::pmd() as usize;
+    let f = fs.path().join("text");
+    {
+        let mut w = std::fs::File::create(&f).unwrap();
+        w.set_len(2 * pmd as u64).unwrap();
+        w.write_all(&vec![0xc3u8; 2 * pmd]).unwrap();
+    }
+    let file = std::fs::File::open(&f).unwrap();
+    let m = kernel::Mapping::file_congruent(file.as_fd(), 0, 2 * pmd, libc::PROT_READ | libc::PROT_EXEC, pmd).unwrap();
+    m.populate_read(0, 2 * pmd).unwrap();
+    let mine = hugetext::procfs::own_mapping_stats(m.addr() as u64)
+        .unwrap()
+        .unwrap()
+        .shmem_pmd_kb;
+    drop(m);
+    let before = doctor_tmpfs_mounts();
+    let dir = common::scratch();
+    let v = doctor_json(dir.path().to_str().unwrap());
+    let sh = check(&v, "shmem-text");
+    let kb = 2 * common::pmd_kb();
+    if mine == kb {
+        assert_eq!(sh["status"], "ok", "{sh}");
+        assert_eq!(
+            sh["value"],
+            format!("{kb} of {kb} kB PMD-mapped from a huge=within_size tmpfs")
+        );
+        assert!(
+            sh["meaning"]
+                .as_str()
+                .unwrap()
+                .starts_with("shared huge text via the store: available"),
+            "{sh}"
+        );
+    } else {
+        assert_ne!(sh["status"], "ok", "the experiment got {mine} kB: {sh}");
+    }
+    assert_eq!(doctor_tmpfs_mounts(), before, "doctor left its tmpfs mounted");
+    let out = common::hugetext(&["doctor", "--path", dir.path().to_str().unwrap()]);
+    assert!(common::text(&out.stdout).contains("shared huge text via the store"));
 }
 
 #[test]

@@ -4,7 +4,9 @@
 //! Where a question can be answered by experiment it is: whether a
 //! filesystem gives PMD-order page-cache folios, whether those get
 //! PMD-mapped, and whether `MADV_COLLAPSE` works on file text are probed on a
-//! scratch file in the directory the user names (removed afterwards).
+//! scratch file in the directory the user names (removed afterwards); whether
+//! text on a tmpfs mounted `huge=within_size` (the text store) is PMD-mapped,
+//! on a small tmpfs mounted for the experiment and unmounted after it.
 
 use std::fs::File;
 use std::io::Write;
@@ -178,6 +180,93 @@ fn probe_fs(path: &Path) -> Result<FsProbe> {
     Ok(probe)
 }
 
+/// What the shared-text experiment found: a tmpfs mounted
+/// `huge=within_size`, a file of two PMD-size windows on it mapped
+/// `PROT_EXEC` at a PMD-aligned address and faulted in.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct ShmemProbe {
+    /// kB of the mapping PMD-mapped (smaps `ShmemPmdMapped`).
+    pub pmd_mapped_kb: u64,
+    /// kB mapped.
+    pub mapped_kb: u64,
+}
+
+/// Mount a small tmpfs `huge=within_size` on a fresh directory, write a
+/// file of two PMD-size windows of `RET` instructions on it (sized first:
+/// `within_size` gives PMD-size folios only below the file's size), map it
+/// `PROT_READ | PROT_EXEC` PMD-aligned, fault every page and read
+/// `ShmemPmdMapped`. The tmpfs is unmounted (lazily, if something still
+/// holds it) and its directory removed whatever happens.
+fn probe_shmem_text() -> Result<ShmemProbe> {
+    let pmd = kernel::pmd_size();
+    if kernel::unit_size() != pmd {
+        return Err(Error::Unsupported(format!(
+            "the unit of huge text is the contiguous-PTE block here, not the {} PMD",
+            size_words(pmd)
+        )));
+    }
+    let len = 2 * pmd;
+    let dir = tempfile::Builder::new()
+        .prefix("hugetext-doctor-shmem-")
+        .tempdir()
+        .map_err(|e| Error::io(std::env::temp_dir(), e))?;
+    let mnt = dir.path();
+    let c = |s: &str| std::ffi::CString::new(s).expect("no NUL");
+    let target = c(&mnt.to_string_lossy());
+    let opts = c(&format!("huge=within_size,size={}k,mode=0700", (len + pmd) / 1024));
+    // SAFETY: every pointer is a NUL-terminated string that outlives the call.
+    let rc = unsafe {
+        libc::mount(
+            c("hugetext-doctor").as_ptr(),
+            target.as_ptr(),
+            c("tmpfs").as_ptr(),
+            libc::MS_NOSUID | libc::MS_NODEV,
+            opts.as_ptr().cast(),
+        )
+    };
+    if rc != 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(match e.raw_os_error() {
+            Some(libc::EPERM) => Error::Permission("mounting a tmpfs needs CAP_SYS_ADMIN (run as root)".into()),
+            Some(libc::EINVAL) => Error::Unsupported("this kernel's tmpfs refuses huge=within_size".into()),
+            _ => Error::io(mnt, e),
+        });
+    }
+    /// Unmounts the probe's tmpfs when dropped.
+    struct Mounted<'a>(&'a std::ffi::CStr);
+    impl Drop for Mounted<'_> {
+        fn drop(&mut self) {
+            // SAFETY: a NUL-terminated path; MNT_DETACH if still busy.
+            unsafe {
+                if libc::umount2(self.0.as_ptr(), 0) != 0 {
+                    libc::umount2(self.0.as_ptr(), libc::MNT_DETACH);
+                }
+            }
+        }
+    }
+    let _mounted = Mounted(&target);
+    let name = mnt.join("text");
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&name)
+        .map_err(|e| Error::io(&name, e))?;
+    f.set_len(len as u64).map_err(|e| Error::io(&name, e))?;
+    let block = vec![0xc3u8; 1 << 20];
+    for _ in 0..len / block.len() {
+        f.write_all(&block).map_err(|e| Error::io(&name, e))?;
+    }
+    let rx = libc::PROT_READ | libc::PROT_EXEC;
+    let m = Mapping::file_congruent(f.as_fd(), 0, len, rx, pmd)?;
+    m.populate_read(0, len)?;
+    let stats = procfs::own_mapping_stats(m.addr() as u64)?.unwrap_or_default();
+    Ok(ShmemProbe {
+        pmd_mapped_kb: stats.shmem_pmd_kb,
+        mapped_kb: (len / 1024) as u64,
+    })
+}
+
 /// The page cache's largest folio, 2048 pages (`MAX_PAGECACHE_ORDER`, 11:
 /// the xarray's limit), when it is smaller than a PMD: 128 MiB with
 /// 64 KiB pages, below their 512 MiB PMD. Pure.
@@ -247,6 +336,8 @@ pub struct Facts {
     pub shmem_enabled: Option<String>,
     /// The filesystem experiment, or why it could not be done.
     pub probe: std::result::Result<FsProbe, FactError>,
+    /// The shared-text experiment on a huge tmpfs, or why it could not be done.
+    pub shmem_text: std::result::Result<ShmemProbe, FactError>,
     /// What evict + refill and collapse in place cost on that filesystem
     /// (the order `run` tries them in), or why it was not measured.
     pub route_costs: std::result::Result<crate::routecost::RouteCosts, FactError>,
@@ -279,6 +370,7 @@ impl Facts {
             thp_sizes: kernel::thp_sizes(),
             shmem_enabled: kernel::sysfs_choice("/sys/kernel/mm/transparent_hugepage/shmem_enabled"),
             probe: probe_fs(path).map_err(FactError::from),
+            shmem_text: probe_shmem_text().map_err(FactError::from),
             route_costs: crate::routecost::measure(&probe_dir(path)).map_err(FactError::from),
             read_only_thp_for_fs: kernel::kernel_config("CONFIG_READ_ONLY_THP_FOR_FS"),
             cap_sys_admin: kernel::has_cap_sys_admin(),
@@ -318,6 +410,7 @@ pub fn findings(f: &Facts) -> Vec<Finding> {
         )),
         Err(e) => out.push(not_probed(e, &f.path)),
     }
+    out.push(shmem_text(&f.shmem_text));
     out.extend(f.route_costs.as_ref().ok().map(route_costs));
     out.push(pfn_access(f.pfn_access, f.cap_sys_admin));
     out.push(pagemap_scan(f.pagemap_scan));
@@ -493,6 +586,37 @@ fn shmem(shm: &str, page: usize) -> Finding {
             "programs on tmpfs can have huge page-cache folios".to_string()
         },
     )
+}
+
+/// Whether text on a huge tmpfs (the text store) is PMD-mapped here: one
+/// copy of a program there is huge text shared by every process that runs
+/// it, whatever the disk's filesystem gives.
+fn shmem_text(p: &std::result::Result<ShmemProbe, FactError>) -> Finding {
+    let check = "shared huge text from a huge tmpfs";
+    match p {
+        Ok(p) if p.pmd_mapped_kb > 0 && p.pmd_mapped_kb == p.mapped_kb => finding(
+            "shmem-text",
+            check,
+            format!("{} of {} kB PMD-mapped from a huge=within_size tmpfs", p.pmd_mapped_kb, p.mapped_kb),
+            Status::Ok,
+            "shared huge text via the store: available (`hugetext warm --shmem FILE` copies a program into /run/hugetext/text, \
+             which run-hugetext-text.mount mounts; every process that runs it then shares its PMD-mapped text)",
+        ),
+        Ok(p) => finding(
+            "shmem-text",
+            check,
+            format!("{} of {} kB PMD-mapped from a huge=within_size tmpfs", p.pmd_mapped_kb, p.mapped_kb),
+            if p.pmd_mapped_kb > 0 { Status::Warn } else { Status::No },
+            "shared huge text via the store: not available (this kernel does not map text from a huge tmpfs with PMDs)",
+        ),
+        Err(e) => finding(
+            "shmem-text",
+            check,
+            format!("not tried: {e}"),
+            Status::Warn,
+            "shared huge text via the store: unknown",
+        ),
+    }
 }
 
 /// The three findings of the filesystem experiment: PMD-order folios, PMD
@@ -757,6 +881,10 @@ mod tests {
                 collapse_error: Some("EINVAL (not supported for file text on this kernel)".into()),
                 collapse_transient: false,
             }),
+            shmem_text: Ok(ShmemProbe {
+                pmd_mapped_kb: 4096,
+                mapped_kb: 4096,
+            }),
             route_costs: Err(Error::Other("not measured".into()).into()),
             read_only_thp_for_fs: Some("n".into()),
             cap_sys_admin: true,
@@ -853,6 +981,7 @@ mod tests {
                 "fs-large-folios",
                 "pmd-map",
                 "madv-collapse",
+                "shmem-text",
                 "pfn-access",
                 "pagemap-scan",
                 "anon-vma-name",
@@ -867,6 +996,30 @@ mod tests {
         );
         assert_eq!(get(&v, "thp-sizes").value, "2048kB=inherit");
         assert_eq!(get(&v, "page-size").value, "4 kB pages, 2048 kB PMD");
+    }
+
+    #[test]
+    fn shmem_text_says_whether_the_store_gives_shared_huge_text() {
+        let mut f = facts();
+        let v = findings(&f);
+        let s = get(&v, "shmem-text");
+        assert_eq!(s.status, Status::Ok);
+        assert!(
+            s.meaning.starts_with("shared huge text via the store: available"),
+            "{}",
+            s.meaning
+        );
+        f.shmem_text = Ok(ShmemProbe {
+            pmd_mapped_kb: 0,
+            mapped_kb: 4096,
+        });
+        let v = findings(&f);
+        assert_eq!(get(&v, "shmem-text").status, Status::No);
+        f.shmem_text = Err(Error::Permission("mounting a tmpfs needs CAP_SYS_ADMIN (run as root)".into()).into());
+        let v = findings(&f);
+        let s = get(&v, "shmem-text");
+        assert_eq!(s.status, Status::Warn);
+        assert!(s.value.starts_with("not tried: "), "{}", s.value);
     }
 
     #[test]
