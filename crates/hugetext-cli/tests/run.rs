@@ -2186,3 +2186,27 @@ fn an_unaligned_pie_is_not_stored() {
     assert!(err.contains("not stored") && err.contains("hugetext align"), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
 }
+
+/// Where the page cache has no 2 MiB folios (btrfs here: its `st_dev` is
+/// also not the device maps shows), the store still gives shared huge
+/// text: `--strategy shmem` maps every whole window from it, and `auto`
+/// makes the text huge without a private copy.
+#[test]
+fn shmem_route_on_a_filesystem_without_large_folios() {
+    let Some(fs) = common::loop_fs("btrfs") else { return };
+    let prog = fs.path().join("nopie");
+    std::fs::copy(common::fixture("bfd", "nopie"), &prog).unwrap();
+    std::fs::File::open(&prog).unwrap().sync_all().unwrap();
+    let store = common::TextStore::new();
+    store.add(&prog);
+    let want = common::text_window_bytes(&prog);
+    let dir = store.dir.to_str().unwrap();
+    let r = common::run_waiting(&["--strategy", "shmem", "--store", dir], &prog);
+    assert_eq!(common::store_text(r.pid(), &store.dir).0, want);
+    stop(r);
+    let r = common::run_waiting_recorded(None, &["--store", dir], &prog);
+    let err = stop(r);
+    let rec = common::start_record(&err);
+    assert_eq!(rec["huge"], rec["windows"], "{err}");
+    assert_eq!(rec["copy"], 0, "auto copied where the store shares: {err}");
+}
