@@ -885,7 +885,10 @@ fn the_machine_record_has_the_summary_numbers_exactly() {
     assert!(at.windows(2).all(|w| w[0] < w[1]), "every key, in order: {line}");
     let n = |k: &str| r[k].as_u64().unwrap_or_else(|| panic!("{k}: {r}"));
     assert_eq!(n("v"), hugetext_abi::report::VERSION);
-    assert_eq!(n("huge"), n("already") + n("file") + n("collapse") + n("copy") + n("shmem"));
+    assert_eq!(
+        n("huge"),
+        n("already") + n("file") + n("collapse") + n("copy") + n("shmem")
+    );
     assert_eq!(n("pmd"), common::pmd());
     assert_eq!(n("unit"), common::unit());
     assert_eq!(n("contpte"), common::contpte_unit() as u64);

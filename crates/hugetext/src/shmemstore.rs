@@ -7,11 +7,13 @@
 //! Each entry is named from its original's identity ([`entry_name`]:
 //! device, inode, size, mtime in ns, build-id), so a changed original has
 //! no entry and the preload never serves a stale copy; stale entries are
-//! removed by the next [`fill`] and shown by [`list`]. Entries are written
+//! removed by the next `warm --shmem` ([`remove_stale`]) and shown by
+//! [`list`]. Entries are written
 //! by root through [`crate::fsutil::NewFile`] (a new inode, named by
 //! `link`, never over anything), mode 0444, root-owned, in a root-owned
 //! 0755 directory; the original's path is kept in the entry's
-//! `trusted.hugetext.original` attribute (for [`list`] and [`drop`]).
+//! `trusted.hugetext.original` attribute (`user.` where `trusted.` cannot
+//! be set), for [`list`] and [`remove`].
 //!
 //! The copy is the file as it is: a text segment's file offset and its
 //! run-time address agree modulo 2 MiB exactly where they do in the
@@ -38,6 +40,10 @@ pub const DEFAULT_ROOT: &str = hugetext_abi::store::DEFAULT_ROOT;
 
 /// The extended attribute holding an entry's original path.
 pub const ORIGINAL_XATTR: &str = "trusted.hugetext.original";
+
+/// Where it goes when `trusted.*` cannot be set (no `CAP_SYS_ADMIN`, as in
+/// a container; tmpfs has `user.*` attributes from Linux 6.6).
+pub const ORIGINAL_XATTR_USER: &str = "user.hugetext.original";
 
 /// The mount option that gives a tmpfs 2 MiB folios for files' data.
 pub const HUGE_OPTION: &str = "huge=within_size";
@@ -378,13 +384,13 @@ fn write_copy(orig: &File, real: &Path, target: &Path) -> Result<()> {
         f.set_permissions(std::fs::Permissions::from_mode(0o444)).map_err(err)?;
         use std::os::unix::ffi::OsStrExt;
         // Without the attribute (a tmpfs without xattrs) the entry is still
-        // served; `list` then cannot name its original.
-        let _ = rustix::fs::fsetxattr(
-            f,
-            ORIGINAL_XATTR,
-            real.as_os_str().as_bytes(),
-            rustix::fs::XattrFlags::empty(),
-        );
+        // served, but `list` cannot name its original and the next `warm
+        // --shmem` removes it.
+        let path = real.as_os_str().as_bytes();
+        let none = rustix::fs::XattrFlags::empty();
+        if rustix::fs::fsetxattr(f, ORIGINAL_XATTR, path, none).is_err() {
+            let _ = rustix::fs::fsetxattr(f, ORIGINAL_XATTR_USER, path, none);
+        }
     }
     new.commit(&out).map_err(err)
 }
@@ -445,6 +451,7 @@ pub fn list(root: &Path) -> Result<Vec<Entry>> {
         let f = crate::openfile::open_regular(&d.path(), crate::openfile::Follow::No).ok();
         let original = f.as_ref().and_then(|f| {
             crate::fsutil::get_xattr(f, ORIGINAL_XATTR)
+                .or_else(|_| crate::fsutil::get_xattr(f, ORIGINAL_XATTR_USER))
                 .ok()
                 .map(|v| PathBuf::from(std::ffi::OsString::from(String::from_utf8_lossy(&v).into_owned())))
         });
