@@ -420,8 +420,9 @@ pub enum State {
     /// The original changed (or is gone): never served, removed by the
     /// next `warm --shmem`.
     Stale,
-    /// The entry does not name its original: never served (no path to
-    /// check it against), removed by the next `warm --shmem`.
+    /// The entry does not name its original, so it cannot be checked
+    /// here (the preload still serves it while its name matches a file):
+    /// removed by the next `warm --shmem`.
     Unknown,
 }
 

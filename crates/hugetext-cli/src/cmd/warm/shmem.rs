@@ -153,7 +153,7 @@ fn list(root: &Path, json: bool) -> Result<u8> {
         let state = match e.state {
             State::Valid => "valid",
             State::Stale => "stale (original changed or gone: not used)",
-            State::Unknown => "unknown original (not used)",
+            State::Unknown => "original not recorded (removed by the next warm --shmem)",
         };
         let orig = e
             .original
