@@ -2213,3 +2213,33 @@ fn shmem_route_on_a_filesystem_without_large_folios() {
     assert_eq!(rec["huge"], rec["windows"], "{err}");
     assert_eq!(rec["copy"], 0, "auto copied where the store shares: {err}");
 }
+
+/// `--inherit`: child processes keep the preload and its settings, so each
+/// maps its text from the same store copy (`HUGETEXT_STORE` is inherited).
+#[test]
+fn inherited_children_take_the_shmem_route_too() {
+    let (_d, prog) = private_copy("bfd", &["nopie"]);
+    let store = common::TextStore::new();
+    store.add(&prog);
+    let want = common::text_window_bytes(&prog);
+    common::preload();
+    let p = prog.to_str().unwrap();
+    let out = common::output_without_perf_map(
+        Command::new(common::bin())
+            .args(["run", "--inherit", "--strategy", "shmem", "--store"])
+            .arg(&store.dir)
+            .args(["--", "sh", "-c", &format!("{p} && {p}")])
+            .env(hugetext_abi::settings::REPORT, "json")
+            .env_remove("HUGETEXT_STRATEGY"),
+    );
+    let err = common::text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let children: Vec<_> = common::records(&err)
+        .into_iter()
+        .filter(|r| r["windows"] == want && r["late"] == 0)
+        .collect();
+    assert_eq!(children.len(), 2, "{err}");
+    for r in children {
+        assert_eq!(r["shmem"], want, "{err}");
+    }
+}
