@@ -913,14 +913,18 @@ _hugetext() {
             return 0
             ;;
         hugetext__subcmd__run)
-            opts="-v -h -V --strategy --include --exclude --verbose --inherit --gdb --no-dlopen --preload --hot --hot-share --help --version"
+            opts="-v -h -V --strategy --store --include --exclude --verbose --inherit --gdb --no-dlopen --preload --hot --hot-share --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --strategy)
-                    COMPREPLY=($(compgen -W "auto file collapse copy" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "auto file collapse shmem copy" -- "${cur}"))
+                    return 0
+                    ;;
+                --store)
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 --include)
@@ -951,7 +955,7 @@ _hugetext() {
             return 0
             ;;
         hugetext__subcmd__warm)
-            opts="-h -V --deps --json --config --max-mem --replace --replace-allow --no-collapse --force --path-unit --help --version"
+            opts="-h -V --deps --json --config --max-mem --replace --replace-allow --no-collapse --force --path-unit --shmem --drop --list --store --shmem-size --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -967,6 +971,14 @@ _hugetext() {
                     ;;
                 --replace-allow)
                     COMPREPLY=($(compgen -W "hardlinked open-for-write signed" -- "${cur}"))
+                    return 0
+                    ;;
+                --store)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --shmem-size)
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 *)

@@ -76,12 +76,17 @@ complete -c hugetext -n "__fish_hugetext_using_subcommand warm" -l max-mem -d 'M
 complete -c hugetext -n "__fish_hugetext_using_subcommand warm" -l replace-allow -d 'Let --replace proceed where it refuses by default' -r -f -a "hardlinked\t'Files with more than one hard link (the other names keep the old file)'
 open-for-write\t'Files a process has open for writing (its writes go to the old file)'
 signed\t'Signed files (IMA/EVM xattrs, fs-verity)'"
+complete -c hugetext -n "__fish_hugetext_using_subcommand warm" -l store -d 'The text store\'s directory' -r -F
+complete -c hugetext -n "__fish_hugetext_using_subcommand warm" -l shmem-size -d 'With --shmem: the size cap of the store when it is mounted now, as a share of RAM (25%) or a size (4G, 512M). Default 25%' -r
 complete -c hugetext -n "__fish_hugetext_using_subcommand warm" -l deps -d 'Also warm every shared library the programs load (DT_NEEDED, resolved like ld.so: RPATH/RUNPATH, LD_LIBRARY_PATH, ld.so.cache, default dirs)'
 complete -c hugetext -n "__fish_hugetext_using_subcommand warm" -l json -d 'Print the result as JSON: {"files":[{"path", "pmd_kb", "blocked_kb", ...}]}'
 complete -c hugetext -n "__fish_hugetext_using_subcommand warm" -l replace -d 'Files whose windows running processes block: write an identical copy (mode, owner, xattrs, capabilities, times kept), warm it and rename it over the original. Running processes keep the old file; new ones get huge folios'
 complete -c hugetext -n "__fish_hugetext_using_subcommand warm" -l no-collapse -d 'Do not try MADV_COLLAPSE on windows that stayed small'
 complete -c hugetext -n "__fish_hugetext_using_subcommand warm" -l force -d 'Fill 2 MiB folios even for text no process can PMD-map when it runs (segments not 2 MiB-congruent, or a PIE with p_align < 2 MiB). By default such a file is left as it is, with exit status 3 and advice to run `hugetext align` first'
 complete -c hugetext -n "__fish_hugetext_using_subcommand warm" -l path-unit -d 'Print a systemd .path unit that re-warms when any of the files (and the --config file) changes, and exit'
+complete -c hugetext -n "__fish_hugetext_using_subcommand warm" -l shmem -d 'Copy the files into the text store (a tmpfs mounted huge=within_size, mounted when absent) instead of the page cache: `hugetext run` then maps their text from there in 2 MiB pages shared by every process, on any filesystem. Needs root'
+complete -c hugetext -n "__fish_hugetext_using_subcommand warm" -l drop -d 'With --shmem: remove the files\' entries from the store (all entries when no PATH is given)'
+complete -c hugetext -n "__fish_hugetext_using_subcommand warm" -l list -d 'With --shmem: list the store\'s entries, their originals, sizes and whether they are stale (the original changed: never used)'
 complete -c hugetext -n "__fish_hugetext_using_subcommand warm" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c hugetext -n "__fish_hugetext_using_subcommand warm" -s V -l version -d 'Print version'
 complete -c hugetext -n "__fish_hugetext_using_subcommand profile" -l pid -d 'Sample this running process' -r
@@ -101,10 +106,12 @@ complete -c hugetext -n "__fish_hugetext_using_subcommand profile" -l exact -d '
 complete -c hugetext -n "__fish_hugetext_using_subcommand profile" -l json -d 'Print JSON (summary, iTLB estimate, hot windows) instead of text'
 complete -c hugetext -n "__fish_hugetext_using_subcommand profile" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c hugetext -n "__fish_hugetext_using_subcommand profile" -s V -l version -d 'Print version'
-complete -c hugetext -n "__fish_hugetext_using_subcommand run" -l strategy -d 'Routes the preload may use' -r -f -a "auto\t'already huge, else file, else collapse, else copy (per window of the unit of huge text: the PMD, 2 MiB on x86-64; the 2 MiB contpte block on arm64 with 64 KiB pages)'
+complete -c hugetext -n "__fish_hugetext_using_subcommand run" -l strategy -d 'Routes the preload may use' -r -f -a "auto\t'already huge, else file, else collapse, else shmem, else copy (per window of the unit of huge text: the PMD, 2 MiB on x86-64; the 2 MiB contpte block on arm64 with 64 KiB pages)'
 file\t'zero copy through 2 MiB page-cache folios (shared, no extra memory)'
 collapse\t'MADV_COLLAPSE of file text (needs CONFIG_READ_ONLY_THP_FOR_FS before 7.x; PMD-size folios only, so never with 64 KiB pages)'
+shmem\t'map the text from its copy in the text store (`hugetext warm --shmem`): 2 MiB shmem pages shared by every process, on any filesystem'
 copy\t'copy into anonymous huge pages, mremap over the text (private memory; with 64 KiB pages 2 MiB mTHP, hugepages-2048kB/enabled not never)'"
+complete -c hugetext -n "__fish_hugetext_using_subcommand run" -l store -d 'The text store the shmem route maps copies from (filled by `hugetext warm --shmem`)' -r -F
 complete -c hugetext -n "__fish_hugetext_using_subcommand run" -l include -d 'Only remap mappings whose file path matches RE (literals . [..] \\d \\w \\s * + ? ^ $ |)' -r
 complete -c hugetext -n "__fish_hugetext_using_subcommand run" -l exclude -d 'Leave mappings whose file path matches RE alone' -r
 complete -c hugetext -n "__fish_hugetext_using_subcommand run" -l preload -d 'The libhugetext.so to inject' -r -F

@@ -109,13 +109,17 @@ pub fn parse_size(v: &[u8]) -> Option<u64> {
 /// How the preload may make text huge-backed (`HUGETEXT_STRATEGY`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum Strategy {
-    /// Per 2 MiB window: already huge, else `file`, else `collapse`, else `copy`.
+    /// Per 2 MiB window: already huge, else `file`, else `collapse`, else
+    /// `shmem`, else `copy`.
     #[default]
     Auto,
     /// Zero copy: refault the file's text through 2 MiB page-cache folios.
     File,
     /// `MADV_COLLAPSE` (file text needs `CONFIG_READ_ONLY_THP_FOR_FS`).
     Collapse,
+    /// Map the windows from the file's copy in the text store (a huge
+    /// tmpfs filled by `hugetext warm --shmem`): shared 2 MiB shmem pages.
+    Shmem,
     /// Copy into anonymous 2 MiB pages and `mremap` them over the text.
     Copy,
 }
@@ -127,6 +131,7 @@ impl Strategy {
             Strategy::Auto => "auto",
             Strategy::File => "file",
             Strategy::Collapse => "collapse",
+            Strategy::Shmem => "shmem",
             Strategy::Copy => "copy",
         }
     }
@@ -138,6 +143,7 @@ impl Strategy {
             b"" | b"auto" => Strategy::Auto,
             b"file" => Strategy::File,
             b"collapse" => Strategy::Collapse,
+            b"shmem" => Strategy::Shmem,
             b"copy" => Strategy::Copy,
             _ => return None,
         })
@@ -237,7 +243,13 @@ mod tests {
 
     #[test]
     fn strategy_words_round_trip() {
-        for s in [Strategy::Auto, Strategy::File, Strategy::Collapse, Strategy::Copy] {
+        for s in [
+            Strategy::Auto,
+            Strategy::File,
+            Strategy::Collapse,
+            Strategy::Shmem,
+            Strategy::Copy,
+        ] {
             assert_eq!(Strategy::parse(s.as_str().as_bytes()), Some(s));
         }
         assert_eq!(Strategy::parse(b""), Some(Strategy::Auto));

@@ -186,6 +186,39 @@ pub fn build_id(notes: &[u8]) -> Option<&[u8]> {
     None
 }
 
+/// The GNU build-id of an ELF file read through `read` (fill the buffer
+/// from the file offset; `false`: could not), copied into `out`; its
+/// length. Looks at the first 64 program headers and the first 1024
+/// bytes of each `PT_NOTE` segment: the preload and the library read it
+/// the same way.
+pub fn build_id_with(mut read: impl FnMut(&mut [u8], u64) -> bool, out: &mut [u8; 64]) -> Option<usize> {
+    let mut eh = [0u8; 64];
+    if !read(&mut eh, 0) {
+        return None;
+    }
+    let (phoff, size, num) = phdrs(&eh)?;
+    let mut ph = [0u8; 56];
+    let mut notes = [0u8; 1024];
+    for i in 0..num.min(64) {
+        if !read(&mut ph, phoff + (i * size) as u64) {
+            return None;
+        }
+        let Some((off, len)) = note_segment(&ph) else {
+            continue;
+        };
+        let len = (len as usize).min(notes.len());
+        if !read(&mut notes[..len], off) {
+            continue;
+        }
+        if let Some(id) = build_id(&notes[..len]) {
+            let n = id.len().min(out.len());
+            out[..n].copy_from_slice(&id[..n]);
+            return Some(n);
+        }
+    }
+    None
+}
+
 /// `bytes` as lowercase hex into `out`; the written part.
 pub fn hex<'a>(bytes: &[u8], out: &'a mut [u8]) -> &'a [u8] {
     const D: &[u8; 16] = b"0123456789abcdef";

@@ -26,4 +26,5 @@ pub mod pattern;
 pub mod report;
 pub mod settings;
 pub mod smaps;
+pub mod store;
 pub mod thp;

@@ -50,7 +50,7 @@ record! {
     /// scope).
     windows,
     /// Of those, huge-backed after the pass: the sum of `already`, `file`,
-    /// `collapse` and `copy`.
+    /// `collapse`, `copy` and `shmem`.
     huge,
     /// Bytes already huge-backed before the pass.
     already,
@@ -94,6 +94,11 @@ record! {
     /// Bytes of whole windows left alone as cold: not in the list, or in
     /// files the list does not name or names for another build.
     cold,
+    /// Bytes made huge by mapping the file's copy in the text store
+    /// (counted in `huge` too).
+    shmem,
+    /// Time in the `shmem` route, ns.
+    ns_shmem,
 }
 
 /// Whether the value of `HUGETEXT_REPORT` asks for the record.

@@ -51,6 +51,8 @@ pub const HOT_LIST: &str = "HUGETEXT_HOT_LIST";
 pub const REPORT: &str = "HUGETEXT_REPORT";
 /// The name of [`Setting::Preload`].
 pub const PRELOAD: &str = "HUGETEXT_PRELOAD";
+/// The name of [`Setting::Store`].
+pub const STORE: &str = "HUGETEXT_STORE";
 
 /// One product setting: what each means is [`Setting::meaning`], the one
 /// place it is written (doc/run.md explains them for users).
@@ -94,11 +96,13 @@ pub enum Setting {
     Report,
     /// [`PRELOAD`]
     Preload,
+    /// [`STORE`]
+    Store,
 }
 
 impl Setting {
     /// Every product setting, in the order [`Settings::write`] writes them.
-    pub const ALL: [Setting; 19] = [
+    pub const ALL: [Setting; 20] = [
         Setting::Strategy,
         Setting::Order,
         Setting::Include,
@@ -118,6 +122,7 @@ impl Setting {
         Setting::HotList,
         Setting::Report,
         Setting::Preload,
+        Setting::Store,
     ];
 
     /// The variable's name.
@@ -142,13 +147,14 @@ impl Setting {
             Setting::HotList => HOT_LIST,
             Setting::Report => REPORT,
             Setting::Preload => PRELOAD,
+            Setting::Store => STORE,
         }
     }
 
     /// What it means, in one line (the values it takes).
     pub fn meaning(self) -> &'static str {
         match self {
-            Setting::Strategy => "which routes may be used: auto, file, collapse or copy",
+            Setting::Strategy => "which routes may be used: auto, file, collapse, shmem or copy",
             Setting::Order => "which zero-copy route auto tries first: file (evict + refill) or collapse",
             Setting::Include => "only mappings whose path matches this pattern",
             Setting::Exclude => "skip mappings whose path matches this pattern",
@@ -167,6 +173,7 @@ impl Setting {
             Setting::HotList => "the hot-window list itself (what run --hot sets)",
             Setting::Report => "json: one machine-readable record per pass on stderr",
             Setting::Preload => "where run finds libhugetext.so (read by hugetext, not the preload)",
+            Setting::Store => "the text store's directory for the shmem route (default /run/hugetext/text)",
         }
     }
 }
@@ -293,6 +300,8 @@ pub struct Settings<'a> {
     pub report: Option<bool>,
     /// [`PRELOAD`]
     pub preload: Option<&'a [u8]>,
+    /// [`STORE`]
+    pub store: Option<&'a [u8]>,
 }
 
 /// Values [`Settings::read`] could not parse (left unset there), for a
@@ -355,6 +364,7 @@ impl<'a> Settings<'a> {
             Setting::HotList => self.hot_list = Some(v),
             Setting::Report => self.report = Some(crate::report::wanted(v)),
             Setting::Preload => self.preload = Some(v),
+            Setting::Store => self.store = Some(v),
         }
         Ok(())
     }
@@ -394,6 +404,7 @@ impl<'a> Settings<'a> {
                 false => b"",
             },
             Setting::Preload => self.preload?,
+            Setting::Store => self.store?,
         })
     }
 
@@ -455,14 +466,15 @@ mod tests {
             hot_list: Some(b"hugetext-hot 1 2097152\n- 0,2097152 /bin/x\n"),
             report: Some(true),
             preload: Some(b"/opt/lib/libhugetext.so"),
+            store: Some(b"/srv/text store"),
         }
     }
 
     fn round_trip(s: &Settings<'static>) {
         // The written pairs, kept in a fixed table (no allocation here).
-        let mut names: [&str; 19] = [""; 19];
-        let mut values = [[0u8; 64]; 19];
-        let mut lens = [0usize; 19];
+        let mut names: [&str; 20] = [""; 20];
+        let mut values = [[0u8; 64]; 20];
+        let mut lens = [0usize; 20];
         let mut n = 0;
         s.write(|name, v| {
             names[n] = name;

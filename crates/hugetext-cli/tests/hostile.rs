@@ -21,5 +21,7 @@ mod procfs;
 mod profile;
 #[path = "hostile/routecost.rs"]
 mod routecost;
+#[path = "hostile/store.rs"]
+mod store;
 #[path = "hostile/warm.rs"]
 mod warm;

@@ -885,7 +885,10 @@ fn the_machine_record_has_the_summary_numbers_exactly() {
     assert!(at.windows(2).all(|w| w[0] < w[1]), "every key, in order: {line}");
     let n = |k: &str| r[k].as_u64().unwrap_or_else(|| panic!("{k}: {r}"));
     assert_eq!(n("v"), hugetext_abi::report::VERSION);
-    assert_eq!(n("huge"), n("already") + n("file") + n("collapse") + n("copy"));
+    assert_eq!(
+        n("huge"),
+        n("already") + n("file") + n("collapse") + n("copy") + n("shmem")
+    );
     assert_eq!(n("pmd"), common::pmd());
     assert_eq!(n("unit"), common::unit());
     assert_eq!(n("contpte"), common::contpte_unit() as u64);
@@ -2092,4 +2095,151 @@ fn perf_maps_of_ended_processes_are_removed_by_a_later_run() {
     let got = got.unwrap_or_else(|e| panic!("perf map of {pid}: {e}: {err}"));
     assert!(got.starts_with(mark), "{}", common::text(&got));
     assert!(got.len() > mark.len(), "it names the copied code too");
+}
+
+/// The `shmem` route: a congruent program copied into a text store (a
+/// tmpfs `warm --shmem` mounts `huge=within_size`) runs with every whole
+/// window of its text PMD-mapped from the store copy, and four processes
+/// share those pages: no private text, whatever the filesystem.
+#[test]
+fn shmem_route_maps_text_from_the_store_shared_by_every_process() {
+    // GNU ld non-PIE: congruent, so the copy is the file as it is.
+    let (_d, prog) = private_copy("bfd", &["nopie"]);
+    let store = common::TextStore::new();
+    let out = store.add(&prog);
+    assert!(out.contains("copied into the text store"), "{out}");
+    assert!(out.contains("all in 2 MiB pages"), "{out}");
+    assert!(out.contains("never dropped like page cache"), "{out}");
+    let want = common::text_window_bytes(&prog);
+    let dir = store.dir.to_str().unwrap();
+    let plain = alone(&prog);
+    let runs: Vec<Running> = (0..4)
+        .map(|_| common::run_waiting(&["--strategy", "shmem", "--store", dir, "-v"], &prog))
+        .collect();
+    for r in &runs {
+        assert_eq!(r.first_line, common::text(&plain.stdout).lines().next().unwrap());
+        let (pmd, private, _) = common::store_text(r.pid(), &store.dir);
+        assert_eq!(pmd, want, "ShmemPmdMapped of pid {}", r.pid());
+        assert!(private < MIB, "pid {}: {private} bytes of private text", r.pid());
+        let (_, anon, private_anon) = r.huge_of(&prog);
+        assert_eq!((anon, private_anon), (0, 0), "no anonymous copy");
+    }
+    // Every process maps the same folios: each sees them shared.
+    let (_, _, shared) = common::store_text(runs[3].pid(), &store.dir);
+    assert!(shared >= want, "Shared_* {shared} of {want}");
+    for r in runs {
+        let err = stop(r);
+        assert!(err.contains(&format!("shmem {}", common::mib(want))), "{err}");
+    }
+    // Listed as valid.
+    let o = store.warm(&["--list"]);
+    let listed = common::text(&o.stdout);
+    assert!(
+        listed.contains(prog.canonicalize().unwrap().to_str().unwrap()) && listed.contains("valid"),
+        "{listed}"
+    );
+}
+
+/// A changed original has no valid entry: the route says what the store
+/// would share instead and leaves the text alone, `--list` says stale, and
+/// the next `warm --shmem` removes the entry.
+#[test]
+fn a_touched_original_makes_its_store_entry_stale() {
+    let (_d, prog) = private_copy("bfd", &["nopie"]);
+    let store = common::TextStore::new();
+    store.add(&prog);
+    let t = std::time::SystemTime::now() - std::time::Duration::from_secs(60);
+    std::fs::File::options()
+        .write(true)
+        .open(&prog)
+        .unwrap()
+        .set_modified(t)
+        .unwrap();
+    let dir = store.dir.to_str().unwrap();
+    let r = common::run_waiting(&["--strategy", "shmem", "--store", dir, "-v"], &prog);
+    assert_eq!(
+        common::store_text(r.pid(), &store.dir),
+        (0, 0, 0),
+        "a stale copy was mapped"
+    );
+    let err = stop(r);
+    assert!(err.contains("would share"), "{err}");
+    let listed = common::text(&store.warm(&["--list"]).stdout);
+    assert!(listed.contains("stale"), "{listed}");
+    let again = store.add(&prog);
+    assert!(again.contains("removed stale entry"), "{again}");
+    let listed = common::text(&store.warm(&["--list"]).stdout);
+    assert!(!listed.contains("stale") && listed.contains("valid"), "{listed}");
+    // --drop empties it.
+    let o = store.warm(&["--drop"]);
+    assert!(o.status.success(), "{}", common::text(&o.stderr));
+    let listed = common::text(&store.warm(&["--list"]).stdout);
+    assert!(listed.contains("no entries"), "{listed}");
+}
+
+/// A PIE whose load base is not 2 MiB-aligned cannot be shared from a
+/// copy: refused, naming `hugetext align` (exit status 3).
+#[test]
+fn an_unaligned_pie_is_not_stored() {
+    let (_d, prog) = private_copy("bfd", &["pie"]);
+    let store = common::TextStore::new();
+    let o = store.warm(&[prog.to_str().unwrap()]);
+    let err = common::text(&o.stderr);
+    assert_eq!(o.status.code(), Some(3), "{err}");
+    assert!(err.contains("not stored") && err.contains("hugetext align"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+}
+
+/// Where the page cache has no 2 MiB folios (btrfs here: its `st_dev` is
+/// also not the device maps shows), the store still gives shared huge
+/// text: `--strategy shmem` maps every whole window from it, and `auto`
+/// makes the text huge without a private copy.
+#[test]
+fn shmem_route_on_a_filesystem_without_large_folios() {
+    let Some(fs) = common::loop_fs("btrfs") else { return };
+    let prog = fs.path().join("nopie");
+    std::fs::copy(common::fixture("bfd", "nopie"), &prog).unwrap();
+    std::fs::File::open(&prog).unwrap().sync_all().unwrap();
+    let store = common::TextStore::new();
+    store.add(&prog);
+    let want = common::text_window_bytes(&prog);
+    let dir = store.dir.to_str().unwrap();
+    let r = common::run_waiting(&["--strategy", "shmem", "--store", dir], &prog);
+    assert_eq!(common::store_text(r.pid(), &store.dir).0, want);
+    stop(r);
+    let r = common::run_waiting_recorded(None, &["--store", dir], &prog);
+    let err = stop(r);
+    let rec = common::start_record(&err);
+    assert_eq!(rec["huge"], rec["windows"], "{err}");
+    assert_eq!(rec["copy"], 0, "auto copied where the store shares: {err}");
+}
+
+/// `--inherit`: child processes keep the preload and its settings, so each
+/// maps its text from the same store copy (`HUGETEXT_STORE` is inherited).
+#[test]
+fn inherited_children_take_the_shmem_route_too() {
+    let (_d, prog) = private_copy("bfd", &["nopie"]);
+    let store = common::TextStore::new();
+    store.add(&prog);
+    let want = common::text_window_bytes(&prog);
+    common::preload();
+    let p = prog.to_str().unwrap();
+    let out = common::output_without_perf_map(
+        Command::new(common::bin())
+            .args(["run", "--inherit", "--strategy", "shmem", "--store"])
+            .arg(&store.dir)
+            .args(["--", "sh", "-c", &format!("{p} && {p}")])
+            .env(hugetext_abi::settings::REPORT, "json")
+            .env_remove("HUGETEXT_STRATEGY"),
+    );
+    let err = common::text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let children: Vec<_> = common::records(&err)
+        .into_iter()
+        .filter(|r| r["windows"] == want && r["late"] == 0)
+        .collect();
+    assert_eq!(children.len(), 2, "{err}");
+    for r in children {
+        assert_eq!(r["shmem"], want, "{err}");
+    }
 }

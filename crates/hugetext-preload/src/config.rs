@@ -11,7 +11,7 @@ extern "C" {
 use hugetext_abi::env;
 /// Which zero-copy route `auto` tries first.
 pub use hugetext_abi::env::Order;
-/// Which routes may be used (auto: already → file → collapse → copy).
+/// Which routes may be used (auto: already → file → collapse → shmem → copy).
 pub use hugetext_abi::env::Strategy;
 use hugetext_abi::settings::{self, Invalid, Settings};
 
@@ -49,6 +49,8 @@ pub struct Config {
     /// `HUGETEXT_HOT_LIST` (the hot-window list inline, what `run --hot`
     /// sets) or `HUGETEXT_HOT` (a file holding it): remap only those windows.
     pub hot: crate::hot::Setting,
+    /// `HUGETEXT_STORE`: the text store's directory (the `shmem` route).
+    pub store: &'static [u8],
 }
 
 /// Kernel features the pass must not use (`HUGETEXT_COMPAT`), as if the
@@ -151,6 +153,7 @@ impl Config {
             late_min: s.late_min.unwrap_or(env::LATE_MIN_DEFAULT),
             bad_late_min: bad.late_min,
             hot: crate::hot::Setting::from(nonempty(s.hot_list), nonempty(s.hot)),
+            store: nonempty(s.store).unwrap_or(hugetext_abi::store::DEFAULT_ROOT.as_bytes()),
         }
     }
 }
@@ -334,6 +337,7 @@ mod tests {
             hot_list: Some(b"hugetext-hot 1 2097152\n"),
             report: Some(true),
             preload: Some(b"/opt/libhugetext.so"),
+            store: Some(b"/srv/store"),
         };
         let mut env: Vec<(&'static str, &'static [u8])> = Vec::new();
         written.write(|name, v| env.push((name, Vec::leak(v.to_vec()))));
@@ -351,11 +355,13 @@ mod tests {
         assert!(c.compat.no_populate && c.compat.no_pt_reclaim && !c.compat.no_pagemap_scan);
         assert!(matches!(c.hot, crate::hot::Setting::Inline(v) if Some(v) == written.hot_list));
         assert!(c.bad_strategy.is_none() && c.bad_order.is_none() && c.bad_late_min.is_none());
+        assert_eq!(c.store, b"/srv/store");
         // Nothing written: the defaults.
         let none = Config::from_settings(&Settings::default(), &Invalid::default(), false);
         assert!(!none.report && !none.verbose && !none.disabled && none.perf_map && none.name_vmas && none.late);
         assert_eq!((none.strategy, none.order), (Strategy::Auto, Order::File));
         assert_eq!(none.late_min, env::LATE_MIN_DEFAULT);
+        assert_eq!(none.store, hugetext_abi::store::DEFAULT_ROOT.as_bytes());
         assert!(matches!(none.hot, crate::hot::Setting::None));
         // Secure execution: no perf map whatever the setting.
         assert!(!Config::from_settings(&Settings::default(), &Invalid::default(), true).perf_map);

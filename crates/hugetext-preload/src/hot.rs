@@ -256,36 +256,13 @@ fn read_build_id<'a>(path: &[u8], out: &'a mut [u8; 64]) -> Option<&'a [u8]> {
     n.map(|n| &out[..n])
 }
 
-fn pread_exact(fd: i32, buf: &mut [u8], off: u64) -> bool {
-    // SAFETY: `buf` is ours and writable for its whole length.
-    let r = unsafe { sys::pread(fd, buf.as_mut_ptr() as usize, buf.len(), off) };
-    r == buf.len() as isize
-}
-
-fn build_id_of(fd: i32, out: &mut [u8; 64]) -> Option<usize> {
-    let mut eh = [0u8; 64];
-    if !pread_exact(fd, &mut eh, 0) {
-        return None;
-    }
-    let (phoff, size, num) = list::phdrs(&eh)?;
-    let mut ph = [0u8; 56];
-    let mut notes = [0u8; 1024];
-    for i in 0..num.min(64) {
-        if !pread_exact(fd, &mut ph, phoff + (i * size) as u64) {
-            return None;
-        }
-        let Some((off, len)) = list::note_segment(&ph) else {
-            continue;
-        };
-        let len = (len as usize).min(notes.len());
-        if !pread_exact(fd, &mut notes[..len], off) {
-            continue;
-        }
-        if let Some(id) = list::build_id(&notes[..len]) {
-            let n = id.len().min(out.len());
-            out[..n].copy_from_slice(&id[..n]);
-            return Some(n);
-        }
-    }
-    None
+pub(crate) fn build_id_of(fd: i32, out: &mut [u8; 64]) -> Option<usize> {
+    list::build_id_with(
+        |buf, off| {
+            // SAFETY: `buf` is ours and writable for its whole length.
+            let r = unsafe { sys::pread(fd, buf.as_mut_ptr() as usize, buf.len(), off) };
+            r == buf.len() as isize
+        },
+        out,
+    )
 }

@@ -147,6 +147,22 @@ pub fn open(path: &[u8], flags: i32, mode: u32) -> isize {
     )
 }
 
+/// `openat(dir, name, flags, mode)`; `name` must be NUL-terminated.
+pub fn openat(dir: i32, name: &[u8], flags: i32, mode: u32) -> isize {
+    if name.last() != Some(&0) {
+        return -(libc::EINVAL as isize); // the kernel would read past the slice
+    }
+    call(
+        libc::SYS_openat,
+        dir as isize as usize,
+        name.as_ptr() as usize,
+        flags as usize,
+        mode as usize,
+        0,
+        0,
+    )
+}
+
 /// `readlinkat(AT_FDCWD, path, buf)`; `path` must be NUL-terminated.
 /// Returns the bytes written (not NUL-terminated) or `-errno`.
 pub fn readlink(path: &[u8], buf: &mut [u8]) -> isize {

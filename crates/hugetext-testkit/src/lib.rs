@@ -1004,3 +1004,87 @@ pub fn measured_fed(cmd: &mut Command, timeout: std::time::Duration, feed: Optio
         timed_out,
     }
 }
+
+/// A text store (`hugetext warm --shmem --store DIR`) of one test: a fresh
+/// directory in a scratch directory, where `warm --shmem` mounts its
+/// tmpfs; unmounted and removed when dropped.
+pub struct TextStore {
+    pub dir: PathBuf,
+    _scratch: tempfile::TempDir,
+}
+
+impl TextStore {
+    /// A new, empty (not yet mounted) store directory, traversable by all.
+    pub fn new() -> TextStore {
+        use std::os::unix::fs::PermissionsExt;
+        let s = scratch();
+        std::fs::set_permissions(s.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let dir = s.path().canonicalize().unwrap().join("store");
+        TextStore { dir, _scratch: s }
+    }
+
+    /// `hugetext warm --shmem --store DIR ARGS`.
+    pub fn warm(&self, args: &[&str]) -> Output {
+        Command::new(bin())
+            .args(["warm", "--shmem", "--store"])
+            .arg(&self.dir)
+            .args(["--shmem-size", "256M"])
+            .args(args)
+            .output()
+            .unwrap()
+    }
+
+    /// `hugetext warm --shmem --store DIR FILE` that must succeed.
+    pub fn add(&self, file: &Path) -> String {
+        let o = self.warm(&[file.to_str().unwrap()]);
+        assert!(
+            o.status.success(),
+            "warm --shmem {}: {}{}",
+            file.display(),
+            text(&o.stdout),
+            text(&o.stderr)
+        );
+        text(&o.stdout)
+    }
+}
+
+impl Default for TextStore {
+    fn default() -> Self {
+        TextStore::new()
+    }
+}
+
+impl Drop for TextStore {
+    fn drop(&mut self) {
+        // Lazily: a process of a failed test may still map a copy.
+        let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
+    }
+}
+
+/// (ShmemPmdMapped, Private_Clean + Private_Dirty, Shared_Clean +
+/// Shared_Dirty) bytes of the executable mappings of `pid` whose file lies
+/// in `dir` (a text store).
+pub fn store_text(pid: i32, dir: &Path) -> (u64, u64, u64) {
+    let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).unwrap();
+    let prefix = format!("{}/", dir.display());
+    let (mut pmd, mut private, mut shared) = (0, 0, 0);
+    let mut mine = false;
+    for l in smaps.lines() {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        if f.first().is_some_and(|a| a.contains('-') && !a.ends_with(':')) {
+            mine = f.len() >= 6 && f[1] == "r-xp" && f[5].starts_with(&prefix);
+            continue;
+        }
+        if !mine || f.len() < 2 {
+            continue;
+        }
+        let kb: u64 = f[1].parse().unwrap_or(0);
+        match f[0] {
+            "ShmemPmdMapped:" => pmd += kb << 10,
+            "Private_Clean:" | "Private_Dirty:" => private += kb << 10,
+            "Shared_Clean:" | "Shared_Dirty:" => shared += kb << 10,
+            _ => {}
+        }
+    }
+    (pmd, private, shared)
+}

@@ -75,6 +75,7 @@ pub mod profile;
 pub mod progress;
 pub mod remap;
 pub mod routecost;
+pub mod shmemstore;
 pub mod units;
 #[allow(missing_docs)]
 pub mod warm;

@@ -41,7 +41,7 @@ with its text as it was (-v says why).
 
 Environment (read by libhugetext.so inside the program; `run` sets the first
 five from its options):
-  HUGETEXT_STRATEGY=auto|file|collapse|copy   routes allowed (default auto)
+  HUGETEXT_STRATEGY=auto|file|collapse|shmem|copy   routes allowed (default auto)
   HUGETEXT_ORDER=file|collapse   which zero-copy route auto tries first on
                            windows not yet in 2 MiB folios: evict + refill
                            (default) or MADV_COLLAPSE in place. run sets it
@@ -83,6 +83,8 @@ five from its options):
                            symbolic link; a list that cannot be read leaves
                            all text as it is). --hot sets the list itself,
                            compiled from the profile, as HUGETEXT_HOT_LIST
+  HUGETEXT_STORE=DIR       the text store of the shmem route (--store;
+                           default /run/hugetext/text)
   HUGETEXT_PRELOAD=PATH    libhugetext.so to inject (default: next to the
                            hugetext binary, ../lib/hugetext/, /usr/local/lib)
 
@@ -97,6 +99,13 @@ them in this order; a window that is already PMD-mapped is left alone):
             (address - file offset) to be a multiple of 2 MiB (see `hugetext
             align`) and nobody else mapping those pages.
   collapse  MADV_COLLAPSE (file text needs CONFIG_READ_ONLY_THP_FOR_FS).
+  shmem     map the windows from the file's copy in the text store (a tmpfs
+            mounted huge=within_size, filled by `hugetext warm --shmem`):
+            2 MiB shmem pages shared by every process, on any filesystem
+            and kernel. Used only while the original is unchanged (the copy
+            is named by its device, inode, size, mtime and build-id) and
+            only a root-owned copy nobody else can write. Needs the text
+            congruent, like file.
   copy      copy into anonymous 2 MiB pages, make them r-x, and move them over
             the text with one mremap: private memory per process.
 
@@ -117,12 +126,14 @@ Examples:
 /// Which routes the preload may use.
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
 pub enum StrategyArg {
-    /// already huge, else file, else collapse, else copy (per window of the unit of huge text: the PMD, 2 MiB on x86-64; the 2 MiB contpte block on arm64 with 64 KiB pages)
+    /// already huge, else file, else collapse, else shmem, else copy (per window of the unit of huge text: the PMD, 2 MiB on x86-64; the 2 MiB contpte block on arm64 with 64 KiB pages)
     Auto,
     /// zero copy through 2 MiB page-cache folios (shared, no extra memory)
     File,
     /// MADV_COLLAPSE of file text (needs CONFIG_READ_ONLY_THP_FOR_FS before 7.x; PMD-size folios only, so never with 64 KiB pages)
     Collapse,
+    /// map the text from its copy in the text store (`hugetext warm --shmem`): 2 MiB shmem pages shared by every process, on any filesystem
+    Shmem,
     /// copy into anonymous huge pages, mremap over the text (private memory; with 64 KiB pages 2 MiB mTHP, hugepages-2048kB/enabled not never)
     Copy,
 }
@@ -133,6 +144,7 @@ impl From<StrategyArg> for Strategy {
             StrategyArg::Auto => Strategy::Auto,
             StrategyArg::File => Strategy::File,
             StrategyArg::Collapse => Strategy::Collapse,
+            StrategyArg::Shmem => Strategy::Shmem,
             StrategyArg::Copy => Strategy::Copy,
         }
     }
@@ -143,8 +155,12 @@ impl From<StrategyArg> for Strategy {
 #[command(after_long_help = ENV_HELP, override_usage = "hugetext run [OPTIONS] -- PROGRAM [ARGS]...")]
 pub struct Args {
     /// Routes the preload may use
-    #[arg(long, value_enum, default_value = "auto", env = settings::STRATEGY)]
+    #[arg(long, alias = "route", value_enum, default_value = "auto", env = settings::STRATEGY)]
     pub strategy: StrategyArg,
+
+    /// The text store the shmem route maps copies from (filled by `hugetext warm --shmem`)
+    #[arg(long, value_name = "DIR", env = settings::STORE, default_value = hugetext::shmemstore::DEFAULT_ROOT)]
+    pub store: PathBuf,
 
     /// Only remap mappings whose file path matches RE (literals . [..] \d \w \s * + ? ^ $ |)
     #[arg(long, value_name = "RE", env = settings::INCLUDE)]
@@ -304,6 +320,11 @@ pub fn run(args: Args) -> Result<u8> {
         }
     }
     settings.hot_list = hot.as_deref().map(str::as_bytes);
+    let store = std::path::absolute(&args.store)?;
+    if store != std::path::Path::new(hugetext::shmemstore::DEFAULT_ROOT) {
+        use std::os::unix::ffi::OsStrExt;
+        settings.store = Some(store.as_os_str().as_bytes());
+    }
     // An auditor the loader cannot load is ignored with ld.so's own message:
     // say it in one line up front and name no LD_AUDIT instead.
     let missing = match (args.no_dlopen, &script) {

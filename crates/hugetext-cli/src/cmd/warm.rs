@@ -8,6 +8,8 @@ use hugetext::warm::{self, Config, FileOutcome, FileReport, MemLimit, ReplaceAll
 
 use super::Bar;
 
+mod shmem;
+
 /// What `hugetext warm --help` prints after the options (the subcommand's
 /// one-line summary is in main.rs).
 const ABOUT: &str = "\
@@ -90,6 +92,32 @@ pub struct Args {
     /// the --config file) changes, and exit.
     #[arg(long)]
     pub path_unit: bool,
+
+    /// Copy the files into the text store (a tmpfs mounted huge=within_size,
+    /// mounted when absent) instead of the page cache: `hugetext run` then
+    /// maps their text from there in 2 MiB pages shared by every process,
+    /// on any filesystem. Needs root.
+    #[arg(long, conflicts_with_all = ["replace", "force", "path_unit", "config", "no_collapse"])]
+    pub shmem: bool,
+
+    /// With --shmem: remove the files' entries from the store (all entries
+    /// when no PATH is given).
+    #[arg(long, requires = "shmem", conflicts_with = "list")]
+    pub drop: bool,
+
+    /// With --shmem: list the store's entries, their originals, sizes and
+    /// whether they are stale (the original changed: never used).
+    #[arg(long, requires = "shmem")]
+    pub list: bool,
+
+    /// The text store's directory.
+    #[arg(long, value_name = "DIR", default_value = hugetext::shmemstore::DEFAULT_ROOT)]
+    pub store: PathBuf,
+
+    /// With --shmem: the size cap of the store when it is mounted now, as a
+    /// share of RAM (25%) or a size (4G, 512M). Default 25%.
+    #[arg(long, value_name = "PCT|SIZE", requires = "shmem")]
+    pub shmem_size: Option<String>,
 }
 
 /// What `--replace-allow` can allow.
@@ -104,6 +132,9 @@ pub enum Allow {
 }
 
 pub fn run(args: Args) -> Result<u8> {
+    if args.shmem {
+        return shmem::run(&args);
+    }
     let cfg = match &args.config {
         Some(p) => Config::load(p)?,
         None => Config::default(),

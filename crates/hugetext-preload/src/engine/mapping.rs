@@ -1,6 +1,7 @@
 //! One text mapping: its windows in chunks of up to 64, each chunk
 //! measured, planned and sent down its routes.
 
+use super::shmem::Entry;
 use super::*;
 
 impl Pass<'_> {
@@ -15,7 +16,7 @@ impl Pass<'_> {
         self.t.mappings += 1;
         let total = w.bytes() as u64;
         self.t.windows += total;
-        let before = (self.t.already, self.t.file, self.t.collapse, self.t.copy);
+        let before = (self.t.already, self.t.file, self.t.collapse, self.t.copy, self.t.shmem);
         if c.copied {
             if let Ok(b) = self.scan.huge_bytes(ws, we) {
                 self.t.already += b;
@@ -40,24 +41,35 @@ impl Pass<'_> {
         let mut fd: isize = 0; // 0 = not opened yet
         let mut elf: Option<ElfFile> = None;
         let mut advised = false;
+        let mut entry = Entry::Unknown;
         for (a, n) in w.batches(64) {
-            self.chunk(c, a, n, a == ws, congruent, &mut fd, &mut elf, &mut advised);
+            self.chunk(c, a, n, a == ws, congruent, &mut fd, &mut elf, &mut advised, &mut entry);
         }
         drop(elf);
         if fd > 0 {
             sys::close(fd as i32);
         }
+        if let Entry::Open(e) = entry {
+            sys::close(e);
+        }
+        if entry == Entry::Missing {
+            // Shared from the page cache (or already huge) or not: what a
+            // store copy would share instead of private copies.
+            let shared = (self.t.already - before.0) + (self.t.file - before.1) + (self.t.collapse - before.2);
+            self.store_hint(c, total.saturating_sub(shared));
+        }
         if self.cfg.verbose {
-            let (al, fi, co, cp) = (
+            let (al, fi, co, cp, sh) = (
                 self.t.already - before.0,
                 self.t.file - before.1,
                 self.t.collapse - before.2,
                 self.t.copy - before.3,
+                self.t.shmem - before.4,
             );
             let mut o = line();
             o.bytes(self.st.path(c))
                 .s(": ")
-                .mib(al + fi + co + cp)
+                .mib(al + fi + co + cp + sh)
                 .s(" of ")
                 .mib(total)
                 .s(" huge (");
@@ -67,6 +79,8 @@ impl Pass<'_> {
                 .mib(fi)
                 .s(", collapse ")
                 .mib(co)
+                .s(", shmem ")
+                .mib(sh)
                 .s(", copy ")
                 .mib(cp)
                 .s(")");
@@ -98,6 +112,7 @@ impl Pass<'_> {
         fd: &mut isize,
         elf: &mut Option<ElfFile>,
         advised: &mut bool,
+        entry: &mut Entry,
     ) {
         let t0 = sys::now_ns();
         let w = self.route_already(c, a, n, first);
@@ -159,6 +174,14 @@ impl Pass<'_> {
                 .s(": not congruent (address - file offset is not a multiple of ")
                 .size(scan::unit() as u64)
                 .s("): only `copy` can make it huge");
+        }
+        if plan.shmem {
+            let t0 = sys::now_ns();
+            self.route_shmem(c, &mut w, fd, entry);
+            self.t.ns[4] += sys::now_ns().saturating_sub(t0);
+            if w.done() {
+                return;
+            }
         }
         match plan.copy {
             CopyPlan::No => {}

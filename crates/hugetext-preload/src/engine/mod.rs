@@ -20,7 +20,11 @@
 //!    `HUGETEXT_ORDER=collapse` (set by `run` where it measured collapse
 //!    cheaper than evict + refill on the program's filesystem) it runs
 //!    between step 2's cached-folio check and its eviction;
-//! 4. `copy`: anonymous 2 MiB-aligned `MADV_HUGEPAGE` memory, copy, `r-x`,
+//! 4. `shmem`: map the windows from the file's copy in the text store (a
+//!    huge tmpfs that `hugetext warm --shmem` fills), `MAP_PRIVATE |
+//!    MAP_FIXED` over the text: 2 MiB shmem folios, shared by every
+//!    process that maps the copy (see shmem.rs);
+//! 5. `copy`: anonymous 2 MiB-aligned `MADV_HUGEPAGE` memory, copy, `r-x`,
 //!    then one `mremap(MREMAP_MAYMOVE|MREMAP_FIXED)` over the old windows, so
 //!    code running there never sees a hole.
 //!
@@ -57,6 +61,7 @@ mod file;
 mod mapping;
 mod plan;
 mod report;
+mod shmem;
 
 use crate::copies::{remember_copy, was_copied};
 use collect::{anon_unit_never, fs_name, open_mapped};
@@ -166,14 +171,16 @@ struct Totals {
     file: u64,
     collapse: u64,
     copy: u64,
+    /// Bytes made huge by mapping the file's copy in the text store.
+    shmem: u64,
     /// Bytes of the copies read from the file with `pread` (page cache in
     /// folios smaller than 2 MiB, [`Pass::fill`]).
     copy_read: u64,
     /// Bytes of the copies copied from 2 MiB page-cache folios mapped with
     /// PMDs (the text itself, or a congruent mapping of its file).
     copy_pmd: u64,
-    /// Time spent in each route, ns: already, file, collapse, copy.
-    ns: [u64; 4],
+    /// Time spent in each route, ns: already, file, collapse, copy, shmem.
+    ns: [u64; 5],
     /// Bytes of windows replaced with `mmap(MAP_FIXED)` ([`Pass::replace`]).
     replaced: u64,
     mappings: u32,
@@ -189,7 +196,7 @@ struct Totals {
 impl Totals {
     /// Bytes huge-backed after the pass, whichever route made them so.
     fn huge(&self) -> u64 {
-        self.already + self.file + self.collapse + self.copy
+        self.already + self.file + self.collapse + self.copy + self.shmem
     }
 }
 
@@ -292,6 +299,9 @@ struct Plan {
     /// Why a zero-copy route asked for cannot reach a contpte unit, to say
     /// once per pass.
     cont_note: Option<&'static str>,
+    /// Map windows from the file's copy in the text store (after the
+    /// zero-copy routes, before `copy`).
+    shmem: bool,
     copy: CopyPlan,
 }
 

@@ -14,6 +14,7 @@ pub(super) fn plan(f: &Facts) -> Plan {
             collapse_first: false,
             not_congruent: false,
             cont_note: None,
+            shmem: false,
             copy: CopyPlan::No,
         };
     }
@@ -36,10 +37,13 @@ pub(super) fn plan(f: &Facts) -> Plan {
         file,
         collapse,
         collapse_first: file && collapse && f.order == Order::Collapse,
-        not_congruent: !f.congruent && matches!(s, File | Collapse),
+        not_congruent: !f.congruent && matches!(s, File | Collapse | Shmem),
         cont_note,
+        // The store holds 2 MiB shmem folios: PMD-size only, so never the
+        // contpte block.
+        shmem: f.congruent && !f.contpte && matches!(s, Auto | Shmem),
         copy: match s {
-            File | Collapse => CopyPlan::No,
+            File | Collapse | Shmem => CopyPlan::No,
             Auto | Copy if f.gdb => {
                 CopyPlan::Skip("gdb-friendly mode (HUGETEXT_GDB=1): not copying text to anonymous memory")
             }
@@ -91,11 +95,37 @@ mod tests {
         collapse_first: false,
         not_congruent: false,
         cont_note: None,
+        shmem: false,
         copy: CopyPlan::No,
     };
 
     #[test]
-    fn auto_tries_file_collapse_then_copy_on_congruent_text() {
+    fn shmem_comes_after_the_zero_copy_routes_and_before_copy() {
+        let p = plan(&facts(Strategy::Auto));
+        assert!(p.file && p.collapse && p.shmem && p.copy == CopyPlan::Yes);
+        let only = plan(&facts(Strategy::Shmem));
+        assert_eq!(only, Plan { shmem: true, ..NOTHING });
+        // Not congruent: the store copy cannot be PMD-mapped there either.
+        let f = Facts {
+            congruent: false,
+            ..facts(Strategy::Shmem)
+        };
+        assert_eq!(
+            plan(&f),
+            Plan {
+                not_congruent: true,
+                ..NOTHING
+            }
+        );
+        let f = Facts {
+            contpte: true,
+            ..facts(Strategy::Auto)
+        };
+        assert!(!plan(&f).shmem);
+    }
+
+    #[test]
+    fn auto_tries_file_collapse_shmem_then_copy_on_congruent_text() {
         let p = plan(&facts(Strategy::Auto));
         assert_eq!(
             p,
@@ -105,6 +135,7 @@ mod tests {
                 collapse_first: false,
                 not_congruent: false,
                 cont_note: None,
+                shmem: true,
                 copy: CopyPlan::Yes
             }
         );
@@ -178,6 +209,7 @@ mod tests {
             plan(&f),
             Plan {
                 file: true,
+                shmem: true,
                 copy: CopyPlan::Yes,
                 ..NOTHING
             }
@@ -202,7 +234,13 @@ mod tests {
 
     #[test]
     fn already_pmd_mapped_needs_no_route() {
-        for s in [Strategy::Auto, Strategy::File, Strategy::Collapse, Strategy::Copy] {
+        for s in [
+            Strategy::Auto,
+            Strategy::File,
+            Strategy::Collapse,
+            Strategy::Shmem,
+            Strategy::Copy,
+        ] {
             for congruent in [true, false] {
                 let f = Facts {
                     all_huge: true,

@@ -8,10 +8,10 @@ use super::*;
 /// MiB (a route that made nothing huge in under 10 µs is left out); for
 /// `copy`, where its bytes came from.
 pub(super) fn route_times<const N: usize>(o: &mut Out<N>, t: &Totals) {
-    let names = ["already", "file", "collapse", "copy"];
-    let bytes = [t.already, t.file, t.collapse, t.copy];
+    let names = ["already", "file", "collapse", "copy", "shmem"];
+    let bytes = [t.already, t.file, t.collapse, t.copy, t.shmem];
     let mut first = true;
-    for i in 0..4 {
+    for i in 0..5 {
         if t.ns[i] == 0 || (bytes[i] == 0 && t.ns[i] < 10_000) {
             continue; // did not run, or only measured in no time
         }
@@ -66,7 +66,7 @@ pub(super) fn config_notes(cfg: &Config) {
         line()
             .s("unknown HUGETEXT_STRATEGY=")
             .bytes(s)
-            .s(" (expected auto, file, collapse or copy); using auto");
+            .s(" (expected auto, file, collapse, shmem or copy); using auto");
     }
     if let Some(o) = cfg.bad_order {
         line()
@@ -103,7 +103,7 @@ pub(super) fn compat_notes(cfg: &Config) {
 }
 
 /// The `-v` summary line of a pass: "pid N: X of Y text in whole 2 MiB
-/// windows is huge-backed (already, file, collapse, copy) in T; ...".
+/// windows is huge-backed (already, file, collapse, shmem, copy) in T; ...".
 pub(super) fn summary(pass: &Pass, scope: &Scope, t0: u64) {
     let t = &pass.t;
     let mut o = line();
@@ -125,6 +125,8 @@ pub(super) fn summary(pass: &Pass, scope: &Scope, t0: u64) {
         .mib(t.file)
         .s(", collapse ")
         .mib(t.collapse)
+        .s(", shmem ")
+        .mib(t.shmem)
         .s(", copy ")
         .mib(t.copy);
     o.s(") in ")
@@ -160,7 +162,7 @@ pub(super) fn record(pass: &Pass, scope: &Scope, t0: u64) {
     let t = &pass.t;
     let (outer, _) = perfmap::map_pid();
     let hot = crate::hot::totals();
-    let [ns_already, ns_file, ns_collapse, ns_copy] = t.ns;
+    let [ns_already, ns_file, ns_collapse, ns_copy, ns_shmem] = t.ns;
     let r = Record {
         pid: outer.map_or(0, u64::from),
         late: scope.only.is_some() as u64,
@@ -186,6 +188,8 @@ pub(super) fn record(pass: &Pass, scope: &Scope, t0: u64) {
         hot_list: hot.is_some() as u64,
         hot: hot.map_or(0, |h| h.0),
         cold: hot.map_or(0, |h| h.1),
+        shmem: t.shmem,
+        ns_shmem,
     };
     let mut o = Out::<1024>::new(2);
     o.s(PREFIX).s("{\"v\":").u(VERSION);
