@@ -14,7 +14,7 @@ import json
 RECORD = "hugetext-report: "
 PROFILE = "hugetext-profile: "
 MIB = float(1 << 20)
-ROUTES = ("already", "file", "collapse", "copy")
+ROUTES = ("already", "file", "collapse", "shmem", "copy")
 
 
 def records(text):
@@ -38,7 +38,7 @@ def start_pass(text):
 
 def routes_mib(rec):
     """MiB huge-backed by each route."""
-    return {k: rec[k] / MIB for k in ROUTES}
+    return {k: rec.get(k, 0) / MIB for k in ROUTES}
 
 
 def totals(recs):

@@ -319,8 +319,8 @@ fn register_groups(
     capped.dropped
 }
 
-// the store's root: shmemstore::DEFAULT_ROOT once merged
-const STORE_ROOT: &str = "/run/hugetext/text";
+/// The text store's root (one definition, shared with the preload).
+const STORE_ROOT: &str = hugetext_abi::store::DEFAULT_ROOT;
 
 /// Bytes used and the size of the tmpfs mounted at `root` (`statvfs`);
 /// `None` when nothing is there, or it is not a tmpfs (no store mounted:

@@ -105,8 +105,8 @@ pub struct MappingReport {
     pub store_copy: Option<StoreCopy>,
 }
 
-// the store's root: shmemstore::DEFAULT_ROOT once merged
-const STORE_ROOT: &str = "/run/hugetext/text";
+/// The text store's root (one definition, shared with the preload).
+const STORE_ROOT: &str = hugetext_abi::store::DEFAULT_ROOT;
 
 /// The original file a text store copy stands for, as its name says
 /// (`<st_dev hex>-<st_ino>-<size>-<mtime_ns>-<build-id hex or none>`).
