@@ -66,7 +66,7 @@ shmem_text() {
   if "$ht" warm --help 2>&1 | grep -q -- --shmem; then
     echo "way=warm-shmem"
     "$ht" warm --shmem "$st_orig" 2>&1 | sed 's/^/warm: /'
-    set -- "$ht" run -- "$st_orig"
+    set -- "$ht" run --strategy shmem -- "$st_orig"
   else
     echo "way=copy"
     # Sized first, then written: huge=within_size gives a 2 MiB folio only
