@@ -12,6 +12,9 @@ use std::time::{Duration, Instant};
 
 use common::Running;
 
+mod podman_support;
+use podman_support::{layer_dir, podman, runtime_ready, workload_image, Container};
+
 /// An HTTP client that ignores proxies from the environment (loopback only).
 fn http() -> ureq::Agent {
     ureq::Agent::config_builder()
@@ -543,4 +546,197 @@ fn huge_tmpfs_text_is_exported_as_shmem_equal_to_smaps() {
     assert!(ratio > 0.5, "{ratio}");
     r.stop();
     a.stop();
+}
+
+/// Wait (generously) for `cond` on a fresh page; the last page on timeout.
+fn wait_page(a: &AgentProc, what: &str, cond: impl Fn(&str) -> bool) -> String {
+    let t = Instant::now();
+    loop {
+        let page = a.metrics();
+        if cond(&page) {
+            return page;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(120),
+            "{what}: not within 120 s\n{page}\n{:?}",
+            a.lines()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// Wait (generously) until `file` has `n` windows in PMD folios.
+fn wait_pmd_windows(a: &AgentProc, file: &Path, n: usize) {
+    let t = Instant::now();
+    loop {
+        let have = hugetext::folio::scan_file(file, None).unwrap().pmd_windows.len();
+        if have == n {
+            return;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(120),
+            "{}: {have} of {n} windows in PMD folios after 120 s: {:?}",
+            file.display(),
+            a.lines()
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// A workload selected by its systemd unit (`[[agent.workloads]] unit =`):
+/// its ratio and why it falls short are exported while its program runs on
+/// small folios; the text is warmed once the program exits, warmed again
+/// after it was evicted, and the next run is PMD-mapped with its ratio
+/// exported. A unit excluded by another entry is never selected. The
+/// units' cgroups are made where systemd makes them
+/// (`/system.slice/NAME.service`): this machine's PID 1 is not systemd.
+#[test]
+fn workload_selected_by_unit_is_kept_warm_and_its_ratio_exported() {
+    let dir = common::scratch();
+    if !common::fs_gives_pmd_folios(dir.path()) {
+        common::skip_line("skipped: the scratch filesystem gives no PMD-size page-cache folios");
+        return;
+    }
+    let me = std::process::id();
+    let (unit, off) = (format!("ht-test-{me}.service"), format!("ht-test-{me}-off.service"));
+    let cg = common::Cgroup::new(&format!("/system.slice/{unit}")).expect("a cgroup v2 hierarchy");
+    let cg_off = common::Cgroup::new(&format!("/system.slice/{off}")).expect("a cgroup v2 hierarchy");
+    let (on_dir, off_dir) = (dir.path().join("on"), dir.path().join("off"));
+    std::fs::create_dir_all(&on_dir).unwrap();
+    std::fs::create_dir_all(&off_dir).unwrap();
+    let prog = common::copy_fixture(&on_dir, "bfd", "nopie").canonicalize().unwrap();
+    let other = common::copy_fixture(&off_dir, "bfd", "nopie").canonicalize().unwrap();
+    common::read_small(&prog);
+    common::read_small(&other);
+    let first = Running::fixture(&prog);
+    cg.enter(first.pid());
+    let excluded = Running::fixture(&other);
+    cg_off.enter(excluded.pid());
+
+    let conf = dir.path().join("agent.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "[agent]\npoll_interval = \"500ms\"\n\
+             [[agent.workloads]]\nunit = \"ht-test-{me}*.service\"\n\
+             [[agent.workloads]]\nunit = \"{off}\"\nexclude = true\n"
+        ),
+    )
+    .unwrap();
+    let a = AgentProc::with_config(Some(&conf));
+    let w = format!("workload=\"unit:{unit}\"");
+    let ratio = format!("hugetext_workload_pmd_mapped_ratio{{{w}}}");
+    let short = format!("hugetext_workload_short_bytes{{{w},reason=\"cache-small-folios\"}}");
+    let page = wait_page(&a, "the unit's shortfall", |p| sample(p, &short).is_some());
+    let eligible = common::text_window_bytes(&prog) / common::pmd();
+    assert_eq!(sample(&page, &ratio), Some(0.0), "{page}");
+    assert_eq!(sample(&page, &short), Some((eligible * common::pmd()) as f64), "{page}");
+    assert_eq!(sample(&page, &format!("hugetext_workload_processes{{{w}}}")), Some(1.0));
+    assert!(
+        !page.contains(&format!("workload=\"unit:{off}\"")),
+        "the excluded unit is exported: {page}"
+    );
+
+    // The program exits: its text is warmed; evicted, warmed again.
+    first.stop();
+    excluded.stop();
+    wait_pmd_windows(&a, &prog, eligible as usize);
+    hugetext::pagecache::evict(&std::fs::File::open(&prog).unwrap(), 0..0).unwrap();
+    let evicted = hugetext::folio::scan_file(&prog, None).unwrap().pmd_windows.len();
+    assert!(evicted < eligible as usize, "eviction left {evicted} PMD folios");
+    wait_pmd_windows(&a, &prog, eligible as usize);
+
+    // The next run is PMD-mapped, and its ratio exported (equal to smaps:
+    // the fixture's PMD-mapped bytes of its file text).
+    let next = Running::fixture(&prog);
+    cg.enter(next.pid());
+    let (pmd, _, _) = next.huge_of(&prog);
+    assert_eq!(pmd, eligible * common::pmd(), "next run not PMD-mapped");
+    let pmd_series = format!("hugetext_workload_text_bytes{{{w},kind=\"file\",class=\"thp-pmd-aligned-2048kB\"}}");
+    let page = wait_page(&a, "the unit's PMD-mapped text", |p| {
+        sample(p, &pmd_series) == Some(pmd as f64) && sample(p, &short).is_none()
+    });
+    let r = sample(&page, &ratio).unwrap();
+    assert!(r > 0.5 && r <= 1.0, "{r}\n{page}");
+    eprintln!("{unit}: ratio {r:.3}, {} windows kept warm", eligible);
+    next.stop();
+    // Never selected: the excluded unit's program was not warmed.
+    assert_eq!(hugetext::folio::scan_file(&other, None).unwrap().pmd_windows.len(), 0);
+    a.stop();
+    drop((cg, cg_off));
+}
+
+/// Workloads selected by container (`container =` its id; a cgroup path
+/// with an `exclude` of that container by id): the selected
+/// container's program, on small folios while it runs, is exported with
+/// its ratio (equal to the process's smaps) and explain's reason; the
+/// excluded container is not.
+#[test]
+fn workload_selected_by_container_exports_ratio_and_reason() {
+    if !runtime_ready() {
+        return;
+    }
+    let image = workload_image();
+    let layer = layer_dir(&image);
+    if !common::fs_gives_pmd_folios(&layer) {
+        common::skip_line("skipped: podman's storage gives no PMD-size page-cache folios");
+        return;
+    }
+    let lower = layer.join("fixture");
+    let me = std::process::id();
+    // The layer's file in small folios (a container of it may still run
+    // from another test: then it stays as it is, and small either way once
+    // it was read small).
+    common::read_small(&lower);
+    let run = |n: &str| {
+        let c = Container::run(&format!("hugetext-agent-{n}-{me}"), &["--interactive", &image, "wait"]);
+        let t = Instant::now();
+        while !common::text(&podman(&["logs", &c.0]).stdout).contains("ready") {
+            assert!(t.elapsed() < Duration::from_secs(60), "container {} not ready", c.0);
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        c
+    };
+    let (x, y) = (run("x"), run("y"));
+    let (xid, yid) = (x.id(), y.id());
+    // y is selected by its cgroup path and excluded by its id: the
+    // exclusion wins.
+    let y_cgroup = hugetext::procfs::cgroup_of(y.pid()).unwrap();
+    let dir = common::scratch();
+    let conf = dir.path().join("agent.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "[agent]\npoll_interval = \"500ms\"\n\
+             [[agent.workloads]]\ncontainer = \"{}\"\n\
+             [[agent.workloads]]\ncgroup = \"{y_cgroup}\"\n\
+             [[agent.workloads]]\ncontainer = \"{yid}\"\nexclude = true\n",
+            &xid[..12]
+        ),
+    )
+    .unwrap();
+    let a = AgentProc::with_config(Some(&conf));
+    let w = format!("workload=\"container:{}\"", &xid[..12]);
+    let short = format!("hugetext_workload_short_bytes{{{w},reason=\"cache-small-folios\"}}");
+    let page = wait_page(&a, "the container's shortfall", |p| sample(p, &short).is_some());
+    let eligible = common::text_window_bytes(&lower) / common::pmd();
+    assert_eq!(sample(&page, &short), Some((eligible * common::pmd()) as f64), "{page}");
+    assert_eq!(
+        sample(&page, &format!("hugetext_workload_processes{{{w}}}")),
+        Some(1.0),
+        "{page}"
+    );
+    assert_eq!(
+        sample(&page, &format!("hugetext_workload_pmd_mapped_ratio{{{w}}}")),
+        Some(0.0),
+        "{page}"
+    );
+    assert!(
+        !page
+            .lines()
+            .any(|l| l.starts_with("hugetext_workload") && l.contains(&yid[..12])),
+        "the excluded container is exported: {page}"
+    );
+    a.stop();
+    drop((x, y));
 }

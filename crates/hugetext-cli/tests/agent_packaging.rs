@@ -271,6 +271,8 @@ fn grafana_dashboard_queries_metrics_the_agent_serves() {
             policy_files: vec![common::bin()],
             max_series: 100_000,
             folio_sizes: true,
+            workloads: Vec::new(),
+            shortfalls: Default::default(),
         },
     )
     .unwrap();

@@ -10,7 +10,7 @@
 use hugetext_testkit as common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::Command;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -18,6 +18,8 @@ use serde_yaml::Value as Yaml;
 
 mod k8s_support;
 use k8s_support::{docs, of_kind};
+mod podman_support;
+use podman_support::{podman, runtime_ready, Container, RUNTIME};
 
 fn manifest() -> Vec<Yaml> {
     docs("packaging/k8s/daemonset.yaml")
@@ -232,46 +234,10 @@ fn podman_args(docs: &[Yaml], configmaps: &Path, host_port: u16, name: &str) -> 
     a
 }
 
-/// podman here: runc (crun refuses this machine's hybrid cgroups), and file
-/// and process limits within the hard limits (podman's default nofile is
-/// above them).
-const RUNTIME: [&str; 3] = [
-    "--runtime=runc",
-    "--ulimit=nofile=1024:1024",
-    "--ulimit=nproc=4096:4096",
-];
-
 /// The path the kubelet's readiness probe GETs.
 fn probe_path(docs: &[Yaml]) -> String {
     let c = &of_kind(docs, "DaemonSet")["spec"]["template"]["spec"]["containers"][0];
     c["readinessProbe"]["httpGet"]["path"].as_str().unwrap().to_string()
-}
-
-/// Root and podman, or skipped (a failure where CI is set: CI installs
-/// podman with `scripts/install-deps.sh --containers`).
-fn runtime_ready() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    let podman = Command::new("podman")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if root && podman {
-        return true;
-    }
-    let msg = if root {
-        "skipped: podman not installed (scripts/install-deps.sh --containers)"
-    } else {
-        "skipped: rootful podman needs root"
-    };
-    common::skip_line(msg);
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "{msg} (CI is set: this test must run)"
-    );
-    false
 }
 
 /// The image, built (or found up to date) once per test binary.
@@ -300,19 +266,6 @@ fn image() -> String {
         *built = true;
     }
     name
-}
-
-fn podman(args: &[&str]) -> Output {
-    Command::new("podman").args(args).output().unwrap()
-}
-
-/// A container removed when dropped (also when the test fails).
-struct Container(String);
-
-impl Drop for Container {
-    fn drop(&mut self) {
-        let _ = podman(&["rm", "--force", "--time=5", &self.0]);
-    }
 }
 
 /// The image runs the command: `--version`, `doctor`, `agent`.
@@ -466,49 +419,6 @@ fn get(url: &str) -> Option<String> {
     agent.get(url).call().ok()?.body_mut().read_to_string().ok()
 }
 
-/// A cgroup of its own in the unified (v2) hierarchy for one process;
-/// removed when dropped (after the process left it).
-struct Cgroup {
-    dir: PathBuf,
-    name: String,
-}
-
-impl Cgroup {
-    fn new() -> Option<Cgroup> {
-        let base = ["/sys/fs/cgroup/unified", "/sys/fs/cgroup"]
-            .into_iter()
-            .map(Path::new)
-            .find(|b| b.join("cgroup.procs").exists())?;
-        let name = format!("/hugetext-pod-test-{}", std::process::id());
-        let dir = base.join(name.trim_start_matches('/'));
-        std::fs::create_dir(&dir).ok()?;
-        Some(Cgroup { dir, name })
-    }
-    fn enter(&self, pid: i32) {
-        std::fs::write(self.dir.join("cgroup.procs"), pid.to_string()).unwrap();
-    }
-}
-
-impl Drop for Cgroup {
-    fn drop(&mut self) {
-        // A process still inside (the test failed early) goes back to the
-        // parent first.
-        let parent = self.dir.parent().unwrap().join("cgroup.procs");
-        for pid in std::fs::read_to_string(self.dir.join("cgroup.procs"))
-            .unwrap_or_default()
-            .lines()
-        {
-            let _ = std::fs::write(&parent, pid);
-        }
-        for _ in 0..100 {
-            if std::fs::remove_dir(&self.dir).is_ok() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
 /// The DaemonSet's pod under podman: it scrapes a host process equal to
 /// smaps (per path and per cgroup) and warms a `/host/...` file into
 /// PMD-size folios of the host's page cache.
@@ -533,7 +443,8 @@ fn daemonset_pod_sees_host_processes_and_warms_host_files() {
     let w = common::hugetext(&["warm", prog.to_str().unwrap()]);
     assert!(w.status.success(), "{}", common::text(&w.stderr));
     let r = common::Running::fixture(&prog);
-    let cg = Cgroup::new().expect("a cgroup v2 hierarchy to make a cgroup in");
+    let cg = common::Cgroup::new(&format!("/hugetext-pod-test-{}", std::process::id()))
+        .expect("a cgroup v2 hierarchy to make a cgroup in");
     cg.enter(r.pid());
 
     // The policy file: not mapped by anyone, evicted, named as /host/...

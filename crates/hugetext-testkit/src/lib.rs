@@ -1088,3 +1088,70 @@ pub fn store_text(pid: i32, dir: &Path) -> (u64, u64, u64) {
     }
     (pmd, private, shared)
 }
+
+/// A cgroup in the unified (v2) hierarchy, made for a test and removed when
+/// dropped (processes still inside go back to the hierarchy's root first).
+/// Made where systemd or a container runtime would make it, it is what
+/// their workloads' processes are in: `/system.slice/NAME.service` is a
+/// unit's cgroup as `/proc/PID/cgroup` shows it.
+pub struct Cgroup {
+    /// The directory under the hierarchy's mount.
+    pub dir: PathBuf,
+    /// Its path as `/proc/PID/cgroup` shows it (`/a/b`).
+    pub name: String,
+    /// The directories made for it, deepest first (removed on drop).
+    made: Vec<PathBuf>,
+}
+
+impl Cgroup {
+    /// Make cgroup `name` (an absolute cgroup path); None without a v2
+    /// hierarchy or when it cannot be made.
+    pub fn new(name: &str) -> Option<Cgroup> {
+        let base = ["/sys/fs/cgroup/unified", "/sys/fs/cgroup"]
+            .into_iter()
+            .map(Path::new)
+            .find(|b| b.join("cgroup.procs").exists())?;
+        let dir = base.join(name.trim_start_matches('/'));
+        let mut made = Vec::new();
+        let mut d = dir.clone();
+        while !d.exists() {
+            made.push(d.clone());
+            d = d.parent()?.to_path_buf();
+        }
+        std::fs::create_dir_all(&dir).ok()?;
+        Some(Cgroup {
+            dir,
+            name: name.to_string(),
+            made,
+        })
+    }
+
+    /// Move process `pid` into it.
+    pub fn enter(&self, pid: i32) {
+        std::fs::write(self.dir.join("cgroup.procs"), pid.to_string()).unwrap();
+    }
+}
+
+impl Drop for Cgroup {
+    fn drop(&mut self) {
+        let root = self
+            .made
+            .last()
+            .map_or(self.dir.parent().unwrap(), |d| d.parent().unwrap())
+            .join("cgroup.procs");
+        for pid in std::fs::read_to_string(self.dir.join("cgroup.procs"))
+            .unwrap_or_default()
+            .lines()
+        {
+            let _ = std::fs::write(&root, pid);
+        }
+        for d in &self.made {
+            for _ in 0..100 {
+                if std::fs::remove_dir(d).is_ok() || !d.exists() {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+        }
+    }
+}

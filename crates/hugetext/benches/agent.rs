@@ -34,6 +34,8 @@ fn measure(reps: usize, folio_sizes: bool) -> (Duration, u64) {
         policy_files: Vec::new(),
         max_series: 100_000,
         folio_sizes,
+        workloads: Vec::new(),
+        shortfalls: Default::default(),
     };
     let mut v = Vec::new();
     let mut procs = 0;

@@ -225,6 +225,105 @@ pub struct AgentConfig {
     /// available (and to re-check the policy in any case).
     #[serde(deserialize_with = "duration")]
     pub poll_interval: Duration,
+    /// Workloads selected by cgroup (`[[agent.workloads]]`): the text of
+    /// every process in them is kept warm, and each one's ratio exported.
+    pub workloads: Vec<WorkloadRule>,
+}
+
+/// One `[[agent.workloads]]` entry: exactly one selector, and `exclude`.
+///
+/// ```toml
+/// [[agent.workloads]]
+/// unit = "nginx.service"          # a systemd unit (glob: "ht-*.service")
+/// [[agent.workloads]]
+/// container = "3f2a9c0d1e7b"      # a container id, or its first 12+ hex digits
+/// [[agent.workloads]]
+/// pod = "0b5e3c2a-…"              # a Kubernetes pod UID
+/// [[agent.workloads]]
+/// cgroup = "/kubepods/*"          # a glob over the cgroup path
+/// exclude = true                  # opt out: never selected
+/// ```
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+#[serde(try_from = "RawWorkloadRule")]
+pub struct WorkloadRule {
+    /// What selects the cgroups.
+    pub selector: Selector,
+    /// An opt-out: cgroups it selects are never selected by another entry.
+    pub exclude: bool,
+}
+
+/// What a [`WorkloadRule`] selects, by cgroup path.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Selector {
+    /// A systemd unit: a component of the cgroup path matches this glob.
+    Unit(String),
+    /// A container: a component of the cgroup path is its id (as podman,
+    /// Docker, containerd and CRI-O name it), which starts with this.
+    Container(String),
+    /// A Kubernetes pod: a component is `pod<UID>` (cgroupfs driver) or
+    /// ends in `-pod<UID with _>.slice` (systemd driver).
+    Pod(String),
+    /// A glob over the whole cgroup path (`*` crosses `/`).
+    Cgroup(String),
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawWorkloadRule {
+    unit: Option<String>,
+    container: Option<String>,
+    pod: Option<String>,
+    cgroup: Option<String>,
+    #[serde(default)]
+    exclude: bool,
+}
+
+impl TryFrom<RawWorkloadRule> for WorkloadRule {
+    type Error = String;
+
+    fn try_from(r: RawWorkloadRule) -> std::result::Result<Self, String> {
+        let mut given = Vec::new();
+        if let Some(u) = r.unit {
+            glob::Pattern::new(&u).map_err(|e| format!("unit {u:?}: {e}"))?;
+            if u.contains('/') {
+                return Err(format!("unit {u:?}: a unit name, without /"));
+            }
+            given.push(Selector::Unit(u));
+        }
+        if let Some(c) = r.container {
+            if c.len() < 12 || !c.chars().all(|x| x.is_ascii_hexdigit()) {
+                return Err(format!(
+                    "container {c:?}: give its id, or at least its first 12 hex digits (podman ps, crictl ps)"
+                ));
+            }
+            given.push(Selector::Container(c.to_ascii_lowercase()));
+        }
+        if let Some(p) = r.pod {
+            if p.len() < 8 || !p.chars().all(|x| x.is_ascii_hexdigit() || x == '-' || x == '_') {
+                return Err(format!(
+                    "pod {p:?}: give its UID (kubectl get pod NAME -o jsonpath='{{.metadata.uid}}')"
+                ));
+            }
+            given.push(Selector::Pod(p.to_ascii_lowercase().replace('_', "-")));
+        }
+        if let Some(g) = r.cgroup {
+            if !g.starts_with('/') {
+                return Err(format!(
+                    "cgroup {g:?}: an absolute cgroup path (as in /proc/PID/cgroup)"
+                ));
+            }
+            glob::Pattern::new(&g).map_err(|e| format!("cgroup {g:?}: {e}"))?;
+            given.push(Selector::Cgroup(g));
+        }
+        match given.len() {
+            1 => Ok(WorkloadRule {
+                selector: given.pop().unwrap(),
+                exclude: r.exclude,
+            }),
+            0 => Err("a workload needs one of unit, container, pod or cgroup".into()),
+            _ => Err("a workload takes one of unit, container, pod or cgroup, not several".into()),
+        }
+    }
 }
 
 impl Default for AgentConfig {
@@ -236,6 +335,7 @@ impl Default for AgentConfig {
             auto: None,
             rate_limit: 6,
             poll_interval: Duration::from_secs(2),
+            workloads: Vec::new(),
         }
     }
 }
@@ -404,6 +504,16 @@ mod tests {
                 "line 2, column 17: duration \"0s\" must be",
             ),
             ("[agent]\nfrob = 1\n", "line 2, column 1: unknown field `frob`"),
+            (
+                "[[agent.workloads]]\nunit = \"a.service\"\npod = \"0b5e3c2a-1111\"\n",
+                "one of unit, container, pod or cgroup, not several",
+            ),
+            ("[[agent.workloads]]\nexclude = true\n", "a workload needs one of"),
+            ("[[agent.workloads]]\ncontainer = \"abc\"\n", "first 12 hex digits"),
+            (
+                "[[agent.workloads]]\ncgroup = \"kubepods\"\n",
+                "an absolute cgroup path",
+            ),
             (
                 "[agent.auto]\nran_within = \"1h\"\n",
                 "missing field `min_eligible_mib`",

@@ -450,17 +450,126 @@ pub fn read_exe(pid: i32) -> Option<String> {
 /// inode `ino` (from `/proc/*/maps`), sorted. Processes that vanish or cannot
 /// be read are skipped.
 fn pids_mapping(dev: u64, ino: u64) -> Vec<i32> {
+    pids_mapping_real(dev, ino, None)
+}
+
+/// [`pids_mapping`], and where `real` is given, also the processes that map
+/// the inode through another device with the same inode number whose real
+/// inode ([`real_inode`] of `/proc/PID/map_files/…`) is `real`: the same
+/// image file seen through each container's own overlayfs mount (each has
+/// its own device number; the inode number is the layer's).
+fn pids_mapping_real(dev: u64, ino: u64, real: Option<&RealInode>) -> Vec<i32> {
     let (major, minor) = (libc::major(dev), libc::minor(dev));
     all_pids()
         .unwrap_or_default()
         .into_iter()
         .filter(|&pid| {
             read_maps(Some(pid)).is_ok_and(|vmas| {
-                vmas.iter()
-                    .any(|v| v.inode == ino && v.dev_major == major && v.dev_minor == minor)
+                vmas.iter().filter(|v| v.inode == ino).any(|v| {
+                    (v.dev_major == major && v.dev_minor == minor)
+                        || real.is_some_and(|r| {
+                            real_inode_of_path(Path::new(&format!("/proc/{pid}/map_files/{:x}-{:x}", v.start, v.end)))
+                                .as_ref()
+                                == Some(r)
+                        })
+                })
             })
         })
         .collect()
+}
+
+/// Whether process `pid` has another root directory than this process (a
+/// container, a chroot): paths in its maps then name files under
+/// `/proc/PID/root`. False when that cannot be told.
+pub fn other_root(pid: i32) -> bool {
+    match (
+        std::fs::metadata(format!("/proc/{pid}/root")),
+        std::fs::metadata("/proc/self/root"),
+    ) {
+        (Ok(a), Ok(b)) => (a.dev(), a.ino()) != (b.dev(), b.ino()),
+        _ => false,
+    }
+}
+
+/// The inode that holds a file's page cache, as a file handle
+/// (`name_to_handle_at` with `AT_HANDLE_FID`, which every filesystem
+/// gives): on overlayfs the handle of the upper or lower layer's inode that
+/// overlayfs encodes in its own, so every container's mount of one image
+/// layer names the same inode; elsewhere the file's own handle. Handles are
+/// compared only between files of the same inode number.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RealInode {
+    /// The handle type (`FILEID_*`) of the real inode's filesystem.
+    pub handle_type: i32,
+    /// The handle's bytes.
+    pub handle: Vec<u8>,
+}
+
+/// overlayfs' own handle type (`OVL_FILEID_V1`).
+const OVL_FILEID_V1: i32 = 0xf8;
+/// The magic byte of an overlayfs handle (`OVL_FH_MAGIC`).
+const OVL_FH_MAGIC: u8 = 0xfb;
+
+/// [`RealInode`] of the file at `path` (links followed: a
+/// `/proc/PID/map_files/…` link names the mapped inode). None when the
+/// filesystem or the kernel gives no handle.
+pub fn real_inode_of_path(path: &Path) -> Option<RealInode> {
+    handle_at(libc::AT_FDCWD, path.as_os_str().as_bytes(), libc::AT_SYMLINK_FOLLOW)
+}
+
+/// [`RealInode`] of the open file `f`.
+pub fn real_inode(f: &std::fs::File) -> Option<RealInode> {
+    use std::os::fd::AsRawFd;
+    handle_at(f.as_raw_fd(), b"", libc::AT_EMPTY_PATH)
+}
+
+fn handle_at(dirfd: i32, path: &[u8], flags: i32) -> Option<RealInode> {
+    const AT_HANDLE_FID: i32 = 0x200;
+    const MAX: usize = 128;
+    let c = std::ffi::CString::new(path).ok()?;
+    // struct file_handle: u32 handle_bytes, i32 handle_type, bytes.
+    let mut buf = [0u32; 2 + MAX / 4];
+    buf[0] = MAX as u32;
+    let mut mnt: i32 = 0;
+    // SAFETY: buf is a file_handle with room for MAX bytes, as handle_bytes says.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_name_to_handle_at,
+            dirfd,
+            c.as_ptr(),
+            buf.as_mut_ptr(),
+            &mut mnt as *mut i32,
+            flags | AT_HANDLE_FID,
+        )
+    };
+    if r != 0 {
+        return None;
+    }
+    let len = (buf[0] as usize).min(MAX);
+    let handle_type = buf[1] as i32;
+    let bytes: Vec<u8> = buf[2..].iter().flat_map(|w| w.to_ne_bytes()).take(len).collect();
+    Some(overlay_real(handle_type, bytes))
+}
+
+/// The real inode an overlayfs handle encodes (`struct ovl_fh`: three
+/// bytes of padding, then version, magic, length, flags, the real handle's
+/// type, the real filesystem's UUID and the real handle); any other handle
+/// as it is. Pure.
+pub fn overlay_real(handle_type: i32, bytes: Vec<u8>) -> RealInode {
+    const HEAD: usize = 3 + 5 + 16;
+    if handle_type == OVL_FILEID_V1 && bytes.len() > HEAD && bytes[4] == OVL_FH_MAGIC {
+        let len = (bytes[5] as usize + 3).min(bytes.len());
+        if len > HEAD {
+            return RealInode {
+                handle_type: bytes[7] as i32,
+                handle: bytes[HEAD..len].to_vec(),
+            };
+        }
+    }
+    RealInode {
+        handle_type,
+        handle: bytes,
+    }
 }
 
 /// A mapped file as `/proc/PID/maps` names it: (device major, device minor, inode).
@@ -649,10 +758,17 @@ pub fn maps_dev(f: &std::fs::File) -> std::io::Result<u64> {
 
 /// The processes that map the open file `f`. The device is the one maps
 /// lines show ([`maps_dev`]; on btrfs not `st_dev`).
+///
+/// Processes that map the same inode through another device are found too
+/// when their file's real inode is this one's ([`real_inode`]): the file of
+/// an image layer, opened through one container's root (or as the layer's
+/// own file on the host), is mapped by every container of that image, each
+/// through its own overlayfs mount.
 pub fn mapping_pids_file(f: &std::fs::File) -> std::io::Result<Vec<ProcRef>> {
     let ino = f.metadata()?.ino();
     let dev = maps_dev(f)?;
-    Ok(mapping_pids_of(dev, ino))
+    let real = real_inode(f);
+    Ok(proc_refs(pids_mapping_real(dev, ino, real.as_ref())))
 }
 
 /// The processes (other than this one) holding the file open for writing
@@ -679,6 +795,22 @@ fn proc_refs(pids: impl IntoIterator<Item = i32>) -> Vec<ProcRef> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn overlay_handles_name_the_layer_inode() {
+        // An overlayfs handle of a lower-layer file on ext4 (as 6.18 gives
+        // it): the real handle is ext4's FILEID_INO32_GEN one inside.
+        let mut b = vec![0, 0, 0, 0, 0xfb, 29, 0, 1];
+        b.extend([0u8; 16]);
+        b.extend([0x83, 0xc0, 0x18, 0x00, 0xba, 0x82, 0x97, 0x9a]);
+        let r = overlay_real(0xf8, b);
+        assert_eq!(r.handle_type, 1);
+        assert_eq!(r.handle, vec![0x83, 0xc0, 0x18, 0x00, 0xba, 0x82, 0x97, 0x9a]);
+        // Any other handle is its own.
+        assert_eq!(overlay_real(1, vec![1, 2]).handle, vec![1, 2]);
+        let me = real_inode(&std::fs::File::open("/proc/self/exe").unwrap());
+        assert!(me.is_some_and(|r| !r.handle.is_empty()));
+    }
+
     #[test]
     fn cgroup_of_self_and_of_nobody() {
         let cg = cgroup_of(std::process::id() as i32).unwrap();

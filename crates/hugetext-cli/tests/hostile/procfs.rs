@@ -110,6 +110,8 @@ fn a_process_named_in_non_utf8_bytes_is_seen_everywhere() {
             policy_files: Vec::new(),
             max_series: 100_000,
             folio_sizes: true,
+            workloads: Vec::new(),
+            shortfalls: Default::default(),
         },
     )
     .unwrap();

@@ -13,8 +13,14 @@ use crate::profile::HotFile;
 use crate::warm::{self, Config, MemLimit, WarmContext, WarmOptions};
 use crate::{procfs, Result};
 
-/// A file identity warmed (or tried) is not tried again for this long.
+/// A file identity warmed (or tried) is not tried again for this long,
+/// unless it had PMD folios after the warm and has fewer now (evicted,
+/// reclaimed): then it is warmed again (within the rate limit).
 pub const RETRY_AFTER: Duration = Duration::from_secs(600);
+
+/// A file a selected workload's processes mapped as text stays a candidate
+/// this long after it was last seen mapped (its programs restart).
+pub const WORKLOAD_REMEMBER: Duration = Duration::from_secs(3600);
 
 /// One line of the agent's log (stderr; journald or `kubectl logs`).
 pub fn log(msg: &str) {
@@ -37,8 +43,14 @@ pub struct Candidates {
 pub struct Keeper {
     rate: RateLimit,
     recently: RecentlyRan,
-    /// Per file: the identity tried, and when it may be tried again.
-    attempts: HashMap<PathBuf, (FileId, Instant)>,
+    /// Per file: the identity tried, when it may be tried again, and the
+    /// windows in PMD folios the warm left.
+    attempts: HashMap<PathBuf, (FileId, Instant, u64)>,
+    /// Text files of the selected workloads' processes (as reached from
+    /// here: `/proc/PID/root/…` for a process with another root).
+    workload_files: RecentlyRan,
+    /// Per selected workload, its processes now.
+    workload_pids: std::collections::BTreeMap<String, Vec<i32>>,
     eligible: HashMap<FileId, (u64, u64)>,
     ctx: WarmContext,
     blocked_logged: BTreeSet<PathBuf>,
@@ -50,6 +62,8 @@ impl Keeper {
             rate: RateLimit::new(cfg.agent.rate_limit, Instant::now()),
             recently: RecentlyRan::default(),
             attempts: HashMap::new(),
+            workload_files: RecentlyRan::default(),
+            workload_pids: Default::default(),
             eligible: HashMap::new(),
             ctx: WarmContext::default(),
             blocked_logged: BTreeSet::new(),
@@ -91,6 +105,47 @@ impl Keeper {
         }
     }
 
+    /// Find the processes of the workloads `cfg` selects by cgroup, and
+    /// note the files each maps as text (stopped as soon as `cancel` says
+    /// so). A process with another root (a container) names its files
+    /// under `/proc/PID/root`.
+    pub fn note_workloads_until(&mut self, cfg: &Config, cancel: &dyn Fn() -> bool) {
+        self.workload_pids.clear();
+        if cfg.agent.workloads.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        for pid in procfs::all_pids().unwrap_or_default() {
+            if cancel() {
+                return;
+            }
+            let Some(w) = procfs::cgroup_of(pid).and_then(|cg| policy::workload_of(&cfg.agent.workloads, &cg)) else {
+                continue;
+            };
+            let Ok(vmas) = procfs::read_maps(Some(pid)) else {
+                continue;
+            };
+            let other_root = procfs::other_root(pid);
+            for v in vmas
+                .iter()
+                .filter(|v| v.is_exec() && v.is_file() && v.path.starts_with('/') && !v.path.ends_with(" (deleted)"))
+            {
+                let p = if other_root {
+                    PathBuf::from(format!("/proc/{pid}/root{}", v.path))
+                } else {
+                    PathBuf::from(&v.path)
+                };
+                self.workload_files.saw(&p, now);
+            }
+            self.workload_pids.entry(w).or_default().push(pid);
+        }
+    }
+
+    /// The selected workloads' processes, as last noted.
+    pub fn workload_pids(&self) -> &std::collections::BTreeMap<String, Vec<i32>> {
+        &self.workload_pids
+    }
+
     /// The files the policy keeps warm now, and the paths or globs that
     /// match nothing.
     pub fn candidates(&mut self, cfg: &Config) -> (Vec<PathBuf>, Vec<String>) {
@@ -124,6 +179,13 @@ impl Keeper {
                     break;
                 }
                 files.extend(warm::resolve_deps(&r).unwrap_or_default());
+            }
+        }
+        if !cfg.agent.workloads.is_empty() {
+            for p in self.workload_files.within(WORKLOAD_REMEMBER, Instant::now()) {
+                if p.is_file() {
+                    files.insert(p);
+                }
             }
         }
         if let (Some(auto), false) = (&cfg.agent.auto, out.cancelled) {
@@ -215,23 +277,30 @@ impl Keeper {
         let attempted = self
             .attempts
             .get(path)
-            .is_some_and(|(i, until)| *i == id && now < *until);
+            .is_some_and(|(i, until, _)| *i == id && now < *until);
         // Larger than the memory guard allows: refused before anything
         // costs in proportion to its size (measuring it, warming it).
         if let Err(e) = warm::check_memory(t.bytes(), limit) {
             if !attempted {
                 m.action("warm", "memory_guard");
                 log(&format!("{}: {e}", path.display()));
-                self.attempts.insert(path.clone(), (id, now + Duration::from_secs(60)));
+                self.attempts
+                    .insert(path.clone(), (id, now + Duration::from_secs(60), 0));
             }
             return Ok(());
         }
         let (eligible, pmd) = super::collect::target_state(&t)?;
+        // Warmed, and fewer PMD folios now than the warm left (evicted,
+        // reclaimed): warm again.
+        let cooled = self
+            .attempts
+            .get(path)
+            .is_some_and(|(i, _, after)| *i == id && pmd.is_some_and(|n| n < *after));
         let mut c = Candidate {
             eligible_windows: eligible,
             pmd_windows: pmd,
             mapped: false,
-            attempted,
+            attempted: attempted && !cooled,
         };
         if policy::decide(&c) == Decision::Warm {
             // The question warm itself asks about blocked windows.
@@ -274,13 +343,14 @@ impl Keeper {
         };
         m.action("warm", result);
         // Pages of a process that has just exited can stay pinned for a
-        // moment: a blocked result is retried soon, the others much later.
-        let retry = if result == "blocked" {
+        // moment: a result with blocked windows (also one that filled the
+        // others) is retried soon, the others much later.
+        let retry = if r.blocked_windows > 0 {
             Duration::from_secs(2)
         } else {
             RETRY_AFTER
         };
-        self.attempts.insert(path.clone(), (id, now + retry));
+        self.attempts.insert(path.clone(), (id, now + retry, r.pmd_windows));
         log(&format!(
             "warmed {}: {}/{} eligible windows in PMD folios ({:.0} ms){}",
             path.display(),
@@ -291,4 +361,38 @@ impl Keeper {
         ));
         Ok(())
     }
+}
+
+/// Why the text of each selected workload falls short of huge: per
+/// workload, the bytes of whole windows not mapped huge by `explain`'s
+/// reason code (the same decision as `hugetext explain --pid`); a workload
+/// whose text is all huge has none. Processes that vanish are skipped.
+pub fn shortfalls(
+    workloads: &std::collections::BTreeMap<String, Vec<i32>>,
+) -> std::collections::BTreeMap<String, std::collections::BTreeMap<String, u64>> {
+    let mut out = std::collections::BTreeMap::new();
+    if workloads.is_empty() {
+        return out;
+    }
+    let sys = crate::explain::SystemFacts::gather();
+    for (w, pids) in workloads {
+        let Ok((procs, _)) = crate::explain::gather(pids, false) else {
+            continue;
+        };
+        let mut by: std::collections::BTreeMap<String, u64> = Default::default();
+        for p in &procs {
+            for m in &p.mappings {
+                let v = crate::explain::decide(&sys, p, m);
+                if v.gain_kb > 0 {
+                    let code = serde_json::to_value(v.reason)
+                        .ok()
+                        .and_then(|j| j.as_str().map(str::to_string))
+                        .unwrap_or_else(|| "unknown".into());
+                    *by.entry(code).or_default() += v.gain_kb * 1024;
+                }
+            }
+        }
+        out.insert(w.clone(), by);
+    }
+    out
 }

@@ -156,6 +156,11 @@ pub struct ScrapeInput {
     /// (the agent always does); `false`: smaps only, as without
     /// CAP_SYS_ADMIN (the benchmark compares the two).
     pub folio_sizes: bool,
+    /// The policy's workload selectors: per selected workload, its text.
+    pub workloads: Vec<super::policy::WorkloadRule>,
+    /// Per selected workload, bytes of whole windows not mapped huge by
+    /// reason code ([`super::actions::shortfalls`]).
+    pub shortfalls: BTreeMap<String, BTreeMap<String, u64>>,
 }
 
 /// The `/proc/vmstat` counters that concern file text on huge pages
@@ -353,6 +358,7 @@ pub fn scrape(m: &AgentMetrics, input: &ScrapeInput) -> Result<String> {
     // Per file mapped as text, and per cgroup.
     let mut by_path: HashMap<String, Group> = HashMap::new();
     let mut by_cgroup: HashMap<String, Group> = HashMap::new();
+    let mut by_workload: HashMap<String, Group> = HashMap::new();
     let mut vanished = 0;
     for p in &report.processes {
         let mut paths: BTreeMap<&str, Counts> = BTreeMap::new();
@@ -368,6 +374,11 @@ pub fn scrape(m: &AgentMetrics, input: &ScrapeInput) -> Result<String> {
         }
         match procfs::cgroup_of(p.pid) {
             Some(cg) => {
+                if let Some(w) = super::policy::workload_of(&input.workloads, &cg) {
+                    let g = by_workload.entry(w).or_default();
+                    g.counts.merge(&p.counts);
+                    g.processes += 1;
+                }
                 let g = by_cgroup.entry(cg).or_default();
                 g.counts.merge(&p.counts);
                 g.processes += 1;
@@ -378,6 +389,26 @@ pub fn scrape(m: &AgentMetrics, input: &ScrapeInput) -> Result<String> {
     let cap = input.max_series.max(1);
     let mut dropped = register_groups(&mut r, &report, by_path, ("exe", "path"), cap);
     dropped += register_groups(&mut r, &report, by_cgroup, ("cgroup", "cgroup"), cap);
+    if !input.workloads.is_empty() {
+        dropped += register_groups(&mut r, &report, by_workload, ("workload", "workload"), cap);
+        // Why each selected workload's text falls short, as the policy
+        // last explained it: bytes of whole windows not mapped huge, by
+        // explain's reason code.
+        let short: Family<Labels, Gauge> = Family::default();
+        for (w, reasons) in &input.shortfalls {
+            for (reason, bytes) in reasons {
+                short
+                    .get_or_create(&labels([("workload", w), ("reason", reason)]))
+                    .set(*bytes as i64);
+            }
+        }
+        r.register_with_unit(
+            "workload_short",
+            "Text of each selected workload in whole 2 MiB windows that is not mapped huge, by reason (the codes of hugetext explain); absent when all of it is",
+            Unit::Bytes,
+            short,
+        );
+    }
 
     let system: Family<Labels, Gauge> = Family::default();
     for (kind, class, kb) in class_series(&report, &report.total) {
@@ -709,6 +740,8 @@ mod tests {
                 policy_files: vec![],
                 max_series: 100,
                 folio_sizes: true,
+                workloads: Vec::new(),
+                shortfalls: Default::default(),
             },
         )
         .unwrap();

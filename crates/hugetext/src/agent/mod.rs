@@ -106,6 +106,11 @@ const SCAN_MIN_INTERVAL: Duration = Duration::from_secs(1);
 /// A whole evaluation of the policy likewise runs at most every this many
 /// times its last cost (and at most every 100 ms).
 const EVAL_COST_FACTOR: u32 = 10;
+/// Why the selected workloads fall short is worked out (as `explain` does)
+/// at most this often…
+const SHORTFALL_MIN_INTERVAL: Duration = Duration::from_secs(15);
+/// …and at most every this many times its last cost.
+const SHORTFALL_COST_FACTOR: u32 = 20;
 
 /// State shared by the threads.
 struct Shared {
@@ -114,6 +119,9 @@ struct Shared {
     generation: AtomicU64,
     metrics: AgentMetrics,
     policy_files: Mutex<Vec<PathBuf>>,
+    /// Per selected workload, why its text falls short
+    /// ([`actions::shortfalls`]), as last worked out.
+    shortfalls: Mutex<std::collections::BTreeMap<String, std::collections::BTreeMap<String, u64>>>,
     /// One collection at a time: requests that arrive while one runs wait
     /// for it and share its page.
     flight: Mutex<Flight>,
@@ -169,6 +177,8 @@ fn page(sh: &Shared) -> Arc<PageResult> {
         policy_files: sh.policy_files.lock().unwrap_or_else(|e| e.into_inner()).clone(),
         max_series: cfg.agent.max_series,
         folio_sizes: true,
+        workloads: cfg.agent.workloads.clone(),
+        shortfalls: sh.shortfalls.lock().unwrap_or_else(|e| e.into_inner()).clone(),
     };
     let r = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| collect::scrape(&sh.metrics, &input))) {
         Ok(Ok(page)) => Ok(Page {
@@ -215,6 +225,7 @@ impl Agent {
             generation: AtomicU64::new(0),
             metrics: AgentMetrics::default(),
             policy_files: Mutex::new(Vec::new()),
+            shortfalls: Mutex::new(Default::default()),
             flight: Mutex::new(Flight::default()),
             landed: std::sync::Condvar::new(),
             stop: AtomicBool::new(false),
@@ -247,7 +258,10 @@ impl Agent {
             self.addr,
             match (
                 &self.config_path,
-                cfg.paths.is_empty() && cfg.agent.globs.is_empty() && cfg.agent.auto.is_none()
+                cfg.paths.is_empty()
+                    && cfg.agent.globs.is_empty()
+                    && cfg.agent.auto.is_none()
+                    && cfg.agent.workloads.is_empty()
             ) {
                 (None, _) => "none (metrics only; give --config to keep programs warm)".to_string(),
                 (Some(p), true) => format!("{} lists nothing to keep warm (metrics only)", p.display()),
@@ -360,6 +374,8 @@ fn keep(sh: &Shared) {
     let mut dirty = true;
     let mut logged_missing: Vec<String> = Vec::new();
     let mut logged_cut: Vec<String> = Vec::new();
+    let mut last_short: Option<Instant> = None;
+    let mut short_cost = Duration::ZERO;
     while !sh.stop.load(Ordering::SeqCst) {
         let g = sh.generation.load(Ordering::SeqCst);
         if g != generation {
@@ -421,6 +437,7 @@ fn keep(sh: &Shared) {
                 scan_cost = now.elapsed();
             }
         }
+        keeper.note_workloads_until(&cfg, &cancel);
         let found = keeper.candidates_until(&cfg, &cancel);
         if found.cancelled {
             continue;
@@ -449,5 +466,13 @@ fn keep(sh: &Shared) {
         *sh.policy_files.lock().unwrap_or_else(|e| e.into_inner()) = files.clone();
         keeper.evaluate_until(&cfg, &files, &sh.metrics, &cancel);
         eval_cost = now.elapsed();
+        let gap = (short_cost * SHORTFALL_COST_FACTOR).max(SHORTFALL_MIN_INTERVAL);
+        if !cfg.agent.workloads.is_empty() && last_short.map_or(true, |t| t.elapsed() >= gap) {
+            let t = Instant::now();
+            let short = actions::shortfalls(keeper.workload_pids());
+            *sh.shortfalls.lock().unwrap_or_else(|e| e.into_inner()) = short;
+            short_cost = t.elapsed();
+            last_short = Some(t);
+        }
     }
 }

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::config::Config;
-pub use crate::config::{AgentConfig, AutoRule};
+pub use crate::config::{AgentConfig, AutoRule, Selector, WorkloadRule};
 
 /// Where the agent listens unless told otherwise.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:9437";
@@ -160,6 +160,69 @@ fn walk_glob(pattern: &str, files: &mut BTreeSet<PathBuf>, matched: &mut bool, c
         }
     }
     Walk::Done
+}
+
+/// The workload a process in cgroup `path` belongs to under `rules`: the
+/// label of the first entry that selects it (`unit:NAME`,
+/// `container:ID12`, `pod:UID`, `cgroup:PATH`), unless an `exclude` entry
+/// selects it too. Pure.
+pub fn workload_of(rules: &[WorkloadRule], path: &str) -> Option<String> {
+    if rules.iter().any(|r| r.exclude && select(&r.selector, path).is_some()) {
+        return None;
+    }
+    rules
+        .iter()
+        .filter(|r| !r.exclude)
+        .find_map(|r| select(&r.selector, path))
+}
+
+/// The id in a cgroup path component that names a container: podman's
+/// `libpod-ID` (not its `libpod-conmon-ID`), Docker's `docker-ID.scope`,
+/// containerd's `cri-containerd-ID.scope`, CRI-O's `crio-ID.scope`, or a
+/// bare 64-digit id (cgroupfs drivers). Pure.
+fn container_id(component: &str) -> Option<&str> {
+    let c = component.strip_suffix(".scope").unwrap_or(component);
+    if c.starts_with("libpod-conmon-") || c.starts_with("crio-conmon-") {
+        return None;
+    }
+    let id = ["libpod-", "docker-", "cri-containerd-", "crio-"]
+        .iter()
+        .find_map(|p| c.strip_prefix(p))
+        .unwrap_or(c);
+    (id.len() == 64 && id.chars().all(|x| x.is_ascii_hexdigit())).then_some(id)
+}
+
+/// The pod UID a cgroup path component names: `podUID` (cgroupfs driver)
+/// or `kubepods-QOS-podUID_WITH_UNDERSCORES.slice` (systemd driver), with
+/// dashes. Pure.
+fn pod_uid(component: &str) -> Option<String> {
+    let c = component.strip_suffix(".slice").unwrap_or(component);
+    let (_, uid) = c.rsplit_once("pod")?;
+    (uid.len() >= 8 && uid.chars().all(|x| x.is_ascii_hexdigit() || x == '-' || x == '_'))
+        .then(|| uid.to_ascii_lowercase().replace('_', "-"))
+}
+
+/// The workload label when `sel` selects cgroup `path`. Pure.
+fn select(sel: &Selector, path: &str) -> Option<String> {
+    let comps = || path.split('/').filter(|c| !c.is_empty());
+    match sel {
+        Selector::Unit(g) => {
+            let pat = glob::Pattern::new(g).ok()?;
+            comps().find(|c| pat.matches(c)).map(|c| format!("unit:{c}"))
+        }
+        Selector::Container(prefix) => comps()
+            .filter_map(container_id)
+            .find(|id| id.starts_with(prefix.as_str()))
+            .map(|id| format!("container:{}", &id[..12])),
+        Selector::Pod(uid) => comps()
+            .filter_map(pod_uid)
+            .find(|u| u == uid)
+            .map(|u| format!("pod:{u}")),
+        Selector::Cgroup(g) => glob::Pattern::new(g)
+            .ok()
+            .filter(|p| p.matches(path))
+            .map(|_| format!("cgroup:{path}")),
+    }
 }
 
 /// Files mapped as text recently, for the auto rule: when each was last seen.
@@ -320,6 +383,52 @@ mod tests {
         assert_eq!(decide(&c(4, None, false, false)), Decision::Warm);
         assert_eq!(decide(&c(4, None, false, true)), Decision::Done);
         assert_eq!(decide(&c(4, None, true, false)), Decision::Blocked);
+    }
+
+    #[test]
+    fn workloads_by_unit_container_and_pod() {
+        let rule = |sel: Selector, exclude: bool| WorkloadRule { selector: sel, exclude };
+        let id = "91da2882686c3c62686c7c5a5f21df42d507d80c006936cc0a84c11ce3bf4156";
+        let uid = "0b5e3c2a-1d2f-4c6e-9a7b-3f0e2d1c4b5a";
+        let rules = vec![
+            rule(Selector::Unit("ht-*.service".into()), false),
+            rule(Selector::Container(id[..12].into()), false),
+            rule(Selector::Pod(uid.into()), false),
+            rule(Selector::Cgroup("/kubepods/besteffort/*".into()), false),
+            rule(Selector::Unit("ht-private.service".into()), true),
+        ];
+        let w = |p: &str| workload_of(&rules, p);
+        assert_eq!(w("/system.slice/ht-web.service"), Some("unit:ht-web.service".into()));
+        assert_eq!(w("/system.slice/ht-private.service"), None);
+        assert_eq!(w("/system.slice/sshd.service"), None);
+        assert_eq!(
+            w(&format!("/libpod_parent/libpod-{id}")),
+            Some(format!("container:{}", &id[..12]))
+        );
+        assert_eq!(w(&format!("/libpod_parent/libpod-conmon-{id}")), None);
+        assert_eq!(
+            w(&format!("/system.slice/docker-{id}.scope")),
+            Some(format!("container:{}", &id[..12]))
+        );
+        // Pods: cgroupfs and systemd drivers.
+        assert_eq!(
+            w(&format!("/kubepods/burstable/pod{uid}/{id}")),
+            Some(format!("container:{}", &id[..12]))
+        );
+        let other = "f".repeat(64);
+        assert_eq!(
+            w(&format!("/kubepods/burstable/pod{uid}/{other}")),
+            Some(format!("pod:{uid}"))
+        );
+        let systemd = format!(
+            "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice/cri-containerd-{other}.scope",
+            uid.replace('-', "_")
+        );
+        assert_eq!(w(&systemd), Some(format!("pod:{uid}")));
+        assert_eq!(
+            w("/kubepods/besteffort/podx/y"),
+            Some("cgroup:/kubepods/besteffort/podx/y".into())
+        );
     }
 
     #[test]

@@ -184,7 +184,7 @@ pub fn decide(sys: &SystemFacts, p: &ProcessFacts, m: &MappingFacts) -> Verdict 
                 format!(
                     "the segment's p_vaddr - p_offset is {skew:#x} modulo {pmd_w} (lld/mold layout): no address makes it congruent"
                 ),
-                Some(format!("hugetext align {}", m.path)),
+                Some(format!("hugetext align {}", m.reachable())),
                 gain,
             )
         }
@@ -247,7 +247,7 @@ pub fn decide(sys: &SystemFacts, p: &ProcessFacts, m: &MappingFacts) -> Verdict 
     match &m.cache {
         Some(Ok(c)) if c.pmd_windows < c.windows => {
             let sizes: Vec<String> = c.folios_kb.iter().map(|(sz, kb)| format!("{kb} kB in {sz} kB folios")).collect();
-            let mut fix = format!("hugetext warm {}", m.path);
+            let mut fix = format!("hugetext warm {}", m.reachable());
             let mut note = String::new();
             let in_place = m.fs.as_ref().and_then(|f| f.collapse_in_place);
             if in_place == Some(true) && khugepaged_scans(sys, m) {
@@ -346,7 +346,7 @@ pub fn decide(sys: &SystemFacts, p: &ProcessFacts, m: &MappingFacts) -> Verdict 
 /// executable, which the kernel maps; glibc aligns only when THP `enabled`
 /// is `always`. Pure.
 pub fn loader_advice(sys: &SystemFacts, p: &ProcessFacts, m: &MappingFacts) -> (String, String) {
-    let align = format!("hugetext align {}", m.path);
+    let align = format!("hugetext align {}", m.reachable());
     let by_loader = p.exe.as_deref() != Some(m.path.as_str());
     let Some(loader) = p.loader.as_ref().filter(|l| by_loader && l.elf_thp == Some(true)) else {
         return (String::new(), align);

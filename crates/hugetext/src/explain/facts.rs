@@ -110,6 +110,7 @@ fn mapping_facts(pid: i32, t: &remap::TextMapping, offset: u64, fs_cache: &mut F
         end: t.end,
         offset,
         path: t.path.clone(),
+        under_root: (t.path.starts_with('/') && procfs::other_root(pid)).then(|| format!("/proc/{pid}/root{}", t.path)),
         copied: t.copied,
         store_copy: inspect::store_copy_of(&t.path),
         ..Default::default()

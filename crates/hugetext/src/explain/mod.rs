@@ -146,6 +146,9 @@ pub struct MappingFacts {
     pub offset: u64,
     /// The file (for a copy: the file it was copied from).
     pub path: String,
+    /// Where the process has another root than this one (a container):
+    /// the file as reached from here, `/proc/PID/root` + `path`.
+    pub under_root: Option<String>,
     /// Anonymous copy made by `hugetext run` (the `copy` route).
     pub copied: bool,
     /// Its pages are shmem (a file on tmpfs, a memfd): shared, and huge
@@ -185,6 +188,12 @@ impl MappingFacts {
     /// Whole `pmd`-size windows of the mapping's address range.
     pub fn windows(&self, pmd: u64) -> u64 {
         whole_windows(self.start, self.end - self.start, pmd)
+    }
+
+    /// The file as a command run here names it: [`MappingFacts::under_root`]
+    /// where the process has another root, else `path`.
+    pub fn reachable(&self) -> &str {
+        self.under_root.as_deref().unwrap_or(&self.path)
     }
 }
 
