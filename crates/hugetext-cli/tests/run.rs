@@ -1506,8 +1506,13 @@ fn real_name(path: &str) -> String {
 
 /// `hugetext run -v -- WRAPPER wait`: the program at the end of the chain
 /// is the fixture `prog`, which must be huge-backed, and `-v` must name
-/// `chain` (the wrappers) then `prog`. Returns the stderr.
+/// `chain` (the wrappers) then `prog`; `helpers` programs with text the
+/// wrappers forked on the way make passes of their own. Returns the stderr.
 fn reaches_through_wrappers(wrapper: &Path, prog: &Path, chain: &[String]) -> String {
+    reaches_through_wrappers_with(wrapper, prog, chain, 0)
+}
+
+fn reaches_through_wrappers_with(wrapper: &Path, prog: &Path, chain: &[String], helpers: usize) -> String {
     let running = common::run_waiting(&["-v", "--strategy", "copy"], wrapper);
     let (f, a, _) = running.huge_of(prog);
     let windows = common::text_window_bytes(prog);
@@ -1534,9 +1539,9 @@ fn reaches_through_wrappers(wrapper: &Path, prog: &Path, chain: &[String]) -> St
     // A wrapper's hop makes no pass and no summary of its own ("0.0 MiB of
     // 0.0 MiB"): the program's line names the chain.
     let passes = err.lines().filter(|l| l.contains("is huge-backed")).count();
-    assert_eq!(passes, 1, "one pass summary, the program's: {err}");
+    assert_eq!(passes, 1 + helpers, "one pass summary per program with text: {err}");
     let dlopen = err.lines().filter(|l| l.contains("objects loaded after start")).count();
-    assert_eq!(dlopen, 1, "one dlopen line, the program's: {err}");
+    assert_eq!(dlopen, 1 + helpers, "one dlopen line per program with text: {err}");
     err
 }
 
@@ -1611,11 +1616,11 @@ fn a_version_manager_shim_is_followed_to_the_program() {
     );
 }
 
-/// A helper the wrapper runs before its exec is its child: it runs plain
-/// (its text is not remapped) and its own children get a clean
-/// environment.
+/// A helper the wrapper forks before its exec is judged like any process
+/// the chain reaches: one with text (`spawn` runs code of libbig.so) has
+/// its text remapped, and its own children get a clean environment.
 #[test]
-fn a_helper_forked_by_a_wrapper_runs_plain() {
+fn a_helper_with_text_forked_by_a_wrapper_is_remapped_and_its_children_run_plain() {
     let d = common::scratch();
     let pie = common::fixture("lld", "pie");
     let spawn = common::cprogs().join("spawn");
@@ -1632,11 +1637,9 @@ fn a_helper_forked_by_a_wrapper_runs_plain() {
         ),
     );
     let sh = real_name("/bin/sh");
-    let err = reaches_through_wrappers(&w, &pie, &[format!("{} ({sh})", w.display())]);
-    // One pass summary, the program's: none for the wrapper (checked
-    // above), none for the helper.
-    let passes = err.lines().filter(|l| l.contains("is huge-backed")).count();
-    assert_eq!(passes, 1, "{err}");
+    let err = reaches_through_wrappers_with(&w, &pie, &[format!("{} ({sh})", w.display())], 1);
+    let helper = format!("via 1 wrapper: {} ({sh}) -> {}", w.display(), spawn.display());
+    assert!(err.contains(&helper), "wanted {helper:?} in {err}");
     let env = std::fs::read(&seen).unwrap();
     let env: Vec<String> = env
         .split(|&c| c == 0)
@@ -1648,6 +1651,244 @@ fn a_helper_forked_by_a_wrapper_runs_plain() {
             "{bad} reached the helper's child: {env:?}"
         );
     }
+}
+
+/// What a launcher test starts: the fixture standing in for a server, and
+/// `serve`, the script that starts it reading a FIFO (the server stops when
+/// the test closes it, or ends), writing to `log`; all in a directory of
+/// the unprivileged test account, which the server may run as.
+struct Server {
+    _dir: tempfile::TempDir,
+    home: PathBuf,
+    exe: PathBuf,
+    serve: PathBuf,
+    log: PathBuf,
+    stdin: Option<std::fs::File>,
+}
+
+impl Server {
+    fn new() -> Server {
+        use std::os::unix::fs::PermissionsExt;
+        let (dir, home) = common::attacker_home();
+        let exe = common::copy_fixture(&home, "lld", "pie");
+        let fifo = home.join("stdin");
+        assert!(Command::new("mkfifo")
+            .arg("-m0644")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success());
+        let log = home.join("log");
+        let serve = script(
+            &home,
+            "serve",
+            "/bin/sh",
+            &format!(
+                "exec '{}' wait < '{}' > '{}' 2>&1",
+                exe.display(),
+                fifo.display(),
+                log.display()
+            ),
+        );
+        let (uid, gid) = common::attacker();
+        std::os::unix::fs::chown(&home, Some(uid), Some(gid)).unwrap();
+        std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o777)).unwrap();
+        // Read and write: opening never blocks, and the server reads EOF
+        // once this end is closed (close-on-exec: no launcher inherits it).
+        let stdin = std::fs::OpenOptions::new().read(true).write(true).open(&fifo).unwrap();
+        Server {
+            _dir: dir,
+            home,
+            exe,
+            serve,
+            log,
+            stdin: Some(stdin),
+        }
+    }
+
+    /// `hugetext run -v --strategy copy -- ARGV`, started by a launcher;
+    /// waits until the server is ready, checks that its text is remapped
+    /// and that its environment holds nothing of hugetext, stops it and
+    /// returns run's stderr.
+    fn through(mut self, case: &str, argv: &[std::ffi::OsString]) -> String {
+        use std::time::{Duration, Instant};
+        common::preload();
+        let err_path = self.home.join("run.err");
+        let mut child = Command::new(common::bin())
+            .args(["run", "-v", "--strategy", "copy", "--"])
+            .args(argv)
+            .env_remove("HUGETEXT_VERBOSE")
+            .env_remove("HUGETEXT_STRATEGY")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&err_path).unwrap())
+            .spawn()
+            .unwrap();
+        let err = || std::fs::read_to_string(&err_path).unwrap_or_default();
+        let t = Instant::now();
+        let ready = |log: &Path| std::fs::read_to_string(log).is_ok_and(|l| l.contains("ready"));
+        while !ready(&self.log) {
+            assert!(
+                t.elapsed() < Duration::from_secs(180),
+                "{case}: the server did not start: {}",
+                err()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let exe = self.exe.canonicalize().unwrap();
+        let pid = std::fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+            .find(|p| std::fs::read_link(format!("/proc/{p}/exe")).is_ok_and(|e| e == exe))
+            .unwrap_or_else(|| panic!("{case}: no process runs {}", exe.display()));
+        let (f, a, _) = common::huge_of_pid(pid, &self.exe);
+        let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+        drop(self.stdin.take());
+        common::remove_perf_map(pid as u32);
+        while Path::new(&format!("/proc/{pid}")).exists() {
+            assert!(
+                t.elapsed() < Duration::from_secs(300),
+                "{case}: the server did not stop"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        while child.try_wait().unwrap().is_none() {
+            assert!(t.elapsed() < Duration::from_secs(300), "{case}: run did not end");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let err = err();
+        let windows = common::text_window_bytes(&self.exe);
+        assert!(f + a >= windows, "{case}: {} of {windows} bytes huge: {err}", f + a);
+        for e in environ.split(|&c| c == 0).map(String::from_utf8_lossy) {
+            assert!(
+                !e.starts_with("HUGETEXT_"),
+                "{case}: {e} in the server's environ: {err}"
+            );
+            assert!(
+                !(e.starts_with("LD_") && e.contains("libhugetext")),
+                "{case}: {e}: {err}"
+            );
+        }
+        err
+    }
+}
+
+fn os(args: &[&dyn AsRef<std::ffi::OsStr>]) -> Vec<std::ffi::OsString> {
+    args.iter().map(|a| a.as_ref().to_os_string()).collect()
+}
+
+/// The first of `paths` that exists.
+fn installed(paths: &[&str]) -> Option<PathBuf> {
+    paths.iter().map(PathBuf::from).find(|p| p.exists())
+}
+
+#[test]
+fn a_server_started_by_runuser_is_remapped() {
+    let s = Server::new();
+    let argv = os(&[&"runuser", &"-u", &"ht-attacker", &"--", &s.serve]);
+    let err = s.through("runuser", &argv);
+    assert!(err.contains("runuser has no text of its own to remap"), "{err}");
+}
+
+#[test]
+fn a_server_started_by_su_is_remapped() {
+    let s = Server::new();
+    let argv = os(&[&"su", &"-s", &"/bin/sh", &"-c", &s.serve, &"ht-attacker"]);
+    s.through("su", &argv);
+}
+
+#[test]
+fn a_server_started_by_start_stop_daemon_is_remapped() {
+    let Some(ssd) = installed(&["/usr/sbin/start-stop-daemon", "/sbin/start-stop-daemon"]) else {
+        common::skip_line("start-stop-daemon not installed: skipped");
+        return;
+    };
+    let s = Server::new();
+    let argv = os(&[
+        &ssd,
+        &"--start",
+        &"--background",
+        &"--chuid",
+        &"ht-attacker",
+        &"--name",
+        &"ht-no-such-name",
+        &"--startas",
+        &s.serve,
+    ]);
+    s.through("start-stop-daemon", &argv);
+}
+
+/// `pg_ctl start` forks a shell that execs the server (here `-p` names
+/// the stand-in; pg_ctl refuses to run as root, so `runuser` starts it).
+#[test]
+fn a_server_started_by_pg_ctl_is_remapped() {
+    let pg_ctl = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .filter_map(|e| Some(e.ok()?.path().join("bin/pg_ctl")))
+        .find(|p| p.exists());
+    let Some(pg_ctl) = pg_ctl else {
+        common::skip_line("pg_ctl (postgresql) not installed: skipped");
+        return;
+    };
+    let s = Server::new();
+    let data = s.home.join("data");
+    std::fs::create_dir(&data).unwrap();
+    std::fs::write(data.join("PG_VERSION"), "15\n").unwrap();
+    let (uid, gid) = common::attacker();
+    for p in [&data, &data.join("PG_VERSION")] {
+        std::os::unix::fs::chown(p, Some(uid), Some(gid)).unwrap();
+    }
+    std::fs::set_permissions(&data, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    let argv = os(&[
+        &"runuser",
+        &"-u",
+        &"ht-attacker",
+        &"--",
+        &pg_ctl,
+        &"-D",
+        &data,
+        &"-p",
+        &s.serve,
+        &"-W",
+        &"start",
+    ]);
+    let err = s.through("pg_ctl", &argv);
+    assert!(err.contains("pg_ctl has no text of its own to remap"), "{err}");
+}
+
+/// A `mysqld_safe`-style script: the server started in the background
+/// (`nohup ... &`), the script waiting for it.
+#[test]
+fn a_server_a_script_starts_in_the_background_is_remapped() {
+    let s = Server::new();
+    let safe = script(
+        &s.home,
+        "server_safe",
+        "/bin/sh",
+        &format!("nohup '{}' > /dev/null 2>&1 &\nwait", s.serve.display()),
+    );
+    s.through("mysqld_safe-style script", &os(&[&safe]));
+}
+
+/// `env -i` starts its command with an empty environment: the chain is
+/// lost there, and `-v` says so at that process.
+#[test]
+fn v_names_where_env_i_loses_the_chain() {
+    common::preload();
+    let pie = common::fixture("lld", "pie");
+    let mut cmd = Command::new(common::bin());
+    cmd.args(["run", "-v", "--", "env", "-i"]).arg(&pie);
+    let o = common::output_without_perf_map(&mut cmd);
+    let err = common::text(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    let lost: Vec<_> = err
+        .lines()
+        .filter(|l| l.contains("starts its command with a cleared environment"))
+        .collect();
+    assert_eq!(lost.len(), 1, "{err}");
+    assert!(lost[0].contains("/env (-i)"), "{err}");
+    assert!(!err.contains("huge-backed"), "nothing reached the program: {err}");
 }
 
 /// `hugetext run ARGS -- PROGRAM PROGRAM_ARGS` as `cmd` (a `setpriv`

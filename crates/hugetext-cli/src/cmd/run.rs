@@ -256,7 +256,7 @@ pub fn run(args: Args) -> Result<u8> {
     if args.verbose {
         if let Some(interp) = &script {
             eprintln!(
-                "hugetext: {} is a script for {interp}: the preload follows the exec of programs without text of their own (up to {}) to the program that has text",
+                "hugetext: {} is a script for {interp}: the preload follows launchers without text of their own, and the processes they start, to the program that has text (at most {} programs with text but no whole window on the way)",
                 resolved.display(),
                 remap::MAX_WRAPPERS
             );
