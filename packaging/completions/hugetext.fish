@@ -84,7 +84,7 @@ complete -c hugetext -n "__fish_hugetext_using_subcommand warm" -l force -d 'Fil
 complete -c hugetext -n "__fish_hugetext_using_subcommand warm" -l path-unit -d 'Print a systemd .path unit that re-warms when any of the files (and the --config file) changes, and exit'
 complete -c hugetext -n "__fish_hugetext_using_subcommand warm" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c hugetext -n "__fish_hugetext_using_subcommand warm" -s V -l version -d 'Print version'
-complete -c hugetext -n "__fish_hugetext_using_subcommand profile" -l pid -d 'Sample this running process' -r
+complete -c hugetext -n "__fish_hugetext_using_subcommand profile" -l pid -d 'Sample this running process (repeat for several: one profile of all)' -r
 complete -c hugetext -n "__fish_hugetext_using_subcommand profile" -l perf-script -d 'Read samples from `perf script --show-mmap-events -F pid,ip,dso` output (\'-\': stdin)' -r -F
 complete -c hugetext -n "__fish_hugetext_using_subcommand profile" -l input -d 'Report a profile written earlier with --output' -r -F
 complete -c hugetext -n "__fish_hugetext_using_subcommand profile" -l duration -d 'Stop sampling after this many seconds (--pid: default 10)' -r
@@ -96,6 +96,7 @@ complete -c hugetext -n "__fish_hugetext_using_subcommand profile" -s o -l outpu
 complete -c hugetext -n "__fish_hugetext_using_subcommand profile" -l svg -d 'Write the heat strips as SVG to this file' -r -F
 complete -c hugetext -n "__fish_hugetext_using_subcommand profile" -l hot -d 'List the windows holding this percentage of the counts (what `run --hot` remaps)' -r
 complete -c hugetext -n "__fish_hugetext_using_subcommand profile" -l hot-out -d 'Write the windows of --hot (default 99%) as a hot-window list for HUGETEXT_HOT' -r -F
+complete -c hugetext -n "__fish_hugetext_using_subcommand profile" -l report -d 'Write the report (text, or --json) to this file, not to stdout (or, with a PROGRAM, stderr)' -r -F
 complete -c hugetext -n "__fish_hugetext_using_subcommand profile" -l top -d 'Files shown in the text report' -r
 complete -c hugetext -n "__fish_hugetext_using_subcommand profile" -l exact -d 'Run PROGRAM under qemu-user: every instruction counted, and the iTLB model'
 complete -c hugetext -n "__fish_hugetext_using_subcommand profile" -l json -d 'Print JSON (summary, iTLB estimate, hot windows) instead of text'
