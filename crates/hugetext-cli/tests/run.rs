@@ -1979,6 +1979,22 @@ fn the_static_warning_says_what_works_instead() {
         err.contains(&format!("`hugetext align {}`", skewed.display())),
         "lld layout: align first: {err}"
     );
+    // Found on PATH by a bare name (static Go as `go`): the advice names
+    // the file, which `warm` can open, not the bare name.
+    let name = congruent.file_name().unwrap().to_str().unwrap().to_string();
+    let path = format!("{}:{}", d.path().display(), std::env::var("PATH").unwrap_or_default());
+    let o = Command::new(common::bin())
+        .args(["run", "--", &name])
+        .env("PATH", path)
+        .output()
+        .unwrap();
+    let err = common::text(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains(&format!("`hugetext warm {}`", congruent.display())),
+        "by name: the path: {err}"
+    );
+    assert!(!err.contains(&format!("`hugetext warm {name}`")), "{err}");
 }
 
 /// A copy of the fixture `lld/pie` in a scratch directory the attacker

@@ -238,7 +238,10 @@ pub fn run(args: Args) -> Result<u8> {
         }
     }
     if remap::injectable(&resolved) == Injectable::Static {
-        let advice = prerun::static_advice(&shown, prerun::file_text(&resolved).as_ref());
+        // The advice names the file (a bare name found on PATH is no path
+        // `warm` or `align` can open).
+        let file = resolved.display().to_string();
+        let advice = prerun::static_advice(&file, prerun::file_text(&resolved).as_ref());
         eprintln!("hugetext: warning: {shown} is statically linked: libhugetext.so cannot be injected, it runs unchanged; {advice}");
     }
     if let Some(facts) = prerun::exec_facts(&resolved) {

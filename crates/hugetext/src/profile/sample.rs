@@ -159,6 +159,7 @@ impl Session {
 /// profile with no samples.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Watched {
+    /// The process.
     pub pid: i32,
     /// CPU time (user + system) it used during the window, clock ticks.
     pub cpu_ticks: u64,
