@@ -1581,6 +1581,27 @@ fn a_two_level_wrapper_is_followed_to_the_program() {
     );
 }
 
+/// Launchers do not count against the budget: ten shell scripts in a row
+/// (a pyenv shim and its helpers use several) still reach the program.
+#[test]
+fn ten_shell_hops_do_not_use_the_budget() {
+    let d = common::scratch();
+    let pie = common::fixture("lld", "pie");
+    let sh = real_name("/bin/sh");
+    let mut next = pie.clone();
+    let mut chain = Vec::new();
+    for i in (0..10).rev() {
+        next = script(
+            d.path(),
+            &format!("w{i}"),
+            "/bin/sh",
+            &format!("exec '{}' \"$@\"", next.display()),
+        );
+        chain.insert(0, format!("{} ({sh})", next.display()));
+    }
+    reaches_through_wrappers(&next, &pie, &chain);
+}
+
 /// A version manager's shim (pyenv's `python3`): `#!/usr/bin/env bash`,
 /// running its own bash helper, which execs the program.
 #[test]
@@ -1869,6 +1890,74 @@ fn a_server_a_script_starts_in_the_background_is_remapped() {
         &format!("nohup '{}' > /dev/null 2>&1 &\nwait", s.serve.display()),
     );
     s.through("mysqld_safe-style script", &os(&[&safe]));
+}
+
+/// A program with text but no whole window (Debian's python3.11: 2.7 MiB)
+/// has nothing to remap: it is followed like a launcher, but counts; the
+/// ninth in a chain ends it, and `-v` says so there.
+#[test]
+fn programs_with_text_but_no_window_are_followed_up_to_the_budget() {
+    let d = common::scratch();
+    let pie = common::fixture("lld", "pie");
+    let hop = d.path().join("hop.py");
+    std::fs::write(
+        &hop,
+        format!(
+            "import os, sys\nn = int(sys.argv[1])\nif n > 0:\n    os.execv(sys.executable, [sys.executable, __file__, str(n - 1)])\nos.execv('{0}', ['{0}'])\n",
+            pie.display()
+        ),
+    )
+    .unwrap();
+    let run = |hops: &str| {
+        let mut cmd = Command::new(common::bin());
+        cmd.args(["run", "-v", "--strategy", "copy", "--", "/usr/bin/python3"])
+            .arg(&hop)
+            .arg(hops)
+            .env_remove("HUGETEXT_VERBOSE");
+        let o = common::output_without_perf_map(&mut cmd);
+        let err = common::text(&o.stderr);
+        assert!(o.status.success(), "{err}");
+        err
+    };
+    // The case needs a python3 with 2 MiB or more of text and no whole
+    // window wherever it loads: a non-PIE executable (Debian's) whose
+    // text segment holds none.
+    let Ok(python) = Path::new("/usr/bin/python3").canonicalize() else {
+        common::skip_line("no /usr/bin/python3: skipped");
+        return;
+    };
+    let Ok(r) = hugetext::elf::check_file(&python) else {
+        common::skip_line("/usr/bin/python3 is not an ELF program: skipped");
+        return;
+    };
+    let text: u64 = r.segments.iter().filter(|s| s.executable).map(|s| s.filesz).sum();
+    let fixed = matches!(r.kind, hugetext::elf::check::FileKind::Executable);
+    if !fixed || text < 2 << 20 || common::text_window_bytes(&python) > 0 {
+        common::skip_line("python3 is not a fixed-address program with text and no whole window here: skipped");
+        return;
+    }
+    let err = run("0");
+    assert!(err.contains("program with text 1 of at most 8"), "{err}");
+    let pie_path = pie.canonicalize().unwrap();
+    assert!(
+        err.lines()
+            .any(|l| l.contains("is huge-backed") && !l.contains("copy 0.0 MiB)")),
+        "the program after python3 was remapped: {err}"
+    );
+    assert!(err.contains(&format!("-> {}", pie_path.display())), "{err}");
+    // Nine in a row: the ninth ends the chain, the program runs plain.
+    let err = run("8");
+    assert!(err.contains("program with text 8 of at most 8"), "{err}");
+    let ends: Vec<_> = err
+        .lines()
+        .filter(|l| l.contains("8 such programs were followed: the chain ends here"))
+        .collect();
+    assert_eq!(ends.len(), 1, "{err}");
+    assert!(
+        !err.lines()
+            .any(|l| l.contains("is huge-backed") && !l.contains("copy 0.0 MiB)")),
+        "nothing remapped past the budget: {err}"
+    );
 }
 
 /// `env -i` starts its command with an empty environment: the chain is
