@@ -2320,6 +2320,43 @@ fn the_program_and_its_children_see_no_trace_of_hugetext() {
     }
 }
 
+/// Under `--inherit` the environment stays as it is, and the room a
+/// process title has over argv and the environment (what chromium's
+/// `--type=` titles, postgres's and nginx's use) is at least what it is
+/// without hugetext: the loader's copy of `GLIBC_TUNABLES` (glibc before
+/// 2.40) no longer cuts it short.
+#[test]
+fn inherit_keeps_the_room_of_process_titles() {
+    let title = common::cprogs().join("title");
+    let room = |cmd: &mut Command| -> u64 {
+        cmd.env_clear().env("A", "1").env("PATH", "/usr/bin:/bin");
+        let o = common::output_without_perf_map(cmd);
+        let out = common::text(&o.stdout);
+        assert!(o.status.success(), "{out} {}", common::text(&o.stderr));
+        out.trim()
+            .strip_prefix("room ")
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{out}"))
+    };
+    common::preload();
+    let plain = room(&mut Command::new(&title));
+    let inherit = room(
+        Command::new(common::bin())
+            .args(["run", "--inherit", "--strategy", "copy", "--"])
+            .arg(&title),
+    );
+    let default = room(
+        Command::new(common::bin())
+            .args(["run", "--strategy", "copy", "--"])
+            .arg(&title),
+    );
+    assert!(
+        inherit >= plain,
+        "--inherit: {inherit} bytes of title room, {plain} plain"
+    );
+    assert!(default >= plain, "run: {default} bytes of title room, {plain} plain");
+}
+
 /// `run -- chroot ROOT PROGRAM` into a root without libhugetext.so: one
 /// line says so, the command runs without hugetext (no loader error, no
 /// variables passed).

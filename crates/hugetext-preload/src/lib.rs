@@ -85,6 +85,8 @@ extern "C" fn at_load(argc: c_int, argv: *const *const c_char, _envp: *const *co
     let late = late_state(&cfg);
     if cfg.inherit {
         pass(&cfg);
+        // Process titles over argv and the environment keep their room.
+        clean::tunables_in_block();
     } else {
         let argv: &[*const c_char] = match argv.is_null() || argc <= 0 {
             true => &[],
