@@ -100,6 +100,7 @@ complete -c hugetext -n "__fish_hugetext_using_subcommand profile" -l report -d 
 complete -c hugetext -n "__fish_hugetext_using_subcommand profile" -l top -d 'Files shown in the text report' -r
 complete -c hugetext -n "__fish_hugetext_using_subcommand profile" -l exact -d 'Run PROGRAM under qemu-user: every instruction counted, and the iTLB model'
 complete -c hugetext -n "__fish_hugetext_using_subcommand profile" -l json -d 'Print JSON (summary, iTLB estimate, hot windows) instead of text'
+complete -c hugetext -n "__fish_hugetext_using_subcommand profile" -l per-pid -d 'With several --pid: also a table (and JSON summary) per process'
 complete -c hugetext -n "__fish_hugetext_using_subcommand profile" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c hugetext -n "__fish_hugetext_using_subcommand profile" -s V -l version -d 'Print version'
 complete -c hugetext -n "__fish_hugetext_using_subcommand run" -l strategy -d 'Routes the preload may use' -r -f -a "auto\t'already huge, else file, else collapse, else copy (per window of the unit of huge text: the PMD, 2 MiB on x86-64; the 2 MiB contpte block on arm64 with 64 KiB pages)'

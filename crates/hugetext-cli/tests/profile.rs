@@ -584,6 +584,38 @@ fn several_pids_are_sampled_into_one_profile() {
         // a tenth of it at least.
         assert!(f["count"].as_u64().unwrap() >= 100, "{v}");
     }
+    assert!(v["per_pid"].is_null(), "no per-pid tables unless asked: {v}");
+}
+
+/// `--per-pid`: each process's own table besides the summed one; each
+/// holds its own program's samples only.
+#[test]
+fn per_pid_gives_each_process_its_own_table() {
+    let dir = common::scratch();
+    let other = dir.path().canonicalize().unwrap().join("randcall-c");
+    std::fs::copy(randcall(), &other).unwrap();
+    let (a, b) = (Spinner::start(randcall()), Spinner::start(&other));
+    let (pa, pb) = (a.pid(), b.pid());
+    let args = ["profile", "--pid", &pa, "--pid", &pb, "--duration", "2", "--per-pid"];
+    let v = json_of(&common::hugetext(&[&args[..], &["--json"]].concat()));
+    let text = common::hugetext(&args);
+    drop((a, b));
+    let per = v["per_pid"].as_array().unwrap_or_else(|| panic!("{v}"));
+    assert_eq!(per.len(), 2, "{v}");
+    for p in per {
+        let exe = if p["pid"].as_i64().map(|n| n.to_string()) == Some(pa.clone()) {
+            randcall()
+        } else {
+            other.as_path()
+        };
+        let files = p["summary"]["files"].as_array().unwrap();
+        assert_eq!(files[0]["path"], exe.to_str().unwrap(), "{p}");
+        assert!(files[0]["count"].as_u64().unwrap() >= 100, "{p}");
+        let theirs = if exe == randcall() { other.as_path() } else { randcall() };
+        assert!(!files.iter().any(|f| f["path"] == theirs.to_str().unwrap()), "{p}");
+    }
+    let out = common::text(&text.stdout);
+    assert_eq!(out.matches("samples (cpu-clock)").count(), 3, "{out}");
 }
 
 /// A process that uses no CPU time during the window gives no samples,

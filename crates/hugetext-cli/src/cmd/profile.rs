@@ -121,6 +121,10 @@ pub struct Args {
     #[arg(long, value_name = "FILE")]
     pub report: Option<PathBuf>,
 
+    /// With several --pid: also a table (and JSON summary) per process.
+    #[arg(long, requires = "pid")]
+    pub per_pid: bool,
+
     /// Files shown in the text report.
     #[arg(long, value_name = "N", default_value_t = 15)]
     pub top: usize,
@@ -145,8 +149,20 @@ fn parse_itlb(s: &str) -> std::result::Result<String, String> {
     })
 }
 
+/// `println!` into a `String`.
+macro_rules! out {
+    ($o:expr) => {
+        $o.push('\n')
+    };
+    ($o:expr, $($t:tt)*) => {{
+        $o.push_str(&format!($($t)*));
+        $o.push('\n');
+    }};
+}
+
 pub fn run(args: Args) -> Result<u8> {
     let profile = gather(&args)?;
+    let per_pid = std::mem::take(&mut *PER_PID.lock().unwrap_or_else(|e| e.into_inner()));
     if let Some(out) = &args.output {
         let text = serde_json::to_string(&profile)? + "\n";
         profile::write_output(out, text.as_bytes()).context("cannot write the profile")?;
@@ -179,10 +195,19 @@ pub fn run(args: Args) -> Result<u8> {
             "itlb": profile.itlb,
             "hot": hot.as_ref().map(|(s, h)| serde_json::json!({ "share": s, "files": h })),
             "notes": notes,
+            "per_pid": args.per_pid.then(|| per_pid.iter().map(|p| serde_json::json!({
+                "pid": p.pid,
+                "summary": report::summarise(p),
+            })).collect::<Vec<_>>()),
         });
         o = serde_json::to_string_pretty(&v)? + "\n";
     } else {
         print_text(&mut o, &profile, &summary, args.top);
+        for p in &per_pid {
+            out!(o);
+            out!(o, "pid {}:", p.pid.unwrap_or(0));
+            print_text(&mut o, p, &report::summarise(p), args.top);
+        }
         if let Some((s, h)) = &hot {
             print_hot(&mut o, *s, h, profile.pmd_size);
         }
@@ -200,17 +225,6 @@ pub fn run(args: Args) -> Result<u8> {
     Ok(0)
 }
 
-/// `println!` into a `String`.
-macro_rules! out {
-    ($o:expr) => {
-        $o.push('\n')
-    };
-    ($o:expr, $($t:tt)*) => {{
-        $o.push_str(&format!($($t)*));
-        $o.push('\n');
-    }};
-}
-
 /// The profile from the source the arguments name.
 fn gather(args: &Args) -> Result<Profile> {
     if let Some(path) = &args.input {
@@ -226,6 +240,7 @@ fn gather(args: &Args) -> Result<Profile> {
     let opts = sample::Options {
         frequency: args.frequency,
         duration: args.duration,
+        per_pid: args.per_pid,
     };
     if args.exact {
         if args.command.is_empty() {
@@ -258,7 +273,9 @@ fn gather(args: &Args) -> Result<Profile> {
             duration: Some(window),
             ..opts
         };
-        let (p, lost, watched) = sample::sample_pids(&pids, &opts, &stop)?;
+        let (p, lost, mut watched) = sample::sample_pids(&pids, &opts, &stop)?;
+        *PER_PID.lock().unwrap_or_else(|e| e.into_inner()) =
+            watched.iter_mut().filter_map(|w| w.profile.take()).collect();
         note_lost(lost);
         if p.total == 0 {
             for w in &watched {
@@ -286,6 +303,9 @@ fn gather(args: &Args) -> Result<Profile> {
 }
 
 static NOTES: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+/// `--per-pid`: each process's own profile, in the order named.
+static PER_PID: std::sync::Mutex<Vec<Profile>> = std::sync::Mutex::new(Vec::new());
 
 /// A note about the profile: on stderr before the report, or (`--json`) in
 /// the report's `notes`.

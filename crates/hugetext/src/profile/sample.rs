@@ -30,6 +30,9 @@ pub struct Options {
     pub frequency: u64,
     /// Stop after this long (`--pid`: default until the process exits).
     pub duration: Option<Duration>,
+    /// [`sample_pids`]: also one profile per process named (its threads
+    /// and the children it starts counted with it).
+    pub per_pid: bool,
 }
 
 /// Ring buffer per event (bytes, a power of two).
@@ -99,6 +102,10 @@ struct Session {
     tally: Tally,
     lost: u64,
     pmd: u64,
+    /// With per-process profiles: the processes named, and each sampled
+    /// process's one among them (0: none found).
+    roots: Option<(Vec<i32>, HashMap<i32, i32>)>,
+    per: HashMap<i32, Tally>,
 }
 
 impl Session {
@@ -109,7 +116,31 @@ impl Session {
             tally: Tally::default(),
             lost: 0,
             pmd: super::window_size(),
+            roots: None,
+            per: HashMap::new(),
         }
+    }
+
+    /// The process named among `roots` that `pid` is, or descends from (0:
+    /// none, or it exited before it could be asked).
+    fn root_of(roots: &mut (Vec<i32>, HashMap<i32, i32>), pid: i32) -> i32 {
+        if let Some(&r) = roots.1.get(&pid) {
+            return r;
+        }
+        let mut p = pid;
+        let mut found = 0;
+        for _ in 0..64 {
+            if roots.0.contains(&p) {
+                found = p;
+                break;
+            }
+            match procfs::read_stat(p) {
+                Ok(st) if st.ppid > 0 => p = st.ppid,
+                _ => break,
+            }
+        }
+        roots.1.insert(pid, found);
+        found
     }
 
     /// Read every record the rings hold and attribute the samples.
@@ -145,6 +176,10 @@ impl Session {
                 loc = space.resolve(ip);
             }
             self.tally.add(loc.as_ref(), 1);
+            if let Some(roots) = &mut self.roots {
+                let root = Session::root_of(roots, pid);
+                self.per.entry(root).or_default().add(loc.as_ref(), 1);
+            }
         }
     }
 
@@ -156,8 +191,8 @@ impl Session {
 }
 
 /// What became of one process sampled by [`sample_pids`]: what explains a
-/// profile with no samples.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// profile with no samples, and its own profile (`Options::per_pid`).
+#[derive(Debug, Clone)]
 pub struct Watched {
     /// The process.
     pub pid: i32,
@@ -165,6 +200,8 @@ pub struct Watched {
     pub cpu_ticks: u64,
     /// It exited (or became a zombie) before the window ended.
     pub exited: bool,
+    /// Its samples alone (with `Options::per_pid`).
+    pub profile: Option<Profile>,
 }
 
 /// Sample process `pid` (all its threads, and the threads and children
@@ -192,6 +229,9 @@ pub fn sample_pids(pids: &[i32], opts: &Options, stop: &AtomicBool) -> Result<(P
         before.push(st.cpu_ticks);
     }
     let mut sess = Session::new();
+    if opts.per_pid {
+        sess.roots = Some((pids.to_vec(), HashMap::new()));
+    }
     let cpus = online_cpus();
     for &pid in pids {
         for tid in task_ids(pid)? {
@@ -231,6 +271,9 @@ pub fn sample_pids(pids: &[i32], opts: &Options, stop: &AtomicBool) -> Result<(P
             exited[i] = true;
         }
     }
+    sess.drain();
+    let mut per = std::mem::take(&mut sess.per);
+    let pmd = sess.pmd;
     let (mut p, lost) = sess.finish();
     p.pid = pids.first().copied();
     let watched = pids
@@ -240,6 +283,14 @@ pub fn sample_pids(pids: &[i32], opts: &Options, stop: &AtomicBool) -> Result<(P
             pid,
             cpu_ticks: last[i].saturating_sub(before[i]),
             exited: exited[i],
+            profile: opts.per_pid.then(|| {
+                let mut one = per
+                    .remove(&pid)
+                    .unwrap_or_default()
+                    .finish(Source::Sampling, "samples", pmd);
+                one.pid = Some(pid);
+                one
+            }),
         })
         .collect();
     Ok((p, lost, watched))
