@@ -15,6 +15,7 @@ pkgs+=(gcc-aarch64-linux-gnu binutils-aarch64-linux-gnu qemu-user)  # tests/arm6
 pkgs+=(gcc-aarch64-linux-gnu gcc-powerpc64le-linux-gnu gcc-s390x-linux-gnu gcc-riscv64-linux-gnu)  # scripts/kernel-lab.sh --check: the kernel series' objects cross-compiled for arm64, ppc64el, s390x, riscv64
 pkgs+=(shellcheck)  # scripts/lint.sh
 pkgs+=(time)  # testkit::measured: GNU time reports a command's own peak memory
+pkgs+=(gdb postgresql)  # explain.rs: a package's file (gdb's) gets the copy recipe; run.rs: pg_ctl start as a launcher run follows
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

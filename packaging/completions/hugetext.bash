@@ -843,7 +843,7 @@ _hugetext() {
             return 0
             ;;
         hugetext__subcmd__profile)
-            opts="-o -h -V --pid --perf-script --input --exact --duration --frequency --itlb --walk-cycles --qemu --output --svg --hot --hot-out --json --top --help --version"
+            opts="-o -h -V --pid --perf-script --input --exact --duration --frequency --itlb --walk-cycles --qemu --output --svg --hot --hot-out --json --report --per-pid --top --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -898,6 +898,10 @@ _hugetext() {
                     return 0
                     ;;
                 --hot-out)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --report)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

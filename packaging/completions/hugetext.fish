@@ -89,7 +89,7 @@ complete -c hugetext -n "__fish_hugetext_using_subcommand warm" -l drop -d 'With
 complete -c hugetext -n "__fish_hugetext_using_subcommand warm" -l list -d 'With --shmem: list the store\'s entries, their originals, sizes and whether they are stale (the original changed: never used)'
 complete -c hugetext -n "__fish_hugetext_using_subcommand warm" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c hugetext -n "__fish_hugetext_using_subcommand warm" -s V -l version -d 'Print version'
-complete -c hugetext -n "__fish_hugetext_using_subcommand profile" -l pid -d 'Sample this running process' -r
+complete -c hugetext -n "__fish_hugetext_using_subcommand profile" -l pid -d 'Sample this running process (repeat for several: one profile of all)' -r
 complete -c hugetext -n "__fish_hugetext_using_subcommand profile" -l perf-script -d 'Read samples from `perf script --show-mmap-events -F pid,ip,dso` output (\'-\': stdin)' -r -F
 complete -c hugetext -n "__fish_hugetext_using_subcommand profile" -l input -d 'Report a profile written earlier with --output' -r -F
 complete -c hugetext -n "__fish_hugetext_using_subcommand profile" -l duration -d 'Stop sampling after this many seconds (--pid: default 10)' -r
@@ -101,9 +101,11 @@ complete -c hugetext -n "__fish_hugetext_using_subcommand profile" -s o -l outpu
 complete -c hugetext -n "__fish_hugetext_using_subcommand profile" -l svg -d 'Write the heat strips as SVG to this file' -r -F
 complete -c hugetext -n "__fish_hugetext_using_subcommand profile" -l hot -d 'List the windows holding this percentage of the counts (what `run --hot` remaps)' -r
 complete -c hugetext -n "__fish_hugetext_using_subcommand profile" -l hot-out -d 'Write the windows of --hot (default 99%) as a hot-window list for HUGETEXT_HOT' -r -F
+complete -c hugetext -n "__fish_hugetext_using_subcommand profile" -l report -d 'Write the report (text, or --json) to this file, not to stdout (or, with a PROGRAM, stderr)' -r -F
 complete -c hugetext -n "__fish_hugetext_using_subcommand profile" -l top -d 'Files shown in the text report' -r
 complete -c hugetext -n "__fish_hugetext_using_subcommand profile" -l exact -d 'Run PROGRAM under qemu-user: every instruction counted, and the iTLB model'
 complete -c hugetext -n "__fish_hugetext_using_subcommand profile" -l json -d 'Print JSON (summary, iTLB estimate, hot windows) instead of text'
+complete -c hugetext -n "__fish_hugetext_using_subcommand profile" -l per-pid -d 'With several --pid: also a table (and JSON summary) per process'
 complete -c hugetext -n "__fish_hugetext_using_subcommand profile" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c hugetext -n "__fish_hugetext_using_subcommand profile" -s V -l version -d 'Print version'
 complete -c hugetext -n "__fish_hugetext_using_subcommand run" -l strategy -d 'Routes the preload may use' -r -f -a "auto\t'already huge, else file, else collapse, else shmem, else copy (per window of the unit of huge text: the PMD, 2 MiB on x86-64; the 2 MiB contpte block on arm64 with 64 KiB pages)'

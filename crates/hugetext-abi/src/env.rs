@@ -70,20 +70,56 @@ pub fn tunables_restore(note: &[u8], cur: Option<&[u8]>) -> Option<Option<usize>
     (!value.is_empty() && value.iter().all(u8::is_ascii_digit)).then_some(keep)
 }
 
-/// How many wrappers in a row the preload follows.
+/// How many programs with text but no whole window (judged: nothing to
+/// remap, so followed like a launcher) one chain may pass through.
+/// Launchers (see [`LAUNCHER_TEXT`]) do not count.
 pub const MAX_HOPS: u32 = 8;
 
-/// `(pid, hops, chain)` of a `HUGETEXT_VIA` value; `(0, 0, "")` for an empty or
+/// How many processes one chain may follow in all (launchers included):
+/// a bound that only a loop of launchers reaches.
+pub const MAX_LAUNCHERS: u32 = 64;
+
+/// A process whose executable has less text than this (bytes) and no
+/// whole PMD-size window in any executable mapping is a launcher (a
+/// shell, `env`, `su`, `runuser`, `pg_ctl`): it passes the preload on to
+/// the processes it starts without counting against [`MAX_HOPS`].
+pub const LAUNCHER_TEXT: u64 = 2 << 20;
+
+/// A `HUGETEXT_VIA` value: where a process stands in a chain of followed
+/// launchers. Written `PID:HOPS:JUDGED:CHAIN`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct ViaValue<'a> {
+    /// The pid of the last process followed.
+    pub pid: u32,
+    /// Processes followed so far (launchers and judged programs).
+    pub hops: u32,
+    /// Programs with text but no whole window followed so far.
+    pub judged: u32,
+    /// Their names, `" -> "`-separated.
+    pub chain: &'a [u8],
+}
+
+/// Parse a `HUGETEXT_VIA` value; all zero and empty for an empty or
 /// malformed one.
-pub fn parse_via(v: &[u8]) -> (u32, u32, &[u8]) {
+pub fn parse_via(v: &[u8]) -> ViaValue<'_> {
     let num = |f: &[u8]| -> Option<u32> {
         let n = parse_size(f).filter(|_| f.iter().all(u8::is_ascii_digit))?;
         u32::try_from(n).ok()
     };
-    let mut it = v.splitn(3, |&c| c == b':');
-    match (it.next().and_then(num), it.next().and_then(num), it.next()) {
-        (Some(p), Some(h), Some(c)) => (p, h, c),
-        _ => (0, 0, b""),
+    let mut it = v.splitn(4, |&c| c == b':');
+    match (
+        it.next().and_then(num),
+        it.next().and_then(num),
+        it.next().and_then(num),
+        it.next(),
+    ) {
+        (Some(pid), Some(hops), Some(judged), Some(chain)) => ViaValue {
+            pid,
+            hops,
+            judged,
+            chain,
+        },
+        _ => ViaValue::default(),
     }
 }
 
@@ -212,12 +248,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn via_is_pid_hops_chain() {
-        assert_eq!(parse_via(b""), (0, 0, &b""[..]));
-        assert_eq!(parse_via(b"12:1:/usr/bin/x (sh)"), (12, 1, &b"/usr/bin/x (sh)"[..]));
-        assert_eq!(parse_via(b"12:2:/a:b (sh) -> /c"), (12, 2, &b"/a:b (sh) -> /c"[..]));
-        assert_eq!(parse_via(b"12:x:/a"), (0, 0, &b""[..]));
-        assert_eq!(parse_via(b"12k:1:/a"), (0, 0, &b""[..]));
+    fn via_is_pid_hops_judged_chain() {
+        let v = |pid, hops, judged, chain: &'static [u8]| ViaValue {
+            pid,
+            hops,
+            judged,
+            chain,
+        };
+        assert_eq!(parse_via(b""), ViaValue::default());
+        assert_eq!(parse_via(b"12:1:0:/usr/bin/x (sh)"), v(12, 1, 0, b"/usr/bin/x (sh)"));
+        assert_eq!(parse_via(b"12:2:1:/a:b (sh) -> /c"), v(12, 2, 1, b"/a:b (sh) -> /c"));
+        assert_eq!(parse_via(b"12:x:0:/a"), ViaValue::default());
+        assert_eq!(parse_via(b"12k:1:0:/a"), ViaValue::default());
+        assert_eq!(parse_via(b"12:1:/a"), ViaValue::default());
     }
 
     #[test]

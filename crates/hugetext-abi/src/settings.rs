@@ -167,7 +167,7 @@ impl Setting {
             Setting::Late => "follow objects loaded after start (flag, default on)",
             Setting::LateMin => "late objects with fewer bytes in whole windows are left alone (size, K/M/G)",
             Setting::Tunables => "GLIBC_TUNABLES before run changed it: - (unset) or its length",
-            Setting::Via => "the wrappers followed so far: PID:HOPS:CHAIN (run sets it empty)",
+            Setting::Via => "the launchers followed so far: PID:HOPS:JUDGED:CHAIN (run sets it empty)",
             Setting::Compat => "kernel features to act as if missing: no-pagemap-scan, no-populate, no-pt-reclaim, all",
             Setting::Hot => "a file holding the hot-window list",
             Setting::HotList => "the hot-window list itself (what run --hot sets)",

@@ -690,3 +690,126 @@ fn no_large_folios_and_shareable_advises_warm_shmem() {
     );
     r.stop();
 }
+
+/// A PIE whose 5 MiB of text starts 4 KiB into the file (bfd, p_align
+/// 4 KiB), which executes one `ret` per page of it, says "five" and
+/// "ready", then waits for stdin to close.
+fn five_mib_pie(dir: &Path) -> PathBuf {
+    let c = dir.join("five.c");
+    std::fs::write(
+        &c,
+        "#include <stdio.h>\n#include <unistd.h>\nextern char pad[];\n\
+         int main(void) { for (long i = 0; i < 0x500000; i += 4096) ((void (*)(void))(pad + i))();\n\
+         printf(\"five\\nready\\n\"); fflush(stdout); char c; return (int)read(0, &c, 1) < 0; }\n",
+    )
+    .unwrap();
+    let asm = dir.join("pad.S");
+    std::fs::write(
+        &asm,
+        "    .text\n    .globl pad\npad:\n    .fill 0x500000, 1, 0xc3\n    .section .note.GNU-stack,\"\",@progbits\n",
+    )
+    .unwrap();
+    let exe = dir.join("five");
+    let st = Command::new("gcc")
+        .args([
+            "-O1",
+            "-fPIE",
+            "-pie",
+            "-fuse-ld=bfd",
+            "-Wl,-z,max-page-size=4096",
+            "-Wl,-z,separate-code",
+        ])
+        .arg(&c)
+        .arg(&asm)
+        .arg("-o")
+        .arg(&exe)
+        .status()
+        .unwrap();
+    assert!(st.success(), "gcc five.c pad.S");
+    exe
+}
+
+/// The gain explain promises for `align` is what `align` + `warm` then
+/// PMD-map: the whole windows of the aligned layout, not of the address
+/// range as loaded. Without address randomisation the PIE's base is
+/// 0x555555554000: its 5 MiB of text at 0x555555555000 spans two whole
+/// 2 MiB windows, but aligned (base 2 MiB-aligned, text at 0x1000) one.
+#[test]
+fn the_gain_promised_for_align_is_what_align_and_warm_pmd_map() {
+    if common::unit() != 2 << 20 {
+        common::skip_line("skipped: the layout arithmetic is for 2 MiB windows");
+        return;
+    }
+    let dir = common::scratch();
+    let exe = five_mib_pie(dir.path());
+    let mut cmd = Command::new("setarch");
+    cmd.arg("-R").arg(&exe);
+    let r = common::Running::start(cmd);
+    let m = mapping(r.pid(), &exe);
+    r.stop();
+    if landed_congruent(&m) {
+        return;
+    }
+    assert_eq!(reason(&m), "base-unaligned", "{m:#}");
+    assert_eq!(m["gain_kb"].as_u64(), Some(2048), "one window after align: {m:#}");
+    assert_eq!(fix(&m), format!("hugetext align {}", s(&exe)));
+    if m["whole_windows"].as_u64() == Some(2) {
+        assert!(
+            evidence(&m).contains("aligned, its segment holds 1 whole 2 MiB window (2 as loaded now)"),
+            "{m:#}"
+        );
+    }
+    // What align and warm then give: the window promised, PMD-mapped.
+    hugetext_ok(&["align", exe.to_str().unwrap()]);
+    hugetext_ok(&["warm", exe.to_str().unwrap()]);
+    let r = common::Running::start(Command::new(&exe));
+    let after = mapping(r.pid(), &exe);
+    r.stop();
+    assert_eq!(after["pmd_kb"].as_u64(), Some(2048), "{after:#}");
+}
+
+/// A file a Debian package owns (gdb's) is not aligned in place: the fix
+/// is `check`'s warning and a copy to align and start instead.
+#[test]
+fn a_package_s_file_gets_the_copy_recipe_not_an_in_place_align() {
+    let gdb = Path::new("/usr/bin/gdb");
+    if !gdb.exists() {
+        common::skip_line("skipped: gdb not installed (scripts/install-deps.sh)");
+        return;
+    }
+    let owner = hugetext::explain::dpkg_owner("/usr/bin/gdb");
+    if owner.as_deref() != Some("gdb") {
+        common::skip_line("skipped: /usr/bin/gdb is not dpkg's gdb package here");
+        return;
+    }
+    let o = common::hugetext(&[
+        "explain",
+        "--json",
+        "--stop",
+        "--",
+        "/usr/bin/gdb",
+        "-q",
+        "-nx",
+        "-batch",
+        "-ex",
+        "shell exec sleep 30 </dev/null >/dev/null 2>&1",
+    ]);
+    assert!(o.status.success(), "{}", common::text(&o.stderr));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let m = v["processes"][0]["mappings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["path"] == "/usr/bin/gdb")
+        .unwrap_or_else(|| panic!("no mapping of gdb: {v:#}"))
+        .clone();
+    if landed_congruent(&m) {
+        return;
+    }
+    assert_eq!(reason(&m), "base-unaligned", "{m:#}");
+    let want = format!(
+        "align a copy, not the file of package gdb ({}): mkdir -p /usr/local/lib/hugetext && hugetext align -o /usr/local/lib/hugetext/gdb /usr/bin/gdb, then start /usr/local/lib/hugetext/gdb instead of /usr/bin/gdb",
+        hugetext::elf::align::SYSTEM_FILE_WARNING
+    );
+    assert_eq!(fix(&m), want, "{m:#}");
+}

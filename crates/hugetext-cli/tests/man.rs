@@ -70,10 +70,10 @@ fn installed_tree_runs_and_finds_its_preload() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(String::from_utf8_lossy(&out.stdout), "installed\n");
     let err = String::from_utf8_lossy(&out.stderr);
-    // echo has no text in whole windows: the preload says it would follow
-    // an exec (a wrapper's hop) instead of a pass summary.
+    // echo has no text of its own: the preload says it follows it as a
+    // launcher instead of a pass summary.
     assert!(
-        err.contains("huge-backed") || err.contains("has no text in whole windows"),
+        err.contains("huge-backed") || err.contains("has no text of its own to remap"),
         "the installed preload did not run (no -v line of its own): {err}"
     );
 }

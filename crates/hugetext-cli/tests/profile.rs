@@ -81,6 +81,16 @@ fn json_of(out: &std::process::Output) -> Value {
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", common::text(&out.stdout)))
 }
 
+/// The `--json` report of a profiled program: on stderr, all of it.
+fn json_of_program(out: &std::process::Output) -> Value {
+    assert!(
+        out.status.success(),
+        "hugetext profile failed: {}",
+        common::text(&out.stderr)
+    );
+    serde_json::from_slice(&out.stderr).unwrap_or_else(|e| panic!("{e}: {}", common::text(&out.stderr)))
+}
+
 /// The iTLB estimate of the file `path` in an exact run's JSON.
 fn itlb_of<'a>(v: &'a Value, path: &Path) -> &'a Value {
     let p = path.to_str().unwrap();
@@ -98,7 +108,7 @@ fn exact(args: &[&str]) -> Value {
     all.extend_from_slice(&args[..args.len() - 1]);
     all.extend_from_slice(&["--", exe]);
     all.extend(args.last().unwrap().split(' '));
-    json_of(&common::hugetext(&all))
+    json_of_program(&common::hugetext(&all))
 }
 
 /// The hand computation: 2048 stub pages spread evenly over the sets, called
@@ -196,7 +206,8 @@ fn exact_counts_every_instruction_per_page() {
     assert!(o.status.success(), "{err}");
     // The plugin's last record came: the run was followed to its end.
     assert!(!err.contains("stops early"), "{err}");
-    assert!(common::text(&o.stdout).contains("iTLB model: Intel Skylake"));
+    assert!(err.contains("iTLB model: Intel Skylake"), "{err}");
+    assert_eq!(common::text(&o.stdout), "", "the report is not in the program's stdout");
     let p: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
     assert_eq!(
         (p["format"].as_str(), p["version"].as_u64()),
@@ -274,7 +285,10 @@ fn samples_a_command_and_writes_a_profile_run_can_read() {
         "1",
     ]);
     assert!(o.status.success(), "{}", common::text(&o.stderr));
-    let text = common::text(&o.stdout);
+    // The program prints nothing: its stdout stays empty, the report is on
+    // stderr.
+    assert_eq!(common::text(&o.stdout), "");
+    let text = common::text(&o.stderr);
     assert!(text.contains("samples (cpu-clock)"), "{text}");
     assert!(text.contains(randcall().to_str().unwrap()), "{text}");
     let p: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
@@ -477,4 +491,188 @@ fn samples_in_text_run_copied_are_attributed_to_the_file() {
         n >= 50 && n as f64 >= 0.9 * total as f64,
         "{n} of {total} samples in {exe}: {v}"
     );
+}
+
+/// The profiled program's stdout is exactly what it prints alone: the
+/// report (text or `--json`) goes to stderr, or to `--report FILE`, and
+/// the JSON parses whole.
+#[test]
+fn a_profiled_programs_stdout_is_its_own_and_the_json_report_parses() {
+    let script = "printf 'known text\\n%s\\n' 'second line'; i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done";
+    let alone = Command::new("sh").args(["-c", script]).output().unwrap();
+    assert_eq!(common::text(&alone.stdout), "known text\nsecond line\n");
+    let o = common::hugetext(&["profile", "--json", "--", "sh", "-c", script]);
+    assert_eq!(o.stdout, alone.stdout, "{}", common::text(&o.stdout));
+    let v = json_of_program(&o);
+    assert!(v["summary"].is_object(), "{v}");
+    let o = common::hugetext(&["profile", "--", "sh", "-c", script]);
+    assert!(o.status.success(), "{}", common::text(&o.stderr));
+    assert_eq!(o.stdout, alone.stdout, "{}", common::text(&o.stdout));
+    assert!(common::text(&o.stderr).contains("samples (cpu-clock)"));
+    let dir = common::scratch();
+    let report = dir.path().join("report.json");
+    let o = common::hugetext(&[
+        "profile",
+        "--json",
+        "--report",
+        report.to_str().unwrap(),
+        "--",
+        "sh",
+        "-c",
+        script,
+    ]);
+    assert!(o.status.success(), "{}", common::text(&o.stderr));
+    assert_eq!(o.stdout, alone.stdout);
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert!(v["summary"].is_object(), "{v}");
+}
+
+/// A process kept spinning for a test; killed and reaped when dropped.
+struct Spinner(std::process::Child);
+
+impl Spinner {
+    fn start(exe: &Path) -> Spinner {
+        let c = Command::new(exe)
+            .args(["0", "spin", "60"])
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        Spinner(c)
+    }
+
+    fn pid(&self) -> String {
+        self.0.id().to_string()
+    }
+}
+
+impl Drop for Spinner {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `--pid` repeated: one profile of all the processes named, each file's
+/// samples summed.
+#[test]
+fn several_pids_are_sampled_into_one_profile() {
+    let dir = common::scratch();
+    let other = dir.path().canonicalize().unwrap().join("randcall-b");
+    std::fs::copy(randcall(), &other).unwrap();
+    let (a, b) = (Spinner::start(randcall()), Spinner::start(&other));
+    let o = common::hugetext(&[
+        "profile",
+        "--pid",
+        &a.pid(),
+        "--pid",
+        &b.pid(),
+        "--duration",
+        "2",
+        "--json",
+    ]);
+    drop((a, b));
+    let v = json_of(&o);
+    assert_eq!(v["pids"].as_array().map(|p| p.len()), Some(2), "{v}");
+    for exe in [randcall(), other.as_path()] {
+        let f = v["summary"]["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["path"] == exe.to_str().unwrap())
+            .unwrap_or_else(|| panic!("no samples in {}: {v}", exe.display()));
+        // Two seconds of a spinning process at 999 Hz, on a loaded machine:
+        // a tenth of it at least.
+        assert!(f["count"].as_u64().unwrap() >= 100, "{v}");
+    }
+    assert!(v["per_pid"].is_null(), "no per-pid tables unless asked: {v}");
+}
+
+/// `--per-pid`: each process's own table besides the summed one; each
+/// holds its own program's samples only.
+#[test]
+fn per_pid_gives_each_process_its_own_table() {
+    let dir = common::scratch();
+    let other = dir.path().canonicalize().unwrap().join("randcall-c");
+    std::fs::copy(randcall(), &other).unwrap();
+    let (a, b) = (Spinner::start(randcall()), Spinner::start(&other));
+    let (pa, pb) = (a.pid(), b.pid());
+    let args = ["profile", "--pid", &pa, "--pid", &pb, "--duration", "2", "--per-pid"];
+    let v = json_of(&common::hugetext(&[&args[..], &["--json"]].concat()));
+    let text = common::hugetext(&args);
+    drop((a, b));
+    let per = v["per_pid"].as_array().unwrap_or_else(|| panic!("{v}"));
+    assert_eq!(per.len(), 2, "{v}");
+    for p in per {
+        let exe = if p["pid"].as_i64().map(|n| n.to_string()) == Some(pa.clone()) {
+            randcall()
+        } else {
+            other.as_path()
+        };
+        let files = p["summary"]["files"].as_array().unwrap();
+        assert_eq!(files[0]["path"], exe.to_str().unwrap(), "{p}");
+        assert!(files[0]["count"].as_u64().unwrap() >= 100, "{p}");
+        let theirs = if exe == randcall() { other.as_path() } else { randcall() };
+        assert!(!files.iter().any(|f| f["path"] == theirs.to_str().unwrap()), "{p}");
+    }
+    let out = common::text(&text.stdout);
+    assert_eq!(out.matches("samples (cpu-clock)").count(), 3, "{out}");
+}
+
+/// A process that uses no CPU time during the window gives no samples,
+/// and the report says so (text: a note on stderr; JSON: in `notes`).
+#[test]
+fn an_idle_process_gives_no_samples_and_says_why() {
+    let mut idle = Command::new("sleep").arg("60").spawn().unwrap();
+    let pid = idle.id().to_string();
+    let o = common::hugetext(&["profile", "--pid", &pid, "--duration", "1"]);
+    let v = json_of(&common::hugetext(&[
+        "profile",
+        "--pid",
+        &pid,
+        "--duration",
+        "1",
+        "--json",
+    ]));
+    let _ = idle.kill();
+    let _ = idle.wait();
+    let err = common::text(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    let want = format!("pid {pid}: no samples: it used no CPU time during the 1.0 s window");
+    assert!(err.contains(&want), "{err}");
+    assert!(
+        v["notes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n.as_str().unwrap().contains(&want)),
+        "{v}"
+    );
+}
+
+/// The fixture `usebig` runs code spread over libbig.so's 20 MiB of text,
+/// which thrashes the modelled 4 KiB iTLBs; libc and the loader have no
+/// whole window, yet miss less in the huge model (libbig.so on 2 MiB pages
+/// leaves them the TLB entries): those rows are marked, with a note.
+#[test]
+fn files_that_gain_only_from_other_files_huge_text_are_marked() {
+    let usebig = common::fixture("lld", "usebig").canonicalize().unwrap();
+    let libbig = usebig.with_file_name("libbig.so");
+    let exe = usebig.to_str().unwrap();
+    let v = json_of_program(&common::hugetext(&["profile", "--exact", "--json", "--", exe]));
+    assert_eq!(itlb_of(&v, &libbig)["own_huge"], true, "{v}");
+    let files = v["itlb"]["files"].as_array().unwrap();
+    let marked: Vec<&str> = files
+        .iter()
+        .filter(|f| f["own_huge"] == false && f["huge_cycles"].as_u64() < f["small_cycles"].as_u64())
+        .map(|f| f["path"].as_str().unwrap())
+        .collect();
+    assert!(!marked.is_empty(), "no file gains only from the others: {v}");
+    let o = common::hugetext(&["profile", "--exact", "--", exe]);
+    let err = common::text(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    for m in &marked {
+        assert!(err.contains(&format!("{m} *")), "{m} not marked: {err}");
+    }
+    assert!(err.contains("* no whole 2 MiB window of its own"), "{err}");
+    assert!(!err.contains(&format!("{} *", libbig.display())), "{err}");
 }

@@ -1509,8 +1509,13 @@ fn real_name(path: &str) -> String {
 
 /// `hugetext run -v -- WRAPPER wait`: the program at the end of the chain
 /// is the fixture `prog`, which must be huge-backed, and `-v` must name
-/// `chain` (the wrappers) then `prog`. Returns the stderr.
+/// `chain` (the wrappers) then `prog`; `helpers` programs with text the
+/// wrappers forked on the way make passes of their own. Returns the stderr.
 fn reaches_through_wrappers(wrapper: &Path, prog: &Path, chain: &[String]) -> String {
+    reaches_through_wrappers_with(wrapper, prog, chain, 0)
+}
+
+fn reaches_through_wrappers_with(wrapper: &Path, prog: &Path, chain: &[String], helpers: usize) -> String {
     let running = common::run_waiting(&["-v", "--strategy", "copy"], wrapper);
     let (f, a, _) = running.huge_of(prog);
     let windows = common::text_window_bytes(prog);
@@ -1537,9 +1542,9 @@ fn reaches_through_wrappers(wrapper: &Path, prog: &Path, chain: &[String]) -> St
     // A wrapper's hop makes no pass and no summary of its own ("0.0 MiB of
     // 0.0 MiB"): the program's line names the chain.
     let passes = err.lines().filter(|l| l.contains("is huge-backed")).count();
-    assert_eq!(passes, 1, "one pass summary, the program's: {err}");
+    assert_eq!(passes, 1 + helpers, "one pass summary per program with text: {err}");
     let dlopen = err.lines().filter(|l| l.contains("objects loaded after start")).count();
-    assert_eq!(dlopen, 1, "one dlopen line, the program's: {err}");
+    assert_eq!(dlopen, 1 + helpers, "one dlopen line per program with text: {err}");
     err
 }
 
@@ -1579,6 +1584,27 @@ fn a_two_level_wrapper_is_followed_to_the_program() {
     );
 }
 
+/// Launchers do not count against the budget: ten shell scripts in a row
+/// (a pyenv shim and its helpers use several) still reach the program.
+#[test]
+fn ten_shell_hops_do_not_use_the_budget() {
+    let d = common::scratch();
+    let pie = common::fixture("lld", "pie");
+    let sh = real_name("/bin/sh");
+    let mut next = pie.clone();
+    let mut chain = Vec::new();
+    for i in (0..10).rev() {
+        next = script(
+            d.path(),
+            &format!("w{i}"),
+            "/bin/sh",
+            &format!("exec '{}' \"$@\"", next.display()),
+        );
+        chain.insert(0, format!("{} ({sh})", next.display()));
+    }
+    reaches_through_wrappers(&next, &pie, &chain);
+}
+
 /// A version manager's shim (pyenv's `python3`): `#!/usr/bin/env bash`,
 /// running its own bash helper, which execs the program.
 #[test]
@@ -1614,11 +1640,11 @@ fn a_version_manager_shim_is_followed_to_the_program() {
     );
 }
 
-/// A helper the wrapper runs before its exec is its child: it runs plain
-/// (its text is not remapped) and its own children get a clean
-/// environment.
+/// A helper the wrapper forks before its exec is judged like any process
+/// the chain reaches: one with text (`spawn` runs code of libbig.so) has
+/// its text remapped, and its own children get a clean environment.
 #[test]
-fn a_helper_forked_by_a_wrapper_runs_plain() {
+fn a_helper_with_text_forked_by_a_wrapper_is_remapped_and_its_children_run_plain() {
     let d = common::scratch();
     let pie = common::fixture("lld", "pie");
     let spawn = common::cprogs().join("spawn");
@@ -1635,11 +1661,9 @@ fn a_helper_forked_by_a_wrapper_runs_plain() {
         ),
     );
     let sh = real_name("/bin/sh");
-    let err = reaches_through_wrappers(&w, &pie, &[format!("{} ({sh})", w.display())]);
-    // One pass summary, the program's: none for the wrapper (checked
-    // above), none for the helper.
-    let passes = err.lines().filter(|l| l.contains("is huge-backed")).count();
-    assert_eq!(passes, 1, "{err}");
+    let err = reaches_through_wrappers_with(&w, &pie, &[format!("{} ({sh})", w.display())], 1);
+    let helper = format!("via 1 wrapper: {} ({sh}) -> {}", w.display(), spawn.display());
+    assert!(err.contains(&helper), "wanted {helper:?} in {err}");
     let env = std::fs::read(&seen).unwrap();
     let env: Vec<String> = env
         .split(|&c| c == 0)
@@ -1651,6 +1675,312 @@ fn a_helper_forked_by_a_wrapper_runs_plain() {
             "{bad} reached the helper's child: {env:?}"
         );
     }
+}
+
+/// What a launcher test starts: the fixture standing in for a server, and
+/// `serve`, the script that starts it reading a FIFO (the server stops when
+/// the test closes it, or ends), writing to `log`; all in a directory of
+/// the unprivileged test account, which the server may run as.
+struct Server {
+    _dir: tempfile::TempDir,
+    home: PathBuf,
+    exe: PathBuf,
+    serve: PathBuf,
+    log: PathBuf,
+    stdin: Option<std::fs::File>,
+}
+
+impl Server {
+    fn new() -> Server {
+        use std::os::unix::fs::PermissionsExt;
+        let (dir, home) = common::attacker_home();
+        let exe = common::copy_fixture(&home, "lld", "pie");
+        let fifo = home.join("stdin");
+        assert!(Command::new("mkfifo")
+            .arg("-m0644")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success());
+        let log = home.join("log");
+        let serve = script(
+            &home,
+            "serve",
+            "/bin/sh",
+            &format!(
+                "exec '{}' wait < '{}' > '{}' 2>&1",
+                exe.display(),
+                fifo.display(),
+                log.display()
+            ),
+        );
+        let (uid, gid) = common::attacker();
+        std::os::unix::fs::chown(&home, Some(uid), Some(gid)).unwrap();
+        std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o777)).unwrap();
+        // Read and write: opening never blocks, and the server reads EOF
+        // once this end is closed (close-on-exec: no launcher inherits it).
+        let stdin = std::fs::OpenOptions::new().read(true).write(true).open(&fifo).unwrap();
+        Server {
+            _dir: dir,
+            home,
+            exe,
+            serve,
+            log,
+            stdin: Some(stdin),
+        }
+    }
+
+    /// `hugetext run -v --strategy copy -- ARGV`, started by a launcher;
+    /// waits until the server is ready, checks that its text is remapped
+    /// and that its environment holds nothing of hugetext, stops it and
+    /// returns run's stderr.
+    fn through(mut self, case: &str, argv: &[std::ffi::OsString]) -> String {
+        use std::time::{Duration, Instant};
+        common::preload();
+        let err_path = self.home.join("run.err");
+        let mut child = Command::new(common::bin())
+            .args(["run", "-v", "--strategy", "copy", "--"])
+            .args(argv)
+            .env_remove("HUGETEXT_VERBOSE")
+            .env_remove("HUGETEXT_STRATEGY")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&err_path).unwrap())
+            .spawn()
+            .unwrap();
+        let err = || std::fs::read_to_string(&err_path).unwrap_or_default();
+        let t = Instant::now();
+        let ready = |log: &Path| std::fs::read_to_string(log).is_ok_and(|l| l.contains("ready"));
+        while !ready(&self.log) {
+            assert!(
+                t.elapsed() < Duration::from_secs(180),
+                "{case}: the server did not start: {}",
+                err()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let exe = self.exe.canonicalize().unwrap();
+        let pid = std::fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+            .find(|p| std::fs::read_link(format!("/proc/{p}/exe")).is_ok_and(|e| e == exe))
+            .unwrap_or_else(|| panic!("{case}: no process runs {}", exe.display()));
+        let (f, a, _) = common::huge_of_pid(pid, &self.exe);
+        let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+        drop(self.stdin.take());
+        common::remove_perf_map(pid as u32);
+        while Path::new(&format!("/proc/{pid}")).exists() {
+            assert!(
+                t.elapsed() < Duration::from_secs(300),
+                "{case}: the server did not stop"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        while child.try_wait().unwrap().is_none() {
+            assert!(t.elapsed() < Duration::from_secs(300), "{case}: run did not end");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let err = err();
+        let windows = common::text_window_bytes(&self.exe);
+        assert!(f + a >= windows, "{case}: {} of {windows} bytes huge: {err}", f + a);
+        for e in environ.split(|&c| c == 0).map(String::from_utf8_lossy) {
+            assert!(
+                !e.starts_with("HUGETEXT_"),
+                "{case}: {e} in the server's environ: {err}"
+            );
+            assert!(
+                !(e.starts_with("LD_") && e.contains("libhugetext")),
+                "{case}: {e}: {err}"
+            );
+        }
+        err
+    }
+}
+
+fn os(args: &[&dyn AsRef<std::ffi::OsStr>]) -> Vec<std::ffi::OsString> {
+    args.iter().map(|a| a.as_ref().to_os_string()).collect()
+}
+
+/// The first of `paths` that exists.
+fn installed(paths: &[&str]) -> Option<PathBuf> {
+    paths.iter().map(PathBuf::from).find(|p| p.exists())
+}
+
+#[test]
+fn a_server_started_by_runuser_is_remapped() {
+    let s = Server::new();
+    let argv = os(&[&"runuser", &"-u", &"ht-attacker", &"--", &s.serve]);
+    let err = s.through("runuser", &argv);
+    assert!(err.contains("runuser has no text of its own to remap"), "{err}");
+}
+
+#[test]
+fn a_server_started_by_su_is_remapped() {
+    let s = Server::new();
+    let argv = os(&[&"su", &"-s", &"/bin/sh", &"-c", &s.serve, &"ht-attacker"]);
+    s.through("su", &argv);
+}
+
+#[test]
+fn a_server_started_by_start_stop_daemon_is_remapped() {
+    let Some(ssd) = installed(&["/usr/sbin/start-stop-daemon", "/sbin/start-stop-daemon"]) else {
+        common::skip_line("start-stop-daemon not installed: skipped");
+        return;
+    };
+    let s = Server::new();
+    let argv = os(&[
+        &ssd,
+        &"--start",
+        &"--background",
+        &"--chuid",
+        &"ht-attacker",
+        &"--name",
+        &"ht-no-such-name",
+        &"--startas",
+        &s.serve,
+    ]);
+    s.through("start-stop-daemon", &argv);
+}
+
+/// `pg_ctl start` forks a shell that execs the server (here `-p` names
+/// the stand-in; pg_ctl refuses to run as root, so `runuser` starts it).
+#[test]
+fn a_server_started_by_pg_ctl_is_remapped() {
+    let pg_ctl = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .filter_map(|e| Some(e.ok()?.path().join("bin/pg_ctl")))
+        .find(|p| p.exists());
+    let Some(pg_ctl) = pg_ctl else {
+        common::skip_line("pg_ctl (postgresql) not installed: skipped");
+        return;
+    };
+    let s = Server::new();
+    let data = s.home.join("data");
+    std::fs::create_dir(&data).unwrap();
+    std::fs::write(data.join("PG_VERSION"), "15\n").unwrap();
+    let (uid, gid) = common::attacker();
+    for p in [&data, &data.join("PG_VERSION")] {
+        std::os::unix::fs::chown(p, Some(uid), Some(gid)).unwrap();
+    }
+    std::fs::set_permissions(&data, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    let argv = os(&[
+        &"runuser",
+        &"-u",
+        &"ht-attacker",
+        &"--",
+        &pg_ctl,
+        &"-D",
+        &data,
+        &"-p",
+        &s.serve,
+        &"-W",
+        &"start",
+    ]);
+    let err = s.through("pg_ctl", &argv);
+    assert!(err.contains("pg_ctl has no text of its own to remap"), "{err}");
+}
+
+/// A `mysqld_safe`-style script: the server started in the background
+/// (`nohup ... &`), the script waiting for it.
+#[test]
+fn a_server_a_script_starts_in_the_background_is_remapped() {
+    let s = Server::new();
+    let safe = script(
+        &s.home,
+        "server_safe",
+        "/bin/sh",
+        &format!("nohup '{}' > /dev/null 2>&1 &\nwait", s.serve.display()),
+    );
+    s.through("mysqld_safe-style script", &os(&[&safe]));
+}
+
+/// A program with text but no whole window (Debian's python3.11: 2.7 MiB)
+/// has nothing to remap: it is followed like a launcher, but counts; the
+/// ninth in a chain ends it, and `-v` says so there.
+#[test]
+fn programs_with_text_but_no_window_are_followed_up_to_the_budget() {
+    let d = common::scratch();
+    let pie = common::fixture("lld", "pie");
+    let hop = d.path().join("hop.py");
+    std::fs::write(
+        &hop,
+        format!(
+            "import os, sys\nn = int(sys.argv[1])\nif n > 0:\n    os.execv(sys.executable, [sys.executable, __file__, str(n - 1)])\nos.execv('{0}', ['{0}'])\n",
+            pie.display()
+        ),
+    )
+    .unwrap();
+    let run = |hops: &str| {
+        let mut cmd = Command::new(common::bin());
+        cmd.args(["run", "-v", "--strategy", "copy", "--", "/usr/bin/python3"])
+            .arg(&hop)
+            .arg(hops)
+            .env_remove("HUGETEXT_VERBOSE");
+        let o = common::output_without_perf_map(&mut cmd);
+        let err = common::text(&o.stderr);
+        assert!(o.status.success(), "{err}");
+        err
+    };
+    // The case needs a python3 with 2 MiB or more of text and no whole
+    // window wherever it loads: a non-PIE executable (Debian's) whose
+    // text segment holds none.
+    let Ok(python) = Path::new("/usr/bin/python3").canonicalize() else {
+        common::skip_line("no /usr/bin/python3: skipped");
+        return;
+    };
+    let Ok(r) = hugetext::elf::check_file(&python) else {
+        common::skip_line("/usr/bin/python3 is not an ELF program: skipped");
+        return;
+    };
+    let text: u64 = r.segments.iter().filter(|s| s.executable).map(|s| s.filesz).sum();
+    let fixed = matches!(r.kind, hugetext::elf::check::FileKind::Executable);
+    if !fixed || text < 2 << 20 || common::text_window_bytes(&python) > 0 {
+        common::skip_line("python3 is not a fixed-address program with text and no whole window here: skipped");
+        return;
+    }
+    let err = run("0");
+    assert!(err.contains("program with text 1 of at most 8"), "{err}");
+    let pie_path = pie.canonicalize().unwrap();
+    assert!(
+        err.lines()
+            .any(|l| l.contains("is huge-backed") && !l.contains("copy 0.0 MiB)")),
+        "the program after python3 was remapped: {err}"
+    );
+    assert!(err.contains(&format!("-> {}", pie_path.display())), "{err}");
+    // Nine in a row: the ninth ends the chain, the program runs plain.
+    let err = run("8");
+    assert!(err.contains("program with text 8 of at most 8"), "{err}");
+    let ends: Vec<_> = err
+        .lines()
+        .filter(|l| l.contains("8 such programs were followed: the chain ends here"))
+        .collect();
+    assert_eq!(ends.len(), 1, "{err}");
+    assert!(
+        !err.lines()
+            .any(|l| l.contains("is huge-backed") && !l.contains("copy 0.0 MiB)")),
+        "nothing remapped past the budget: {err}"
+    );
+}
+
+/// `env -i` starts its command with an empty environment: the chain is
+/// lost there, and `-v` says so at that process.
+#[test]
+fn v_names_where_env_i_loses_the_chain() {
+    common::preload();
+    let pie = common::fixture("lld", "pie");
+    let mut cmd = Command::new(common::bin());
+    cmd.args(["run", "-v", "--", "env", "-i"]).arg(&pie);
+    let o = common::output_without_perf_map(&mut cmd);
+    let err = common::text(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    let lost: Vec<_> = err
+        .lines()
+        .filter(|l| l.contains("starts its command with a cleared environment"))
+        .collect();
+    assert_eq!(lost.len(), 1, "{err}");
+    assert!(lost[0].contains("/env (-i)"), "{err}");
+    assert!(!err.contains("huge-backed"), "nothing reached the program: {err}");
 }
 
 /// `hugetext run ARGS -- PROGRAM PROGRAM_ARGS` as `cmd` (a `setpriv`
@@ -1741,6 +2071,22 @@ fn the_static_warning_says_what_works_instead() {
         err.contains(&format!("`hugetext align {}`", skewed.display())),
         "lld layout: align first: {err}"
     );
+    // Found on PATH by a bare name (static Go as `go`): the advice names
+    // the file, which `warm` can open, not the bare name.
+    let name = congruent.file_name().unwrap().to_str().unwrap().to_string();
+    let path = format!("{}:{}", d.path().display(), std::env::var("PATH").unwrap_or_default());
+    let o = Command::new(common::bin())
+        .args(["run", "--", &name])
+        .env("PATH", path)
+        .output()
+        .unwrap();
+    let err = common::text(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains(&format!("`hugetext warm {}`", congruent.display())),
+        "by name: the path: {err}"
+    );
+    assert!(!err.contains(&format!("`hugetext warm {name}`")), "{err}");
 }
 
 /// A copy of the fixture `lld/pie` in a scratch directory the attacker
@@ -1975,6 +2321,43 @@ fn the_program_and_its_children_see_no_trace_of_hugetext() {
         );
         assert_clean(&child, user_preload, &format!("{case}: its child's environment"));
     }
+}
+
+/// Under `--inherit` the environment stays as it is, and the room a
+/// process title has over argv and the environment (what chromium's
+/// `--type=` titles, postgres's and nginx's use) is at least what it is
+/// without hugetext: the loader's copy of `GLIBC_TUNABLES` (glibc before
+/// 2.40) no longer cuts it short.
+#[test]
+fn inherit_keeps_the_room_of_process_titles() {
+    let title = common::cprogs().join("title");
+    let room = |cmd: &mut Command| -> u64 {
+        cmd.env_clear().env("A", "1").env("PATH", "/usr/bin:/bin");
+        let o = common::output_without_perf_map(cmd);
+        let out = common::text(&o.stdout);
+        assert!(o.status.success(), "{out} {}", common::text(&o.stderr));
+        out.trim()
+            .strip_prefix("room ")
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{out}"))
+    };
+    common::preload();
+    let plain = room(&mut Command::new(&title));
+    let inherit = room(
+        Command::new(common::bin())
+            .args(["run", "--inherit", "--strategy", "copy", "--"])
+            .arg(&title),
+    );
+    let default = room(
+        Command::new(common::bin())
+            .args(["run", "--strategy", "copy", "--"])
+            .arg(&title),
+    );
+    assert!(
+        inherit >= plain,
+        "--inherit: {inherit} bytes of title room, {plain} plain"
+    );
+    assert!(default >= plain, "run: {default} bytes of title room, {plain} plain");
 }
 
 /// `run -- chroot ROOT PROGRAM` into a root without libhugetext.so: one

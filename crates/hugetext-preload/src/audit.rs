@@ -108,22 +108,9 @@ fn own_base() -> usize {
     core::ptr::addr_of!(__ehdr_start) as usize
 }
 
-/// The address of the preload copy's `PLAIN` flag, once found.
-static PLAIN_AT: AtomicUsize = AtomicUsize::new(0);
-
 /// The address of the preload copy's [`crate::via::became_program`], once
 /// found.
 static BECAME_AT: AtomicUsize = AtomicUsize::new(0);
-
-/// Does this process run plain (a wrapper's forked child, see `via`)?
-fn plain() -> bool {
-    match PLAIN_AT.load(Relaxed) {
-        0 => crate::PLAIN.load(Relaxed),
-        // SAFETY: the preload copy's `PLAIN`, at the same offset in the
-        // same file (checked in `find_preload`), never unloaded.
-        p => unsafe { &*(p as *const AtomicBool) }.load(Relaxed),
-    }
-}
 
 /// The pass lock of this process: the preload copy's when this copy is the
 /// auditor and found it, else this copy's own.
@@ -234,7 +221,6 @@ fn find_preload(map: &LinkMap) {
         return;
     }
     SHARED.store(core::ptr::addr_of!(crate::BUSY) as usize - own + other, Relaxed);
-    PLAIN_AT.store(core::ptr::addr_of!(crate::PLAIN) as usize - own + other, Relaxed);
     crate::clean::SAVED_AT.store(core::ptr::addr_of!(crate::clean::SAVED) as usize - own + other, Relaxed);
     BECAME_AT.store(crate::via::became_program as *const () as usize - own + other, Relaxed);
     let audited = core::ptr::addr_of!(crate::AUDITED) as usize - own + other;
@@ -444,7 +430,7 @@ unsafe fn has_textrel(ld: *const Dyn) -> bool {
 /// The pass over the `n` objects opened since the last consistent state.
 fn late(n: usize) {
     let cfg = Config::from_env();
-    if cfg.disabled || !cfg.late || plain() {
+    if cfg.disabled || !cfg.late {
         return;
     }
     if let Some(v) = cfg.bad_late_min {

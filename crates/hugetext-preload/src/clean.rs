@@ -238,6 +238,48 @@ fn compact() {
     }
 }
 
+/// With `--inherit` the environment is left as it is, but glibc before
+/// 2.40 points the `GLIBC_TUNABLES` entry of `environ` at the loader's own
+/// copy, outside the initial block: a program that measures the room for
+/// its process title over its arguments and the environment strings that
+/// follow them (chromium, postgres, nginx: contiguous strings only) stops
+/// there. When the block still holds the same bytes (the original string,
+/// which the loader copied without changing), the entry points back at
+/// them. Runs at single-threaded start-up.
+pub fn tunables_in_block() {
+    let Some((start, end)) = env_block() else { return };
+    // SAFETY: single-threaded start-up; `environ` is the NULL-terminated
+    // array libc maintains. The block `[start, end)` is the kernel-copied
+    // sequence of NUL-terminated strings, the last ending before `end`:
+    // each string read from a string start stays inside it.
+    unsafe {
+        let mut p = environ;
+        if p.is_null() {
+            return;
+        }
+        while !(*p).is_null() && !cstr(*p).starts_with(b"GLIBC_TUNABLES=") {
+            p = p.add(1);
+        }
+        if (*p).is_null() {
+            return;
+        }
+        let a = *p as usize;
+        if start <= a && a < end {
+            return;
+        }
+        let want = cstr(*p);
+        let mut q = start;
+        while q < end {
+            let s = cstr(q as *const c_char);
+            if s == want {
+                *p = q as *mut c_char;
+                return;
+            }
+            q += s.len() + 1;
+        }
+    }
+}
+
 /// Does this process run one thread (`Threads:` of `/proc/self/status`)?
 fn single_threaded() -> bool {
     let mut buf = [0u8; 512];

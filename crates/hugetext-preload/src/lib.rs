@@ -44,10 +44,6 @@ static BUSY: AtomicBool = AtomicBool::new(false);
 /// Set (by the auditor's copy) when a copy of this library audits the
 /// process's later `dlopen`s.
 static AUDITED: AtomicBool = AtomicBool::new(false);
-/// Set in a process that a wrapper forked (see `via`): it runs plain, and
-/// the auditor's copy (which reads the preload copy's flag) does nothing.
-static PLAIN: AtomicBool = AtomicBool::new(false);
-
 /// Set when this process started as a wrapper (no text in whole windows;
 /// the preload kept for what it execs). Cleared by [`via::became_program`].
 static WRAPPER: AtomicBool = AtomicBool::new(false);
@@ -89,6 +85,8 @@ extern "C" fn at_load(argc: c_int, argv: *const *const c_char, _envp: *const *co
     let late = late_state(&cfg);
     if cfg.inherit {
         pass(&cfg);
+        // Process titles over argv and the environment keep their room.
+        clean::tunables_in_block();
     } else {
         let argv: &[*const c_char] = match argv.is_null() || argc <= 0 {
             true => &[],
@@ -99,15 +97,11 @@ extern "C" fn at_load(argc: c_int, argv: *const *const c_char, _envp: *const *co
             pass(&cfg);
         }) {
             via::Start::Program => {}
-            // A helper a wrapper forked runs plain; a wrapper's hop line
-            // said what happens to what it dlopens (a program with all its
-            // text in libraries it loads later looks like a wrapper).
+            // A launcher's hop line said what happens to what it dlopens
+            // (a program with all its text in libraries it loads later
+            // looks like a launcher).
             via::Start::Wrapper => {
                 WRAPPER.store(true, Ordering::Relaxed);
-                return;
-            }
-            via::Start::Plain => {
-                clean::clean();
                 return;
             }
         }

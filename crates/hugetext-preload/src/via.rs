@@ -1,14 +1,18 @@
-//! Following wrappers to the real program. Many programs are started
-//! through a wrapper that execs them: a shell script (Debian's chromium),
-//! a version manager's shim (pyenv, nvm), `env`. Such a process has no text
-//! worth remapping (no whole PMD-size window in any executable mapping);
-//! when the preload finds itself in one, it stays in the environment, so
-//! that the program the wrapper execs loads it too, hop by hop (at most
-//! `MAX_HOPS`), until a program with text: from there on the default
-//! applies (its children run plain). `HUGETEXT_VIA` carries the wrapper's
-//! pid, the hops so far and their names. A process that a wrapper forked
-//! (a helper it runs before its exec) has another pid: it is a child, and
-//! runs plain.
+//! Following launchers to the real program. Many programs are started
+//! through a launcher: a shell script (Debian's chromium, `mysqld_safe`), a
+//! version manager's shim (pyenv, nvm), `env`, `su`, `runuser`,
+//! `start-stop-daemon`, `pg_ctl`; some exec the program, others fork a
+//! child that does. A launcher has no text of its own worth remapping: no
+//! whole PMD-size window in any executable mapping, and an executable with
+//! less than `LAUNCHER_TEXT` of text. When the preload finds itself in
+//! one, it stays in the environment, so that every process the launcher
+//! starts (by exec or fork + exec) loads it too and is judged the same
+//! way, until a program with text: its text is remapped and from there on
+//! the default applies (its children run plain). A program with text but
+//! no whole window (python3.11 as Debian builds it) has nothing to remap
+//! and is followed like a launcher, but counts: at most `MAX_HOPS` of them
+//! in one chain. `HUGETEXT_VIA` carries the last process's pid, the hops
+//! and judged programs so far, and their names.
 
 use core::ffi::{c_char, CStr};
 use core::sync::atomic::Ordering::Relaxed;
@@ -18,55 +22,86 @@ use hugetext_abi::{env, settings};
 use crate::out::{line, Out};
 use crate::{config, engine, maps, perfmap, sys};
 
-/// Where this process stands in a chain of wrappers (`HUGETEXT_VIA`).
+/// Where this process stands in a chain of launchers (`HUGETEXT_VIA`).
 pub struct Via {
-    pub pid: u32,
     pub hops: u32,
+    pub judged: u32,
     pub chain: &'static [u8],
+}
+
+/// What a process is, for the chain.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// No whole window and little text of its own: followed freely.
+    Launcher,
+    /// Text of its own (`LAUNCHER_TEXT` or more) but no whole window:
+    /// nothing to remap; followed, counting against `MAX_HOPS`.
+    Judged,
+    /// A whole window somewhere: the program.
+    Program,
+}
+
+/// Pure: what a process with (or without) a whole window and `own_text`
+/// bytes of text in its executable is.
+pub fn kind(window: bool, own_text: u64) -> Kind {
+    if window {
+        Kind::Program
+    } else if own_text < env::LAUNCHER_TEXT {
+        Kind::Launcher
+    } else {
+        Kind::Judged
+    }
 }
 
 /// What the preload does after its pass.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Next {
-    /// A wrapper: keep the preload for the program it execs.
+    /// Keep the preload for the processes this one starts.
     Follow,
-    /// A program with text (or the last hop allowed): the default applies.
-    Stop,
+    /// The chain ends here: the default applies.
+    Stop(End),
 }
 
-/// Pure: a process without text worth remapping is followed, within the
-/// bound.
-pub fn next(has_text: bool, hops: u32) -> Next {
-    if !has_text && hops < env::MAX_HOPS {
-        Next::Follow
-    } else {
-        Next::Stop
+/// Why a chain ends at a process.
+#[derive(Debug, PartialEq, Eq)]
+pub enum End {
+    /// A program with text: the chain reached it.
+    Program,
+    /// `MAX_HOPS` programs with text but no whole window were followed.
+    Judged,
+    /// `MAX_LAUNCHERS` processes were followed (a loop of launchers).
+    Hops,
+}
+
+/// Pure: is a process of `kind`, after `hops` followed of which `judged`
+/// programs with text, followed?
+pub fn next(kind: Kind, hops: u32, judged: u32) -> Next {
+    match kind {
+        Kind::Program => Next::Stop(End::Program),
+        _ if hops >= env::MAX_LAUNCHERS => Next::Stop(End::Hops),
+        Kind::Judged if judged >= env::MAX_HOPS => Next::Stop(End::Judged),
+        _ => Next::Follow,
     }
 }
 
 impl Via {
     pub fn from_env() -> Via {
-        let (pid, hops, chain) = env::parse_via(config::getenv(settings::VIA.as_bytes()).unwrap_or(b""));
-        Via { pid, hops, chain }
+        let v = env::parse_via(config::getenv(settings::VIA.as_bytes()).unwrap_or(b""));
+        Via {
+            hops: v.hops,
+            judged: v.judged,
+            chain: v.chain,
+        }
     }
 
-    /// A process a wrapper forked (then exec'd): its child, not the wrapper
-    /// become the program (an exec keeps the pid).
-    pub fn forked_by_wrapper(&self) -> bool {
-        // Not knowing this process's pid (a seccomp filter), it may be one:
-        // run plain, the safe side.
-        self.pid != 0 && Some(self.pid) != perfmap::pid()
-    }
-
-    /// Record this process as the next wrapper in `HUGETEXT_VIA` (a new
+    /// Record this process as the next hop in `HUGETEXT_VIA` (a new
     /// string in fresh memory, put in the variable's slot of the
-    /// environment, which the program reads when it execs). False when the
+    /// environment, which the processes it starts inherit). False when the
     /// environment has no such slot (not started by `run`).
-    pub fn follow(&self, argv: &[*const c_char]) -> bool {
+    pub fn follow(&self, argv: &[*const c_char], kind: Kind) -> bool {
         let Some(slot) = config::slot(settings::VIA) else {
             return false;
         };
-        // What tells the program exec'd from a child forked on the way.
         let Some(pid) = perfmap::pid() else {
             return false;
         };
@@ -78,6 +113,8 @@ impl Via {
             .u(u64::from(pid))
             .s(":")
             .u(self.hops as u64 + 1)
+            .s(":")
+            .u(self.judged as u64 + u64::from(kind == Kind::Judged))
             .s(":");
         if !self.chain.is_empty() {
             // Names too long for the buffer are elided, never cut.
@@ -111,17 +148,98 @@ impl Via {
     }
 }
 
-/// Does any executable mapping other than this library's hold a whole
-/// PMD-size window? (Unreadable maps: assume so, and follow nothing.)
-pub fn has_text() -> bool {
-    let me = has_text as *const () as usize;
+/// (Does any executable mapping other than this library's hold a whole
+/// PMD-size window?, bytes of text of the executable: the executable
+/// mapping that holds the entry point and those of the same file after
+/// it). Unreadable maps: a window, and nothing is followed.
+pub fn text_facts() -> (bool, u64) {
+    let me = text_facts as *const () as usize;
+    // SAFETY: getauxval has no preconditions.
+    let entry = unsafe { libc::getauxval(libc::AT_ENTRY) } as usize;
     let mut buf = [0u8; 4096];
-    let mut found = false;
+    let mut window = false;
+    let mut exe: Option<(u32, u32, u64)> = None;
+    let mut own = 0u64;
     let r = maps::for_each(&mut buf, |l| {
-        let own = l.start <= me && me < l.end;
-        found |= &l.perms == b"r-xp" && !own && engine::window_bytes(l.start, l.end) > 0;
+        if &l.perms != b"r-xp" || (l.start <= me && me < l.end) {
+            return;
+        }
+        window |= engine::window_bytes(l.start, l.end) > 0;
+        let key = (l.dev_major, l.dev_minor, l.inode);
+        if exe.is_none() && l.start <= entry && entry < l.end && l.inode != 0 {
+            exe = Some(key);
+        }
+        if exe == Some(key) {
+            own += (l.end - l.start) as u64;
+        }
     });
-    found || r.is_err()
+    (window || r.is_err(), own)
+}
+
+/// Pure: the option by which a launcher (named by the file name of its
+/// executable) starts its command with a cleared environment, where the
+/// preload cannot follow: `env -i`, `su -`/`-l`/`--login`, the same of
+/// `runuser`, and `sudo` (which resets the environment and removes the
+/// loader's variables).
+pub fn clears_environment<'a>(exe: &[u8], args: impl Iterator<Item = &'a [u8]>) -> Option<&'a [u8]> {
+    let base = &exe[exe.iter().rposition(|&c| c == b'/').map_or(0, |i| i + 1)..];
+    let mut args = args.peekable();
+    match base {
+        b"env" => {
+            while let Some(a) = args.next() {
+                match a {
+                    b"-i" | b"--ignore-environment" | b"-" => return Some(a),
+                    b"-u" | b"--unset" | b"-C" | b"--chdir" | b"-S" | b"--split-string" => {
+                        args.next();
+                    }
+                    b"--" => return None,
+                    _ if a.starts_with(b"--") => {}
+                    _ if a.len() > 1 && a[0] == b'-' => {
+                        // A cluster of short options: -i among them, up to
+                        // one that takes a value.
+                        for &c in &a[1..] {
+                            match c {
+                                b'i' => return Some(a),
+                                b'u' | b'C' | b'S' => break,
+                                _ => {}
+                            }
+                        }
+                    }
+                    // NAME=VALUE, then the command.
+                    _ if a.contains(&b'=') => {}
+                    _ => return None,
+                }
+            }
+            None
+        }
+        b"su" | b"runuser" => {
+            while let Some(a) = args.next() {
+                match a {
+                    b"-" | b"-l" | b"--login" => return Some(a),
+                    b"-c"
+                    | b"--command"
+                    | b"-s"
+                    | b"--shell"
+                    | b"-u"
+                    | b"--user"
+                    | b"-g"
+                    | b"--group"
+                    | b"-G"
+                    | b"--supp-group"
+                    | b"-w"
+                    | b"--whitelist-environment"
+                    | b"--session-command" => {
+                        args.next();
+                    }
+                    b"--" => return None,
+                    _ => {}
+                }
+            }
+            None
+        }
+        b"sudo" => Some(b"sudo"),
+        _ => None,
+    }
 }
 
 /// This process's executable (`/proc/self/exe`).
@@ -168,46 +286,66 @@ fn starts_with_hashbang(path: &[u8]) -> bool {
 /// Where a process that loaded the preload without `--inherit` stands.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Start {
-    /// A process a wrapper forked: it runs plain, nothing more to say.
-    Plain,
-    /// A wrapper: no pass (it has no text in whole windows), the preload
-    /// stays for the program it execs.
+    /// A launcher (or a program with text but no whole window) being
+    /// followed: no pass, the preload stays for the processes it starts.
     Wrapper,
-    /// The program (or the last hop): the pass ran, the default applies.
+    /// The program (or where the chain ends): the pass ran, the default
+    /// applies.
     Program,
 }
 
 /// The start-up decision around the pass, for a process that loaded the
-/// preload without `--inherit`: a wrapper's forked child runs plain; a
-/// wrapper keeps the preload for what it execs, without a pass of its own
-/// (nothing to remap, nothing to report but the hop and what happens to
-/// objects it loads after start, `late`); a program with text
-/// (or the last hop) runs the pass, removes the preload, and with `-v`
-/// names the chain that led to it.
+/// preload without `--inherit`, exec'd by a launcher or forked by one (the
+/// same rule applies to both): a launcher keeps the preload for what it
+/// starts, without a pass of its own (nothing to remap, nothing to report
+/// but the hop and what happens to objects it loads after start, `late`);
+/// a program with text (or where the chain ends) runs the pass, removes
+/// the preload, and with `-v` names the chain that led to it, or says why
+/// the chain ends there.
 pub fn at_start(cfg: &config::Config, argv: &[*const c_char], late: &str, pass: impl FnOnce()) -> Start {
     let via = Via::from_env();
-    if via.forked_by_wrapper() {
-        crate::PLAIN.store(true, Relaxed);
-        config::strip_preload();
-        config::remove(settings::VIA);
-        return Start::Plain;
-    }
-    let has_text = has_text();
-    if next(has_text, via.hops) == Next::Follow && via.follow(argv) {
+    let (window, own) = text_facts();
+    let kind = kind(window, own);
+    let next = next(kind, via.hops, via.judged);
+    if next == Next::Follow && via.follow(argv, kind) {
         if cfg.verbose {
             let mut name = Out::<1100>::new(-1);
             name_self(&mut name, argv);
-            line()
-                .s("pid ")
-                .pid(perfmap::pid())
-                .s(": ")
-                .bytes(name.contents())
-                .s(" has no text in whole windows: if it execs a program, the preload stays for it (wrapper ")
-                .u(via.hops as u64 + 1)
-                .s(" of at most ")
-                .u(env::MAX_HOPS as u64)
-                .s("); objects it dlopens ")
-                .s(late);
+            let mut o = line();
+            o.s("pid ").pid(perfmap::pid()).s(": ").bytes(name.contents());
+            match kind {
+                Kind::Judged => o
+                    .s(" has ")
+                    .mib(own)
+                    .s(" of text but no whole window: nothing to remap, the preload stays for the processes it starts (program with text ")
+                    .u(via.judged as u64 + 1)
+                    .s(" of at most ")
+                    .u(env::MAX_HOPS as u64)
+                    .s("); objects it dlopens "),
+                _ => o
+                    .s(" has no text of its own to remap: a launcher, the preload stays for the processes it starts (hop ")
+                    .u(via.hops as u64 + 1)
+                    .s("); objects it dlopens "),
+            };
+            o.s(late);
+            drop(o);
+            let mut exe_path = Out::<1100>::new(-1);
+            exe(&mut exe_path);
+            let args = argv.iter().skip(1).map(|&a| {
+                // SAFETY: the process's NUL-terminated arguments.
+                unsafe { CStr::from_ptr(a) }.to_bytes()
+            });
+            if let Some(opt) = clears_environment(exe_path.contents(), args) {
+                line()
+                    .s("pid ")
+                    .pid(perfmap::pid())
+                    .s(": ")
+                    .bytes(name.contents())
+                    .s(" (")
+                    .bytes(opt)
+                    .s(") starts its command with a cleared environment: the preload cannot follow, the chain ends here");
+            }
+            exe_path.clear();
             name.clear();
         }
         return Start::Wrapper;
@@ -215,22 +353,44 @@ pub fn at_start(cfg: &config::Config, argv: &[*const c_char], late: &str, pass: 
     pass();
     config::strip_preload();
     config::remove(settings::VIA);
-    if cfg.verbose && via.hops > 0 {
-        let mut o = line();
-        o.s("pid ")
-            .pid(perfmap::pid())
-            .s(": via ")
-            .u(via.hops as u64)
-            .s(if via.hops == 1 { " wrapper: " } else { " wrappers: " })
-            .bytes(via.chain)
-            .s(" -> ");
+    if cfg.verbose {
         let mut name = Out::<1100>::new(-1);
         exe(&mut name);
-        o.bytes(name.contents());
-        name.clear();
-        if !has_text {
-            o.s(" (the last wrapper followed; it has no text in whole windows either)");
+        match next {
+            Next::Stop(End::Judged) => {
+                line()
+                    .s("pid ")
+                    .pid(perfmap::pid())
+                    .s(": ")
+                    .bytes(name.contents())
+                    .s(" has text but no whole window, and ")
+                    .u(env::MAX_HOPS as u64)
+                    .s(" such programs were followed: the chain ends here, the processes it starts run plain");
+            }
+            Next::Stop(End::Hops) => {
+                line()
+                    .s("pid ")
+                    .pid(perfmap::pid())
+                    .s(": ")
+                    .bytes(name.contents())
+                    .s(": ")
+                    .u(env::MAX_LAUNCHERS as u64)
+                    .s(" processes were followed: the chain ends here, the processes it starts run plain");
+            }
+            _ => {}
         }
+        if via.hops > 0 {
+            let mut o = line();
+            o.s("pid ")
+                .pid(perfmap::pid())
+                .s(": via ")
+                .u(via.hops as u64)
+                .s(if via.hops == 1 { " wrapper: " } else { " wrappers: " })
+                .bytes(via.chain)
+                .s(" -> ")
+                .bytes(name.contents());
+        }
+        name.clear();
     }
     Start::Program
 }
@@ -262,10 +422,40 @@ mod tests {
     use super::*;
 
     #[test]
-    fn wrappers_are_followed_up_to_the_bound() {
-        assert_eq!(next(false, 0), Next::Follow);
-        assert_eq!(next(false, env::MAX_HOPS - 1), Next::Follow);
-        assert_eq!(next(false, env::MAX_HOPS), Next::Stop);
-        assert_eq!(next(true, 0), Next::Stop);
+    fn launchers_are_followed_freely_judged_programs_up_to_the_bound() {
+        assert_eq!(kind(true, 0), Kind::Program);
+        assert_eq!(kind(false, env::LAUNCHER_TEXT - 1), Kind::Launcher);
+        assert_eq!(kind(false, env::LAUNCHER_TEXT), Kind::Judged);
+        assert_eq!(next(Kind::Launcher, env::MAX_HOPS + 5, env::MAX_HOPS), Next::Follow);
+        assert_eq!(next(Kind::Launcher, env::MAX_LAUNCHERS, 0), Next::Stop(End::Hops));
+        assert_eq!(next(Kind::Judged, 20, env::MAX_HOPS - 1), Next::Follow);
+        assert_eq!(next(Kind::Judged, 20, env::MAX_HOPS), Next::Stop(End::Judged));
+        assert_eq!(next(Kind::Program, 0, 0), Next::Stop(End::Program));
+    }
+
+    fn clears(exe: &str, args: &[&str]) -> Option<String> {
+        clears_environment(exe.as_bytes(), args.iter().map(|a| a.as_bytes()))
+            .map(|o| String::from_utf8_lossy(o).into_owned())
+    }
+
+    #[test]
+    fn launchers_that_clear_the_environment_are_named() {
+        assert_eq!(clears("/usr/bin/env", &["-i", "prog"]).as_deref(), Some("-i"));
+        assert_eq!(clears("/usr/bin/env", &["-u", "X", "-", "prog"]).as_deref(), Some("-"));
+        assert_eq!(clears("/usr/bin/env", &["-vi", "prog"]).as_deref(), Some("-vi"));
+        assert_eq!(clears("/usr/bin/env", &["A=1", "prog", "-i"]), None);
+        assert_eq!(clears("/usr/bin/env", &["-u", "-i", "prog"]), None);
+        assert_eq!(
+            clears("/usr/bin/su", &["-", "postgres", "-c", "x"]).as_deref(),
+            Some("-")
+        );
+        assert_eq!(clears("/usr/bin/su", &["-c", "-l", "postgres"]), None);
+        assert_eq!(clears("/usr/sbin/runuser", &["-u", "x", "--", "-l"]), None);
+        assert_eq!(
+            clears("/usr/sbin/runuser", &["--login", "x"]).as_deref(),
+            Some("--login")
+        );
+        assert_eq!(clears("/usr/bin/sudo", &["prog"]).as_deref(), Some("sudo"));
+        assert_eq!(clears("/usr/bin/bash", &["-i"]), None);
     }
 }

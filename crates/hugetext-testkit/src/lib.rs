@@ -569,26 +569,7 @@ impl Running {
     /// of file text and of copied text in whole blocks of one folio of at
     /// least the unit ([`unit_folio_bytes`]) instead: what is huge there.
     pub fn huge_of(&self, file: &Path) -> (u64, u64, u64) {
-        let f = file.canonicalize().unwrap().to_string_lossy().into_owned();
-        let ms: Vec<_> = hugetext::remap::text_mappings(self.pid())
-            .unwrap()
-            .into_iter()
-            .filter(|m| m.path == f)
-            .collect();
-        if contpte_unit() {
-            let of = |copied: bool| -> u64 {
-                ms.iter()
-                    .filter(|m| m.copied == copied)
-                    .map(|m| unit_folio_bytes(self.pid(), m.start, m.end))
-                    .sum()
-            };
-            return (of(false), of(true), ms.iter().map(|m| m.anonymous).sum());
-        }
-        (
-            ms.iter().map(|m| m.file_pmd).sum(),
-            ms.iter().map(|m| m.anon_huge).sum(),
-            ms.iter().map(|m| m.anonymous).sum(),
-        )
+        huge_of_pid(self.pid(), file)
     }
 
     /// Close stdin and wait: the program must exit 0. Returns its stderr.
@@ -610,6 +591,31 @@ impl Drop for Running {
         drop(self.child.stdin.take());
         let _ = self.child.wait();
     }
+}
+
+/// [`Running::huge_of`] for any process `pid`: (FilePmdMapped,
+/// AnonHugePages, Anonymous) bytes of the executable mappings of `file`.
+pub fn huge_of_pid(pid: i32, file: &Path) -> (u64, u64, u64) {
+    let f = file.canonicalize().unwrap().to_string_lossy().into_owned();
+    let ms: Vec<_> = hugetext::remap::text_mappings(pid)
+        .unwrap()
+        .into_iter()
+        .filter(|m| m.path == f)
+        .collect();
+    if contpte_unit() {
+        let of = |copied: bool| -> u64 {
+            ms.iter()
+                .filter(|m| m.copied == copied)
+                .map(|m| unit_folio_bytes(pid, m.start, m.end))
+                .sum()
+        };
+        return (of(false), of(true), ms.iter().map(|m| m.anonymous).sum());
+    }
+    (
+        ms.iter().map(|m| m.file_pmd).sum(),
+        ms.iter().map(|m| m.anon_huge).sum(),
+        ms.iter().map(|m| m.anonymous).sum(),
+    )
 }
 
 /// Fill a file's page cache the way programs load: evict it, then a cold

@@ -358,6 +358,9 @@ pub struct ProcStat {
     pub ppid: i32,
     /// Kernel `task->flags`.
     pub flags: u64,
+    /// CPU time used in user and kernel mode (`utime` + `stime`), in clock
+    /// ticks.
+    pub cpu_ticks: u64,
 }
 
 /// `PF_KTHREAD`: the task is a kernel thread.
@@ -390,12 +393,15 @@ pub fn read_stat(pid: i32) -> Result<ProcStat> {
     let state = fields.first().and_then(|s| s.chars().next()).unwrap_or('?');
     let ppid = fields.get(1).and_then(|s| s.parse().ok()).unwrap_or(0);
     let flags = fields.get(6).and_then(|s| s.parse().ok()).unwrap_or(0);
+    // utime(14) stime(15).
+    let tick = |i: usize| fields.get(i).and_then(|s| s.parse::<u64>().ok()).unwrap_or(0);
     Ok(ProcStat {
         pid,
         comm,
         state,
         ppid,
         flags,
+        cpu_ticks: tick(11) + tick(12),
     })
 }
 

@@ -27,8 +27,9 @@ pub use hugetext_abi::settings::PRELOAD as PRELOAD_ENV;
 /// home with the preload: `hugetext_abi::env`).
 pub use hugetext_abi::env::Strategy;
 
-/// How many wrappers without text in a row (a script's interpreter, `env`,
-/// a shim) the preload follows through their exec.
+/// How many programs with text but no whole window one chain of launchers
+/// may pass through (launchers themselves, a script's interpreter, `env`,
+/// `su`, do not count).
 pub use hugetext_abi::env::MAX_HOPS as MAX_WRAPPERS;
 
 /// What `hugetext run` asks of the preload.

@@ -25,7 +25,7 @@ const ROOT_READERS: &[(&str, &str, &str)] = &[
     (
         "crates/hugetext-preload/src",
         "via",
-        "a wrapper's pass sets PLAIN and takes WRAPPER",
+        "a launcher being followed sets WRAPPER, which became_program takes",
     ),
 ];
 

@@ -17,7 +17,8 @@ use hugetext::units::mib;
 /// The long help of `hugetext profile`.
 const LONG_HELP: &str = "\
 Sources (one of):
-  --pid PID            sample a running process (all its threads) for --duration
+  --pid PID            sample a running process (all its threads) for --duration;
+                       repeat --pid to sample several processes into one profile
   -- PROGRAM [ARGS]    start PROGRAM and sample it until it exits
   --exact -- PROGRAM   run PROGRAM under qemu-user and count every instruction
   --perf-script FILE   read `perf script --show-mmap-events -F pid,ip,dso` output
@@ -44,6 +45,14 @@ windows holding PCT% of the counts, the ones `run --hot` would remap;
 --hot-out FILE writes them (default 99%) as the hot-window list HUGETEXT_HOT
 names, for programs started with libhugetext.so without `run`.
 
+Where the report goes: with a PROGRAM, the program keeps stdout and stderr as
+they are and the report (text or --json) is written to stderr once it has
+ended, or to --report FILE; otherwise to stdout, or to --report FILE. Use
+--json --report FILE for JSON that nothing else writes into.
+
+A profile with no samples says why: the process used no CPU time during the
+window (idle), exited, or the program ran for less than one sample period.
+
 Exits 0, or 1 on error (no such process, not permitted, qemu missing),
 127/126 when PROGRAM cannot be found or executed.";
 
@@ -51,9 +60,9 @@ Exits 0, or 1 on error (no such process, not permitted, qemu missing),
 #[derive(clap::Args, Debug)]
 #[command(after_long_help = LONG_HELP)]
 pub struct Args {
-    /// Sample this running process.
+    /// Sample this running process (repeat for several: one profile of all).
     #[arg(long, value_name = "PID", value_parser = clap::value_parser!(i32).range(1..), conflicts_with_all = ["perf_script", "input", "exact"])]
-    pub pid: Option<i32>,
+    pub pid: Vec<i32>,
 
     /// Read samples from `perf script --show-mmap-events -F pid,ip,dso` output ('-': stdin).
     #[arg(long, value_name = "FILE", conflicts_with_all = ["input", "exact"])]
@@ -107,6 +116,15 @@ pub struct Args {
     #[arg(long)]
     pub json: bool,
 
+    /// Write the report (text, or --json) to this file, not to stdout (or,
+    /// with a PROGRAM, stderr).
+    #[arg(long, value_name = "FILE")]
+    pub report: Option<PathBuf>,
+
+    /// With several --pid: also a table (and JSON summary) per process.
+    #[arg(long, requires = "pid")]
+    pub per_pid: bool,
+
     /// Files shown in the text report.
     #[arg(long, value_name = "N", default_value_t = 15)]
     pub top: usize,
@@ -131,8 +149,20 @@ fn parse_itlb(s: &str) -> std::result::Result<String, String> {
     })
 }
 
+/// `println!` into a `String`.
+macro_rules! out {
+    ($o:expr) => {
+        $o.push('\n')
+    };
+    ($o:expr, $($t:tt)*) => {{
+        $o.push_str(&format!($($t)*));
+        $o.push('\n');
+    }};
+}
+
 pub fn run(args: Args) -> Result<u8> {
     let profile = gather(&args)?;
+    let per_pid = std::mem::take(&mut *PER_PID.lock().unwrap_or_else(|e| e.into_inner()));
     if let Some(out) = &args.output {
         let text = serde_json::to_string(&profile)? + "\n";
         profile::write_output(out, text.as_bytes()).context("cannot write the profile")?;
@@ -148,24 +178,49 @@ pub fn run(args: Args) -> Result<u8> {
         profile::write_output(out, list.as_bytes()).context("cannot write the hot-window list")?;
     }
     let hot = args.hot.map(|s| (s, profile::hot_windows(&profile, s)));
+    let notes = std::mem::take(&mut *NOTES.lock().unwrap_or_else(|e| e.into_inner()));
+    let mut o = String::new();
+    if !args.json {
+        for n in &notes {
+            eprintln!("note: {n}");
+        }
+    }
     if args.json {
         let v = serde_json::json!({
             "source": profile.source,
             "command": profile.command,
             "pid": profile.pid,
+            "pids": args.pid,
             "summary": summary,
             "itlb": profile.itlb,
             "hot": hot.as_ref().map(|(s, h)| serde_json::json!({ "share": s, "files": h })),
+            "notes": notes,
+            "per_pid": args.per_pid.then(|| per_pid.iter().map(|p| serde_json::json!({
+                "pid": p.pid,
+                "summary": report::summarise(p),
+            })).collect::<Vec<_>>()),
         });
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        o = serde_json::to_string_pretty(&v)? + "\n";
     } else {
-        print_text(&profile, &summary, args.top);
+        print_text(&mut o, &profile, &summary, args.top);
+        for p in &per_pid {
+            out!(o);
+            out!(o, "pid {}:", p.pid.unwrap_or(0));
+            print_text(&mut o, p, &report::summarise(p), args.top);
+        }
         if let Some((s, h)) = &hot {
-            print_hot(*s, h, profile.pmd_size);
+            print_hot(&mut o, *s, h, profile.pmd_size);
         }
         if let Some(e) = &profile.itlb {
-            print_itlb(e, args.top);
+            print_itlb(&mut o, e, args.top);
         }
+    }
+    use std::io::Write;
+    match &args.report {
+        Some(path) => profile::write_output(path, o.as_bytes()).context("cannot write the report")?,
+        // The program's own stdout is its alone.
+        None if !args.command.is_empty() => std::io::stderr().write_all(o.as_bytes())?,
+        None => std::io::stdout().write_all(o.as_bytes())?,
     }
     Ok(0)
 }
@@ -185,6 +240,7 @@ fn gather(args: &Args) -> Result<Profile> {
     let opts = sample::Options {
         frequency: args.frequency,
         duration: args.duration,
+        per_pid: args.per_pid,
     };
     if args.exact {
         if args.command.is_empty() {
@@ -202,20 +258,30 @@ fn gather(args: &Args) -> Result<Profile> {
         let out = exact::run(&args.command, &o)?;
         note_status(out.status);
         if out.status.code().is_some() && !out.complete {
-            eprintln!(
-                "note: the profile stops early ({} instructions): the program closed or replaced the descriptor the profiler writes to",
+            note(format!("the profile stops early ({} instructions): the program closed or replaced the descriptor the profiler writes to",
                 count(out.profile.total)
-            );
+            ));
         }
         return Ok(out.profile);
     }
-    if let Some(pid) = args.pid {
+    if !args.pid.is_empty() {
+        let mut pids = args.pid.clone();
+        pids.sort_unstable();
+        pids.dedup();
+        let window = opts.duration.unwrap_or(Duration::from_secs(10));
         let opts = sample::Options {
-            duration: Some(opts.duration.unwrap_or(Duration::from_secs(10))),
+            duration: Some(window),
             ..opts
         };
-        let (p, lost) = sample::sample_pid(pid, &opts, &stop)?;
+        let (p, lost, mut watched) = sample::sample_pids(&pids, &opts, &stop)?;
+        *PER_PID.lock().unwrap_or_else(|e| e.into_inner()) =
+            watched.iter_mut().filter_map(|w| w.profile.take()).collect();
         note_lost(lost);
+        if p.total == 0 {
+            for w in &watched {
+                note(no_samples_reason(w, window, ticks_per_second()));
+            }
+        }
         return Ok(p);
     }
     if args.command.is_empty() {
@@ -227,7 +293,75 @@ fn gather(args: &Args) -> Result<Profile> {
     let (p, lost, status) = sample::sample_command(&args.command, &opts)?;
     note_lost(lost);
     note_status(status);
+    if p.total == 0 {
+        note(format!("no samples: the program and its children used {} of CPU time, less than a few sample periods at {} Hz; profile a longer run or raise --frequency",
+            children_cpu_text(),
+            args.frequency
+        ));
+    }
     Ok(p)
+}
+
+static NOTES: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+/// `--per-pid`: each process's own profile, in the order named.
+static PER_PID: std::sync::Mutex<Vec<Profile>> = std::sync::Mutex::new(Vec::new());
+
+/// A note about the profile: on stderr before the report, or (`--json`) in
+/// the report's `notes`.
+fn note(s: String) {
+    NOTES.lock().unwrap_or_else(|e| e.into_inner()).push(s);
+}
+
+/// Clock ticks per second (`sysconf(_SC_CLK_TCK)`).
+fn ticks_per_second() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if n > 0 {
+        n as u64
+    } else {
+        100
+    }
+}
+
+/// The CPU time of this process's waited-for children, for a note.
+fn children_cpu_text() -> String {
+    // SAFETY: getrusage fills the struct it is given.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; RUSAGE_CHILDREN needs no privilege.
+    if unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru) } != 0 {
+        return "too little".into();
+    }
+    let us = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;
+    format!("{:.1} ms", (us(ru.ru_utime) + us(ru.ru_stime)) as f64 / 1000.0)
+}
+
+/// Why a process sampled for `window` gave no samples. Pure.
+fn no_samples_reason(w: &sample::Watched, window: Duration, hz: u64) -> String {
+    let cpu = w.cpu_ticks as f64 / hz.max(1) as f64;
+    if w.exited && w.cpu_ticks == 0 {
+        format!(
+            "pid {}: no samples: it exited during the window without using CPU time",
+            w.pid
+        )
+    } else if w.exited {
+        format!(
+            "pid {}: no samples: it exited during the window after {cpu:.2} s of CPU time",
+            w.pid
+        )
+    } else if w.cpu_ticks == 0 {
+        format!(
+            "pid {}: no samples: it used no CPU time during the {:.1} s window (utime + stime unchanged): an idle process gives none; profile it while it works (under load), or for longer with --duration",
+            w.pid,
+            window.as_secs_f64()
+        )
+    } else {
+        format!(
+            "pid {}: no samples although it used {cpu:.2} s of CPU time in the {:.1} s window: the kernel delivered none (perf_event_paranoid, a seccomp or container policy, or a CPU the events were not opened on)",
+            w.pid,
+            window.as_secs_f64()
+        )
+    }
 }
 
 fn from_perf_script(path: &std::path::Path) -> Result<Profile> {
@@ -238,27 +372,31 @@ fn from_perf_script(path: &std::path::Path) -> Result<Profile> {
         script::read(std::io::BufReader::new(f), &path.display().to_string())?
     };
     if read.long_lines > 0 {
-        eprintln!(
-            "note: {} longer than {} KiB skipped (not perf script -F pid,ip,dso output)",
+        note(format!(
+            "{} longer than {} KiB skipped (not perf script -F pid,ip,dso output)",
             match read.long_lines {
                 1 => "1 line".to_string(),
                 n => format!("{n} lines"),
             },
             script::MAX_LINE >> 10
-        );
+        ));
     }
     Ok(read.profile)
 }
 
 fn note_lost(lost: u64) {
     if lost > 0 {
-        eprintln!("note: the kernel dropped {lost} samples (ring buffer full); lower --frequency");
+        note(format!(
+            "the kernel dropped {lost} samples (ring buffer full); lower --frequency"
+        ));
     }
 }
 
 fn note_status(status: std::process::ExitStatus) {
     if !status.success() {
-        eprintln!("note: the program ended with {status}; the profile covers what it ran");
+        note(format!(
+            "the program ended with {status}; the profile covers what it ran"
+        ));
     }
 }
 
@@ -279,14 +417,15 @@ fn pct(x: f64) -> String {
     format!("{:.1}%", x * 100.0)
 }
 
-fn print_text(p: &Profile, s: &Summary, top: usize) {
+fn print_text(o: &mut String, p: &Profile, s: &Summary, top: usize) {
     let attributed = p.attributed();
     let what = match p.source {
         profile::Source::Sampling => "samples (cpu-clock)",
         profile::Source::PerfScript => "samples (perf script)",
         profile::Source::Exact => "instructions (exact)",
     };
-    println!(
+    out!(
+        o,
         "{} {what}: {} in {} files, {} in no file (JIT, vdso, exited processes)",
         count(p.total),
         pct(attributed as f64 / p.total.max(1) as f64),
@@ -295,18 +434,28 @@ fn print_text(p: &Profile, s: &Summary, top: usize) {
     );
     let w = mib(p.pmd_size);
     let [a, b, c] = s.windows_for;
-    println!("windows of {w} holding 50% / 90% / 99% of them: {a} / {b} / {c} (all files)");
+    out!(
+        o,
+        "windows of {w} holding 50% / 90% / 99% of them: {a} / {b} / {c} (all files)"
+    );
     if s.files.is_empty() {
         return;
     }
-    println!();
-    println!(
+    out!(o);
+    out!(
+        o,
         "{:>6}  {:>12}  {:>10}  {:>7}  {:>10}  {:<32}  FILE",
-        "SHARE", "COUNT", "TEXT", "WINDOWS", "50/90/99", "HEAT (1 column = 1 window)"
+        "SHARE",
+        "COUNT",
+        "TEXT",
+        "WINDOWS",
+        "50/90/99",
+        "HEAT (1 column = 1 window)"
     );
     for f in s.files.iter().take(top) {
         let [a, b, c] = f.windows_for;
-        println!(
+        out!(
+            o,
             "{:>6}  {:>12}  {:>10}  {:>7}  {:>10}  |{:<30}|  {}",
             pct(f.share),
             count(f.count),
@@ -318,17 +467,18 @@ fn print_text(p: &Profile, s: &Summary, top: usize) {
         );
     }
     if s.files.len() > top {
-        println!("… and {} more files (--top N, --json)", s.files.len() - top);
+        out!(o, "… and {} more files (--top N, --json)", s.files.len() - top);
     }
 }
 
-fn print_hot(share: f64, h: &[profile::HotFile], pmd: u64) {
+fn print_hot(o: &mut String, share: f64, h: &[profile::HotFile], pmd: u64) {
     let total: u64 = h.iter().flat_map(|f| f.ranges.iter()).map(|r| r[1] - r[0]).sum();
-    println!();
-    println!("windows holding {}: {} in {} files", pct(share), mib(total), h.len());
+    out!(o);
+    out!(o, "windows holding {}: {} in {} files", pct(share), mib(total), h.len());
     for f in h {
         let ranges: Vec<String> = f.ranges.iter().map(|r| format!("{:#x}-{:#x}", r[0], r[1])).collect();
-        println!(
+        out!(
+            o,
             "  {} ({} windows, build-id {}): {}",
             f.path,
             f.ranges.iter().map(|r| (r[1] - r[0]) / pmd).sum::<u64>(),
@@ -338,7 +488,7 @@ fn print_hot(share: f64, h: &[profile::HotFile], pmd: u64) {
     }
 }
 
-fn itlb_line(label: &str, f: &FileEstimate) {
+fn itlb_line(o: &mut String, label: &str, f: &FileEstimate) {
     let (m4, mh) = f.mpki();
     let (w4, wh) = f.walks_pki();
     let saved = if f.small_cycles > 0 {
@@ -346,7 +496,8 @@ fn itlb_line(label: &str, f: &FileEstimate) {
     } else {
         "-".into()
     };
-    println!(
+    out!(
+        o,
         "{:>14}  {:>8.3} {:>8.3}  {:>8.3} {:>8.3}  {:>12} {:>12}  {:>7}  {}",
         count(f.instructions),
         m4,
@@ -360,18 +511,47 @@ fn itlb_line(label: &str, f: &FileEstimate) {
     );
 }
 
-fn print_itlb(e: &Estimate, top: usize) {
-    println!();
-    println!(
+fn print_itlb(o: &mut String, e: &Estimate, top: usize) {
+    out!(o);
+    out!(
+        o,
         "iTLB model: {} ({}); second-level hit {} cycles, page walk {} cycles",
-        e.core, e.source, e.l2_hit_cycles, e.walk_cycles
+        e.core,
+        e.source,
+        e.l2_hit_cycles,
+        e.walk_cycles
     );
-    println!(
+    out!(
+        o,
         "{:>14}  {:>17}  {:>17}  {:>25}  {:>7}  FILE",
-        "INSTRUCTIONS", "L1 MISS/1k 4K HUGE", "WALKS/1k 4K HUGE", "MISS CYCLES 4K HUGE", "SAVED"
+        "INSTRUCTIONS",
+        "L1 MISS/1k 4K HUGE",
+        "WALKS/1k 4K HUGE",
+        "MISS CYCLES 4K HUGE",
+        "SAVED"
     );
-    itlb_line("(all code)", &e.all);
+    itlb_line(o, "(all code)", &e.all);
+    let mut shared = false;
     for f in e.files.iter().take(top) {
-        itlb_line(&f.path, f);
+        let via_others = gains_only_via_others(f);
+        shared |= via_others;
+        let label = if via_others {
+            format!("{} *", f.path)
+        } else {
+            f.path.clone()
+        };
+        itlb_line(o, &label, f);
     }
+    if shared {
+        out!(
+            o,
+            "* no whole 2 MiB window of its own: its misses drop only because other files' text went huge and left its 4 KiB pages more TLB entries (the TLBs are shared); it gains only with them"
+        );
+    }
+}
+
+/// A file with no whole window of its own whose modelled misses still drop
+/// (the others' text on 2 MiB pages frees shared TLB entries). Pure.
+fn gains_only_via_others(f: &FileEstimate) -> bool {
+    !f.own_huge && f.huge_cycles < f.small_cycles
 }

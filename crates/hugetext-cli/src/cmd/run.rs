@@ -254,7 +254,10 @@ pub fn run(args: Args) -> Result<u8> {
         }
     }
     if remap::injectable(&resolved) == Injectable::Static {
-        let advice = prerun::static_advice(&shown, prerun::file_text(&resolved).as_ref());
+        // The advice names the file (a bare name found on PATH is no path
+        // `warm` or `align` can open).
+        let file = resolved.display().to_string();
+        let advice = prerun::static_advice(&file, prerun::file_text(&resolved).as_ref());
         eprintln!("hugetext: warning: {shown} is statically linked: libhugetext.so cannot be injected, it runs unchanged; {advice}");
     }
     if let Some(facts) = prerun::exec_facts(&resolved) {
@@ -272,7 +275,7 @@ pub fn run(args: Args) -> Result<u8> {
     if args.verbose {
         if let Some(interp) = &script {
             eprintln!(
-                "hugetext: {} is a script for {interp}: the preload follows the exec of programs without text of their own (up to {}) to the program that has text",
+                "hugetext: {} is a script for {interp}: the preload follows launchers without text of their own, and the processes they start, to the program that has text (at most {} programs with text but no whole window on the way)",
                 resolved.display(),
                 remap::MAX_WRAPPERS
             );

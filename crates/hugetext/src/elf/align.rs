@@ -123,6 +123,11 @@ const SIGNATURE_SECTIONS: &[&str] = &[
     ".elfsign",
 ];
 
+/// What `check` and `align` say of a file under the system's directories
+/// (a package manager's file) before rewriting it in place.
+pub const SYSTEM_FILE_WARNING: &str =
+    "system file: the package manager's checksums (dpkg --verify, rpm -V) will report it changed, and an upgrade replaces it";
+
 /// Look for signatures and other things that a rewrite of `file` invalidates.
 pub fn invalidations(path: &Path, file: &File, model: &Model) -> Invalidations {
     let mut inv = Invalidations::default();
@@ -169,10 +174,7 @@ pub fn invalidations(path: &Path, file: &File, model: &Model) -> Invalidations {
             .any(|p| s.starts_with(p))
             && !s.starts_with("/usr/local/");
         if system {
-            inv.warnings.push(
-                "system file: the package manager's checksums (dpkg --verify, rpm -V) will report it changed, and an upgrade replaces it"
-                    .into(),
-            );
+            inv.warnings.push(SYSTEM_FILE_WARNING.into());
         }
     }
     inv

@@ -177,15 +177,32 @@ pub fn decide(sys: &SystemFacts, p: &ProcessFacts, m: &MappingFacts) -> Verdict 
             gain,
         );
     }
+    // What align (then warm) would PMD-map: the windows of the aligned
+    // layout, as `check` plans them and `align` produces them, not the
+    // windows of the address range as it is loaded now.
+    let (align_gain, align_note) = match m.after_align_kb {
+        Some(kb) => (
+            kb.saturating_sub(m.pmd_kb),
+            match kb / pmd_kb.max(1) {
+                0 => format!("; aligned, its segment would hold no whole {pmd_w} window"),
+                n if n != windows => format!(
+                    "; aligned, its segment holds {n} whole {pmd_w} window{} ({windows} as loaded now)",
+                    if n == 1 { "" } else { "s" }
+                ),
+                _ => String::new(),
+            },
+        ),
+        None => (gain, String::new()),
+    };
     match &m.layout {
         Some(Layout::Skewed { skew }) => {
             return verdict(
                 Reason::LayoutSkewed,
                 format!(
-                    "the segment's p_vaddr - p_offset is {skew:#x} modulo {pmd_w} (lld/mold layout): no address makes it congruent"
+                    "the segment's p_vaddr - p_offset is {skew:#x} modulo {pmd_w} (lld/mold layout): no address makes it congruent{align_note}"
                 ),
-                Some(format!("hugetext align {}", m.reachable())),
-                gain,
+                (align_gain > 0).then(|| align_command(p, m)),
+                align_gain,
             )
         }
         Some(Layout::BaseBreaks { base, p_align }) => {
@@ -193,11 +210,11 @@ pub fn decide(sys: &SystemFacts, p: &ProcessFacts, m: &MappingFacts) -> Verdict 
             return verdict(
                 Reason::BaseUnaligned,
                 format!(
-                    "loaded at base {base:#x}, not {pmd_w}-aligned (p_align {p_align:#x}): address - offset = {:#x} is not a multiple of {pmd_w}{note}",
+                    "loaded at base {base:#x}, not {pmd_w}-aligned (p_align {p_align:#x}): address - offset = {:#x} is not a multiple of {pmd_w}{note}{align_note}",
                     m.start.wrapping_sub(m.offset)
                 ),
-                Some(fix),
-                gain,
+                (align_gain > 0).then_some(fix),
+                align_gain,
             );
         }
         Some(Layout::NotCongruent { why }) => {
@@ -346,7 +363,7 @@ pub fn decide(sys: &SystemFacts, p: &ProcessFacts, m: &MappingFacts) -> Verdict 
 /// executable, which the kernel maps; glibc aligns only when THP `enabled`
 /// is `always`. Pure.
 pub fn loader_advice(sys: &SystemFacts, p: &ProcessFacts, m: &MappingFacts) -> (String, String) {
-    let align = format!("hugetext align {}", m.reachable());
+    let align = align_command(p, m);
     let by_loader = p.exe.as_deref() != Some(m.path.as_str());
     let Some(loader) = p.loader.as_ref().filter(|l| by_loader && l.elf_thp == Some(true)) else {
         return (String::new(), align);
@@ -375,6 +392,31 @@ pub fn loader_advice(sys: &SystemFacts, p: &ProcessFacts, m: &MappingFacts) -> (
         );
         (note, align)
     }
+}
+
+/// Where aligned copies of a package's files go (the recipe of
+/// [`align_command`]).
+pub const ALIGNED_COPIES: &str = "/usr/local/lib/hugetext";
+
+/// The command that aligns the file of `m`: in place, or, for a file a
+/// package owns, `check`'s warning and a copy to align and start instead.
+/// Pure.
+pub fn align_command(p: &ProcessFacts, m: &MappingFacts) -> String {
+    let Some(pkg) = &m.package else {
+        return format!("hugetext align {}", m.reachable());
+    };
+    let name = m.path.rsplit('/').next().unwrap_or(&m.path);
+    let copy = format!("{ALIGNED_COPIES}/{name}");
+    let then = if p.exe.as_deref() == Some(m.path.as_str()) {
+        format!("start {copy} instead of {}", m.path)
+    } else {
+        format!("start the program with LD_LIBRARY_PATH={ALIGNED_COPIES}")
+    };
+    format!(
+        "align a copy, not the file of package {pkg} ({}): mkdir -p {ALIGNED_COPIES} && hugetext align -o {copy} {}, then {then}",
+        crate::elf::align::SYSTEM_FILE_WARNING,
+        m.reachable()
+    )
 }
 
 /// Notes about the machine that bear on every process (a VM). Pure.

@@ -39,6 +39,7 @@ struct FsCache {
     fs: HashMap<(u64, String), FsFacts>,
     loaders: HashMap<String, Option<bool>>,
     files: HashMap<(u64, u64), FileFacts>,
+    packages: HashMap<String, Option<String>>,
     cache: HashMap<RangeKey, std::result::Result<CacheFacts, FactError>>,
 }
 
@@ -52,6 +53,9 @@ struct FileFacts {
     segments: std::result::Result<Vec<(u64, u64, u64, u64)>, String>,
     /// A PIE or DSO every process maps congruently ([`MappingFacts::shareable`]).
     shareable: bool,
+    /// Executable segments: (offset, filesz, bytes PMD-mappable after
+    /// `align`).
+    after_align: Vec<(u64, u64, u64)>,
     fs: FsFacts,
 }
 
@@ -163,8 +167,20 @@ fn mapping_facts(pid: i32, t: &remap::TextMapping, offset: u64, fs_cache: &mut F
             _ => Layout::NotCongruent { why },
         },
     });
-    m.fs = facts.ok().map(|f| f.fs);
     let len = t.end - t.start;
+    if let Ok(f) = &facts {
+        m.after_align_kb = after_align_kb(&f.after_align, offset, len);
+    }
+    m.fs = facts.ok().map(|f| f.fs);
+    // Who owns a file `align` would rewrite (not for the others: the lists
+    // are megabytes).
+    if matches!(m.layout, Some(Layout::Skewed { .. }) | Some(Layout::BaseBreaks { .. })) {
+        m.package = fs_cache
+            .packages
+            .entry(t.path.clone())
+            .or_insert_with(|| dpkg_owner(&t.path))
+            .clone();
+    }
     let scan = |file: &std::fs::File| {
         folio::scan_open(file, &file_path, Some(offset..offset + len))
             .map(|f| CacheFacts {
@@ -192,17 +208,24 @@ fn mapping_facts(pid: i32, t: &remap::TextMapping, offset: u64, fs_cache: &mut F
 fn file_facts(file: &std::fs::File, file_path: &Path, named: &Path, fs_cache: &mut FsCache) -> FileFacts {
     // Text mappings map executable segments; a read-only segment before
     // the text can share its first page.
-    let report = elf::check_open(file_path, file);
-    let segments = report
+    let report = elf::check_open(file_path, file).map_err(|e| e.to_string());
+    let segments = report.as_ref().map_err(String::clone).map(|r| {
+        r.segments
+            .iter()
+            .filter(|s| s.executable)
+            .map(|s| (s.offset, s.filesz, s.vaddr, s.p_align))
+            .collect::<Vec<_>>()
+    });
+    let after_align = report
         .as_ref()
         .map(|r| {
             r.segments
                 .iter()
                 .filter(|s| s.executable)
-                .map(|s| (s.offset, s.filesz, s.vaddr, s.p_align))
-                .collect::<Vec<_>>()
+                .map(|s| (s.offset, s.filesz, s.pmd_mappable_bytes_after_align))
+                .collect()
         })
-        .map_err(|e| e.to_string());
+        .unwrap_or_default();
     // Every process maps it at the same offset modulo the unit: placed by
     // the kernel or ld.so at a base aligned to p_align (at least the unit),
     // every executable segment congruent.
@@ -233,8 +256,49 @@ fn file_facts(file: &std::fs::File, file_path: &Path, named: &Path, fs_cache: &m
     FileFacts {
         segments,
         shareable,
+        after_align,
         fs,
     }
+}
+
+/// Pure: kB PMD-mappable after `align` of the executable segments
+/// `(offset, filesz, bytes)` that the file range `[offset, offset + len)`
+/// maps.
+fn after_align_kb(segments: &[(u64, u64, u64)], offset: u64, len: u64) -> Option<u64> {
+    let mut hit = false;
+    let mut bytes = 0;
+    for &(o, n, b) in segments {
+        if o < offset + len && offset < o + n {
+            hit = true;
+            bytes += b;
+        }
+    }
+    hit.then_some(bytes / 1024)
+}
+
+/// The Debian package that owns `path`, from dpkg's file lists
+/// (`/var/lib/dpkg/info/PKG[:ARCH].list`; on a merged-/usr system a file
+/// of `/usr/bin` may be listed under `/bin`). `None` without dpkg.
+pub fn dpkg_owner(path: &str) -> Option<String> {
+    let mut names = vec![path.to_string()];
+    if let Some(rest) = path.strip_prefix("/usr") {
+        if ["/bin/", "/sbin/", "/lib"].iter().any(|p| rest.starts_with(p)) {
+            names.push(rest.to_string());
+        }
+    }
+    for e in std::fs::read_dir("/var/lib/dpkg/info").ok()?.flatten() {
+        let file = e.file_name();
+        let Some(pkg) = file.to_str().and_then(|n| n.strip_suffix(".list")) else {
+            continue;
+        };
+        let Ok(text) = std::fs::read_to_string(e.path()) else {
+            continue;
+        };
+        if text.lines().any(|l| names.iter().any(|n| n == l)) {
+            return Some(pkg.split(':').next().unwrap_or(pkg).to_string());
+        }
+    }
+    None
 }
 
 /// The processes mapping each file whose page cache was read (they keep

@@ -23,8 +23,10 @@ use crate::procfs::ProcRef;
 mod decide;
 mod facts;
 
-pub use decide::{decide, layout_of, loader_advice, summary, system_notes, Reason, Verdict};
-pub use facts::{gather, gather_process, unit_of_cgroup, wait_loaded};
+pub use decide::{
+    align_command, decide, layout_of, loader_advice, summary, system_notes, Reason, Verdict, ALIGNED_COPIES,
+};
+pub use facts::{dpkg_owner, gather, gather_process, unit_of_cgroup, wait_loaded};
 
 /// What the whole machine says, the same for every process.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -182,6 +184,13 @@ pub struct MappingFacts {
     pub fs: Option<FsFacts>,
     /// `Err`: why the page cache could not be read.
     pub cache: Option<std::result::Result<CacheFacts, crate::FactError>>,
+    /// kB of the executable segment(s) this mapping maps that can be
+    /// PMD-mapped once `align` has rewritten the file (`check`'s plan, which
+    /// `align` verifies its output against); `None`: not known.
+    pub after_align_kb: Option<u64>,
+    /// The Debian package that owns the file (`/var/lib/dpkg/info/*.list`),
+    /// looked up for files whose fix is `align`.
+    pub package: Option<String>,
 }
 
 impl MappingFacts {

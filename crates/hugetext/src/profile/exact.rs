@@ -108,7 +108,7 @@ struct Model {
     small: Itlb,
     huge: Itlb,
     /// Per file (index 0: no file): path, instructions, small misses, huge misses.
-    files: Vec<(String, u64, Misses, Misses)>,
+    files: Vec<(String, u64, Misses, Misses, bool)>,
     pmd_shift: u32,
 }
 
@@ -128,7 +128,7 @@ impl Model {
             geometry: g,
             small: Itlb::new(&g),
             huge: Itlb::new(&g),
-            files: vec![(String::new(), 0, Misses::default(), Misses::default())],
+            files: vec![(String::new(), 0, Misses::default(), Misses::default(), false)],
             pmd_shift: pmd.trailing_zeros(),
         }
     }
@@ -145,7 +145,7 @@ impl Model {
                 Some(i) => i,
                 None => {
                     self.files
-                        .push((l.file.path.clone(), 0, Misses::default(), Misses::default()));
+                        .push((l.file.path.clone(), 0, Misses::default(), Misses::default(), false));
                     self.files.len() - 1
                 }
             },
@@ -166,21 +166,24 @@ impl Model {
         f.1 += n;
         f.2.count(s);
         f.3.count(h);
+        f.4 |= matches!(slot.huge_page, Page::Huge(_));
     }
 
     fn estimate(self, walk_cycles: u32) -> Estimate {
         let g = self.geometry;
-        let est = |path: String, n: u64, s: Misses, h: Misses| FileEstimate {
+        let est = |path: String, n: u64, s: Misses, h: Misses, own_huge: bool| FileEstimate {
             path,
             instructions: n,
             small: s,
             huge: h,
             small_cycles: s.cycles(&g, walk_cycles),
             huge_cycles: h.cycles(&g, walk_cycles),
+            own_huge,
         };
-        let (mut n, mut s, mut h) = (0, Misses::default(), Misses::default());
+        let (mut n, mut s, mut h, mut any) = (0, Misses::default(), Misses::default(), false);
         for f in &self.files {
             n += f.1;
+            any |= f.4;
             s.l1 += f.2.l1;
             s.walks += f.2.walks;
             h.l1 += f.3.l1;
@@ -190,7 +193,7 @@ impl Model {
             .files
             .into_iter()
             .skip(1)
-            .map(|(p, n, s, h)| est(p, n, s, h))
+            .map(|(p, n, s, h, own)| est(p, n, s, h, own))
             .collect();
         files.sort_by(|a, b| b.small.l1.cmp(&a.small.l1).then_with(|| a.path.cmp(&b.path)));
         Estimate {
@@ -199,7 +202,7 @@ impl Model {
             source: g.source.into(),
             walk_cycles,
             l2_hit_cycles: g.l2_hit_cycles,
-            all: est(String::new(), n, s, h),
+            all: est(String::new(), n, s, h, any),
             files,
         }
     }

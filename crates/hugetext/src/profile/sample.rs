@@ -30,6 +30,9 @@ pub struct Options {
     pub frequency: u64,
     /// Stop after this long (`--pid`: default until the process exits).
     pub duration: Option<Duration>,
+    /// [`sample_pids`]: also one profile per process named (its threads
+    /// and the children it starts counted with it).
+    pub per_pid: bool,
 }
 
 /// Ring buffer per event (bytes, a power of two).
@@ -99,6 +102,10 @@ struct Session {
     tally: Tally,
     lost: u64,
     pmd: u64,
+    /// With per-process profiles: the processes named, and each sampled
+    /// process's one among them (0: none found).
+    roots: Option<(Vec<i32>, HashMap<i32, i32>)>,
+    per: HashMap<i32, Tally>,
 }
 
 impl Session {
@@ -109,7 +116,31 @@ impl Session {
             tally: Tally::default(),
             lost: 0,
             pmd: super::window_size(),
+            roots: None,
+            per: HashMap::new(),
         }
+    }
+
+    /// The process named among `roots` that `pid` is, or descends from (0:
+    /// none, or it exited before it could be asked).
+    fn root_of(roots: &mut (Vec<i32>, HashMap<i32, i32>), pid: i32) -> i32 {
+        if let Some(&r) = roots.1.get(&pid) {
+            return r;
+        }
+        let mut p = pid;
+        let mut found = 0;
+        for _ in 0..64 {
+            if roots.0.contains(&p) {
+                found = p;
+                break;
+            }
+            match procfs::read_stat(p) {
+                Ok(st) if st.ppid > 0 => p = st.ppid,
+                _ => break,
+            }
+        }
+        roots.1.insert(pid, found);
+        found
     }
 
     /// Read every record the rings hold and attribute the samples.
@@ -145,6 +176,10 @@ impl Session {
                 loc = space.resolve(ip);
             }
             self.tally.add(loc.as_ref(), 1);
+            if let Some(roots) = &mut self.roots {
+                let root = Session::root_of(roots, pid);
+                self.per.entry(root).or_default().add(loc.as_ref(), 1);
+            }
         }
     }
 
@@ -155,40 +190,110 @@ impl Session {
     }
 }
 
+/// What became of one process sampled by [`sample_pids`]: what explains a
+/// profile with no samples, and its own profile (`Options::per_pid`).
+#[derive(Debug, Clone)]
+pub struct Watched {
+    /// The process.
+    pub pid: i32,
+    /// CPU time (user + system) it used during the window, clock ticks.
+    pub cpu_ticks: u64,
+    /// It exited (or became a zombie) before the window ended.
+    pub exited: bool,
+    /// Its samples alone (with `Options::per_pid`).
+    pub profile: Option<Profile>,
+}
+
 /// Sample process `pid` (all its threads, and the threads and children
 /// they start) until it exits, `opts.duration` passes or `stop` is set.
 /// Returns the profile and the number of samples the kernel lost.
 pub fn sample_pid(pid: i32, opts: &Options, stop: &AtomicBool) -> Result<(Profile, u64)> {
-    let st = procfs::read_stat(pid)?;
-    if st.is_zombie() || st.is_kernel_thread() {
-        return Err(Error::Invalid(format!(
-            "pid {pid} is a zombie or a kernel thread: nothing to sample"
-        )));
+    let (p, lost, _) = sample_pids(&[pid], opts, stop)?;
+    Ok((p, lost))
+}
+
+/// Sample the processes `pids` (all their threads, and the threads and
+/// children they start) into one profile, until all exited,
+/// `opts.duration` passes or `stop` is set. Returns the profile, the number
+/// of samples the kernel lost, and what each process did meanwhile.
+pub fn sample_pids(pids: &[i32], opts: &Options, stop: &AtomicBool) -> Result<(Profile, u64, Vec<Watched>)> {
+    let mut before = Vec::new();
+    for &pid in pids {
+        let st = procfs::read_stat(pid)?;
+        if st.is_zombie() || st.is_kernel_thread() {
+            return Err(Error::Invalid(format!(
+                "pid {pid} is a zombie or a kernel thread: nothing to sample"
+            )));
+        }
+        procfs::read_maps(Some(pid))?; // permission to read its maps, or the reason
+        before.push(st.cpu_ticks);
     }
-    procfs::read_maps(Some(pid))?; // permission to read its maps, or the reason
     let mut sess = Session::new();
+    if opts.per_pid {
+        sess.roots = Some((pids.to_vec(), HashMap::new()));
+    }
     let cpus = online_cpus();
-    for tid in task_ids(pid)? {
-        for &cpu in &cpus {
-            match open(tid, cpu, opts.frequency, false) {
-                Ok(s) => sess.samplers.push(s),
-                // A thread that ended meanwhile.
-                Err(e) if e.raw_os_error() == Some(libc::ESRCH) && tid != pid => break,
-                Err(e) => return Err(open_error(&format!("pid {pid}"), e)),
+    for &pid in pids {
+        for tid in task_ids(pid)? {
+            for &cpu in &cpus {
+                match open(tid, cpu, opts.frequency, false) {
+                    Ok(s) => sess.samplers.push(s),
+                    // A thread that ended meanwhile.
+                    Err(e) if e.raw_os_error() == Some(libc::ESRCH) && tid != pid => break,
+                    Err(e) => return Err(open_error(&format!("pid {pid}"), e)),
+                }
             }
         }
     }
     let start = Instant::now();
-    while !stop.load(Ordering::Relaxed)
-        && opts.duration.map_or(true, |d| start.elapsed() < d)
-        && procfs::read_stat(pid).is_ok_and(|s| !s.is_zombie())
-    {
+    let alive = |pid: i32| procfs::read_stat(pid).is_ok_and(|s| !s.is_zombie());
+    let mut last = before.clone();
+    let mut exited = vec![false; pids.len()];
+    while !stop.load(Ordering::Relaxed) && opts.duration.map_or(true, |d| start.elapsed() < d) {
+        for (i, &pid) in pids.iter().enumerate() {
+            match procfs::read_stat(pid) {
+                Ok(st) if !st.is_zombie() => last[i] = st.cpu_ticks,
+                Ok(st) => {
+                    last[i] = st.cpu_ticks;
+                    exited[i] = true;
+                }
+                Err(_) => exited[i] = true,
+            }
+        }
+        if exited.iter().all(|&e| e) {
+            break;
+        }
         std::thread::sleep(DRAIN_EVERY);
         sess.drain();
     }
+    for (i, &pid) in pids.iter().enumerate() {
+        if !exited[i] && !alive(pid) {
+            exited[i] = true;
+        }
+    }
+    sess.drain();
+    let mut per = std::mem::take(&mut sess.per);
+    let pmd = sess.pmd;
     let (mut p, lost) = sess.finish();
-    p.pid = Some(pid);
-    Ok((p, lost))
+    p.pid = pids.first().copied();
+    let watched = pids
+        .iter()
+        .enumerate()
+        .map(|(i, &pid)| Watched {
+            pid,
+            cpu_ticks: last[i].saturating_sub(before[i]),
+            exited: exited[i],
+            profile: opts.per_pid.then(|| {
+                let mut one = per
+                    .remove(&pid)
+                    .unwrap_or_default()
+                    .finish(Source::Sampling, "samples", pmd);
+                one.pid = Some(pid);
+                one
+            }),
+        })
+        .collect();
+    Ok((p, lost, watched))
 }
 
 fn task_ids(pid: i32) -> Result<Vec<i32>> {

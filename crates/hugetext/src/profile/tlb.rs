@@ -228,6 +228,12 @@ pub struct FileEstimate {
     /// Estimated cycles spent on iTLB misses, 4 KiB and huge.
     pub small_cycles: u64,
     pub huge_cycles: u64,
+    /// Some of its code ran in whole windows, which the huge model maps
+    /// as 2 MiB pages. A file without (no whole window of its own) that
+    /// misses less in the huge model gains only because other files' text
+    /// went huge and left it more TLB entries.
+    #[serde(default)]
+    pub own_huge: bool,
 }
 
 impl FileEstimate {
