@@ -94,6 +94,11 @@ record! {
     /// Bytes of whole windows left alone as cold: not in the list, or in
     /// files the list does not name or names for another build.
     cold,
+    /// Time reading and parsing `/proc/self/maps`, ns (part of `ns_setup`).
+    ns_maps,
+    /// Time from the pass's start to its first route, ns: settings, the
+    /// hot-window list, the verifier, working memory and `ns_maps`.
+    ns_setup,
 }
 
 /// Whether the value of `HUGETEXT_REPORT` asks for the record.

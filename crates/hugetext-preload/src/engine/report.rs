@@ -186,6 +186,8 @@ pub(super) fn record(pass: &Pass, scope: &Scope, t0: u64) {
         hot_list: hot.is_some() as u64,
         hot: hot.map_or(0, |h| h.0),
         cold: hot.map_or(0, |h| h.1),
+        ns_maps: t.ns_maps,
+        ns_setup: t.ns_setup,
     };
     let mut o = Out::<1024>::new(2);
     o.s(PREFIX).s("{\"v\":").u(VERSION);
