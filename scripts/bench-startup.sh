@@ -6,7 +6,7 @@
 # postgresql (scripts/install-deps.sh installs the first two).
 #
 #   scripts/bench-startup.sh [CASE...]     CASE: build clang numpy node postgres (default: all)
-#   RUNS=20 OUT=dir scripts/bench-startup.sh build
+#   RUNS=20 OUT=dir JSON=1 scripts/bench-startup.sh build      (JSON=1: --json)
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 ht=${HUGETEXT:-$here/target/release/hugetext}
@@ -18,8 +18,7 @@ cases=("$@")
 bench() { # NAME ARGS...
   local name=$1; shift
   echo "== $name: hugetext bench startup --runs $runs $*" >&2
-  "$ht" bench startup --runs "$runs" "$@" | tee "$out/$name.md"
-  "$ht" bench startup --runs "$runs" --json "$@" > "$out/$name.json" || true
+  "$ht" bench startup --runs "$runs" ${JSON:+--json} "$@" | tee "$out/$name.${JSON:+json}${JSON:-md}"
 }
 for c in "${cases[@]}"; do
   case $c in

@@ -972,11 +972,12 @@ fn print_startup(r: &ab::startup::Report) {
         "already",
         "file",
         "collapse",
-        "copy",
+        "copy (fill, perf map)",
         "Pass",
         "Outside the pass",
         "MiB file / copy / already",
         "Copy ms/MiB (× floor)",
+        "Fill ms/MiB (× floor)",
     ]);
     let mut any = false;
     for v in &r.variants {
@@ -988,11 +989,16 @@ fn print_startup(r: &ab::startup::Report) {
             format!("{:.2} ms", d.already_ms),
             format!("{:.2} ms", d.file_ms),
             format!("{:.2} ms", d.collapse_ms),
-            format!("{:.2} ms", d.copy_ms),
+            format!("{:.2} ms ({:.2}, {:.2})", d.copy_ms, d.copy_fill_ms, d.perf_map_ms),
             format!("{:.2} ms", d.pass_ms),
             format!("{:+.1} ms", d.outside_ms),
             format!("{:.0} / {:.0} / {:.0}", d.file_mib, d.copy_mib, d.already_mib),
             match (d.copy_ms_per_mib, d.copy_over_floor) {
+                (Some(p), Some(f)) => format!("{p:.3} ({f:.2}×)"),
+                (Some(p), None) => format!("{p:.3}"),
+                _ => "–".into(),
+            },
+            match (d.fill_ms_per_mib, d.fill_over_floor) {
                 (Some(p), Some(f)) => format!("{p:.3} ({f:.2}×)"),
                 (Some(p), None) => format!("{p:.3}"),
                 _ => "–".into(),

@@ -176,6 +176,12 @@ struct Totals {
     ns: [u64; 4],
     /// Time spent reading and parsing `/proc/self/maps`, ns.
     ns_maps: u64,
+    /// Of the `copy` route's time: filling the copies (page-cache folios
+    /// or `pread`, page faults and zeroing included), ns.
+    ns_copy_fill: u64,
+    /// Of the `copy` route's time: naming the copied code in the perf map
+    /// (mapping the ELF file, reading its symbols, writing the lines), ns.
+    ns_perf_map: u64,
     /// Time from the pass's start to its first route (settings, hot list,
     /// verifier, working memory, maps), ns.
     ns_setup: u64,

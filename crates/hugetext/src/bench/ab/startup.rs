@@ -111,6 +111,10 @@ pub struct PassTimes {
     pub ns_collapse: u64,
     /// Time in the `copy` route, ns.
     pub ns_copy: u64,
+    /// Of it, filling the copies, ns.
+    pub ns_copy_fill: u64,
+    /// Of it, writing the perf map, ns.
+    pub ns_perf_map: u64,
     /// The passes, whole, ns.
     pub ns: u64,
 }
@@ -141,6 +145,8 @@ impl PassTimes {
                 (&mut t.ns_file, "ns_file"),
                 (&mut t.ns_collapse, "ns_collapse"),
                 (&mut t.ns_copy, "ns_copy"),
+                (&mut t.ns_copy_fill, "ns_copy_fill"),
+                (&mut t.ns_perf_map, "ns_perf_map"),
                 (&mut t.ns, "ns"),
             ] {
                 *f += get(k);
@@ -192,6 +198,9 @@ pub struct Breakdown {
     pub file_ms: f64,
     pub collapse_ms: f64,
     pub copy_ms: f64,
+    /// Of `copy_ms`: filling the copies, and naming them in the perf map.
+    pub copy_fill_ms: f64,
+    pub perf_map_ms: f64,
     /// The passes, whole.
     pub pass_ms: f64,
     /// Added start-up outside the passes: `hugetext run` itself, the
@@ -204,10 +213,13 @@ pub struct Breakdown {
     pub copy_mib: f64,
     /// MiB already huge.
     pub already_mib: f64,
-    /// Copy time per MiB copied, ms.
+    /// Copy time per MiB copied, ms (the whole route).
     pub copy_ms_per_mib: Option<f64>,
     /// The copy over the memory-copy floor into fresh huge pages.
     pub copy_over_floor: Option<f64>,
+    /// The fill alone per MiB, ms, and over the floor.
+    pub fill_ms_per_mib: Option<f64>,
+    pub fill_over_floor: Option<f64>,
 }
 
 /// The machine's memory-copy floor: `memcpy` of a given size, ms per MiB.
@@ -602,6 +614,8 @@ pub fn run(opts: &Options, progress: &dyn Progress) -> Result<Report> {
             let copy_ms = ms(|p| p.ns_copy);
             let copy_mib = mib(|p| p.copy);
             let per = (copy_mib > 0.0).then(|| copy_ms / copy_mib);
+            let copy_fill_ms = ms(|p| p.ns_copy_fill);
+            let fill_per = (copy_mib > 0.0).then(|| copy_fill_ms / copy_mib);
             Some(Breakdown {
                 setup_ms: ms(|p| p.ns_setup),
                 maps_ms: ms(|p| p.ns_maps),
@@ -609,6 +623,8 @@ pub fn run(opts: &Options, progress: &dyn Progress) -> Result<Report> {
                 file_ms: ms(|p| p.ns_file),
                 collapse_ms: ms(|p| p.ns_collapse),
                 copy_ms,
+                copy_fill_ms,
+                perf_map_ms: ms(|p| p.ns_perf_map),
                 pass_ms,
                 outside_ms: stats::median(&outside),
                 file_mib: mib(|p| p.file),
@@ -617,6 +633,8 @@ pub fn run(opts: &Options, progress: &dyn Progress) -> Result<Report> {
                 already_mib: mib(|p| p.already),
                 copy_ms_per_mib: per,
                 copy_over_floor: per.zip(floor.as_ref()).map(|(p, f)| p / f.fresh_ms_per_mib),
+                fill_ms_per_mib: fill_per,
+                fill_over_floor: fill_per.zip(floor.as_ref()).map(|(p, f)| p / f.fresh_ms_per_mib),
             })
         });
         variants.push(Variant {
