@@ -259,12 +259,13 @@ pub fn variant_names(routes: &[String]) -> Vec<String> {
     v
 }
 
-/// The order of the variants in round `i`: rotated by one each round and
-/// reversed every other round, so each runs early and late alike. Pure.
+/// The order of the variants in round `i`: rotated by one every other
+/// round and reversed every other round, so over `2n` rounds each variant
+/// runs first twice and last twice. Pure.
 pub fn order(n: usize, i: u32) -> Vec<usize> {
     let mut v: Vec<usize> = (0..n).collect();
     if n > 0 {
-        v.rotate_left(i as usize % n);
+        v.rotate_left((i / 2) as usize % n);
     }
     if i % 2 == 1 {
         v.reverse();
@@ -738,14 +739,17 @@ mod tests {
 
     #[test]
     fn every_variant_runs_at_every_place_over_two_rotations() {
-        let n = 4;
-        let mut first = vec![0; n];
-        for i in 0..(2 * n as u32) {
-            let o = order(n, i);
-            assert_eq!(o.len(), n);
-            first[o[0]] += 1;
+        for n in [3usize, 4, 6] {
+            let (mut first, mut last) = (vec![0; n], vec![0; n]);
+            for i in 0..(2 * n as u32) {
+                let o = order(n, i);
+                assert_eq!(o.len(), n);
+                first[o[0]] += 1;
+                last[o[n - 1]] += 1;
+            }
+            assert!(first.iter().all(|&c| c == 2), "{n}: {first:?}");
+            assert!(last.iter().all(|&c| c == 2), "{n}: {last:?}");
         }
-        assert!(first.iter().all(|&c| c == 2), "{first:?}");
         assert_eq!(variant_names(&["file".into()]), ["plain", "warm", "run-file"]);
     }
 
