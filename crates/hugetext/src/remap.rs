@@ -883,8 +883,10 @@ mod tests {
 
     /// Without anonymous VMA names: unnamed `r-x` anonymous memory between
     /// two mappings of one file (after a hole, as a segment copied whole
-    /// leaves it), or directly followed by a file's text, is that file's
-    /// copied text; between two files' data, nobody's.
+    /// leaves it), or directly followed by a file's text, is a candidate
+    /// copy of that file ([`text_mappings_in`]); between two files' data,
+    /// nobody's. [`text_mappings`] keeps a candidate only with the proof of
+    /// its bytes: a page of zeros (here) is no copy of anything.
     #[test]
     fn unnamed_copy_between_mappings_of_one_file_is_its_text() {
         use std::os::fd::AsRawFd;
@@ -925,11 +927,13 @@ mod tests {
                     libc::mmap(at(3), page, prot, fixed, second.as_raw_fd(), 0),
                     libc::MAP_FAILED
                 );
-                let found = text_mappings(std::process::id() as i32)
-                    .unwrap()
+                let me = std::process::id() as i32;
+                let found = text_mappings_in(&procfs::read_smaps(Some(me)).unwrap())
                     .into_iter()
                     .find(|m| m.start == anon as u64);
+                let proven = text_mappings(me).unwrap().into_iter().find(|m| m.start == anon as u64);
                 libc::munmap(base, 4 * page);
+                assert_eq!(proven, None, "zeros are not the file's bytes: {found:?}");
                 found
             }
         };
