@@ -14,6 +14,7 @@ pkgs+=(podman runc mmdebstrap)  # scripts/build-image.sh and tests/daemonset_pod
 pkgs+=(gcc-aarch64-linux-gnu binutils-aarch64-linux-gnu qemu-user)  # tests/arm64.rs: cross-built AArch64 programs, run under qemu-user
 pkgs+=(gcc-aarch64-linux-gnu gcc-powerpc64le-linux-gnu gcc-s390x-linux-gnu gcc-riscv64-linux-gnu)  # scripts/kernel-lab.sh --check: the kernel series' objects cross-compiled for arm64, ppc64el, s390x, riscv64
 pkgs+=(shellcheck)  # scripts/lint.sh
+pkgs+=(clang python3-numpy)  # scripts/bench-startup.sh: the start-up cases (clang, numpy) and the build of many small files
 pkgs+=(time)  # testkit::measured: GNU time reports a command's own peak memory
 pkgs+=(gdb postgresql)  # explain.rs: a package's file (gdb's) gets the copy recipe; run.rs: pg_ctl start as a launcher run follows
 missing=()

@@ -70,6 +70,9 @@ _hugetext() {
             hugetext__subcmd__bench,readahead)
                 cmd="hugetext__subcmd__bench__subcmd__readahead"
                 ;;
+            hugetext__subcmd__bench,startup)
+                cmd="hugetext__subcmd__bench__subcmd__startup"
+                ;;
             hugetext__subcmd__bench__subcmd__help,ab)
                 cmd="hugetext__subcmd__bench__subcmd__help__subcmd__ab"
                 ;;
@@ -84,6 +87,9 @@ _hugetext() {
                 ;;
             hugetext__subcmd__bench__subcmd__help,readahead)
                 cmd="hugetext__subcmd__bench__subcmd__help__subcmd__readahead"
+                ;;
+            hugetext__subcmd__bench__subcmd__help,startup)
+                cmd="hugetext__subcmd__bench__subcmd__help__subcmd__startup"
                 ;;
             hugetext__subcmd__help,agent)
                 cmd="hugetext__subcmd__help__subcmd__agent"
@@ -135,6 +141,9 @@ _hugetext() {
                 ;;
             hugetext__subcmd__help__subcmd__bench,readahead)
                 cmd="hugetext__subcmd__help__subcmd__bench__subcmd__readahead"
+                ;;
+            hugetext__subcmd__help__subcmd__bench,startup)
+                cmd="hugetext__subcmd__help__subcmd__bench__subcmd__startup"
                 ;;
             *)
                 ;;
@@ -205,7 +214,7 @@ _hugetext() {
             return 0
             ;;
         hugetext__subcmd__bench)
-            opts="-h -V --help --version exec mprotect readahead ab help"
+            opts="-h -V --help --version exec mprotect readahead ab startup help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -303,7 +312,7 @@ _hugetext() {
             return 0
             ;;
         hugetext__subcmd__bench__subcmd__help)
-            opts="exec mprotect readahead ab help"
+            opts="exec mprotect readahead ab startup help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -373,6 +382,20 @@ _hugetext() {
             return 0
             ;;
         hugetext__subcmd__bench__subcmd__help__subcmd__readahead)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        hugetext__subcmd__bench__subcmd__help__subcmd__startup)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -460,6 +483,52 @@ _hugetext() {
                     return 0
                     ;;
                 --max-time)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        hugetext__subcmd__bench__subcmd__startup)
+            opts="-h -V --runs --routes --ready --timeout --user --files --run-cache --seed --json --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --runs)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --routes)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ready)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --user)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --files)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --run-cache)
+                    COMPREPLY=($(compgen -W "small huge" -- "${cur}"))
+                    return 0
+                    ;;
+                --seed)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -585,7 +654,7 @@ _hugetext() {
             return 0
             ;;
         hugetext__subcmd__help__subcmd__bench)
-            opts="exec mprotect readahead ab"
+            opts="exec mprotect readahead ab startup"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -641,6 +710,20 @@ _hugetext() {
             return 0
             ;;
         hugetext__subcmd__help__subcmd__bench__subcmd__readahead)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        hugetext__subcmd__help__subcmd__bench__subcmd__startup)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )

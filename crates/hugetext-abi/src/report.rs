@@ -99,6 +99,17 @@ record! {
     shmem,
     /// Time in the `shmem` route, ns.
     ns_shmem,
+    /// Time reading and parsing `/proc/self/maps`, ns (part of `ns_setup`).
+    ns_maps,
+    /// Time from the pass's start to its first route, ns: settings, the
+    /// hot-window list, the verifier, working memory and `ns_maps`.
+    ns_setup,
+    /// Of `ns_copy`: filling the copies (from page-cache folios or with
+    /// `pread`; page faults and zeroing included), ns.
+    ns_copy_fill,
+    /// Of `ns_copy`: naming the copied code in the perf map (the ELF
+    /// file's symbols read, the lines written), ns.
+    ns_perf_map,
 }
 
 /// Whether the value of `HUGETEXT_REPORT` asks for the record.

@@ -65,6 +65,21 @@ enum Command {
     Man,
 }
 
+/// The routes `hugetext run --strategy` accepts, as its parser lists them
+/// (what `bench startup` measures by default).
+fn run_routes() -> Vec<String> {
+    let cli = Cli::command();
+    cli.find_subcommand("run")
+        .and_then(|run| run.get_arguments().find(|a| a.get_id() == "strategy"))
+        .map(|a| {
+            a.get_possible_values()
+                .iter()
+                .map(|v| v.get_name().to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 fn main() -> ExitCode {
     cmd::install_handlers();
     let cli = Cli::parse();
@@ -78,7 +93,7 @@ fn main() -> ExitCode {
         Command::Profile(a) => cmd::profile::run(a),
         Command::Run(a) => cmd::run::run(a),
         Command::Agent(a) => cmd::agent::run(a),
-        Command::Bench(a) => cmd::bench::run(a),
+        Command::Bench(a) => cmd::bench::run(a, &run_routes()),
         Command::Completions(a) => cmd::completions::run(a, Cli::command()),
         Command::Man => cmd::man(Cli::command()),
     };

@@ -740,3 +740,125 @@ fn workload_selected_by_container_exports_ratio_and_reason() {
     a.stop();
     drop((x, y));
 }
+
+/// Text `run --strategy copy` copied is counted under its file, on kernels
+/// with or without anonymous VMA names (this one has none: the copies are
+/// unnamed `r-xp` anonymous mappings), and the per-file ratio equals what
+/// smaps says of that process: (FilePmdMapped + AnonHugePages) / Rss over
+/// the file's text and its copies. Anonymous executable memory that is not
+/// a copy (a JIT's code buffer, here a Python mmap) is reported apart.
+#[test]
+fn copied_text_counts_under_its_file_equal_to_smaps_and_jit_memory_apart() {
+    let dir = common::scratch();
+    // Its own path: no other test's processes map it.
+    let prog = common::copy_fixture(dir.path(), "bfd", "nopie");
+    let path = prog.canonicalize().unwrap();
+    let p = path.to_str().unwrap();
+    let r = common::run_waiting(&["--strategy", "copy"], &prog);
+    // A JIT-like buffer: 4 MiB of anonymous executable memory, touched.
+    let mut jit = Command::new("python3")
+        .args([
+            "-c",
+            "import mmap,sys\nm=mmap.mmap(-1,4<<20,prot=mmap.PROT_READ|mmap.PROT_WRITE|mmap.PROT_EXEC)\n\
+             m.write(b'\\xc3'*(4<<20))\nprint('ready',flush=True)\nsys.stdin.read()",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(jit.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "ready");
+
+    // smaps, read directly: the file's r-x mappings and the unnamed r-x
+    // anonymous ones (the fixture has no other anonymous text).
+    let smaps = hugetext::procfs::read_smaps(Some(r.pid())).unwrap();
+    let (mut huge_kb, mut rss_kb, mut copied_kb) = (0u64, 0u64, 0u64);
+    for (v, s) in &smaps {
+        if !v.perms.starts_with("r-x") {
+            continue;
+        }
+        if v.path == p {
+            huge_kb += s.file_pmd_kb;
+            rss_kb += s.rss_kb;
+        } else if v.path.is_empty() || v.path.starts_with("[anon:hugetext:") {
+            huge_kb += s.anon_huge_kb;
+            rss_kb += s.rss_kb;
+            copied_kb += s.anon_huge_kb;
+        }
+    }
+    assert!(
+        copied_kb * 1024 >= 8 * common::pmd(),
+        "the copy route copied: {copied_kb} kB"
+    );
+    let want = huge_kb as f64 / rss_kb as f64;
+
+    let a = AgentProc::with_config(None);
+    let page = a.metrics();
+    let got = sample(&page, &format!("hugetext_exe_pmd_mapped_ratio{{path=\"{p}\"}}"))
+        .unwrap_or_else(|| panic!("no ratio for {p}: {page}"));
+    assert!(
+        (got - want).abs() < 0.005,
+        "agent {got} vs smaps {want} ({huge_kb} of {rss_kb} kB)"
+    );
+    let copies = sample(
+        &page,
+        &format!("hugetext_exe_text_bytes{{path=\"{p}\",kind=\"anon\",class=\"thp-pmd-aligned-2048kB\"}}"),
+    )
+    .unwrap_or_else(|| panic!("no copied text under {p}: {page}"));
+    assert_eq!(copies as u64, copied_kb * 1024, "{page}");
+    let mine = sample(&page, "hugetext_anon_exec_bytes{owner=\"hugetext\"}").unwrap();
+    let other = sample(&page, "hugetext_anon_exec_bytes{owner=\"other\"}").unwrap();
+    assert!(mine >= (copied_kb * 1024) as f64, "{mine} {page}");
+    assert!(
+        other >= (4u64 << 20) as f64,
+        "the Python buffer is not hugetext's: {other}"
+    );
+    drop(jit.stdin.take());
+    let _ = jit.wait();
+    r.stop();
+    a.stop();
+}
+
+/// A file the policy warmed and that is then evicted (back in 4 KiB
+/// folios, as memory pressure or `POSIX_FADV_DONTNEED` leave it) is warmed
+/// again within a few evaluations, not after the ten-minute retry; and again
+/// after the program ran on the evicted file (its exit is the event).
+#[test]
+fn policy_warms_again_a_file_found_evicted() {
+    let Some(fs) = xfs() else { return };
+    let prog = common::copy_fixture(fs.path(), "bfd", "nopie");
+    common::read_small(&prog);
+    let dir = common::scratch();
+    let conf = dir.path().join("agent.conf");
+    std::fs::write(
+        &conf,
+        format!("paths = [\"{}\"]\n[agent]\npoll_interval = \"500ms\"\n", prog.display()),
+    )
+    .unwrap();
+    let a = AgentProc::with_config(Some(&conf));
+    let warmed = format!("warmed {}", prog.display());
+    let count = |a: &AgentProc| a.lines().iter().filter(|l| l.contains(&warmed)).count();
+    let wait_count = |a: &AgentProc, n: usize, what: &str| {
+        // Generous: 60 poll intervals on a loaded machine.
+        let t = Instant::now();
+        while count(a) < n {
+            assert!(t.elapsed() < Duration::from_secs(30), "{what}: {:?}", a.lines());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    wait_count(&a, 1, "first warm");
+    // Evicted: 4 KiB folios again.
+    common::read_small(&prog);
+    wait_count(&a, 2, "not warmed again after eviction");
+    a.wait_log("no longer in PMD folios: warming again", Duration::from_secs(5));
+    // Evicted again, and the program runs on the small folios meanwhile.
+    common::read_small(&prog);
+    let run = Running::fixture(&prog);
+    run.stop();
+    wait_count(&a, 3, "not warmed again after the program ran");
+    let next = Running::fixture(&prog);
+    assert!(next.huge_of(&prog).0 >= 8 * common::pmd(), "next run not PMD-mapped");
+    next.stop();
+    a.stop();
+}

@@ -821,3 +821,164 @@ fn ab_puts_files_back_in_the_folio_state_found() {
     );
     assert_eq!(pmd_windows_of(&exe), Vec::<u64>::new());
 }
+
+/// `bench startup`'s variants of one round, and its numbers' shape: the
+/// plumbing, not the numbers.
+fn startup_variants(v: &Value) -> Vec<&str> {
+    v["variants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["name"].as_str().unwrap())
+        .collect()
+}
+
+#[test]
+fn startup_measures_plain_warm_and_each_route_with_its_breakdown() {
+    let _turn = ab_turn();
+    // ~20 MiB of congruent text (9 windows): the file route has windows to
+    // fill and the copy route windows to copy.
+    let exe = common::fixture("bfd", "nopie");
+    let out = common::hugetext(&[
+        "bench",
+        "startup",
+        "--runs",
+        "2",
+        "--routes",
+        "file,copy",
+        "--json",
+        "--",
+        exe.to_str().unwrap(),
+    ]);
+    let v = json_of(&out);
+    assert_eq!(startup_variants(&v), ["plain", "warm", "run-file", "run-copy"], "{v}");
+    assert_eq!(v["until"], "exit");
+    for x in v["variants"].as_array().unwrap() {
+        let name = x["name"].as_str().unwrap();
+        assert_eq!(x["runs"].as_array().unwrap().len(), 2, "{name}: {x}");
+        assert!(num(&x["median_ms"]) > 0.0, "{name}: {x}");
+        if name == "plain" {
+            assert!(x["ratio"].is_null() && x["added_ms"].is_null(), "{x}");
+            // Every start of plain began from small folios.
+            for r in x["runs"].as_array().unwrap() {
+                assert_eq!(r["state"]["pmd_kb"], 0, "{r}");
+                assert!(r["pass"].is_null(), "{r}");
+            }
+            continue;
+        }
+        let r = &x["ratio"];
+        let (m, ci) = (num(&r["median"]), r["ci95"].as_array().unwrap());
+        assert!(num(&ci[0]) <= m && m <= num(&ci[1]), "{name}: {r}");
+        assert!(x["added_ms"].is_number() && x["cpu_ratio"]["median"].is_number(), "{x}");
+    }
+    let by = |n: &str| {
+        v["variants"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["name"] == n)
+            .unwrap()
+            .clone()
+    };
+    assert!(
+        num(&by("warm")["text_pmd_pct"]) > 50.0,
+        "warm starts from PMD folios: {v}"
+    );
+    // The preload's own record splits run's time: the file route made the
+    // fixture's windows huge from small folios, the copy route copied them.
+    let file = &by("run-file");
+    assert_eq!(file["zero_copy"], true);
+    let b = &file["breakdown"];
+    assert!(num(&b["file_mib"]) >= 16.0, "{b}");
+    assert!(
+        num(&b["file_ms"]) > 0.0 && num(&b["pass_ms"]) >= num(&b["file_ms"]),
+        "{b}"
+    );
+    assert!(
+        num(&b["setup_ms"]) >= num(&b["maps_ms"]) && num(&b["maps_ms"]) > 0.0,
+        "{b}"
+    );
+    let copy = &by("run-copy");
+    assert_eq!(copy["zero_copy"], false);
+    let b = &copy["breakdown"];
+    assert!(num(&b["copy_mib"]) >= 16.0, "{b}");
+    assert!(
+        num(&b["copy_ms_per_mib"]) > 0.0 && num(&b["copy_over_floor"]) > 0.0,
+        "{b}"
+    );
+    let floor = &v["copy_floor"];
+    assert!(
+        num(&floor["fresh_ms_per_mib"]) > 0.0 && num(&floor["warm_ms_per_mib"]) > 0.0,
+        "{floor}"
+    );
+    assert!(floor["bytes"].as_u64().unwrap() >= 16 << 20, "{floor}");
+    for r in copy["runs"].as_array().unwrap() {
+        assert!(r["pass"]["passes"].as_u64().unwrap() >= 1, "{r}");
+    }
+}
+
+#[test]
+fn startup_routes_default_to_what_run_accepts_and_bad_input_is_one_line() {
+    // Every route `run --strategy` lists is measured by default.
+    let help = common::hugetext(&["run", "--help"]);
+    let help = String::from_utf8_lossy(&help.stdout).into_owned();
+    for route in ["auto", "file", "collapse", "copy"] {
+        assert!(help.contains(route), "{help}");
+    }
+    let out = common::hugetext(&["bench", "startup", "--routes", "teleport", "--", "true"]);
+    assert_eq!(out.status.code(), Some(2));
+    let e = stderr(&out);
+    assert!(
+        e.contains("teleport") && e.contains("file") && e.lines().count() == 1,
+        "{e}"
+    );
+    let out = common::hugetext(&["bench", "startup"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
+    let out = common::hugetext(&["bench", "startup", "--user", "no-such-user-here", "--", "true"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("no-such-user-here"), "{}", stderr(&out));
+    // A command that fails says so in one line, not a panic.
+    let out = common::hugetext(&["bench", "startup", "--runs", "1", "--routes", "file", "--", "false"]);
+    assert!(!out.status.success());
+    let e = stderr(&out);
+    assert!(e.lines().count() <= 3 && !e.contains("panicked"), "{e}");
+}
+
+#[test]
+fn startup_until_ready_times_a_server_to_its_probe_and_stops_it() {
+    let _turn = ab_turn();
+    let dir = common::scratch();
+    let flag = dir.path().join("ready");
+    let f = flag.to_str().unwrap();
+    // A "server": ready once it has created the flag; SIGTERM removes it.
+    let script = format!("trap 'rm -f {f}; exit 0' TERM; sleep 0.05; touch {f}; while :; do sleep 0.05; done");
+    let probe = format!("test -e {f}");
+    let t = std::time::Instant::now();
+    let out = common::hugetext(&[
+        "bench",
+        "startup",
+        "--runs",
+        "2",
+        "--routes",
+        "file",
+        "--ready",
+        &probe,
+        "--timeout",
+        "60s",
+        "--json",
+        "--",
+        "/bin/sh",
+        "-c",
+        &script,
+    ]);
+    let v = json_of(&out);
+    assert_eq!(v["until"], "ready");
+    assert_eq!(startup_variants(&v), ["plain", "warm", "run-file"]);
+    for x in v["variants"].as_array().unwrap() {
+        // At least the server's own 50 ms before it is ready.
+        assert!(num(&x["min_ms"]) >= 50.0, "{x}");
+    }
+    assert!(!flag.exists(), "every server was stopped (SIGTERM ran its trap)");
+    assert!(t.elapsed() < std::time::Duration::from_secs(120), "{:?}", t.elapsed());
+}

@@ -532,12 +532,84 @@ impl TextMapping {
 ///
 /// Text the preload copied is named `[anon:hugetext:PATH]` where the kernel
 /// has anonymous VMA names. Where it has not (`CONFIG_ANON_VMA_NAME` is off
-/// in Debian's kernels), an unnamed `r-x` anonymous mapping is the copied
-/// text of file P when it directly follows or precedes text of P (a copy
+/// in Debian's kernels), an unnamed `r-x` anonymous mapping is a candidate
+/// copy of file P when it directly follows or precedes text of P (a copy
 /// that starts the segment leaves no file-backed head), or lies between two
-/// mappings of P (the loader's mappings of P on either side).
+/// mappings of P (the loader's mappings of P on either side), and it is
+/// counted as P's text only when its bytes are P's bytes at the file
+/// offsets P's program headers put there ([`copy_proven`]): anonymous
+/// executable memory that merely sits next to a library (a JIT's code
+/// buffer) is left out.
 pub fn text_mappings(pid: i32) -> Result<Vec<TextMapping>> {
-    Ok(text_mappings_in(&procfs::read_smaps(Some(pid))?))
+    let smaps = procfs::read_smaps(Some(pid))?;
+    let mut v = text_mappings_in(&smaps);
+    v.retain(|t| {
+        let unnamed = smaps.iter().any(|(m, _)| m.start == t.start && m.path.is_empty());
+        !(t.copied && unnamed) || copy_proven(pid, &smaps, t)
+    });
+    Ok(v)
+}
+
+/// Whether the bytes of the anonymous mapping `t` of process `pid` are the
+/// bytes of file `t.path` that its executable segment puts at those
+/// addresses: the load bias from the file's mapping at offset 0 and its
+/// program headers, then one page per 2 MiB window and the last page
+/// compared between `/proc/PID/mem` and the file (opened through
+/// `/proc/PID/map_files`, so the very file the process maps). `false` when
+/// anything cannot be read.
+pub fn copy_proven(pid: i32, vmas: &[(procfs::Vma, procfs::SmapsStats)], t: &TextMapping) -> bool {
+    use std::os::unix::fs::FileExt;
+    let Some(head) = vmas
+        .iter()
+        .map(|(m, _)| m)
+        .filter(|m| m.path == t.path && m.offset == 0)
+        .min_by_key(|m| m.start)
+    else {
+        return false;
+    };
+    let file_path = PathBuf::from(format!("/proc/{pid}/map_files/{:x}-{:x}", head.start, head.end));
+    let Ok(segs) = crate::elf::text_segments(&file_path) else {
+        return false;
+    };
+    let page = crate::kernel::page_size() as u64;
+    let Some(first) = segs.iter().min_by_key(|s| s.offset) else {
+        return false;
+    };
+    let base = head.start.wrapping_sub(first.vaddr & !(page - 1));
+    let Some(seg) = segs.iter().find(|s| {
+        let lo = base.wrapping_add(s.vaddr);
+        s.is_executable() && lo <= t.start && t.end <= (lo + s.file_size).div_ceil(page) * page
+    }) else {
+        return false;
+    };
+    let off_of = |addr: u64| addr - base.wrapping_add(seg.vaddr) + seg.offset;
+    let seg_end = seg.offset + seg.file_size;
+    let (Ok(file), Ok(mem)) = (
+        std::fs::File::open(&file_path),
+        std::fs::File::open(format!("/proc/{pid}/mem")),
+    ) else {
+        return false;
+    };
+    let unit = crate::kernel::pmd_size() as u64;
+    let mut at: Vec<u64> = (t.start..t.end).step_by(unit as usize).collect();
+    at.push(t.end.saturating_sub(page).max(t.start));
+    let (mut a, mut b) = (vec![0u8; page as usize], vec![0u8; page as usize]);
+    let mut compared = 0;
+    for addr in at {
+        let off = off_of(addr);
+        let n = (seg_end.saturating_sub(off)).min(page) as usize;
+        if n == 0 {
+            continue;
+        }
+        if mem.read_exact_at(&mut a[..n], addr).is_err() || file.read_exact_at(&mut b[..n], off).is_err() {
+            return false;
+        }
+        if a[..n] != b[..n] {
+            return false;
+        }
+        compared += 1;
+    }
+    compared > 0
 }
 
 /// [`text_mappings`] of smaps already read.
@@ -812,8 +884,10 @@ mod tests {
 
     /// Without anonymous VMA names: unnamed `r-x` anonymous memory between
     /// two mappings of one file (after a hole, as a segment copied whole
-    /// leaves it), or directly followed by a file's text, is that file's
-    /// copied text; between two files' data, nobody's.
+    /// leaves it), or directly followed by a file's text, is a candidate
+    /// copy of that file ([`text_mappings_in`]); between two files' data,
+    /// nobody's. [`text_mappings`] keeps a candidate only with the proof of
+    /// its bytes: a page of zeros (here) is no copy of anything.
     #[test]
     fn unnamed_copy_between_mappings_of_one_file_is_its_text() {
         use std::os::fd::AsRawFd;
@@ -854,11 +928,13 @@ mod tests {
                     libc::mmap(at(3), page, prot, fixed, second.as_raw_fd(), 0),
                     libc::MAP_FAILED
                 );
-                let found = text_mappings(std::process::id() as i32)
-                    .unwrap()
+                let me = std::process::id() as i32;
+                let found = text_mappings_in(&procfs::read_smaps(Some(me)).unwrap())
                     .into_iter()
                     .find(|m| m.start == anon as u64);
+                let proven = text_mappings(me).unwrap().into_iter().find(|m| m.start == anon as u64);
                 libc::munmap(base, 4 * page);
+                assert_eq!(proven, None, "zeros are not the file's bytes: {found:?}");
                 found
             }
         };

@@ -69,6 +69,69 @@ enum What {
     /// CPU time). Afterwards every file is put back in the folio state it
     /// was found in (a warmed file stays warm), and a note says so.
     Ab(AbArgs),
+    /// The cost of `hugetext run`: a command's start-up plain, with its
+    /// text warmed, and under `hugetext run --strategy ROUTE` for each
+    /// route, paired and interleaved round by round.
+    ///
+    /// Before every start the files the command maps executable are put in
+    /// small page-cache folios (or PMD folios for `warm`), as `ab` does.
+    /// Start-up is the wall time to exit, or with --ready until a probe
+    /// first succeeds (a server, then stopped with SIGTERM). Prints median
+    /// start-up and CPU per variant, the ratio to plain with a 95%
+    /// bootstrap interval and the added milliseconds, where `run`'s time
+    /// went (from the preload's own record: setup, maps, each route,
+    /// outside the pass), and the copy route's cost per MiB against the
+    /// machine's memory-copy floor.
+    Startup(StartupArgs),
+}
+
+/// `bench startup --run-cache`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+enum RunCache {
+    /// Text in small page-cache folios.
+    Small,
+    /// Text in PMD folios.
+    Huge,
+}
+
+#[derive(clap::Args, Debug)]
+struct StartupArgs {
+    /// Rounds (each starts every variant once).
+    #[arg(long, default_value_t = 10)]
+    runs: u32,
+    /// Routes to measure, comma-separated (default: every route `run
+    /// --strategy` accepts).
+    #[arg(long, value_delimiter = ',', value_name = "ROUTE,...")]
+    routes: Vec<String>,
+    /// A shell command that succeeds once the command is ready (e.g.
+    /// `pg_isready -q -h /tmp -p 5499`): start-up is the time until then,
+    /// and the command is stopped with SIGTERM.
+    #[arg(long, value_name = "SHELL-COMMAND")]
+    ready: Option<String>,
+    /// Longest a start (and a server's stop) may take (s, m suffixes).
+    #[arg(long, default_value = "60s", value_parser = duration_arg)]
+    timeout: std::time::Duration,
+    /// Run the command, and `hugetext run`, as this user (name or uid),
+    /// with its primary group.
+    #[arg(long, value_name = "USER")]
+    user: Option<String>,
+    /// More files whose text to manage.
+    #[arg(long, num_args = 1.., value_name = "PATH")]
+    files: Vec<PathBuf>,
+    /// The page cache the `run` variants start from: `small` (a first
+    /// start: the file route refills the text) or `huge` (a later start,
+    /// the text already in PMD folios as the file route leaves it).
+    #[arg(long, value_enum, default_value = "small")]
+    run_cache: RunCache,
+    /// Seed of the bootstrap.
+    #[arg(long, default_value_t = 0xab)]
+    seed: u64,
+    /// Print JSON instead of tables.
+    #[arg(long)]
+    json: bool,
+    /// The command to start, after `--`.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_name = "COMMAND")]
+    command: Vec<OsString>,
 }
 
 fn size_arg(s: &str) -> Result<u64, String> {
@@ -227,8 +290,10 @@ struct AbArgs {
     command: Vec<OsString>,
 }
 
-pub fn run(args: Args) -> Result<u8> {
+/// Run a benchmark; `routes` are the values `run --strategy` accepts.
+pub fn run(args: Args, routes: &[String]) -> Result<u8> {
     match args.what {
+        What::Startup(a) => run_startup(a, routes),
         What::Exec(a) => run_exec(a),
         What::Mprotect(a) => run_mprotect(a),
         What::Readahead(a) => run_readahead(a),
@@ -788,6 +853,177 @@ fn print_ab(r: &ab::Report) {
     }
     if let Some(why) = &r.itlb.reason {
         println!("iTLB misses: {why}");
+    }
+    for n in &r.notes {
+        println!("note: {n}");
+    }
+}
+
+/// uid and primary gid of a user name or number.
+fn user_ids(user: &str) -> Option<(u32, u32)> {
+    let name = std::ffi::CString::new(user).ok()?;
+    // SAFETY: getpwnam/getpwuid return NULL or a pointer to a static
+    // record, read at once (this process is single-threaded here).
+    let pw = unsafe {
+        match user.parse::<u32>() {
+            Ok(uid) => libc::getpwuid(uid),
+            Err(_) => libc::getpwnam(name.as_ptr()),
+        }
+    };
+    if pw.is_null() {
+        return None;
+    }
+    // SAFETY: non-null, see above.
+    let pw = unsafe { &*pw };
+    Some((pw.pw_uid, pw.pw_gid))
+}
+
+fn run_startup(a: StartupArgs, accepted: &[String]) -> Result<u8> {
+    if a.command.is_empty() {
+        return Err(exit_with(
+            2,
+            "no command given: use `hugetext bench startup [OPTIONS] -- COMMAND [ARGS...]`",
+        ));
+    }
+    let routes = if a.routes.is_empty() {
+        accepted.to_vec()
+    } else {
+        a.routes.clone()
+    };
+    if let Some(bad) = routes.iter().find(|r| !accepted.contains(r)) {
+        return Err(exit_with(
+            2,
+            format!(
+                "--routes: {bad:?} is no route of `hugetext run` ({})",
+                accepted.join(", ")
+            ),
+        ));
+    }
+    let user = match &a.user {
+        Some(u) => Some(user_ids(u).ok_or_else(|| exit_with(2, format!("--user: no user {u:?}")))?),
+        None => None,
+    };
+    let hugetext = ab::startup::current_hugetext()
+        .ok_or_else(|| exit_with(1, "cannot find the running hugetext binary (/proc/self/exe)"))?;
+    let opts = ab::startup::Options {
+        command: a.command.clone(),
+        hugetext,
+        routes,
+        runs: a.runs,
+        ready: a.ready.clone(),
+        timeout: a.timeout,
+        user,
+        files: a.files.clone(),
+        run_cache: match a.run_cache {
+            RunCache::Small => ab::Side::Small,
+            RunCache::Huge => ab::Side::Huge,
+        },
+        seed: a.seed,
+    };
+    let r = with_progress(|bar| ab::startup::run(&opts, bar))?;
+    if a.json {
+        print_json(&r)?;
+    } else {
+        print_startup(&r);
+    }
+    Ok(0)
+}
+
+fn ms_ratio(r: &Option<PairedRatio>) -> String {
+    r.as_ref().map(|r| r.display()).unwrap_or_else(|| "–".into())
+}
+
+fn print_startup(r: &ab::startup::Report) {
+    println!(
+        "Start-up of `{}` (until {}; {} rounds, variants interleaved; run variants from {} page-cache folios), kernel {}\n",
+        r.command.join(" "),
+        match &r.ready {
+            Some(p) => format!("ready: `{p}` succeeds"),
+            None => "exit".into(),
+        },
+        r.runs,
+        r.run_cache,
+        r.kernel
+    );
+    let mut t = table(&[
+        "Variant",
+        "Start-up (median, min–max)",
+        "CPU",
+        "/ plain [95% CI]",
+        "Added",
+        "CPU / plain [95% CI]",
+        "Text in PMD folios before",
+    ]);
+    for v in &r.variants {
+        t.add_row(vec![
+            v.name.clone(),
+            format!("{:.1} ms ({:.1}–{:.1})", v.median_ms, v.min_ms, v.max_ms),
+            format!("{:.1} ms", v.cpu_ms),
+            ms_ratio(&v.ratio),
+            v.added_ms.map(|a| format!("{a:+.1} ms")).unwrap_or_else(|| "–".into()),
+            ms_ratio(&v.cpu_ratio),
+            format!("{:.0}%", v.text_pmd_pct),
+        ]);
+    }
+    println!("{t}\n");
+    let mut b = table(&[
+        "Route",
+        "Setup (maps)",
+        "already",
+        "file",
+        "collapse",
+        "copy (fill, perf map)",
+        "Pass",
+        "Outside the pass",
+        "MiB file / copy / already",
+        "Copy ms/MiB (× floor)",
+        "Fill ms/MiB (× floor)",
+    ]);
+    let mut any = false;
+    for v in &r.variants {
+        let Some(d) = &v.breakdown else { continue };
+        any = true;
+        b.add_row(vec![
+            v.name.clone(),
+            format!("{:.2} ms ({:.2})", d.setup_ms, d.maps_ms),
+            format!("{:.2} ms", d.already_ms),
+            format!("{:.2} ms", d.file_ms),
+            format!("{:.2} ms", d.collapse_ms),
+            format!("{:.2} ms ({:.2}, {:.2})", d.copy_ms, d.copy_fill_ms, d.perf_map_ms),
+            format!("{:.2} ms", d.pass_ms),
+            format!("{:+.1} ms", d.outside_ms),
+            format!("{:.0} / {:.0} / {:.0}", d.file_mib, d.copy_mib, d.already_mib),
+            match (d.copy_ms_per_mib, d.copy_over_floor) {
+                (Some(p), Some(f)) => format!("{p:.3} ({f:.2}×)"),
+                (Some(p), None) => format!("{p:.3}"),
+                _ => "–".into(),
+            },
+            match (d.fill_ms_per_mib, d.fill_over_floor) {
+                (Some(p), Some(f)) => format!("{p:.3} ({f:.2}×)"),
+                (Some(p), None) => format!("{p:.3}"),
+                _ => "–".into(),
+            },
+        ]);
+    }
+    if any {
+        println!("Where `run`'s time went (medians of the preload's records):\n\n{b}\n");
+    }
+    if let Some(f) = &r.copy_floor {
+        println!(
+            "memory-copy floor ({:.0} MiB): {:.3} ms/MiB into fresh huge pages (faults and zeroing included), {:.3} ms/MiB into memory already faulted in",
+            f.bytes as f64 / (1u64 << 20) as f64,
+            f.fresh_ms_per_mib,
+            f.warm_ms_per_mib
+        );
+    }
+    for v in r.variants.iter().filter(|v| v.ratio.is_some()) {
+        if let Some(ratio) = &v.ratio {
+            println!(
+                "{}: {}",
+                v.name,
+                ratio.verdict_line(&format!("start-up with {}", v.name))
+            );
+        }
     }
     for n in &r.notes {
         println!("note: {n}");

@@ -10,7 +10,9 @@ impl Pass<'_> {
         let pmd = scan::unit();
         let f = self.ensure_fd(c, fd);
         if self.cfg.perf_map && elf.is_none() && f > 0 {
+            let t_perf = sys::now_ns();
             *elf = ElfFile::map(f as i32).ok();
+            self.t.ns_perf_map += sys::now_ns().saturating_sub(t_perf);
         }
         for (i, k) in runs(w.all & !w.huge) {
             self.copy(c, f, w.a + i * pmd, k, elf.as_ref());
@@ -60,7 +62,9 @@ impl Pass<'_> {
         } else {
             full(k)
         };
+        let t_fill = sys::now_ns();
         self.fill(fd, off, dst, new, len);
+        self.t.ns_copy_fill += sys::now_ns().saturating_sub(t_fill);
         let mut hm = match self.scan.pfn_windows(new, k) {
             // Both proofs, where PFNs show (each is exact alone).
             Some(m) => m & touched,
@@ -122,7 +126,9 @@ impl Pass<'_> {
             }
             remember_copy(to, to + l);
             if let Some(e) = elf {
+                let t_perf = sys::now_ns();
                 self.perf_symbols(c, e, to, l);
+                self.t.ns_perf_map += sys::now_ns().saturating_sub(t_perf);
             }
         }
         if hm != full(k) {

@@ -181,6 +181,17 @@ struct Totals {
     copy_pmd: u64,
     /// Time spent in each route, ns: already, file, collapse, copy, shmem.
     ns: [u64; 5],
+    /// Time spent reading and parsing `/proc/self/maps`, ns.
+    ns_maps: u64,
+    /// Of the `copy` route's time: filling the copies (page-cache folios
+    /// or `pread`, page faults and zeroing included), ns.
+    ns_copy_fill: u64,
+    /// Of the `copy` route's time: naming the copied code in the perf map
+    /// (mapping the ELF file, reading its symbols, writing the lines), ns.
+    ns_perf_map: u64,
+    /// Time from the pass's start to its first route (settings, hot list,
+    /// verifier, working memory, maps), ns.
+    ns_setup: u64,
     /// Bytes of windows replaced with `mmap(MAP_FIXED)` ([`Pass::replace`]).
     replaced: u64,
     mappings: u32,
@@ -425,6 +436,7 @@ pub fn remap_in(cfg: &Config, scope: &Scope) -> isize {
         }
     };
     let st: &mut State = &mut mem;
+    let t_maps = sys::now_ns();
     if let Err(e) = st.collect(cfg, scope) {
         if cfg.verbose {
             line().s("cannot read /proc/self/maps").err(e).s("; text left as it is");
@@ -442,7 +454,11 @@ pub fn remap_in(cfg: &Config, scope: &Scope) -> isize {
         cfg,
         st,
         scan,
-        t: Totals::default(),
+        t: Totals {
+            ns_maps: sys::now_ns().saturating_sub(t_maps),
+            ns_setup: sys::now_ns().saturating_sub(t0),
+            ..Totals::default()
+        },
         no_anon_thp: anon_unit_never(),
         touch,
         checks: 0,

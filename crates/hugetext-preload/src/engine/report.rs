@@ -190,6 +190,10 @@ pub(super) fn record(pass: &Pass, scope: &Scope, t0: u64) {
         cold: hot.map_or(0, |h| h.1),
         shmem: t.shmem,
         ns_shmem,
+        ns_maps: t.ns_maps,
+        ns_setup: t.ns_setup,
+        ns_copy_fill: t.ns_copy_fill,
+        ns_perf_map: t.ns_perf_map,
     };
     let mut o = Out::<1024>::new(2);
     o.s(PREFIX).s("{\"v\":").u(VERSION);

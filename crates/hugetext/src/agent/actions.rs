@@ -44,7 +44,8 @@ pub struct Keeper {
     rate: RateLimit,
     recently: RecentlyRan,
     /// Per file: the identity tried, when it may be tried again, and the
-    /// windows in PMD folios the warm left.
+    /// windows in PMD folios the try left (a file found with fewer was
+    /// evicted since: it is warmed again at once).
     attempts: HashMap<PathBuf, (FileId, Instant, u64)>,
     /// Text files of the selected workloads' processes (as reached from
     /// here: `/proc/PID/root/…` for a process with another root).
@@ -274,14 +275,15 @@ impl Keeper {
         };
         let id = FileId::from_meta(&t.meta);
         let now = Instant::now();
-        let attempted = self
+        let tried = self
             .attempts
             .get(path)
-            .is_some_and(|(i, until, _)| *i == id && now < *until);
+            .filter(|(i, until, _)| *i == id && now < *until)
+            .map(|&(_, _, left)| left);
         // Larger than the memory guard allows: refused before anything
         // costs in proportion to its size (measuring it, warming it).
         if let Err(e) = warm::check_memory(t.bytes(), limit) {
-            if !attempted {
+            if tried.is_none() {
                 m.action("warm", "memory_guard");
                 log(&format!("{}: {e}", path.display()));
                 self.attempts
@@ -290,17 +292,24 @@ impl Keeper {
             return Ok(());
         }
         let (eligible, pmd) = super::collect::target_state(&t)?;
-        // Warmed, and fewer PMD folios now than the warm left (evicted,
-        // reclaimed): warm again.
-        let cooled = self
-            .attempts
-            .get(path)
-            .is_some_and(|(i, _, after)| *i == id && pmd.is_some_and(|n| n < *after));
+        // Warmed before, and fewer windows in PMD folios now than the warm
+        // left: evicted since (memory pressure, a `warm --drop`, a
+        // `POSIX_FADV_DONTNEED`): warm it again now, not after RETRY_AFTER.
+        let evicted = matches!((tried, pmd), (Some(left), Some(now_pmd)) if now_pmd < left);
+        if evicted {
+            log(&format!(
+                "{}: {} of {} windows warmed earlier are no longer in PMD folios: warming again",
+                path.display(),
+                tried.unwrap_or(0) - pmd.unwrap_or(0),
+                tried.unwrap_or(0)
+            ));
+        }
+        let attempted = tried.is_some() && !evicted;
         let mut c = Candidate {
             eligible_windows: eligible,
             pmd_windows: pmd,
             mapped: false,
-            attempted: attempted && !cooled,
+            attempted,
         };
         if policy::decide(&c) == Decision::Warm {
             // The question warm itself asks about blocked windows.

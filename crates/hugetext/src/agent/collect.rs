@@ -249,6 +249,19 @@ fn pmd_fraction(c: &Counts) -> f64 {
     )
 }
 
+/// [`pmd_fraction`] of one file's text, its copies included: the file's
+/// huge-mapped text and its copies' PMD-mapped anonymous pages, over both
+/// (per file the anonymous counts are only copies of it, see [`scrape`]).
+fn text_pmd_fraction(c: &Counts) -> f64 {
+    let copied = c.total(Kind::Anon);
+    if copied == 0 {
+        return pmd_fraction(c);
+    }
+    let file = c.total(Kind::File);
+    let huge = pmd_fraction(c) * file as f64 + c.get(Kind::Anon, Class::PmdAligned) as f64;
+    huge / (file + copied) as f64
+}
+
 /// [`pmd_fraction`] with the contpte unit's order in pages, if the unit is
 /// a contpte block.
 fn huge_fraction(c: &Counts, contpte_order: Option<u32>) -> f64 {
@@ -301,8 +314,11 @@ fn register_groups(
                 .get_or_create(&labels([(label, &key), ("kind", kind.name()), ("class", &class)]))
                 .set((kb * 1024) as i64);
         }
-        frac.get_or_create(&labels([(label, &key)]))
-            .set(pmd_fraction(&g.counts));
+        frac.get_or_create(&labels([(label, &key)])).set(if name == "exe" {
+            text_pmd_fraction(&g.counts)
+        } else {
+            pmd_fraction(&g.counts)
+        });
         procs.get_or_create(&labels([(label, &key)])).set(g.processes as i64);
     }
     r.register_with_unit(
@@ -352,7 +368,10 @@ pub fn scrape(m: &AgentMetrics, input: &ScrapeInput) -> Result<String> {
         mappings: true,
         method: (!input.folio_sizes).then_some(Method::SmapsOnly),
     };
-    let report = inspect::inspect(&opts, &())?;
+    let mut report = inspect::inspect(&opts, &())?;
+    // Text `run` copied into anonymous memory counts as its file's (named,
+    // or proven by its bytes where the kernel has no anonymous VMA names).
+    report.name_copies();
     let mut r = Registry::with_prefix("hugetext");
 
     // Per file mapped as text, and per cgroup.
@@ -360,11 +379,19 @@ pub fn scrape(m: &AgentMetrics, input: &ScrapeInput) -> Result<String> {
     let mut by_cgroup: HashMap<String, Group> = HashMap::new();
     let mut by_workload: HashMap<String, Group> = HashMap::new();
     let mut vanished = 0;
+    // Anonymous executable memory: copies `run` made, and the rest (JIT
+    // code buffers and the like), bytes.
+    let (mut anon_copied, mut anon_other) = (0u64, 0u64);
     for p in &report.processes {
         let mut paths: BTreeMap<&str, Counts> = BTreeMap::new();
         for mr in &p.mappings {
             if mr.vma.is_file() {
                 paths.entry(mr.vma.path.as_str()).or_default().merge(&mr.counts);
+            } else if let Some(file) = &mr.copy_of {
+                paths.entry(file.as_str()).or_default().merge(&mr.counts);
+                anon_copied += mr.counts.total(Kind::Anon);
+            } else if mr.vma.is_exec() && !mr.vma.path.starts_with("[v") {
+                anon_other += mr.counts.total(Kind::Anon);
             }
         }
         for (path, c) in paths {
@@ -443,6 +470,18 @@ pub fn scrape(m: &AgentMetrics, input: &ScrapeInput) -> Result<String> {
             ConstGauge::new(size as i64),
         );
     }
+
+    let anon: Family<Labels, Gauge> = Family::default();
+    let bytes = |pages: u64| (pages * kernel::page_size() as u64) as i64;
+    anon.get_or_create(&labels([("owner", "hugetext")]))
+        .set(bytes(anon_copied));
+    anon.get_or_create(&labels([("owner", "other")])).set(bytes(anon_other));
+    r.register_with_unit(
+        "anon_exec",
+        "Anonymous executable memory of all processes: text `hugetext run` copied (owner=hugetext, also counted under its file in exe_text) and anonymous executable memory that is not hugetext's (owner=other: JIT code buffers and the like)",
+        Unit::Bytes,
+        anon,
+    );
 
     // Processes that could not be read.
     let sk = &report.skipped;

@@ -20,7 +20,9 @@
 //!   readahead patches, in small: readahead throughput of many files vs one
 //!   shared file from N threads.
 //! - [`ab`]: a real command run alternately with its text in small and in PMD
-//!   page-cache folios, paired, with a confidence interval.
+//!   page-cache folios, paired, with a confidence interval; and
+//!   [`ab::startup`], what `hugetext run` costs a command's start-up, route
+//!   by route, against plain and warmed starts.
 
 use std::path::Path;
 use std::time::Duration;

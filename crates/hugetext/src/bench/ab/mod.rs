@@ -54,6 +54,7 @@
 mod files;
 mod report;
 mod sides;
+pub mod startup;
 mod trace;
 
 use std::ffi::OsString;
