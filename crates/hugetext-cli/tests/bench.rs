@@ -418,6 +418,59 @@ fn mprotect_json_shape_and_states() {
     assert_eq!(v["sysfs_changed"], false);
 }
 
+/// The reported regression's small-page ranges: six cases (anonymous and
+/// file, 400 KiB, 1 MiB, 4 MiB), every call timed, on verified 4 KiB pages,
+/// and with --markers the counter's ids (the markers are no-ops here).
+#[test]
+fn mprotect_ranges_json_shape_and_states() {
+    let dir = common::scratch();
+    let d = dir.path().to_str().unwrap();
+    let v = json_of(&common::hugetext(&[
+        "bench",
+        "mprotect",
+        "--ranges",
+        "--calls",
+        "20",
+        "--markers",
+        "--dir",
+        d,
+        "--json",
+    ]));
+    assert_eq!(keys(&v), ["cases", "filesystem", "kernel", "markers", "thp_enabled"]);
+    assert_eq!(v["markers"], true);
+    let cases = v["cases"].as_array().unwrap();
+    let names: Vec<&str> = cases.iter().map(|c| c["name"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        ["anon-400k", "anon-1m", "anon-4m", "file-400k", "file-1m", "file-4m"]
+    );
+    let mut ids = std::collections::BTreeSet::new();
+    for c in cases {
+        assert_eq!(c["calls"], 20, "{c}");
+        for way in ["to_read_only", "to_read_write"] {
+            assert!(num(&c[way]["median_us"]) > 0.0 && num(&c[way]["min_us"]) > 0.0, "{c}");
+            assert!(ids.insert(c["marker_ids"][way].as_u64().unwrap()), "ids repeat: {c}");
+        }
+        // Every page of the range mapped, in 4 KiB folios (root reads PFNs).
+        assert_eq!(
+            folios_total_kb(&c["folios_kb"]),
+            c["bytes"].as_u64().unwrap() / 1024,
+            "{c}"
+        );
+        assert_eq!(c["verified"], true, "{c}");
+    }
+    // Without --markers: no ids.
+    let v = json_of(&common::hugetext(&[
+        "bench", "mprotect", "--ranges", "--calls", "2", "--dir", d, "--json",
+    ]));
+    assert_eq!(v["markers"], false);
+    assert!(v["cases"][0].get("marker_ids").is_none(), "{v}");
+    // --calls 0 is refused with one line.
+    let out = common::hugetext(&["bench", "mprotect", "--ranges", "--calls", "0", "--dir", d]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("--calls must be at least 1"), "{}", stderr(&out));
+}
+
 #[test]
 fn readahead_json_shape() {
     let dir = common::scratch();

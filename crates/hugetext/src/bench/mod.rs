@@ -29,6 +29,7 @@ use crate::{kernel, Error, Result};
 
 pub mod ab;
 pub mod exec;
+pub mod marker;
 pub mod mprotect;
 pub mod perf;
 pub mod plot;
