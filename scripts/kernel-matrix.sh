@@ -253,6 +253,7 @@ for d in tests/fixtures tests/vm include crates/hugetext-cli/tests/c; do
   mkdir -p "$payload$repo/$d" && cp -a "$d/." "$payload$repo/$d/"
 done
 cp "$plan" "$payload$repo/tests/vm/plan.txt"
+mkdir -p "$payload$repo/scripts" && cp scripts/kernel-bench.sh "$payload$repo/scripts/"
 cp "$probe" "$payload$repo/tests/vm/probe-run.sh"
 if [ -n "$extra" ]; then
   extra=$(readlink -f "$extra")

@@ -989,6 +989,30 @@ read-write direction; in these counts the read-only direction grew more
 (2.2-2.5 times against 1.6-2.3). Neither series here carries it; a lab
 kernel with it, counted the same way, would show whether it closes both.
 
+## On a real machine: `scripts/kernel-bench.sh`
+
+The lab has no hardware counters and emulated time; what a reviewer asks
+for (iTLB misses, cycles, wall time, cold starts) needs a real machine
+booted into the kernels. `scripts/kernel-bench.sh`, run once per kernel
+(stock, then patched: `scripts/kernel-lab.sh --package` builds both as
+Debian packages), measures the fixtures, and node, clang and postgres
+where installed, by route: `plain` (the kernel's own behaviour:
+khugepaged, and on a patched kernel its exec folios and ELF alignment),
+`madvise` (`hugetext run --strategy file` on a copy made PMD-mappable by
+`hugetext align`: `MADV_HUGEPAGE` and the kernel's PMD readahead), `warm`
+(`hugetext warm` on that copy, then the copy) and `run` (`hugetext run`). Per program and route: the median
+wall time of warm runs, `perf stat` cycles, `iTLB-load-misses` and
+`itlb_misses.walk_completed` (reported unavailable, with the reason, where
+perf cannot count them: never as zero), the first start after the
+program's files were evicted (time, kB read from disk, page-cache growth)
+and the kB of its text PMD-mapped while it runs. It says whether the
+kernel is patched (the `exec_folio` KUnit suite in debugfs or the kernel
+log, or the patches' functions in `/proc/kallsyms`), and writes
+`target/kernel-bench/kernel-bench.json` and a table like this page's.
+kernel/README.md says how to run it. CI runs `--quick` (lld's fixture,
+3 runs) in its lab guests, where it must finish; the numbers there are
+emulated.
+
 ## Reproduce
 
 ```sh
