@@ -183,8 +183,9 @@ for p in "${progs[@]}"; do
     # shellcheck disable=SC2206 # the command line, split on purpose
     line=($pre $prog $args)
     # cold start: the program's files evicted (and warmed first under `warm`)
-    evict "${files[@]}"
+    # (written back first: eviction drops only clean pages)
     sync
+    evict "${files[@]}"
     c0=$(meminfo_of Cached); r0=$(vmstat_of pgpgin); t0=$(now_us)
     ok=1
     # warm fills what it can: a file without a whole window is no failure

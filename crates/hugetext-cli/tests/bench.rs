@@ -874,3 +874,68 @@ fn ab_puts_files_back_in_the_folio_state_found() {
     );
     assert_eq!(pmd_windows_of(&exe), Vec::<u64>::new());
 }
+
+/// scripts/kernel-bench.sh, the real-machine kit of the kernel series, end
+/// to end in its CI form (--quick: lld's fixture, 3 runs) on a private copy
+/// of the fixture: every route measured, a JSON document and a table, and
+/// hardware counters either numbers or "unavailable: REASON", never a zero
+/// standing in for a missing counter.
+#[test]
+fn kernel_bench_kit_quick_end_to_end() {
+    let _turn = ab_turn();
+    let dir = common::scratch();
+    let fx = dir.path().join("fx/lld");
+    std::fs::create_dir_all(&fx).unwrap();
+    std::fs::copy(common::fixture("lld", "pie"), fx.join("pie")).unwrap();
+    let out_dir = dir.path().join("out");
+    let script = common::root().join("scripts/kernel-bench.sh");
+    let run = |extra: &[&str]| {
+        std::process::Command::new("bash")
+            .arg(&script)
+            .args(["--hugetext", common::bin().to_str().unwrap()])
+            .args(["--fixtures", dir.path().join("fx").to_str().unwrap()])
+            .args(["--out", out_dir.to_str().unwrap()])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let out = run(&["--quick"]);
+    assert!(out.status.success(), "failed: {}\n{}", out.status, stderr(&out));
+    let v: Value = serde_json::from_slice(&std::fs::read(out_dir.join("kernel-bench.json")).unwrap()).unwrap();
+    assert_eq!(v["quick"], true);
+    assert_eq!(v["runs"], 3);
+    assert!(["stock", "patched"].contains(&v["kind"].as_str().unwrap()), "{v}");
+    let hw = v["hardware_counters"].as_str().unwrap();
+    let results = v["results"].as_array().unwrap();
+    let routes: Vec<&str> = results.iter().map(|r| r["route"].as_str().unwrap()).collect();
+    assert_eq!(routes, ["plain", "madvise", "warm", "run"], "{v}");
+    for r in results {
+        assert_eq!(r["program"], "fixture-lld", "{r}");
+        assert_eq!(r["ok"], true, "{r}");
+        assert!(num(&r["wall_ms"]) >= 0.0 && num(&r["cold_ms"]) > 0.0, "{r}");
+        // The evicted 20 MiB fixture is read back from disk on its cold start.
+        assert!(num(&r["cold_read_kb"]) >= 16.0 * 1024.0, "{r}");
+        for k in ["cycles", "itlb_misses", "itlb_walks"] {
+            match &r[k] {
+                Value::String(s) => assert!(s.starts_with("unavailable: "), "{k}: {r}"),
+                Value::Number(n) => {
+                    assert_eq!(hw, "available", "{k} counted while unavailable: {r}");
+                    assert!(n.as_u64().unwrap() > 0, "{k} zero: {r}");
+                }
+                other => panic!("{k}: {other}"),
+            }
+        }
+        assert!(r["text_pmd_kb"].is_u64(), "the fixture waits, so its text is read: {r}");
+    }
+    let table = std::fs::read_to_string(out_dir.join("kernel-bench.md")).unwrap();
+    assert_eq!(
+        table.lines().filter(|l| l.starts_with("| fixture-lld |")).count(),
+        4,
+        "{table}"
+    );
+    // Bad input: one line, status 2.
+    let out = run(&["--runs", "0"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
+    assert!(stderr(&out).contains("--runs"), "{}", stderr(&out));
+}
