@@ -8,7 +8,7 @@
 #                            [--timeout SECONDS] [--no-build] [--plan FILE] [--write-doc]
 #                            [--kernel NAME=BZIMAGE]... [--probe FILE] [--extra DIR]
 #                            [--results DIR] [--append ARGS] [--pending FILE]
-#                            [--retry-hung]
+#                            [--retry-hung] [--count]
 #
 #   KERNEL   5.10, 6.1, 6.12 or 7.x (the newest linux-image-*-cloud-amd64 of that
 #            series: Debian 11, 12, 12 security, 13 backports),
@@ -44,6 +44,11 @@
 #                killed at the timeout) or whose kernel died before /init ran
 #                is booted once more and must pass then; both runs are
 #                reported, a failed test is never retried
+#   --count      count guest instructions (TCG only): load the plugin
+#                tests/vm/count/qcount.c into qemu, put its guest helper
+#                target/vm/marker on the guest disk, run the counter's
+#                self-check in each guest (a cell whose self-check fails
+#                fails), and add the counts to the cell's JSON ("counts")
 #
 # One run boots the cells of one machine: x86-64 cells and aarch64 cells go
 # in separate runs (each builds its own test binaries, fixtures and guest).
@@ -84,6 +89,7 @@ extra=
 results=
 append=
 pending=
+count=0
 declare -A custom=()
 while [ $# -gt 0 ]; do
   case $1 in
@@ -95,6 +101,7 @@ while [ $# -gt 0 ]; do
     --thp) shift; thp=${1:?--thp needs a list}; thp_set=1 ;;
     --timeout) shift; timeout_s=${1:?--timeout needs seconds}; timeout_set=1 ;;
     --retry-hung) retry_hung=1 ;;
+    --count) count=1 ;;
     --no-build) build=0 ;;
     --plan) shift; plan=${1:?--plan needs a file} ;;
     --write-doc) write_doc=1 ;;
@@ -246,10 +253,20 @@ for d in tests/fixtures tests/vm include crates/hugetext-cli/tests/c; do
   mkdir -p "$payload$repo/$d" && cp -a "$d/." "$payload$repo/$d/"
 done
 cp "$plan" "$payload$repo/tests/vm/plan.txt"
+mkdir -p "$payload$repo/scripts" && cp scripts/kernel-bench.sh "$payload$repo/scripts/"
 cp "$probe" "$payload$repo/tests/vm/probe-run.sh"
 if [ -n "$extra" ]; then
   extra=$(readlink -f "$extra")
   mkdir -p "$payload$extra" && cp -a "$extra/." "$payload$extra/"
+fi
+# --count: the instruction counter, a qemu plugin (built for this host's
+# qemu) and its guest helper (static, for the guest's machine).
+if [ $count = 1 ]; then
+  mkdir -p "$vm/count"
+  gcc -O2 -Wall -shared -fPIC -o "$vm/count/qcount.so" tests/vm/count/qcount.c ||
+    die "cannot build the instruction counter's plugin (gcc)"
+  "${cross:-}gcc" -O2 -Wall -static -o "$payload$repo/target/vm/marker" tests/vm/count/marker.c ||
+    die "cannot build the instruction counter's guest helper (${cross:-}gcc -static)"
 fi
 # Crate manifests: CARGO_MANIFEST_DIR must exist for canonicalize().
 for c in crates/*/; do mkdir -p "$payload$repo/$c"; cp "$c/Cargo.toml" "$payload$repo/$c/"; done
@@ -466,6 +483,10 @@ if [ -w /dev/kvm ] && [ "$arch" = x86_64 ]; then
     accel=(-accel kvm -cpu host)
   fi
 fi
+# The counter is a TCG plugin: --count never uses KVM.
+if [ $count = 1 ] && [ "${accel[1]}" != tcg ]; then
+  accel=(-accel tcg -cpu max)
+fi
 say "qemu accelerator: ${accel[1]}"
 
 # --- 6. boot each cell ---------------------------------------------------------
@@ -490,6 +511,7 @@ HT_THP='${thp//,/ }'
 HT_CELL='$cell'
 HT_DEADLINE='$(( timeout_s > 600 ? timeout_s - 180 : timeout_s * 3 / 4 ))'
 HT_PROBE='tests/vm/probe-run.sh'
+HT_COUNT='$count'
 EOF
   (cd "$root" && find . | cpio -o -H newc --quiet) | gzip -1 > "$vm/root-$series.cpio.gz"
   disk=$vm/disk-$fs.img
@@ -497,13 +519,17 @@ EOF
   truncate -s 6G "$disk"
   log=$vm/logs/$series-$fs.log
   res=$results/$series-$fs.json
+  counts=$vm/logs/$series-$fs.counts
+  plugin=()
+  [ $count = 0 ] || plugin=(-plugin "$vm/count/qcount.so" -d plugin -D "$counts")
   for attempt in 1 2; do
     say "booting $cell ($kname), log: ${log#"$repo"/}"
     t0=$(date +%s)
     # A non-zero status is the guest's to report below (the ERR trap would
     # stop the script before the console tail is shown): hence `|| rc=$?`.
     rc=0
-    timeout --foreground -k 10 "$timeout_s" nice "${qemu[@]}" "${accel[@]}" -m 3G -smp 2 -nographic -no-reboot \
+    rm -f "$counts"
+    timeout --foreground -k 10 "$timeout_s" nice "${qemu[@]}" "${accel[@]}" "${plugin[@]}" -m 3G -smp 2 -nographic -no-reboot \
       -kernel "$kimg" \
       -initrd "$vm/root-$series.cpio.gz" \
       -append "console=$console panic=-1 quiet$kargs${append:+ $append}" \
@@ -530,6 +556,14 @@ EOF
     fi
     ok=1
     python3 tests/vm/matrix.py summary "$res" >&2 || ok=0
+    if [ $count = 1 ]; then
+      # The counter's self-check (tests/vm/count/counts.py) and its counts.
+      if [ -s "$counts" ]; then
+        python3 tests/vm/count/counts.py merge "$res" "$counts" "$arch" "$log" >&2 || ok=0
+      else
+        say "$cell: the instruction counter wrote nothing (${counts#"$repo"/})"; ok=0
+      fi
+    fi
     [ $ok = 1 ] && break
     # --retry-hung (CI) boots a cell once more only when its guest hung (a watchdog's
     # @@STUCK report, or killed at the timeout) or its kernel died before /init

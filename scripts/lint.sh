@@ -7,6 +7,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo fmt --all --check
 cargo clippy --workspace --all-targets --release --locked -- -D warnings
-shellcheck scripts/*.sh scripts/lib/*.sh tests/vm/*.sh tests/fixtures/*.sh
-ruff check scripts/*.py tests/vm/*.py
+shellcheck scripts/*.sh scripts/lib/*.sh tests/vm/*.sh tests/vm/count/*.sh tests/fixtures/*.sh
+ruff check scripts/*.py tests/vm/*.py tests/vm/count/*.py
 echo "lint: clean"

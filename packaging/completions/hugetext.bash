@@ -410,7 +410,7 @@ _hugetext() {
             return 0
             ;;
         hugetext__subcmd__bench__subcmd__mprotect)
-            opts="-h -V --size --loops --runs --seed --until-ci --max-time --allow-sysfs --json --help --version"
+            opts="-h -V --size --loops --runs --seed --until-ci --max-time --allow-sysfs --ranges --calls --markers --dir --json --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -437,6 +437,14 @@ _hugetext() {
                     return 0
                     ;;
                 --max-time)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --calls)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --dir)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -67,6 +67,14 @@ cd "$HT_REPO" || finish error "no repository directory"
 emit "{\"kind\":\"guest\",\"release\":\"$(uname -r)\",\"fs\":\"$HT_FS\",\"thp_default\":\"$(sed 's/.*\[\(.*\)\].*/\1/' /sys/kernel/mm/transparent_hugepage/enabled)\",\"mem_kb\":$(awk '/MemTotal/{print $2}' /proc/meminfo),\"cpus\":$(grep -c ^processor /proc/cpuinfo)}"
 
 export HOME=/root HUGETEXT_TEST_PREBUILT=1 RUST_BACKTRACE=0
+# kernel-matrix.sh --count: qemu counts guest instructions between markers
+# (tests/vm/count/); its self-check runs first, every time, and the probes
+# may wrap what they measure in markers (HT_MARKERS=1: target/vm/marker, and
+# `hugetext bench mprotect --markers`).
+if [ "${HT_COUNT:-0}" = 1 ]; then
+  export HT_MARKERS=1
+  target/vm/marker selftest 2>&1 | awk '{print "@@OUT count-selftest|-|" $0}'
+fi
 # Where the unit of huge text is the 2 MiB contiguous-PTE block (64 KiB
 # pages: a PMD above 32 MiB), `run` copies text into 2 MiB anonymous mTHP,
 # whose own switch defaults to `never`: let it follow the THP mode under

@@ -74,6 +74,8 @@ def collect(log, plan_path, meta):
             cell["tests"].append(t)
     cell["caps"] = {f["thp"]: f.get("caps", "") for f in facts if f.get("kind") == "caps"}
     cell["suites"] = [f for f in facts if f.get("kind") == "suite"]
+    # Probes that report their time in the guest (kernel-bench).
+    cell["probe_seconds"] = {f"{f['thp']}:{f['name']}": f["seconds"] for f in facts if f.get("kind") == "probe-time"}
     cell["probes"] = {}
     for f in facts:
         if f.get("kind") != "probe":
@@ -122,6 +124,10 @@ def interpret(name, rc, lines):
             # sweep, shares, faults, pgpgin) and the unit it counts in.
             out["states"] = full
             out.update({k: doc.get(k) for k in ("unit", "unit_kb", "page_kb", "size_bytes", "filesystem")})
+        return out
+    if name == "kernel-bench":
+        # scripts/kernel-bench.sh --quick: its table (times emulated)
+        out["table"] = [line for line in lines if line.startswith("|")]
         return out
     if name == "read-ahead":
         out["kb"] = {d: int(kb) for d, kb in re.findall(r"^(\w+) (\d+)$", text, re.M)}

@@ -109,3 +109,16 @@ shmem_text() {
   umount "$st_root"
   return $st_rc
 }
+
+# kernel_bench: the real-machine kit (scripts/kernel-bench.sh) end to end,
+# short: the fixtures, 3 runs, every route (hardware counters unavailable
+# under TCG). Any failure of the script fails the probe (status 1), and its
+# time in the guest is reported.
+kernel_bench() {
+  kb_t0=$(cut -d. -f1 /proc/uptime)
+  # "$@" of the inner shell
+  # shellcheck disable=SC2016
+  capture kernel-bench bash -c 'bash scripts/kernel-bench.sh "$@" || exit 1' _ --quick \
+    --hugetext "$PWD/target/release/hugetext" --fixtures "$PWD/target/fixtures" --out "$dir/kernel-bench"
+  echo "@@HT {\"kind\":\"probe-time\",\"name\":\"kernel-bench\",\"thp\":\"$mode\",\"seconds\":$(( $(cut -d. -f1 /proc/uptime) - kb_t0 ))}"
+}

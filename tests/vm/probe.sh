@@ -172,4 +172,5 @@ if [ "$(uname -m)" = aarch64 ] && [ "$page_kb" = 64 ]; then
   done
   echo "$was" > $ra
 fi
+kernel_bench
 rm -rf "$dir"

@@ -418,6 +418,59 @@ fn mprotect_json_shape_and_states() {
     assert_eq!(v["sysfs_changed"], false);
 }
 
+/// The reported regression's small-page ranges: six cases (anonymous and
+/// file, 400 KiB, 1 MiB, 4 MiB), every call timed, on verified 4 KiB pages,
+/// and with --markers the counter's ids (the markers are no-ops here).
+#[test]
+fn mprotect_ranges_json_shape_and_states() {
+    let dir = common::scratch();
+    let d = dir.path().to_str().unwrap();
+    let v = json_of(&common::hugetext(&[
+        "bench",
+        "mprotect",
+        "--ranges",
+        "--calls",
+        "20",
+        "--markers",
+        "--dir",
+        d,
+        "--json",
+    ]));
+    assert_eq!(keys(&v), ["cases", "filesystem", "kernel", "markers", "thp_enabled"]);
+    assert_eq!(v["markers"], true);
+    let cases = v["cases"].as_array().unwrap();
+    let names: Vec<&str> = cases.iter().map(|c| c["name"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        ["anon-400k", "anon-1m", "anon-4m", "file-400k", "file-1m", "file-4m"]
+    );
+    let mut ids = std::collections::BTreeSet::new();
+    for c in cases {
+        assert_eq!(c["calls"], 20, "{c}");
+        for way in ["to_read_only", "to_read_write"] {
+            assert!(num(&c[way]["median_us"]) > 0.0 && num(&c[way]["min_us"]) > 0.0, "{c}");
+            assert!(ids.insert(c["marker_ids"][way].as_u64().unwrap()), "ids repeat: {c}");
+        }
+        // Every page of the range mapped, in 4 KiB folios (root reads PFNs).
+        assert_eq!(
+            folios_total_kb(&c["folios_kb"]),
+            c["bytes"].as_u64().unwrap() / 1024,
+            "{c}"
+        );
+        assert_eq!(c["verified"], true, "{c}");
+    }
+    // Without --markers: no ids.
+    let v = json_of(&common::hugetext(&[
+        "bench", "mprotect", "--ranges", "--calls", "2", "--dir", d, "--json",
+    ]));
+    assert_eq!(v["markers"], false);
+    assert!(v["cases"][0].get("marker_ids").is_none(), "{v}");
+    // --calls 0 is refused with one line.
+    let out = common::hugetext(&["bench", "mprotect", "--ranges", "--calls", "0", "--dir", d]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("--calls must be at least 1"), "{}", stderr(&out));
+}
+
 #[test]
 fn readahead_json_shape() {
     let dir = common::scratch();
@@ -981,4 +1034,69 @@ fn startup_until_ready_times_a_server_to_its_probe_and_stops_it() {
     }
     assert!(!flag.exists(), "every server was stopped (SIGTERM ran its trap)");
     assert!(t.elapsed() < std::time::Duration::from_secs(120), "{:?}", t.elapsed());
+}
+
+/// scripts/kernel-bench.sh, the real-machine kit of the kernel series, end
+/// to end in its CI form (--quick: lld's fixture, 3 runs) on a private copy
+/// of the fixture: every route measured, a JSON document and a table, and
+/// hardware counters either numbers or "unavailable: REASON", never a zero
+/// standing in for a missing counter.
+#[test]
+fn kernel_bench_kit_quick_end_to_end() {
+    let _turn = ab_turn();
+    let dir = common::scratch();
+    let fx = dir.path().join("fx/lld");
+    std::fs::create_dir_all(&fx).unwrap();
+    std::fs::copy(common::fixture("lld", "pie"), fx.join("pie")).unwrap();
+    let out_dir = dir.path().join("out");
+    let script = common::root().join("scripts/kernel-bench.sh");
+    let run = |extra: &[&str]| {
+        std::process::Command::new("bash")
+            .arg(&script)
+            .args(["--hugetext", common::bin().to_str().unwrap()])
+            .args(["--fixtures", dir.path().join("fx").to_str().unwrap()])
+            .args(["--out", out_dir.to_str().unwrap()])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let out = run(&["--quick"]);
+    assert!(out.status.success(), "failed: {}\n{}", out.status, stderr(&out));
+    let v: Value = serde_json::from_slice(&std::fs::read(out_dir.join("kernel-bench.json")).unwrap()).unwrap();
+    assert_eq!(v["quick"], true);
+    assert_eq!(v["runs"], 3);
+    assert!(["stock", "patched"].contains(&v["kind"].as_str().unwrap()), "{v}");
+    let hw = v["hardware_counters"].as_str().unwrap();
+    let results = v["results"].as_array().unwrap();
+    let routes: Vec<&str> = results.iter().map(|r| r["route"].as_str().unwrap()).collect();
+    assert_eq!(routes, ["plain", "madvise", "warm", "run"], "{v}");
+    for r in results {
+        assert_eq!(r["program"], "fixture-lld", "{r}");
+        assert_eq!(r["ok"], true, "{r}");
+        assert!(num(&r["wall_ms"]) >= 0.0 && num(&r["cold_ms"]) > 0.0, "{r}");
+        // The evicted 20 MiB fixture is read back from disk on its cold start.
+        assert!(num(&r["cold_read_kb"]) >= 16.0 * 1024.0, "{r}");
+        for k in ["cycles", "itlb_misses", "itlb_walks"] {
+            match &r[k] {
+                Value::String(s) => assert!(s.starts_with("unavailable: "), "{k}: {r}"),
+                Value::Number(n) => {
+                    assert_eq!(hw, "available", "{k} counted while unavailable: {r}");
+                    assert!(n.as_u64().unwrap() > 0, "{k} zero: {r}");
+                }
+                other => panic!("{k}: {other}"),
+            }
+        }
+        assert!(r["text_pmd_kb"].is_u64(), "the fixture waits, so its text is read: {r}");
+    }
+    let table = std::fs::read_to_string(out_dir.join("kernel-bench.md")).unwrap();
+    assert_eq!(
+        table.lines().filter(|l| l.starts_with("| fixture-lld |")).count(),
+        4,
+        "{table}"
+    );
+    // Bad input: one line, status 2.
+    let out = run(&["--runs", "0"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
+    assert!(stderr(&out).contains("--runs"), "{}", stderr(&out));
 }

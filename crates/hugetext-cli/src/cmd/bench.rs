@@ -219,6 +219,23 @@ struct MprotectArgs {
     /// to `madvise` for the mTHP case when it is `never` (restored after).
     #[arg(long)]
     allow_sysfs: bool,
+    /// Instead of the test program: mprotect() of 400 KiB, 1 MiB and 4 MiB
+    /// ranges of 4 KiB pages, anonymous and file-backed, read-only and back
+    /// to read-write, each call timed (the small-page cases of the reported
+    /// regression of PTE-batched mprotect).
+    #[arg(long)]
+    ranges: bool,
+    /// With --ranges: mprotect() calls per range and direction.
+    #[arg(long, default_value_t = 1000, requires = "ranges")]
+    calls: u32,
+    /// With --ranges: wrap every call in the markers of the kernel lab's
+    /// instruction counter (no-ops elsewhere); pins the benchmark to its CPU.
+    #[arg(long, requires = "ranges")]
+    markers: bool,
+    /// With --ranges: directory for the file-backed ranges' files (default:
+    /// $TMPDIR when on a disk filesystem, else the current directory).
+    #[arg(long, requires = "ranges")]
+    dir: Option<std::path::PathBuf>,
     /// Print JSON instead of tables.
     #[arg(long)]
     json: bool,
@@ -544,7 +561,51 @@ fn run_exec(a: ExecArgs) -> Result<u8> {
     Ok(0)
 }
 
+fn run_mprotect_ranges(a: MprotectArgs) -> Result<u8> {
+    let opts = mprotect::RangeOptions {
+        calls: a.calls,
+        markers: a.markers,
+        dir: a.dir,
+    };
+    let r = with_progress(|bar| mprotect::run_ranges(&opts, bar))?;
+    if a.json {
+        print_json(&r)?;
+        return Ok(0);
+    }
+    println!(
+        "mprotect of ranges of 4 KiB pages: {} calls each way, kernel {}, THP {}, files on {}{}\n",
+        a.calls,
+        r.kernel,
+        r.thp_enabled.map_or("absent", |m| m.as_str()),
+        r.filesystem,
+        if r.markers { ", counting markers on" } else { "" }
+    );
+    let mut t = table(&[
+        "Range",
+        "To read-only (µs, median)",
+        "To read-write (µs, median)",
+        "Verified state",
+    ]);
+    for c in &r.cases {
+        let mut s = folios_text(&c.folios_kb);
+        if !c.verified {
+            s = format!("NOT 4 KiB pages: {s}");
+        }
+        t.add_row(vec![
+            c.name.clone(),
+            format!("{:.2}", c.to_read_only.median_us),
+            format!("{:.2}", c.to_read_write.median_us),
+            s,
+        ]);
+    }
+    println!("{t}");
+    Ok(0)
+}
+
 fn run_mprotect(a: MprotectArgs) -> Result<u8> {
+    if a.ranges {
+        return run_mprotect_ranges(a);
+    }
     let opts = mprotect::Options {
         size: a.size,
         loops: a.loops,

@@ -31,6 +31,7 @@ use crate::{kernel, Error, Result};
 
 pub mod ab;
 pub mod exec;
+pub mod marker;
 pub mod mprotect;
 pub mod perf;
 pub mod plot;

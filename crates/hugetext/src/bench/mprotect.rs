@@ -503,7 +503,7 @@ fn prepare_case(case: Case, size: usize) -> Result<(Mapping, State)> {
         }
     }
     let anon_huge_kb_during = crate::procfs::own_mapping_stats(m.addr() as u64)?.map_or(0, |s| s.anon_huge_kb);
-    let folios_kb = anon_folios(&m)?;
+    let folios_kb = mapped_folios(&m)?;
     let expected_kb = match case {
         Case::PmdThpPteMapped => pmd as u64 / 1024,
         Case::Mthp64k => 64,
@@ -525,9 +525,9 @@ fn prepare_case(case: Case, size: usize) -> Result<(Mapping, State)> {
     ))
 }
 
-/// Folio sizes backing an anonymous mapping of ours: kB per folio size.
+/// Folio sizes backing a mapping of ours: kB per folio size.
 /// Empty when PFNs or `/proc/kpageflags` are not readable.
-fn anon_folios(m: &Mapping) -> Result<BTreeMap<u64, u64>> {
+fn mapped_folios(m: &Mapping) -> Result<BTreeMap<u64, u64>> {
     let mut out = BTreeMap::new();
     let Ok(kpf) = folio::open_kpageflags() else {
         return Ok(out);
@@ -549,4 +549,246 @@ fn anon_folios(m: &Mapping) -> Result<BTreeMap<u64, u64>> {
         off += len;
     }
     Ok(out)
+}
+
+/// The range sizes of the reported regression of PTE-batched `mprotect()`
+/// on small pages (400 KiB, 1 MiB, 4 MiB).
+pub const RANGE_BYTES: [usize; 3] = [400 << 10, 1 << 20, 4 << 20];
+
+/// What backs a range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backing {
+    /// Private anonymous memory, written.
+    Anon,
+    /// A shared mapping of a file on disk, read (page cache).
+    File,
+}
+
+impl Backing {
+    /// Name used in JSON and tables.
+    pub fn name(self) -> &'static str {
+        match self {
+            Backing::Anon => "anon",
+            Backing::File => "file",
+        }
+    }
+}
+
+/// What to run for the range cases.
+#[derive(Debug, Clone)]
+pub struct RangeOptions {
+    /// `mprotect()` calls per direction (read-only, and back to read-write).
+    pub calls: u32,
+    /// Execute the instruction counter's markers around every call
+    /// ([`super::marker`]); pins the thread to its CPU.
+    pub markers: bool,
+    /// Directory for the files of the file-backed cases (None: see
+    /// [`super::scratch_dir`]).
+    pub dir: Option<std::path::PathBuf>,
+}
+
+impl Default for RangeOptions {
+    fn default() -> Self {
+        RangeOptions {
+            calls: 1000,
+            markers: false,
+            dir: None,
+        }
+    }
+}
+
+/// Microseconds per call in one direction.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct PerCall {
+    /// Median over the calls.
+    pub median_us: f64,
+    /// Fastest call.
+    pub min_us: f64,
+    /// Mean over the calls.
+    pub mean_us: f64,
+}
+
+impl PerCall {
+    fn of(mut v: Vec<f64>) -> PerCall {
+        v.sort_by(f64::total_cmp);
+        let n = v.len().max(1) as f64;
+        PerCall {
+            median_us: v.get(v.len().saturating_sub(1) / 2).copied().unwrap_or(f64::NAN),
+            min_us: v.first().copied().unwrap_or(f64::NAN),
+            mean_us: v.iter().sum::<f64>() / n,
+        }
+    }
+}
+
+/// The counter's interval ids of one range case.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct MarkerIds {
+    /// Around each `mprotect(PROT_READ)`.
+    pub to_read_only: u16,
+    /// Around each `mprotect(PROT_READ | PROT_WRITE)`.
+    pub to_read_write: u16,
+}
+
+/// One range case's result.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct RangeReport {
+    /// `anon-400k`, `file-4m`, …
+    pub name: String,
+    /// `anon` or `file`.
+    pub backing: &'static str,
+    /// Bytes per call.
+    pub bytes: u64,
+    /// Calls per direction.
+    pub calls: u32,
+    /// Each `mprotect(PROT_READ)` call.
+    pub to_read_only: PerCall,
+    /// Each `mprotect(PROT_READ | PROT_WRITE)` call.
+    pub to_read_write: PerCall,
+    /// The counter's ids (with `--markers`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub marker_ids: Option<MarkerIds>,
+    /// kB per folio size (key in kB) backing the range; empty when PFNs are
+    /// not readable.
+    pub folios_kb: BTreeMap<u64, u64>,
+    /// At least 90% of the range in 4 KiB pages (false too when folio sizes
+    /// could not be read).
+    pub verified: bool,
+}
+
+/// The range cases' results.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct RangesReport {
+    /// Running kernel.
+    pub kernel: String,
+    /// `/sys/kernel/mm/transparent_hugepage/enabled`.
+    #[serde(serialize_with = "crate::kernel::serialize_thp_mode")]
+    pub thp_enabled: Option<ThpMode>,
+    /// The filesystem of the file-backed cases.
+    pub filesystem: String,
+    /// Whether the calls were wrapped in the counter's markers.
+    pub markers: bool,
+    /// Per case: anonymous then file, 400 KiB, 1 MiB, 4 MiB.
+    pub cases: Vec<RangeReport>,
+}
+
+/// The reported regression's cases: `mprotect()` of a 400 KiB, 1 MiB and
+/// 4 MiB range of 4 KiB pages (`MADV_NOHUGEPAGE`), anonymous and
+/// file-backed, `PROT_READ` and back to `PROT_READ | PROT_WRITE`, `calls`
+/// times each, every call timed (and, with `markers`, counted).
+pub fn run_ranges(opts: &RangeOptions, progress: &dyn Progress) -> Result<RangesReport> {
+    if opts.calls == 0 {
+        return Err(Error::Invalid("--calls must be at least 1".into()));
+    }
+    let markers = if opts.markers {
+        super::marker::pin_here()?;
+        Some(super::marker::Markers::new()?)
+    } else {
+        None
+    };
+    let total: usize = RANGE_BYTES.iter().sum();
+    let dir = super::scratch_dir(opts.dir.as_deref(), "the file-backed ranges", total as u64)?;
+    let filesystem = crate::fsutil::fs_name_at(dir.path())?;
+    let mut cases = Vec::new();
+    progress.start(2 * RANGE_BYTES.len() as u64);
+    for backing in [Backing::Anon, Backing::File] {
+        for bytes in RANGE_BYTES {
+            let i = cases.len() as u16;
+            let ids = MarkerIds {
+                to_read_only: 1 + 2 * i,
+                to_read_write: 2 + 2 * i,
+            };
+            let name = format!("{}-{}", backing.name(), size_name(bytes));
+            let path = dir.path().join(format!("{name}.bin"));
+            let (m, _file) = prepare_range(backing, bytes, &path)?;
+            let folios_kb = mapped_folios(&m)?;
+            let all: u64 = folios_kb.values().sum();
+            let small = folios_kb
+                .get(&(kernel::page_size() as u64 / 1024))
+                .copied()
+                .unwrap_or(0);
+            let (mut ro, mut rw) = (Vec::new(), Vec::new());
+            for _ in 0..opts.calls {
+                for (to, id, out) in [
+                    (libc::PROT_READ, ids.to_read_only, &mut ro),
+                    (libc::PROT_READ | libc::PROT_WRITE, ids.to_read_write, &mut rw),
+                ] {
+                    let t = Instant::now();
+                    if let Some(mk) = &markers {
+                        mk.open(id);
+                    }
+                    let r = mprotect(&m, to);
+                    if let Some(mk) = &markers {
+                        mk.close(id);
+                    }
+                    out.push(t.elapsed().as_secs_f64() * 1e6);
+                    r?;
+                }
+            }
+            progress.step(&format!("{name}: {} calls each way", opts.calls));
+            cases.push(RangeReport {
+                name,
+                backing: backing.name(),
+                bytes: bytes as u64,
+                calls: opts.calls,
+                to_read_only: PerCall::of(ro),
+                to_read_write: PerCall::of(rw),
+                marker_ids: markers.as_ref().map(|_| ids),
+                verified: super::exec::pct(small, all) >= 90.0,
+                folios_kb,
+            });
+        }
+    }
+    Ok(RangesReport {
+        kernel: kernel::KernelVersion::current().to_string(),
+        thp_enabled: kernel::thp_mode(),
+        filesystem,
+        markers: markers.is_some(),
+        cases,
+    })
+}
+
+fn size_name(bytes: usize) -> String {
+    if bytes % (1 << 20) == 0 {
+        format!("{}m", bytes >> 20)
+    } else {
+        format!("{}k", bytes >> 10)
+    }
+}
+
+/// A range of 4 KiB pages, every page mapped, read-write: anonymous
+/// (`MADV_NOHUGEPAGE`, written), or a shared mapping of a new file at
+/// `path` written, evicted and read back one page per fault (`MADV_RANDOM`:
+/// no readahead, so 4 KiB page-cache folios on any filesystem).
+fn prepare_range(backing: Backing, bytes: usize, path: &Path) -> Result<(Mapping, Option<std::fs::File>)> {
+    let ps = kernel::page_size();
+    let rw = libc::PROT_READ | libc::PROT_WRITE;
+    match backing {
+        Backing::Anon => {
+            let m = Mapping::anon_aligned(bytes, rw, kernel::pmd_size())?;
+            m.madvise(0, bytes, kernel::MADV_NOHUGEPAGE)?;
+            bzero(&m);
+            Ok((m, None))
+        }
+        Backing::File => {
+            use std::io::Write;
+            use std::os::fd::AsFd;
+            let mut f = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .open(path)
+                .map_err(|e| Error::io(path, e))?;
+            f.write_all(&vec![0x5a; bytes]).map_err(|e| Error::io(path, e))?;
+            f.sync_all().map_err(|e| Error::io(path, e))?;
+            kernel::fadvise_dontneed(f.as_fd(), 0, None)?;
+            let m = Mapping::file_congruent(f.as_fd(), 0, bytes, rw, kernel::pmd_size())?;
+            m.madvise(0, bytes, kernel::MADV_NOHUGEPAGE)?;
+            m.madvise(0, bytes, libc::MADV_RANDOM)?;
+            for off in (0..bytes).step_by(ps) {
+                // SAFETY: inside our own readable mapping of a file of `bytes`.
+                unsafe { std::ptr::read_volatile(m.as_ptr().add(off)) };
+            }
+            Ok((m, Some(f)))
+        }
+    }
 }

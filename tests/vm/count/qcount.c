@@ -1,0 +1,275 @@
+/*
+ * The kernel lab's qemu-system TCG plugin: guest instructions counted
+ * between two marker instructions the guest executes, kernel and user
+ * apart, per vCPU.
+ *
+ *   qemu-system-x86_64 ... -plugin qcount.so -d plugin -D COUNTS.txt
+ *
+ * A marker is one no-op instruction carrying an operation and an id:
+ *   x86-64   nopl 0x4854XXXX(%rax)  (0f 1f 80 + disp32), disp32 = 0x4854 << 16 | op << 14 | id
+ *   aarch64  movk xzr, #(op << 14 | id), lsl #48  (a write to the zero register)
+ * op 1 opens an interval on the vCPU that executes it, op 2 closes it (same
+ * id); id is 14 bits. An instruction is the kernel's when its virtual
+ * address is in the upper half (x86-64 kernel addresses, arm64 TTBR1), the
+ * user's otherwise. The counts of an interval are those of the vCPU that
+ * opened it, from the instruction after the opening marker up to the closing
+ * marker (neither counted); an interval closed on another vCPU (the task
+ * migrated) is counted as migrated and left out.
+ *
+ * Counting is per executed translation block (one callback per block, the
+ * block's instructions counted as a whole), so a block left early by an
+ * exception (a page fault) counts in full, and is counted again when it
+ * runs again: deterministic, but "instructions executed by qemu", not
+ * "retired".
+ *
+ * At exit, one line per id: the number of intervals, the sums, and the
+ * minimum and median of the user and kernel counts per interval (a timer
+ * interrupt or a preemption lands in some intervals, not in most: the
+ * median is the operation's own cost). Then one line per vCPU with its
+ * totals.
+ *
+ * No header for the plugin API is packaged, so the few functions used are
+ * declared here, as qemu 7.2's include/qemu/qemu-plugin.h declares them
+ * (QEMU_PLUGIN_VERSION 1), like crates/hugetext/src/profile/plugin/itrace.c.
+ */
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef uint64_t qemu_plugin_id_t;
+typedef struct {
+    const char *target_name;
+    struct { int min, cur; } version;
+    bool system_emulation;
+} qemu_info_t;
+struct qemu_plugin_tb;
+struct qemu_plugin_insn;
+enum qemu_plugin_cb_flags { QEMU_PLUGIN_CB_NO_REGS, QEMU_PLUGIN_CB_R_REGS, QEMU_PLUGIN_CB_RW_REGS };
+typedef void (*qemu_plugin_vcpu_tb_trans_cb_t)(qemu_plugin_id_t id, struct qemu_plugin_tb *tb);
+typedef void (*qemu_plugin_vcpu_udata_cb_t)(unsigned int vcpu_index, void *userdata);
+typedef void (*qemu_plugin_udata_cb_t)(qemu_plugin_id_t id, void *userdata);
+
+void qemu_plugin_register_vcpu_tb_trans_cb(qemu_plugin_id_t id, qemu_plugin_vcpu_tb_trans_cb_t cb);
+void qemu_plugin_register_vcpu_tb_exec_cb(struct qemu_plugin_tb *tb, qemu_plugin_vcpu_udata_cb_t cb,
+                                          enum qemu_plugin_cb_flags flags, void *userdata);
+void qemu_plugin_register_vcpu_insn_exec_cb(struct qemu_plugin_insn *insn, qemu_plugin_vcpu_udata_cb_t cb,
+                                            enum qemu_plugin_cb_flags flags, void *userdata);
+void qemu_plugin_register_atexit_cb(qemu_plugin_id_t id, qemu_plugin_udata_cb_t cb, void *userdata);
+size_t qemu_plugin_tb_n_insns(const struct qemu_plugin_tb *tb);
+struct qemu_plugin_insn *qemu_plugin_tb_get_insn(const struct qemu_plugin_tb *tb, size_t idx);
+uint64_t qemu_plugin_insn_vaddr(const struct qemu_plugin_insn *insn);
+const void *qemu_plugin_insn_data(const struct qemu_plugin_insn *insn);
+size_t qemu_plugin_insn_size(const struct qemu_plugin_insn *insn);
+void qemu_plugin_outs(const char *string);
+
+__attribute__((visibility("default"))) int qemu_plugin_version = 1;
+
+#define MAX_VCPUS 64
+#define IDS (1u << 14)
+#define KEEP (1u << 16) /* intervals kept per id for the median */
+#define OP_START 1
+#define OP_STOP 2
+
+/* Per vCPU: running totals and the open interval (one per vCPU). */
+struct vcpu {
+    uint64_t user, kernel;
+    int open_id; /* -1: none */
+    uint64_t user0, kernel0;
+};
+/* Per id. */
+struct idstat {
+    uint64_t n, migrated, unopened, sum_user, sum_kernel;
+    uint32_t kept;
+    uint64_t *user, *kernel; /* the first KEEP intervals */
+};
+/* A segment of a block: the instructions after a marker (or the block's start). */
+struct seg { uint32_t user, kernel; };
+struct marker { int op, id; struct seg after; };
+struct tbinfo { struct seg head; };
+
+static struct vcpu vcpus[MAX_VCPUS];
+static struct idstat *ids;
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static int arm64;
+
+static inline bool is_kernel(uint64_t vaddr) { return vaddr >> 63; }
+
+/* The marker's (op, id), or op 0. */
+static int decode(const struct qemu_plugin_insn *insn, int *id) {
+    size_t n = qemu_plugin_insn_size(insn);
+    const uint8_t *b = qemu_plugin_insn_data(insn);
+    if (!arm64) {
+        if (n != 7 || b[0] != 0x0f || b[1] != 0x1f || b[2] != 0x80 || b[6] != 0x48 || b[5] != 0x54)
+            return 0;
+        uint32_t low = (uint32_t)b[3] | (uint32_t)b[4] << 8;
+        *id = low & (IDS - 1);
+        return low >> 14;
+    }
+    if (n != 4)
+        return 0;
+    uint32_t w = (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+    /* MOVK Xd, #imm16, LSL #48: sf=1 opc=11 100101 hw=11; Rd = 31 */
+    if ((w & 0xffe0001f) != 0xf2e0001f)
+        return 0;
+    uint32_t imm = (w >> 5) & 0xffff;
+    *id = imm & (IDS - 1);
+    return imm >> 14;
+}
+
+static void add(struct vcpu *v, const struct seg *s) {
+    v->user += s->user;
+    v->kernel += s->kernel;
+}
+
+static void on_tb(unsigned int cpu, void *udata) {
+    if (cpu < MAX_VCPUS)
+        add(&vcpus[cpu], &((struct tbinfo *)udata)->head);
+}
+
+static void keep(struct idstat *s, uint64_t u, uint64_t k) {
+    if (s->kept == 0 && !s->user) {
+        s->user = malloc(KEEP * sizeof(uint64_t));
+        s->kernel = malloc(KEEP * sizeof(uint64_t));
+    }
+    if (s->user && s->kernel && s->kept < KEEP) {
+        s->user[s->kept] = u;
+        s->kernel[s->kept] = k;
+        s->kept++;
+    }
+}
+
+static void on_marker(unsigned int cpu, void *udata) {
+    struct marker *m = udata;
+    if (cpu >= MAX_VCPUS)
+        return;
+    struct vcpu *v = &vcpus[cpu];
+    pthread_mutex_lock(&lock);
+    if (m->op == OP_START) {
+        /* An interval opened here while another was open on this vCPU (a
+         * task migrated away from it, or nested markers): the newer wins. */
+        if (v->open_id >= 0)
+            ids[v->open_id].migrated++;
+        v->open_id = m->id;
+        v->user0 = v->user;
+        v->kernel0 = v->kernel;
+    } else if (m->op == OP_STOP) {
+        struct idstat *s = &ids[m->id];
+        if (v->open_id == m->id) {
+            uint64_t u = v->user - v->user0, k = v->kernel - v->kernel0;
+            s->n++;
+            s->sum_user += u;
+            s->sum_kernel += k;
+            keep(s, u, k);
+            v->open_id = -1;
+        } else {
+            /* Opened on another vCPU (migrated) or never. */
+            int opened_elsewhere = 0;
+            for (int c = 0; c < MAX_VCPUS; c++) {
+                if (vcpus[c].open_id == m->id) {
+                    vcpus[c].open_id = -1;
+                    opened_elsewhere = 1;
+                }
+            }
+            if (opened_elsewhere)
+                s->migrated++;
+            else
+                s->unopened++;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    add(v, &m->after);
+}
+
+static void on_translate(qemu_plugin_id_t id, struct qemu_plugin_tb *tb) {
+    (void)id;
+    size_t n = qemu_plugin_tb_n_insns(tb);
+    struct tbinfo *t = calloc(1, sizeof *t);
+    if (!t)
+        abort();
+    struct seg *cur = &t->head;
+    for (size_t i = 0; i < n; i++) {
+        struct qemu_plugin_insn *insn = qemu_plugin_tb_get_insn(tb, i);
+        int mid, op = decode(insn, &mid);
+        if (op == OP_START || op == OP_STOP) {
+            struct marker *m = calloc(1, sizeof *m);
+            if (!m)
+                abort();
+            m->op = op;
+            m->id = mid;
+            qemu_plugin_register_vcpu_insn_exec_cb(insn, on_marker, QEMU_PLUGIN_CB_NO_REGS, m);
+            cur = &m->after;
+            continue;
+        }
+        if (is_kernel(qemu_plugin_insn_vaddr(insn)))
+            cur->kernel++;
+        else
+            cur->user++;
+    }
+    qemu_plugin_register_vcpu_tb_exec_cb(tb, on_tb, QEMU_PLUGIN_CB_NO_REGS, t);
+}
+
+static int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Sorts v[0..n) and gives its median (the lower one of an even count). */
+static uint64_t median(uint64_t *v, uint32_t n) {
+    if (n == 0)
+        return 0;
+    qsort(v, n, sizeof *v, cmp_u64);
+    return v[(n - 1) / 2];
+}
+
+static void on_exit_cb(qemu_plugin_id_t id, void *udata) {
+    (void)id;
+    (void)udata;
+    char line[512];
+    pthread_mutex_lock(&lock);
+    for (unsigned i = 0; i < IDS; i++) {
+        struct idstat *s = &ids[i];
+        if (!s->n && !s->migrated && !s->unopened)
+            continue;
+        uint64_t mu = median(s->user, s->kept), mk = median(s->kernel, s->kept);
+        uint64_t minu = s->kept ? s->user[0] : 0, mink = s->kept ? s->kernel[0] : 0;
+        snprintf(line, sizeof line,
+                 "qcount id=%u intervals=%" PRIu64 " migrated=%" PRIu64 " unopened=%" PRIu64
+                 " user_sum=%" PRIu64 " kernel_sum=%" PRIu64 " user_min=%" PRIu64 " user_median=%" PRIu64
+                 " kernel_min=%" PRIu64 " kernel_median=%" PRIu64 "\n",
+                 i, s->n, s->migrated, s->unopened, s->sum_user, s->sum_kernel, minu, mu, mink, mk);
+        qemu_plugin_outs(line);
+    }
+    for (int c = 0; c < MAX_VCPUS; c++) {
+        if (!vcpus[c].user && !vcpus[c].kernel)
+            continue;
+        snprintf(line, sizeof line, "qcount vcpu=%d user=%" PRIu64 " kernel=%" PRIu64 "\n", c, vcpus[c].user,
+                 vcpus[c].kernel);
+        qemu_plugin_outs(line);
+    }
+    qemu_plugin_outs("qcount end\n");
+    pthread_mutex_unlock(&lock);
+}
+
+__attribute__((visibility("default"))) int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_t *info,
+                                                               int argc, char **argv) {
+    (void)argc;
+    (void)argv;
+    if (!info->system_emulation)
+        return -1;
+    if (strcmp(info->target_name, "aarch64") == 0)
+        arm64 = 1;
+    else if (strcmp(info->target_name, "x86_64") != 0)
+        return -1;
+    ids = calloc(IDS, sizeof *ids);
+    if (!ids)
+        return -1;
+    for (int c = 0; c < MAX_VCPUS; c++)
+        vcpus[c].open_id = -1;
+    qemu_plugin_register_vcpu_tb_trans_cb(id, on_translate);
+    qemu_plugin_register_atexit_cb(id, on_exit_cb, NULL);
+    return 0;
+}
