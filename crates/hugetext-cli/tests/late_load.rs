@@ -257,8 +257,8 @@ fn c_api_remaps_objects_loaded_since_its_last_call() {
     }
 }
 
-/// kB huge-backed (AnonHugePages + FilePmdMapped) within the address span
-/// of the mappings whose path contains `name`, and kB of that span's text
+/// kB huge-backed (AnonHugePages + FilePmdMapped) of the executable mappings
+/// within the address span of the mappings whose path contains `name`, and kB of that span's text
 /// in whole 2 MiB windows, from a /proc/PID/smaps text. Copied windows are
 /// anonymous (no name where the kernel lacks CONFIG_ANON_VMA_NAME): they
 /// lie inside the span.
@@ -301,7 +301,10 @@ fn huge_in_span(smaps: &str, name: &str) -> (u64, u64) {
         mine.iter().map(|e| e.end).max().unwrap(),
     );
     let inside = es.iter().filter(|e| e.start >= lo && e.end <= hi);
-    let huge = inside.clone().map(|e| e.huge).sum();
+    // Text only: read-only data after it may sit in a PMD-size page-cache
+    // folio too (once anything read the whole file into large folios), and
+    // FilePmdMapped counts it; that is not text made huge.
+    let huge = inside.clone().filter(|e| e.exec).map(|e| e.huge).sum();
     let pmd = common::unit();
     let exec_lo = inside.clone().filter(|e| e.exec).map(|e| e.start).min().unwrap_or(0);
     let exec_hi = inside.filter(|e| e.exec).map(|e| e.end).max().unwrap_or(0);
