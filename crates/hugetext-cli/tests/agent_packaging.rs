@@ -712,12 +712,31 @@ fn ok(cmd: &mut Command) -> Output {
     o
 }
 
+/// `dpkg ARGS`, waiting (up to 10 minutes) while another package manager
+/// holds dpkg's lock: an `apt-get` of the machine's own is not this test's
+/// failure.
+fn dpkg(args: &[&str]) -> Output {
+    let t = std::time::Instant::now();
+    loop {
+        let o = Command::new("dpkg")
+            .args(args)
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .output()
+            .unwrap_or_else(|e| panic!("dpkg: {e}"));
+        let locked = !o.status.success() && common::text(&o.stderr).contains("lock");
+        if !locked || t.elapsed() > std::time::Duration::from_secs(600) {
+            return o;
+        }
+        std::thread::sleep(std::time::Duration::from_secs(2));
+    }
+}
+
 /// Purges the package when dropped (also when the test fails midway).
 struct Installed;
 
 impl Drop for Installed {
     fn drop(&mut self) {
-        let _ = Command::new("dpkg").args(["--purge", "hugetext"]).output();
+        let _ = dpkg(&["--purge", "hugetext"]);
     }
 }
 
@@ -755,9 +774,13 @@ fn deb_installs_works_from_usr_bin_and_removes_cleanly() {
     eprintln!("cargo deb: {:.1} s", t.elapsed().as_secs_f64());
 
     let guard = Installed;
-    let mut cmd = Command::new("dpkg");
-    cmd.arg("-i").arg(&deb).env("DEBIAN_FRONTEND", "noninteractive");
-    ok(&mut cmd);
+    let o = dpkg(&["-i", deb.to_str().unwrap()]);
+    assert!(
+        o.status.success(),
+        "dpkg -i: {}{}",
+        common::text(&o.stdout),
+        common::text(&o.stderr)
+    );
     let o = ok(Command::new("/usr/bin/hugetext").arg("--version"));
     assert_eq!(
         common::text(&o.stdout).trim(),
@@ -812,9 +835,13 @@ fn deb_installs_works_from_usr_bin_and_removes_cleanly() {
     unsafe { libc::kill(agent.id() as i32, libc::SIGTERM) };
     assert!(agent.wait().unwrap().success());
 
-    let mut cmd = Command::new("dpkg");
-    cmd.args(["-r", "hugetext"]);
-    ok(&mut cmd);
+    let o = dpkg(&["-r", "hugetext"]);
+    assert!(
+        o.status.success(),
+        "dpkg -r: {}{}",
+        common::text(&o.stdout),
+        common::text(&o.stderr)
+    );
     drop(guard);
     assert!(!Path::new("/usr/bin/hugetext").exists());
     assert!(!Path::new("/usr/lib/hugetext").exists());

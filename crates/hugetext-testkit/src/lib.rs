@@ -160,7 +160,12 @@ pub fn copy_fixture(dir: &Path, linker: &str, name: &str) -> PathBuf {
 pub fn fs_gives_pmd_folios(dir: &Path) -> bool {
     use hugetext::{folio, pagecache};
     let len = 2 * unit();
-    let p = scratch_file(dir, "probe-by-test", (len >> 20) as usize);
+    // A name of its own: tests run in parallel probe the same directory
+    // (one's truncating create under another's populate is EFAULT).
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let name = format!("probe-by-test-{}-{n}", std::process::id());
+    let p = scratch_file(dir, &name, (len >> 20) as usize);
     let f = std::fs::File::open(&p).unwrap();
     pagecache::fill_huge(&f, 0..len).unwrap();
     let n = folio::scan_file(&p, None).unwrap().pmd_windows.len();
