@@ -161,6 +161,15 @@ pub enum Strategy {
 }
 
 impl Strategy {
+    /// Every strategy, `auto` first.
+    pub const ALL: [Strategy; 5] = [
+        Strategy::Auto,
+        Strategy::File,
+        Strategy::Collapse,
+        Strategy::Shmem,
+        Strategy::Copy,
+    ];
+
     /// The word for `HUGETEXT_STRATEGY`.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -286,13 +295,7 @@ mod tests {
 
     #[test]
     fn strategy_words_round_trip() {
-        for s in [
-            Strategy::Auto,
-            Strategy::File,
-            Strategy::Collapse,
-            Strategy::Shmem,
-            Strategy::Copy,
-        ] {
+        for s in Strategy::ALL {
             assert_eq!(Strategy::parse(s.as_str().as_bytes()), Some(s));
         }
         assert_eq!(Strategy::parse(b""), Some(Strategy::Auto));

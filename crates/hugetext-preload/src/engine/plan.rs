@@ -234,13 +234,7 @@ mod tests {
 
     #[test]
     fn already_pmd_mapped_needs_no_route() {
-        for s in [
-            Strategy::Auto,
-            Strategy::File,
-            Strategy::Collapse,
-            Strategy::Shmem,
-            Strategy::Copy,
-        ] {
+        for s in Strategy::ALL {
             for congruent in [true, false] {
                 let f = Facts {
                     all_huge: true,
