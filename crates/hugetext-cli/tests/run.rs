@@ -2560,6 +2560,41 @@ fn a_touched_original_makes_its_store_entry_stale() {
     assert!(listed.contains("no entries"), "{listed}");
 }
 
+/// `check` names a file's stale copy in the store (never used, still
+/// holding memory) and what drops it; after `warm --shmem` it says nothing.
+#[test]
+fn check_names_a_stale_store_entry() {
+    let (_d, prog) = private_copy("bfd", &["nopie"]);
+    let store = common::TextStore::new();
+    store.add(&prog);
+    let dir = store.dir.to_str().unwrap();
+    let p = prog.to_str().unwrap();
+    let o = common::hugetext(&["check", "--store", dir, p]);
+    assert_eq!(o.status.code(), Some(0));
+    let err = common::text(&o.stderr);
+    assert!(!err.contains("stale"), "a valid entry was called stale: {err}");
+    let t = std::time::SystemTime::now() - std::time::Duration::from_secs(60);
+    std::fs::File::options()
+        .write(true)
+        .open(&prog)
+        .unwrap()
+        .set_modified(t)
+        .unwrap();
+    let o = common::hugetext(&["check", "--store", dir, p]);
+    assert_eq!(o.status.code(), Some(0), "a stale entry is a warning");
+    let err = common::text(&o.stderr);
+    let listed: serde_json::Value = serde_json::from_slice(&store.warm(&["--list", "--json"]).stdout).unwrap();
+    let entry = listed["entries"][0]["name"].as_str().unwrap();
+    assert!(err.contains("stale") && err.contains("warm --shmem"), "{err}");
+    assert!(err.contains(entry), "the entry is not named: {err}\n{listed}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    // `warm --shmem` drops it (and stores the file anew): nothing to say.
+    let again = store.add(&prog);
+    assert!(again.contains("removed stale entry"), "{again}");
+    let err = common::text(&common::hugetext(&["check", "--store", dir, p]).stderr);
+    assert!(!err.contains("stale"), "{err}");
+}
+
 /// A PIE whose load base is not 2 MiB-aligned cannot be shared from a
 /// copy: refused, naming `hugetext align` (exit status 3).
 #[test]
