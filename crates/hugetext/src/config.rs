@@ -489,6 +489,14 @@ mod tests {
         .unwrap();
         assert_eq!(c.agent.listen.as_deref(), Some("127.0.0.1:1"));
         assert_eq!(c.agent.poll_interval, Duration::from_millis(500));
+        assert!(c.agent.shmem.is_empty());
+        assert_eq!(c.agent.shmem_store, PathBuf::from("/run/hugetext/text"));
+        let st = Config::parse(
+            "[agent]\nshmem = [\"/usr/bin/postgres\", \"/usr/lib/libLLVM*.so*\"]\nshmem_store = \"/srv/store\"\n",
+        )
+        .unwrap();
+        assert_eq!(st.agent.shmem, ["/usr/bin/postgres", "/usr/lib/libLLVM*.so*"]);
+        assert_eq!(st.agent.shmem_store, PathBuf::from("/srv/store"));
         assert_eq!(
             c.agent.auto,
             Some(AutoRule {
@@ -504,6 +512,10 @@ mod tests {
             (
                 "[agent]\nglobs = [\"rel/*\"]\n",
                 "line 2, column 9: glob \"rel/*\" is not an absolute path",
+            ),
+            (
+                "[agent]\nshmem = [\"bin/postgres\"]\n",
+                "line 2, column 9: glob \"bin/postgres\" is not an absolute path",
             ),
             (
                 "[agent]\npoll_interval = \"soon\"\n",
