@@ -5,7 +5,7 @@
 # `madvise`; then probe what each route achieves there.
 #
 #   scripts/kernel-matrix.sh [--ci|--all|--arm64] [--cell KERNEL:FS]... [--thp always,madvise]
-#                            [--timeout SECONDS] [--no-build] [--plan FILE] [--write-doc]
+#                            [--timeout SECONDS] [--no-build] [--plan FILE] [--write-doc|--merge-doc]
 #                            [--kernel NAME=BZIMAGE]... [--probe FILE] [--extra DIR]
 #                            [--results DIR] [--append ARGS] [--pending FILE]
 #                            [--retry-hung] [--count]
@@ -29,6 +29,9 @@
 #   (default)    CI's x86-64 cells, THP always and madvise
 #   --plan FILE  the tests to run in the guests (default tests/vm/plan.txt)
 #   --write-doc  regenerate doc/kernels.md and doc/kernels.json from the results
+#   --merge-doc  put only the probes of these cells' results (a --probe run) into
+#                doc/kernels.json's same cells, then regenerate doc/kernels.md; the
+#                tests and other probes of those cells keep their last full run
 #   --kernel NAME=BZIMAGE  boot this kernel (everything the guest needs built
 #                in, no modules) in the cells NAME:FS (scripts/kernel-lab.sh); a NAME
 #                with -arm64 in it (7.x-arm64-64k) is an arm64 Image, booted on
@@ -105,6 +108,7 @@ while [ $# -gt 0 ]; do
     --no-build) build=0 ;;
     --plan) shift; plan=${1:?--plan needs a file} ;;
     --write-doc) write_doc=1 ;;
+    --merge-doc) write_doc=2 ;;
     --kernel) shift; k=${1:-}; [[ $k == ?*=?* ]] || die "--kernel needs NAME=BZIMAGE"
       [ -f "${k#*=}" ] || die "no kernel image '${k#*=}'"
       custom[${k%%=*}]=$(readlink -f "${k#*=}") ;;
@@ -586,6 +590,9 @@ done
 if [ $write_doc = 1 ]; then
   python3 tests/vm/matrix.py doc "$results"/*.json
   say "wrote doc/kernels.md and doc/kernels.json"
+elif [ $write_doc = 2 ]; then
+  python3 tests/vm/matrix.py doc --merge "$results"/*.json
+  say "merged the probes into doc/kernels.json; wrote doc/kernels.md"
 fi
 say "wall time $(( $(date +%s) - started )) s"
 exit $failed

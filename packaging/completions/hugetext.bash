@@ -548,13 +548,17 @@ _hugetext() {
             return 0
             ;;
         hugetext__subcmd__check)
-            opts="-h -V --json --page-size --help --version"
+            opts="-h -V --json --page-size --store --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --page-size)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --store)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

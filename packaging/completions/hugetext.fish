@@ -61,6 +61,7 @@ complete -c hugetext -n "__fish_hugetext_using_subcommand explain" -l json -d 'P
 complete -c hugetext -n "__fish_hugetext_using_subcommand explain" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c hugetext -n "__fish_hugetext_using_subcommand explain" -s V -l version -d 'Print version'
 complete -c hugetext -n "__fish_hugetext_using_subcommand check" -l page-size -d 'Page size of the kernel the files are meant for: 4K, 16K or 64K (arm64). Default: the running kernel\'s for files of this machine, 4K for AArch64 files on another machine' -r
+complete -c hugetext -n "__fish_hugetext_using_subcommand check" -l store -d 'The text store (`hugetext warm --shmem`) whose stale copies of the files are named on stderr' -r -F
 complete -c hugetext -n "__fish_hugetext_using_subcommand check" -l json -d 'Print a JSON array with one object per file (fields include pmd_mappable_bytes and pmd_mappable_bytes_after_align)'
 complete -c hugetext -n "__fish_hugetext_using_subcommand check" -s h -l help -d 'Print help'
 complete -c hugetext -n "__fish_hugetext_using_subcommand check" -s V -l version -d 'Print version'

@@ -4,6 +4,8 @@
   matrix.py collect LOG PLAN META_JSON   console log -> one cell's result JSON (stdout)
   matrix.py summary CELL.json            print the cell; exit 1 if anything failed
   matrix.py doc CELL.json...             write doc/kernels.md and doc/kernels.json
+  matrix.py doc --merge CELL.json...     the same, merging only the probes of these cells
+                                         (a run with --probe) into the cells of doc/kernels.json
   matrix.py mprotect LOG...              the bench mprotect rounds of MATRIX_PART=mprotect guests
 
 A cell passes when every planned test ran and passed under every THP mode,
@@ -229,9 +231,11 @@ def shmem_cell(p):
         return f"failed (rc {s.get('rc')})"
     pmd = sorted({q["shmem_pmd_kb"] for q in procs})
     private = sum(q["private_kb"] for q in procs)
+    run = s.get("run")
+    when = f" (run {run['date']}, {run['release']})" if run else ""
     return (
         f"{len(procs)} × {'/'.join(str(k) for k in pmd)} kB, {private} kB private; "
-        f"ShmemHugePages {s.get('shmem_huge_pages_kb', '?')} kB"
+        f"ShmemHugePages {s.get('shmem_huge_pages_kb', '?')} kB{when}"
     )
 
 
@@ -310,8 +314,29 @@ def check_of(probes, cid):
     return probes.get("doctor", {}).get("checks", {}).get(cid, {})
 
 
-def doc(paths):
+def merge_probes(new, old):
+    """Put the probes of the cells `new` (a run with another --probe and
+    usually an empty plan) into the same cells of `old` (doc/kernels.json):
+    each probe replaces the one of its name under its THP mode and carries
+    the date and kernel release of the run it comes from; the tests and
+    every other probe keep their last full run. A cell `old` lacks is
+    refused: a probe-only run is not a cell's result."""
+    by = {c["cell"]: c for c in old}
+    for c in new:
+        o = by.get(c["cell"])
+        if o is None:
+            sys.exit(f"matrix.py: {c['cell']}: not in doc/kernels.json: --merge adds probes to cells run in full before")
+        for mode, probes in c.get("probes", {}).items():
+            for name, p in probes.items():
+                p = dict(p, run={"date": c.get("date"), "release": c.get("guest", {}).get("release")})
+                o.setdefault("probes", {}).setdefault(mode, {})[name] = p
+    return old
+
+
+def doc(paths, merge=False):
     cells = [json.loads(Path(p).read_text()) for p in paths]
+    if merge:
+        cells = merge_probes(cells, json.loads(Path("doc/kernels.json").read_text()))
     # Cells not run this time keep their last results (x86-64 and aarch64
     # cells are separate runs).
     ran = {c["cell"] for c in cells}
@@ -475,9 +500,13 @@ How to read it:
 - **huge tmpfs**: the aligned PIE on a tmpfs mounted `huge=within_size`
   (the text store's mount, `/run/hugetext/text`), four processes of it
   running: kB of each one's text `ShmemPmdMapped`, the kB of text private
-  to them all together, and `ShmemHugePages` while they ran. Shared huge
-  text needs no large folios in the disk's filesystem: shmem has had PMD
-  folios since 4.8. "—": the cell ran before this column existed.
+  to them all together, and `ShmemHugePages` while they ran; stored with
+  `hugetext warm --shmem` and run with `hugetext run --strategy shmem`
+  where the guest's hugetext has them. Shared huge text needs no large
+  folios in the disk's filesystem: shmem has had PMD folios since 4.8.
+  "(run DATE, KERNEL)": this probe ran on its own then (`--merge-doc`),
+  the row's other columns come from the row's date. "—": the cell ran
+  before this column existed.
 - **kernel**: the package, and the day its cell last ran: each row keeps
   the results of its cell's last run, so a row run before a fix still shows
   the failures of that day (`--all` / `--arm64` refresh every row).
@@ -615,6 +644,9 @@ def main(argv):
         return 0
     if len(argv) == 3 and argv[1] == "summary":
         return summary(argv[2])
+    if len(argv) >= 4 and argv[1:3] == ["doc", "--merge"]:
+        doc(argv[3:], merge=True)
+        return 0
     if len(argv) >= 3 and argv[1] == "doc":
         doc(argv[2:])
         return 0

@@ -862,3 +862,65 @@ fn policy_warms_again_a_file_found_evicted() {
     next.stop();
     a.stop();
 }
+
+/// The policy's `shmem` key keeps files in the text store: stored when
+/// missing, stored again (its stale copy dropped) when the original
+/// changes; the store's entries and stale entries are exported.
+#[test]
+fn shmem_key_keeps_files_in_the_text_store() {
+    let dir = common::scratch();
+    let prog = common::copy_fixture(dir.path(), "bfd", "nopie");
+    let dir2 = common::scratch();
+    let other = common::copy_fixture(dir2.path(), "bfd", "nopie");
+    let store = common::TextStore::new();
+    let conf = dir.path().join("agent.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "[agent]\npoll_interval = \"500ms\"\nshmem = [\"{}\"]\nshmem_store = \"{}\"\n",
+            prog.display(),
+            store.dir.display()
+        ),
+    )
+    .unwrap();
+    let a = AgentProc::with_config(Some(&conf));
+    let stored = format!("stored {} in the text store", prog.display());
+    a.wait_log(&stored, Duration::from_secs(60));
+    let real = prog.canonicalize().unwrap().display().to_string();
+    let listed = common::text(&store.warm(&["--list"]).stdout);
+    assert!(listed.contains(&real) && listed.contains("valid"), "{listed}");
+    // Another entry, made stale: exported (the agent leaves it while its
+    // own files are in the store).
+    store.add(&other);
+    let older = std::time::SystemTime::now() - std::time::Duration::from_secs(60);
+    std::fs::File::options()
+        .write(true)
+        .open(&other)
+        .unwrap()
+        .set_modified(older)
+        .unwrap();
+    wait_page(&a, "one stale entry of two", |p| {
+        sample(p, "hugetext_text_store_entries") == Some(2.0) && sample(p, "hugetext_text_store_stale") == Some(1.0)
+    });
+    // The policy's file changes: stored again, the stale entries dropped.
+    std::fs::File::options()
+        .write(true)
+        .open(&prog)
+        .unwrap()
+        .set_modified(older)
+        .unwrap();
+    let page = wait_page(&a, "the changed file stored again", |p| {
+        sample(p, "hugetext_text_store_entries") == Some(1.0) && sample(p, "hugetext_text_store_stale") == Some(0.0)
+    });
+    let lines = a.lines();
+    assert_eq!(lines.iter().filter(|l| l.contains(&stored)).count(), 2, "{lines:?}");
+    assert!(lines.iter().any(|l| l.contains("dropped the stale entry")), "{lines:?}");
+    assert_eq!(
+        sample(&page, "hugetext_actions_total{action=\"shmem\",result=\"done\"}"),
+        Some(2.0),
+        "{page}"
+    );
+    let listed = common::text(&store.warm(&["--list"]).stdout);
+    assert!(listed.contains(&real) && !listed.contains("stale"), "{listed}");
+    a.stop();
+}

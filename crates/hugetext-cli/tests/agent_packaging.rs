@@ -273,6 +273,7 @@ fn grafana_dashboard_queries_metrics_the_agent_serves() {
             folio_sizes: true,
             workloads: Vec::new(),
             shortfalls: Default::default(),
+            store: hugetext::shmemstore::DEFAULT_ROOT.into(),
         },
     )
     .unwrap();

@@ -686,6 +686,95 @@ fn perf_on_the_host_names_copied_code_of_a_process_with_its_own_proc() {
     }
 }
 
+/// The `shmem` route maps the text from the store's copy, a whole copy of
+/// the file: perf, attached to the running program, reads the symbols
+/// from the copy's path and names every function (no perf map needed).
+#[test]
+fn perf_names_functions_of_text_mapped_from_the_store() {
+    use std::io::{BufRead, BufReader};
+    if Command::new("perf").arg("--version").output().is_err() {
+        common::skip_line("skipped: perf not installed (scripts/install-deps.sh)");
+        return;
+    }
+    // tests/c/perfnames.c, laid out for 2 MiB pages so the store takes it.
+    let dir = common::scratch();
+    let exe = dir.path().join("perfnames");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/perfnames.c");
+    let st = Command::new("gcc")
+        .args(["-O1", "-fno-toplevel-reorder", "-Wl,-z,max-page-size=0x200000", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .status()
+        .expect("gcc");
+    assert!(st.success());
+    let store = common::TextStore::new();
+    store.add(&exe);
+    let mut child = Command::new(common::bin())
+        .args(["run", "-v", "--strategy", "shmem", "--store"])
+        .arg(&store.dir)
+        .arg("--")
+        .arg(&exe)
+        .arg("spin")
+        .env_remove("HUGETEXT_STRATEGY")
+        .env_remove("HUGETEXT_VERBOSE")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    let (pmd, _, _) = common::store_text(pid as i32, &store.dir);
+    let addr = |k: &str| {
+        let v = first
+            .split(' ')
+            .find_map(|f| f.strip_prefix(k).and_then(|v| v.strip_prefix("=0x")))
+            .unwrap_or_else(|| panic!("{k} in {first}"));
+        u64::from_str_radix(v, 16).unwrap()
+    };
+    let (straddle, bigasm, label, end) = (addr("straddle"), addr("bigasm"), addr("asm_label"), addr("asm_end"));
+    let funcs = [
+        ("straddle", straddle, straddle + 3 * MIB),
+        ("bigasm", bigasm, label),
+        ("asm_label", label, end),
+    ];
+    let data = dir.path().join("perf.data");
+    let prefix = format!("{}/", store.dir.display());
+    let mut verdict = Err("not recorded".to_string());
+    for _ in 0..3 {
+        let rec = Command::new("perf")
+            .args(["record", "-q", "-e", "cpu-clock", "-p", &pid.to_string(), "-o"])
+            .arg(&data)
+            .args(["--", "sleep", "1"])
+            .output()
+            .unwrap();
+        let script = Command::new("perf")
+            .args(["script", "-F", "ip,sym,dso", "-i"])
+            .arg(&data)
+            .output()
+            .unwrap();
+        if !rec.status.success() || !script.status.success() {
+            common::skip_line(&format!(
+                "skipped: perf cannot record here: {}",
+                common::text(&rec.stderr)
+            ));
+            let _ = child.kill();
+            let _ = child.wait();
+            return;
+        }
+        verdict = perf_named(&common::text(&script.stdout), &funcs, &prefix);
+        if verdict.is_ok() {
+            break;
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(pmd > 0, "no text mapped from the store");
+    verdict.unwrap_or_else(|e| panic!("{e}"));
+}
+
 /// The copy route's part of `-v`'s summary: "copy 78.0 MiB in 22.51 ms
 /// (0.289 ms/MiB; source: ...)".
 fn copy_time(err: &str) -> &str {
@@ -2558,6 +2647,41 @@ fn a_touched_original_makes_its_store_entry_stale() {
     assert!(o.status.success(), "{}", common::text(&o.stderr));
     let listed = common::text(&store.warm(&["--list"]).stdout);
     assert!(listed.contains("no entries"), "{listed}");
+}
+
+/// `check` names a file's stale copy in the store (never used, still
+/// holding memory) and what drops it; after `warm --shmem` it says nothing.
+#[test]
+fn check_names_a_stale_store_entry() {
+    let (_d, prog) = private_copy("bfd", &["nopie"]);
+    let store = common::TextStore::new();
+    store.add(&prog);
+    let dir = store.dir.to_str().unwrap();
+    let p = prog.to_str().unwrap();
+    let o = common::hugetext(&["check", "--store", dir, p]);
+    assert_eq!(o.status.code(), Some(0));
+    let err = common::text(&o.stderr);
+    assert!(!err.contains("stale"), "a valid entry was called stale: {err}");
+    let t = std::time::SystemTime::now() - std::time::Duration::from_secs(60);
+    std::fs::File::options()
+        .write(true)
+        .open(&prog)
+        .unwrap()
+        .set_modified(t)
+        .unwrap();
+    let o = common::hugetext(&["check", "--store", dir, p]);
+    assert_eq!(o.status.code(), Some(0), "a stale entry is a warning");
+    let err = common::text(&o.stderr);
+    let listed: serde_json::Value = serde_json::from_slice(&store.warm(&["--list", "--json"]).stdout).unwrap();
+    let entry = listed["entries"][0]["name"].as_str().unwrap();
+    assert!(err.contains("stale") && err.contains("warm --shmem"), "{err}");
+    assert!(err.contains(entry), "the entry is not named: {err}\n{listed}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    // `warm --shmem` drops it (and stores the file anew): nothing to say.
+    let again = store.add(&prog);
+    assert!(again.contains("removed stale entry"), "{again}");
+    let err = common::text(&common::hugetext(&["check", "--store", dir, p]).stderr);
+    assert!(!err.contains("stale"), "{err}");
 }
 
 /// A PIE whose load base is not 2 MiB-aligned cannot be shared from a

@@ -36,6 +36,7 @@ fn measure(reps: usize, folio_sizes: bool) -> (Duration, u64) {
         folio_sizes,
         workloads: Vec::new(),
         shortfalls: Default::default(),
+        store: hugetext::shmemstore::DEFAULT_ROOT.into(),
     };
     let mut v = Vec::new();
     let mut procs = 0;

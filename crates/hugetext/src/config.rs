@@ -200,6 +200,7 @@ impl Config {
 /// max_series = 5000
 /// globs = ["/usr/lib/x86_64-linux-gnu/libLLVM*.so*"]
 /// rate_limit = 6          # warm actions per minute at most
+/// shmem = ["/usr/bin/postgres", "/usr/lib/x86_64-linux-gnu/libLLVM*.so*"]  # kept in the text store
 /// poll_interval = "2s"    # where the proc connector is not available
 /// [agent.auto]            # every program or library that ran recently…
 /// min_eligible_mib = 8    # …with at least this much eligible text
@@ -219,6 +220,13 @@ pub struct AgentConfig {
     pub globs: Vec<String>,
     /// Keep warm what ran recently and is large enough.
     pub auto: Option<AutoRule>,
+    /// Paths or glob patterns of files to keep in the text store (as
+    /// `hugetext warm --shmem` does): added when missing, added again when
+    /// the original changed (the stale copy is dropped).
+    #[serde(deserialize_with = "globs")]
+    pub shmem: Vec<String>,
+    /// The text store's directory (`--store` of `warm --shmem` and `run`).
+    pub shmem_store: PathBuf,
     /// At most this many warm actions per minute.
     pub rate_limit: u32,
     /// How often to look at processes when exec/exit events are not
@@ -333,6 +341,8 @@ impl Default for AgentConfig {
             max_series: 5000,
             globs: Vec::new(),
             auto: None,
+            shmem: Vec::new(),
+            shmem_store: PathBuf::from(crate::shmemstore::DEFAULT_ROOT),
             rate_limit: 6,
             poll_interval: Duration::from_secs(2),
             workloads: Vec::new(),
@@ -479,6 +489,14 @@ mod tests {
         .unwrap();
         assert_eq!(c.agent.listen.as_deref(), Some("127.0.0.1:1"));
         assert_eq!(c.agent.poll_interval, Duration::from_millis(500));
+        assert!(c.agent.shmem.is_empty());
+        assert_eq!(c.agent.shmem_store, PathBuf::from("/run/hugetext/text"));
+        let st = Config::parse(
+            "[agent]\nshmem = [\"/usr/bin/postgres\", \"/usr/lib/libLLVM*.so*\"]\nshmem_store = \"/srv/store\"\n",
+        )
+        .unwrap();
+        assert_eq!(st.agent.shmem, ["/usr/bin/postgres", "/usr/lib/libLLVM*.so*"]);
+        assert_eq!(st.agent.shmem_store, PathBuf::from("/srv/store"));
         assert_eq!(
             c.agent.auto,
             Some(AutoRule {
@@ -494,6 +512,10 @@ mod tests {
             (
                 "[agent]\nglobs = [\"rel/*\"]\n",
                 "line 2, column 9: glob \"rel/*\" is not an absolute path",
+            ),
+            (
+                "[agent]\nshmem = [\"bin/postgres\"]\n",
+                "line 2, column 9: glob \"bin/postgres\" is not an absolute path",
             ),
             (
                 "[agent]\npoll_interval = \"soon\"\n",

@@ -335,7 +335,7 @@ pub fn add(root: &Path, path: &Path) -> Result<std::result::Result<Added, String
     let target = root.join(&name);
     let existed = match std::fs::symlink_metadata(&target) {
         Ok(m) => {
-            let ok = m.file_type().is_file() && m.uid() == 0 && m.mode() & 0o022 == 0 && m.nlink() == 1;
+            let ok = is_ours(&m);
             if !ok {
                 // Not one of ours: replaced below.
                 std::fs::remove_file(&target).map_err(|e| Error::io(&target, e))?;
@@ -358,6 +358,21 @@ pub fn add(root: &Path, path: &Path) -> Result<std::result::Result<Added, String
         bytes: entry.metadata().map_err(|e| Error::io(&target, e))?.len(),
         huge_windows,
     }))
+}
+
+/// An entry as the store writes them: a regular file of root's, written
+/// by no one else, with one name.
+fn is_ours(m: &std::fs::Metadata) -> bool {
+    m.file_type().is_file() && m.uid() == 0 && m.mode() & 0o022 == 0 && m.nlink() == 1
+}
+
+/// Whether the store at `root` holds a valid copy of `path` as it is now
+/// (its entry exists and is one the store wrote), without copying or
+/// measuring anything: what a caller checks before [`add`].
+pub fn has_entry(root: &Path, path: &Path) -> Result<bool> {
+    let f = crate::openfile::open_regular(path, crate::openfile::Follow::No).map_err(|e| Error::io(path, e))?;
+    let name = entry_name(&f).map_err(|e| Error::io(path, e))?;
+    Ok(std::fs::symlink_metadata(root.join(name)).is_ok_and(|m| is_ours(&m)))
 }
 
 /// Write the copy of `orig` (at `real`) as `target`: sized first (so that

@@ -44,6 +44,10 @@ pub struct Args {
     /// 4K for AArch64 files on another machine.
     #[arg(long, value_name = "SIZE", value_parser = elf::parse_page_size)]
     pub page_size: Option<u64>,
+    /// The text store (`hugetext warm --shmem`) whose stale copies of the
+    /// files are named on stderr.
+    #[arg(long, value_name = "DIR", default_value = hugetext::shmemstore::DEFAULT_ROOT)]
+    pub store: PathBuf,
 }
 
 const AFTER_HELP: &str = "\
@@ -56,7 +60,8 @@ load base keeps the congruence (ET_EXEC: fixed; PIE: kernel >= 5.10; static PIE:
 >= 6.11; shared library: glibc >= 2.35, each via the largest p_align); the bytes
 PMD-mappable now and after `hugetext align`; a verdict (pmd-mappable, improvable,
 not-improvable) with reasons; and what a rewrite would invalidate. Only headers are read.
-See doc/elf.md.
+A stale copy of a file in the text store (the file changed since `hugetext warm --shmem`
+stored it; never used) is named on stderr. See doc/elf.md.
 
 Exit status:
   0  every file was checked (whatever the verdicts)
@@ -102,7 +107,38 @@ pub fn run(args: Args) -> Result<u8> {
     }
     out.flush()?;
     report_leftovers(&args.files);
+    report_stale_store(&args.files, &args.store);
     Ok(code)
+}
+
+/// Say on stderr which of `files` have a stale copy in the text store at
+/// `root` (the file changed since it was stored: `run` never maps it, but
+/// it holds memory until the next `warm --shmem` drops it).
+fn report_stale_store(files: &[PathBuf], root: &std::path::Path) {
+    use hugetext::shmemstore::{self as store, State};
+    let Ok(entries) = store::list(root) else { return };
+    let at = match root == std::path::Path::new(store::DEFAULT_ROOT) {
+        true => String::new(),
+        false => format!(" --store {}", root.display()),
+    };
+    for f in files {
+        let Ok(real) = std::fs::canonicalize(f) else { continue };
+        for e in entries
+            .iter()
+            .filter(|e| e.state == State::Stale && e.original.as_deref() == Some(real.as_path()))
+        {
+            eprintln!(
+                "hugetext: warning: {}: its copy in the text store ({}, {}) is stale: the file changed since it was \
+                 stored, so `run` does not use it; `hugetext warm --shmem{at} {}` drops it and stores the file \
+                 anew (`hugetext warm --shmem{at} --drop {}` only drops it)",
+                f.display(),
+                root.join(&e.name).display(),
+                hugetext::units::human(e.bytes),
+                f.display(),
+                f.display()
+            );
+        }
+    }
 }
 
 /// Say on stderr which directories of `files` hold hidden temporary files

@@ -112,6 +112,7 @@ fn a_process_named_in_non_utf8_bytes_is_seen_everywhere() {
             folio_sizes: true,
             workloads: Vec::new(),
             shortfalls: Default::default(),
+            store: hugetext::shmemstore::DEFAULT_ROOT.into(),
         },
     )
     .unwrap();

@@ -55,6 +55,9 @@ pub struct Keeper {
     eligible: HashMap<FileId, (u64, u64)>,
     ctx: WarmContext,
     blocked_logged: BTreeSet<PathBuf>,
+    /// Files of the `shmem` key the store refused or failed to take: the
+    /// identity tried and when it may be tried again.
+    store_tried: HashMap<PathBuf, (FileId, Instant)>,
 }
 
 impl Keeper {
@@ -68,6 +71,7 @@ impl Keeper {
             eligible: HashMap::new(),
             ctx: WarmContext::default(),
             blocked_logged: BTreeSet::new(),
+            store_tried: HashMap::new(),
         }
     }
 
@@ -145,6 +149,99 @@ impl Keeper {
     /// The selected workloads' processes, as last noted.
     pub fn workload_pids(&self) -> &std::collections::BTreeMap<String, Vec<i32>> {
         &self.workload_pids
+    }
+
+    /// The policy's `shmem` key: keep those files in the text store, as
+    /// `hugetext warm --shmem` does ([`crate::shmemstore`]): a file with
+    /// no valid entry (never stored, or its original changed) is stored,
+    /// the store's stale entries dropped first; the store is mounted when
+    /// it is not (its default cap). Within the rate limit; a file the
+    /// store refuses (not shareable) or fails to take is tried again
+    /// after [`RETRY_AFTER`] or when it changes. Stopped as soon as
+    /// `cancel` says so.
+    pub fn keep_store_until(&mut self, cfg: &Config, m: &AgentMetrics, cancel: &dyn Fn() -> bool) {
+        use crate::shmemstore as store;
+        if cfg.agent.shmem.is_empty() {
+            return;
+        }
+        let found = policy::shmem_files_until(cfg, cancel);
+        if found.cancelled {
+            return;
+        }
+        let root = &cfg.agent.shmem_store;
+        let now = Instant::now();
+        let mut need = Vec::new();
+        for p in &found.files {
+            let Ok(id) = FileId::of(p) else { continue };
+            if self
+                .store_tried
+                .get(p)
+                .is_some_and(|(i, until)| *i == id && now < *until)
+            {
+                continue;
+            }
+            match store::has_entry(root, p) {
+                Ok(true) => {}
+                Ok(false) => need.push((p.clone(), id)),
+                Err(e) => log(&format!("shmem: {e}")),
+            }
+        }
+        if need.is_empty() {
+            return;
+        }
+        if let Err(e) = store::ensure_mounted(root, store::share_of_ram(store::DEFAULT_SIZE_PCT)) {
+            m.action("shmem", "failed");
+            log(&format!("shmem: {e}"));
+            for (p, id) in need {
+                self.store_tried.insert(p, (id, now + RETRY_AFTER));
+            }
+            return;
+        }
+        match store::remove_stale(root) {
+            Ok(gone) => {
+                for e in gone {
+                    let orig = e
+                        .original
+                        .map(|o| o.display().to_string())
+                        .unwrap_or_else(|| "original not recorded".into());
+                    log(&format!("shmem: dropped the stale entry {} ({orig})", e.name));
+                }
+            }
+            Err(e) => log(&format!("shmem: {e}")),
+        }
+        for (p, id) in need {
+            if cancel() {
+                return;
+            }
+            if !self.rate.allow(Instant::now()) {
+                m.action("shmem", "rate_limited");
+                return;
+            }
+            match store::add(root, &p) {
+                Ok(Ok(a)) => {
+                    m.action("shmem", "done");
+                    self.store_tried.remove(&p);
+                    log(&format!(
+                        "stored {} in the text store as {} ({}/{} text windows in 2 MiB pages, {} bytes of Shmem)",
+                        p.display(),
+                        root.join(&a.entry).display(),
+                        a.huge_windows,
+                        a.windows,
+                        a.bytes
+                    ));
+                }
+                Ok(Err(why)) => {
+                    m.action("shmem", "impossible");
+                    log(&format!("shmem: {}: not stored: {why}", p.display()));
+                    self.store_tried.insert(p, (id, Instant::now() + RETRY_AFTER));
+                }
+                Err(e) => {
+                    m.action("shmem", "failed");
+                    log(&format!("shmem: {e}"));
+                    self.store_tried.insert(p, (id, Instant::now() + RETRY_AFTER));
+                }
+            }
+        }
     }
 
     /// The files the policy keeps warm now, and the paths or globs that

@@ -161,6 +161,8 @@ pub struct ScrapeInput {
     /// Per selected workload, bytes of whole windows not mapped huge by
     /// reason code ([`super::actions::shortfalls`]).
     pub shortfalls: BTreeMap<String, BTreeMap<String, u64>>,
+    /// The text store's directory (the policy's `shmem_store`).
+    pub store: PathBuf,
 }
 
 /// The `/proc/vmstat` counters that concern file text on huge pages
@@ -340,9 +342,6 @@ fn register_groups(
     capped.dropped
 }
 
-/// The text store's root (one definition, shared with the preload).
-const STORE_ROOT: &str = hugetext_abi::store::DEFAULT_ROOT;
-
 /// Bytes used and the size of the tmpfs mounted at `root` (`statvfs`);
 /// `None` when nothing is there, or it is not a tmpfs (no store mounted:
 /// the directory's own filesystem says nothing about the store).
@@ -456,7 +455,22 @@ pub fn scrape(m: &AgentMetrics, input: &ScrapeInput) -> Result<String> {
     );
 
     // The text store: what its tmpfs holds, and its cap.
-    if let Some((used, size)) = store_usage(Path::new(STORE_ROOT)) {
+    if let Some((used, size)) = store_usage(&input.store) {
+        let entries = crate::shmemstore::list(&input.store).unwrap_or_default();
+        let stale = entries
+            .iter()
+            .filter(|e| e.state == crate::shmemstore::State::Stale)
+            .count();
+        r.register(
+            "text_store_entries",
+            "Files in the text store (copies `run` maps text from)",
+            ConstGauge::new(entries.len() as i64),
+        );
+        r.register(
+            "text_store_stale",
+            "Entries of the text store whose original changed or is gone: never used, holding memory until the next warm --shmem (or the agent's shmem key) drops them",
+            ConstGauge::new(stale as i64),
+        );
         r.register_with_unit(
             "text_store_used",
             "Memory the text store's files take (its tmpfs: shmem, counted once however many processes map it)",
@@ -781,6 +795,7 @@ mod tests {
                 folio_sizes: true,
                 workloads: Vec::new(),
                 shortfalls: Default::default(),
+                store: crate::shmemstore::DEFAULT_ROOT.into(),
             },
         )
         .unwrap();

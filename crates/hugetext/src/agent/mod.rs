@@ -179,6 +179,7 @@ fn page(sh: &Shared) -> Arc<PageResult> {
         folio_sizes: true,
         workloads: cfg.agent.workloads.clone(),
         shortfalls: sh.shortfalls.lock().unwrap_or_else(|e| e.into_inner()).clone(),
+        store: cfg.agent.shmem_store.clone(),
     };
     let r = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| collect::scrape(&sh.metrics, &input))) {
         Ok(Ok(page)) => Ok(Page {
@@ -465,6 +466,7 @@ fn keep(sh: &Shared) {
         }
         *sh.policy_files.lock().unwrap_or_else(|e| e.into_inner()) = files.clone();
         keeper.evaluate_until(&cfg, &files, &sh.metrics, &cancel);
+        keeper.keep_store_until(&cfg, &sh.metrics, &cancel);
         eval_cost = now.elapsed();
         let gap = (short_cost * SHORTFALL_COST_FACTOR).max(SHORTFALL_MIN_INTERVAL);
         if !cfg.agent.workloads.is_empty() && last_short.map_or(true, |t| t.elapsed() >= gap) {

@@ -56,13 +56,27 @@ pub fn explicit_files_until(cfg: &Config, cancel: &dyn Fn() -> bool) -> Explicit
             out.missing.push(p.display().to_string());
         }
     }
-    for g in &cfg.agent.globs {
+    walk_globs(&cfg.agent.globs, &mut out, cancel);
+    out
+}
+
+/// The files the policy's `shmem` key names now (paths or globs, found as
+/// [`explicit_files_until`] finds `globs`): to keep in the text store.
+pub fn shmem_files_until(cfg: &Config, cancel: &dyn Fn() -> bool) -> Explicit {
+    let mut out = Explicit::default();
+    walk_globs(&cfg.agent.shmem, &mut out, cancel);
+    out
+}
+
+/// Add what each of `globs` matches to `out` (bounded walks).
+fn walk_globs(globs: &[String], out: &mut Explicit, cancel: &dyn Fn() -> bool) {
+    for g in globs {
         let mut matched = false;
         match walk_glob(g, &mut out.files, &mut matched, cancel) {
             Walk::Done => {}
             Walk::Cancelled => {
                 out.cancelled = true;
-                return out;
+                return;
             }
             Walk::CutShort(why) => out.cut_short.push(format!(
                 "glob {g:?}: stopped after {why} (walks are bounded; symbolic links to directories are not followed): name a narrower tree"
@@ -72,7 +86,6 @@ pub fn explicit_files_until(cfg: &Config, cancel: &dyn Fn() -> bool) -> Explicit
             out.missing.push(g.clone());
         }
     }
-    out
 }
 
 enum Walk {
