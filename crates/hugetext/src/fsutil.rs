@@ -1069,6 +1069,52 @@ pub fn overlay_layer_in(mountinfo: &str, path: &Path, exists: impl Fn(&Path) -> 
     layers.into_iter().map(|d| d.join(rel)).find(|p| exists(p))
 }
 
+/// Where measurements and answers worth keeping across runs are kept:
+/// root's `/run/hugetext`, else `$XDG_RUNTIME_DIR/hugetext` (both emptied
+/// at boot); created mode 0700. A directory that is a link, someone
+/// else's, or writable by others is not used (`None`).
+pub fn runtime_dir() -> Option<PathBuf> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    let euid = rustix::process::geteuid().as_raw();
+    let base = match euid {
+        0 => PathBuf::from("/run"),
+        _ => PathBuf::from(std::env::var_os("XDG_RUNTIME_DIR")?),
+    };
+    let dir = base.join("hugetext");
+    let _ = std::fs::DirBuilder::new().mode(0o700).create(&dir);
+    let m = std::fs::symlink_metadata(&dir).ok()?;
+    let trusted = m.file_type().is_dir() && m.uid() == euid && m.permissions().mode() & 0o022 == 0;
+    trusted.then_some(dir)
+}
+
+/// The text of a file kept by [`keep`]: a regular file of ours (never a
+/// link, a FIFO, or another user's) of at most `max` bytes, else `None`.
+/// The caller still checks what it says.
+pub fn read_kept(path: &Path, max: u64) -> Option<String> {
+    use std::io::Read;
+    let f = crate::openfile::open_regular(path, crate::openfile::Follow::No).ok()?;
+    let m = f.metadata().ok()?;
+    if m.uid() != rustix::process::geteuid().as_raw() || m.len() > max {
+        return None;
+    }
+    let mut s = String::new();
+    f.take(max).read_to_string(&mut s).ok()?;
+    Some(s)
+}
+
+/// Keep `bytes` at `path` (a new file renamed over the old one, through
+/// [`check_output`]); a failure only means working it out again next time.
+pub fn keep(path: &Path, prefix: &str, bytes: &[u8]) {
+    use std::io::Write;
+    let write = || -> io::Result<()> {
+        let out = check_output(path)?;
+        let new = NewFile::beside(&out, prefix)?;
+        new.file().write_all(bytes)?;
+        new.commit(&out)
+    };
+    let _ = write();
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

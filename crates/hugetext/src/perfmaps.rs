@@ -22,6 +22,22 @@ pub const KEEP: Duration = Duration::from_secs(env::PERF_MAP_KEEP_SECS);
 pub const MAX_REMOVED: usize = 64;
 /// At most this many entries of the directory are looked at per `run`.
 pub const MAX_SEEN: usize = 20_000;
+/// A full look through the directory that left nothing to remove is not
+/// made again for this long (each costs a `stat` per map in `/tmp`: with a
+/// few hundred maps there, the largest part of `run`'s own work). Small
+/// next to [`KEEP`]: a map is removed at most this much later.
+pub const REAP_EVERY: Duration = Duration::from_secs(60);
+
+/// Is a look through the directory due, the last full one having ended at
+/// `last` (none known: due; as far in the future as [`REAP_EVERY`], a
+/// clock set back: due)? Pure.
+pub fn reap_due(last: Option<SystemTime>, now: SystemTime) -> bool {
+    match last.map(|l| now.duration_since(l)) {
+        Some(Ok(since)) => since >= REAP_EVERY,
+        Some(Err(ahead)) => ahead.duration() >= REAP_EVERY,
+        None => true,
+    }
+}
 
 /// The pid in a perf map's file name (`perf-PID.map`). Pure.
 pub fn pid_of(name: &str) -> Option<u32> {

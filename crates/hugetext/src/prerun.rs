@@ -262,32 +262,157 @@ fn parse_system_dirs(help: &str) -> Vec<PathBuf> {
         .collect()
 }
 
-/// What the preload needs that `program`'s dynamic loader cannot find when it
-/// loads the preload as an `LD_AUDIT` module, in a namespace of its own
-/// ([`elf::deps::missing_in_new_namespace`]; the loader's system directories
-/// from its `--help`). Empty for a static program, or when the loader does
-/// not say its search path (then it is not second-guessed).
-pub fn audit_missing(program: &Path, preload: &Path) -> Vec<String> {
-    let Some(interp) = elf::deps::interpreter(program) else {
-        return Vec::new();
+/// A dynamic loader's identity: a different file, or the same file
+/// changed in any way, has another.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct LoaderId {
+    pub dev: u64,
+    pub ino: u64,
+    pub size: u64,
+    pub mtime_ns: i128,
+    pub ctime_ns: i128,
+    /// GNU build-id, hex (empty when it has none).
+    pub build_id: String,
+}
+
+impl LoaderId {
+    /// The identity of the open loader file.
+    pub fn of(f: &std::fs::File) -> Option<LoaderId> {
+        use object::Object;
+        let m = f.metadata().ok()?;
+        let ns = |s: i64, n: i64| i128::from(s) * 1_000_000_000 + i128::from(n);
+        let cache = object::ReadCache::new(f);
+        let build_id = object::File::parse(&cache)
+            .ok()
+            .and_then(|o| {
+                o.build_id()
+                    .ok()
+                    .flatten()
+                    .map(|id| id.iter().map(|b| format!("{b:02x}")).collect())
+            })
+            .unwrap_or_default();
+        Some(LoaderId {
+            dev: m.dev(),
+            ino: m.ino(),
+            size: m.size(),
+            mtime_ns: ns(m.mtime(), m.mtime_nsec()),
+            ctime_ns: ns(m.ctime(), m.ctime_nsec()),
+            build_id,
+        })
+    }
+}
+
+/// What a loader's `--help` said, kept for the next `run`: its system
+/// search path, under the loader's identity.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct KeptDirs {
+    pub loader: LoaderId,
+    pub dirs: Vec<PathBuf>,
+}
+
+/// Whether kept search directories can be believed: at most 64 absolute
+/// paths of a sane length without control characters, and a build-id
+/// that is hex. Pure.
+pub fn plausible_dirs(k: &KeptDirs) -> bool {
+    let sane = |d: &PathBuf| {
+        d.to_str()
+            .is_some_and(|s| s.starts_with('/') && s.len() <= 4096 && !s.chars().any(char::is_control))
     };
+    k.dirs.len() <= 64
+        && k.dirs.iter().all(sane)
+        && k.loader.build_id.len() <= 128
+        && k.loader.build_id.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// The system search path of the dynamic loader `interp`, from its
+/// `--help` (empty when it does not say one). Asked once per loader file:
+/// the answer is kept in the runtime directory ([`crate::fsutil::runtime_dir`])
+/// under the loader's [`LoaderId`], so a later `run` with the same loader
+/// starts no process. `None` when the loader cannot be asked.
+pub fn loader_system_dirs(interp: &Path) -> Option<Vec<PathBuf>> {
+    let id = crate::openfile::open_regular(interp, crate::openfile::Follow::Yes)
+        .ok()
+        .and_then(|f| LoaderId::of(&f));
+    let kept = id.as_ref().and_then(|id| {
+        let dir = crate::fsutil::runtime_dir()?;
+        Some(dir.join(format!("loader-dirs-{:x}-{:x}.json", id.dev, id.ino)))
+    });
+    if let (Some(id), Some(path)) = (&id, &kept) {
+        let k = crate::fsutil::read_kept(path, 64 << 10)
+            .and_then(|s| serde_json::from_str::<KeptDirs>(&s).ok())
+            .filter(|k| plausible_dirs(k) && k.loader == *id);
+        if let Some(k) = k {
+            return Some(k.dirs);
+        }
+    }
     // No Stdio::null(): a minimal root may have no /dev/null.
     let piped = std::process::Stdio::piped;
-    let child = std::process::Command::new(&interp)
+    let child = std::process::Command::new(interp)
         .arg("--help")
         .stdin(std::process::Stdio::inherit())
         .stdout(piped())
         .stderr(piped())
         .spawn();
-    let Ok(out) = child.and_then(|c| c.wait_with_output()) else {
+    let out = child.and_then(|c| c.wait_with_output()).ok()?;
+    let dirs = parse_system_dirs(&String::from_utf8_lossy(&out.stdout));
+    if let (Some(loader), Some(path), true) = (id, &kept, out.status.success()) {
+        let k = KeptDirs {
+            loader,
+            dirs: dirs.clone(),
+        };
+        if let Ok(json) = serde_json::to_string(&k).map(|j| j.into_bytes()) {
+            if plausible_dirs(&k) {
+                crate::fsutil::keep(path, ".loader-dirs-", &json);
+            }
+        }
+    }
+    Some(dirs)
+}
+
+/// What the preload needs that `program`'s dynamic loader cannot find when it
+/// loads the preload as an `LD_AUDIT` module, in a namespace of its own
+/// ([`elf::deps::missing_in_new_namespace`]; the loader's system directories
+/// from its `--help`, [`loader_system_dirs`]). Empty for a static program,
+/// or when the loader does not say its search path (then it is not
+/// second-guessed).
+pub fn audit_missing(program: &Path, preload: &Path) -> Vec<String> {
+    let Some(interp) = elf::deps::interpreter(program) else {
         return Vec::new();
     };
-    let dirs = parse_system_dirs(&String::from_utf8_lossy(&out.stdout));
+    let dirs = loader_system_dirs(Path::new(&interp)).unwrap_or_default();
     if dirs.is_empty() {
         return Vec::new();
     }
     let cache = elf::deps::read_ld_so_cache(Path::new("/etc/ld.so.cache"));
     elf::deps::missing_in_new_namespace(preload, &elf::deps::ld_library_path(), &cache, &dirs)
+}
+
+/// Remove perf maps of ended processes from `dir` ([`crate::perfmaps::reap`]),
+/// unless a full look through it ended less than
+/// [`crate::perfmaps::REAP_EVERY`] ago: the time of the last one is the
+/// modification time of `stamp` (a file of ours in the runtime directory,
+/// [`crate::fsutil::read_kept`]'s rules; none: every `run` looks). The
+/// stamp is renewed only when a look removed fewer than
+/// [`crate::perfmaps::MAX_REMOVED`] maps (none left over). `None`: not due.
+pub fn reap_perf_maps(dir: &Path, stamp: Option<&Path>, now: std::time::SystemTime) -> Option<usize> {
+    use crate::perfmaps;
+    let last = stamp.and_then(|p| {
+        crate::fsutil::read_kept(p, 64)?;
+        std::fs::symlink_metadata(p).ok()?.modified().ok()
+    });
+    if !perfmaps::reap_due(last, now) {
+        return None;
+    }
+    let removed = perfmaps::reap(dir, now);
+    if let (Some(p), true) = (stamp, removed < perfmaps::MAX_REMOVED) {
+        crate::fsutil::keep(p, ".perfmaps-reaped-", b"");
+    }
+    Some(removed)
+}
+
+/// Where `run` keeps the time of its last look for perf maps to remove.
+pub fn reap_stamp() -> Option<PathBuf> {
+    Some(crate::fsutil::runtime_dir()?.join("perfmaps-reaped"))
 }
 
 /// The line `run` prints when the loader could not load the preload as an
@@ -404,6 +529,135 @@ pub fn root_line(program: &str, root: &Path, preload: &Path) -> String {
 
 #[cfg(test)]
 mod tests {
+    /// A look through the maps directory that left nothing is not made
+    /// again within a minute; a missing, or future, stamp means a look.
+    #[test]
+    fn perf_maps_are_looked_for_at_most_once_a_minute() {
+        use std::time::{Duration, SystemTime};
+        let dir = tempfile::tempdir().unwrap();
+        let maps = dir.path().join("maps");
+        std::fs::create_dir(&maps).unwrap();
+        let stamp = dir.path().join("stamp");
+        let now = SystemTime::now();
+        let map = |pid: u32| maps.join(format!("perf-{pid}.map"));
+        // Pids that have ended.
+        let mut dead = Vec::new();
+        while dead.len() < 2 {
+            let mut c = std::process::Command::new("true").spawn().unwrap();
+            let pid = c.id();
+            c.wait().unwrap();
+            if !Path::new(&format!("/proc/{pid}")).exists() {
+                dead.push(pid);
+            }
+        }
+        let old = now - Duration::from_secs(2 * 3600);
+        let write = |pid: u32| {
+            let body = [hugetext_abi::env::PERF_MAP_MARK, b"7f0000001000 40 main\n"].concat();
+            std::fs::write(map(pid), body).unwrap();
+            let f = std::fs::File::options().write(true).open(map(pid)).unwrap();
+            f.set_modified(old).unwrap();
+        };
+        write(dead[0]);
+        assert_eq!(reap_perf_maps(&maps, Some(&stamp), now), Some(1), "no stamp: a look");
+        assert!(!map(dead[0]).exists());
+        assert!(stamp.exists(), "a full look leaves a stamp");
+        write(dead[1]);
+        assert_eq!(
+            reap_perf_maps(&maps, Some(&stamp), now),
+            None,
+            "within a minute: no look"
+        );
+        assert!(map(dead[1]).exists());
+        let later = now + crate::perfmaps::REAP_EVERY + Duration::from_secs(1);
+        assert_eq!(reap_perf_maps(&maps, Some(&stamp), later), Some(1));
+        assert!(!map(dead[1]).exists());
+        // A stamp from the future (a clock set back) does not stop a look.
+        write(dead[0]);
+        let f = std::fs::File::options().write(true).open(&stamp).unwrap();
+        f.set_modified(now + Duration::from_secs(3600)).unwrap();
+        assert_eq!(reap_perf_maps(&maps, Some(&stamp), now), Some(1));
+        // Without a stamp every call looks.
+        write(dead[1]);
+        assert_eq!(reap_perf_maps(&maps, None, now), Some(1));
+        assert_eq!(reap_perf_maps(&maps, None, now), Some(0));
+    }
+
+    /// A loader is asked for its search path once: a later `run` with the
+    /// same loader file reads the kept answer and starts no process; a
+    /// loader changed in place is asked again.
+    #[test]
+    fn a_loader_is_asked_once_until_it_changes() {
+        use std::os::unix::fs::PermissionsExt;
+        if crate::fsutil::runtime_dir().is_none() {
+            eprintln!("no runtime directory: nothing is kept");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let asked = dir.path().join("asked");
+        let loader = dir.path().join("ld.so");
+        let script = |dirs: &str| {
+            format!(
+                "#!/bin/sh\necho x >> '{}'\nprintf '  {dirs} (system search path)\\n'\n",
+                asked.display()
+            )
+        };
+        std::fs::write(&loader, script("/lib/one")).unwrap();
+        std::fs::set_permissions(&loader, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let times = || std::fs::read_to_string(&asked).map_or(0, |s| s.lines().count());
+        let want = Some(vec![PathBuf::from("/lib/one")]);
+        assert_eq!(super::loader_system_dirs(&loader), want);
+        assert_eq!(super::loader_system_dirs(&loader), want);
+        assert_eq!(super::loader_system_dirs(&loader), want);
+        assert_eq!(times(), 1, "asked at every start");
+        // The same inode, rewritten: asked again.
+        std::fs::write(&loader, script("/lib/two/more")).unwrap();
+        assert_eq!(
+            super::loader_system_dirs(&loader),
+            Some(vec![PathBuf::from("/lib/two/more")])
+        );
+        assert_eq!(times(), 2);
+        let id = crate::openfile::open_regular(&loader, crate::openfile::Follow::Yes).unwrap();
+        let id = super::LoaderId::of(&id).unwrap();
+        let kept = crate::fsutil::runtime_dir()
+            .unwrap()
+            .join(format!("loader-dirs-{:x}-{:x}.json", id.dev, id.ino));
+        // A kept answer that is not believable is not used (and is replaced).
+        let forged = serde_json::json!({"loader": id, "dirs": ["relative\nline"]});
+        std::fs::remove_file(&kept).unwrap();
+        std::fs::write(&kept, forged.to_string()).unwrap();
+        assert_eq!(
+            super::loader_system_dirs(&loader),
+            Some(vec![PathBuf::from("/lib/two/more")])
+        );
+        assert_eq!(times(), 3);
+        let _ = std::fs::remove_file(&kept);
+    }
+
+    #[test]
+    fn kept_search_dirs_must_be_plausible() {
+        let id = super::LoaderId {
+            dev: 1,
+            ino: 2,
+            size: 3,
+            mtime_ns: 4,
+            ctime_ns: 5,
+            build_id: "ab12".into(),
+        };
+        let k = |dirs: &[&str], bid: &str| super::KeptDirs {
+            loader: super::LoaderId {
+                build_id: bid.into(),
+                ..id.clone()
+            },
+            dirs: dirs.iter().map(PathBuf::from).collect(),
+        };
+        assert!(super::plausible_dirs(&k(&["/lib", "/usr/lib"], "ab12")));
+        assert!(super::plausible_dirs(&k(&[], "")));
+        assert!(!super::plausible_dirs(&k(&["lib"], "ab12")));
+        assert!(!super::plausible_dirs(&k(&["/lib\n/x"], "ab12")));
+        assert!(!super::plausible_dirs(&k(&["/lib"], "zz")));
+        assert!(!super::plausible_dirs(&k(&["/l"; 65], "")));
+    }
+
     #[test]
     fn roots_of_launchers() {
         let r = |p: &str, a: &[&str]| {

@@ -11,13 +11,12 @@
 //! are emptied at boot).
 
 use crate::kernel::{self, Mapping};
-use crate::{fsutil, openfile, pagecache, procfs, Error, Result};
+use crate::{fsutil, pagecache, procfs, Error, Result};
 use hugetext_abi::env::Order;
 use std::fs::File;
-use std::io::{Read, Write};
 use std::os::fd::AsFd;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
 use std::time::Instant;
 
 /// One route's measured cost on one window.
@@ -102,7 +101,7 @@ pub fn describe(c: &RouteCosts) -> String {
 /// (no writable directory there, or no runtime directory to keep them in:
 /// measuring at every start would cost more than it saves).
 pub fn for_dir(dir: &Path) -> Option<RouteCosts> {
-    let cache = cache_dir()?;
+    let cache = fsutil::runtime_dir()?;
     let dev = std::fs::metadata(dir).ok()?.dev();
     let release = release();
     let boot = boot_id()?;
@@ -220,33 +219,11 @@ fn boot_id() -> Option<String> {
     Some(s.trim().to_string())
 }
 
-/// Where measurements are kept: root's `/run/hugetext`, else
-/// `$XDG_RUNTIME_DIR/hugetext`; created mode 0700. A directory that is a
-/// link, someone else's, or writable by others is not used.
-fn cache_dir() -> Option<PathBuf> {
-    let euid = rustix::process::geteuid().as_raw();
-    let base = match euid {
-        0 => PathBuf::from("/run"),
-        _ => PathBuf::from(std::env::var_os("XDG_RUNTIME_DIR")?),
-    };
-    let dir = base.join("hugetext");
-    let _ = std::fs::DirBuilder::new().mode(0o700).create(&dir);
-    let m = std::fs::symlink_metadata(&dir).ok()?;
-    let trusted = m.file_type().is_dir() && m.uid() == euid && m.permissions().mode() & 0o022 == 0;
-    trusted.then_some(dir)
-}
-
 /// A kept measurement: a small regular file of ours (never a link, a FIFO,
 /// or another user's) with plausible values ([`plausible`]), else `None`
 /// (measured again, and the file rewritten).
 fn load(path: &Path) -> Option<RouteCosts> {
-    let f = openfile::open_regular(path, openfile::Follow::No).ok()?;
-    let m = f.metadata().ok()?;
-    if m.uid() != rustix::process::geteuid().as_raw() || m.len() > 4096 {
-        return None;
-    }
-    let mut s = String::new();
-    f.take(4096).read_to_string(&mut s).ok()?;
+    let s = fsutil::read_kept(path, 4096)?;
     serde_json::from_str(&s).ok().filter(plausible)
 }
 
@@ -269,13 +246,9 @@ pub fn plausible(c: &RouteCosts) -> bool {
 /// Keep a measurement (a new file renamed over the old one); a failure
 /// only means measuring again next time.
 fn store(path: &Path, c: &RouteCosts) {
-    let write = || -> std::io::Result<()> {
-        let out = fsutil::check_output(path)?;
-        let new = fsutil::NewFile::beside(&out, ".route-costs-")?;
-        new.file().write_all(serde_json::to_string(c)?.as_bytes())?;
-        new.commit(&out)
-    };
-    let _ = write();
+    if let Ok(json) = serde_json::to_string(c) {
+        fsutil::keep(path, ".route-costs-", json.as_bytes());
+    }
 }
 
 #[cfg(test)]

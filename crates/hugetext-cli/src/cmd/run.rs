@@ -297,7 +297,13 @@ pub fn run(args: Args) -> Result<u8> {
         }
     }
     // Perf maps of processes that ended long ago: a few per run.
-    let reaped = hugetext::perfmaps::reap(std::path::Path::new("/tmp"), std::time::SystemTime::now());
+    let stamp = prerun::reap_stamp();
+    let reaped = prerun::reap_perf_maps(
+        std::path::Path::new("/tmp"),
+        stamp.as_deref(),
+        std::time::SystemTime::now(),
+    )
+    .unwrap_or(0);
     if args.verbose && reaped > 0 {
         eprintln!("hugetext: removed {reaped} perf maps (/tmp/perf-PID.map) of processes that ended over an hour ago");
     }
