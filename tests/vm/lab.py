@@ -494,7 +494,9 @@ def doc(build_times, paths):
     write_json(builds, labs, bench_labs)
     sections = [series_section(ser, [lab for lab in labs if lab.get("series", "6.12") == ser])
                 for ser in ("6.12", "7.x")]
+    this_form = any(lab.get("switch") == "thp" for lab in labs if lab.get("series") == "7.x")
     md = PAGE.format(
+        record_7x=RECORD_7X_THIS if this_form else RECORD_7X_FIRST,
         date=max((lab.get("date") or "" for lab in labs), default=""),
         cells=", ".join(sorted(lab["cell"] for lab in labs)),
         accel=", ".join(sorted({lab.get("accel") or "?" for lab in labs})),
@@ -819,6 +821,14 @@ Changes by design:
 
 {guard_notes}
 """
+# Which form of the 7.x series the record is of.
+RECORD_7X_THIS = """The lab measures this form as THP `always` ("on") against
+THP `madvise` with nothing advised ("off"), and boots it under THP
+`madvise` and `never` as well, where its selftests must skip."""
+RECORD_7X_FIRST = """The record below is of the series' first form, which did the
+same behind `vm.exec_folio_order` (set to 9 for "patched"); the lab
+measures this form as THP `always` against THP `madvise` with nothing
+advised, and has not run it yet (nor the RFC)."""
 # The page: prose and table headers; doc() fills in the rows.
 PAGE = """# The kernel side: exec folios and ELF alignment for Linux 6.12 and 7.x
 
@@ -871,14 +881,13 @@ mapping (under overlayfs the real one; shmem only when its `huge=` gives
 it PMD folios) can hold PMD folios and at least 16 bits of load-bias
 randomisation remain, 64-bit), and the same tests. Neither adds a
 setting: they follow THP policy (not under `madvise` or `never`, not with
-`MADV_NOHUGEPAGE` or `PR_SET_THP_DISABLE`). The lab measures this form
-as THP `always` ("on") against THP `madvise` with nothing advised
-("off"), and boots it under THP `madvise` and `never` as well, where its
-selftests must skip. Last comes an RFC, batched page-cache insertion
-for readahead through the one insertion path, `__filemap_add_folio()`
-taking a run of folios under one lock, with KUnit tests that also count
-the lock's acquisitions. 7.3 already has the mmap_miss exemption, the
-2 MiB cap and PTE-batched mprotect.
+`MADV_NOHUGEPAGE` or `PR_SET_THP_DISABLE`).
+{record_7x}
+Last comes an RFC, batched page-cache insertion for readahead through
+the one insertion path, `__filemap_add_folio()` taking a run of folios
+under one lock, with KUnit tests that also count the lock's acquisitions.
+7.3 already has the mmap_miss exemption, the 2 MiB cap and PTE-batched
+mprotect.
 
 `scripts/kernel-lab.sh --check` (CI) checks both series, and the 7.x fix
 alone: they apply to the pristine packaged sources, every patch is clean
@@ -918,7 +927,7 @@ text windows in small folios before their first exec fault (7.3.4 xfs,
 patched: the GNU ld PIE 30% PMD-mapped, the library 0%). khugepaged is
 parked during the measurements: on 7.x it collapses file text in the
 background under THP `always`, so a plain exec's page cache would depend
-on when it last ran; what it does when it runs is measured apart (7.x). **Under qemu TCG every time is emulated: the counts,
+on when it last ran. **Under qemu TCG every time is emulated: the counts,
 folio sizes and mapping states are the evidence, not the times.**
 
 "% of text PMD-mapped" is `FilePmdMapped`/`AnonHugePages`-style PMD mappings
