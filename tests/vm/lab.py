@@ -257,7 +257,7 @@ def collect(log, cell_json):
         res["measurements"][ident] = measurement(outs, ident)
     # khugepaged on: the text's PMD mappings at the first exec, after 10 s, 60 s
     for k, lines in outs.items():
-        if k.endswith("/khugepaged"):
+        if k.endswith("/khugepaged") and not k.startswith("selftest/"):
             at = {}
             for x in lines:
                 kh = re.match(r"at (\d+) pmd_kb (\d*)", x)
@@ -549,6 +549,8 @@ def khugepaged_rows(labs):
     rows = []
     for lab in sorted(labs, key=lambda x: (x["fs"], x.get("variant") or "")):
         for ident, at in sorted((lab.get("khugepaged") or {}).items()):
+            if "/" not in ident:
+                continue
             setting, fixture = ident.split("/", 1)
             plain = (lab["measurements"].get(f"{setting}/{fixture}/plain") or {})
             size = plain.get("size_kb")
