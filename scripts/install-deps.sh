@@ -13,6 +13,7 @@ pkgs+=(strace systemd)  # agent_packaging.rs: the syscalls the agent makes, chec
 pkgs+=(podman runc mmdebstrap)  # scripts/build-image.sh and tests/daemonset_pod.rs: the image, run as the DaemonSet runs it (runc: crun refuses hybrid cgroups)
 pkgs+=(gcc-aarch64-linux-gnu binutils-aarch64-linux-gnu qemu-user)  # tests/arm64.rs: cross-built AArch64 programs, run under qemu-user
 pkgs+=(gcc-aarch64-linux-gnu gcc-powerpc64le-linux-gnu gcc-s390x-linux-gnu gcc-riscv64-linux-gnu)  # scripts/kernel-lab.sh --check: the kernel series' objects cross-compiled for arm64, ppc64el, s390x, riscv64
+pkgs+=(rsync debhelper libdw-dev dpkg-dev)  # scripts/kernel-lab.sh --package: what make bindeb-pkg and its Build-Depends check need
 pkgs+=(shellcheck)  # scripts/lint.sh
 pkgs+=(clang python3-numpy)  # scripts/bench-startup.sh: the start-up cases (clang, numpy) and the build of many small files
 pkgs+=(time)  # testkit::measured: GNU time reports a command's own peak memory

@@ -11,6 +11,7 @@
 #   scripts/kernel-lab.sh [--series 6.12|7.x] [--build-only] [--rebuild]
 #                         [--cell VARIANT:FS]... [--thp MODE] [--timeout SECONDS]
 #                         [--bench] [--write-doc]
+#   scripts/kernel-lab.sh [--series 6.12|7.x] --package
 #   scripts/kernel-lab.sh --check
 #
 #   --series      which series and source: 6.12 (kernel/6.12/ on
@@ -19,11 +20,21 @@
 #   --build-only  build (or find up to date) both kernels, boot nothing
 #   --rebuild     run make even when the cached kernel is up to date
 #   --cell        patched:xfs stock:xfs patched:ext4 stock:ext4 (default: all four)
-#   --thp MODE    THP mode(s) in the guests (default always, Debian's default)
+#   --thp MODE    THP mode in the guests (default always, Debian's default);
+#                 another mode (madvise, never) boots for KUnit and the
+#                 selftests only, which must skip what it turns off, and
+#                 keeps its results apart (results-7.x-thp-MODE/)
 #   --bench       instead of the exec measurements: `bench mprotect` with
 #                 vm.mprotect_pte_batch off and on (default cell
 #                 patched:xfs; results in results-bench/; under TCG the
 #                 times are emulated)
+#   --package     build (or find up to date) both kernels, then installable
+#                 Debian packages of each (make bindeb-pkg in its built tree:
+#                 links and packages, reusing the objects), x86-64, into
+#                 target/kernel-lab/packages/, and list them. The kernel
+#                 release names the variant (7.3.4-ht-stock, 7.3.4-ht-patched;
+#                 6.12: 6.12.N-ht-...), so both install side by side; boots
+#                 nothing
 #   --write-doc   regenerate doc/kernel.md and doc/kernel.json from the results
 #                 of both series (each one's last exec run, the last --bench run)
 #   --check       the CI check, for both series: kernel/6.12/ against
@@ -53,7 +64,9 @@
 # (cp -a) switched with git, so its first build only recompiles what the
 # series touches and relinks; a build whose inputs (source version,
 # configuration, series) did not change is skipped. Build times go to
-# build-times.jsonl. Results: results/ (6.12), results-7.x/, results-bench/.
+# build-times.jsonl. Results: results/ (6.12), results-7.x/, results-bench/;
+# a boot with a THP mode other than `always` keeps its own
+# (results-7.x-thp-madvise/, ...), which --write-doc does not read.
 # The guests run the series' KUnit suites (built in) and, in the xfs cells,
 # the mm selftests built from the patched tree (tests/vm/lab-probe.sh).
 # Exit status: 0 when everything passed, 1 when a guest check failed, 2 for
@@ -66,6 +79,7 @@ die() { echo "kernel-lab: $*" >&2; exit 2; }
 say() { echo "kernel-lab: $*" >&2; }
 
 build_only=0
+package=0
 rebuild=0
 check=0
 write_doc=0
@@ -77,6 +91,7 @@ timeout_s=5400
 while [ $# -gt 0 ]; do
   case $1 in
     --build-only) build_only=1 ;;
+    --package) package=1 ;;
     --rebuild) rebuild=1 ;;
     --check) check=1 ;;
     --write-doc) write_doc=1 ;;
@@ -251,7 +266,7 @@ t_all=$(date +%s)
 # Build what the cells boot (--build-only: both); the tree that is built
 # already first, so the other is derived from it.
 want=" ${cells[*]} "
-[ $build_only = 1 ] && want=" stock: patched: "
+{ [ $build_only = 1 ] || [ $package = 1 ]; } && want=" stock: patched: "
 order=(stock patched)
 built_tree patched && ! built_tree stock && order=(patched stock)
 variants=()
@@ -265,6 +280,39 @@ for v in "${variants[@]}"; do
 done
 say "builds took $(( $(date +%s) - t_all )) s"
 [ $build_only = 1 ] && exit 0
+
+# --- installable packages of both kernels (make bindeb-pkg) ----------------
+# In each built tree, with LOCALVERSION naming the variant: only what
+# depends on the release string is rebuilt, then linked and packaged
+# (linux-image, linux-libc-dev; linux-headers where the configuration has
+# modules). dpkg-buildpackage writes into the tree's parent directory; the
+# packages are moved to packages/.
+if [ $package = 1 ]; then
+  for t in rsync dh dpkg-buildpackage; do
+    command -v "$t" > /dev/null 2>&1 || die "'$t' not found (make bindeb-pkg needs it): run scripts/install-deps.sh"
+  done
+  pk=$lab/packages
+  mkdir -p "$pk"
+  for v in "${variants[@]}"; do
+    tree=$lab/src-$pre$v
+    log=$lab/package-$pre$v.log
+    t0=$(date +%s)
+    say "packaging the $v kernel (nice make -j$jobs bindeb-pkg LOCALVERSION=-ht-$v), log: ${log#"$repo"/}"
+    rm -f "$lab"/*.deb "$lab"/*.buildinfo "$lab"/*.changes
+    (cd "$tree" && nice -n 5 make -j"$jobs" bindeb-pkg LOCALVERSION="-ht-$v" > "$log" 2>&1) ||
+      die "packaging the $v kernel failed: $(first_error "$log") (see ${log#"$repo"/})"
+    debs=("$lab"/*.deb)
+    [ -e "${debs[0]}" ] || die "make bindeb-pkg wrote no package for the $v kernel (see ${log#"$repo"/})"
+    # this variant's earlier packages are replaced
+    rm -f "$pk"/*-ht-"$v"_*.deb "$pk"/*-ht-"$v"-*.deb
+    mv "$lab"/*.deb "$pk"/
+    rm -f "$lab"/*.buildinfo "$lab"/*.changes
+    say "$v kernel packaged in $(( $(date +%s) - t0 )) s"
+  done
+  say "packages in ${pk#"$repo"/}:"
+  (cd "$pk" && ls -l -- *.deb) >&2
+  exit 0
+fi
 
 # --- the guest payload: hugetext, the fixtures, the lab helper, a real program
 [ "$(id -u)" -eq 0 ] || die "booting needs root (mkfs, loop devices)"
@@ -320,6 +368,14 @@ mcells=()
 for c in "${cells[@]}"; do mcells+=(--cell "$kname-$c"); done
 results=$lab/results${pre:+-$ser}
 append=
+# A THP mode other than the default is for the kernel's own tests, which
+# must skip what that mode turns off: the guests run only KUnit and the
+# selftests (LAB_PART=selftests), and the results stay apart from the
+# record's.
+if [ "$thp" != always ] && [ $bench = 0 ]; then
+  results=$results-thp-${thp//[^a-z,]/}
+  append=LAB_PART=selftests
+fi
 [ $bench = 1 ] && results=$lab/results-bench && append=LAB_PART=bench
 mkdir -p "$results"
 # This run's cells start without console logs or results, so that a harness

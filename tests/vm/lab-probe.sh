@@ -178,8 +178,9 @@ measure() {
 }
 
 # The kernel's own tests. KUnit: the built-in suites ran at boot (the lab
-# configuration builds the series' exec_folio suite and binfmt_elf's), their
-# KTAP is read back from the kernel log. Then the selftests the series adds
+# configuration builds the series' exec_folio and filemap_add_folio suites
+# and binfmt_elf's), their KTAP is read back from the kernel log, with the
+# i_pages lock counts filemap_add_folio prints. Then the selftests the series adds
 # or that cover what it changes (built from the patched tree into
 # $extra/selftests by scripts/kernel-lab.sh; the stock kernel runs the same
 # binaries): each under a time limit, its TAP output as @@LAB lines. Run in
@@ -187,7 +188,7 @@ measure() {
 # both series) and whenever LAB_PART=selftests.
 kunit() {
   dmesg | sed 's/^\[[ 0-9.]*\] //' |
-    grep -E '^ *(KTAP version|# Subtest:|(not )?ok [0-9]+ |1\.\.[0-9]|# [A-Za-z0-9_]+: pass:|# Totals:)' |
+    grep -E '^ *(KTAP version|# Subtest:|(not )?ok [0-9]+ |1\.\.[0-9]|# [A-Za-z0-9_]+: (pass:|i_pages lock:)|# Totals:)' |
     awk '{print "@@LAB kunit|" $0}'
 }
 kselftest() { # NAME SECONDS CMD...: one selftest program
@@ -227,6 +228,18 @@ kselftests() {
   # and its static-PIE twin (the 7.x series' form), which it execs from there
   cp "$st/exec/load_address_pmd_static" "$kd/" 2> /dev/null
   kselftest exec_folios 300 "$st/mm/exec_folios" "$kd"
+  # Its skip paths: a test directory on tmpfs (no PMD-sized page-cache
+  # folios without huge=) and on a noexec mount (a bind mount of the disk
+  # under test).
+  mkdir -p /tmp/lab-tmpfs /tmp/lab-noexec "$kd/noexec"
+  if mount -t tmpfs -o size=64m lab-tmpfs /tmp/lab-tmpfs; then
+    kselftest exec_folios-tmpfs 300 "$st/mm/exec_folios" /tmp/lab-tmpfs
+    umount /tmp/lab-tmpfs
+  fi
+  if mount --bind "$kd/noexec" /tmp/lab-noexec && mount -o remount,bind,noexec /tmp/lab-noexec; then
+    kselftest exec_folios-noexec 300 "$st/mm/exec_folios" /tmp/lab-noexec
+  fi
+  umount /tmp/lab-noexec 2> /dev/null
   kselftest load_address_pmd 300 "$kd/load_address_pmd"
   kselftest soft-dirty 300 "$st/mm/soft-dirty"
   kselftest mkdirty 300 "$st/mm/mkdirty"
@@ -312,6 +325,37 @@ for name in $fixtures; do
     fi
   done
 done
+
+# 7.3 as it runs: khugepaged on. The GNU ld PIE exec'd again (a fresh,
+# evicted copy) under the kernel's last setting, then khugepaged given back
+# its interval while the program waits: its text's PMD mappings
+# (FilePmdMapped) at the first exec, after 10 s and after 60 s (guest
+# time, emulated). Only where khugepaged can collapse file text at all
+# (large folios, THP `always`).
+khugepaged_wait() { # ID CMD...
+  kid=$1; shift
+  start_ready "$dir/wait.out" 1200 "$@"
+  khrestore
+  kt0=$(date +%s)
+  for at in 0 10 60; do
+    while [ $(($(date +%s) - kt0)) -lt $at ]; do sleep 1; done
+    echo "@@LAB $kid/khugepaged|at $at pmd_kb $(awk '/^FilePmdMapped:/ {print $2}' "/proc/$pid/smaps_rollup") full_scans $(cat /sys/kernel/mm/transparent_hugepage/khugepaged/full_scans 2> /dev/null)"
+  done
+  [ -n "$khsaved" ] && echo 3600000 > "$khsleep"
+  stop_ready
+  echo "@@LAB $kid/khugepaged|@rc $?"
+}
+s=${settings##* }
+# (6.12 has no collapse of file text without READ_ONLY_THP_FOR_FS.)
+case $(uname -r) in 6.*) khfile=0 ;; *) khfile=1 ;; esac
+if [ $lf = 1 ] && [ -n "$khsaved" ] && [ $khfile = 1 ]; then
+  setting "$s"
+  if grep -q '\[always\]' "$thp_enabled"; then
+    prepare bfd "$dir/bfd"
+    khugepaged_wait "$s/bfd" "$prog" wait
+    rm -rf "${dir:?}/bfd"
+  fi
+fi
 
 # Then the hugetext steps (the plain execs of every fixture come first: they
 # are what the lab is for).

@@ -175,6 +175,10 @@ def kunit_of(lines):
             for key, v in cases.get(r.group(3), {}).items():
                 k.setdefault(key, v)
             cur = None
+        # filemap_add_folio's count: i_pages lock acquisitions per MiB added
+        lk = re.match(r"^\s*# \S+: i_pages lock: (\d+) per MiB one folio at a time, (\d+) in runs", line)
+        if lk and cur:
+            suites.setdefault(cur, {})["lock_per_mib"] = {"one_by_one": int(lk.group(1)), "in_runs": int(lk.group(2))}
         c = KTAP_COUNTS.match(line)
         if c and c.group(1) != "Totals":
             suites.setdefault(c.group(1), {}).update(
@@ -251,6 +255,15 @@ def collect(log, cell_json):
     idents = sorted({k.rsplit("/", 1)[0] for k in outs if k.endswith("/exec") and "/bench/" not in k})
     for ident in idents:
         res["measurements"][ident] = measurement(outs, ident)
+    # khugepaged on: the text's PMD mappings at the first exec, after 10 s, 60 s
+    for k, lines in outs.items():
+        if k.endswith("/khugepaged") and not k.startswith("selftest/"):
+            at = {}
+            for x in lines:
+                kh = re.match(r"at (\d+) pmd_kb (\d*)", x)
+                if kh:
+                    at[kh.group(1)] = int(kh.group(2) or 0)
+            res.setdefault("khugepaged", {})[k.rsplit("/", 1)[0]] = at
     for k, lines in outs.items():
         if k.endswith("/cmd") or "/bench/" in k:
             rc = next((int(x[4:]) for x in lines if x.startswith("@rc ")), None)
@@ -481,13 +494,16 @@ def doc(build_times, paths):
     write_json(builds, labs, bench_labs)
     sections = [series_section(ser, [lab for lab in labs if lab.get("series", "6.12") == ser])
                 for ser in ("6.12", "7.x")]
+    this_form = any(lab.get("switch") == "thp" for lab in labs if lab.get("series") == "7.x")
     md = PAGE.format(
+        record_7x=RECORD_7X_THIS if this_form else RECORD_7X_FIRST,
         date=max((lab.get("date") or "" for lab in labs), default=""),
         cells=", ".join(sorted(lab["cell"] for lab in labs)),
         accel=", ".join(sorted({lab.get("accel") or "?" for lab in labs})),
         series_sections="\n".join(x for x in sections if x),
         tests="\n".join(test_rows(labs)) or "| (no kernel tests were run) | | | | | |",
         test_notes=test_notes(labs),
+        lock_counts=lock_counts(labs),
         builds="\n".join(build_rows(builds)),
         boots="\n".join(boot_rows(labs)),
         benches="\n".join(bench_list(labs)) or "- not run",
@@ -513,12 +529,56 @@ def series_section(ser, labs):
         summary="\n".join(summary_rows(idx)),
         steps="\n".join(step_rows(idx)),
         conclusions=conclusions(idx),
+        khugepaged=khugepaged_rows(labs),
         guard_bad="\n".join(f"- **{b}**" for b in bad) or GUARD_CLEAN,
         guard_notes="\n".join(f"- {n}" for n in notes) or "- (none)",
     )
 
 
-TEST_ORDER = ["exec_folios", "load_address_pmd", "soft-dirty", "mkdirty", "cow", "uffd-unit-tests", "khugepaged"]
+def kh_cell(kb, size):
+    """PMD-mapped MiB, and % of the text mapping's size."""
+    if kb is None:
+        return "—"
+    pct = f" ({100 * kb / size:.0f}%)" if size else ""
+    return f"{kb / 1024:.0f} MiB{pct}"
+
+
+def khugepaged_rows(labs):
+    """khugepaged on (7.x): the GNU ld PIE's text PMD-mapped at its first
+    exec, after 10 s and after 60 s, per cell."""
+    rows = []
+    for lab in sorted(labs, key=lambda x: (x["fs"], x.get("variant") or "")):
+        for ident, at in sorted((lab.get("khugepaged") or {}).items()):
+            if "/" not in ident:
+                continue
+            setting, fixture = ident.split("/", 1)
+            plain = (lab["measurements"].get(f"{setting}/{fixture}/plain") or {})
+            size = plain.get("size_kb")
+
+            cols = [kh_cell(at.get(t), size) for t in ("0", "10", "60")]
+            rows.append(f"| {lab['fs']} | {lab['variant']} | {FIXTURE_TEXT.get(fixture, fixture)} | "
+                        + " | ".join(cols) + " |")
+    if not rows:
+        return ""
+    return KHUGEPAGED.format(rows="\n".join(rows))
+
+
+KHUGEPAGED = """With khugepaged on, as 7.3 runs (the measurements above park it): the GNU
+ld PIE exec'd again (a fresh, evicted copy) and left waiting while
+khugepaged runs at its default interval; its text PMD-mapped
+(`FilePmdMapped`) at the first exec and later, in guest time (emulated:
+only the order of events is evidence). khugepaged collapses only text
+whose mapping is congruent modulo 2 MiB, which a load bias aligned to
+4 KiB makes a 1-in-512 chance.
+
+| fs | kernel | fixture | at the first exec | after 10 s | after 60 s |
+|---|---|---|---|---|---|
+{rows}
+
+"""
+
+
+TEST_ORDER = ["exec_folios", "exec_folios-tmpfs", "exec_folios-noexec", "load_address_pmd", "soft-dirty", "mkdirty", "cow", "uffd-unit-tests", "khugepaged"]
 NEW_TESTS = {"exec_folios": "new", "load_address_pmd": "new", "soft-dirty": "new case"}
 
 
@@ -555,6 +615,33 @@ def test_rows(labs):
         tag = f" ({NEW_TESTS[name]})" if name in NEW_TESTS else ""
         rows.append(f"| `{name}`{tag} | " + " | ".join(cells) + " |")
     return rows
+
+
+def lock_counts(labs):
+    """The batched-insertion RFC's KUnit count (7.x patched): i_pages lock
+    acquisitions per MiB added one folio at a time and in runs."""
+    out = []
+    for lab in sorted(labs, key=lambda x: x.get("cell") or ""):
+        lk = ((lab.get("kunit") or {}).get("filemap_add_folio") or {}).get("lock_per_mib")
+        if lk:
+            out.append(f"- {lab['cell']} ({lab.get('release')}): {lk['one_by_one']} per MiB one folio at a time "
+                       f"(how readahead added folios before the RFC), {lk['in_runs']} per MiB through "
+                       f"`page_cache_ra_unbounded()` in runs")
+    if not out:
+        return ""
+    return LOCKS.format(rows="\n".join(out))
+
+
+LOCKS = """
+The batched page-cache insertion (7.x, RFC patch 6): its KUnit case
+`filemap_add_lock_count_test` counts the acquisitions of the test file's
+i_pages lock (a kprobe on `_raw_spin_lock_irq()`) while 1 MiB of order-0
+folios is added one at a time, then while 1 MiB is read ahead by
+`page_cache_ra_unbounded()`. A count, not a time: it says nothing about
+contention, which needs real CPUs.
+
+{rows}
+"""
 
 
 def test_notes(labs):
@@ -728,7 +815,7 @@ Where the patches suffice, and where they do not:
 
 {conclusions}
 
-The guard (below) on {series}, failures:
+{khugepaged}The guard (below) on {series}, failures:
 
 {guard_bad}
 
@@ -736,6 +823,14 @@ Changes by design:
 
 {guard_notes}
 """
+# Which form of the 7.x series the record is of.
+RECORD_7X_THIS = """The lab measures this form as THP `always` ("on") against
+THP `madvise` with nothing advised ("off"), and boots it under THP
+`madvise` and `never` as well, where its selftests must skip."""
+RECORD_7X_FIRST = """The record below is of the series' first form, which did the
+same behind `vm.exec_folio_order` (set to 9 for "patched"); the lab
+measures this form as THP `always` against THP `madvise` with nothing
+advised, and has not run it yet (nor the RFC)."""
 # The page: prose and table headers; doc() fills in the rows.
 PAGE = """# The kernel side: exec folios and ELF alignment for Linux 6.12 and 7.x
 
@@ -774,9 +869,8 @@ selftests of that form) is what the 6.12 figures below were measured
 with. The
 mprotect batching is dropped: a large behaviour change in an LTS kernel,
 measured only under emulation, unrelated to program text. The first
-form's batched page-cache insertion for readahead is dropped too: the
-shape the maintainer asked for means reworking `__filemap_add_folio()` for
-every caller, and its only figures were emulated (see the cover letter).
+form's batched page-cache insertion for readahead is dropped too (7.x
+carries it as an RFC, in the shape the maintainer asked for).
 
 The 7.x series: first a fix of mainline's own, also ready to be sent alone
 (merging the dirty bits of a PTE batch, in batched `mprotect()` and in the
@@ -789,11 +883,12 @@ mapping (under overlayfs the real one; shmem only when its `huge=` gives
 it PMD folios) can hold PMD folios and at least 16 bits of load-bias
 randomisation remain, 64-bit), and the same tests. Neither adds a
 setting: they follow THP policy (not under `madvise` or `never`, not with
-`MADV_NOHUGEPAGE` or `PR_SET_THP_DISABLE`). The record below is of the
-series' first form, which did the same behind `vm.exec_folio_order`
-(set to 9 for "patched"); the lab measures this form as THP `always`
-against THP `madvise` with nothing advised, and has not run it yet. 7.3
-already has the mmap_miss exemption, the 2 MiB cap and PTE-batched
+`MADV_NOHUGEPAGE` or `PR_SET_THP_DISABLE`).
+{record_7x}
+Last comes an RFC, batched page-cache insertion for readahead through
+the one insertion path, `__filemap_add_folio()` taking a run of folios
+under one lock, with KUnit tests that also count the lock's acquisitions.
+7.3 already has the mmap_miss exemption, the 2 MiB cap and PTE-batched
 mprotect.
 
 `scripts/kernel-lab.sh --check` (CI) checks both series, and the 7.x fix
@@ -867,9 +962,9 @@ by design.
 ## The kernel's own tests: KUnit and selftests
 
 Each boot runs the KUnit suites built in (the lab configuration builds the
-series' `exec_folio` suite and `binfmt_elf`'s, whose PMD-alignment cases the
-series adds; a stock kernel has only binfmt_elf's own), read back from the
-kernel log. The xfs cells then run the selftests the series adds or that
+series' `exec_folio` and `filemap_add_folio` suites and `binfmt_elf`'s, whose
+PMD-alignment cases the series adds; a stock kernel has only binfmt_elf's
+own), read back from the kernel log. The xfs cells then run the selftests the series adds or that
 cover what it changes, built from the patched tree (the stock kernel runs
 the same binaries), each under a time limit: `mm/exec_folios` (a cold exec
 fault reads a PMD-sized folio, PMD-mapped), `exec/load_address_pmd` (the
@@ -893,7 +988,7 @@ stock, `load_address_pmd` skips (no `vm.exec_folio_order`). The other
 failures are the same on stock and patched: khugepaged's four are its
 swap cases (the guests have no swap); 6.12's khugepaged prints no TAP, so
 its row counts the steps it marks OK and Fail, not cases.
-
+{lock_counts}
 ## Build and boot
 
 | series | variant | build | wall time | make -j | date |
