@@ -2616,6 +2616,58 @@ fn shmem_route_maps_text_from_the_store_shared_by_every_process() {
     );
 }
 
+/// The store under a directory only root may pass (as `/run/hugetext` was,
+/// 0700, made for root's caches): `warm --shmem` opens the way (`go+x`), and
+/// another user's program takes the `shmem` route. Before, every user but
+/// root found no entry.
+#[test]
+fn another_user_s_program_reaches_a_store_under_a_private_directory() {
+    use std::os::unix::fs::PermissionsExt;
+    let (d, prog) = private_copy("bfd", &["nopie"]);
+    std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let s = common::scratch();
+    std::fs::set_permissions(s.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let private = s.path().canonicalize().unwrap().join("private");
+    std::fs::create_dir(&private).unwrap();
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let dir = private.join("text");
+    struct Unmount(PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+        }
+    }
+    let _u = Unmount(dir.clone());
+    let o = Command::new(common::bin())
+        .args(["warm", "--shmem", "--shmem-size", "64M", "--store"])
+        .arg(&dir)
+        .arg(&prog)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "{}{}",
+        common::text(&o.stdout),
+        common::text(&o.stderr)
+    );
+    let mode = std::fs::metadata(&private).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o711, "the way to the store is open to pass, not to list");
+    let want = common::text_window_bytes(&prog);
+    let o = Command::new("runuser")
+        .args(["-u", "ht-attacker", "--"])
+        .arg(common::bin())
+        .args(["run", "-v", "--strategy", "shmem", "--store"])
+        .arg(&dir)
+        .arg("--")
+        .arg(&prog)
+        .output()
+        .unwrap();
+    let err = common::text(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains(&format!("shmem {}", common::mib(want))), "{err}");
+}
+
 /// A changed original has no valid entry: the route says what the store
 /// would share instead and leaves the text alone, `--list` says stale, and
 /// the next `warm --shmem` removes the entry.

@@ -1081,7 +1081,10 @@ pub fn runtime_dir() -> Option<PathBuf> {
         _ => PathBuf::from(std::env::var_os("XDG_RUNTIME_DIR")?),
     };
     let dir = base.join("hugetext");
-    let _ = std::fs::DirBuilder::new().mode(0o700).create(&dir);
+    // Root's is also the way to the text store (/run/hugetext/text), which
+    // every user's processes open: passable by others, its files 0600.
+    let mode = if euid == 0 { 0o711 } else { 0o700 };
+    let _ = std::fs::DirBuilder::new().mode(mode).create(&dir);
     let m = std::fs::symlink_metadata(&dir).ok()?;
     let trusted = m.file_type().is_dir() && m.uid() == euid && m.permissions().mode() & 0o022 == 0;
     trusted.then_some(dir)

@@ -196,6 +196,7 @@ pub fn ensure_mounted(root: &Path, size: u64) -> Result<Mounted> {
     let mi = std::fs::read_to_string("/proc/self/mountinfo").map_err(|e| Error::io("/proc/self/mountinfo", e))?;
     if let Some(m) = mount_at(&mi, root) {
         if m.is_huge() {
+            open_the_way(root)?;
             return Ok(Mounted {
                 now: false,
                 size: m.size(),
@@ -220,6 +221,7 @@ pub fn ensure_mounted(root: &Path, size: u64) -> Result<Mounted> {
         .mode(0o755)
         .create(root)
         .map_err(|e| Error::io(root, e))?;
+    open_the_way(root)?;
     let data = std::ffi::CString::new(format!("{HUGE_OPTION},size={size},mode=0755,uid=0,gid=0"))
         .map_err(|_| Error::Invalid("bad mount options".into()))?;
     let flags = rustix::mount::MountFlags::NODEV | rustix::mount::MountFlags::NOSUID;
@@ -234,6 +236,31 @@ pub fn ensure_mounted(root: &Path, size: u64) -> Result<Mounted> {
 }
 
 use std::os::unix::fs::DirBuilderExt;
+
+/// Every user's processes open store entries by path: each directory above
+/// `root` must let others pass (`o+x`). One of root's own that does not
+/// (such as `/run/hugetext`, 0700 when an older hugetext made it for its
+/// caches) is opened for passing, not for listing (`go+x`); another
+/// owner's is an error naming it.
+fn open_the_way(root: &Path) -> Result<()> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    for dir in root.ancestors().skip(1) {
+        let Ok(m) = std::fs::metadata(dir) else { continue };
+        let mode = m.permissions().mode() & 0o7777;
+        if mode & 0o001 != 0 {
+            continue;
+        }
+        if m.uid() != 0 || !rustix::process::geteuid().is_root() {
+            return Err(Error::Permission(format!(
+                "{}: other users cannot pass this directory (mode {mode:04o}), so their programs cannot open the text \
+                 store under it; chmod o+x it or name another store with --store",
+                dir.display()
+            )));
+        }
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode | 0o011)).map_err(|e| Error::io(dir, e))?;
+    }
+    Ok(())
+}
 
 /// Why a file cannot go into the store, or its text windows.
 #[derive(Debug, Clone, PartialEq, Eq)]
