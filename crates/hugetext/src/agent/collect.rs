@@ -342,6 +342,13 @@ fn register_groups(
     capped.dropped
 }
 
+/// Whether a mapping's path is that of shared anonymous memory: the
+/// kernel's `/dev/zero (deleted)` of `MAP_SHARED|MAP_ANONYMOUS`, a memfd
+/// (`/memfd:NAME (deleted)`), or a System V segment (`/SYSV…`).
+fn shared_anonymous(path: &str) -> bool {
+    path == "/dev/zero (deleted)" || path.starts_with("/memfd:") || path.starts_with("/SYSV")
+}
+
 /// Bytes used and the size of the tmpfs mounted at `root` (`statvfs`);
 /// `None` when nothing is there, or it is not a tmpfs (no store mounted:
 /// the directory's own filesystem says nothing about the store).
@@ -384,7 +391,12 @@ pub fn scrape(m: &AgentMetrics, input: &ScrapeInput) -> Result<String> {
     for p in &report.processes {
         let mut paths: BTreeMap<&str, Counts> = BTreeMap::new();
         for mr in &p.mappings {
-            if mr.vma.is_file() {
+            if mr.vma.is_exec() && shared_anonymous(&mr.vma.path) {
+                // Shared anonymous memory (`MAP_SHARED|MAP_ANONYMOUS`, a
+                // memfd): a JIT's code buffer, no program's text; its
+                // pages are shmem.
+                anon_other += mr.counts.total(Kind::Anon) + mr.counts.total(Kind::Shmem);
+            } else if mr.vma.is_file() {
                 paths.entry(mr.vma.path.as_str()).or_default().merge(&mr.counts);
             } else if let Some(file) = &mr.copy_of {
                 paths.entry(file.as_str()).or_default().merge(&mr.counts);
