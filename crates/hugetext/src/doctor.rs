@@ -205,6 +205,13 @@ fn probe_shmem_text() -> Result<ShmemProbe> {
             size_words(pmd)
         )));
     }
+    // Mounting needs CAP_SYS_ADMIN: said before anything is made (an
+    // unprivileged caller may not even write the temporary directory).
+    if !rustix::process::geteuid().is_root() {
+        return Err(Error::Permission(
+            "mounting a tmpfs needs CAP_SYS_ADMIN (run as root)".into(),
+        ));
+    }
     let len = 2 * pmd;
     let dir = tempfile::Builder::new()
         .prefix("hugetext-doctor-shmem-")
