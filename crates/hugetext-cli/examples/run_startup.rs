@@ -48,7 +48,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
-use hugetext::remap::text_mappings;
+use hugetext::run::remap::text_mappings;
 
 #[path = "support/floor.rs"]
 mod floor;
@@ -258,8 +258,9 @@ fn memory(case: Case, prog: &Path) -> (f64, f64, f64) {
     drop(child.stdin.take());
     child.wait().unwrap();
     let _ = std::fs::remove_file(format!("/tmp/perf-{}.map", child.id()));
-    let mib =
-        |f: &dyn Fn(&hugetext::remap::TextMapping) -> u64| maps.iter().map(f).sum::<u64>() as f64 / (1 << 20) as f64;
+    let mib = |f: &dyn Fn(&hugetext::run::remap::TextMapping) -> u64| {
+        maps.iter().map(f).sum::<u64>() as f64 / (1 << 20) as f64
+    };
     (mib(&|m| m.huge()), mib(&|m| m.anonymous), mib(&|m| m.pss))
 }
 

@@ -28,7 +28,7 @@ fn name(what: &str) -> String {
 
 /// Bytes of `/fixture`'s executable mappings of `pid` mapped by PMDs.
 fn fixture_pmd(pid: i32) -> u64 {
-    hugetext::remap::text_mappings(pid)
+    hugetext::run::remap::text_mappings(pid)
         .unwrap()
         .into_iter()
         .filter(|m| m.path == "/fixture")

@@ -476,7 +476,7 @@ fn samples_in_text_run_copied_are_attributed_to_the_file() {
     let exe = randcall().to_str().unwrap();
     let copied = (0..100).any(|_| {
         std::thread::sleep(std::time::Duration::from_millis(50));
-        hugetext::remap::text_mappings(pid).is_ok_and(|ms| ms.iter().any(|m| m.copied && m.path == exe))
+        hugetext::run::remap::text_mappings(pid).is_ok_and(|ms| ms.iter().any(|m| m.copied && m.path == exe))
     });
     let o = common::hugetext(&["profile", "--pid", &pid.to_string(), "--duration", "1", "--json"]);
     let _ = child.kill();

@@ -14,7 +14,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use hugetext::remap::text_mappings;
+use hugetext::run::remap::text_mappings;
 
 /// The older-kernel fallbacks (`HUGETEXT_COMPAT`): a 5.x kernel without
 /// `PAGEMAP_SCAN`, `MADV_POPULATE_READ` and page-table reclaim.

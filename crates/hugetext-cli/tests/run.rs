@@ -12,7 +12,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use hugetext::remap::text_mappings;
+use hugetext::run::remap::text_mappings;
 
 const MIB: u64 = 1 << 20;
 
@@ -2114,7 +2114,7 @@ fn missing_anonymous_names_are_reported_once_per_run_and_only_with_v() {
         .filter(|l| l.contains("is huge-backed") && !l.contains("copy 0.0 MiB)"))
         .count();
     assert_eq!(copies, 3, "three processes copied their text: {verbose}");
-    let want = usize::from(!hugetext::prerun::anon_vma_names());
+    let want = usize::from(!hugetext::run::prerun::anon_vma_names());
     assert_eq!(count(&verbose), want, "{verbose}");
     let quiet = run_stderr(None, &["--inherit", "--strategy", "copy"], shell, &["-c", &sh]);
     assert_eq!(count(&quiet), 0, "{quiet}");
@@ -2535,7 +2535,7 @@ fn perf_maps_of_ended_processes_are_removed_by_a_later_run() {
             break;
         }
         // A run looks at most once a minute after a look that left nothing.
-        if let Some(stamp) = hugetext::prerun::reap_stamp() {
+        if let Some(stamp) = hugetext::run::prerun::reap_stamp() {
             let _ = std::fs::remove_file(stamp);
         }
         let o = Command::new(common::bin())

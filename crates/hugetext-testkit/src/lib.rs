@@ -602,7 +602,7 @@ impl Drop for Running {
 /// AnonHugePages, Anonymous) bytes of the executable mappings of `file`.
 pub fn huge_of_pid(pid: i32, file: &Path) -> (u64, u64, u64) {
     let f = file.canonicalize().unwrap().to_string_lossy().into_owned();
-    let ms: Vec<_> = hugetext::remap::text_mappings(pid)
+    let ms: Vec<_> = hugetext::run::remap::text_mappings(pid)
         .unwrap()
         .into_iter()
         .filter(|m| m.path == f)

@@ -347,7 +347,7 @@ pub struct Facts {
     pub shmem_text: std::result::Result<ShmemProbe, FactError>,
     /// What evict + refill and collapse in place cost on that filesystem
     /// (the order `run` tries them in), or why it was not measured.
-    pub route_costs: std::result::Result<crate::routecost::RouteCosts, FactError>,
+    pub route_costs: std::result::Result<crate::run::routecost::RouteCosts, FactError>,
     /// `CONFIG_READ_ONLY_THP_FOR_FS` (`y`, `n`), when the config is readable.
     pub read_only_thp_for_fs: Option<String>,
     /// This process holds `CAP_SYS_ADMIN`.
@@ -378,7 +378,7 @@ impl Facts {
             shmem_enabled: kernel::sysfs_choice("/sys/kernel/mm/transparent_hugepage/shmem_enabled"),
             probe: probe_fs(path).map_err(FactError::from),
             shmem_text: probe_shmem_text().map_err(FactError::from),
-            route_costs: crate::routecost::measure(&probe_dir(path)).map_err(FactError::from),
+            route_costs: crate::run::routecost::measure(&probe_dir(path)).map_err(FactError::from),
             read_only_thp_for_fs: kernel::kernel_config("CONFIG_READ_ONLY_THP_FOR_FS"),
             cap_sys_admin: kernel::has_cap_sys_admin(),
             pfn_access: kernel::pfn_access(),
@@ -756,8 +756,8 @@ fn filesystem(p: &FsProbe, page: usize, pmd: usize, unit: usize, ro_thp: Option<
 }
 
 /// The zero-copy routes' measured costs, and which one `run` tries first.
-fn route_costs(c: &crate::routecost::RouteCosts) -> Finding {
-    use crate::routecost::order;
+fn route_costs(c: &crate::run::routecost::RouteCosts) -> Finding {
+    use crate::run::routecost::order;
     let first = match order(c) {
         hugetext_abi::env::Order::Collapse => {
             "`run` collapses text in place before it tries evict + refill (HUGETEXT_ORDER=collapse); `warm` collapses what processes map"
@@ -1178,7 +1178,7 @@ mod tests {
 
     #[test]
     fn route_costs_say_which_route_run_tries_first() {
-        use crate::routecost::{Cost, RouteCosts};
+        use crate::run::routecost::{Cost, RouteCosts};
         let mut f = facts();
         assert!(!findings(&f).iter().any(|x| x.id == "route-costs"));
         let c = RouteCosts {

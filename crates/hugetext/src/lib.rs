@@ -24,11 +24,9 @@
 //! | [`outcome`]   | the exit-status convention of commands that change state             |
 //! | [`pagecache`] | evict and refill a file's page cache with PMD-order folios; the folio probe |
 //! | [`warm`]      | `warm`: verified PMD page cache for programs and their libraries      |
-//! | [`prerun`]    | `run`: what it can tell before exec (static, secure-execution, naming) |
 //! | [`progress`]  | the one progress interface of `bench`, `warm` and `inspect`          |
 //! | [`profile`]   | `profile`: hot text per 2 MiB window; the iTLB misses huge pages would save |
-//! | [`remap`]     | `run`: preload discovery, environment, verification of a process     |
-//! | [`routecost`] | what evict + refill and collapse in place cost on a filesystem: `run`'s route order |
+//! | [`run`]       | `run`: what it tells before exec, the route order, preload discovery, environment, verification |
 //! | `bench`       | the kernel patches' benchmarks and paired A/B runs of real programs (feature `bench`) |
 //! | [`units`]     | the byte formatter of reports and messages                           |
 //!
@@ -67,14 +65,11 @@ pub mod openfile;
 pub mod outcome;
 pub mod pagecache;
 pub mod perfmaps;
-#[allow(missing_docs)]
-pub mod prerun;
 pub mod procfs;
 #[allow(missing_docs)]
 pub mod profile;
 pub mod progress;
-pub mod remap;
-pub mod routecost;
+pub mod run;
 pub mod shmemstore;
 pub mod units;
 #[allow(missing_docs)]

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 use hugetext::explain::{self, Report, SystemFacts};
-use hugetext::{elf, procfs, remap};
+use hugetext::{elf, procfs, run::remap};
 
 use super::exit_with;
 

@@ -130,7 +130,7 @@ pub fn exit_code_of(e: &anyhow::Error) -> u8 {
     match e.downcast_ref::<hugetext::Error>() {
         Some(hugetext::Error::Launch(l)) => l.exit_code(),
         _ => e
-            .downcast_ref::<hugetext::remap::LaunchError>()
+            .downcast_ref::<hugetext::run::remap::LaunchError>()
             .map_or(1, |l| l.exit_code()),
     }
 }

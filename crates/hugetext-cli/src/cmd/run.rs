@@ -5,9 +5,9 @@ use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 
 use anyhow::Result;
-use hugetext::prerun;
-use hugetext::remap::{self, Injectable, RunOptions, Strategy};
-use hugetext::remap::{settings, Settings};
+use hugetext::run::prerun;
+use hugetext::run::remap::{self, Injectable, RunOptions, Strategy};
+use hugetext::run::remap::{settings, Settings};
 
 use super::exit_with;
 

@@ -4,7 +4,7 @@
 
 use hugetext_testkit as tk;
 
-use hugetext::routecost::{plausible, Cost, RouteCosts};
+use hugetext::run::routecost::{plausible, Cost, RouteCosts};
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;

@@ -7,7 +7,7 @@ use super::{
     layout_of, CacheFacts, FsFacts, Khugepaged, Layout, LoaderFacts, MappingFacts, ProcessFacts, SystemFacts, UnitFacts,
 };
 use crate::folio::{Class, Counts, Kind};
-use crate::{elf, folio, fsutil, inspect, kernel, procfs, remap, Error, FactError, Result};
+use crate::{elf, folio, fsutil, inspect, kernel, procfs, run::remap, Error, FactError, Result};
 
 // ---------------------------------------------------------------------------
 // Gathering

@@ -230,7 +230,7 @@ pub type ClassKb = std::collections::BTreeMap<String, u64>;
 impl Report {
     /// Name the text `hugetext run` copied into anonymous memory, as
     /// `explain` does: for each process with an anonymous executable
-    /// mapping, the file each copy came from ([`crate::remap::text_mappings`];
+    /// mapping, the file each copy came from ([`crate::run::remap::text_mappings`];
     /// one more smaps read for those processes only).
     pub fn name_copies(&mut self) {
         for p in &mut self.processes {
@@ -238,7 +238,7 @@ impl Report {
             if !p.mappings.iter().any(anon_text) {
                 continue;
             }
-            let Ok(texts) = crate::remap::text_mappings(p.pid) else {
+            let Ok(texts) = crate::run::remap::text_mappings(p.pid) else {
                 continue;
             };
             for m in p.mappings.iter_mut().filter(|m| anon_text(m)) {

@@ -142,14 +142,14 @@ impl Space {
 
     /// Re-read the process's maps. `exec_only`: only executable mappings
     /// (a native process), with the text `run` copied found as
-    /// [`crate::remap::text_mappings`] finds it (named, or unnamed next to
+    /// [`crate::run::remap::text_mappings`] finds it (named, or unnamed next to
     /// its file's mappings); else every file mapping (qemu-user maps the
     /// guest's text without PROT_EXEC).
     pub fn refresh(&mut self, exec_only: bool) -> Result<()> {
         let vmas = procfs::read_maps(self.pid)?;
         self.set_maps(&vmas, exec_only);
         if let (true, Some(pid)) = (exec_only, self.pid) {
-            for m in crate::remap::text_mappings(pid).unwrap_or_default() {
+            for m in crate::run::remap::text_mappings(pid).unwrap_or_default() {
                 if m.copied {
                     self.insert(Region {
                         start: m.start,

@@ -226,7 +226,7 @@ pub fn run(command: &[OsString], opts: &Options) -> Result<Outcome> {
         .split_first()
         .ok_or_else(|| Error::Invalid("no command to profile".into()))?;
     let qemu = find_qemu(opts.qemu.as_deref())?;
-    let path = crate::remap::resolve_program(prog, std::env::var_os("PATH").as_deref())?;
+    let path = crate::run::remap::resolve_program(prog, std::env::var_os("PATH").as_deref())?;
     let dir = tempfile::tempdir().map_err(|e| Error::io(std::env::temp_dir(), e))?;
     let plugin = build_plugin(dir.path())?;
     let (rd, wr) = pipe()?;

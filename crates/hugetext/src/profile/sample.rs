@@ -311,7 +311,7 @@ pub fn sample_command(command: &[OsString], opts: &Options) -> Result<(Profile, 
     let (prog, args) = command
         .split_first()
         .ok_or_else(|| Error::Invalid("no command to profile".into()))?;
-    let path = crate::remap::resolve_program(prog, std::env::var_os("PATH").as_deref())?;
+    let path = crate::run::remap::resolve_program(prog, std::env::var_os("PATH").as_deref())?;
     let mut sess = Session::new();
     for &cpu in &online_cpus() {
         let s = open(0, cpu, opts.frequency, true).map_err(|e| open_error("this process", e))?;

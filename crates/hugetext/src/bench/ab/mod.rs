@@ -68,7 +68,7 @@ pub use sides::{prepare, record, restore, restored_note, verify, Found, Restored
 use super::perf::ItlbCounter;
 use super::stats;
 use super::Progress;
-use crate::{kernel, remap, Error, Result};
+use crate::{kernel, run::remap, Error, Result};
 
 /// What to run.
 #[derive(Debug, Clone)]

@@ -38,7 +38,7 @@ use super::{trace, Side};
 use crate::bench::stats::{self, PairedRatio};
 use crate::bench::Progress;
 use crate::procfs::{self, Vma};
-use crate::{kernel, remap, Error, Result};
+use crate::{kernel, run::remap, Error, Result};
 
 /// What to run.
 #[derive(Debug, Clone)]

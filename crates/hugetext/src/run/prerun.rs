@@ -8,7 +8,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use crate::elf::{self, FileKind};
-use crate::remap::Strategy;
+use crate::run::remap::Strategy;
 
 /// Why the dynamic loader runs a program in secure-execution mode
 /// (`AT_SECURE`), ignoring `LD_PRELOAD` and `LD_AUDIT` given by path.

@@ -466,7 +466,7 @@ pub enum Injectable {
 }
 
 /// Look at a program's ELF header to tell whether the preload can reach it
-/// (secure execution: [`crate::prerun::secure_exec`]). Files that are not
+/// (secure execution: [`crate::run::prerun::secure_exec`]). Files that are not
 /// ELF (scripts) count as injectable.
 pub fn injectable(program: &Path) -> Injectable {
     use object::elf::{FileHeader64, PT_INTERP};
