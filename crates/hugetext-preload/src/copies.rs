@@ -7,8 +7,11 @@
 use core::sync::atomic::AtomicUsize;
 use core::sync::atomic::Ordering::Relaxed;
 
-/// Ranges this library moved into anonymous memory in earlier passes. Only
-/// touched while holding the pass lock (`BUSY` in lib.rs), hence Relaxed.
+/// Ranges this library moved into anonymous memory in earlier passes.
+/// Process-wide because a copy outlives the pass that made it: later passes
+/// of this copy of the library and the verifier must recognise it where the
+/// kernel cannot name it. Only touched while holding the pass lock (`BUSY`
+/// in lib.rs), hence Relaxed.
 static COPIED: [(AtomicUsize, AtomicUsize); 64] = [const { (AtomicUsize::new(0), AtomicUsize::new(0)) }; 64];
 
 /// Remember `[start, end)` as a copy (dropped when all 64 slots are taken).

@@ -57,6 +57,12 @@ struct Cell(UnsafeCell<State>);
 // SAFETY: only the thread holding the pass lock touches it (module doc).
 unsafe impl Sync for Cell {}
 
+/// The hot list of the pass running now. Process-wide (one static, owned by
+/// this module and reached only through its functions) because the preload
+/// allocates nothing and the list's buffer (`MAX_LEN`, 64 KiB) belongs on
+/// neither the stack of the thread running the pass nor the heap: `load`
+/// fills it at the start of each pass, the engine asks `select` per mapping
+/// and `mask` per chunk, and the report reads the totals.
 static STATE: Cell = Cell(UnsafeCell::new(State {
     buf: [0; MAX_LEN],
     text: None,

@@ -315,6 +315,50 @@ fn cli_commands_do_not_import_each_other() {
     assert!(bad.is_empty(), "{}", bad.join("\n"));
 }
 
+/// The preload's engine is one folder of files that import what they use by
+/// name (no `use super::*` outside unit-test modules), and each type's
+/// methods are in one file (ARCHITECTURE.md, "Inside `engine/`").
+#[test]
+fn engine_files_import_by_name_and_keep_each_types_methods_in_one_file() {
+    let engine = repo().join("crates/hugetext-preload/src/engine");
+    let mut bad = Vec::new();
+    let mut impls: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for file in rust_files(&engine) {
+        let name = file.file_name().unwrap().to_str().unwrap().to_string();
+        let text = fs::read_to_string(&file).unwrap();
+        let code = code_only(text.split("#[cfg(test)]").next().unwrap());
+        if code.contains("use super::*") {
+            bad.push(format!("engine/{name} imports `super::*`: name what it uses"));
+        }
+        for line in code.lines() {
+            // `impl Type {` and `impl Type<'_> {`, not `impl Trait for Type`.
+            let Some(rest) = line.strip_prefix("impl ") else {
+                continue;
+            };
+            if rest.contains(" for ") {
+                continue;
+            }
+            // `impl<'a> Type<'a>`: skip the generics of the impl.
+            let rest = match rest.strip_prefix('<') {
+                Some(r) => r.split_once('>').map_or(r, |(_, r)| r).trim_start(),
+                None => rest,
+            };
+            let ty = ident_at(rest);
+            impls.entry(ty.to_string()).or_default().insert(name.clone());
+        }
+    }
+    for (ty, files) in &impls {
+        if files.len() > 1 {
+            bad.push(format!("engine: the methods of {ty} are spread over {files:?}"));
+        }
+    }
+    assert!(
+        impls.contains_key("Pass"),
+        "no `impl Pass` found in the engine: the test reads the wrong files"
+    );
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
 #[test]
 fn the_reader_of_crate_paths_sees_groups_and_skips_comments_and_strings() {
     let code = code_only(

@@ -2,8 +2,16 @@
 //! look, the files behind them (opened and checked to be the very file
 //! mapped), and the ranges earlier passes copied.
 
-use super::*;
-
+use super::{in_scope, remap, window_bytes, Cand, Scope, State, MAXC, PATHS};
+use crate::config::Config;
+use crate::copies::was_copied;
+use crate::out::line;
+use crate::scan::{self, Scanner};
+use crate::smaps::Smaps;
+use crate::sys;
+use crate::verify::Verifier;
+use hugetext_abi::thp::ThpMode;
+use hugetext_abi::{copyname, pattern};
 pub(super) fn thp_never() -> bool {
     let fd = sys::open(
         b"/sys/kernel/mm/transparent_hugepage/enabled\0",
@@ -101,6 +109,25 @@ impl State {
             *plen += l.path.len() + 1;
             *n += 1;
         })
+    }
+
+    /// Never touch this library's own code: drop the candidates that map
+    /// its file (copies of other text stay).
+    pub(super) fn skip_own(&mut self) {
+        if !self.own_known {
+            return;
+        }
+        let own = self.own;
+        let mut w = 0;
+        for i in 0..self.n {
+            let c = self.cands[i];
+            if !c.copied && (c.dev, c.ino) == own {
+                continue;
+            }
+            self.cands[w] = c;
+            w += 1;
+        }
+        self.n = w;
     }
 }
 
@@ -267,25 +294,4 @@ pub(super) fn anon_unit_never() -> bool {
     sys::close(fd as i32);
     let top = if thp_never() { ThpMode::Never } else { ThpMode::Madvise };
     !SizeMode::parse(&b[..n]).is_some_and(|m| m.allows_madvised(top))
-}
-
-impl State {
-    /// Never touch this library's own code: drop the candidates that map
-    /// its file (copies of other text stay).
-    pub(super) fn skip_own(&mut self) {
-        if !self.own_known {
-            return;
-        }
-        let own = self.own;
-        let mut w = 0;
-        for i in 0..self.n {
-            let c = self.cands[i];
-            if !c.copied && (c.dev, c.ino) == own {
-                continue;
-            }
-            self.cands[w] = c;
-            w += 1;
-        }
-        self.n = w;
-    }
 }

@@ -31,8 +31,10 @@
 //! Which routes a chunk of windows takes is decided by [`plan`], a pure
 //! function of the facts gathered first (strategy, congruence, a refused
 //! collapse, `HUGETEXT_GDB`, THP `never`, already PMD-mapped); each route is
-//! one method of [`Pass`] (`route_already`, `route_file`, `route_collapse`,
-//! `route_copy`).
+//! a function of its own module taking the [`Pass`] (`mapping::route_already`,
+//! `file::route_file`, `collapse::route_collapse`, `shmem::route_shmem`,
+//! `copy::route_copy`); the methods of `Pass` itself, which every route
+//! shares (failures, notes, populating, measuring again), are all here.
 //!
 //! Every window is verified after each step: with `PAGEMAP_SCAN` (Linux
 //! 6.7+), else with the per-VMA totals of `/proc/self/smaps` (smaps.rs: a
@@ -41,18 +43,14 @@
 //! Without `MADV_POPULATE_READ` (before 5.14) pages are faulted in by
 //! touching them. Any failure leaves the original mapping in place.
 
+use core::sync::atomic::{AtomicBool, Ordering::Relaxed};
+
 use crate::config::{Config, Strategy};
-use crate::out::{line, Out};
-use crate::perfmap::{self, ElfFile};
-use crate::scan::{self, Scanner};
-use crate::smaps::Smaps;
+use crate::out::line;
+use crate::scan;
 use crate::sys;
 use crate::verify::Verifier;
 use crate::zeroed::{Zeroable, Zeroed};
-use core::sync::atomic::{AtomicBool, AtomicU8, Ordering::Relaxed};
-use hugetext_abi::copyname;
-use hugetext_abi::pattern;
-use hugetext_abi::thp::ThpMode;
 
 mod collapse;
 mod collect;
@@ -63,32 +61,12 @@ mod plan;
 mod report;
 mod shmem;
 
-use crate::copies::{remember_copy, was_copied};
-use collect::{anon_unit_never, fs_name, open_mapped};
-use file::FileStep;
-use plan::{plan, window_mode};
-
 /// The kernel refused `MADV_POPULATE_READ` (EINVAL: before Linux 5.14);
-/// remembered for later passes.
+/// remembered for later passes. Process-wide because it is a fact of the
+/// kernel, not of one pass: every later pass of this copy of the library
+/// skips the refused call. Read and written only here ([`Pass::populate`] and
+/// the pass's start), under the pass lock (`BUSY` in lib.rs).
 static NO_POPULATE: AtomicBool = AtomicBool::new(false);
-
-/// What `MADV_DONTNEED` of a whole 2 MiB window does with the emptied page
-/// table on this kernel: not known yet, frees it (`CONFIG_PT_RECLAIM`,
-/// 6.14+), or keeps it (then the file route replaces windows with
-/// `mmap(MAP_FIXED)`, [`Pass::replace`]). Found out at the first dropped
-/// window that refaults huge, or small from a 2 MiB folio
-/// ([`Pass::window`]); remembered for the process.
-static PT: AtomicU8 = AtomicU8::new(PT_UNKNOWN);
-const PT_UNKNOWN: u8 = 0;
-const PT_FREED: u8 = 1;
-const PT_KEPT: u8 = 2;
-/// Evicted windows per pass that may refault small from small folios
-/// without deciding it (a filesystem without large folios would otherwise
-/// cost a probe per window)...
-const MAX_CHECKS: u8 = 4;
-/// ... and probes per pass in all (windows not evicted: another process
-/// maps their page cache, or threads running the text kept it mapped).
-const MAX_PROBES: u8 = 16;
 
 const MAXC: usize = 1024;
 
@@ -174,7 +152,7 @@ struct Totals {
     /// Bytes made huge by mapping the file's copy in the text store.
     shmem: u64,
     /// Bytes of the copies read from the file with `pread` (page cache in
-    /// folios smaller than 2 MiB, [`Pass::fill`]).
+    /// folios smaller than 2 MiB, [`copy::fill`]).
     copy_read: u64,
     /// Bytes of the copies copied from 2 MiB page-cache folios mapped with
     /// PMDs (the text itself, or a congruent mapping of its file).
@@ -192,7 +170,7 @@ struct Totals {
     /// Time from the pass's start to its first route (settings, hot list,
     /// verifier, working memory, maps), ns.
     ns_setup: u64,
-    /// Bytes of windows replaced with `mmap(MAP_FIXED)` ([`Pass::replace`]).
+    /// Bytes of windows replaced with `mmap(MAP_FIXED)` ([`file::replace`]).
     replaced: u64,
     mappings: u32,
     small_mappings: u32,
@@ -324,9 +302,9 @@ struct Pass<'a> {
     no_anon_thp: bool,
     /// Fault pages in by touching them (no `MADV_POPULATE_READ`).
     touch: bool,
-    /// Evicted windows that refaulted small from small folios ([`Pass::window`]).
+    /// Evicted windows that refaulted small from small folios ([`file::window`]).
     checks: u8,
-    /// Fresh-mapping probes made ([`Pass::cache_is_pmd`]).
+    /// Fresh-mapping probes made ([`file::cache_is_pmd`]).
     probes: u8,
 }
 
@@ -371,13 +349,19 @@ impl Pass<'_> {
             if r != -(libc::EINVAL as isize) {
                 return r;
             }
-            self.touch = true;
-            NO_POPULATE.store(true, Relaxed);
+            self.populate_refused();
         }
         // SAFETY: callers pass whole windows of a text mapping (`r-x`, the
         // file's own pages), mapped for the whole call.
         unsafe { sys::touch(addr, len) };
         0
+    }
+
+    /// The kernel refused `MADV_POPULATE_READ`: fault pages in by touching
+    /// them from now on, in this pass and the process's later ones.
+    fn populate_refused(&mut self) {
+        self.touch = true;
+        NO_POPULATE.store(true, Relaxed);
     }
 
     /// Measure the windows of `w` again: add the proved windows to
@@ -400,6 +384,33 @@ impl Pass<'_> {
 
     fn file_off(c: &Cand, addr: usize) -> u64 {
         c.off + (addr - c.start) as u64
+    }
+
+    /// Every candidate mapping (only counted when THP is disabled for this
+    /// process), then the summary; returns what [`remap_in`] does.
+    fn run(&mut self, scope: &Scope, thp_off: bool, t0: u64) -> isize {
+        if thp_off && self.cfg.verbose {
+            line().s("huge pages are disabled for this process (prctl PR_SET_THP_DISABLE): text left as it is");
+        }
+        let st = self.st;
+        for c in &st.cands[..st.n] {
+            if thp_off {
+                self.t.windows += window_bytes(c.start, c.end);
+            } else {
+                mapping::mapping(self, c);
+            }
+        }
+        if self.t.perf_map_fd > 0 {
+            sys::close(self.t.perf_map_fd as i32);
+        }
+        // A late pass whose objects were all filtered out says nothing.
+        if self.cfg.verbose && (scope.only.is_none() || self.t.windows > 0) {
+            report::summary(self, scope, t0);
+        }
+        if self.cfg.report && (scope.only.is_none() || self.t.windows > 0) {
+            report::record(self, scope, t0);
+        }
+        outcome(&self.t, thp_off)
     }
 }
 
@@ -459,41 +470,12 @@ pub fn remap_in(cfg: &Config, scope: &Scope) -> isize {
             ns_setup: sys::now_ns().saturating_sub(t0),
             ..Totals::default()
         },
-        no_anon_thp: anon_unit_never(),
+        no_anon_thp: collect::anon_unit_never(),
         touch,
         checks: 0,
         probes: 0,
     };
     pass.run(scope, thp_off, t0)
-}
-
-impl Pass<'_> {
-    /// Every candidate mapping (only counted when THP is disabled for this
-    /// process), then the summary; returns what [`remap_in`] does.
-    fn run(&mut self, scope: &Scope, thp_off: bool, t0: u64) -> isize {
-        if thp_off && self.cfg.verbose {
-            line().s("huge pages are disabled for this process (prctl PR_SET_THP_DISABLE): text left as it is");
-        }
-        let st = self.st;
-        for c in &st.cands[..st.n] {
-            if thp_off {
-                self.t.windows += window_bytes(c.start, c.end);
-            } else {
-                self.mapping(c);
-            }
-        }
-        if self.t.perf_map_fd > 0 {
-            sys::close(self.t.perf_map_fd as i32);
-        }
-        // A late pass whose objects were all filtered out says nothing.
-        if self.cfg.verbose && (scope.only.is_none() || self.t.windows > 0) {
-            report::summary(self, scope, t0);
-        }
-        if self.cfg.report && (scope.only.is_none() || self.t.windows > 0) {
-            report::record(self, scope, t0);
-        }
-        outcome(&self.t, thp_off)
-    }
 }
 
 /// The pass's result: the bytes made (or found) huge, else its first error,

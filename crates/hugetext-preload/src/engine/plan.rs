@@ -1,8 +1,9 @@
 //! Which routes a chunk of windows takes: pure functions of the facts
 //! gathered first.
 
-use super::*;
-use crate::config::Order;
+use super::file::{MAX_CHECKS, MAX_PROBES, PT_KEPT, PT_UNKNOWN};
+use super::{CopyPlan, Facts, Plan};
+use crate::config::{Order, Strategy};
 
 /// Choose the routes for a chunk: a pure function of the facts.
 pub(super) fn plan(f: &Facts) -> Plan {
@@ -73,6 +74,7 @@ pub(super) fn window_mode(pt: u8, checks: u8, probes: u8) -> (bool, bool) {
 
 #[cfg(test)]
 mod tests {
+    use super::super::file::PT_FREED;
     use super::*;
 
     fn facts(strategy: Strategy) -> Facts {

@@ -1,7 +1,11 @@
 //! The `-v` summary of a pass.
 
-use super::*;
-
+use super::{Pass, Scope, Totals};
+use crate::config::{Config, Strategy};
+use crate::out::{line, Out};
+use crate::perfmap;
+use crate::scan;
+use crate::sys;
 /// "; time per route: copy 78.0 MiB in 22.51 ms (0.289 ms/MiB; source: 60.0
 /// MiB copied from 2 MiB page-cache folios, 18.0 MiB read with pread)" for
 /// each route that ran: the bytes it made huge, its time and the time per
