@@ -123,30 +123,42 @@ Examples:
   hugetext run --hot app.json --strategy copy -v -- ./app
   hugetext run --strategy file --exclude 'libc\\.so' -- python3 app.py";
 
-/// Which routes the preload may use.
-#[derive(clap::ValueEnum, Clone, Copy, Debug)]
-pub enum StrategyArg {
-    /// already huge, else file, else collapse, else shmem, else copy (per window of the unit of huge text: the PMD, 2 MiB on x86-64; the 2 MiB contpte block on arm64 with 64 KiB pages)
-    Auto,
-    /// zero copy through 2 MiB page-cache folios (shared, no extra memory)
-    File,
-    /// MADV_COLLAPSE of file text (needs CONFIG_READ_ONLY_THP_FOR_FS before 7.x; PMD-size folios only, so never with 64 KiB pages)
-    Collapse,
-    /// map the text from its copy in the text store (`hugetext warm --shmem`): 2 MiB shmem pages shared by every process, on any filesystem
-    Shmem,
-    /// copy into anonymous huge pages, mremap over the text (private memory; with 64 KiB pages 2 MiB mTHP, hugepages-2048kB/enabled not never)
-    Copy,
+/// Which routes the preload may use: one of the strategies the abi lists
+/// once (`Strategy::ALL`); the values `--strategy` accepts are their words.
+#[derive(Clone, Copy, Debug)]
+pub struct StrategyArg(pub Strategy);
+
+/// `Strategy::ALL`, as the values clap lists.
+static STRATEGIES: [StrategyArg; Strategy::ALL.len()] = {
+    let mut all = [StrategyArg(Strategy::Auto); Strategy::ALL.len()];
+    let mut i = 0;
+    while i < all.len() {
+        all[i] = StrategyArg(Strategy::ALL[i]);
+        i += 1;
+    }
+    all
+};
+
+impl clap::ValueEnum for StrategyArg {
+    fn value_variants<'a>() -> &'a [Self] {
+        &STRATEGIES
+    }
+
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        let help = match self.0 {
+            Strategy::Auto => "already huge, else file, else collapse, else shmem, else copy (per window of the unit of huge text: the PMD, 2 MiB on x86-64; the 2 MiB contpte block on arm64 with 64 KiB pages)",
+            Strategy::File => "zero copy through 2 MiB page-cache folios (shared, no extra memory)",
+            Strategy::Collapse => "MADV_COLLAPSE of file text (needs CONFIG_READ_ONLY_THP_FOR_FS before 7.x; PMD-size folios only, so never with 64 KiB pages)",
+            Strategy::Shmem => "map the text from its copy in the text store (`hugetext warm --shmem`): 2 MiB shmem pages shared by every process, on any filesystem",
+            Strategy::Copy => "copy into anonymous huge pages, mremap over the text (private memory; with 64 KiB pages 2 MiB mTHP, hugepages-2048kB/enabled not never)",
+        };
+        Some(clap::builder::PossibleValue::new(self.0.as_str()).help(help))
+    }
 }
 
 impl From<StrategyArg> for Strategy {
     fn from(s: StrategyArg) -> Self {
-        match s {
-            StrategyArg::Auto => Strategy::Auto,
-            StrategyArg::File => Strategy::File,
-            StrategyArg::Collapse => Strategy::Collapse,
-            StrategyArg::Shmem => Strategy::Shmem,
-            StrategyArg::Copy => Strategy::Copy,
-        }
+        s.0
     }
 }
 
@@ -321,7 +333,7 @@ pub fn run(args: Args) -> Result<u8> {
         settings.name = Some(false);
     }
     if opts.strategy == remap::Strategy::Auto {
-        if let Some((order, line)) = hugetext::routecost::for_program(&resolved) {
+        if let Some((order, line)) = hugetext::run::routecost::for_program(&resolved) {
             if args.verbose {
                 eprintln!("hugetext: {line}");
             }
