@@ -2139,6 +2139,103 @@ fn mariadb_started_by_mysqld_safe_is_remapped_with_a_clean_environment() {
     assert!(err.contains("mysqld_safe is a script for /bin/sh"), "{err}");
 }
 
+/// Debian's postgres started the way its docs say, `su postgres -c
+/// "pg_ctl ... start"` (su forks a shell, pg_ctl forks a shell that execs
+/// the server, which forks its workers; pg_ctl and su end once it is
+/// ready): the postmaster has the whole windows of its text huge-backed,
+/// and no process of the server has anything of hugetext in
+/// `/proc/PID/environ`.
+#[test]
+fn postgres_started_by_su_and_pg_ctl_is_remapped_with_a_clean_environment() {
+    let bin = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .filter_map(|e| Some(e.ok()?.path().join("bin")))
+        .find(|b| ["pg_ctl", "initdb", "postgres"].iter().all(|f| b.join(f).exists()));
+    let (Some(bin), Some(su)) = (bin, installed(&["/usr/bin/su", "/bin/su"])) else {
+        common::skip_line("postgresql or su not installed: skipped");
+        return;
+    };
+    common::preload();
+    let dir = common::scratch();
+    std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let home = dir.path().join("pg");
+    assert!(Command::new("install")
+        .args(["-d", "-o", "postgres", "-g", "postgres"])
+        .arg(&home)
+        .status()
+        .unwrap()
+        .success());
+    let data = home.join("data");
+    let o = Command::new("runuser")
+        .args(["-u", "postgres", "--"])
+        .arg(bin.join("initdb"))
+        .arg("-D")
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "initdb: {}", common::text(&o.stderr));
+    let pg_ctl = bin.join("pg_ctl");
+    struct Stop(PathBuf, PathBuf);
+    impl Drop for Stop {
+        fn drop(&mut self) {
+            let _ = Command::new("runuser")
+                .args(["-u", "postgres", "--"])
+                .arg(&self.0)
+                .arg("-D")
+                .arg(&self.1)
+                .args(["-m", "immediate", "-w", "-t", "300", "stop"])
+                .output();
+        }
+    }
+    let stop = Stop(pg_ctl.clone(), data.clone());
+    let start = format!(
+        "'{}' -D '{}' -o \"-p 5432 -k '{}' -c listen_addresses=\" -l '{}' -w -t 300 start",
+        pg_ctl.display(),
+        data.display(),
+        home.display(),
+        home.join("log").display()
+    );
+    let o = Command::new(common::bin())
+        .args(["run", "-v", "--strategy", "copy", "--"])
+        .arg(&su)
+        .args(["postgres", "-s", "/bin/sh", "-c", &start])
+        .env_remove("HUGETEXT_VERBOSE")
+        .env_remove("HUGETEXT_STRATEGY")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let err = common::text(&o.stderr);
+    assert!(o.status.success(), "su ... pg_ctl start: {err}");
+    let pid: i32 = std::fs::read_to_string(data.join("postmaster.pid"))
+        .unwrap()
+        .lines()
+        .next()
+        .and_then(|l| l.trim().parse().ok())
+        .expect("the postmaster's pid");
+    let tree = hugetext::procfs::descendants(pid);
+    let server = bin.join("postgres");
+    let (f, a, _) = common::huge_of_pid(pid, &server);
+    let leaks: Vec<(i32, Vec<String>)> = tree
+        .iter()
+        .map(|&p| (p, ours_in_environ(p)))
+        .filter(|(_, l)| !l.is_empty())
+        .collect();
+    drop(stop);
+    for &p in &tree {
+        common::remove_perf_map(p as u32);
+    }
+    assert!(tree.len() >= 2, "the postmaster and its workers: {tree:?}");
+    assert!(
+        leaks.is_empty(),
+        "hugetext's variables in /proc/PID/environ: {leaks:?}\n{err}"
+    );
+    let windows = common::text_window_bytes(&server);
+    assert!(windows > 0);
+    assert!(f + a >= windows, "postgres: {} of {windows} bytes huge: {err}", f + a);
+    assert!(err.contains("pg_ctl has no text of its own to remap"), "{err}");
+}
+
 /// A program with text but no whole window (Debian's python3.11: 2.7 MiB)
 /// has nothing to remap: it is followed like a launcher, but counts; the
 /// ninth in a chain ends it, and `-v` says so there.
