@@ -18,6 +18,7 @@ pkgs+=(shellcheck)  # scripts/lint.sh
 pkgs+=(clang python3-numpy)  # scripts/bench-startup.sh: the start-up cases (clang, numpy) and the build of many small files
 pkgs+=(time)  # testkit::measured: GNU time reports a command's own peak memory
 pkgs+=(gdb postgresql)  # explain.rs: a package's file (gdb's) gets the copy recipe; run.rs: pg_ctl start as a launcher run follows
+pkgs+=(mariadb-server nodejs chromium)  # run.rs: mariadbd started by mysqld_safe; programs.rs: node's and chromium's processes under run; scripts/bench-startup.sh
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -31,6 +32,11 @@ if [ ${#missing[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt_get update -qq
   apt_get install -y -qq "${missing[@]}" >/dev/null
+  # mariadb-server and postgresql start their system services where systemd
+  # runs; the tests and benchmarks start their own servers.
+  if [ -d /run/systemd/system ]; then
+    for s in mariadb postgresql; do systemctl disable --now "$s" >/dev/null 2>&1 || true; done
+  fi
 fi
 if ! command -v cargo >/dev/null 2>&1; then
   for d in "$HOME/.cargo/bin" /usr/local/cargo/bin; do

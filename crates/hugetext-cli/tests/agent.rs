@@ -924,3 +924,132 @@ fn shmem_key_keeps_files_in_the_text_store() {
     assert!(listed.contains(&real) && !listed.contains("stale"), "{listed}");
     a.stop();
 }
+
+/// The text of `exe` in every process running it, from smaps read
+/// directly: (pids, PMD-mapped bytes, resident bytes), counting the file's
+/// r-x mappings and the unnamed r-x anonymous ones (copies) of those
+/// processes.
+fn smaps_text_of(exe: &Path) -> (Vec<i32>, u64, u64) {
+    let mut pids: Vec<i32> = hugetext::procfs::all_pids()
+        .unwrap()
+        .into_iter()
+        .filter(|p| std::fs::read_link(format!("/proc/{p}/exe")).is_ok_and(|e| e == exe))
+        .collect();
+    pids.sort_unstable();
+    let (mut huge, mut rss) = (0u64, 0u64);
+    let path = exe.to_string_lossy();
+    for &pid in &pids {
+        let Ok(smaps) = hugetext::procfs::read_smaps(Some(pid)) else {
+            continue;
+        };
+        for (v, s) in &smaps {
+            if !v.perms.starts_with("r-x") {
+                continue;
+            }
+            if v.path == path {
+                huge += s.file_pmd_kb * 1024;
+                rss += s.rss_kb * 1024;
+            } else if v.path.is_empty() || v.path.starts_with("[anon:hugetext:") {
+                huge += s.anon_huge_kb * 1024;
+                rss += s.rss_kb * 1024;
+            }
+        }
+    }
+    (pids, huge, rss)
+}
+
+/// Debian's postgres under `run --strategy copy` (started by `pg_ctl`, as
+/// the postgres user; a kernel without anonymous VMA names): the agent's
+/// `pmd_mapped_ratio` of the postgres executable is what the smaps of
+/// its processes (postmaster and workers) say, copies included.
+#[test]
+fn postgres_copied_text_ratio_equals_smaps() {
+    let bin = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .filter_map(|e| Some(e.ok()?.path().join("bin")))
+        .find(|b| ["pg_ctl", "initdb", "postgres"].iter().all(|f| b.join(f).exists()));
+    let Some(bin) = bin else {
+        common::skip_line("postgresql not installed: skipped");
+        return;
+    };
+    common::preload();
+    let dir = common::scratch();
+    std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let home = dir.path().join("pg");
+    assert!(Command::new("install")
+        .args(["-d", "-o", "postgres", "-g", "postgres"])
+        .arg(&home)
+        .status()
+        .unwrap()
+        .success());
+    let data = home.join("data");
+    let as_postgres = |prog: &Path| {
+        let mut c = Command::new("runuser");
+        c.args(["-u", "postgres", "--"]).arg(prog);
+        c
+    };
+    let o = as_postgres(&bin.join("initdb")).arg("-D").arg(&data).output().unwrap();
+    assert!(o.status.success(), "initdb: {}", common::text(&o.stderr));
+    let pg_ctl = bin.join("pg_ctl");
+    struct Stop(Command);
+    impl Drop for Stop {
+        fn drop(&mut self) {
+            let _ = self.0.output();
+        }
+    }
+    let mut stop = as_postgres(&pg_ctl);
+    stop.arg("-D")
+        .arg(&data)
+        .args(["-m", "immediate", "-w", "-t", "300", "stop"]);
+    let stop = Stop(stop);
+    let o = Command::new("runuser")
+        .args(["-u", "postgres", "--"])
+        .arg(common::bin())
+        .args(["run", "--strategy", "copy", "--"])
+        .arg(&pg_ctl)
+        .arg("-D")
+        .arg(&data)
+        .arg("-o")
+        .arg(format!("-p 5432 -k {} -c listen_addresses=", home.display()))
+        .arg("-l")
+        .arg(home.join("log"))
+        .args(["-w", "-t", "300", "start"])
+        .env_remove("HUGETEXT_STRATEGY")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "pg_ctl start: {}", common::text(&o.stderr));
+    let exe = bin.join("postgres").canonicalize().unwrap();
+    let p = exe.display().to_string();
+    let a = AgentProc::with_config(None);
+    // The same processes before and after the scrape (another test may
+    // start or stop a postgres meanwhile: then again).
+    let mut tries = 0;
+    let (got, want, huge, rss, pids) = loop {
+        let before = smaps_text_of(&exe);
+        let page = a.metrics();
+        let after = smaps_text_of(&exe);
+        tries += 1;
+        if before != after && tries < 20 {
+            std::thread::sleep(Duration::from_millis(500));
+            continue;
+        }
+        let got = sample(&page, &format!("hugetext_exe_pmd_mapped_ratio{{path=\"{p}\"}}"))
+            .unwrap_or_else(|| panic!("no ratio for {p}: {page}"));
+        break (got, after.1 as f64 / after.2 as f64, after.1, after.2, after.0);
+    };
+    a.stop();
+    drop(stop);
+    for pid in pids {
+        common::remove_perf_map(pid as u32);
+    }
+    assert!(
+        huge >= common::pmd(),
+        "the copy route made nothing huge: {huge} of {rss} bytes"
+    );
+    assert!(
+        (got - want).abs() < 0.005,
+        "agent {got} vs smaps {want} ({huge} of {rss} bytes)"
+    );
+}

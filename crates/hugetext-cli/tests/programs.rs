@@ -234,3 +234,201 @@ fn rustc_driver_is_huge_backed_as_reported() {
         }
     }
 }
+
+/// Entries of an environment (`NAME=value` strings) that are hugetext's:
+/// its settings, a loader list naming libhugetext.so, the static-TLS
+/// tunable `run` adds.
+fn ours(env: &[String]) -> Vec<&String> {
+    env.iter()
+        .filter(|e| {
+            e.starts_with("HUGETEXT_")
+                || (e.starts_with("LD_") && e.contains("libhugetext"))
+                || e.contains("optional_static_tls")
+        })
+        .collect()
+}
+
+/// `hugetext run --strategy copy` of a program that prints, as one JSON
+/// object, its own `/proc/self/environ` (`proc`), the environment it sees
+/// (`env`) and a child's `/proc/self/environ` (`child`): none of `views`
+/// holds anything of hugetext, and the preload did run (its record).
+fn program_and_child_see_no_trace(case: &str, prog: &Path, args: &[&str], views: &[&str]) {
+    let mut c = under_run(None, "copy", false, prog, args);
+    c.env("HUGETEXT_REPORT", "json");
+    let o = output(c);
+    let (out, err) = (common::text(&o.stdout), common::text(&o.stderr));
+    assert!(o.status.success(), "{case}: {err}");
+    assert!(
+        !common::records(&err).is_empty(),
+        "{case}: the preload made no record: {err}"
+    );
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{case}: {e}: {out} {err}"));
+    for &what in views {
+        let env: Vec<String> = v[what]
+            .as_array()
+            .unwrap_or_else(|| panic!("{case}: no {what}: {out}"))
+            .iter()
+            .filter_map(|e| e.as_str())
+            .filter(|e| !e.is_empty())
+            .map(String::from)
+            .collect();
+        assert!(env.iter().any(|e| e.starts_with("PATH=")), "{case} {what}: {env:?}");
+        assert!(ours(&env).is_empty(), "{case} {what}: {:?}", ours(&env));
+    }
+}
+
+/// node (`process.env`, a child from `child_process.execSync`) and
+/// python3 with numpy imported (a child from `subprocess`) under `run`:
+/// the program and its child see the environment they would see without
+/// hugetext, in `/proc/PID/environ` and (node) in what it reads.
+#[test]
+fn node_and_numpy_and_their_children_see_no_trace_of_hugetext() {
+    let mut ran = 0;
+    match find_elf("node") {
+        Some(node) => {
+            let js = "const cp=require('child_process'),fs=require('fs');\
+                const split=s=>s.split('\\0');\
+                console.log(JSON.stringify({\
+                proc:split(fs.readFileSync('/proc/self/environ','latin1')),\
+                env:Object.entries(process.env).map(([k,v])=>k+'='+v),\
+                child:split(cp.execSync('cat /proc/self/environ').toString('latin1'))}))";
+            program_and_child_see_no_trace("node", &node, &["-e", js], &["proc", "env", "child"]);
+            ran += 1;
+        }
+        None => common::skip_line("node (nodejs) not installed: its case is skipped"),
+    }
+    // Debian's python3 with python3-numpy (the first python3 on PATH may
+    // be another one, without numpy).
+    let py = Path::new("/usr/bin/python3");
+    let numpy = py.exists()
+        && Command::new(py)
+            .args(["-c", "import numpy"])
+            .output()
+            .is_ok_and(|o| o.status.success());
+    if numpy {
+        let code = "import numpy, subprocess, os, json\n\
+            split = lambda b: b.decode('latin1').split('\\0')\n\
+            print(json.dumps({'proc': split(open('/proc/self/environ', 'rb').read()),\
+            'env': [k + '=' + v for k, v in os.environ.items()],\
+            'child': split(subprocess.run(['cat', '/proc/self/environ'], capture_output=True).stdout)}))";
+        // Not `os.environ`: Debian's python3 has text but no whole window,
+        // so it starts as a launcher the preload follows (the variables
+        // stay in its environment for what it starts) until numpy's
+        // libraries, loaded later, are remapped; `os.environ` is the copy
+        // Python made at start (doc/run.md).
+        program_and_child_see_no_trace("python3 + numpy", py, &["-c", code], &["proc", "child"]);
+        ran += 1;
+    } else {
+        common::skip_line("/usr/bin/python3 cannot import numpy (python3-numpy not installed): its case is skipped");
+    }
+    eprintln!("{ran} of 2 programs checked");
+}
+
+/// Debian's chromium, started through its wrapper script
+/// (`/usr/bin/chromium` execs `/usr/lib/chromium/chromium`) under `run`,
+/// headless on a blank page: once its processes (browser, zygotes,
+/// renderer, utilities) are up, none holds anything of hugetext in
+/// `/proc/PID/environ`, and the browser's text is huge-backed.
+#[test]
+fn chromium_processes_hold_no_trace_of_hugetext() {
+    use std::os::unix::process::CommandExt;
+    use std::time::{Duration, Instant};
+    let (wrapper, browser) = (Path::new("/usr/bin/chromium"), Path::new("/usr/lib/chromium/chromium"));
+    if !wrapper.exists() || !browser.exists() {
+        common::skip_line("chromium not installed: skipped");
+        return;
+    }
+    common::preload();
+    let dir = common::scratch();
+    let mut c = under_run(
+        None,
+        "copy",
+        true,
+        wrapper,
+        &[
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            &format!("--user-data-dir={}", dir.path().display()),
+            "about:blank",
+        ],
+    );
+    let err_path = dir.path().join("run.err");
+    let mut child = c
+        .process_group(0)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&err_path).unwrap())
+        .spawn()
+        .unwrap();
+    let root = child.id() as i32;
+    struct Kill(i32);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            // SAFETY: signalling the process group the test started.
+            unsafe { libc::kill(-self.0, libc::SIGKILL) };
+        }
+    }
+    let kill = Kill(root);
+    let err = || std::fs::read_to_string(&err_path).unwrap_or_default();
+    let exe = browser.canonicalize().unwrap();
+    let runs_browser = |p: &i32| std::fs::read_link(format!("/proc/{p}/exe")).is_ok_and(|e| e == exe);
+    // The browser and at least two of its children (zygote, renderer, ...).
+    let t = Instant::now();
+    loop {
+        let tree = hugetext::procfs::descendants(root);
+        if tree.iter().filter(|p| runs_browser(p)).count() >= 3 {
+            break;
+        }
+        assert!(child.try_wait().unwrap().is_none(), "chromium ended: {}", err());
+        assert!(
+            t.elapsed() < Duration::from_secs(300),
+            "chromium did not start its processes: {tree:?} {}",
+            err()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Processes exec'd a moment ago may not have run the preload's start
+    // yet: those alive now and still two seconds later are judged by the
+    // later look.
+    let first = hugetext::procfs::descendants(root);
+    std::thread::sleep(Duration::from_secs(2));
+    let tree: Vec<i32> = hugetext::procfs::descendants(root)
+        .into_iter()
+        .filter(|p| first.contains(p))
+        .collect();
+    let environs: Vec<(i32, Vec<String>)> = tree
+        .iter()
+        .map(|&p| {
+            let env = std::fs::read(format!("/proc/{p}/environ"))
+                .unwrap_or_default()
+                .split(|&c| c == 0)
+                .map(|e| String::from_utf8_lossy(e).into_owned())
+                .collect();
+            (p, env)
+        })
+        .collect();
+    let main = *tree.iter().find(|p| runs_browser(p)).expect("the browser");
+    let seen: u64 = text_mappings(main)
+        .unwrap()
+        .iter()
+        .filter(|m| m.path == exe.to_string_lossy())
+        .map(|m| m.huge())
+        .sum();
+    drop(kill);
+    let _ = child.wait();
+    for &p in &tree {
+        common::remove_perf_map(p as u32);
+    }
+    let err = err();
+    assert!(environs.len() >= 3, "{environs:?}");
+    for (p, env) in &environs {
+        assert!(ours(env).is_empty(), "pid {p}: {:?}\n{err}", ours(env));
+    }
+    assert!(seen > 0, "the browser's text is not huge-backed: {err}");
+    eprintln!(
+        "chromium: {} processes clean, browser text {:.0} MiB huge",
+        environs.len(),
+        seen as f64 / MIB
+    );
+}

@@ -1839,7 +1839,9 @@ impl Server {
             .unwrap();
         let err = || std::fs::read_to_string(&err_path).unwrap_or_default();
         let t = Instant::now();
-        let ready = |log: &Path| std::fs::read_to_string(log).is_ok_and(|l| l.contains("ready"));
+        // A line of its own: the preload's `-v` summary, in the same log
+        // before the program starts, says "already".
+        let ready = |log: &Path| std::fs::read_to_string(log).is_ok_and(|l| l.lines().any(|l| l == "ready"));
         while !ready(&self.log) {
             assert!(
                 t.elapsed() < Duration::from_secs(180),
@@ -1982,6 +1984,256 @@ fn a_server_a_script_starts_in_the_background_is_remapped() {
         &format!("nohup '{}' > /dev/null 2>&1 &\nwait", s.serve.display()),
     );
     s.through("mysqld_safe-style script", &os(&[&safe]));
+}
+
+/// What of hugetext's is in the environment of process `pid`
+/// (`/proc/PID/environ`): its settings, a loader list naming
+/// libhugetext.so, the static-TLS tunable `run` adds.
+fn ours_in_environ(pid: i32) -> Vec<String> {
+    std::fs::read(format!("/proc/{pid}/environ"))
+        .unwrap_or_default()
+        .split(|&c| c == 0)
+        .map(|e| String::from_utf8_lossy(e).into_owned())
+        .filter(|e| {
+            e.starts_with("HUGETEXT_")
+                || (e.starts_with("LD_") && e.contains("libhugetext"))
+                || e.contains("optional_static_tls")
+        })
+        .collect()
+}
+
+/// MariaDB started by Debian's `mysqld_safe` (a shell script that forks
+/// the server with `nohup ... &` and waits for it, running sed, expr,
+/// my_print_defaults on the way): `mariadbd` answers with the whole
+/// windows of its text huge-backed, and no process of the tree, neither
+/// `mysqld_safe` (followed as a launcher, alive as long as the server)
+/// nor `mariadbd`, has anything of hugetext in `/proc/PID/environ`.
+#[test]
+fn mariadb_started_by_mysqld_safe_is_remapped_with_a_clean_environment() {
+    use std::time::{Duration, Instant};
+    let (Some(safe), Some(install_db), Some(admin), Some(server)) = (
+        installed(&["/usr/bin/mysqld_safe"]),
+        installed(&["/usr/bin/mariadb-install-db"]),
+        installed(&["/usr/bin/mariadb-admin"]),
+        installed(&["/usr/sbin/mariadbd"]),
+    ) else {
+        common::skip_line(
+            "mysqld_safe, mariadb-install-db or mariadbd missing (mariadb-server not installed): skipped",
+        );
+        return;
+    };
+    common::preload();
+    let dir = common::scratch();
+    // The server runs as mysql: it must reach its files.
+    std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let data = dir.path().join("data");
+    // Where the server writes its socket, pid file and log.
+    let rundir = dir.path().join("run");
+    assert!(Command::new("install")
+        .args(["-d", "-o", "mysql", "-g", "mysql"])
+        .arg(&rundir)
+        .status()
+        .unwrap()
+        .success());
+    let sock = rundir.join("sock");
+    let o = Command::new(&install_db)
+        .arg("--no-defaults")
+        .arg("--user=mysql")
+        .arg(format!("--datadir={}", data.display()))
+        .arg("--skip-test-db")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "mariadb-install-db: {}", common::text(&o.stderr));
+    let err_path = dir.path().join("run.err");
+    let mut run = Command::new(common::bin())
+        .args(["run", "-v", "--strategy", "copy", "--"])
+        .arg(&safe)
+        .arg("--no-defaults")
+        .arg(format!("--datadir={}", data.display()))
+        .arg(format!("--socket={}", sock.display()))
+        .arg("--skip-networking")
+        .arg(format!("--pid-file={}", rundir.join("pid").display()))
+        .arg(format!("--log-error={}", rundir.join("server.log").display()))
+        .arg("--user=mysql")
+        .env_remove("HUGETEXT_VERBOSE")
+        .env_remove("HUGETEXT_STRATEGY")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&err_path).unwrap())
+        .spawn()
+        .unwrap();
+    let root = run.id() as i32;
+    // Stops the server (mysqld_safe ignores SIGTERM) whatever happens.
+    struct Stop(PathBuf, PathBuf);
+    impl Drop for Stop {
+        fn drop(&mut self) {
+            let _ = Command::new(&self.0)
+                .arg("--no-defaults")
+                .arg("-S")
+                .arg(&self.1)
+                .arg("shutdown")
+                .output();
+        }
+    }
+    let stop = Stop(admin.clone(), sock.clone());
+    let log = rundir.join("server.log");
+    let err = || {
+        format!(
+            "{}\nserver log: {}",
+            std::fs::read_to_string(&err_path).unwrap_or_default(),
+            std::fs::read_to_string(&log).unwrap_or_default()
+        )
+    };
+    let t = Instant::now();
+    let ping = || {
+        Command::new(&admin)
+            .arg("--no-defaults")
+            .arg("-S")
+            .arg(&sock)
+            .arg("ping")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    while !ping() {
+        assert!(
+            run.try_wait().unwrap().is_none(),
+            "mysqld_safe ended before the server answered: {}",
+            err()
+        );
+        assert!(
+            t.elapsed() < Duration::from_secs(300),
+            "the server did not answer: {}",
+            err()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let tree = hugetext::procfs::descendants(root);
+    let exe = server.canonicalize().unwrap();
+    let pid = *tree
+        .iter()
+        .find(|&&p| std::fs::read_link(format!("/proc/{p}/exe")).is_ok_and(|e| e == exe))
+        .unwrap_or_else(|| panic!("no mariadbd among {tree:?}: {}", err()));
+    let (f, a, _) = common::huge_of_pid(pid, &server);
+    // Every process of the tree once the server answers (shells and tools
+    // mysqld_safe ran on the way have ended); mysqld_safe is the root.
+    let leaks: Vec<(i32, Vec<String>)> = tree
+        .iter()
+        .map(|&p| (p, ours_in_environ(p)))
+        .filter(|(_, l)| !l.is_empty())
+        .collect();
+    drop(stop);
+    while run.try_wait().unwrap().is_none() {
+        assert!(t.elapsed() < Duration::from_secs(600), "mysqld_safe did not end");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    common::remove_perf_map(pid as u32);
+    let err = err();
+    assert!(tree.len() >= 2, "mysqld_safe and the server: {tree:?}");
+    assert!(
+        leaks.is_empty(),
+        "hugetext's variables in /proc/PID/environ: {leaks:?}\n{err}"
+    );
+    let windows = common::text_window_bytes(&server);
+    assert!(windows > 0);
+    assert!(f + a >= windows, "mariadbd: {} of {windows} bytes huge: {err}", f + a);
+    assert!(err.contains("mysqld_safe is a script for /bin/sh"), "{err}");
+}
+
+/// Debian's postgres started the way its docs say, `su postgres -c
+/// "pg_ctl ... start"` (su forks a shell, pg_ctl forks a shell that execs
+/// the server, which forks its workers; pg_ctl and su end once it is
+/// ready): the postmaster has the whole windows of its text huge-backed,
+/// and no process of the server has anything of hugetext in
+/// `/proc/PID/environ`.
+#[test]
+fn postgres_started_by_su_and_pg_ctl_is_remapped_with_a_clean_environment() {
+    let bin = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .filter_map(|e| Some(e.ok()?.path().join("bin")))
+        .find(|b| ["pg_ctl", "initdb", "postgres"].iter().all(|f| b.join(f).exists()));
+    let (Some(bin), Some(su)) = (bin, installed(&["/usr/bin/su", "/bin/su"])) else {
+        common::skip_line("postgresql or su not installed: skipped");
+        return;
+    };
+    common::preload();
+    let dir = common::scratch();
+    std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let home = dir.path().join("pg");
+    assert!(Command::new("install")
+        .args(["-d", "-o", "postgres", "-g", "postgres"])
+        .arg(&home)
+        .status()
+        .unwrap()
+        .success());
+    let data = home.join("data");
+    let o = Command::new("runuser")
+        .args(["-u", "postgres", "--"])
+        .arg(bin.join("initdb"))
+        .arg("-D")
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "initdb: {}", common::text(&o.stderr));
+    let pg_ctl = bin.join("pg_ctl");
+    struct Stop(PathBuf, PathBuf);
+    impl Drop for Stop {
+        fn drop(&mut self) {
+            let _ = Command::new("runuser")
+                .args(["-u", "postgres", "--"])
+                .arg(&self.0)
+                .arg("-D")
+                .arg(&self.1)
+                .args(["-m", "immediate", "-w", "-t", "300", "stop"])
+                .output();
+        }
+    }
+    let stop = Stop(pg_ctl.clone(), data.clone());
+    let start = format!(
+        "'{}' -D '{}' -o \"-p 5432 -k '{}' -c listen_addresses=\" -l '{}' -w -t 300 start",
+        pg_ctl.display(),
+        data.display(),
+        home.display(),
+        home.join("log").display()
+    );
+    let o = Command::new(common::bin())
+        .args(["run", "-v", "--strategy", "copy", "--"])
+        .arg(&su)
+        .args(["postgres", "-s", "/bin/sh", "-c", &start])
+        .env_remove("HUGETEXT_VERBOSE")
+        .env_remove("HUGETEXT_STRATEGY")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let err = common::text(&o.stderr);
+    assert!(o.status.success(), "su ... pg_ctl start: {err}");
+    let pid: i32 = std::fs::read_to_string(data.join("postmaster.pid"))
+        .unwrap()
+        .lines()
+        .next()
+        .and_then(|l| l.trim().parse().ok())
+        .expect("the postmaster's pid");
+    let tree = hugetext::procfs::descendants(pid);
+    let server = bin.join("postgres");
+    let (f, a, _) = common::huge_of_pid(pid, &server);
+    let leaks: Vec<(i32, Vec<String>)> = tree
+        .iter()
+        .map(|&p| (p, ours_in_environ(p)))
+        .filter(|(_, l)| !l.is_empty())
+        .collect();
+    drop(stop);
+    for &p in &tree {
+        common::remove_perf_map(p as u32);
+    }
+    assert!(tree.len() >= 2, "the postmaster and its workers: {tree:?}");
+    assert!(
+        leaks.is_empty(),
+        "hugetext's variables in /proc/PID/environ: {leaks:?}\n{err}"
+    );
+    let windows = common::text_window_bytes(&server);
+    assert!(windows > 0);
+    assert!(f + a >= windows, "postgres: {} of {windows} bytes huge: {err}", f + a);
+    assert!(err.contains("pg_ctl has no text of its own to remap"), "{err}");
 }
 
 /// A program with text but no whole window (Debian's python3.11: 2.7 MiB)

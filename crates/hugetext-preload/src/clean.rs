@@ -172,11 +172,12 @@ fn block_of_stat(l: &[u8]) -> Option<(usize, usize)> {
 }
 
 /// Rewrite the initial environment block: the strings `environ` still
-/// names in it (and the loader's copy of `GLIBC_TUNABLES`, as the program
-/// sees it), moved together in their order, `environ` pointed at them,
-/// NULs after. Left as it is when the entries are not in increasing order
-/// of address (something rearranged them: moving could overwrite one).
-fn compact() {
+/// names in it (and, with `tunables_back`, the loader's copy of
+/// `GLIBC_TUNABLES`, as the program sees it), moved together in their
+/// order, `environ` pointed at them, NULs after. Left as it is when the
+/// entries are not in increasing order of address (something rearranged
+/// them: moving could overwrite one).
+fn compact(tunables_back: bool) {
     let Some((start, end)) = env_block() else { return };
     // SAFETY: single-threaded start-up. The block is the process's own
     // stack memory (writable); entries inside it are the kernel-copied
@@ -211,7 +212,7 @@ fn compact() {
                 core::ptr::copy(a as *const u8, w as *mut u8, n);
                 *p = w as *mut c_char;
                 w += n;
-            } else if cstr(*p).starts_with(b"GLIBC_TUNABLES=") {
+            } else if tunables_back && cstr(*p).starts_with(b"GLIBC_TUNABLES=") {
                 // The loader's copy (glibc before 2.40 points the entry at
                 // it): its bytes go where the original was, if they fit
                 // before the next string still to move; the entry keeps
@@ -304,7 +305,7 @@ pub fn clean_later() {
     if save() {
         remove_settings();
         if single_threaded() {
-            compact();
+            compact(true);
         }
     }
 }
@@ -319,12 +320,101 @@ pub fn clean() {
         return;
     }
     remove_settings();
-    compact();
+    compact(true);
+}
+
+/// Is the environment entry `s` one `run` set or changed for the preload:
+/// a setting, a loader list naming libhugetext.so, or `GLIBC_TUNABLES`
+/// when `run` changed it (`tunables`: `HUGETEXT_TUNABLES` is set)? Pure.
+fn ours(s: &[u8], tunables: bool) -> bool {
+    use hugetext_abi::env::{is_hugetext_preload, preload_entries};
+    let loader = |name: &[u8]| {
+        s.strip_prefix(name)
+            .and_then(|r| r.strip_prefix(b"="))
+            .is_some_and(|v| preload_entries(v).any(is_hugetext_preload))
+    };
+    s.starts_with(PREFIX)
+        || loader(b"LD_PRELOAD")
+        || loader(b"LD_AUDIT")
+        || (tunables && s.starts_with(b"GLIBC_TUNABLES="))
+}
+
+/// A launcher being followed keeps the preload's variables in `environ`
+/// (the processes it starts inherit them), but `/proc/PID/environ` of a
+/// process that lives as long as its server (`mysqld_safe`, a shell
+/// waiting for its child) shows them no more: they are copied to memory
+/// of their own, `environ` pointed at the copies, and the initial block
+/// rewritten without them. Runs at single-threaded start-up.
+pub fn hide() {
+    // SAFETY: single-threaded start-up; `environ` is the NULL-terminated
+    // array libc maintains.
+    let env = unsafe { environ };
+    if env.is_null() {
+        return;
+    }
+    let tunables = crate::config::slot(hugetext_abi::settings::TUNABLES).is_some();
+    let mut bytes = 0usize;
+    let mut p = env;
+    // SAFETY: walking the array up to its NULL terminator.
+    unsafe {
+        while !(*p).is_null() {
+            let s = cstr(*p);
+            if ours(s, tunables) {
+                bytes += s.len() + 1;
+            }
+            p = p.add(1);
+        }
+    }
+    if bytes == 0 {
+        return;
+    }
+    let mem = sys::mmap(
+        bytes,
+        libc::PROT_READ | libc::PROT_WRITE,
+        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+        -1,
+        0,
+    );
+    if mem < 0 {
+        return;
+    }
+    let mut w = mem as usize;
+    let mut p = env;
+    // SAFETY: a fresh mapping of `bytes` bytes, filled with the NUL-
+    // terminated entries counted above (the environment did not change
+    // in between), never unmapped: the environment refers to it until
+    // exec.
+    unsafe {
+        while !(*p).is_null() {
+            let s = cstr(*p);
+            if ours(s, tunables) {
+                core::ptr::copy_nonoverlapping(s.as_ptr(), w as *mut u8, s.len());
+                *((w + s.len()) as *mut u8) = 0;
+                *p = w as *mut c_char;
+                w += s.len() + 1;
+            }
+            p = p.add(1);
+        }
+    }
+    compact(false);
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn what_run_put_in_the_environment_is_ours() {
+        assert!(ours(b"HUGETEXT_VIA=1:1:0:sh", false));
+        assert!(ours(b"LD_PRELOAD=/opt/ht/libhugetext.so libm.so.6", false));
+        assert!(ours(b"LD_AUDIT=/opt/ht/libhugetext.so", false));
+        assert!(ours(b"GLIBC_TUNABLES=glibc.rtld.optional_static_tls=33280", true));
+        assert!(!ours(b"GLIBC_TUNABLES=glibc.malloc.arena_max=2", false));
+        assert!(!ours(b"LD_PRELOAD=libm.so.6", false));
+        assert!(!ours(b"LD_PRELOAD=/x/libhugetextual.so", false));
+        assert!(!ours(b"PATH=/usr/bin", true));
+        assert!(!ours(b"MY_HUGETEXT_NOTE=1", true));
+    }
 
     #[test]
     fn env_block_fields_of_stat() {

@@ -102,6 +102,9 @@ extern "C" fn at_load(argc: c_int, argv: *const *const c_char, _envp: *const *co
             // looks like a launcher).
             via::Start::Wrapper => {
                 WRAPPER.store(true, Ordering::Relaxed);
+                // Its processes inherit the variables; its
+                // /proc/PID/environ shows none of them.
+                clean::hide();
                 return;
             }
         }
