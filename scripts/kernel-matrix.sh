@@ -49,9 +49,13 @@
 #                reported, a failed test is never retried
 #   --count      count guest instructions (TCG only): load the plugin
 #                tests/vm/count/qcount.c into qemu, put its guest helper
-#                target/vm/marker on the guest disk, run the counter's
+#                target/vm/marker (and the readahead probe target/vm/rahead)
+#                on the guest disk, run the counter's
 #                self-check in each guest (a cell whose self-check fails
 #                fails), and add the counts to the cell's JSON ("counts")
+#                (QCOUNT_WATCH=0xADDR,... and QCOUNT_IRQ=0xADDR,... in the
+#                environment: functions to count, interrupt entries whose
+#                handlers to count apart; tests/vm/README.md)
 #
 # One run boots the cells of one machine: x86-64 cells and aarch64 cells go
 # in separate runs (each builds its own test binaries, fixtures and guest).
@@ -271,6 +275,8 @@ if [ $count = 1 ]; then
     die "cannot build the instruction counter's plugin (gcc)"
   "${cross:-}gcc" -O2 -Wall -static -o "$payload$repo/target/vm/marker" tests/vm/count/marker.c ||
     die "cannot build the instruction counter's guest helper (${cross:-}gcc -static)"
+  "${cross:-}gcc" -O2 -Wall -static -pthread -o "$payload$repo/target/vm/rahead" tests/vm/count/rahead.c ||
+    die "cannot build the instruction counter's readahead probe (${cross:-}gcc -static)"
 fi
 # Crate manifests: CARGO_MANIFEST_DIR must exist for canonicalize().
 for c in crates/*/; do mkdir -p "$payload$repo/$c"; cp "$c/Cargo.toml" "$payload$repo/$c/"; done
@@ -525,7 +531,12 @@ EOF
   res=$results/$series-$fs.json
   counts=$vm/logs/$series-$fs.counts
   plugin=()
-  [ $count = 0 ] || plugin=(-plugin "$vm/count/qcount.so" -d plugin -D "$counts")
+  # QCOUNT_WATCH=0xADDR,...: the plugin also counts how often those
+  # instructions ran in each interval; QCOUNT_IRQ=0xADDR,...: the interrupt
+  # entries whose handlers it counts apart (tests/vm/count/qcount.c; boot
+  # with --append nokaslr, so that the kernel's System.map holds).
+  qargs=${QCOUNT_WATCH:+,watch=${QCOUNT_WATCH//,/,watch=}}${QCOUNT_IRQ:+,irq=${QCOUNT_IRQ//,/,irq=}}
+  [ $count = 0 ] || plugin=(-plugin "$vm/count/qcount.so$qargs" -d plugin -D "$counts")
   for attempt in 1 2; do
     say "booting $cell ($kname), log: ${log#"$repo"/}"
     t0=$(date +%s)

@@ -12,6 +12,11 @@ JSON, with the counter's self-check.
   counts.py mprotect RESULT.json...
         a markdown table of the mprotect cases' kernel instructions per call,
         one column pair per cell
+  counts.py readahead RESULT.json...
+        a markdown table of the readahead cases (tests/vm/count/rahead.c):
+        kernel instructions per MiB read, each repetition, one row per cell
+        and case; with the xa_lock acquisitions and contentions per MiB where
+        the guest kernel has CONFIG_LOCK_STAT
 
 The self-check (marker.c's `selftest`, run by the guest's /init whenever the
 counter is loaded): the user-space loop counts exactly its instructions
@@ -94,6 +99,110 @@ def bench_outputs(log):
     return out
 
 
+def readahead_outputs(log):
+    """The lines of the count-readahead* probes (rahead.c) in a console log:
+    one row per thread and repetition, and the lock_stat lines per
+    repetition."""
+    rows, locks = [], {}
+    with open(log, errors="replace") as f:
+        for line in f:
+            line = line.rstrip("\r\n")
+            if not line.startswith("@@OUT count-readahead"):
+                continue
+            head, _, rest = line[len("@@OUT "):].partition("|")
+            _, _, text = rest.partition("|")
+            w = text.split()
+            if not w:
+                continue
+            kv = dict(x.partition("=")[::2] for x in w[1:] if "=" in x)
+            if w[0] == "rahead":
+                row = {"probe": head, "mode": kv["mode"]}
+                for k in ("threads", "mib", "rep", "id", "calls", "inserted_pages"):
+                    row[k] = int(kv[k])
+                row["seconds"] = float(kv["seconds"])
+                rows.append(row)
+            elif w[0] == "lockstat" and len(w) >= 15:
+                # class-name: con-bounces contentions wait(min max total avg)
+                # acq-bounces acquisitions hold(min max total avg)
+                name = w[2].rstrip(":")
+                f2 = w[3:]
+                locks.setdefault((head, kv["rep"]), []).append(
+                    {"class": name, "contentions": int(f2[1]), "acquisitions": int(f2[7])})
+    return rows, locks
+
+
+def readahead(counts, rows, locks):
+    """Kernel instructions per MiB of each readahead case: every 2 MiB call
+    counted, summed over the calls of each thread (kernel_sum), and the
+    median call; with the xa_lock class of most acquisitions (the file's
+    i_pages) where lock_stat was there."""
+    out = []
+    for r in rows:
+        k = counts["ids"].get(str(r["id"]))
+        part = r["mib"] / r["threads"]
+        row = dict(r)
+        if k is not None:
+            row.update({"intervals": k["intervals"], "migrated": k["migrated"],
+                        "kernel_sum": k["kernel_sum"], "kernel_median_call": k["kernel_median"],
+                        "kernel_per_mib": round(k["kernel_sum"] / part),
+                        "kernel_per_mib_median_call": round(k["kernel_median"] * r["calls"] / part)})
+            if "kernel_irq_sum" in k:
+                row["kernel_irq_sum"] = k["kernel_irq_sum"]
+                row["kernel_own_per_mib"] = round((k["kernel_sum"] - k["kernel_irq_sum"]) / part)
+            for w in range(4):
+                if f"watch{w}_sum" in k:
+                    row[f"watch{w}_sum"] = k[f"watch{w}_sum"]
+        ls = locks.get((r["probe"], str(r["rep"])))
+        if ls:
+            top = max(ls, key=lambda c: c["acquisitions"])
+            row["xa_lock"] = {"class": top["class"], "acquisitions": top["acquisitions"],
+                              "contentions": top["contentions"],
+                              "acquisitions_per_mib": round(top["acquisitions"] / r["mib"], 1),
+                              "contentions_per_mib": round(top["contentions"] / r["mib"], 2),
+                              "classes": ls}
+        out.append(row)
+    return out
+
+
+def readahead_table(results):
+    """watch0 and watch1, where the run had them, are _raw_spin_lock_irq()'s
+    and queued_spin_lock_slowpath()'s entries (QCOUNT_WATCH, in that order:
+    tests/vm/README.md)."""
+    print("| cell | case | repetition | pages inserted | kernel instructions per MiB, "
+          "interrupts apart | with the interrupts that landed in the calls | `_raw_spin_lock_irq()` per MiB "
+          "| spin-lock slow paths per MiB | xa_lock acquisitions per MiB (lock_stat) | contentions per MiB (lock_stat) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    n = 0
+    for r in results:
+        with open(r) as f:
+            d = json.load(f)
+        cell = d.get("kernel_pkg") or d.get("cell")
+        for row in d.get("counts", {}).get("readahead", []):
+            if row["threads"] > 1 and row["id"] % 2:
+                continue  # the second thread: its sum is in the first's row below
+            same = [x for x in d["counts"]["readahead"] if x["probe"] == row["probe"] and x["rep"] == row["rep"]]
+            if any("kernel_sum" not in x for x in same):
+                continue
+            total = sum(x["kernel_sum"] for x in same)
+            own = (f"{round(sum(x['kernel_sum'] - x['kernel_irq_sum'] for x in same) / row['mib']):,}"
+                   if all("kernel_irq_sum" in x for x in same) else "–")
+            w = ["–", "–"]
+            for i in (0, 1):
+                if all(f"watch{i}_sum" in x for x in same):
+                    w[i] = f"{sum(x[f'watch{i}_sum'] for x in same) / row['mib']:.1f}"
+            case = f"{row['threads']} thread{'s' if row['threads'] > 1 else ''}" + (
+                "" if row["threads"] == 1 else (", halves of one file" if row["mode"] == "halves" else ", a file each"))
+            lk = row.get("xa_lock")
+            print(f"| {cell} | {case} | {row['rep']} | {row['inserted_pages']:,} | {own} | {round(total / row['mib']):,} "
+                  f"| {w[0]} | {w[1]} | {lk['acquisitions_per_mib'] if lk else '–'} "
+                  f"| {lk['contentions_per_mib'] if lk else '–'} |")
+            n += 1
+    if not n:
+        print("no cell has readahead counts", file=sys.stderr)
+        return 1
+    return 0
+
+
 def per_call(counts, bench):
     """Instructions per mprotect() call of each range case: the median over
     its calls (a timer interrupt or preemption lands in few of them)."""
@@ -146,6 +255,9 @@ def main(argv):
         for name, bench in bench_outputs(console).items():
             if bench is not None:
                 counts[name.replace("count-", "", 1)] = per_call(counts, bench)
+        rows, locks = readahead_outputs(console)
+        if rows:
+            counts["readahead"] = readahead(counts, rows, locks)
         with open(res) as f:
             doc = json.load(f)
         doc["counts"] = counts
@@ -163,6 +275,8 @@ def main(argv):
         return 0
     if len(argv) >= 3 and argv[1] == "mprotect":
         return mprotect_table(argv[2:])
+    if len(argv) >= 3 and argv[1] == "readahead":
+        return readahead_table(argv[2:])
     print(__doc__, file=sys.stderr)
     return 2
 

@@ -28,6 +28,19 @@
  * median is the operation's own cost). Then one line per vCPU with its
  * totals.
  *
+ * Watched addresses (plugin arguments watch=0xADDR, up to 4; the kernel
+ * booted with nokaslr so that its System.map holds): how many times the
+ * instruction at each address ran inside each id's intervals (watchN_sum),
+ * e.g. a lock function's entry (its acquisitions) and the lock's slow path
+ * (its contentions).
+ *
+ * Interrupt handlers apart (x86-64; plugin arguments irq=0xADDR, up to 8:
+ * the interrupt entry points, e.g. asm_common_interrupt and
+ * asm_sysvec_apic_timer_interrupt): from an entry to its iretq, the
+ * instructions are counted as interrupt work too (kernel_irq_sum), so that
+ * the kernel count of an interval less its interrupts' (a timer tick, an I/O
+ * completion that lands in it) is the operation's own, whatever the timing.
+ *
  * No header for the plugin API is packaged, so the few functions used are
  * declared here, as qemu 7.2's include/qemu/qemu-plugin.h declares them
  * (QEMU_PLUGIN_VERSION 1), like crates/hugetext/src/profile/plugin/itrace.c.
@@ -73,16 +86,23 @@ __attribute__((visibility("default"))) int qemu_plugin_version = 1;
 #define KEEP (1u << 16) /* intervals kept per id for the median */
 #define OP_START 1
 #define OP_STOP 2
+#define WATCH 4
+#define IRQS 8
 
 /* Per vCPU: running totals and the open interval (one per vCPU). */
 struct vcpu {
     uint64_t user, kernel;
     int open_id; /* -1: none */
     uint64_t user0, kernel0;
+    uint64_t watch[WATCH], watch0[WATCH];
+    uint64_t kernel_irq, kernel_irq0;
+    int depth; /* interrupt entries not yet returned from */
 };
 /* Per id. */
 struct idstat {
     uint64_t n, migrated, unopened, sum_user, sum_kernel;
+    uint64_t watch_sum[WATCH];
+    uint64_t sum_kernel_irq;
     uint32_t kept;
     uint64_t *user, *kernel; /* the first KEEP intervals */
 };
@@ -95,6 +115,11 @@ static struct vcpu vcpus[MAX_VCPUS];
 static struct idstat *ids;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static int arm64;
+static uint64_t watch_addr[WATCH];
+static int nwatch;
+static int watch_index[WATCH] = {0, 1, 2, 3};
+static uint64_t irq_addr[IRQS];
+static int nirq;
 
 static inline bool is_kernel(uint64_t vaddr) { return vaddr >> 63; }
 
@@ -123,6 +148,20 @@ static int decode(const struct qemu_plugin_insn *insn, int *id) {
 static void add(struct vcpu *v, const struct seg *s) {
     v->user += s->user;
     v->kernel += s->kernel;
+    if (v->depth > 0)
+        v->kernel_irq += s->kernel;
+}
+
+static void on_irq_entry(unsigned int cpu, void *udata) {
+    (void)udata;
+    if (cpu < MAX_VCPUS && vcpus[cpu].depth < 64)
+        vcpus[cpu].depth++;
+}
+
+static void on_iret(unsigned int cpu, void *udata) {
+    (void)udata;
+    if (cpu < MAX_VCPUS && vcpus[cpu].depth > 0)
+        vcpus[cpu].depth--;
 }
 
 static void on_tb(unsigned int cpu, void *udata) {
@@ -156,6 +195,8 @@ static void on_marker(unsigned int cpu, void *udata) {
         v->open_id = m->id;
         v->user0 = v->user;
         v->kernel0 = v->kernel;
+        memcpy(v->watch0, v->watch, sizeof v->watch);
+        v->kernel_irq0 = v->kernel_irq;
     } else if (m->op == OP_STOP) {
         struct idstat *s = &ids[m->id];
         if (v->open_id == m->id) {
@@ -164,6 +205,9 @@ static void on_marker(unsigned int cpu, void *udata) {
             s->sum_user += u;
             s->sum_kernel += k;
             keep(s, u, k);
+            for (int w = 0; w < nwatch; w++)
+                s->watch_sum[w] += v->watch[w] - v->watch0[w];
+            s->sum_kernel_irq += v->kernel_irq - v->kernel_irq0;
             v->open_id = -1;
         } else {
             /* Opened on another vCPU (migrated) or never. */
@@ -182,6 +226,11 @@ static void on_marker(unsigned int cpu, void *udata) {
     }
     pthread_mutex_unlock(&lock);
     add(v, &m->after);
+}
+
+static void on_watch(unsigned int cpu, void *udata) {
+    if (cpu < MAX_VCPUS)
+        vcpus[cpu].watch[*(int *)udata]++;
 }
 
 static void on_translate(qemu_plugin_id_t id, struct qemu_plugin_tb *tb) {
@@ -204,7 +253,19 @@ static void on_translate(qemu_plugin_id_t id, struct qemu_plugin_tb *tb) {
             cur = &m->after;
             continue;
         }
-        if (is_kernel(qemu_plugin_insn_vaddr(insn)))
+        uint64_t va = qemu_plugin_insn_vaddr(insn);
+        for (int q = 0; q < nirq; q++)
+            if (va == irq_addr[q])
+                qemu_plugin_register_vcpu_insn_exec_cb(insn, on_irq_entry, QEMU_PLUGIN_CB_NO_REGS, NULL);
+        if (nirq && !arm64 && qemu_plugin_insn_size(insn) == 2) {
+            const uint8_t *b = qemu_plugin_insn_data(insn);
+            if (b[0] == 0x48 && b[1] == 0xcf) /* iretq */
+                qemu_plugin_register_vcpu_insn_exec_cb(insn, on_iret, QEMU_PLUGIN_CB_NO_REGS, NULL);
+        }
+        for (int w = 0; w < nwatch; w++)
+            if (va == watch_addr[w])
+                qemu_plugin_register_vcpu_insn_exec_cb(insn, on_watch, QEMU_PLUGIN_CB_NO_REGS, &watch_index[w]);
+        if (is_kernel(va))
             cur->kernel++;
         else
             cur->user++;
@@ -241,6 +302,18 @@ static void on_exit_cb(qemu_plugin_id_t id, void *udata) {
                  " user_sum=%" PRIu64 " kernel_sum=%" PRIu64 " user_min=%" PRIu64 " user_median=%" PRIu64
                  " kernel_min=%" PRIu64 " kernel_median=%" PRIu64 "\n",
                  i, s->n, s->migrated, s->unopened, s->sum_user, s->sum_kernel, minu, mu, mink, mk);
+        if (nirq) {
+            size_t l = strlen(line);
+            snprintf(line + l - 1, sizeof line - l + 1, " kernel_irq_sum=%" PRIu64 "\n", s->sum_kernel_irq);
+        }
+        for (int w = 0; w < nwatch; w++) {
+            size_t l = strlen(line);
+            snprintf(line + l - 1, sizeof line - l + 1, " watch%d_sum=%" PRIu64 "\n", w, s->watch_sum[w]);
+        }
+        qemu_plugin_outs(line);
+    }
+    for (int w = 0; w < nwatch; w++) {
+        snprintf(line, sizeof line, "qcount watch=%d addr=%" PRIu64 "\n", w, watch_addr[w]);
         qemu_plugin_outs(line);
     }
     for (int c = 0; c < MAX_VCPUS; c++) {
@@ -256,8 +329,17 @@ static void on_exit_cb(qemu_plugin_id_t id, void *udata) {
 
 __attribute__((visibility("default"))) int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_t *info,
                                                                int argc, char **argv) {
-    (void)argc;
-    (void)argv;
+    for (int i = 0; i < argc; i++) {
+        char *end;
+        if (strncmp(argv[i], "watch=", 6) == 0 && nwatch < WATCH)
+            watch_addr[nwatch++] = strtoull(argv[i] + 6, &end, 0);
+        else if (strncmp(argv[i], "irq=", 4) == 0 && nirq < IRQS)
+            irq_addr[nirq++] = strtoull(argv[i] + 4, &end, 0);
+        else
+            return -1;
+        if (*end)
+            return -1;
+    }
     if (!info->system_emulation)
         return -1;
     if (strcmp(info->target_name, "aarch64") == 0)
