@@ -1694,6 +1694,29 @@ fn ten_shell_hops_do_not_use_the_budget() {
     reaches_through_wrappers(&next, &pie, &chain);
 }
 
+/// What a launcher's start costs is mostly the dynamic loader's work for the
+/// preload and the auditor (its own namespace, with its own libc): each
+/// object they need is mapped twice at every hop of a chain. The library
+/// needs nothing but the C library and the loader: no libgcc_s.so.1 (the
+/// unwinder is linked in).
+#[test]
+fn the_preload_and_auditor_load_nothing_but_the_c_library() {
+    let out = common::hugetext(&["run", "--", "/bin/cat", "/proc/self/maps"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let maps = String::from_utf8_lossy(&out.stdout);
+    let text_of = |name: &str| {
+        maps.lines()
+            .filter(|l| l.contains("r-xp") && l.rsplit('/').next().is_some_and(|f| f.starts_with(name)))
+            .count()
+    };
+    // The preload and the auditor are both there (the test means
+    // something), the auditor with its own libc...
+    assert_eq!(text_of("libhugetext.so"), 2, "{maps}");
+    assert_eq!(text_of("libc.so.6"), 2, "{maps}");
+    // ... and neither brought an object cat does not need itself.
+    assert_eq!(text_of("libgcc_s"), 0, "{maps}");
+}
+
 /// A version manager's shim (pyenv's `python3`): `#!/usr/bin/env bash`,
 /// running its own bash helper, which execs the program.
 #[test]
