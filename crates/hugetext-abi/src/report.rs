@@ -110,6 +110,9 @@ record! {
     /// Of `ns_copy`: naming the copied code in the perf map (the ELF
     /// file's symbols read, the lines written), ns.
     ns_perf_map,
+    /// `ns_copy_fill` as CPU time of the filling thread (user and system:
+    /// faults, zeroing, reads; not the time it waited for a CPU), ns.
+    ns_copy_fill_cpu,
 }
 
 /// Whether the value of `HUGETEXT_REPORT` asks for the record.

@@ -62,9 +62,10 @@ impl Pass<'_> {
         } else {
             full(k)
         };
-        let t_fill = sys::now_ns();
+        let (t_fill, c_fill) = (sys::now_ns(), sys::thread_cpu_ns());
         self.fill(fd, off, dst, new, len);
         self.t.ns_copy_fill += sys::now_ns().saturating_sub(t_fill);
+        self.t.ns_copy_fill_cpu += sys::thread_cpu_ns().saturating_sub(c_fill);
         let mut hm = match self.scan.pfn_windows(new, k) {
             // Both proofs, where PFNs show (each is exact alone).
             Some(m) => m & touched,

@@ -186,6 +186,8 @@ struct Totals {
     /// Of the `copy` route's time: filling the copies (page-cache folios
     /// or `pread`, page faults and zeroing included), ns.
     ns_copy_fill: u64,
+    /// [`Totals::ns_copy_fill`] as the thread's CPU time, ns.
+    ns_copy_fill_cpu: u64,
     /// Of the `copy` route's time: naming the copied code in the perf map
     /// (mapping the ELF file, reading its symbols, writing the lines), ns.
     ns_perf_map: u64,
