@@ -970,6 +970,10 @@ fn startup_measures_plain_warm_and_each_route_with_its_breakdown() {
         // The floor is measured at every start that copied, for its bytes,
         // and the fill's CPU time is in the preload's record.
         assert!(r["pass"]["ns_copy_fill_cpu"].as_u64().unwrap() > 0, "{r}");
+        // The huge pages' zeroing is timed apart from the fill, in the
+        // preload and in the floor.
+        assert!(r["pass"]["ns_copy_zero_cpu"].as_u64().unwrap() > 0, "{r}");
+        assert!(num(&r["floor"]["zero_cpu_ms_per_mib"]) > 0.0, "{r}");
         let f = &r["floor"];
         assert!(f["bytes"].as_u64().unwrap() >= 16 << 20, "{r}");
         assert!(num(&f["cpu_ms_per_mib"]) > 0.0 && num(&f["ms_per_mib"]) > 0.0, "{r}");

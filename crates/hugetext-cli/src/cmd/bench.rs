@@ -1075,8 +1075,13 @@ fn print_startup(r: &ab::startup::Report) {
             (d.fill_cpu_ms_per_mib, d.floor_cpu_ms_per_mib, &d.fill_over_floor_cpu)
         {
             println!(
-                "{}: copy fill {fill:.3} ms/MiB of CPU, floor {floor:.3} (measured after each start): {:.2}× [{:.2}, {:.2}] the floor",
-                v.name, x.median, x.ci95[0], x.ci95[1]
+                "{}: copy fill {fill:.3} ms/MiB of CPU, memcpy floor {floor:.3} (measured after each start): {:.2}× [{:.2}, {:.2}] the floor; zeroing the huge pages {} ms/MiB of CPU (floor's: {})",
+                v.name,
+                x.median,
+                x.ci95[0],
+                x.ci95[1],
+                d.zero_cpu_ms_per_mib.map_or("–".into(), |z| format!("{z:.3}")),
+                d.floor_zero_cpu_ms_per_mib.map_or("–".into(), |z| format!("{z:.3}")),
             );
         }
     }

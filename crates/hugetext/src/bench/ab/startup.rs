@@ -91,14 +91,20 @@ pub struct Start {
 /// One measure of the memory-copy floor: `memcpy` of `bytes` from a buffer
 /// already in memory into fresh, 2 MiB-aligned `MADV_HUGEPAGE` anonymous
 /// memory (what the copy route fills: the huge pages' faults and zeroing
-/// belong to any copy into them), ms per MiB.
+/// belong to any copy into them), ms per MiB; in two steps, as the preload
+/// does: the huge pages faulted in (`MADV_POPULATE_WRITE`: allocated and
+/// zeroed), then the `memcpy`.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct FloorRun {
     pub bytes: u64,
-    /// Wall time.
+    /// Wall time, both steps.
     pub ms_per_mib: f64,
-    /// CPU time of the copying thread (user + system).
+    /// CPU time of the copying thread (user + system), both steps.
     pub cpu_ms_per_mib: f64,
+    /// Of it, the fault and zeroing...
+    pub zero_cpu_ms_per_mib: f64,
+    /// ... and the `memcpy` into the faulted pages.
+    pub copy_cpu_ms_per_mib: f64,
 }
 
 /// The preload's own record of its passes (`hugetext-report:` lines of
@@ -137,6 +143,10 @@ pub struct PassTimes {
     pub ns_perf_map: u64,
     /// The fill as the filling thread's CPU time, ns.
     pub ns_copy_fill_cpu: u64,
+    /// Allocating and zeroing the copies' huge pages before the fill, ns,
+    /// and as CPU time.
+    pub ns_copy_zero: u64,
+    pub ns_copy_zero_cpu: u64,
     /// The passes, whole, ns.
     pub ns: u64,
 }
@@ -170,6 +180,8 @@ impl PassTimes {
                 (&mut t.ns_copy_fill, "ns_copy_fill"),
                 (&mut t.ns_perf_map, "ns_perf_map"),
                 (&mut t.ns_copy_fill_cpu, "ns_copy_fill_cpu"),
+                (&mut t.ns_copy_zero, "ns_copy_zero"),
+                (&mut t.ns_copy_zero_cpu, "ns_copy_zero_cpu"),
                 (&mut t.ns, "ns"),
             ] {
                 *f += get(k);
@@ -243,14 +255,23 @@ pub struct Breakdown {
     /// The fill alone per MiB, ms, and over the floor.
     pub fill_ms_per_mib: Option<f64>,
     pub fill_over_floor: Option<f64>,
-    /// The fill per MiB in CPU time of the filling thread, ms (median).
+    /// The fill per MiB in CPU time of the filling thread, ms (median):
+    /// reading the page cache into huge pages already faulted in.
     pub fill_cpu_ms_per_mib: Option<f64>,
-    /// The floor per MiB in CPU time, measured after each start (median).
+    /// The floor's `memcpy` into faulted huge pages per MiB in CPU time,
+    /// measured after each start (median).
     pub floor_cpu_ms_per_mib: Option<f64>,
-    /// The fill over the floor in CPU time, paired start by start (each
-    /// start's fill over the floor measured right after it), with its 95%
-    /// interval: the ratio the 1.2× target is about.
+    /// The fill over the floor's `memcpy` in CPU time, paired start by
+    /// start (each start's fill over the floor measured right after it),
+    /// with its 95% interval: the part of the copy hugetext chooses how to
+    /// do, against the least it can cost.
     pub fill_over_floor_cpu: Option<PairedRatio>,
+    /// Allocating and zeroing the copies' huge pages per MiB, CPU time
+    /// (median), and the same in the floor (what any new huge page costs
+    /// here; on a VM it varies with whether the host still backs the
+    /// memory).
+    pub zero_cpu_ms_per_mib: Option<f64>,
+    pub floor_zero_cpu_ms_per_mib: Option<f64>,
 }
 
 /// The machine's memory-copy floor: `memcpy` of a given size, ms per MiB.
@@ -540,16 +561,27 @@ pub fn floor_once(bytes: u64) -> Option<FloorRun> {
     // SAFETY: `aligned..aligned+len` lies inside the mapping.
     unsafe { libc::madvise(aligned as *mut libc::c_void, len, libc::MADV_HUGEPAGE) };
     let (t, c) = (Instant::now(), thread_cpu_s());
+    // SAFETY: advice on our own mapping; contents are zero either way.
+    unsafe {
+        libc::madvise(
+            aligned as *mut libc::c_void,
+            len,
+            hugetext_abi::madv::MADV_POPULATE_WRITE,
+        )
+    };
+    let c_zero = thread_cpu_s();
     // SAFETY: `n` bytes from `src`, into our fresh mapping.
     unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), aligned as *mut u8, n) };
-    let (wall, cpu) = (t.elapsed().as_secs_f64(), thread_cpu_s() - c);
+    let (wall, c_end) = (t.elapsed().as_secs_f64(), thread_cpu_s());
     // SAFETY: our own mapping.
     unsafe { libc::munmap(p, len + unit) };
     let mib = n as f64 / (1u64 << 20) as f64;
     Some(FloorRun {
         bytes: n as u64,
         ms_per_mib: wall * 1e3 / mib,
-        cpu_ms_per_mib: cpu * 1e3 / mib,
+        cpu_ms_per_mib: (c_end - c) * 1e3 / mib,
+        zero_cpu_ms_per_mib: (c_zero - c) * 1e3 / mib,
+        copy_cpu_ms_per_mib: (c_end - c_zero) * 1e3 / mib,
     })
 }
 
@@ -701,7 +733,7 @@ pub fn run(opts: &Options, progress: &dyn Progress) -> Result<Report> {
                     let (p, f) = (s.pass.as_ref()?, s.floor?);
                     (p.copy > 0 && p.ns_copy_fill_cpu > 0).then(|| {
                         let mib = p.copy as f64 / (1u64 << 20) as f64;
-                        (f.cpu_ms_per_mib, p.ns_copy_fill_cpu as f64 / 1e6 / mib)
+                        (f.copy_cpu_ms_per_mib, p.ns_copy_fill_cpu as f64 / 1e6 / mib)
                     })
                 })
                 .unzip();
@@ -730,6 +762,11 @@ pub fn run(opts: &Options, progress: &dyn Progress) -> Result<Report> {
                 floor_cpu_ms_per_mib: (!floor_cpu.is_empty()).then(|| stats::median(&floor_cpu)),
                 fill_over_floor_cpu: (!fill_cpu.is_empty())
                     .then(|| stats::paired_ratio(&floor_cpu, &fill_cpu, opts.seed, true)),
+                zero_cpu_ms_per_mib: (copy_mib > 0.0).then(|| ms(|p| p.ns_copy_zero_cpu) / copy_mib),
+                floor_zero_cpu_ms_per_mib: {
+                    let z = med(starts.iter().filter_map(|s| s.floor.map(|f| f.zero_cpu_ms_per_mib)));
+                    (z > 0.0).then_some(z)
+                },
             })
         });
         variants.push(Variant {
