@@ -13,6 +13,9 @@ pub const MADV_HUGEPAGE: i32 = 14;
 pub const MADV_NOHUGEPAGE: i32 = 15;
 /// Fault the range in for reading (Linux 5.14).
 pub const MADV_POPULATE_READ: i32 = 22;
+/// Fault the range in for writing (Linux 5.14): private anonymous memory is
+/// allocated and zeroed.
+pub const MADV_POPULATE_WRITE: i32 = 23;
 /// Collapse the range into THPs now (Linux 6.1; file text needs
 /// `CONFIG_READ_ONLY_THP_FOR_FS`).
 pub const MADV_COLLAPSE: i32 = 25;
@@ -45,6 +48,7 @@ pub fn madvise_call_name(advice: i32) -> &'static str {
         MADV_NOHUGEPAGE => "madvise(MADV_NOHUGEPAGE)",
         MADV_DONTNEED => "madvise(MADV_DONTNEED)",
         MADV_POPULATE_READ => "madvise(MADV_POPULATE_READ)",
+        MADV_POPULATE_WRITE => "madvise(MADV_POPULATE_WRITE)",
         MADV_COLLAPSE => "madvise(MADV_COLLAPSE)",
         _ => "madvise",
     }

@@ -105,11 +105,21 @@ record! {
     /// hot-window list, the verifier, working memory and `ns_maps`.
     ns_setup,
     /// Of `ns_copy`: filling the copies (from page-cache folios or with
-    /// `pread`; page faults and zeroing included), ns.
+    /// `pread`), ns; the huge pages' allocation and zeroing before it are
+    /// `ns_copy_zero` (where `MADV_POPULATE_WRITE` works; else the fill's
+    /// own writes fault them in and they count here).
     ns_copy_fill,
     /// Of `ns_copy`: naming the copied code in the perf map (the ELF
     /// file's symbols read, the lines written), ns.
     ns_perf_map,
+    /// `ns_copy_fill` as CPU time of the filling thread (user and system:
+    /// faults, zeroing, reads; not the time it waited for a CPU), ns.
+    ns_copy_fill_cpu,
+    /// Of `ns_copy`: allocating and zeroing the copies' huge pages
+    /// (`MADV_POPULATE_WRITE`, before the fill), ns...
+    ns_copy_zero,
+    /// ... and as the thread's CPU time, ns.
+    ns_copy_zero_cpu,
 }
 
 /// Whether the value of `HUGETEXT_REPORT` asks for the record.

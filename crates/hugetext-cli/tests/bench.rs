@@ -967,6 +967,29 @@ fn startup_measures_plain_warm_and_each_route_with_its_breakdown() {
     assert!(floor["bytes"].as_u64().unwrap() >= 16 << 20, "{floor}");
     for r in copy["runs"].as_array().unwrap() {
         assert!(r["pass"]["passes"].as_u64().unwrap() >= 1, "{r}");
+        // The floor is measured at every start that copied, for its bytes,
+        // and the fill's CPU time is in the preload's record.
+        assert!(r["pass"]["ns_copy_fill_cpu"].as_u64().unwrap() > 0, "{r}");
+        // The huge pages' zeroing is timed apart from the fill, in the
+        // preload and in the floor.
+        assert!(r["pass"]["ns_copy_zero_cpu"].as_u64().unwrap() > 0, "{r}");
+        assert!(num(&r["floor"]["zero_cpu_ms_per_mib"]) > 0.0, "{r}");
+        let f = &r["floor"];
+        assert!(f["bytes"].as_u64().unwrap() >= 16 << 20, "{r}");
+        assert!(num(&f["cpu_ms_per_mib"]) > 0.0 && num(&f["ms_per_mib"]) > 0.0, "{r}");
+    }
+    // The fill against the floor in CPU time, paired start by start.
+    let x = &b["fill_over_floor_cpu"];
+    let (m, ci) = (num(&x["median"]), x["ci95"].as_array().unwrap());
+    assert!(m > 0.0 && num(&ci[0]) <= m && m <= num(&ci[1]), "{b}");
+    assert_eq!(x["runs"].as_array().unwrap().len(), 2, "{b}");
+    assert!(
+        num(&b["fill_cpu_ms_per_mib"]) > 0.0 && num(&b["floor_cpu_ms_per_mib"]) > 0.0,
+        "{b}"
+    );
+    // Plain starts copy nothing: no floor measured for them.
+    for r in by("plain")["runs"].as_array().unwrap() {
+        assert!(r["floor"].is_null(), "{r}");
     }
 }
 

@@ -1694,6 +1694,63 @@ fn ten_shell_hops_do_not_use_the_budget() {
     reaches_through_wrappers(&next, &pie, &chain);
 }
 
+/// What a launcher's start costs is mostly the dynamic loader's work for the
+/// preload and the auditor (its own namespace, with its own libc): each
+/// object they need is mapped twice at every hop of a chain. The library
+/// needs nothing but the C library and the loader: no libgcc_s.so.1 (the
+/// unwinder is linked in).
+#[test]
+fn the_preload_and_auditor_load_nothing_but_the_c_library() {
+    let out = common::hugetext(&["run", "--", "/bin/cat", "/proc/self/maps"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let maps = String::from_utf8_lossy(&out.stdout);
+    let text_of = |name: &str| {
+        maps.lines()
+            .filter(|l| l.contains("r-xp") && l.rsplit('/').next().is_some_and(|f| f.starts_with(name)))
+            .count()
+    };
+    // The preload and the auditor are both there (the test means
+    // something), the auditor with its own libc...
+    assert_eq!(text_of("libhugetext.so"), 2, "{maps}");
+    assert_eq!(text_of("libc.so.6"), 2, "{maps}");
+    // ... and neither brought an object cat does not need itself.
+    assert_eq!(text_of("libgcc_s"), 0, "{maps}");
+}
+
+/// A launcher's own work is what following needs and no more: without
+/// `-v` the chain's names are not looked up (no `/proc/self/exe` link read,
+/// no script opened to look for `#!`), and nothing is written anywhere.
+#[test]
+fn a_launcher_without_verbose_looks_up_no_names_and_writes_nothing() {
+    let d = common::scratch();
+    let trace = d.path().join("trace");
+    let w = script(d.path(), "w", "/bin/sh", "exec /bin/true");
+    let out = Command::new("strace")
+        .arg("-f")
+        .arg("-o")
+        .arg(&trace)
+        .args(["-e", "trace=execve,readlink,readlinkat,openat,write"])
+        .arg(common::bin())
+        .args(["run", "--"])
+        .arg(&w)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let t = std::fs::read_to_string(&trace).unwrap();
+    // From the launcher's exec on (`hugetext run` itself comes before).
+    let at = t
+        .find(&format!("execve(\"{}\"", w.display()))
+        .unwrap_or_else(|| panic!("{t}"));
+    let after = &t[at..];
+    assert!(after.contains("libhugetext.so"), "the preload was loaded: {after}");
+    assert!(!after.contains("/proc/self/exe"), "{after}");
+    assert!(!after.contains("write("), "{after}");
+    assert!(
+        !after.contains(&format!("openat(AT_FDCWD, \"{}\", O_RDONLY|O_NONBLOCK", w.display())),
+        "{after}"
+    );
+}
+
 /// A version manager's shim (pyenv's `python3`): `#!/usr/bin/env bash`,
 /// running its own bash helper, which execs the program.
 #[test]

@@ -22,6 +22,12 @@ impl<const N: usize> Out<N> {
     }
 
     pub fn flush(&mut self) {
+        if self.fd < 0 {
+            // A buffer only (fd -1: the `HUGETEXT_VIA` string, names): no
+            // system call that can only fail.
+            self.len = 0;
+            return;
+        }
         let mut done = 0;
         while done < self.len {
             let r = sys::write(self.fd, &self.buf[done..self.len]);

@@ -71,7 +71,9 @@ fn call(n: libc::c_long, a: usize, b: usize, c: usize, d: usize, e: usize, f: us
     unsafe { raw6(n as usize, a, b, c, d, e, f) }
 }
 
-pub use hugetext_abi::madv::{MADV_COLLAPSE, MADV_DONTNEED, MADV_HUGEPAGE, MADV_POPULATE_READ, POSIX_FADV_DONTNEED};
+pub use hugetext_abi::madv::{
+    MADV_COLLAPSE, MADV_DONTNEED, MADV_HUGEPAGE, MADV_POPULATE_READ, MADV_POPULATE_WRITE, POSIX_FADV_DONTNEED,
+};
 pub const PR_GET_THP_DISABLE: i32 = 42;
 pub const PR_SET_VMA: i32 = 0x5356_4d41;
 pub const PR_SET_VMA_ANON_NAME: usize = 0;
@@ -258,6 +260,10 @@ pub enum Keep {
     Hugepage,
     /// `MADV_POPULATE_READ` (fails with `EFAULT` past the end of a file).
     PopulateRead,
+    /// `MADV_POPULATE_WRITE` (Linux 5.14+): faults the range in writable
+    /// (private anonymous memory: allocated and zeroed), as a write to
+    /// every page would.
+    PopulateWrite,
     /// `MADV_COLLAPSE`: copies the pages into a huge one.
     Collapse,
 }
@@ -268,6 +274,7 @@ pub fn advise(addr: usize, len: usize, advice: Keep) -> isize {
     let advice = match advice {
         Keep::Hugepage => MADV_HUGEPAGE,
         Keep::PopulateRead => MADV_POPULATE_READ,
+        Keep::PopulateWrite => MADV_POPULATE_WRITE,
         Keep::Collapse => MADV_COLLAPSE,
     };
     // SAFETY: none of these advices changes what the range reads.
@@ -440,10 +447,21 @@ pub fn restore_signals(old: u64) {
 /// Monotonic clock in nanoseconds; 0 when the call fails (a seccomp
 /// filter): durations are then 0, never negative (use `saturating_sub`).
 pub fn now_ns() -> u64 {
+    clock_ns(libc::CLOCK_MONOTONIC)
+}
+
+/// CPU time of the calling thread in nanoseconds (user and system: page
+/// faults, zeroing and compaction included, time waiting for a CPU not);
+/// 0 when the call fails, as [`now_ns`].
+pub fn thread_cpu_ns() -> u64 {
+    clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)
+}
+
+fn clock_ns(clock: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     let r = call(
         libc::SYS_clock_gettime,
-        libc::CLOCK_MONOTONIC as usize,
+        clock as usize,
         &mut ts as *mut libc::timespec as usize,
         0,
         0,

@@ -97,8 +97,11 @@ impl Via {
     /// Record this process as the next hop in `HUGETEXT_VIA` (a new
     /// string in fresh memory, put in the variable's slot of the
     /// environment, which the processes it starts inherit). False when the
-    /// environment has no such slot (not started by `run`).
-    pub fn follow(&self, argv: &[*const c_char], kind: Kind) -> bool {
+    /// environment has no such slot (not started by `run`). The chain's
+    /// names are only said with `-v` (`named`): without it they are not
+    /// looked up (no `/proc/self/exe` link read, no script opened), so that
+    /// a launcher pays as little as it can.
+    pub fn follow(&self, argv: &[*const c_char], kind: Kind, named: bool) -> bool {
         let Some(slot) = config::slot(settings::VIA) else {
             return false;
         };
@@ -106,7 +109,9 @@ impl Via {
             return false;
         };
         let mut name = Out::<1100>::new(-1);
-        name_self(&mut name, argv);
+        if named {
+            name_self(&mut name, argv);
+        }
         let mut o = Out::<4096>::new(-1);
         o.s(settings::VIA)
             .s("=")
@@ -307,7 +312,7 @@ pub fn at_start(cfg: &config::Config, argv: &[*const c_char], late: &str, pass: 
     let (window, own) = text_facts();
     let kind = kind(window, own);
     let next = next(kind, via.hops, via.judged);
-    if next == Next::Follow && via.follow(argv, kind) {
+    if next == Next::Follow && via.follow(argv, kind, cfg.verbose) {
         if cfg.verbose {
             let mut name = Out::<1100>::new(-1);
             name_self(&mut name, argv);

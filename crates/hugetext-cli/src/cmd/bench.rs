@@ -1069,6 +1069,22 @@ fn print_startup(r: &ab::startup::Report) {
     if any {
         println!("Where `run`'s time went (medians of the preload's records):\n\n{b}\n");
     }
+    for v in &r.variants {
+        let Some(d) = &v.breakdown else { continue };
+        if let (Some(fill), Some(floor), Some(x)) =
+            (d.fill_cpu_ms_per_mib, d.floor_cpu_ms_per_mib, &d.fill_over_floor_cpu)
+        {
+            println!(
+                "{}: copy fill {fill:.3} ms/MiB of CPU, memcpy floor {floor:.3} (measured after each start): {:.2}× [{:.2}, {:.2}] the floor; zeroing the huge pages {} ms/MiB of CPU (floor's: {})",
+                v.name,
+                x.median,
+                x.ci95[0],
+                x.ci95[1],
+                d.zero_cpu_ms_per_mib.map_or("–".into(), |z| format!("{z:.3}")),
+                d.floor_zero_cpu_ms_per_mib.map_or("–".into(), |z| format!("{z:.3}")),
+            );
+        }
+    }
     if let Some(f) = &r.copy_floor {
         println!(
             "memory-copy floor ({:.0} MiB): {:.3} ms/MiB into fresh huge pages (faults and zeroing included), {:.3} ms/MiB into memory already faulted in",

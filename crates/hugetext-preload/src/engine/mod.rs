@@ -164,6 +164,12 @@ struct Totals {
     /// Of the `copy` route's time: filling the copies (page-cache folios
     /// or `pread`, page faults and zeroing included), ns.
     ns_copy_fill: u64,
+    /// [`Totals::ns_copy_fill`] as the thread's CPU time, ns.
+    ns_copy_fill_cpu: u64,
+    /// Of the `copy` route's time: allocating and zeroing the copies' huge
+    /// pages before the fill (`MADV_POPULATE_WRITE`), ns, and as CPU time.
+    ns_copy_zero: u64,
+    ns_copy_zero_cpu: u64,
     /// Of the `copy` route's time: naming the copied code in the perf map
     /// (mapping the ELF file, reading its symbols, writing the lines), ns.
     ns_perf_map: u64,

@@ -198,6 +198,9 @@ pub(super) fn record(pass: &Pass, scope: &Scope, t0: u64) {
         ns_setup: t.ns_setup,
         ns_copy_fill: t.ns_copy_fill,
         ns_perf_map: t.ns_perf_map,
+        ns_copy_fill_cpu: t.ns_copy_fill_cpu,
+        ns_copy_zero: t.ns_copy_zero,
+        ns_copy_zero_cpu: t.ns_copy_zero_cpu,
     };
     let mut o = Out::<1024>::new(2);
     o.s(PREFIX).s("{\"v\":").u(VERSION);

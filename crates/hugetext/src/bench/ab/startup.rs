@@ -22,7 +22,11 @@
 //! pass setup (`ns_setup`, of it maps parsing `ns_maps`), each route, and
 //! what lies outside the pass (the `hugetext run` front end, the loader,
 //! the auditor). The copy route is set against the machine's memory-copy
-//! floor for the same bytes, measured in this process.
+//! floor for the same bytes, measured in this process right after each
+//! start that copied ([`floor_once`]), in wall and in CPU time: the fill's
+//! CPU time over the floor's, paired start by start, is the ratio with an
+//! interval (wall times on a loaded machine mostly measure the wait for a
+//! CPU).
 
 use std::ffi::OsString;
 use std::fs::File;
@@ -79,6 +83,28 @@ pub struct Start {
     pub state: TextState,
     /// The preload's records, summed over every pass (`run` variants).
     pub pass: Option<PassTimes>,
+    /// The memory-copy floor for the bytes this start copied, measured
+    /// right after it (starts that copied).
+    pub floor: Option<FloorRun>,
+}
+
+/// One measure of the memory-copy floor: `memcpy` of `bytes` from a buffer
+/// already in memory into fresh, 2 MiB-aligned `MADV_HUGEPAGE` anonymous
+/// memory (what the copy route fills: the huge pages' faults and zeroing
+/// belong to any copy into them), ms per MiB; in two steps, as the preload
+/// does: the huge pages faulted in (`MADV_POPULATE_WRITE`: allocated and
+/// zeroed), then the `memcpy`.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct FloorRun {
+    pub bytes: u64,
+    /// Wall time, both steps.
+    pub ms_per_mib: f64,
+    /// CPU time of the copying thread (user + system), both steps.
+    pub cpu_ms_per_mib: f64,
+    /// Of it, the fault and zeroing...
+    pub zero_cpu_ms_per_mib: f64,
+    /// ... and the `memcpy` into the faulted pages.
+    pub copy_cpu_ms_per_mib: f64,
 }
 
 /// The preload's own record of its passes (`hugetext-report:` lines of
@@ -115,6 +141,12 @@ pub struct PassTimes {
     pub ns_copy_fill: u64,
     /// Of it, writing the perf map, ns.
     pub ns_perf_map: u64,
+    /// The fill as the filling thread's CPU time, ns.
+    pub ns_copy_fill_cpu: u64,
+    /// Allocating and zeroing the copies' huge pages before the fill, ns,
+    /// and as CPU time.
+    pub ns_copy_zero: u64,
+    pub ns_copy_zero_cpu: u64,
     /// The passes, whole, ns.
     pub ns: u64,
 }
@@ -147,6 +179,9 @@ impl PassTimes {
                 (&mut t.ns_copy, "ns_copy"),
                 (&mut t.ns_copy_fill, "ns_copy_fill"),
                 (&mut t.ns_perf_map, "ns_perf_map"),
+                (&mut t.ns_copy_fill_cpu, "ns_copy_fill_cpu"),
+                (&mut t.ns_copy_zero, "ns_copy_zero"),
+                (&mut t.ns_copy_zero_cpu, "ns_copy_zero_cpu"),
                 (&mut t.ns, "ns"),
             ] {
                 *f += get(k);
@@ -220,6 +255,23 @@ pub struct Breakdown {
     /// The fill alone per MiB, ms, and over the floor.
     pub fill_ms_per_mib: Option<f64>,
     pub fill_over_floor: Option<f64>,
+    /// The fill per MiB in CPU time of the filling thread, ms (median):
+    /// reading the page cache into huge pages already faulted in.
+    pub fill_cpu_ms_per_mib: Option<f64>,
+    /// The floor's `memcpy` into faulted huge pages per MiB in CPU time,
+    /// measured after each start (median).
+    pub floor_cpu_ms_per_mib: Option<f64>,
+    /// The fill over the floor's `memcpy` in CPU time, paired start by
+    /// start (each start's fill over the floor measured right after it),
+    /// with its 95% interval: the part of the copy hugetext chooses how to
+    /// do, against the least it can cost.
+    pub fill_over_floor_cpu: Option<PairedRatio>,
+    /// Allocating and zeroing the copies' huge pages per MiB, CPU time
+    /// (median), and the same in the floor (what any new huge page costs
+    /// here; on a VM it varies with whether the host still backs the
+    /// memory).
+    pub zero_cpu_ms_per_mib: Option<f64>,
+    pub floor_zero_cpu_ms_per_mib: Option<f64>,
 }
 
 /// The machine's memory-copy floor: `memcpy` of a given size, ms per MiB.
@@ -476,6 +528,63 @@ fn start_once(argv: &[OsString], opts: &Options, report_json: bool, mut watch: O
     })
 }
 
+fn thread_cpu_s() -> f64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: a valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+}
+
+/// Measure the floor once for `bytes` (see [`FloorRun`]); `None` when no
+/// memory could be mapped.
+pub fn floor_once(bytes: u64) -> Option<FloorRun> {
+    let n = bytes.max(1 << 20) as usize;
+    // Written, so in memory (not the shared zero page).
+    let src = vec![0xc3u8; n];
+    let unit = kernel::pmd_size();
+    let len = n.div_ceil(unit) * unit;
+    // SAFETY: a fresh private anonymous mapping, unmapped below.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len + unit,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return None;
+    }
+    let aligned = (p as usize).div_ceil(unit) * unit;
+    // SAFETY: `aligned..aligned+len` lies inside the mapping.
+    unsafe { libc::madvise(aligned as *mut libc::c_void, len, libc::MADV_HUGEPAGE) };
+    let (t, c) = (Instant::now(), thread_cpu_s());
+    // SAFETY: advice on our own mapping; contents are zero either way.
+    unsafe {
+        libc::madvise(
+            aligned as *mut libc::c_void,
+            len,
+            hugetext_abi::madv::MADV_POPULATE_WRITE,
+        )
+    };
+    let c_zero = thread_cpu_s();
+    // SAFETY: `n` bytes from `src`, into our fresh mapping.
+    unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), aligned as *mut u8, n) };
+    let (wall, c_end) = (t.elapsed().as_secs_f64(), thread_cpu_s());
+    // SAFETY: our own mapping.
+    unsafe { libc::munmap(p, len + unit) };
+    let mib = n as f64 / (1u64 << 20) as f64;
+    Some(FloorRun {
+        bytes: n as u64,
+        ms_per_mib: wall * 1e3 / mib,
+        cpu_ms_per_mib: (c_end - c) * 1e3 / mib,
+        zero_cpu_ms_per_mib: (c_zero - c) * 1e3 / mib,
+        copy_cpu_ms_per_mib: (c_end - c_zero) * 1e3 / mib,
+    })
+}
+
 /// `memcpy` of `bytes`: into memory faulted in before, and into fresh
 /// `MADV_HUGEPAGE` memory; best of 5 each, ms per MiB.
 pub fn copy_floor(bytes: u64) -> CopyFloor {
@@ -617,6 +726,19 @@ pub fn run(opts: &Options, progress: &dyn Progress) -> Result<Report> {
             let per = (copy_mib > 0.0).then(|| copy_ms / copy_mib);
             let copy_fill_ms = ms(|p| p.ns_copy_fill);
             let fill_per = (copy_mib > 0.0).then(|| copy_fill_ms / copy_mib);
+            // Per start that copied: its fill and the floor right after it.
+            let (floor_cpu, fill_cpu): (Vec<f64>, Vec<f64>) = starts
+                .iter()
+                .filter_map(|s| {
+                    let (p, f) = (s.pass.as_ref()?, s.floor?);
+                    (p.copy > 0 && p.ns_copy_fill_cpu > 0).then(|| {
+                        let mib = p.copy as f64 / (1u64 << 20) as f64;
+                        (f.copy_cpu_ms_per_mib, p.ns_copy_fill_cpu as f64 / 1e6 / mib)
+                    })
+                })
+                .unzip();
+            let floor_wall = med(starts.iter().filter_map(|s| s.floor.map(|f| f.ms_per_mib)));
+            let floor_wall = (floor_wall > 0.0).then_some(floor_wall);
             Some(Breakdown {
                 setup_ms: ms(|p| p.ns_setup),
                 maps_ms: ms(|p| p.ns_maps),
@@ -633,9 +755,18 @@ pub fn run(opts: &Options, progress: &dyn Progress) -> Result<Report> {
                 copy_mib,
                 already_mib: mib(|p| p.already),
                 copy_ms_per_mib: per,
-                copy_over_floor: per.zip(floor.as_ref()).map(|(p, f)| p / f.fresh_ms_per_mib),
+                copy_over_floor: per.zip(floor_wall).map(|(p, f)| p / f),
                 fill_ms_per_mib: fill_per,
-                fill_over_floor: fill_per.zip(floor.as_ref()).map(|(p, f)| p / f.fresh_ms_per_mib),
+                fill_over_floor: fill_per.zip(floor_wall).map(|(p, f)| p / f),
+                fill_cpu_ms_per_mib: (!fill_cpu.is_empty()).then(|| stats::median(&fill_cpu)),
+                floor_cpu_ms_per_mib: (!floor_cpu.is_empty()).then(|| stats::median(&floor_cpu)),
+                fill_over_floor_cpu: (!fill_cpu.is_empty())
+                    .then(|| stats::paired_ratio(&floor_cpu, &fill_cpu, opts.seed, true)),
+                zero_cpu_ms_per_mib: (copy_mib > 0.0).then(|| ms(|p| p.ns_copy_zero_cpu) / copy_mib),
+                floor_zero_cpu_ms_per_mib: {
+                    let z = med(starts.iter().filter_map(|s| s.floor.map(|f| f.zero_cpu_ms_per_mib)));
+                    (z > 0.0).then_some(z)
+                },
             })
         });
         variants.push(Variant {
@@ -711,15 +842,20 @@ fn rounds(
                 opts.runs,
                 ran.seconds * 1e3
             ));
+            let pass = if report_json {
+                PassTimes::parse(&ran.stderr)
+            } else {
+                None
+            };
+            // The floor at the same moment (the machine's load changes
+            // from start to start), for the same bytes.
+            let floor = pass.as_ref().filter(|p| p.copy > 0).and_then(|p| floor_once(p.copy));
             out[k].push(Start {
                 seconds: ran.seconds,
                 cpu_s: ran.cpu_s,
                 state,
-                pass: if report_json {
-                    PassTimes::parse(&ran.stderr)
-                } else {
-                    None
-                },
+                pass,
+                floor,
             });
         }
     }
