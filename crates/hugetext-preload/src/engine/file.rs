@@ -20,7 +20,7 @@ impl Pass<'_> {
     /// Route 2, `file`, zero copy (congruent text only): the steps `step`
     /// names (2a, 2b or both).
     pub(super) fn route_file(&mut self, c: &Cand, w: &mut Chunk, fd: &mut isize, advised: &mut bool, step: FileStep) {
-        let pmd = scan::unit();
+        let unit = scan::unit();
         let (a, all) = (w.a, w.all);
         if !*advised {
             *advised = true;
@@ -32,7 +32,7 @@ impl Pass<'_> {
         // 2a: the page cache may already hold 2 MiB folios.
         if step != FileStep::Evict {
             for (i, k) in runs(all & !w.huge) {
-                self.populate(a + i * pmd, k * pmd);
+                self.populate(a + i * unit, k * unit);
             }
             self.t.file += self.remeasure(c, w);
         }
@@ -59,7 +59,7 @@ impl Pass<'_> {
         for _attempt in 0..3 {
             for (i, k) in runs(all & !w.huge) {
                 for win in i..i + k {
-                    let (r, gone, at) = self.window(c, f as i32, a + win * pmd);
+                    let (r, gone, at) = self.window(c, f as i32, a + win * unit);
                     if gone {
                         evicted |= 1u64 << win;
                     }
@@ -114,7 +114,7 @@ impl Pass<'_> {
     /// window that tells (process-wide, see [`PT`]). Returns (0 or
     /// `-errno`, whether the page cache was evicted, what failed).
     pub(super) fn window(&mut self, c: &Cand, f: i32, s: usize) -> (isize, bool, &'static str) {
-        let pmd = scan::unit();
+        let unit = scan::unit();
         let off = Self::file_off(c, s);
         let (detect, replace) = window_mode(PT.load(Relaxed), self.checks, self.probes);
         // The window's huge bytes before (outside the critical section: smaps
@@ -140,7 +140,7 @@ impl Pass<'_> {
         // may fault the window back in after the eviction — from a 2 MiB
         // folio, which a kept table then maps with PTEs.)
         let huge_now = match self.scan.measure(s, 1, c.start, c.end) {
-            Ok((m, b)) => m & 1 != 0 || b >= bytes_before + pmd as u64,
+            Ok((m, b)) => m & 1 != 0 || b >= bytes_before + unit as u64,
             Err(_) => return (r, gone, what),
         };
         if huge_now {
@@ -179,7 +179,7 @@ impl Pass<'_> {
 
     /// The critical section of one window (see [`Pass::window`]).
     pub(super) fn refault(&mut self, f: i32, s: usize, off: u64, replace: bool) -> (isize, bool, &'static str) {
-        let pmd = scan::unit();
+        let unit = scan::unit();
         // One byte per page of the window (the rest stays 0).
         let mut resident = [0u8; scan::MAX_PMD_PAGES];
         let mask = sys::block_signals();
@@ -195,12 +195,12 @@ impl Pass<'_> {
             // reclaim_pt_is_enabled: end - start >= PMD_SIZE), so the table
             // stays, as on every kernel before 6.14.
             if self.cfg.compat.no_pt_reclaim {
-                match sys::madvise(s, pmd / 2, sys::MADV_DONTNEED) {
-                    0 => sys::madvise(s + pmd / 2, pmd / 2, sys::MADV_DONTNEED),
+                match sys::madvise(s, unit / 2, sys::MADV_DONTNEED) {
+                    0 => sys::madvise(s + unit / 2, unit / 2, sys::MADV_DONTNEED),
                     e => e,
                 }
             } else {
-                sys::madvise(s, pmd, sys::MADV_DONTNEED)
+                sys::madvise(s, unit, sys::MADV_DONTNEED)
             }
         };
         // MADV_DONTNEED also decides, before the mapping is replaced, that
@@ -209,9 +209,9 @@ impl Pass<'_> {
         let (mut r, mut what) = (r, "file route: madvise(MADV_DONTNEED)");
         let mut gone = false;
         if r == 0 {
-            sys::fadvise(f, off, pmd as u64, sys::POSIX_FADV_DONTNEED);
+            sys::fadvise(f, off, unit as u64, sys::POSIX_FADV_DONTNEED);
             // With our PTEs gone, mincore reports the page cache.
-            gone = sys::mincore(s, pmd, &mut resident) == 0 && resident.iter().all(|b| b & 1 == 0);
+            gone = sys::mincore(s, unit, &mut resident) == 0 && resident.iter().all(|b| b & 1 == 0);
             // Replaced after the eviction: a thread faulting the old window
             // from now on reads a 2 MiB folio (the old VMA is VM_HUGEPAGE),
             // which the replacement then maps with a PMD; only a fault in the
@@ -223,7 +223,7 @@ impl Pass<'_> {
             }
         }
         if r == 0 {
-            (r, what) = (self.populate(s, pmd), "file route: madvise(MADV_POPULATE_READ)");
+            (r, what) = (self.populate(s, unit), "file route: madvise(MADV_POPULATE_READ)");
         }
         sys::restore_signals(mask);
         (r, gone, what)
@@ -277,12 +277,12 @@ impl Pass<'_> {
     /// and may then fail allocating the new VMA (`ENOMEM`, in practice only
     /// for a task being OOM-killed), leaving a hole: map the range again.
     pub(super) fn replace(&mut self, f: i32, s: usize, off: u64) -> (isize, &'static str) {
-        let pmd = scan::unit();
+        let unit = scan::unit();
         let prot = libc::PROT_READ | libc::PROT_EXEC;
         let flags = libc::MAP_PRIVATE | libc::MAP_FIXED;
         // SAFETY: the same bytes as before, the window's range of the very
         // file mapped there (`open_mapped` checked it), `r-x` like the text.
-        let r = unsafe { sys::mmap_fixed(s, pmd, prot, flags, f, off) };
+        let r = unsafe { sys::mmap_fixed(s, unit, prot, flags, f, off) };
         if r < 0 {
             let mut v = [0u8; 1];
             for _ in 0..8 {
@@ -290,13 +290,13 @@ impl Pass<'_> {
                     break; // still mapped
                 }
                 // SAFETY: as above, into the hole the failed call left.
-                unsafe { sys::mmap_fixed(s, pmd, prot, flags, f, off) };
+                unsafe { sys::mmap_fixed(s, unit, prot, flags, f, off) };
             }
             return (r, "file route: mmap(MAP_FIXED) of the window");
         }
-        self.t.replaced += pmd as u64;
+        self.t.replaced += unit as u64;
         (
-            sys::advise(s, pmd, sys::Keep::Hugepage),
+            sys::advise(s, unit, sys::Keep::Hugepage),
             "file route: madvise(MADV_HUGEPAGE) of the replaced window",
         )
     }
@@ -307,9 +307,9 @@ impl Pass<'_> {
     /// with a PMD (`do_set_pmd()`), small folios with PTEs. Read-only, and
     /// the pages are resident (just populated): nothing is read from disk.
     pub(super) fn cache_is_pmd(&self, f: i32, off: u64) -> bool {
-        let pmd = scan::unit();
+        let unit = scan::unit();
         let m = sys::mmap(
-            2 * pmd,
+            2 * unit,
             libc::PROT_NONE,
             libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
             -1,
@@ -318,10 +318,10 @@ impl Pass<'_> {
         if m < 0 {
             return false;
         }
-        let p = (m as usize + pmd - 1) & !(pmd - 1);
+        let p = hugetext_abi::geometry::align_up(m as usize, unit);
         // SAFETY: [p, p + 2M) lies inside our own PROT_NONE reservation.
-        let ok = unsafe { sys::mmap_fixed(p, pmd, libc::PROT_READ, libc::MAP_PRIVATE | libc::MAP_FIXED, f, off) } >= 0
-            && sys::advise(p, pmd, sys::Keep::Hugepage) == 0
+        let ok = unsafe { sys::mmap_fixed(p, unit, libc::PROT_READ, libc::MAP_PRIVATE | libc::MAP_FIXED, f, off) } >= 0
+            && sys::advise(p, unit, sys::Keep::Hugepage) == 0
             && {
                 // SAFETY: the first page of the file range just mapped
                 // PROT_READ at `p`, inside the file (`off` is a window of it).
@@ -330,7 +330,7 @@ impl Pass<'_> {
             };
         // SAFETY: our reservation and the probe mapping in it; nothing
         // refers to them.
-        unsafe { sys::munmap(m as usize, 2 * pmd) };
+        unsafe { sys::munmap(m as usize, 2 * unit) };
         ok
     }
 }

@@ -8,7 +8,7 @@ impl Pass<'_> {
     /// One text mapping.
     pub(super) fn mapping(&mut self, c: &Cand) {
         let w = scan::windows(c.start, c.end);
-        let (ws, we, pmd) = (w.start(), w.end(), w.pmd());
+        let (ws, we, unit) = (w.start(), w.end(), w.unit());
         if w.is_empty() {
             self.t.small_mappings += 1;
             return;
@@ -37,7 +37,7 @@ impl Pass<'_> {
             }
             Err(e) => return self.fail(c, self.verifier_name(), e),
         }
-        let congruent = (c.start as u64).wrapping_sub(c.off) % pmd as u64 == 0;
+        let congruent = hugetext_abi::geometry::congruent(c.start as u64, c.off, unit as u64);
         let mut fd: isize = 0; // 0 = not opened yet
         let mut elf: Option<ElfFile> = None;
         let mut advised = false;
