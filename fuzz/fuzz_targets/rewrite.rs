@@ -38,7 +38,7 @@ fuzz_target!(|data: &[u8]| {
         Ok(o) => {
             if o.status == AlignStatus::Rewritten {
                 let after = o.after.expect("rewritten file was re-checked");
-                assert_eq!(after.pmd_mappable_bytes, o.before.pmd_mappable_bytes_after_align);
+                assert_eq!(after.unit_mappable_bytes, o.before.unit_mappable_bytes_after_align);
             } else {
                 assert!(!output.exists(), "nothing must be written for {:?}", o.status);
             }

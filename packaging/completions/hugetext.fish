@@ -62,7 +62,7 @@ complete -c hugetext -n "__fish_hugetext_using_subcommand explain" -s h -l help 
 complete -c hugetext -n "__fish_hugetext_using_subcommand explain" -s V -l version -d 'Print version'
 complete -c hugetext -n "__fish_hugetext_using_subcommand check" -l page-size -d 'Page size of the kernel the files are meant for: 4K, 16K or 64K (arm64). Default: the running kernel\'s for files of this machine, 4K for AArch64 files on another machine' -r
 complete -c hugetext -n "__fish_hugetext_using_subcommand check" -l store -d 'The text store (`hugetext warm --shmem`) whose stale copies of the files are named on stderr' -r -F
-complete -c hugetext -n "__fish_hugetext_using_subcommand check" -l json -d 'Print a JSON array with one object per file (fields include pmd_mappable_bytes and pmd_mappable_bytes_after_align)'
+complete -c hugetext -n "__fish_hugetext_using_subcommand check" -l json -d 'Print a JSON array with one object per file (fields include unit_mappable_bytes and unit_mappable_bytes_after_align)'
 complete -c hugetext -n "__fish_hugetext_using_subcommand check" -s h -l help -d 'Print help'
 complete -c hugetext -n "__fish_hugetext_using_subcommand check" -s V -l version -d 'Print version'
 complete -c hugetext -n "__fish_hugetext_using_subcommand align" -s o -l output -d 'Write the aligned file here and leave FILE untouched. OUT must be a new name or a regular file you own (root: not another user\'s file in a sticky directory such as /tmp); a symlink, directory, device, FIFO or socket is refused' -r -F
@@ -80,7 +80,7 @@ signed\t'Signed files (IMA/EVM xattrs, fs-verity)'"
 complete -c hugetext -n "__fish_hugetext_using_subcommand warm" -l store -d 'The text store\'s directory' -r -F
 complete -c hugetext -n "__fish_hugetext_using_subcommand warm" -l shmem-size -d 'With --shmem: the size cap of the store when it is mounted now, as a share of RAM (25%) or a size (4G, 512M). Default 25%' -r
 complete -c hugetext -n "__fish_hugetext_using_subcommand warm" -l deps -d 'Also warm every shared library the programs load (DT_NEEDED, resolved like ld.so: RPATH/RUNPATH, LD_LIBRARY_PATH, ld.so.cache, default dirs)'
-complete -c hugetext -n "__fish_hugetext_using_subcommand warm" -l json -d 'Print the result as JSON: {"files":[{"path", "pmd_kb", "blocked_kb", ...}]}'
+complete -c hugetext -n "__fish_hugetext_using_subcommand warm" -l json -d 'Print the result as JSON: {"files":[{"path", "unit_folio_kb", "blocked_kb", ...}]}'
 complete -c hugetext -n "__fish_hugetext_using_subcommand warm" -l replace -d 'Files whose windows running processes block: write an identical copy (mode, owner, xattrs, capabilities, times kept), warm it and rename it over the original. Running processes keep the old file; new ones get huge folios'
 complete -c hugetext -n "__fish_hugetext_using_subcommand warm" -l no-collapse -d 'Do not try MADV_COLLAPSE on windows that stayed small'
 complete -c hugetext -n "__fish_hugetext_using_subcommand warm" -l force -d 'Fill 2 MiB folios even for text no process can PMD-map when it runs (segments not 2 MiB-congruent, or a PIE with p_align < 2 MiB). By default such a file is left as it is, with exit status 3 and advice to run `hugetext align` first'

@@ -123,8 +123,9 @@ def measurement(outs, ident):
         path = f["path"]
         m["cached_kb"] = f.get("cached_kb")
         m["folios"] = f.get("folios", {})
-        m["pmd_windows"] = f.get("pmd_windows")
-        m["pmd_windows_huge"] = f.get("pmd_windows_huge")
+        # Older hugetext wrote the unit_* keys as pmd_* only.
+        m["pmd_windows"] = f.get("unit_windows", f.get("pmd_windows"))
+        m["pmd_windows_huge"] = f.get("unit_windows_huge", f.get("pmd_windows_huge"))
     maps = maps_of(outs.get(ident + "/maps", []))
     m["maps"] = [[hex(x["start"]), hex(x["end"]), x["perms"], hex(x["offset"]), x["path"]] for x in maps]
     inspect = json_of(outs.get(ident + "/inspect", []))
@@ -1252,7 +1253,7 @@ def bench_summary(doc):
         folios = st.get("folios_kb") or {}
         total = sum(folios.values()) or 1
         top = ", ".join(f"{k} KiB {100 * n // total}%" for k, n in sorted(folios.items(), key=lambda kv: -kv[1])[:2])
-        out.append(f"{v}: {st.get('pmd_mapped_pct', '?')}% PMD-mapped (folios {top})")
+        out.append(f"{v}: {st.get('unit_mapped_pct', st.get('pmd_mapped_pct', '?'))}% PMD-mapped (folios {top})")
     ratios = doc.get("ratios") or {}
     if ratios:
         out.append("emulated timing, not a result: " + ", ".join(

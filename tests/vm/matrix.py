@@ -21,6 +21,23 @@ from pathlib import Path
 # The preload's machine-readable record of a pass, never its human -v text.
 from report import MIB, profile, routes_mib, start_pass
 
+# hugetext's JSON keys of quantities in the unit of huge text were named
+# pmd_* before (still written as aliases for a release): records from
+# older runs have only the old names.
+OLD_UNIT_KEYS = {
+    "unit_folio_kb": "pmd_kb",
+    "unit_mapped_kb": "pmd_kb",
+    "unit_windows": "pmd_windows",
+    "unit_windows_huge": "pmd_windows_huge",
+    "unit_folio_pct": "pmd_folio_pct",
+    "unit_mapped_pct": "pmd_mapped_pct",
+}
+
+
+def unit_key(d, key):
+    """d[key], or the value under the key's old pmd_* name."""
+    return d.get(key, d.get(OLD_UNIT_KEYS[key]))
+
 
 def parse_plan(path):
     plan = []
@@ -105,8 +122,8 @@ def interpret(name, rc, lines):
             f = (doc.get("files") or [{}])[0]
             out.update(
                 route=f.get("route"),
-                pmd_kb=f.get("pmd_kb"),
-                pmd_windows=f.get("pmd_windows"),
+                pmd_kb=unit_key(f, "unit_folio_kb"),
+                pmd_windows=unit_key(f, "unit_windows"),
                 eligible_windows=f.get("eligible_windows"),
                 notes=f.get("notes", []),
                 collapse=doc.get("collapse"),
@@ -119,7 +136,7 @@ def interpret(name, rc, lines):
             states, full = {}, {}
             for v, d in (doc.get("variants") or {}).items():
                 runs = d.get("runs") or [{}]
-                states[v] = runs[0].get("state", {}).get("pmd_mapped_pct")
+                states[v] = unit_key(runs[0].get("state", {}), "unit_mapped_pct")
                 full[v] = runs[0].get("state", {})
             out["pmd_mapped_pct"] = states
             # The whole state of the first run (folio sizes after the cold
@@ -571,7 +588,7 @@ def bench_64k_rows(k, rel, fs, p):
             if st:
                 rows.append(
                     f"| {k} ({rel}) | {fs} | {ra_note} kB | {label} | {folio_mix(st.get('folios_kb', {}))} "
-                    f"| {st.get('pmd_folio_pct', 0):.0f}% | {st.get('pmd_mapped_pct', 0):.0f}% "
+                    f"| {unit_key(st, 'unit_folio_pct') or 0:.0f}% | {unit_key(st, 'unit_mapped_pct') or 0:.0f}% "
                     f"| {st.get('cold_faults', '?')} ({st.get('cold_major_faults', '?')}) | {st.get('pgpgin_kb', '?')} |"
                 )
     r = p.get("fixture-run-lld") or {}

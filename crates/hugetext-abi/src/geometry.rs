@@ -70,12 +70,13 @@ pub fn parse_pmd_size(text: &[u8]) -> Option<usize> {
     (digits > 0 && v.is_power_of_two()).then_some(v)
 }
 
-/// The whole PMD-size windows of a range `[lo, hi)`: the aligned windows
-/// from `lo` rounded up to `hi` rounded down, and what is left outside them
-/// (the head before the first window, the tail after the last). The central
-/// quantity of the project: only a whole, aligned window can be mapped with
-/// one PMD. `T` is `u64` (file offsets, ELF addresses) or `usize` (this
-/// process's addresses); `pmd` is a power of two.
+/// The whole windows of the unit of huge text (the PMD, or a
+/// contiguous-PTE block: [`huge_unit`]) in a range `[lo, hi)`: the aligned
+/// windows from `lo` rounded up to `hi` rounded down, and what is left
+/// outside them (the head before the first window, the tail after the
+/// last). The central quantity of the project: only a whole, aligned window
+/// can be mapped with one PMD (or one contpte TLB entry). `T` is `u64` (file offsets, ELF addresses) or `usize` (this
+/// process's addresses); `unit` is a power of two.
 ///
 /// Arithmetic is on window indices, so a range near the top of the address
 /// space (a hostile ELF header) cannot overflow.
@@ -85,7 +86,7 @@ pub struct Windows<T> {
     hi: T,
     first: T,
     last: T,
-    pmd: T,
+    unit: T,
 }
 
 /// `(start, n)` runs of at most `max` consecutive windows of a
@@ -94,29 +95,29 @@ pub struct Batches<T> {
     at: T,
     left: T,
     max: T,
-    pmd: T,
+    unit: T,
 }
 
 macro_rules! windows_of {
     ($t:ty) => {
         impl Windows<$t> {
             /// The windows of `[lo, hi)` (`hi < lo` counts as empty).
-            pub const fn new(lo: $t, hi: $t, pmd: $t) -> Self {
+            pub const fn new(lo: $t, hi: $t, unit: $t) -> Self {
                 let hi = if hi < lo { lo } else { hi };
-                let first = lo.div_ceil(pmd);
-                let last = hi / pmd;
+                let first = lo.div_ceil(unit);
+                let last = hi / unit;
                 let last = if last < first { first } else { last };
                 Windows {
                     lo,
                     hi,
                     first,
                     last,
-                    pmd,
+                    unit,
                 }
             }
             /// The window size.
-            pub const fn pmd(&self) -> $t {
-                self.pmd
+            pub const fn unit(&self) -> $t {
+                self.unit
             }
             /// How many whole windows.
             pub const fn count(&self) -> $t {
@@ -128,9 +129,9 @@ macro_rules! windows_of {
             }
             /// Bytes in whole windows.
             pub const fn bytes(&self) -> $t {
-                self.count() * self.pmd
+                self.count() * self.unit
             }
-            /// Index (address / PMD size) of the first window.
+            /// Index (address / unit) of the first window.
             pub const fn first_index(&self) -> $t {
                 self.first
             }
@@ -140,16 +141,16 @@ macro_rules! windows_of {
             }
             /// Start of the first window (`lo` rounded up).
             pub const fn start(&self) -> $t {
-                self.first.saturating_mul(self.pmd)
+                self.first.saturating_mul(self.unit)
             }
             /// End of the last window (`hi` rounded down; the start when
             /// empty).
             pub const fn end(&self) -> $t {
-                self.last.saturating_mul(self.pmd)
+                self.last.saturating_mul(self.unit)
             }
             /// Start of window `i` (`i < count()`).
             pub const fn at(&self, i: $t) -> $t {
-                self.start() + i * self.pmd
+                self.start() + i * self.unit
             }
             /// Bytes before the first window (all of them when empty).
             pub const fn head(&self) -> $t {
@@ -173,7 +174,7 @@ macro_rules! windows_of {
                     at: self.start(),
                     left: self.count(),
                     max,
-                    pmd: self.pmd,
+                    unit: self.unit,
                 }
             }
         }
@@ -186,7 +187,7 @@ macro_rules! windows_of {
                 }
                 let n = if self.left < self.max { self.left } else { self.max };
                 let run = (self.at, n);
-                self.at += n * self.pmd;
+                self.at += n * self.unit;
                 self.left -= n;
                 Some(run)
             }
@@ -197,9 +198,88 @@ macro_rules! windows_of {
 windows_of!(u64);
 windows_of!(usize);
 
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for u64 {}
+    impl Sealed for usize {}
+}
+
+/// An address or file offset: `u64` (file offsets, ELF addresses) or
+/// `usize` (this process's addresses). The arithmetic of [`align_up`],
+/// [`align_down`], [`skew`] and [`congruent`]; `unit` is a power of two.
+pub trait Offset: Copy + sealed::Sealed {
+    /// `self` rounded up to a multiple of `unit` (saturating at the top of
+    /// the type's range, as [`Windows::start`]).
+    fn align_up(self, unit: Self) -> Self;
+    /// `self` rounded down to a multiple of `unit`.
+    fn align_down(self, unit: Self) -> Self;
+    /// `(self - other) mod unit`, wrapping: how far an address is from
+    /// where its file offset would place it on a unit boundary.
+    fn skew(self, other: Self, unit: Self) -> Self;
+}
+
+macro_rules! offset_of {
+    ($t:ty) => {
+        impl Offset for $t {
+            fn align_up(self, unit: $t) -> $t {
+                self.div_ceil(unit).saturating_mul(unit)
+            }
+            fn align_down(self, unit: $t) -> $t {
+                self / unit * unit
+            }
+            fn skew(self, other: $t, unit: $t) -> $t {
+                self.wrapping_sub(other) % unit
+            }
+        }
+    };
+}
+
+offset_of!(u64);
+offset_of!(usize);
+
+/// `x` rounded up to a multiple of `unit` (a power of two).
+pub fn align_up<T: Offset>(x: T, unit: T) -> T {
+    x.align_up(unit)
+}
+
+/// `x` rounded down to a multiple of `unit` (a power of two).
+pub fn align_down<T: Offset>(x: T, unit: T) -> T {
+    x.align_down(unit)
+}
+
+/// `(vaddr - offset) mod unit`: zero when a mapping of file `offset` at
+/// address `vaddr` puts the file's `unit`-aligned windows on `unit`-aligned
+/// addresses.
+pub fn skew<T: Offset>(vaddr: T, offset: T, unit: T) -> T {
+    vaddr.skew(offset, unit)
+}
+
+/// Is `vaddr` congruent to `offset` modulo `unit`: does a mapping of file
+/// `offset` at `vaddr` keep the file's whole windows on whole windows of
+/// the address space (the condition for mapping them huge)?
+pub fn congruent<T: Offset + PartialEq + From<u8>>(vaddr: T, offset: T, unit: T) -> bool {
+    skew(vaddr, offset, unit) == T::from(0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn congruence_and_alignment() {
+        let unit = 64u64 << 10;
+        assert_eq!(align_up(1u64, unit), unit);
+        assert_eq!(align_up(unit, unit), unit);
+        assert_eq!(align_up(0u64, unit), 0);
+        assert_eq!(align_up(u64::MAX - 5, unit), u64::MAX);
+        assert_eq!(align_down(unit + 5, unit), unit);
+        assert_eq!(align_up(5usize, 4096), 4096);
+        assert!(congruent(0x40_0000u64 + 0x1000, 0x1000, 2 << 20));
+        assert!(!congruent(0x40_0000u64 + 0x2000, 0x1000, 2 << 20));
+        assert!(congruent(0x1000u64, 0x1000 + 3 * unit, unit));
+        assert_eq!(skew(0x1000usize, 0x3000, 0x10000), 0xe000);
+        assert_eq!(skew(0x1000u64, 0, 2 << 20), 0x1000);
+    }
 
     #[test]
     fn pmd_follows_the_page_size() {

@@ -12,6 +12,37 @@ fn bracketed(text: &[u8]) -> Option<&[u8]> {
     Some(&rest[..rest.iter().position(|&c| c == b']')?])
 }
 
+/// Why a THP mode file's contents are not a mode hugetext knows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ModeError<'a> {
+    /// No word is bracketed (`always madvise never`).
+    NoneSelected,
+    /// The bracketed word is not one of the file's known modes (a newer
+    /// kernel's word, or not a mode file at all).
+    Unknown(&'a [u8]),
+}
+
+impl core::fmt::Display for ModeError<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            ModeError::NoneSelected => f.write_str("no mode is selected (nothing in brackets)"),
+            ModeError::Unknown(w) => {
+                f.write_str("unknown mode `")?;
+                for &c in w.iter() {
+                    let c = if c.is_ascii_graphic() { c as char } else { '?' };
+                    core::fmt::Write::write_char(f, c)?;
+                }
+                f.write_str("`")
+            }
+        }
+    }
+}
+
+/// The bracketed word of `text`, or why there is none.
+fn selected(text: &[u8]) -> Result<&[u8], ModeError<'_>> {
+    bracketed(text).ok_or(ModeError::NoneSelected)
+}
+
 /// The global THP mode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ThpMode {
@@ -67,15 +98,21 @@ pub enum SizeMode {
 }
 
 impl SizeMode {
-    /// Parse the contents of a size's `enabled` file.
-    pub fn parse(text: &[u8]) -> Option<SizeMode> {
-        match bracketed(text)? {
-            b"always" => Some(SizeMode::Always),
-            b"inherit" => Some(SizeMode::Inherit),
-            b"madvise" => Some(SizeMode::Madvise),
-            b"never" => Some(SizeMode::Never),
-            _ => None,
+    /// Parse the contents of a size's `enabled` file; the error names an
+    /// unknown word.
+    pub fn read(text: &[u8]) -> Result<SizeMode, ModeError<'_>> {
+        match selected(text)? {
+            b"always" => Ok(SizeMode::Always),
+            b"inherit" => Ok(SizeMode::Inherit),
+            b"madvise" => Ok(SizeMode::Madvise),
+            b"never" => Ok(SizeMode::Never),
+            w => Err(ModeError::Unknown(w)),
         }
+    }
+
+    /// [`SizeMode::read`], `None` for any error.
+    pub fn parse(text: &[u8]) -> Option<SizeMode> {
+        SizeMode::read(text).ok()
     }
 
     /// The kernel's word for the mode.
@@ -101,9 +138,89 @@ impl SizeMode {
     }
 }
 
+/// Where the kernel states the THP mode of shmem and tmpfs (the PMD
+/// size's; Linux 6.11+ also has per-size `hugepages-<kB>kB/shmem_enabled`
+/// files with the same words and `inherit`).
+pub const SHMEM_ENABLED_PATH: &str = "/sys/kernel/mm/transparent_hugepage/shmem_enabled";
+
+/// The THP mode of shmem and tmpfs: the word bracketed in
+/// [`SHMEM_ENABLED_PATH`] (`always within_size advise [never] deny force`,
+/// `Documentation/admin-guide/mm/transhuge.rst`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ShmemMode {
+    /// Huge pages wherever they fit.
+    Always,
+    /// Huge pages that do not reach past the file's size.
+    WithinSize,
+    /// Only where `madvise(MADV_HUGEPAGE)` or a `huge=` mount asks.
+    Advise,
+    /// None, unless a `huge=` mount option asks.
+    Never,
+    /// None, whatever mounts ask (emergency off).
+    Deny,
+    /// Huge pages for every mount (testing).
+    Force,
+}
+
+impl ShmemMode {
+    /// Parse the contents of [`SHMEM_ENABLED_PATH`]; the error names an
+    /// unknown word.
+    pub fn read(text: &[u8]) -> Result<ShmemMode, ModeError<'_>> {
+        match selected(text)? {
+            b"always" => Ok(ShmemMode::Always),
+            b"within_size" => Ok(ShmemMode::WithinSize),
+            b"advise" => Ok(ShmemMode::Advise),
+            b"never" => Ok(ShmemMode::Never),
+            b"deny" => Ok(ShmemMode::Deny),
+            b"force" => Ok(ShmemMode::Force),
+            w => Err(ModeError::Unknown(w)),
+        }
+    }
+
+    /// The kernel's word for the mode.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ShmemMode::Always => "always",
+            ShmemMode::WithinSize => "within_size",
+            ShmemMode::Advise => "advise",
+            ShmemMode::Never => "never",
+            ShmemMode::Deny => "deny",
+            ShmemMode::Force => "force",
+        }
+    }
+
+    /// Can a tmpfs mounted without a `huge=` option get huge folios
+    /// (every mode but `never` and `deny`, as hugetext has always read it)?
+    pub const fn may_give_huge(self) -> bool {
+        !matches!(self, ShmemMode::Never | ShmemMode::Deny)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::ThpMode;
+
+    #[test]
+    fn shmem_modes() {
+        use super::{ModeError, ShmemMode};
+        assert_eq!(
+            ShmemMode::read(b"always within_size advise [never] deny force\n"),
+            Ok(ShmemMode::Never)
+        );
+        assert_eq!(
+            ShmemMode::read(b"always [within_size] advise never deny force\n"),
+            Ok(ShmemMode::WithinSize)
+        );
+        assert_eq!(ShmemMode::read(b"[deny]"), Ok(ShmemMode::Deny));
+        assert_eq!(ShmemMode::read(b"always advise never"), Err(ModeError::NoneSelected));
+        let e = ShmemMode::read(b"always [sometimes] never\n").unwrap_err();
+        assert_eq!(e, ModeError::Unknown(&b"sometimes"[..]));
+        extern crate std;
+        use std::string::ToString;
+        assert_eq!(e.to_string(), "unknown mode `sometimes`");
+        assert!(!ShmemMode::Deny.may_give_huge() && ShmemMode::Advise.may_give_huge());
+        assert_eq!(ShmemMode::WithinSize.as_str(), "within_size");
+    }
 
     #[test]
     fn bracketed_word() {
@@ -132,6 +249,10 @@ mod tests {
             Some(SizeMode::Always)
         );
         assert_eq!(SizeMode::parse(b"always inherit madvise never\n"), None);
+        assert_eq!(
+            SizeMode::read(b"always inherit [sometimes] never\n"),
+            Err(super::ModeError::Unknown(&b"sometimes"[..]))
+        );
         assert!(SizeMode::Madvise.allows_madvised(ThpMode::Never));
         assert!(SizeMode::Always.allows_madvised(ThpMode::Never));
         assert!(SizeMode::Inherit.allows_madvised(ThpMode::Madvise));

@@ -125,11 +125,11 @@ fn main() {
                 t_warm.push(el);
                 let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
                 for f in v["files"].as_array().unwrap() {
-                    if f["pmd_windows"] != f["eligible_windows"] {
+                    if f["unit_windows"] != f["eligible_windows"] {
                         pmd_ok = false;
                         eprintln!(
                             "round {round}: {} has {}/{} PMD windows",
-                            f["path"], f["pmd_windows"], f["eligible_windows"]
+                            f["path"], f["unit_windows"], f["eligible_windows"]
                         );
                     }
                 }
@@ -143,7 +143,7 @@ fn main() {
     let (mut pmd, mut all) = (0, 0);
     for p in &files {
         let s = hugetext::folio::scan_file(p, None).unwrap();
-        pmd += s.pmd_windows.len() as u64;
+        pmd += s.unit_windows.len() as u64;
         all += s.total_windows;
     }
     let mc = median(&mut t_cat.clone());

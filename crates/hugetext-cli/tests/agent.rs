@@ -569,7 +569,7 @@ fn wait_page(a: &AgentProc, what: &str, cond: impl Fn(&str) -> bool) -> String {
 fn wait_pmd_windows(a: &AgentProc, file: &Path, n: usize) {
     let t = Instant::now();
     loop {
-        let have = hugetext::folio::scan_file(file, None).unwrap().pmd_windows.len();
+        let have = hugetext::folio::scan_file(file, None).unwrap().unit_windows.len();
         if have == n {
             return;
         }
@@ -642,7 +642,7 @@ fn workload_selected_by_unit_is_kept_warm_and_its_ratio_exported() {
     excluded.stop();
     wait_pmd_windows(&a, &prog, eligible as usize);
     hugetext::pagecache::evict(&std::fs::File::open(&prog).unwrap(), 0..0).unwrap();
-    let evicted = hugetext::folio::scan_file(&prog, None).unwrap().pmd_windows.len();
+    let evicted = hugetext::folio::scan_file(&prog, None).unwrap().unit_windows.len();
     assert!(evicted < eligible as usize, "eviction left {evicted} PMD folios");
     wait_pmd_windows(&a, &prog, eligible as usize);
 
@@ -661,7 +661,7 @@ fn workload_selected_by_unit_is_kept_warm_and_its_ratio_exported() {
     eprintln!("{unit}: ratio {r:.3}, {} windows kept warm", eligible);
     next.stop();
     // Never selected: the excluded unit's program was not warmed.
-    assert_eq!(hugetext::folio::scan_file(&other, None).unwrap().pmd_windows.len(), 0);
+    assert_eq!(hugetext::folio::scan_file(&other, None).unwrap().unit_windows.len(), 0);
     a.stop();
     drop((cg, cg_off));
 }

@@ -182,9 +182,9 @@ fn align_aarch64_for_4k_and_16k_pages() {
             assert_eq!((vaddr - off) % pmd, 0, "{linker} {page}: text congruent modulo the PMD");
             let after = check(Some(page), &out);
             assert_eq!(after["verdict"], "pmd-mappable", "{linker} {page}: {after:#}");
-            assert_eq!(after["pmd_mappable_bytes"], before["pmd_mappable_bytes_after_align"]);
+            assert_eq!(after["unit_mappable_bytes"], before["unit_mappable_bytes_after_align"]);
             // ~66 MiB of text: at least one whole 32 MiB window, 31 of 2 MiB.
-            assert!(after["pmd_mappable_bytes"].as_u64().unwrap() >= (TEXT_MIB - 2 * pmd / (1 << 20)) << 20);
+            assert!(after["unit_mappable_bytes"].as_u64().unwrap() >= (TEXT_MIB - 2 * pmd / (1 << 20)) << 20);
             assert_eq!(
                 output_of(&out),
                 want,
@@ -225,9 +225,9 @@ fn align_aarch64_for_64k_pages_to_the_contpte_block() {
         assert_eq!((vaddr - off) % block, 0, "{linker}: text congruent modulo 2 MiB");
         let after = check(Some("64K"), &out);
         assert_eq!(after["verdict"], "pmd-mappable", "{linker}: {after:#}");
-        assert_eq!(after["pmd_mappable_bytes"], before["pmd_mappable_bytes_after_align"]);
+        assert_eq!(after["unit_mappable_bytes"], before["unit_mappable_bytes_after_align"]);
         assert!(
-            after["pmd_mappable_bytes"].as_u64().unwrap() >= (TEXT_MIB - 4) << 20,
+            after["unit_mappable_bytes"].as_u64().unwrap() >= (TEXT_MIB - 4) << 20,
             "{after:#}"
         );
         let human = common::hugetext(&["check", "--page-size", "64K", out.to_str().unwrap()]);

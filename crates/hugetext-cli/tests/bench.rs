@@ -176,8 +176,11 @@ fn exec_json_shape_and_verified_states() {
                     "cold_major_faults",
                     "folios_kb",
                     "pgpgin_kb",
+                    // The old names, kept for one release.
                     "pmd_folio_pct",
-                    "pmd_mapped_pct"
+                    "pmd_mapped_pct",
+                    "unit_folio_pct",
+                    "unit_mapped_pct"
                 ]
             );
             let passes: Vec<f64> = r["random_passes_ms"].as_array().unwrap().iter().map(num).collect();
@@ -190,7 +193,7 @@ fn exec_json_shape_and_verified_states() {
             // Everything was cached after the sweep.
             let total = folios_total_kb(&state["folios_kb"]);
             assert_eq!(total, 32 * 1024, "{name}: {state}");
-            let (pmd_folios, pmd_mapped) = (num(&state["pmd_folio_pct"]), num(&state["pmd_mapped_pct"]));
+            let (pmd_folios, pmd_mapped) = (num(&state["unit_folio_pct"]), num(&state["unit_mapped_pct"]));
             let faults = state["cold_faults"].as_u64().unwrap();
             assert!(state["cold_major_faults"].as_u64().unwrap() <= faults, "{state}");
             if name != "warm" {
@@ -557,7 +560,7 @@ fn ab_json_shape_verified_sides_and_plot() {
         .unwrap_or_else(|| panic!("{files:?}"));
     assert_eq!(me["source"], "maps");
     assert_eq!(me["congruent"], true);
-    let windows = me["pmd_windows"].as_u64().unwrap();
+    let windows = me["unit_windows"].as_u64().unwrap();
     assert!(windows >= 8, "{me}");
     assert_eq!(me["mappable_windows"], windows, "{me}");
     // Both sides manage what `hugetext warm` warms: the read-only segments,
@@ -581,7 +584,7 @@ fn ab_json_shape_verified_sides_and_plot() {
     for p in pairs {
         assert!(p["order"] == "small,huge" || p["order"] == "huge,small");
         let (s, h) = (&p["small"]["state"], &p["huge"]["state"]);
-        assert_eq!(s["pmd_kb"], 0, "{s}");
+        assert_eq!(s["unit_folio_kb"], 0, "{s}");
         // Fully cached, give or take one base page: under the full suite
         // one 4 KiB page of the text was once found uncached at the check
         // (22008 of 22012 kB), which no side's timing notices.
@@ -590,8 +593,8 @@ fn ab_json_shape_verified_sides_and_plot() {
             cached <= text && cached + common::page() / 1024 >= text,
             "small side fully cached: {s}"
         );
-        assert!(h["pmd_windows"].as_u64().unwrap() >= windows, "{h}");
-        assert!(num(&h["text_pmd_pct"]) > 80.0, "{h}");
+        assert!(h["unit_windows"].as_u64().unwrap() >= windows, "{h}");
+        assert!(num(&h["text_unit_pct"]) > 80.0, "{h}");
         assert_eq!(p["small"]["side"], "small");
     }
     // iTLB: a count or a reason, never silence.
@@ -640,9 +643,9 @@ fn ab_hot_is_a_third_side_with_only_the_hot_windows_in_pmd_folios() {
     for p in v["pairs"].as_array().unwrap() {
         assert_eq!(p["order"].as_str().unwrap().split(',').count(), 3, "{p}");
         let st = &p["hot"]["state"];
-        assert_eq!(st["pmd_windows"], 4, "only the hot windows are in PMD folios: {st}");
-        assert!(p["huge"]["state"]["pmd_windows"].as_u64().unwrap() >= 49, "{p}");
-        assert_eq!(p["small"]["state"]["pmd_kb"], 0, "{p}");
+        assert_eq!(st["unit_windows"], 4, "only the hot windows are in PMD folios: {st}");
+        assert!(p["huge"]["state"]["unit_windows"].as_u64().unwrap() >= 49, "{p}");
+        assert_eq!(p["small"]["state"]["unit_folio_kb"], 0, "{p}");
     }
 }
 
@@ -811,7 +814,7 @@ fn exec_stopped_by_a_signal_leaves_no_scratch_files() {
 
 /// Windows of `f` each in one PMD folio.
 fn pmd_windows_of(f: &std::path::Path) -> Vec<u64> {
-    hugetext::folio::scan_file(f, None).unwrap().pmd_windows
+    hugetext::folio::scan_file(f, None).unwrap().unit_windows
 }
 
 /// After `hugetext warm f`, `bench ab -- ./f` leaves f warm (it left it all
@@ -841,8 +844,8 @@ fn ab_puts_files_back_in_the_folio_state_found() {
     ]));
     assert_eq!(pmd_windows_of(&exe), warmed, "the warmed file was not left warm");
     let r = &v["restored"];
-    assert!(r["pmd_windows_found"].as_u64().unwrap() >= warmed.len() as u64, "{r}");
-    assert_eq!(r["pmd_windows_restored"], r["pmd_windows_found"], "{r}");
+    assert!(r["unit_windows_found"].as_u64().unwrap() >= warmed.len() as u64, "{r}");
+    assert_eq!(r["unit_windows_restored"], r["unit_windows_found"], "{r}");
     let notes: Vec<&str> = v["notes"]
         .as_array()
         .unwrap()
@@ -914,7 +917,7 @@ fn startup_measures_plain_warm_and_each_route_with_its_breakdown() {
             assert!(x["ratio"].is_null() && x["added_ms"].is_null(), "{x}");
             // Every start of plain began from small folios.
             for r in x["runs"].as_array().unwrap() {
-                assert_eq!(r["state"]["pmd_kb"], 0, "{r}");
+                assert_eq!(r["state"]["unit_folio_kb"], 0, "{r}");
                 assert!(r["pass"].is_null(), "{r}");
             }
             continue;
@@ -934,7 +937,7 @@ fn startup_measures_plain_warm_and_each_route_with_its_breakdown() {
             .clone()
     };
     assert!(
-        num(&by("warm")["text_pmd_pct"]) > 50.0,
+        num(&by("warm")["text_unit_pct"]) > 50.0,
         "warm starts from PMD folios: {v}"
     );
     // The preload's own record splits run's time: the file route made the

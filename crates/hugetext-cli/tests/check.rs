@@ -49,14 +49,14 @@ fn fixtures_report_what_align_can_do() {
                 .unwrap();
             // ~20 MiB of text: 9 whole windows (18 MiB) whatever the layout.
             assert_eq!(u(text, "whole_windows"), 9, "{linker}/{name}");
-            assert_eq!(u(&r, "pmd_mappable_bytes_after_align"), 18 * MIB, "{linker}/{name}");
+            assert_eq!(u(&r, "unit_mappable_bytes_after_align"), 18 * MIB, "{linker}/{name}");
             let skew = u(text, "skew");
             if linker == "bfd" {
                 assert_eq!(skew, 0, "GNU ld text is congruent");
             } else {
                 assert_eq!(skew, 0x1000, "{linker} text is skewed by one page");
             }
-            let now = u(&r, "pmd_mappable_bytes");
+            let now = u(&r, "unit_mappable_bytes");
             if linker == "bfd" && name == "nopie" {
                 assert_eq!(now, 18 * MIB);
                 assert_eq!(r["verdict"], "pmd-mappable");
@@ -78,11 +78,11 @@ fn fixtures_report_what_align_can_do() {
         let small = one(&common::fixture(linker, "small"));
         assert_eq!(small["verdict"], "not-improvable");
         assert_eq!(small["reason_codes"][0], "no-whole-window");
-        assert_eq!(u(&small, "pmd_mappable_bytes_after_align"), 0);
-        assert!(small["reasons"][0].as_str().unwrap().contains(&format!(
-            "whole {} window",
-            hugetext::elf::check::size_words(common::pmd())
-        )));
+        assert_eq!(u(&small, "unit_mappable_bytes_after_align"), 0);
+        assert!(small["reasons"][0]
+            .as_str()
+            .unwrap()
+            .contains(&format!("whole {} window", hugetext::units::human(common::pmd()))));
     }
     let pie = one(&common::fixture("bfd", "pie"));
     assert_eq!(pie["kind"], "pie");
@@ -163,7 +163,7 @@ fn sweep_usr_bin_and_usr_lib() {
                 "no reason given: {e}"
             );
             assert!(
-                u(e, "pmd_mappable_bytes") <= u(e, "pmd_mappable_bytes_after_align"),
+                u(e, "unit_mappable_bytes") <= u(e, "unit_mappable_bytes_after_align"),
                 "{e}"
             );
             match verdict {
@@ -204,10 +204,10 @@ fn a_duplicated_text_segment_is_counted_once() {
     let orig = one(&common::fixture("lld", "pie"));
     let v = one(&dup);
     assert_eq!(v["segments"].as_array().unwrap().len(), 5, "{v}");
-    assert!(u(&orig, "pmd_mappable_bytes_after_align") >= 16 * MIB, "{orig}");
+    assert!(u(&orig, "unit_mappable_bytes_after_align") >= 16 * MIB, "{orig}");
     assert_eq!(
-        u(&v, "pmd_mappable_bytes_after_align"),
-        u(&orig, "pmd_mappable_bytes_after_align"),
+        u(&v, "unit_mappable_bytes_after_align"),
+        u(&orig, "unit_mappable_bytes_after_align"),
         "{v}"
     );
     // Aligned, the same: counted once now too.
@@ -215,7 +215,7 @@ fn a_duplicated_text_segment_is_counted_once() {
     let out = common::hugetext(&["align", dup.to_str().unwrap(), "-o", aligned.to_str().unwrap()]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(
-        u(&one(&aligned), "pmd_mappable_bytes"),
-        u(&orig, "pmd_mappable_bytes_after_align")
+        u(&one(&aligned), "unit_mappable_bytes"),
+        u(&orig, "unit_mappable_bytes_after_align")
     );
 }

@@ -110,13 +110,13 @@ fn containers_of_one_image_share_text_warmed_through_one() {
     let o = common::hugetext(&["warm", "--json", &via_b]);
     let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(
-        j["files"][0]["pmd_windows"].as_u64(),
+        j["files"][0]["unit_windows"].as_u64(),
         Some(eligible),
         "{}",
         common::text(&o.stderr)
     );
     assert_eq!(j["files"][0]["filesystem"].as_str(), Some("overlayfs"), "{j}");
-    let host = hugetext::folio::scan_file(&lower, None).unwrap().pmd_windows.len() as u64;
+    let host = hugetext::folio::scan_file(&lower, None).unwrap().unit_windows.len() as u64;
     assert_eq!(
         host,
         eligible,

@@ -454,7 +454,7 @@ fn daemonset_pod_sees_host_processes_and_warms_host_files() {
     hugetext::pagecache::evict(&std::fs::File::open(&target).unwrap(), 0..0).unwrap();
     let target = target.canonicalize().unwrap();
     assert_eq!(
-        hugetext::folio::scan_file(&target, None).unwrap().pmd_windows.len(),
+        hugetext::folio::scan_file(&target, None).unwrap().unit_windows.len(),
         0,
         "policy file already in PMD folios before the pod started"
     );
@@ -546,7 +546,7 @@ fn daemonset_pod_sees_host_processes_and_warms_host_files() {
         "pod agent: start to warm done: {:.2} s CPU, peak RSS {hwm} kB",
         cpu_warm as f64 / clk_tck()
     );
-    let host_side = hugetext::folio::scan_file(&target, None).unwrap().pmd_windows.len();
+    let host_side = hugetext::folio::scan_file(&target, None).unwrap().unit_windows.len();
     assert!(
         (1..=eligible).contains(&host_side),
         "{host_side} PMD folios of {} seen from the host",

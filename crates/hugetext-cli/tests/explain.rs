@@ -27,7 +27,7 @@ fn skewed_lld_pie_align_then_warm_then_pmd_mapped() {
     assert_eq!(reason(&m), "layout-skewed", "{m:#}");
     assert_eq!(fix(&m), format!("hugetext align {}", s(&p)));
     assert_eq!(m["backing"], "file");
-    assert_eq!(m["pmd_kb"], 0);
+    assert_eq!(m["unit_mapped_kb"], 0);
     drop(r);
 
     // The fix. The new file's page cache then holds what an exec fault reads: small folios.
@@ -74,7 +74,7 @@ fn nohugepage_then_pte_mapped_pmd_folios_then_restart() {
     }
     assert_eq!(reason(&m), "mapped-before-warm", "{m:#}");
     assert!(fix(&m).starts_with("restart"), "{m:#}");
-    assert_eq!(m["pmd_kb"], 0);
+    assert_eq!(m["unit_mapped_kb"], 0);
     h.stop();
 
     // The fix: restart.
@@ -96,7 +96,7 @@ fn windows_not_executed_yet_are_not_faulted_yet_not_mapped_before_warm() {
     assert!(m["fix"].is_null(), "{m:#}");
     assert!(evidence(&m).contains("2 of them are not mapped yet"), "{m:#}");
     assert_eq!(
-        m["pmd_kb"],
+        m["unit_mapped_kb"],
         common::pmd_kb(),
         "the executed window is PMD-mapped: {m:#}"
     );
@@ -323,7 +323,7 @@ fn text_output_has_the_summary_the_reason_and_the_fix() {
         "{t}"
     );
     // Sizes as the running kernel has them.
-    let (page_kb, pmd_w) = (common::page() / 1024, hugetext::elf::check::size_words(common::unit()));
+    let (page_kb, pmd_w) = (common::page() / 1024, hugetext::units::human(common::unit()));
     assert!(t.contains(&format!(" whole {pmd_w} windows")), "{t}");
     for l in t.lines().filter(|l| l.contains(" kB pages")) {
         assert!(l.contains(&format!(" kB in {page_kb} kB pages")), "{t}");
@@ -450,7 +450,7 @@ fn small_text_has_no_whole_window_and_no_fix() {
     assert!(
         evidence(m).contains(&format!(
             "no whole {} window fits",
-            hugetext::elf::check::size_words(common::unit())
+            hugetext::units::human(common::unit())
         )),
         "{m:#}"
     );
@@ -485,7 +485,7 @@ fn copy_split_into_base_pages_then_restarted_with_run() {
     // may collapse some back before explain looks: 16 of 68 MiB once in the
     // 7.x arm64 guest.)
     let whole_kb = m["whole_windows"].as_u64().unwrap() * common::unit_kb();
-    assert!(m["pmd_kb"].as_u64().unwrap() < whole_kb, "{m:#}");
+    assert!(m["unit_mapped_kb"].as_u64().unwrap() < whole_kb, "{m:#}");
     assert!(m["gain_kb"].as_u64().unwrap() > 0, "{m:#}");
     assert!(fix(&m).contains("hugetext run"), "{m:#}");
     common::remove_perf_map(r.child.id());
@@ -645,7 +645,7 @@ fn huge_tmpfs_text_is_shmem_and_pmd_mapped() {
     assert!(shmem_pmd >= 8 * common::pmd_kb(), "ShmemPmdMapped {shmem_pmd} kB");
     let m = mapping(r.pid(), &p);
     assert_eq!(m["backing"], "shmem", "{m:#}");
-    assert_eq!(m["pmd_kb"], shmem_pmd, "{m:#}");
+    assert_eq!(m["unit_mapped_kb"], shmem_pmd, "{m:#}");
     assert_ok(&m);
     let out = common::hugetext(&["explain", "--pid", &r.pid().to_string()]);
     assert!(
@@ -765,7 +765,7 @@ fn the_gain_promised_for_align_is_what_align_and_warm_pmd_map() {
     let r = common::Running::start(Command::new(&exe));
     let after = mapping(r.pid(), &exe);
     r.stop();
-    assert_eq!(after["pmd_kb"].as_u64(), Some(2048), "{after:#}");
+    assert_eq!(after["unit_mapped_kb"].as_u64(), Some(2048), "{after:#}");
 }
 
 /// A file a Debian package owns (gdb's) is not aligned in place: the fix

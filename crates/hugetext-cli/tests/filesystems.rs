@@ -97,19 +97,22 @@ fn warm_reaches_every_window(dir: &Path, fstype: &str) {
     // folios (the kernel's own share, measured in the 7.x arm64 guest on
     // xfs): warm must still reach every window.
     if cfg!(target_arch = "x86_64") {
-        assert!(before.pmd_windows.is_empty(), "not small before warm: {before:?}");
+        assert!(before.unit_windows.is_empty(), "not small before warm: {before:?}");
     }
     let w = warm_json(&prog, 0);
     assert_eq!(w["filesystem"], fstype, "{w:#}");
     assert_eq!(w["route"], "pmd-readahead", "{w:#}");
     let eligible = w["eligible_windows"].as_u64().unwrap();
     assert!(eligible * common::pmd() >= 16 << 20, "{w:#}");
-    assert_eq!(w["pmd_windows"], eligible, "not 100% of eligible windows: {w:#}");
+    assert_eq!(w["unit_windows"], eligible, "not 100% of eligible windows: {w:#}");
     assert_eq!(w["mappable_windows"], eligible, "ET_EXEC text is congruent: {w:#}");
     // At least those windows: under THP always on 7.x the kernel may also
     // hold the file's tail in a PMD folio of its own (measured once in the
     // 7.x ext4 guest: 20476 kB for 9 windows, 2044 kB past the last one).
-    assert!(w["pmd_kb"].as_u64().unwrap() >= eligible * common::pmd_kb(), "{w:#}");
+    assert!(
+        w["unit_folio_kb"].as_u64().unwrap() >= eligible * common::pmd_kb(),
+        "{w:#}"
+    );
 
     // inspect --file agrees: the same kB in 2 MiB folios, the same windows.
     let out = ok(
@@ -119,10 +122,10 @@ fn warm_reaches_every_window(dir: &Path, fstype: &str) {
     let i = &json(&out)["files"][0];
     assert_eq!(
         i["folios"][format!("{}kB", common::pmd_kb())],
-        w["pmd_kb"],
+        w["unit_folio_kb"],
         "inspect {i:#} vs warm {w:#}"
     );
-    assert_eq!(i["pmd_windows_huge"], w["pmd_windows"], "inspect {i:#} vs warm {w:#}");
+    assert_eq!(i["unit_windows_huge"], w["unit_windows"], "inspect {i:#} vs warm {w:#}");
     assert!(i["cached_kb"].as_u64().unwrap() >= w["cached_kb"].as_u64().unwrap());
 
     // A plain running instance maps the warmed folios with PMDs.
@@ -233,7 +236,7 @@ fn says_what_the_kernel_does(dir: &Path, fstype: &str) {
     // the 32 MiB PMD): warm and run collapse the text in place.
     if hugetext::pagecache::collapse_supported(dir).unwrap().is_available() {
         let w = warm_json(&prog, 0);
-        assert_eq!(w["pmd_windows"], w["eligible_windows"], "{w:#}");
+        assert_eq!(w["unit_windows"], w["eligible_windows"], "{w:#}");
         assert!(w["notes"].to_string().contains("MADV_COLLAPSE collapsed"), "{w:#}");
         let m = doctor_check(dir, "fs-large-folios")["meaning"].to_string();
         assert!(m.contains("MADV_COLLAPSE builds them"), "{m}");
@@ -251,7 +254,7 @@ fn says_what_the_kernel_does(dir: &Path, fstype: &str) {
     let w = warm_json(&prog, 3);
     assert_eq!(w["filesystem"], fstype, "{w:#}");
     assert_eq!(w["route"], "none", "{w:#}");
-    assert_eq!(w["pmd_windows"], 0);
+    assert_eq!(w["unit_windows"], 0);
     let eligible = w["eligible_windows"].as_u64().unwrap();
     assert!(eligible * common::pmd() >= 16 << 20, "{w:#}");
     assert_eq!(

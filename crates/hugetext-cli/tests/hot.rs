@@ -149,7 +149,10 @@ fn a_bad_profile_is_refused_before_the_program_runs() {
         ),
         (
             "pmd.json",
-            Some(good.replace("\"pmd_size\":2097152", "\"pmd_size\":33554432")),
+            Some(
+                good.replace("\"unit_size\":2097152", "\"unit_size\":33554432")
+                    .replace("\"pmd_size\":2097152", "\"pmd_size\":33554432"),
+            ),
             "this machine's huge pages are",
         ),
     ];

@@ -65,20 +65,23 @@ fn warm_fills_windows_of_the_unit_and_inspect_counts_them() {
     let f = &w["files"][0];
     assert_eq!(f["unit_kb"], common::unit_kb(), "{f:#}");
     assert_eq!(f["eligible_windows"], WINDOWS, "{f:#}");
-    assert_eq!(f["pmd_windows"], WINDOWS, "{f:#}");
-    assert!(f["pmd_kb"].as_u64().unwrap() >= WINDOWS * common::unit_kb(), "{f:#}");
+    assert_eq!(f["unit_windows"], WINDOWS, "{f:#}");
+    assert!(
+        f["unit_folio_kb"].as_u64().unwrap() >= WINDOWS * common::unit_kb(),
+        "{f:#}"
+    );
 
     // The folios themselves: each window inside one folio of at least the
     // unit, and no folio larger than the page cache's largest.
     let s = folio::scan_file(&p, None).unwrap();
     assert_eq!(s.total_windows, WINDOWS, "{s:?}");
-    assert_eq!(s.pmd_windows.len() as u64, WINDOWS, "{s:?}");
+    assert_eq!(s.unit_windows.len() as u64, WINDOWS, "{s:?}");
     assert!(s.huge_kb() >= WINDOWS * common::unit_kb(), "{s:?}");
 
     let i = json(&["inspect", "--file", path, "--json"]);
     assert_eq!(i["unit_kb"], common::unit_kb(), "{i:#}");
-    assert_eq!(i["files"][0]["pmd_windows"], WINDOWS, "{i:#}");
-    assert_eq!(i["files"][0]["pmd_windows_huge"], WINDOWS, "{i:#}");
+    assert_eq!(i["files"][0]["unit_windows"], WINDOWS, "{i:#}");
+    assert_eq!(i["files"][0]["unit_windows_huge"], WINDOWS, "{i:#}");
 }
 
 #[test]
@@ -142,7 +145,7 @@ fn doctor_names_the_unit_and_finds_its_folios() {
             .unwrap_or_else(|| panic!("no {id} in {v:#}"))
     };
     let (unit, kind) = kernel::huge_unit();
-    let words = hugetext::elf::check::size_words(unit as u64);
+    let words = hugetext::units::human(unit as u64);
     let fs = check("fs-large-folios");
     if common::fs_gives_pmd_folios(dir.path()) {
         assert_eq!(fs["status"], "ok", "{fs}");

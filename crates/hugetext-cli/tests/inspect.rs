@@ -324,8 +324,8 @@ fn file_view_of_unmapped_file() {
     let folio = format!("{}kB", common::pmd_kb());
     assert_eq!(f["cached_kb"], windows_kb(3));
     assert_eq!(f["folios"][&folio], windows_kb(3), "{warm}");
-    assert_eq!(f["pmd_windows"], 3);
-    assert_eq!(f["pmd_windows_huge"], 3);
+    assert_eq!(f["unit_windows"], 3);
+    assert_eq!(f["unit_windows_huge"], 3);
     let out = common::hugetext(&["inspect", "--file", p.to_str().unwrap()]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -655,9 +655,12 @@ fn json_shape_is_stable() {
             "contpte_kb",
             "folios",
             "path",
+            // The old names, kept for one release.
             "pmd_windows",
             "pmd_windows_huge",
-            "size"
+            "size",
+            "unit_windows",
+            "unit_windows_huge"
         ]
     );
     assert_eq!(
@@ -665,7 +668,7 @@ fn json_shape_is_stable() {
         kernel::cont_pte_size().is_some() && f["folios"].is_object()
     );
     assert!(f["path"].as_str().unwrap().ends_with("sleep"));
-    assert!(f["size"].is_u64() && f["cached_kb"].is_u64() && f["pmd_windows"].is_u64());
+    assert!(f["size"].is_u64() && f["cached_kb"].is_u64() && f["unit_windows"].is_u64());
     for (k, n) in f["folios"].as_object().unwrap() {
         assert!(
             k.strip_suffix("kB").unwrap().parse::<u64>().is_ok() && n.is_u64(),

@@ -209,7 +209,7 @@ fn text_relocations_and_non_elf_files_are_left_alone() {
         std::fs::metadata(&textrel).unwrap().len() >= 2 * common::unit(),
         "{} has less than two {} windows of text (tests/fixtures/mkctests.sh)",
         textrel.display(),
-        hugetext::elf::check::size_words(common::unit())
+        hugetext::units::human(common::unit())
     );
     let o = run(&["-v"], &[], None, &prog, &["open", textrel.to_str().unwrap()]);
     let err = common::text(&o.stderr);

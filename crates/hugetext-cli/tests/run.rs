@@ -812,14 +812,14 @@ fn copy_fills_from_the_page_cache_and_says_how_long_it_took() {
         assert_eq!(common::text(&r.stdout), expected);
         let err = common::text(&r.stderr);
         let copy = copy_time(&err);
-        if folios.pmd_windows.len() < 4 || err.contains("verified with /proc/self/smaps") {
+        if folios.unit_windows.len() < 4 || err.contains("verified with /proc/self/smaps") {
             // No large folios in this filesystem's page cache (ext4 before
             // 6.16), or no PAGEMAP_SCAN to tell which blocks a PMD maps
             // (before 6.7): read, as above.
             assert!(copy.contains(" read with pread"), "{linker}: {copy}");
             continue;
         }
-        let pmd_w = hugetext::elf::check::size_words(common::pmd());
+        let pmd_w = hugetext::units::human(common::pmd());
         assert!(
             copy.contains(&format!("copied from {pmd_w} page-cache folios")),
             "{linker}: {copy}"

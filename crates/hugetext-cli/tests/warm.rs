@@ -88,25 +88,25 @@ fn small_folios_warmed_then_plain_mapping_is_pmd_mapped() {
             common::read_small(&p);
             folio::scan_file(&p, None).unwrap()
         })
-        .find(|b| b.cached_kb == mib * 1024 && b.pmd_windows.is_empty())
+        .find(|b| b.cached_kb == mib * 1024 && b.unit_windows.is_empty())
         .unwrap_or_else(|| folio::scan_file(&p, None).unwrap());
     assert_eq!(before.cached_kb, mib * 1024);
     assert!(
-        before.pmd_windows.is_empty(),
+        before.unit_windows.is_empty(),
         "exec faults should leave small folios: {before:?}"
     );
 
     let v = warm_json(&[p.to_str().unwrap()]);
     let f = file_entry(&v, "data");
     assert_eq!(f["eligible_windows"], windows, "{f:#}");
-    assert_eq!(f["pmd_windows"], windows, "{f:#}");
-    assert_eq!(f["pmd_kb"], mib * 1024);
+    assert_eq!(f["unit_windows"], windows, "{f:#}");
+    assert_eq!(f["unit_folio_kb"], mib * 1024);
     assert_eq!(f["blocked_kb"], 0);
     assert_eq!(f["route"], "pmd-readahead");
 
     // Independent read-back with the folio scanner.
     let after = folio::scan_file(&p, None).unwrap();
-    assert_eq!(after.pmd_windows.len() as u64, windows, "{after:?}");
+    assert_eq!(after.unit_windows.len() as u64, windows, "{after:?}");
 
     // A later plain congruent mapping, no madvise: PMD-mapped.
     let file = File::open(&p).unwrap();
@@ -141,7 +141,7 @@ fn elf_warm_is_bounded_to_read_only_segments() {
     assert!(ranges.iter().all(|r| r["flags"] != "rw-"));
     let eligible = f["eligible_windows"].as_u64().unwrap();
     assert!(eligible * common::pmd() >= 16 << 20, "{f:#}");
-    assert_eq!(f["pmd_windows"], eligible, "100% of eligible windows: {f:#}");
+    assert_eq!(f["unit_windows"], eligible, "100% of eligible windows: {f:#}");
     // GNU ld: vaddr == offset, p_align 4 KiB: depends on the load address.
     assert!(ranges.iter().all(|r| r["runtime"] == "load-address"), "{f:#}");
     // Nothing outside the read-only segments (page-rounded) was read: not
@@ -184,7 +184,7 @@ fn running_instance_of_library_and_nopie_program_is_pmd_mapped() {
         common::read_small(p);
     }
     let v = warm_json(&[exe.to_str().unwrap(), lib.to_str().unwrap(), nopie.to_str().unwrap()]);
-    let want_lib = file_entry(&v, "libbig.so")["pmd_windows"].as_u64().unwrap();
+    let want_lib = file_entry(&v, "libbig.so")["unit_windows"].as_u64().unwrap();
     let want_nopie = file_entry(&v, "nopie")["mappable_windows"].as_u64().unwrap();
     assert!((want_lib.min(want_nopie)) * common::pmd() >= 16 << 20, "{v:#}");
 
@@ -217,10 +217,10 @@ fn deps_warms_the_library_and_running_instance_shows_both_pmd_mapped() {
     common::read_small(&lib);
     let v = warm_json(&["--deps", exe.to_str().unwrap()]);
     let l = file_entry(&v, "libbig.so");
-    assert_eq!(l["pmd_windows"], l["eligible_windows"]);
+    assert_eq!(l["unit_windows"], l["eligible_windows"]);
     let r = common::Running::fixture(&exe);
     let kb = file_pmd_mapped(Some(r.pid()), None, Some("/libbig.so"));
-    assert_eq!(kb, l["pmd_windows"].as_u64().unwrap() * common::pmd_kb());
+    assert_eq!(kb, l["unit_windows"].as_u64().unwrap() * common::pmd_kb());
     r.stop();
 }
 
@@ -239,7 +239,7 @@ fn blocked_by_a_running_process_is_reported_and_the_process_is_unharmed() {
     // (--force: this PIE's text is not PMD-mappable at run time.)
     let (v, err) = warm_json_exit(&["--force", exe.to_str().unwrap()], 3);
     let e = file_entry(&v, "pie");
-    assert_eq!(e["pmd_windows"], 0, "{e:#}");
+    assert_eq!(e["unit_windows"], 0, "{e:#}");
     assert!(
         err.contains("nothing warmed") && err.contains(&format!("pid {} (", r.pid())),
         "{err}"
@@ -282,7 +282,7 @@ fn running_process_text_is_collapsed_in_place_where_the_kernel_can() {
     let (v, _) = warm_json_exit(&["--force", exe.to_str().unwrap()], 0);
     let e = file_entry(&v, "pie");
     assert_eq!(e["blocked_windows"], 0, "{e:#}");
-    assert_eq!(e["pmd_windows"], e["eligible_windows"], "{e:#}");
+    assert_eq!(e["unit_windows"], e["eligible_windows"], "{e:#}");
     assert_eq!(e["route"], "pmd-readahead-collapse", "{e:#}");
     let notes = e["notes"].to_string();
     assert!(
@@ -332,7 +332,7 @@ fn replace_warms_a_copy_and_keeps_metadata() {
     let e = file_entry(&v, "pie");
     assert_eq!(e["replaced"], true, "{e:#}");
     assert_eq!(e["route"], "replace");
-    assert_eq!(e["pmd_windows"], e["eligible_windows"], "{e:#}");
+    assert_eq!(e["unit_windows"], e["eligible_windows"], "{e:#}");
     assert!(
         e["eligible_windows"].as_u64().unwrap() * common::pmd() >= 16 << 20,
         "{e:#}"
@@ -395,7 +395,7 @@ fn tmpfs_says_pmd_folios_are_impossible() {
     let e = &v["files"][0];
     assert_eq!(e["filesystem"], "tmpfs");
     assert_eq!(e["route"], "none");
-    assert_eq!(e["pmd_windows"], 0);
+    assert_eq!(e["unit_windows"], 0);
     assert!(e["notes"].to_string().contains("PMD folios are impossible"), "{e:#}");
 }
 
@@ -409,7 +409,7 @@ fn memory_guard_refuses_and_touches_nothing() {
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.starts_with("hugetext: error: refusing to warm 8.0 MiB") && err.lines().count() == 1,
+        err.starts_with("hugetext: error: refusing to warm 8 MiB") && err.lines().count() == 1,
         "{err}"
     );
     let after = folio::scan_file(&p, None).unwrap();
@@ -429,12 +429,12 @@ fn config_hot_warms_only_the_profiles_hot_windows() {
     let conf = dir.path().join("warm.conf");
     std::fs::write(&conf, format!("paths = [{exe:?}, {other:?}]\nhot = {prof:?}\n")).unwrap();
     let (v, err) = warm_json_exit(&["--config", conf.to_str().unwrap()], 0);
-    assert_eq!(file_entry(&v, "/hotcold")["pmd_windows"], 4, "{v:#} {err}");
-    assert_eq!(file_entry(&v, "/other")["pmd_windows"], 0, "{v:#}");
+    assert_eq!(file_entry(&v, "/hotcold")["unit_windows"], 4, "{v:#} {err}");
+    assert_eq!(file_entry(&v, "/other")["unit_windows"], 0, "{v:#}");
     // Half the samples: main's window alone (40 of 100) is not enough, two are.
     std::fs::write(&conf, format!("paths = [{exe:?}]\nhot = {prof:?}\nhot_share = 50\n")).unwrap();
     let v = warm_json(&["--config", conf.to_str().unwrap()]);
-    assert_eq!(file_entry(&v, "/hotcold")["pmd_windows"], 2, "{v:#}");
+    assert_eq!(file_entry(&v, "/hotcold")["unit_windows"], 2, "{v:#}");
     // A bad share, a relative path, a missing profile: one line, exit 1.
     for (bad, want) in [
         (
@@ -466,8 +466,8 @@ fn config_file_lists_what_to_warm() {
     let conf = dir.path().join("warm.conf");
     std::fs::write(&conf, format!("paths = [{:?}, {:?}]\nmax_mem = \"90%\"\n", a, b)).unwrap();
     let v = warm_json(&["--config", conf.to_str().unwrap()]);
-    assert_eq!(file_entry(&v, "/a")["pmd_windows"], 2);
-    assert_eq!(file_entry(&v, "/b")["pmd_windows"], 2);
+    assert_eq!(file_entry(&v, "/a")["unit_windows"], 2);
+    assert_eq!(file_entry(&v, "/b")["unit_windows"], 2);
 
     let out = common::hugetext(&["warm", "--config", conf.to_str().unwrap(), "--path-unit"]);
     let unit = String::from_utf8_lossy(&out.stdout);
@@ -525,7 +525,7 @@ fn bad_paths_give_one_clear_line_each() {
         .as_str()
         .unwrap()
         .contains("no such file"));
-    assert_eq!(file_entry(&v, "good")["pmd_windows"], 1);
+    assert_eq!(file_entry(&v, "good")["unit_windows"], 1);
 }
 
 #[test]
@@ -543,7 +543,7 @@ fn freshly_written_file_is_warmed_on_the_first_run() {
         f["eligible_windows"].as_u64().unwrap() * common::pmd() >= 16 << 20,
         "{f:#}"
     );
-    assert_eq!(f["pmd_windows"], f["eligible_windows"], "{f:#}");
+    assert_eq!(f["unit_windows"], f["eligible_windows"], "{f:#}");
     assert_eq!(f["blocked_kb"], 0, "{f:#}");
 }
 
@@ -559,7 +559,7 @@ fn text_no_process_can_pmd_map_is_left_as_it_is_unless_forced() {
         let (v, err) = warm_json_exit(&[p.to_str().unwrap()], 3);
         let f = file_entry(&v, name);
         assert_eq!(f["route"], "needs-align", "{f:#}");
-        assert_eq!(f["pmd_windows"], 0, "nothing filled: {f:#}");
+        assert_eq!(f["unit_windows"], 0, "nothing filled: {f:#}");
         assert_eq!(f["small"]["no_large_folios_kb"], 0, "{f:#}");
         let notes = f["notes"].to_string();
         assert!(
@@ -571,11 +571,11 @@ fn text_no_process_can_pmd_map_is_left_as_it_is_unless_forced() {
             "{err}"
         );
         let after = folio::scan_file(&p, None).unwrap();
-        assert!(after.pmd_windows.is_empty(), "the cache was left as it was");
+        assert!(after.unit_windows.is_empty(), "the cache was left as it was");
         // --force fills it as before.
         let v = warm_json(&["--force", p.to_str().unwrap()]);
         let f = file_entry(&v, name);
-        assert_eq!(f["pmd_windows"], f["eligible_windows"], "{f:#}");
+        assert_eq!(f["unit_windows"], f["eligible_windows"], "{f:#}");
         assert_eq!(f["mappable_windows"], 0, "{f:#}");
     }
 }
@@ -634,7 +634,7 @@ fn freshly_written_file_on_overlayfs_is_warmed_and_not_called_blocked() {
         f["eligible_windows"].as_u64().unwrap() * common::pmd() >= 16 << 20,
         "{f:#}"
     );
-    assert_eq!(f["pmd_windows"], f["eligible_windows"], "{f:#} {err}");
+    assert_eq!(f["unit_windows"], f["eligible_windows"], "{f:#} {err}");
     assert_eq!(f["blocked_kb"], 0, "{f:#}");
     assert_eq!(f["small"]["blocked_kb"], 0, "{f:#}");
     assert_eq!(f["blocked_by"], serde_json::json!([]), "{f:#}");

@@ -219,10 +219,10 @@ pub fn mask(a: usize, n: usize) -> u64 {
     let Some(r) = st.cur else {
         return all;
     };
-    let pmd = crate::scan::unit() as u64;
-    let m = list::window_mask(r, st.off + (a - st.start) as u64, n, pmd) & all;
-    st.hot += m.count_ones() as u64 * pmd;
-    st.skipped += (all & !m).count_ones() as u64 * pmd;
+    let unit = crate::scan::unit() as u64;
+    let m = list::window_mask(r, st.off + (a - st.start) as u64, n, unit) & all;
+    st.hot += m.count_ones() as u64 * unit;
+    st.skipped += (all & !m).count_ones() as u64 * unit;
     m
 }
 

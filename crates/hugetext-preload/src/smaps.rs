@@ -127,8 +127,8 @@ impl Smaps {
     /// returns the PMD-mapped bytes of `[lo, hi)`: per intersecting VMA its
     /// total, at most its whole windows inside `[lo, hi)`.
     pub fn measure(&self, start: usize, n: usize, lo: usize, hi: usize) -> Result<(u64, u64), isize> {
-        let pmd = scan::unit();
-        let end = start + n * pmd;
+        let unit = scan::unit();
+        let end = start + n * unit;
         let (mut mask, mut bytes) = (0u64, 0u64);
         self.each(start.min(lo), end.max(hi), |v| {
             if v.start < hi && lo < v.end {
@@ -137,8 +137,8 @@ impl Smaps {
             }
             if v.start < end && start < v.end && v.all_huge() {
                 for i in 0..n {
-                    let ws = start + i * pmd;
-                    if v.start <= ws && ws + pmd <= v.end {
+                    let ws = start + i * unit;
+                    if v.start <= ws && ws + unit <= v.end {
                         mask |= 1 << i;
                     }
                 }
@@ -187,18 +187,18 @@ mod tests {
     /// mapping of 4 windows, all touched, then 2 of 4.
     #[test]
     fn measures_a_real_anonymous_mapping() {
-        let pmd = scan::unit();
+        let unit = scan::unit();
         let s = Smaps::open().unwrap();
-        let len = 4 * pmd;
+        let len = 4 * unit;
         let m = sys::mmap(
-            len + pmd,
+            len + unit,
             libc::PROT_READ | libc::PROT_WRITE,
             libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
             -1,
             0,
         );
         assert!(m > 0);
-        let a = (m as usize + pmd - 1) & !(pmd - 1);
+        let a = hugetext_abi::geometry::align_up(m as usize, unit);
         if sys::advise(a, len, sys::Keep::Hugepage) < 0 {
             return; // THP not built in
         }
@@ -206,13 +206,13 @@ mod tests {
         // SAFETY: the parts of our own mapping outside [a, a + len).
         unsafe {
             sys::mprotect(m as usize, a - m as usize, libc::PROT_NONE);
-            sys::mprotect(a + len, m as usize + pmd - a, libc::PROT_NONE);
+            sys::mprotect(a + len, m as usize + unit - a, libc::PROT_NONE);
         }
         let (mask, bytes) = s.measure(a, 4, a, a + len).unwrap();
         assert_eq!((mask, bytes), (0, 0));
         for w in 0..4 {
             // SAFETY: inside our writable mapping.
-            unsafe { core::ptr::write_volatile((a + w * pmd) as *mut u8, 1) };
+            unsafe { core::ptr::write_volatile((a + w * unit) as *mut u8, 1) };
         }
         // THP `enabled` is `madvise` or `always` on the machines we test on.
         let (mask, bytes) = s.measure(a, 4, a, a + len).unwrap();
@@ -220,13 +220,13 @@ mod tests {
         // Split one window into 4 KiB pages: the count drops, and no window
         // can be claimed any more.
         // SAFETY: our own mapping; only this test reads it.
-        unsafe { sys::madvise(a + pmd, 4096, sys::MADV_DONTNEED) };
+        unsafe { sys::madvise(a + unit, 4096, sys::MADV_DONTNEED) };
         let (mask, bytes) = s.measure(a, 4, a, a + len).unwrap();
-        assert_eq!((mask, bytes), (0, 3 * pmd as u64));
+        assert_eq!((mask, bytes), (0, 3 * unit as u64));
         // A range inside the VMA: its windows are not claimed either.
-        assert_eq!(s.measure(a + 2 * pmd, 2, a, a + len).unwrap(), (0, 3 * pmd as u64));
+        assert_eq!(s.measure(a + 2 * unit, 2, a, a + len).unwrap(), (0, 3 * unit as u64));
         assert!(s.has_private_pages(a, a + len).unwrap());
         // SAFETY: our own mapping, no longer used.
-        unsafe { sys::munmap(m as usize, len + pmd) };
+        unsafe { sys::munmap(m as usize, len + unit) };
     }
 }

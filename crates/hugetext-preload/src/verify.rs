@@ -249,11 +249,11 @@ impl Verifier {
     /// windows). Differences of the bytes between two calls with the same
     /// arguments are what happened in between.
     pub fn measure(&self, start: usize, n: usize, lo: usize, hi: usize) -> Result<(u64, u64), isize> {
-        let pmd = scan::unit();
+        let unit = scan::unit();
         match self {
             Verifier::Scan(s) => {
                 let m = s.huge_windows(start, n)?;
-                Ok((m, m.count_ones() as u64 * pmd as u64))
+                Ok((m, m.count_ones() as u64 * unit as u64))
             }
             Verifier::Smaps(s) => s.measure(start, n, lo, hi),
             Verifier::Cont(c) => {
@@ -262,28 +262,28 @@ impl Verifier {
                     // Without PFNs: the windows the copy route proved
                     // before it moved them there ([`first_touch`]).
                     None => (0..n)
-                        .filter(|&i| c.still_copied(start + i * pmd))
+                        .filter(|&i| c.still_copied(start + i * unit))
                         .fold(0u64, |m, i| m | 1 << i),
                 };
-                Ok((m, m.count_ones() as u64 * pmd as u64))
+                Ok((m, m.count_ones() as u64 * unit as u64))
             }
         }
     }
 
     /// The windows of `[start, start + n·2M)` proved PMD-mapped.
     pub fn huge_windows(&self, start: usize, n: usize) -> Result<u64, isize> {
-        let pmd = scan::unit();
-        self.measure(start, n, start, start + n * pmd).map(|(m, _)| m)
+        let unit = scan::unit();
+        self.measure(start, n, start, start + n * unit).map(|(m, _)| m)
     }
 
     /// PMD-mapped bytes of the whole windows `[ws, we)` (2 MiB-aligned).
     pub fn huge_bytes(&self, ws: usize, we: usize) -> Result<u64, isize> {
-        let pmd = scan::unit();
+        let unit = scan::unit();
         match self {
             Verifier::Scan(_) | Verifier::Cont(_) => {
                 let mut total = 0;
                 for (a, n) in scan::windows(ws, we).batches(64) {
-                    total += self.measure(a, n, a, a + n * pmd)?.1;
+                    total += self.measure(a, n, a, a + n * unit)?.1;
                 }
                 Ok(total)
             }

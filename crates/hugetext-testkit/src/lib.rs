@@ -168,7 +168,7 @@ pub fn fs_gives_pmd_folios(dir: &Path) -> bool {
     let p = scratch_file(dir, &name, (len >> 20) as usize);
     let f = std::fs::File::open(&p).unwrap();
     pagecache::fill_huge(&f, 0..len).unwrap();
-    let n = folio::scan_file(&p, None).unwrap().pmd_windows.len();
+    let n = folio::scan_file(&p, None).unwrap().unit_windows.len();
     pagecache::evict(&f, 0..0).unwrap();
     std::fs::remove_file(&p).unwrap();
     n == 2

@@ -14,7 +14,7 @@ use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 
 use hugetext_abi::madv::COLLAPSE_RETRIES;
-use hugetext_abi::thp::ThpMode;
+use hugetext_abi::thp::{ShmemMode, SizeMode, ThpMode};
 
 use crate::kernel::{self, KernelVersion, Mapping};
 use crate::{folio, fsutil, pagecache, procfs, Error, FactError, Result};
@@ -94,9 +94,10 @@ pub struct FsProbe {
     pub fs_type: String,
     /// Its block size (`statfs`'s `f_bsize`).
     pub block_size: u64,
-    /// PMD-size windows of the scratch file that ended up in one PMD-order
-    /// folio after filling through a `MADV_HUGEPAGE` mapping (None: PFNs hidden).
-    pub pmd_folio_windows: Option<u64>,
+    /// Windows of the unit of huge text in the scratch file that ended up in
+    /// one folio of at least the unit after filling through a
+    /// `MADV_HUGEPAGE` mapping (None: PFNs hidden).
+    pub unit_folio_windows: Option<u64>,
     /// Windows in the scratch file.
     pub windows: u64,
     /// kB a fresh, unadvised, congruent mapping got PMD-mapped (smaps `FilePmdMapped`).
@@ -127,8 +128,8 @@ fn probe_fs(path: &Path) -> Result<FsProbe> {
     };
     // Two windows of the huge unit: the PMD, or the 2 MiB contpte block
     // with 64 KiB pages (kernel::huge_unit).
-    let pmd = kernel::unit_size();
-    let len = 2 * pmd;
+    let unit = kernel::unit_size();
+    let len = 2 * unit;
     // Removed when `scratch` is dropped.
     let (mut w, scratch) = fsutil::scratch_file_in(&dir, ".hugetext-doctor-").map_err(|e| {
         Error::Permission(format!(
@@ -146,16 +147,16 @@ fn probe_fs(path: &Path) -> Result<FsProbe> {
     drop(w);
     // Read-only from here on: MADV_COLLAPSE refuses files open for writing.
     let f = File::open(name).map_err(|e| Error::io(name, e))?;
-    probe.windows = (len / pmd) as u64;
+    probe.windows = (len / unit) as u64;
 
     pagecache::evict(&f, 0..0)?;
     pagecache::fill_huge(&f, 0..len as u64)?;
     if kernel::pfn_access() {
-        probe.pmd_folio_windows = Some(folio::scan_open(&f, name, None)?.pmd_windows.len() as u64);
+        probe.unit_folio_windows = Some(folio::scan_open(&f, name, None)?.unit_windows.len() as u64);
     }
     {
         let rx = libc::PROT_READ | libc::PROT_EXEC;
-        let m = Mapping::file_congruent(f.as_fd(), 0, len, rx, pmd)?;
+        let m = Mapping::file_congruent(f.as_fd(), 0, len, rx, unit)?;
         m.populate_read(0, len)?;
         probe.pmd_mapped_kb = procfs::own_file_pmd_kb(m.addr())?;
     }
@@ -202,7 +203,7 @@ fn probe_shmem_text() -> Result<ShmemProbe> {
     if kernel::unit_size() != pmd {
         return Err(Error::Unsupported(format!(
             "the unit of huge text is the contiguous-PTE block here, not the {} PMD",
-            size_words(pmd)
+            human(pmd)
         )));
     }
     // Mounting needs CAP_SYS_ADMIN: said before anything is made (an
@@ -338,9 +339,9 @@ pub struct Facts {
     /// THP `enabled` mode; `None` without THP.
     pub thp_enabled: Option<ThpMode>,
     /// mTHP sizes (kB) and their modes.
-    pub thp_sizes: Vec<(u64, String)>,
+    pub thp_sizes: Vec<(u64, kernel::ModeRead<SizeMode>)>,
     /// THP `shmem_enabled` mode.
-    pub shmem_enabled: Option<String>,
+    pub shmem_enabled: Option<kernel::ModeRead<ShmemMode>>,
     /// The filesystem experiment, or why it could not be done.
     pub probe: std::result::Result<FsProbe, FactError>,
     /// The shared-text experiment on a huge tmpfs, or why it could not be done.
@@ -375,7 +376,7 @@ impl Facts {
             cont_pte: kernel::cont_pte_size(),
             thp_enabled: kernel::thp_mode(),
             thp_sizes: kernel::thp_sizes(),
-            shmem_enabled: kernel::sysfs_choice("/sys/kernel/mm/transparent_hugepage/shmem_enabled"),
+            shmem_enabled: kernel::shmem_mode(),
             probe: probe_fs(path).map_err(FactError::from),
             shmem_text: probe_shmem_text().map_err(FactError::from),
             route_costs: crate::run::routecost::measure(&probe_dir(path)).map_err(FactError::from),
@@ -396,7 +397,7 @@ pub fn diagnose(path: &Path) -> Vec<Finding> {
 
 /// What the facts mean, check by check, in report order.
 pub fn findings(f: &Facts) -> Vec<Finding> {
-    let pmd_w = size_words(f.pmd_size);
+    let pmd_w = human(f.pmd_size);
     let mut out = vec![
         kernel_finding(&f.release, f.version, &pmd_w),
         page_size(f.page_size, f.pmd_size, f.cont_pte),
@@ -406,7 +407,7 @@ pub fn findings(f: &Facts) -> Vec<Finding> {
     if f.unit != f.pmd_size {
         out.push(copy_unit(f.unit, &f.thp_sizes, f.thp_enabled));
     }
-    out.extend(f.shmem_enabled.as_deref().map(|s| shmem(s, f.page_size)));
+    out.extend(f.shmem_enabled.as_ref().map(|s| shmem(s, f.page_size)));
     match &f.probe {
         Ok(p) => out.extend(filesystem(
             p,
@@ -427,8 +428,8 @@ pub fn findings(f: &Facts) -> Vec<Finding> {
 }
 
 /// A size in words: "2 MiB", "32 MiB", "16 KiB".
-fn size_words(b: usize) -> String {
-    crate::elf::check::size_words(b as u64)
+fn human(b: usize) -> String {
+    crate::units::human(b as u64)
 }
 
 fn kernel_finding(release: &str, v: KernelVersion, pmd_w: &str) -> Finding {
@@ -469,16 +470,16 @@ fn page_size(ps: usize, pmd: usize, cont_pte: Option<usize>) -> Finding {
                 "the {} PMD is out of reach (the page cache's largest folio is 2048 pages, {}; the loaders align to at most 32 MiB): \
                  the unit of huge text here is the {} contiguous-PTE block, {} pages under one TLB entry when a folio that large is \
                  naturally aligned in the file and in memory; `check` and `align` work to it",
-                size_words(pmd),
-                size_words(2048 * ps),
-                size_words(block),
+                human(pmd),
+                human(2048 * ps),
+                human(block),
                 block / ps
             )
         } else {
             format!(
                 "{meaning}; below it, a folio of at least the {} contiguous-PTE block ({} pages), naturally aligned, \
                  takes one TLB entry per block (contpte)",
-                size_words(block),
+                human(block),
                 block / ps
             )
         };
@@ -511,14 +512,17 @@ fn thp(mode: Option<ThpMode>, pmd_w: &str) -> Finding {
     }
 }
 
-fn thp_sizes(sizes: &[(u64, String)]) -> Option<Finding> {
+fn thp_sizes(sizes: &[(u64, kernel::ModeRead<SizeMode>)]) -> Option<Finding> {
     if sizes.is_empty() {
         return None;
     }
     let on: Vec<String> = sizes
         .iter()
-        .filter(|(_, m)| m != "never")
-        .map(|(kb, m)| format!("{kb}kB={m}"))
+        .filter(|(_, m)| *m != Ok(SizeMode::Never))
+        .map(|(kb, m)| match m {
+            Ok(m) => format!("{kb}kB={}", m.as_str()),
+            Err(e) => format!("{kb}kB=? ({e})"),
+        })
         .collect();
     Some(finding(
         "thp-sizes",
@@ -538,32 +542,37 @@ fn thp_sizes(sizes: &[(u64, String)]) -> Option<Finding> {
 /// That is the unit's own mTHP size (`hugepages-2048kB/enabled`):
 /// `always`, `madvise` (the copy is `MADV_HUGEPAGE`), or `inherit` with a
 /// top-level mode other than `never`.
-fn copy_unit(unit: usize, sizes: &[(u64, String)], top: Option<ThpMode>) -> Finding {
-    use hugetext_abi::thp::SizeMode;
+fn copy_unit(unit: usize, sizes: &[(u64, kernel::ModeRead<SizeMode>)], top: Option<ThpMode>) -> Finding {
     let kb = unit as u64 / 1024;
     let dir = format!("/sys/kernel/mm/transparent_hugepage/hugepages-{kb}kB/enabled");
-    let mode = sizes.iter().find(|(k, _)| *k == kb).map(|(_, m)| m.as_str());
-    let parsed = mode.and_then(|m| SizeMode::parse(format!("[{m}]").as_bytes()));
+    let parsed = sizes.iter().find(|(k, _)| *k == kb).map(|(_, m)| m.clone());
     let top = top.unwrap_or(ThpMode::Never);
     match parsed {
-        Some(m) if m.allows_madvised(top) => finding(
+        Some(Err(e)) => finding(
+            "copy-unit",
+            "anonymous folios of the unit",
+            format!("{kb}kB=?"),
+            Status::Warn,
+            format!("cannot tell whether `run`'s copy route gets {} anonymous folios: {e}", human(unit)),
+        ),
+        Some(Ok(m)) if m.allows_madvised(top) => finding(
             "copy-unit",
             "anonymous folios of the unit",
             format!("{kb}kB={}", m.as_str()),
             Status::Ok,
             format!(
                 "`run`'s copy route gets {} anonymous folios (MADV_HUGEPAGE), mapped with contiguous PTEs: one TLB entry per block",
-                size_words(unit)
+                human(unit)
             ),
         ),
-        Some(m) => finding(
+        Some(Ok(m)) => finding(
             "copy-unit",
             "anonymous folios of the unit",
             format!("{kb}kB={}", m.as_str()),
             Status::Warn,
             format!(
                 "`run`'s copy route gets no {} anonymous folios ({dir} is `{}`{}): as root, `echo madvise > {dir}`",
-                size_words(unit),
+                human(unit),
                 m.as_str(),
                 if m == SizeMode::Inherit { " and transparent_hugepage is `never`" } else { "" }
             ),
@@ -575,24 +584,27 @@ fn copy_unit(unit: usize, sizes: &[(u64, String)], top: Option<ThpMode>) -> Find
             Status::No,
             format!(
                 "no {} anonymous THP size ({dir} is missing: Linux 6.8+ has sizes below the PMD): `run` cannot copy text into folios of the unit",
-                size_words(unit)
+                human(unit)
             ),
         ),
     }
 }
 
-fn shmem(shm: &str, page: usize) -> Finding {
-    finding(
+fn shmem(shm: &kernel::ModeRead<ShmemMode>, page: usize) -> Finding {
+    match shm {
+        Ok(m) => finding(
         "shmem",
         "THP for shmem/tmpfs",
-        shm,
+            m.as_str(),
         Status::Info,
-        if shm == "never" || shm == "deny" {
-            format!("programs run from tmpfs keep their text in {} pages", size_words(page))
-        } else {
+            if m.may_give_huge() {
             "programs on tmpfs can have huge page-cache folios".to_string()
+            } else {
+                format!("programs run from tmpfs keep their text in {} pages", human(page))
         },
-    )
+        ),
+        Err(e) => finding("shmem", "THP for shmem/tmpfs", "?", Status::Warn, e.clone()),
+    }
 }
 
 /// Whether text on a huge tmpfs (the text store) is PMD-mapped here: one
@@ -632,19 +644,19 @@ fn filesystem(p: &FsProbe, page: usize, pmd: usize, unit: usize, ro_thp: Option<
     let windows = p.windows;
     // The probe's windows and folios are of the huge unit; the PMD words
     // stay for what only a PMD does.
-    let pmd_w = size_words(unit);
-    let (st, val, m) = match p.pmd_folio_windows {
+    let unit_w = human(unit);
+    let (st, val, m) = match p.unit_folio_windows {
         Some(n) if n == windows => (
             Status::Ok,
-            format!("{}: yes ({n}/{windows} windows in {pmd_w} folios)", p.fs_type),
+            format!("{}: yes ({n}/{windows} windows in {unit_w} folios)", p.fs_type),
             format!(
-                "`hugetext warm` can put text stored on {} into {pmd_w} page-cache folios",
+                "`hugetext warm` can put text stored on {} into {unit_w} page-cache folios",
                 p.dir.display()
             ),
         ),
         Some(n) => (
             Status::No,
-            format!("{}: no ({n}/{windows} windows in {pmd_w} folios)", p.fs_type),
+            format!("{}: no ({n}/{windows} windows in {unit_w} folios)", p.fs_type),
             if fsutil::is_memory_fs(&p.fs_type) {
                 format!(
                     "{} holds files in memory: no PMD folios unless mounted with huge=within_size (tmpfs); `warm` cannot help; use `hugetext run` (anonymous copy) or put the programs on ext4/xfs",
@@ -653,21 +665,21 @@ fn filesystem(p: &FsProbe, page: usize, pmd: usize, unit: usize, ro_thp: Option<
             } else if let Some(cap) = page_cache_cap_below(page as u64, pmd) {
                 format!(
                     "the page cache holds folios of at most 2048 pages ({} here), below the {} PMD: no file text is PMD-mapped on this kernel, whatever the filesystem, \
-                     and its MADV_HUGEPAGE readahead gave no {pmd_w} folios of the contiguous-PTE unit either (kernels that cap that readahead at 2 MiB, as 7.3 does, give them); \
+                     and its MADV_HUGEPAGE readahead gave no {unit_w} folios of the contiguous-PTE unit either (kernels that cap that readahead at 2 MiB, as 7.3 does, give them); \
                      use `hugetext run` (anonymous copy)",
-                    size_words(cap as usize),
-                    size_words(pmd)
+                    human(cap as usize),
+                    human(pmd)
                 )
             } else if p.collapse_kb.unwrap_or(0) > 0 {
                 format!(
-                    "readahead gives no {pmd_w} folios here (Linux 7.x reads at most 2 MiB folios through MADV_HUGEPAGE), but MADV_COLLAPSE builds them: `hugetext warm` and `run` collapse text in place"
+                    "readahead gives no {unit_w} folios here (Linux 7.x reads at most 2 MiB folios through MADV_HUGEPAGE), but MADV_COLLAPSE builds them: `hugetext warm` and `run` collapse text in place"
                 )
             } else if let Some(cap) = ext4_folio_cap_below(&p.fs_type, p.block_size, unit) {
                 format!(
-                    "ext4 caps page-cache folios at 2048 blocks ({} with its {} blocks), below the {pmd_w} PMD: `warm` and `run --strategy file` cannot help here; use `hugetext run` (anonymous copy), xfs, or an ext4 made with blocks of {} or more (mkfs.ext4 -b)",
-                    size_words(cap as usize),
-                    size_words(p.block_size as usize),
-                    size_words(pmd / 2048),
+                    "ext4 caps page-cache folios at 2048 blocks ({} with its {} blocks), below the {unit_w} PMD: `warm` and `run --strategy file` cannot help here; use `hugetext run` (anonymous copy), xfs, or an ext4 made with blocks of {} or more (mkfs.ext4 -b)",
+                    human(cap as usize),
+                    human(p.block_size as usize),
+                    human(pmd / 2048),
                 )
             } else {
                 format!(
@@ -696,11 +708,11 @@ fn filesystem(p: &FsProbe, page: usize, pmd: usize, unit: usize, ro_thp: Option<
         finding(
             "pmd-map",
             "PMD mapping of page-cache text",
-            format!("none possible ({} PMD)", size_words(pmd)),
+            format!("none possible ({} PMD)", human(pmd)),
             Status::Info,
             format!(
-                "{pmd_w} folios naturally aligned in the file are mapped with contiguous PTEs (one TLB entry per {pmd_w} block) \
-                 by every process that maps them at a {pmd_w}-congruent address, shared, with no copy"
+                "{unit_w} folios naturally aligned in the file are mapped with contiguous PTEs (one TLB entry per {unit_w} block) \
+                 by every process that maps them at a {unit_w}-congruent address, shared, with no copy"
             ),
         )
     } else {
@@ -717,7 +729,7 @@ fn filesystem(p: &FsProbe, page: usize, pmd: usize, unit: usize, ro_thp: Option<
                 Status::No
             },
             if p.pmd_mapped_kb == want {
-                format!("every process that maps warmed text at a {pmd_w}-congruent address gets it on {pmd_w} pages, shared, with no copy")
+                format!("every process that maps warmed text at a {unit_w}-congruent address gets it on {unit_w} pages, shared, with no copy")
             } else {
                 "warmed folios are not PMD-mapped here: only `hugetext run` (anonymous copy) puts text on huge pages"
                     .to_string()
@@ -875,13 +887,13 @@ mod tests {
             unit: 2 << 20,
             cont_pte: None,
             thp_enabled: Some(ThpMode::Madvise),
-            thp_sizes: vec![(64, "never".into()), (2048, "inherit".into())],
-            shmem_enabled: Some("never".into()),
+            thp_sizes: vec![(64, Ok(SizeMode::Never)), (2048, Ok(SizeMode::Inherit))],
+            shmem_enabled: Some(Ok(ShmemMode::Never)),
             probe: Ok(FsProbe {
                 dir: PathBuf::from("/srv"),
                 fs_type: "ext4".into(),
                 block_size: 4096,
-                pmd_folio_windows: Some(2),
+                unit_folio_windows: Some(2),
                 windows: 2,
                 pmd_mapped_kb: 4096,
                 collapse_kb: None,
@@ -915,11 +927,8 @@ mod tests {
     #[test]
     fn the_copy_route_needs_the_units_mthp_size_where_the_unit_is_contpte() {
         let sizes = |m: &str| {
-            vec![
-                (64, "never".to_string()),
-                (2048, m.to_string()),
-                (524288, "inherit".to_string()),
-            ]
+            let m = SizeMode::read(format!("[{m}]").as_bytes()).map_err(|e| e.to_string());
+            vec![(64, Ok(SizeMode::Never)), (2048, m), (524288, Ok(SizeMode::Inherit))]
         };
         let f = copy_unit(2 << 20, &sizes("never"), Some(ThpMode::Always));
         assert_eq!((f.status, f.value.as_str()), (Status::Warn, "2048kB=never"));
@@ -940,6 +949,29 @@ mod tests {
         let f = copy_unit(2 << 20, &sizes("inherit"), Some(ThpMode::Never));
         assert!(f.status == Status::Warn && f.meaning.contains("transparent_hugepage is `never`"));
         assert_eq!(copy_unit(2 << 20, &[], Some(ThpMode::Always)).status, Status::No);
+        // A word this hugetext does not know is named, not taken for `never`.
+        let f = copy_unit(2 << 20, &sizes("sometimes"), Some(ThpMode::Always));
+        assert!(
+            f.status == Status::Warn && f.meaning.contains("unknown mode `sometimes`"),
+            "{f:?}"
+        );
+    }
+
+    #[test]
+    fn shmem_modes_are_read_once_and_unknown_words_named() {
+        let page = 4096;
+        assert!(shmem(&Ok(ShmemMode::Deny), page)
+            .meaning
+            .contains("tmpfs keep their text in 4 KiB pages"));
+        assert!(shmem(&Ok(ShmemMode::WithinSize), page)
+            .meaning
+            .contains("can have huge"));
+        let e = ShmemMode::read(b"always [sometimes] never").map_err(|e| format!("shmem_enabled: {e}"));
+        let f = shmem(&e, page);
+        assert!(
+            f.status == Status::Warn && f.meaning.contains("unknown mode `sometimes`"),
+            "{f:?}"
+        );
     }
 
     #[test]
@@ -1033,7 +1065,7 @@ mod tests {
     fn tmpfs_has_no_pmd_folios() {
         let mut f = facts();
         let p = probe(&mut f);
-        (p.fs_type, p.pmd_folio_windows, p.pmd_mapped_kb) = ("tmpfs".into(), Some(0), 0);
+        (p.fs_type, p.unit_folio_windows, p.pmd_mapped_kb) = ("tmpfs".into(), Some(0), 0);
         let v = findings(&f);
         let fs = get(&v, "fs-large-folios");
         assert_eq!(
@@ -1078,7 +1110,7 @@ mod tests {
     fn hidden_pfns() {
         let mut f = facts();
         (f.pfn_access, f.cap_sys_admin) = (false, false);
-        probe(&mut f).pmd_folio_windows = None;
+        probe(&mut f).unit_folio_windows = None;
         let v = findings(&f);
         let fs = get(&v, "fs-large-folios");
         assert_eq!(fs.status, Status::Ok, "PMD-mapped proves the folios: {fs:?}");
@@ -1101,7 +1133,7 @@ mod tests {
         let mut f = facts();
         f.pmd_size = 512 << 20;
         f.page_size = 65536;
-        probe(&mut f).pmd_folio_windows = Some(0);
+        probe(&mut f).unit_folio_windows = Some(0);
         let m = get(&findings(&f), "fs-large-folios").meaning.clone();
         assert!(
             m.starts_with("the page cache holds folios of at most 2048 pages (128 MiB here), below the 512 MiB PMD"),
@@ -1113,7 +1145,7 @@ mod tests {
     fn with_64k_pages_the_contpte_unit_is_probed_and_pmd_mapping_is_not_expected() {
         let mut f = facts();
         (f.page_size, f.pmd_size, f.unit, f.cont_pte) = (65536, 512 << 20, 2 << 20, Some(2 << 20));
-        (probe(&mut f).pmd_folio_windows, probe(&mut f).pmd_mapped_kb) = (Some(2), 0);
+        (probe(&mut f).unit_folio_windows, probe(&mut f).pmd_mapped_kb) = (Some(2), 0);
         let v = findings(&f);
         let fs = get(&v, "fs-large-folios");
         assert_eq!(
@@ -1132,7 +1164,7 @@ mod tests {
     fn no_pmd_readahead_but_collapse_is_said_as_such() {
         let mut f = facts();
         (f.page_size, f.pmd_size, f.unit) = (16384, 32 << 20, 32 << 20);
-        (probe(&mut f).pmd_folio_windows, probe(&mut f).collapse_kb) = (Some(0), Some(65536));
+        (probe(&mut f).unit_folio_windows, probe(&mut f).collapse_kb) = (Some(0), Some(65536));
         let c = get(&findings(&f), "fs-large-folios").clone();
         assert_eq!(c.status, Status::No);
         assert!(c.meaning.contains("MADV_COLLAPSE builds them"), "{}", c.meaning);
@@ -1146,7 +1178,7 @@ mod tests {
         assert_eq!(ext4_folio_cap_below("xfs", 4096, 32 << 20), None);
         let mut f = facts();
         (f.page_size, f.pmd_size, f.unit) = (16384, 32 << 20, 32 << 20);
-        (probe(&mut f).block_size, probe(&mut f).pmd_folio_windows) = (4096, Some(0));
+        (probe(&mut f).block_size, probe(&mut f).unit_folio_windows) = (4096, Some(0));
         let m = get(&findings(&f), "fs-large-folios").meaning.clone();
         assert!(
             m.starts_with(

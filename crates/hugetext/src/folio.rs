@@ -147,7 +147,7 @@ pub struct FileFolios {
     /// examined range that are held in a single folio of at least that size
     /// (the unit is the PMD size, or the contpte block with 64 KiB pages:
     /// [`kernel::huge_unit`]; named for the PMD in JSON, as everywhere).
-    pub pmd_windows: Vec<u64>,
+    pub unit_windows: Vec<u64>,
     /// Number of whole windows of the huge unit inside the examined range.
     pub total_windows: u64,
 }
@@ -198,8 +198,8 @@ pub fn scan_open(f: &File, path: &Path, range: Option<Range<u64>>) -> Result<Fil
     let range = range.unwrap_or(0..size);
     let range = range.start.min(size)..range.end.min(size);
     // Windows of the huge unit (the PMD, or the contpte block with 64 KiB
-    // pages); named `pmd` here as in the rest of the scan.
-    let pmd = kernel::unit_size() as u64;
+    // pages).
+    let unit = kernel::unit_size() as u64;
     let ps = kernel::page_size() as u64;
     let mut out = FileFolios {
         path: path.to_path_buf(),
@@ -208,10 +208,10 @@ pub fn scan_open(f: &File, path: &Path, range: Option<Range<u64>>) -> Result<Fil
         cached_kb: 0,
         folios_kb: BTreeMap::new(),
         mapped_kb: 0,
-        pmd_windows: Vec::new(),
+        unit_windows: Vec::new(),
         total_windows: 0,
     };
-    out.total_windows = Windows::<u64>::new(range.start, range.end, pmd).count();
+    out.total_windows = Windows::<u64>::new(range.start, range.end, unit).count();
     if range.is_empty() {
         return Ok(out);
     }
@@ -278,8 +278,8 @@ pub fn scan_open(f: &File, path: &Path, range: Option<Range<u64>>) -> Result<Fil
             }
             // Folios are naturally aligned in the file: a page at a window's
             // start in a folio at least that large has the whole window.
-            if sz >= pmd && page_off % pmd == 0 && page_off >= range.start && page_off + pmd <= range.end {
-                out.pmd_windows.push(page_off);
+            if sz >= unit && page_off % unit == 0 && page_off >= range.start && page_off + unit <= range.end {
+                out.unit_windows.push(page_off);
             }
         }
         drop(map);

@@ -26,7 +26,7 @@
 //!   ([`write_back`]), the `PAGEMAP_SCAN` ioctl (its number and structs are
 //!   `hugetext_abi::pagemap_scan`), and glibc's `confstr`.
 
-use hugetext_abi::thp::{self, ThpMode};
+use hugetext_abi::thp::{self, ShmemMode, SizeMode, ThpMode};
 use std::ffi::c_void;
 use std::num::NonZeroU64;
 use std::os::fd::{AsRawFd, BorrowedFd};
@@ -258,7 +258,7 @@ impl Mapping {
             return Err(Error::last_os("mmap (reserve)"));
         }
         let base_addr = base as usize;
-        let aligned = (base_addr + align - 1) & !(align - 1);
+        let aligned = hugetext_abi::geometry::align_up(base_addr, align);
         let mut start = aligned + shift;
         if start + len > base_addr + reserve_len {
             start -= align;
@@ -318,7 +318,7 @@ impl Mapping {
             return Err(Error::last_os("mmap (anonymous)"));
         }
         let b = base as usize;
-        let start = (b + align - 1) & !(align - 1);
+        let start = hugetext_abi::geometry::align_up(b, align);
         // SAFETY: trimming our own fresh mapping.
         unsafe {
             if start > b {
@@ -876,9 +876,35 @@ pub fn cpu_vulnerability(name: &str) -> Option<String> {
         .map(|s| s.trim().to_string())
 }
 
+/// A THP mode read from sysfs: the mode, or a line naming the file and the
+/// word hugetext does not know.
+pub type ModeRead<T> = std::result::Result<T, String>;
+
+/// The mode in a sysfs THP mode file, parsed by `parse` (one of the
+/// `hugetext_abi::thp` readers); `None` when the file cannot be read.
+fn read_mode<T>(
+    path: &Path,
+    parse: impl for<'a> Fn(&'a [u8]) -> std::result::Result<T, thp::ModeError<'a>>,
+) -> Option<ModeRead<T>> {
+    let text = std::fs::read(path).ok()?;
+    Some(parse(&text).map_err(|e| format!("{}: {e}", path.display())))
+}
+
+/// The mode of one anonymous THP size (`hugepages-<kB>kB/enabled`, Linux
+/// 6.8+), `None` when the kernel has no such size.
+pub fn size_mode(kb: u64) -> Option<ModeRead<SizeMode>> {
+    read_mode(Path::new(&format!("{}{kb}kB/enabled", thp::SIZE_DIR)), SizeMode::read)
+}
+
+/// The THP mode of shmem and tmpfs (`shmem_enabled`), `None` when the
+/// kernel has no THP.
+pub fn shmem_mode() -> Option<ModeRead<ShmemMode>> {
+    read_mode(Path::new(thp::SHMEM_ENABLED_PATH), ShmemMode::read)
+}
+
 /// The per-size THP settings (`hugepages-<size>kB/enabled`), as
 /// (size in kB, mode), sorted by size. Empty on kernels before 6.8 (no mTHP).
-pub fn thp_sizes() -> Vec<(u64, String)> {
+pub fn thp_sizes() -> Vec<(u64, ModeRead<SizeMode>)> {
     let mut out = Vec::new();
     if let Ok(rd) = std::fs::read_dir("/sys/kernel/mm/transparent_hugepage") {
         for e in rd.flatten() {
@@ -891,12 +917,12 @@ pub fn thp_sizes() -> Vec<(u64, String)> {
             else {
                 continue;
             };
-            if let Some(mode) = sysfs_choice(e.path().join("enabled")) {
+            if let Some(mode) = read_mode(&e.path().join("enabled"), SizeMode::read) {
                 out.push((kb, mode));
             }
         }
     }
-    out.sort();
+    out.sort_by_key(|&(kb, _)| kb);
     out
 }
 
@@ -976,8 +1002,9 @@ mod tests {
         let (maj, min) = glibc_version().expect("tests run on glibc");
         assert!(maj == 2 && min >= 17);
         for (kb, mode) in thp_sizes() {
-            assert!(kb.is_power_of_two() && !mode.is_empty());
+            assert!(kb.is_power_of_two() && mode.is_ok(), "{kb} kB: {mode:?}");
         }
+        assert!(shmem_mode().is_none_or(|m| m.is_ok()));
     }
 
     #[test]

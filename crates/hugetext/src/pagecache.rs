@@ -175,11 +175,11 @@ fn default_parallelism() -> usize {
 /// The range must start and end on unit boundaries. Pages already cached
 /// are not read again (and keep their folio size).
 pub fn fill_windows(file: &File, windows: Range<u64>, parallel: usize) -> Result<()> {
-    let pmd = kernel::unit_size() as u64;
+    let unit = kernel::unit_size() as u64;
     if windows.is_empty() {
         return Ok(());
     }
-    if windows.start % pmd != 0 || windows.end % pmd != 0 {
+    if windows.start % unit != 0 || windows.end % unit != 0 {
         return Err(Error::Invalid(format!(
             "fill_windows: {:#x}..{:#x} is not aligned to the huge unit",
             windows.start, windows.end
@@ -191,7 +191,7 @@ pub fn fill_windows(file: &File, windows: Range<u64>, parallel: usize) -> Result
         windows.start,
         len,
         libc::PROT_READ | libc::PROT_EXEC,
-        pmd as usize,
+        unit as usize,
     )?;
     map.madvise(0, len, kernel::MADV_HUGEPAGE)?;
     // VM_RAND_READ: the VM_HUGEPAGE fault path reads exactly one folio
@@ -199,7 +199,7 @@ pub fn fill_windows(file: &File, windows: Range<u64>, parallel: usize) -> Result
     // order is the PMD's, capped at 2 MiB where the kernel caps it (7.3
     // does): the contpte unit with 64 KiB pages.
     map.madvise(0, len, libc::MADV_RANDOM)?;
-    let n = len as u64 / pmd;
+    let n = len as u64 / unit;
     let parallel = (parallel.max(1) as u64).min(n) as usize;
     let base = map.addr();
     if parallel <= 1 {
@@ -219,7 +219,7 @@ pub fn fill_windows(file: &File, windows: Range<u64>, parallel: usize) -> Result
                         }
                         // SAFETY: window k of `map` (PROT_READ), which stays
                         // mapped until the scope ends.
-                        unsafe { kernel::populate_read(base + (k * pmd) as usize, pmd as usize)? };
+                        unsafe { kernel::populate_read(base + (k * unit) as usize, unit as usize)? };
                     }
                 })
             })
@@ -486,12 +486,12 @@ pub fn probe_pmd_folios(dir: &Path) -> Option<bool> {
     }
     // One window of the huge unit (the PMD, or the contpte block with
     // 64 KiB pages).
-    let pmd = kernel::unit_size();
-    let f = text_tmpfile(dir, pmd).ok()?;
+    let unit = kernel::unit_size();
+    let f = text_tmpfile(dir, unit).ok()?;
     let path = std::path::PathBuf::from(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&f)));
     evict(&f, 0..0).ok()?;
-    fill_huge(&f, 0..pmd as u64).ok()?;
-    let huge = crate::folio::scan_file(&path, None).ok()?.pmd_windows.len() == 1;
+    fill_huge(&f, 0..unit as u64).ok()?;
+    let huge = crate::folio::scan_file(&path, None).ok()?.unit_windows.len() == 1;
     let _ = evict(&f, 0..0);
     Some(huge)
 }

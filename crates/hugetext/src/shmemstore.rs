@@ -292,7 +292,7 @@ pub fn eligible(file: &File, unit: u64) -> Eligible {
     }
     let (mut windows, mut skewed) = (0u64, false);
     for (_, p) in m.loads().filter(|(_, p)| p.executable()) {
-        if p.p_vaddr.wrapping_sub(p.p_offset) % unit != 0 {
+        if !hugetext_abi::geometry::congruent(p.p_vaddr, p.p_offset, unit) {
             skewed = true;
         }
         windows += crate::elf::check::whole_windows(p.p_vaddr, p.p_filesz, unit);
@@ -300,7 +300,7 @@ pub fn eligible(file: &File, unit: u64) -> Eligible {
     if windows == 0 {
         return Eligible::NoWindow;
     }
-    let size = crate::elf::check::size_words(unit);
+    let size = crate::units::human(unit);
     if skewed && !dynamic {
         return Eligible::Refused(format!(
             "a fixed-address executable whose text offsets are not congruent with its addresses modulo {size}: \
@@ -353,7 +353,7 @@ pub fn add(root: &Path, path: &Path) -> Result<std::result::Result<Added, String
         Eligible::NoWindow => {
             return Ok(Err(format!(
                 "no whole {} window of text: nothing to share",
-                crate::elf::check::size_words(unit)
+                crate::units::human(unit)
             )))
         }
         Eligible::Refused(why) => return Ok(Err(why)),
@@ -448,7 +448,7 @@ fn huge_text_windows(orig: &File, entry: &File, path: &Path, unit: u64) -> Resul
     let mut n = 0;
     for (_, p) in m.loads().filter(|(_, p)| p.executable()) {
         let w = hugetext_abi::geometry::Windows::<u64>::new(p.p_offset, p.p_offset + p.p_filesz, unit);
-        n += (0..w.count()).filter(|&i| f.pmd_windows.contains(&w.at(i))).count() as u64;
+        n += (0..w.count()).filter(|&i| f.unit_windows.contains(&w.at(i))).count() as u64;
     }
     Ok(n)
 }

@@ -34,7 +34,7 @@ fn evict_then_fill_gives_pmd_folios() {
         n * pmd_kb(),
         "{warm:?}"
     );
-    assert_eq!(warm.pmd_windows.len(), n as usize);
+    assert_eq!(warm.unit_windows.len(), n as usize);
     // Scanning did not change the cache.
     let again = folio::scan_file(&p, None).unwrap();
     assert_eq!(again.folios_kb, warm.folios_kb);
@@ -53,7 +53,7 @@ fn small_reads_give_small_folios_and_scan_reads_nothing() {
     f.read_exact(&mut buf).unwrap();
     let v = folio::scan_file(&p, None).unwrap();
     assert!(v.cached_kb > 0 && v.cached_kb < 8 * 1024, "{v:?}");
-    assert!(v.pmd_windows.is_empty());
+    assert!(v.unit_windows.is_empty());
     let tail = folio::scan_file(&p, Some((6 << 20)..(8 << 20))).unwrap();
     assert_eq!(tail.cached_kb, 0, "scanning must not read uncached pages: {tail:?}");
 }

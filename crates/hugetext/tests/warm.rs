@@ -19,7 +19,7 @@ fn bounded_fill_reads_nothing_outside_the_range() {
     pagecache::fill_bounded(&f, range.clone()).unwrap();
     let s = folio::scan_file(&p, Some(range.clone())).unwrap();
     assert_eq!(s.cached_kb, (range.end - range.start) / 1024, "{s:?}");
-    assert_eq!(s.pmd_windows, vec![pmd]);
+    assert_eq!(s.unit_windows, vec![pmd]);
     let before = folio::scan_file(&p, Some(0..range.start)).unwrap();
     let after = folio::scan_file(&p, Some(range.end..4 * pmd)).unwrap();
     assert_eq!(
@@ -38,7 +38,7 @@ fn parallel_window_fill_gives_pmd_folios_and_stays_in_range() {
     pagecache::evict(&f, 0..0).unwrap();
     pagecache::fill_windows(&f, pmd..9 * pmd, 4).unwrap();
     let s = folio::scan_file(&p, None).unwrap();
-    assert_eq!(s.pmd_windows.len(), 8, "{s:?}");
+    assert_eq!(s.unit_windows.len(), 8, "{s:?}");
     assert_eq!(s.cached_kb, 8 * pmd / 1024, "exactly the windows asked for: {s:?}");
     assert!(
         pagecache::fill_windows(&f, ps..pmd, 2).is_err(),
@@ -146,8 +146,12 @@ fn warm_fills_the_planned_file_when_another_is_renamed_over_its_path() {
     let r = warm::warm_target(&t, &warm::WarmOptions::default(), &mut warm::WarmContext::default()).unwrap();
     let held = std::path::PathBuf::from(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&planned)));
     let s = folio::scan_file(&held, None).unwrap();
-    assert_eq!(s.pmd_windows, vec![0, pmd, 2 * pmd, 3 * pmd], "the planned file: {s:?}");
-    assert_eq!(r.pmd_windows, 4, "{r:?}");
+    assert_eq!(
+        s.unit_windows,
+        vec![0, pmd, 2 * pmd, 3 * pmd],
+        "the planned file: {s:?}"
+    );
+    assert_eq!(r.unit_windows, 4, "{r:?}");
     let s = folio::scan_file(&p, None).unwrap();
     assert_eq!(s.cached_kb, 0, "the file at the path now was not touched: {s:?}");
     assert!(

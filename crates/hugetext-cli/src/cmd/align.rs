@@ -106,7 +106,10 @@ pub fn run(args: Args) -> Result<u8> {
         Err(e) => return Err(e.into()),
     };
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&o)?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&hugetext::units::with_old_keys(serde_json::to_value(&o)?))?
+        );
         return Ok(o.status.exit_code());
     }
     let name = args.file.display();
@@ -125,8 +128,8 @@ pub fn run(args: Args) -> Result<u8> {
             println!(
                 "{verb} {name}{dest}: {} {} -> {}",
                 o.before.target.unit_kind.mappable(),
-                mib(o.before.pmd_mappable_bytes),
-                mib(o.before.pmd_mappable_bytes_after_align)
+                mib(o.before.unit_mappable_bytes),
+                mib(o.before.unit_mappable_bytes_after_align)
             );
             for r in &o.reasons {
                 println!("  - {r}");
@@ -144,7 +147,7 @@ pub fn run(args: Args) -> Result<u8> {
             println!(
                 "nothing to do for {name}: already {} ({})",
                 o.before.target.unit_kind.mappable(),
-                mib(o.before.pmd_mappable_bytes)
+                mib(o.before.unit_mappable_bytes)
             );
         }
         AlignStatus::Cannot => {

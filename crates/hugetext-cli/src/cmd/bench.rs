@@ -328,7 +328,10 @@ fn with_progress<R>(f: impl FnOnce(&Bar) -> hugetext::Result<R>) -> hugetext::Re
 }
 
 fn print_json<T: serde::Serialize>(v: &T) -> Result<()> {
-    println!("{}", serde_json::to_string_pretty(v)?);
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&hugetext::units::with_old_keys(serde_json::to_value(v)?))?
+    );
     Ok(())
 }
 
@@ -488,17 +491,17 @@ fn run_exec(a: ExecArgs) -> Result<u8> {
     };
     t.add_row(vec![
         unit_folios,
-        state(b, |s| s.pmd_folio_pct),
-        state(h, |s| s.pmd_folio_pct),
-        state(w, |s| s.pmd_folio_pct),
+        state(b, |s| s.unit_folio_pct),
+        state(h, |s| s.unit_folio_pct),
+        state(w, |s| s.unit_folio_pct),
         "".into(),
         "".into(),
     ]);
     t.add_row(vec![
         unit_mapped,
-        state(b, |s| s.pmd_mapped_pct),
-        state(h, |s| s.pmd_mapped_pct),
-        state(w, |s| s.pmd_mapped_pct),
+        state(b, |s| s.unit_mapped_pct),
+        state(h, |s| s.unit_mapped_pct),
+        state(w, |s| s.unit_mapped_pct),
         "".into(),
         "".into(),
     ]);
@@ -854,7 +857,7 @@ fn print_ab(r: &ab::Report) {
         ft.add_row(vec![
             f.path.display().to_string(),
             format!("{:.1} MiB", f.text_kb as f64 / 1024.0),
-            f.pmd_windows.to_string(),
+            f.unit_windows.to_string(),
             match f.mappable_windows {
                 Some(m) => m.to_string(),
                 None => "not seen mapped".into(),
@@ -888,7 +891,7 @@ fn print_ab(r: &ab::Report) {
             s.itlb_misses.map(|v| format!("{v:.0}")).unwrap_or_else(|| "n/a".into()),
             format!(
                 "{:.1}% ({:.1}–{:.1})",
-                s.text_pmd_pct.median, s.text_pmd_pct.min, s.text_pmd_pct.max
+                s.text_unit_pct.median, s.text_unit_pct.min, s.text_unit_pct.max
             ),
         ]);
     }
@@ -1023,7 +1026,7 @@ fn print_startup(r: &ab::startup::Report) {
             ms_ratio(&v.ratio),
             v.added_ms.map(|a| format!("{a:+.1} ms")).unwrap_or_else(|| "–".into()),
             ms_ratio(&v.cpu_ratio),
-            format!("{:.0}%", v.text_pmd_pct),
+            format!("{:.0}%", v.text_unit_pct),
         ]);
     }
     println!("{t}\n");

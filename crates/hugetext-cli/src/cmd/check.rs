@@ -36,7 +36,7 @@ pub struct Args {
     #[arg(required = true, value_name = "FILE")]
     pub files: Vec<PathBuf>,
     /// Print a JSON array with one object per file (fields include
-    /// pmd_mappable_bytes and pmd_mappable_bytes_after_align).
+    /// unit_mappable_bytes and unit_mappable_bytes_after_align).
     #[arg(long)]
     pub json: bool,
     /// Page size of the kernel the files are meant for: 4K, 16K or 64K
@@ -102,7 +102,10 @@ pub fn run(args: Args) -> Result<u8> {
         }
     }
     if args.json {
-        serde_json::to_writer_pretty(&mut out, &entries)?;
+        serde_json::to_writer_pretty(
+            &mut out,
+            &hugetext::units::with_old_keys(serde_json::to_value(&entries)?),
+        )?;
         writeln!(out)?;
     }
     out.flush()?;
@@ -178,16 +181,16 @@ fn print_report(out: &mut impl Write, r: &CheckReport) -> Result<()> {
         elf::HugeUnit::Pmd => String::new(),
         elf::HugeUnit::Contpte => format!(
             "; huge unit: the {} contiguous-PTE block (one TLB entry; no page-cache folio reaches a {} PMD)",
-            elf::check::size_words(r.target.unit),
-            elf::check::size_words(r.target.pmd_size)
+            hugetext::units::human(r.target.unit),
+            hugetext::units::human(r.target.pmd_size)
         ),
     };
     writeln!(
         out,
         "  target: {}, {} pages, {} PMD{}{unit}",
         r.target.machine,
-        elf::check::size_words(r.target.page_size),
-        elf::check::size_words(r.target.pmd_size),
+        hugetext::units::human(r.target.page_size),
+        hugetext::units::human(r.target.pmd_size),
         if r.target.foreign { " (not this machine)" } else { "" }
     )?;
     let now_head = match r.target.unit_kind {
@@ -212,7 +215,7 @@ fn print_report(out: &mut impl Write, r: &CheckReport) -> Result<()> {
                 s.p_align,
                 s.skew,
                 s.whole_windows,
-                mib(s.pmd_mappable_bytes)
+                mib(s.unit_mappable_bytes)
             )?;
             writeln!(out, "      {}", s.note)?;
         }
@@ -223,8 +226,8 @@ fn print_report(out: &mut impl Write, r: &CheckReport) -> Result<()> {
         out,
         "  verdict: {verdict}: {} now {}, after align {}",
         r.target.unit_kind.mappable(),
-        mib(r.pmd_mappable_bytes),
-        mib(r.pmd_mappable_bytes_after_align)
+        mib(r.unit_mappable_bytes),
+        mib(r.unit_mappable_bytes_after_align)
     )?;
     for reason in &r.reasons {
         writeln!(out, "    - {reason}")?;

@@ -45,7 +45,10 @@ pub fn run(args: Args) -> Result<u8> {
             checks: findings,
         };
         // Keys sorted, as they always were.
-        println!("{}", serde_json::to_string_pretty(&serde_json::to_value(&report)?)?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&hugetext::units::with_old_keys(serde_json::to_value(&report)?))?
+        );
         return Ok(0);
     }
     let mut t = Table::new();

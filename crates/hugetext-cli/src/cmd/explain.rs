@@ -145,7 +145,10 @@ use std::os::unix::process::CommandExt;
 
 fn print(r: &Report, json: bool) -> Result<()> {
     if json {
-        println!("{}", serde_json::to_string_pretty(r)?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&hugetext::units::with_old_keys(serde_json::to_value(r)?))?
+        );
         return Ok(());
     }
     for n in &r.notes {
@@ -154,10 +157,10 @@ fn print(r: &Report, json: bool) -> Result<()> {
     // The running kernel's sizes (4 kB and 2 MiB on x86-64; 16 kB and 32 MiB
     // on a 16 KiB-page arm64 kernel) and its unit of huge text (the PMD, or
     // the 2 MiB contpte block with 64 KiB pages, whose windows `explain`
-    // counts and whose mapped kB `pmd_kb` holds).
+    // counts and whose mapped kB `unit_mapped_kb` holds).
     let page_kb = hugetext::kernel::page_size() / 1024;
     let (unit, kind) = hugetext::kernel::huge_unit();
-    let pmd_w = elf::check::size_words(unit as u64);
+    let unit_w = hugetext::units::human(unit as u64);
     for p in &r.processes {
         println!("{}", p.summary);
         for m in &p.mappings {
@@ -168,7 +171,7 @@ fn print(r: &Report, json: bool) -> Result<()> {
                 _ => String::new(),
             };
             println!("  {}{backing} {}-{}", m.path, m.start, m.end);
-            let mut now = format!("    now: {} kB {}", m.pmd_kb, kind.mapped());
+            let mut now = format!("    now: {} kB {}", m.unit_mapped_kb, kind.mapped());
             if m.pte_large_kb > 0 {
                 now.push_str(&format!(", {} kB in large folios mapped by PTEs", m.pte_large_kb));
             }
@@ -181,7 +184,7 @@ fn print(r: &Report, json: bool) -> Result<()> {
                     m.pte_unknown_kb
                 ));
             }
-            println!("{now}; {} whole {pmd_w} windows", m.whole_windows);
+            println!("{now}; {} whole {unit_w} windows", m.whole_windows);
             let code = serde_json::to_value(m.verdict.reason)?;
             println!("    {}: {}", code.as_str().unwrap_or("?"), m.verdict.evidence);
             if let Some(f) = &m.verdict.fix {

@@ -238,7 +238,7 @@ fn run_processes(args: &Args, cont_orders: &[u32]) -> Result<()> {
 /// Print a JSON report: one line per report with --watch, else pretty.
 /// Keys come out sorted, as they always have.
 fn print_json(report: &impl serde::Serialize, one_line: bool) -> Result<()> {
-    let v = serde_json::to_value(report)?;
+    let v = hugetext::units::with_old_keys(serde_json::to_value(report)?);
     if one_line {
         println!("{}", serde_json::to_string(&v)?);
     } else {
@@ -484,7 +484,7 @@ fn run_files(args: &Args) -> Result<()> {
             });
         }
         row.push(if pfn {
-            format!("{}/{}", v.pmd_windows_huge, v.pmd_windows)
+            format!("{}/{}", v.unit_windows_huge, v.unit_windows)
         } else {
             "?".into()
         });

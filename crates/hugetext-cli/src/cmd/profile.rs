@@ -164,7 +164,7 @@ pub fn run(args: Args) -> Result<u8> {
     let profile = gather(&args)?;
     let per_pid = std::mem::take(&mut *PER_PID.lock().unwrap_or_else(|e| e.into_inner()));
     if let Some(out) = &args.output {
-        let text = serde_json::to_string(&profile)? + "\n";
+        let text = serde_json::to_string(&hugetext::units::with_old_keys(serde_json::to_value(&profile)?))? + "\n";
         profile::write_output(out, text.as_bytes()).context("cannot write the profile")?;
     }
     let summary = report::summarise(&profile);
@@ -200,7 +200,7 @@ pub fn run(args: Args) -> Result<u8> {
                 "summary": report::summarise(p),
             })).collect::<Vec<_>>()),
         });
-        o = serde_json::to_string_pretty(&v)? + "\n";
+        o = serde_json::to_string_pretty(&hugetext::units::with_old_keys(v))? + "\n";
     } else {
         print_text(&mut o, &profile, &summary, args.top);
         for p in &per_pid {
@@ -209,7 +209,7 @@ pub fn run(args: Args) -> Result<u8> {
             print_text(&mut o, p, &report::summarise(p), args.top);
         }
         if let Some((s, h)) = &hot {
-            print_hot(&mut o, *s, h, profile.pmd_size);
+            print_hot(&mut o, *s, h, profile.unit_size);
         }
         if let Some(e) = &profile.itlb {
             print_itlb(&mut o, e, args.top);
@@ -432,7 +432,7 @@ fn print_text(o: &mut String, p: &Profile, s: &Summary, top: usize) {
         p.files.len(),
         pct(p.unattributed as f64 / p.total.max(1) as f64)
     );
-    let w = mib(p.pmd_size);
+    let w = mib(p.unit_size);
     let [a, b, c] = s.windows_for;
     out!(
         o,

@@ -52,7 +52,7 @@ pub struct Args {
     #[arg(long)]
     pub deps: bool,
 
-    /// Print the result as JSON: {"files":[{"path", "pmd_kb", "blocked_kb", ...}]}.
+    /// Print the result as JSON: {"files":[{"path", "unit_folio_kb", "blocked_kb", ...}]}.
     #[arg(long)]
     pub json: bool,
 
@@ -193,7 +193,10 @@ pub fn run(args: Args) -> Result<u8> {
 
     if args.json {
         // Keys sorted, as they always were.
-        println!("{}", serde_json::to_string_pretty(&serde_json::to_value(&report)?)?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&hugetext::units::with_old_keys(serde_json::to_value(&report)?))?
+        );
     } else {
         for f in &report.files {
             if let FileOutcome::Warmed(rep) = f {
@@ -233,19 +236,19 @@ fn print_human(r: &FileReport) {
     );
     // The unit of huge text: the PMD, or the contpte block (64 KiB pages).
     let (unit, kind) = hugetext::kernel::huge_unit();
-    let (pmd_w, mappable) = (hugetext::elf::check::size_words(unit as u64), kind.mappable());
+    let (unit_w, mappable) = (hugetext::units::human(unit as u64), kind.mappable());
     let windows = if r.eligible_windows == 0 {
-        format!("no whole {pmd_w} window")
+        format!("no whole {unit_w} window")
     } else {
         format!(
             "{}/{} eligible windows, {} {mappable} at run time",
-            r.pmd_windows, r.eligible_windows, r.mappable_windows
+            r.unit_windows, r.eligible_windows, r.mappable_windows
         )
     };
     println!(
-        "  {} cached: {} in {pmd_w} folios ({windows}), {} small",
+        "  {} cached: {} in {unit_w} folios ({windows}), {} small",
         mib(r.cached_kb),
-        mib(r.pmd_kb),
+        mib(r.unit_folio_kb),
         mib(r.small_kb)
     );
     if r.small_kb > 0 {
@@ -277,14 +280,14 @@ fn print_human(r: &FileReport) {
         };
         let rt = match g.runtime {
             warm::Runtime::Congruent => mappable.to_string(),
-            warm::Runtime::LoadAddress => format!("{mappable} if loaded {pmd_w}-aligned"),
+            warm::Runtime::LoadAddress => format!("{mappable} if loaded {unit_w}-aligned"),
             warm::Runtime::Incongruent => format!("not {mappable} (hugetext align)"),
             warm::Runtime::NotElf => "whole file".to_string(),
         };
         println!(
-            "  {seg} size {}: {}/{} windows in {pmd_w} folios; {rt}",
+            "  {seg} size {}: {}/{} windows in {unit_w} folios; {rt}",
             warm::human(g.len),
-            rr.pmd_windows,
+            rr.unit_windows,
             rr.eligible_windows
         );
     }

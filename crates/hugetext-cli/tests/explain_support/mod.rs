@@ -109,7 +109,7 @@ pub fn assert_ok(m: &Value) {
     assert_eq!(reason(m), "ok", "{m:#}");
     let windows = m["whole_windows"].as_u64().unwrap();
     assert!(
-        windows > 0 && m["pmd_kb"].as_u64().unwrap() >= windows * common::unit_kb(),
+        windows > 0 && m["unit_mapped_kb"].as_u64().unwrap() >= windows * common::unit_kb(),
         "{m:#}"
     );
 }
@@ -140,7 +140,7 @@ pub fn ensure_warm(p: &Path) {
     for _ in 0..3 {
         hugetext_ok(&["warm", p.to_str().unwrap()]);
         let f = hugetext::folio::scan_file(p, None).unwrap();
-        if f.pmd_windows.len() as u64 == f.total_windows {
+        if f.unit_windows.len() as u64 == f.total_windows {
             return;
         }
     }
@@ -229,7 +229,7 @@ pub fn small_folios_unless_khugepaged(m: &Value, file: &Path, pid: i32) -> bool 
             "{m:#}"
         );
     } else {
-        assert_eq!(m["pmd_kb"], 0, "{m:#}");
+        assert_eq!(m["unit_mapped_kb"], 0, "{m:#}");
     }
     true
 }

@@ -12,7 +12,7 @@ use hugetext_abi::copyname;
 /// Route 4, `copy`: every window not yet huge into anonymous huge
 /// pages ([`copy`]).
 pub(super) fn route_copy(p: &mut Pass, c: &Cand, w: &mut Chunk, fd: &mut isize, elf: &mut Option<ElfFile>) {
-    let pmd = scan::unit();
+    let unit = scan::unit();
     let f = ensure_fd(p, c, fd);
     if p.cfg.perf_map && elf.is_none() && f > 0 {
         let t_perf = sys::now_ns();
@@ -20,7 +20,7 @@ pub(super) fn route_copy(p: &mut Pass, c: &Cand, w: &mut Chunk, fd: &mut isize, 
         p.t.ns_perf_map += sys::now_ns().saturating_sub(t_perf);
     }
     for (i, k) in runs(w.all & !w.huge) {
-        copy(p, c, f, w.a + i * pmd, k, elf.as_ref());
+        copy(p, c, f, w.a + i * unit, k, elf.as_ref());
     }
     p.t.copy += p.remeasure(c, w);
 }
@@ -28,10 +28,10 @@ pub(super) fn route_copy(p: &mut Pass, c: &Cand, w: &mut Chunk, fd: &mut isize, 
 /// Copy `k` windows at `dst` into anonymous huge pages and move them over
 /// the original with one mremap per run of huge windows.
 pub(super) fn copy(p: &mut Pass, c: &Cand, fd: isize, dst: usize, k: usize, elf: Option<&ElfFile>) {
-    let pmd = scan::unit();
-    let len = k * pmd;
+    let unit = scan::unit();
+    let len = k * unit;
     let m = sys::mmap(
-        len + pmd,
+        len + unit,
         libc::PROT_READ | libc::PROT_WRITE,
         libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
         -1,
@@ -41,7 +41,7 @@ pub(super) fn copy(p: &mut Pass, c: &Cand, fd: isize, dst: usize, k: usize, elf:
         return p.fail(c, "copy: mmap", m);
     }
     let m = m as usize;
-    let new = (m + pmd - 1) & !(pmd - 1);
+    let new = hugetext_abi::geometry::align_up(m, unit);
     // SAFETY: (every munmap and the mprotect of this function) the
     // ranges are parts of our own fresh mapping `m`, which nothing else
     // refers to, until mremap moves them over the text.
@@ -49,8 +49,8 @@ pub(super) fn copy(p: &mut Pass, c: &Cand, fd: isize, dst: usize, k: usize, elf:
         if new > m {
             sys::munmap(m, new - m);
         }
-        if m + pmd > new {
-            sys::munmap(new + len, m + pmd - new);
+        if m + unit > new {
+            sys::munmap(new + len, m + unit - new);
         }
     }
     let r = sys::advise(new, len, sys::Keep::Hugepage);
@@ -127,10 +127,10 @@ pub(super) fn copy(p: &mut Pass, c: &Cand, fd: isize, dst: usize, k: usize, elf:
     }
     for (i, kk) in runs(full(k) & !hm) {
         // SAFETY: see above.
-        unsafe { sys::munmap(new + i * pmd, kk * pmd) };
+        unsafe { sys::munmap(new + i * unit, kk * unit) };
     }
     for (i, kk) in runs(hm) {
-        let (from, to, l) = (new + i * pmd, dst + i * pmd, kk * pmd);
+        let (from, to, l) = (new + i * unit, dst + i * unit, kk * unit);
         // SAFETY: moves our copy (the same bytes, `r-x`) over the text
         // windows in one step: code running there keeps finding the
         // same instructions; `from` is ours.
@@ -232,11 +232,11 @@ pub(super) fn fill(p: &mut Pass, fd: isize, off: u64, dst: usize, new: usize, le
 /// pages and copying). Returns the bytes filled from the start of `new`
 /// (less than `len` when a read failed or stopped short).
 pub(super) fn fill_from_file(p: &mut Pass, fd: i32, off: u64, new: usize, len: usize) -> usize {
-    let pmd = scan::unit();
-    let head = (off % pmd as u64) as usize;
-    let base = off - head as u64;
+    let unit = scan::unit();
+    let base = hugetext_abi::geometry::align_down(off, unit as u64);
+    let head = (off - base) as usize;
     // File 2 MiB blocks the range touches (`<= 65`).
-    let blocks = (head + len).div_ceil(pmd);
+    let blocks = (head + len).div_ceil(unit);
     // A mask of the blocks held by 2 MiB folios, when it can be learned
     // cheaply (PAGEMAP_SCAN, MADV_POPULATE_READ not refused).
     let mut huge = [0u64; 2];
@@ -245,7 +245,7 @@ pub(super) fn fill_from_file(p: &mut Pass, fd: i32, off: u64, new: usize, len: u
         -1
     } else {
         sys::mmap(
-            blocks * pmd + pmd,
+            blocks * unit + unit,
             libc::PROT_NONE,
             libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
             -1,
@@ -253,31 +253,31 @@ pub(super) fn fill_from_file(p: &mut Pass, fd: i32, off: u64, new: usize, len: u
         )
     };
     if res >= 0 {
-        let t = (res as usize + pmd - 1) & !(pmd - 1);
+        let t = hugetext_abi::geometry::align_up(res as usize, unit);
         // SAFETY: `[t, t + blocks·2M)` lies inside our own PROT_NONE
         // reservation `res`, which nothing else uses.
         let m = unsafe {
             sys::mmap_fixed(
                 t,
-                blocks * pmd,
+                blocks * unit,
                 libc::PROT_READ,
                 libc::MAP_PRIVATE | libc::MAP_FIXED,
                 fd,
                 base,
             )
         };
-        if m >= 0 && sys::advise(t, blocks * pmd, sys::Keep::Hugepage) == 0 {
+        if m >= 0 && sys::advise(t, blocks * unit, sys::Keep::Hugepage) == 0 {
             view = t;
             for b in 0..blocks {
                 // SAFETY: the first page of block `b`, mapped PROT_READ
                 // just above, inside the file: it is at or before
                 // `off + len`, within the text.
-                unsafe { sys::touch(t + b * pmd, 4096) };
+                unsafe { sys::touch(t + b * unit, 4096) };
             }
             for (i, m) in huge.iter_mut().enumerate() {
                 let n = blocks.saturating_sub(i * 64).min(64);
                 if n > 0 {
-                    *m = p.scan.huge_windows(t + i * 64 * pmd, n).unwrap_or(0);
+                    *m = p.scan.huge_windows(t + i * 64 * unit, n).unwrap_or(0);
                 }
             }
         }
@@ -293,8 +293,8 @@ pub(super) fn fill_from_file(p: &mut Pass, fd: i32, off: u64, new: usize, len: u
             e += 1;
         }
         // The bytes of `new` that blocks `[b, e)` hold.
-        let lo = (b * pmd).saturating_sub(head);
-        let hi = (e * pmd - head).min(len);
+        let lo = (b * unit).saturating_sub(head);
+        let hi = (e * unit - head).min(len);
         if kind {
             // SAFETY: `view + head + lo..hi` is our own mapping of the
             // file, PMD-mapped (2 MiB folios, resident); `new + lo..hi`
@@ -315,7 +315,7 @@ pub(super) fn fill_from_file(p: &mut Pass, fd: i32, off: u64, new: usize, len: u
     if res >= 0 {
         // SAFETY: our reservation and the view in it; nothing refers to
         // them (the copy is done).
-        unsafe { sys::munmap(res as usize, blocks * pmd + pmd) };
+        unsafe { sys::munmap(res as usize, blocks * unit + unit) };
     }
     done
 }

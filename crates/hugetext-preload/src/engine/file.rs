@@ -48,7 +48,7 @@ pub(super) const MAX_PROBES: u8 = 16;
 /// Route 2, `file`, zero copy (congruent text only): the steps `step`
 /// names (2a, 2b or both).
 pub(super) fn route_file(p: &mut Pass, c: &Cand, w: &mut Chunk, fd: &mut isize, advised: &mut bool, step: FileStep) {
-    let pmd = scan::unit();
+    let unit = scan::unit();
     let (a, all) = (w.a, w.all);
     if !*advised {
         *advised = true;
@@ -60,7 +60,7 @@ pub(super) fn route_file(p: &mut Pass, c: &Cand, w: &mut Chunk, fd: &mut isize, 
     // 2a: the page cache may already hold 2 MiB folios.
     if step != FileStep::Evict {
         for (i, k) in runs(all & !w.huge) {
-            p.populate(a + i * pmd, k * pmd);
+            p.populate(a + i * unit, k * unit);
         }
         p.t.file += p.remeasure(c, w);
     }
@@ -87,7 +87,7 @@ pub(super) fn route_file(p: &mut Pass, c: &Cand, w: &mut Chunk, fd: &mut isize, 
     for _attempt in 0..3 {
         for (i, k) in runs(all & !w.huge) {
             for win in i..i + k {
-                let (r, gone, at) = window(p, c, f as i32, a + win * pmd);
+                let (r, gone, at) = window(p, c, f as i32, a + win * unit);
                 if gone {
                     evicted |= 1u64 << win;
                 }
@@ -142,7 +142,7 @@ pub(super) fn route_file(p: &mut Pass, c: &Cand, w: &mut Chunk, fd: &mut isize, 
 /// window that tells (process-wide, see [`PT`]). Returns (0 or
 /// `-errno`, whether the page cache was evicted, what failed).
 pub(super) fn window(p: &mut Pass, c: &Cand, f: i32, s: usize) -> (isize, bool, &'static str) {
-    let pmd = scan::unit();
+    let unit = scan::unit();
     let off = Pass::file_off(c, s);
     let (detect, replace) = window_mode(PT.load(Relaxed), p.checks, p.probes);
     // The window's huge bytes before (outside the critical section: smaps
@@ -168,7 +168,7 @@ pub(super) fn window(p: &mut Pass, c: &Cand, f: i32, s: usize) -> (isize, bool, 
     // may fault the window back in after the eviction — from a 2 MiB
     // folio, which a kept table then maps with PTEs.)
     let huge_now = match p.scan.measure(s, 1, c.start, c.end) {
-        Ok((m, b)) => m & 1 != 0 || b >= bytes_before + pmd as u64,
+        Ok((m, b)) => m & 1 != 0 || b >= bytes_before + unit as u64,
         Err(_) => return (r, gone, what),
     };
     if huge_now {
@@ -207,7 +207,7 @@ pub(super) fn window(p: &mut Pass, c: &Cand, f: i32, s: usize) -> (isize, bool, 
 
 /// The critical section of one window (see [`window`]).
 pub(super) fn refault(p: &mut Pass, f: i32, s: usize, off: u64, replace: bool) -> (isize, bool, &'static str) {
-    let pmd = scan::unit();
+    let unit = scan::unit();
     // One byte per page of the window (the rest stays 0).
     let mut resident = [0u8; scan::MAX_PMD_PAGES];
     let mask = sys::block_signals();
@@ -223,12 +223,12 @@ pub(super) fn refault(p: &mut Pass, f: i32, s: usize, off: u64, replace: bool) -
         // reclaim_pt_is_enabled: end - start >= PMD_SIZE), so the table
         // stays, as on every kernel before 6.14.
         if p.cfg.compat.no_pt_reclaim {
-            match sys::madvise(s, pmd / 2, sys::MADV_DONTNEED) {
-                0 => sys::madvise(s + pmd / 2, pmd / 2, sys::MADV_DONTNEED),
+            match sys::madvise(s, unit / 2, sys::MADV_DONTNEED) {
+                0 => sys::madvise(s + unit / 2, unit / 2, sys::MADV_DONTNEED),
                 e => e,
             }
         } else {
-            sys::madvise(s, pmd, sys::MADV_DONTNEED)
+            sys::madvise(s, unit, sys::MADV_DONTNEED)
         }
     };
     // MADV_DONTNEED also decides, before the mapping is replaced, that
@@ -237,9 +237,9 @@ pub(super) fn refault(p: &mut Pass, f: i32, s: usize, off: u64, replace: bool) -
     let (mut r, mut what) = (r, "file route: madvise(MADV_DONTNEED)");
     let mut gone = false;
     if r == 0 {
-        sys::fadvise(f, off, pmd as u64, sys::POSIX_FADV_DONTNEED);
+        sys::fadvise(f, off, unit as u64, sys::POSIX_FADV_DONTNEED);
         // With our PTEs gone, mincore reports the page cache.
-        gone = sys::mincore(s, pmd, &mut resident) == 0 && resident.iter().all(|b| b & 1 == 0);
+        gone = sys::mincore(s, unit, &mut resident) == 0 && resident.iter().all(|b| b & 1 == 0);
         // Replaced after the eviction: a thread faulting the old window
         // from now on reads a 2 MiB folio (the old VMA is VM_HUGEPAGE),
         // which the replacement then maps with a PMD; only a fault in the
@@ -251,7 +251,7 @@ pub(super) fn refault(p: &mut Pass, f: i32, s: usize, off: u64, replace: bool) -
         }
     }
     if r == 0 {
-        (r, what) = (p.populate(s, pmd), "file route: madvise(MADV_POPULATE_READ)");
+        (r, what) = (p.populate(s, unit), "file route: madvise(MADV_POPULATE_READ)");
     }
     sys::restore_signals(mask);
     (r, gone, what)
@@ -305,12 +305,12 @@ pub(super) fn refault(p: &mut Pass, f: i32, s: usize, off: u64, replace: bool) -
 /// and may then fail allocating the new VMA (`ENOMEM`, in practice only
 /// for a task being OOM-killed), leaving a hole: map the range again.
 pub(super) fn replace(p: &mut Pass, f: i32, s: usize, off: u64) -> (isize, &'static str) {
-    let pmd = scan::unit();
+    let unit = scan::unit();
     let prot = libc::PROT_READ | libc::PROT_EXEC;
     let flags = libc::MAP_PRIVATE | libc::MAP_FIXED;
     // SAFETY: the same bytes as before, the window's range of the very
     // file mapped there (`open_mapped` checked it), `r-x` like the text.
-    let r = unsafe { sys::mmap_fixed(s, pmd, prot, flags, f, off) };
+    let r = unsafe { sys::mmap_fixed(s, unit, prot, flags, f, off) };
     if r < 0 {
         let mut v = [0u8; 1];
         for _ in 0..8 {
@@ -318,13 +318,13 @@ pub(super) fn replace(p: &mut Pass, f: i32, s: usize, off: u64) -> (isize, &'sta
                 break; // still mapped
             }
             // SAFETY: as above, into the hole the failed call left.
-            unsafe { sys::mmap_fixed(s, pmd, prot, flags, f, off) };
+            unsafe { sys::mmap_fixed(s, unit, prot, flags, f, off) };
         }
         return (r, "file route: mmap(MAP_FIXED) of the window");
     }
-    p.t.replaced += pmd as u64;
+    p.t.replaced += unit as u64;
     (
-        sys::advise(s, pmd, sys::Keep::Hugepage),
+        sys::advise(s, unit, sys::Keep::Hugepage),
         "file route: madvise(MADV_HUGEPAGE) of the replaced window",
     )
 }
@@ -335,9 +335,9 @@ pub(super) fn replace(p: &mut Pass, f: i32, s: usize, off: u64) -> (isize, &'sta
 /// with a PMD (`do_set_pmd()`), small folios with PTEs. Read-only, and
 /// the pages are resident (just populated): nothing is read from disk.
 pub(super) fn cache_is_pmd(pass: &Pass, f: i32, off: u64) -> bool {
-    let pmd = scan::unit();
+    let unit = scan::unit();
     let m = sys::mmap(
-        2 * pmd,
+        2 * unit,
         libc::PROT_NONE,
         libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
         -1,
@@ -346,10 +346,10 @@ pub(super) fn cache_is_pmd(pass: &Pass, f: i32, off: u64) -> bool {
     if m < 0 {
         return false;
     }
-    let p = (m as usize + pmd - 1) & !(pmd - 1);
+    let p = hugetext_abi::geometry::align_up(m as usize, unit);
     // SAFETY: [p, p + 2M) lies inside our own PROT_NONE reservation.
-    let ok = unsafe { sys::mmap_fixed(p, pmd, libc::PROT_READ, libc::MAP_PRIVATE | libc::MAP_FIXED, f, off) } >= 0
-        && sys::advise(p, pmd, sys::Keep::Hugepage) == 0
+    let ok = unsafe { sys::mmap_fixed(p, unit, libc::PROT_READ, libc::MAP_PRIVATE | libc::MAP_FIXED, f, off) } >= 0
+        && sys::advise(p, unit, sys::Keep::Hugepage) == 0
         && {
             // SAFETY: the first page of the file range just mapped
             // PROT_READ at `p`, inside the file (`off` is a window of it).
@@ -358,6 +358,6 @@ pub(super) fn cache_is_pmd(pass: &Pass, f: i32, off: u64) -> bool {
         };
     // SAFETY: our reservation and the probe mapping in it; nothing
     // refers to them.
-    unsafe { sys::munmap(m as usize, 2 * pmd) };
+    unsafe { sys::munmap(m as usize, 2 * unit) };
     ok
 }

@@ -45,11 +45,11 @@ pub(super) fn route_shmem(p: &mut Pass, c: &Cand, w: &mut Chunk, fd: &mut isize,
     let Entry::Open(sfd) = *entry else {
         return;
     };
-    let pmd = scan::unit();
+    let unit = scan::unit();
     let prot = libc::PROT_READ | libc::PROT_EXEC;
     let flags = libc::MAP_PRIVATE | libc::MAP_FIXED;
     for (i, k) in runs(w.all & !w.huge) {
-        let (s, len) = (w.a + i * pmd, k * pmd);
+        let (s, len) = (w.a + i * unit, k * unit);
         let off = Pass::file_off(c, s);
         let mask = sys::block_signals();
         // SAFETY: the same bytes as the text there: the same range of

@@ -404,7 +404,7 @@ impl Keeper {
         let attempted = tried.is_some() && !evicted;
         let mut c = Candidate {
             eligible_windows: eligible,
-            pmd_windows: pmd,
+            unit_windows: pmd,
             mapped: false,
             attempted,
         };
@@ -440,7 +440,7 @@ impl Keeper {
         let r = warm::warm_target(&t, &opts, &mut self.ctx)?;
         let result = if matches!(r.route, warm::Route::None | warm::Route::NeedsAlign) {
             "impossible"
-        } else if r.pmd_windows > 0 {
+        } else if r.unit_windows > 0 {
             "done"
         } else if r.blocked_windows > 0 {
             "blocked"
@@ -456,11 +456,11 @@ impl Keeper {
         } else {
             RETRY_AFTER
         };
-        self.attempts.insert(path.clone(), (id, now + retry, r.pmd_windows));
+        self.attempts.insert(path.clone(), (id, now + retry, r.unit_windows));
         log(&format!(
             "warmed {}: {}/{} eligible windows in PMD folios ({:.0} ms){}",
             path.display(),
-            r.pmd_windows,
+            r.unit_windows,
             r.eligible_windows,
             r.millis,
             r.notes.first().map(|n| format!("; {n}")).unwrap_or_default()

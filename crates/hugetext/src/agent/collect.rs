@@ -243,7 +243,7 @@ fn class_series(report: &Report, c: &Counts) -> Vec<(Kind, String, u64)> {
 /// at least the 2 MiB contiguous-PTE block mapped aligned to their size
 /// (`PteAligned` of such an order: arm64 maps them with contiguous PTEs,
 /// one TLB entry per block; `kernel::huge_unit`).
-fn pmd_fraction(c: &Counts) -> f64 {
+fn unit_fraction(c: &Counts) -> f64 {
     let (unit, kind) = kernel::huge_unit();
     huge_fraction(
         c,
@@ -251,20 +251,20 @@ fn pmd_fraction(c: &Counts) -> f64 {
     )
 }
 
-/// [`pmd_fraction`] of one file's text, its copies included: the file's
+/// [`unit_fraction`] of one file's text, its copies included: the file's
 /// huge-mapped text and its copies' PMD-mapped anonymous pages, over both
 /// (per file the anonymous counts are only copies of it, see [`scrape`]).
-fn text_pmd_fraction(c: &Counts) -> f64 {
+fn text_unit_fraction(c: &Counts) -> f64 {
     let copied = c.total(Kind::Anon);
     if copied == 0 {
-        return pmd_fraction(c);
+        return unit_fraction(c);
     }
     let file = c.total(Kind::File);
-    let huge = pmd_fraction(c) * file as f64 + c.get(Kind::Anon, Class::PmdAligned) as f64;
+    let huge = unit_fraction(c) * file as f64 + c.get(Kind::Anon, Class::PmdAligned) as f64;
     huge / (file + copied) as f64
 }
 
-/// [`pmd_fraction`] with the contpte unit's order in pages, if the unit is
+/// [`unit_fraction`] with the contpte unit's order in pages, if the unit is
 /// a contpte block.
 fn huge_fraction(c: &Counts, contpte_order: Option<u32>) -> f64 {
     let kinds = [Kind::File, Kind::Shmem];
@@ -308,7 +308,8 @@ fn register_groups(
     };
     for (key, g) in sorted {
         let series = class_series(report, &g.counts);
-        if !capped.take(series.len() + 2) {
+        // Bytes, the ratio under both its names, the process count.
+        if !capped.take(series.len() + 3) {
             continue;
         }
         for (kind, class, kb) in series {
@@ -317,9 +318,9 @@ fn register_groups(
                 .set((kb * 1024) as i64);
         }
         frac.get_or_create(&labels([(label, &key)])).set(if name == "exe" {
-            text_pmd_fraction(&g.counts)
+            text_unit_fraction(&g.counts)
         } else {
-            pmd_fraction(&g.counts)
+            unit_fraction(&g.counts)
         });
         procs.get_or_create(&labels([(label, &key)])).set(g.processes as i64);
     }
@@ -330,8 +331,13 @@ fn register_groups(
         bytes,
     );
     r.register(
+        format!("{name}_unit_mapped_ratio"),
+        format!("Share of the file-backed text mapped huge, per {label}: by the unit of huge text (PMDs; arm64 with 64 KiB pages: whole 2 MiB contiguous-PTE blocks)"),
+        frac.clone(),
+    );
+    r.register(
         format!("{name}_pmd_mapped_ratio"),
-        format!("Share of the file-backed text mapped huge, per {label}: by PMDs (arm64 with 64 KiB pages: by whole 2 MiB contiguous-PTE blocks, the unit of huge text there)"),
+        format!("Deprecated name of {name}_unit_mapped_ratio (removed in the next release)"),
         frac,
     );
     r.register(
@@ -461,9 +467,14 @@ pub fn scrape(m: &AgentMetrics, input: &ScrapeInput) -> Result<String> {
         system,
     );
     r.register(
+        "system_unit_mapped_ratio",
+        "Share of all file-backed text mapped huge: by the unit of huge text (PMDs; arm64 with 64 KiB pages: whole 2 MiB contiguous-PTE blocks)",
+        ConstGauge::new(unit_fraction(&report.total)),
+    );
+    r.register(
         "system_pmd_mapped_ratio",
-        "Share of all file-backed text mapped huge: by PMDs (arm64 with 64 KiB pages: by whole 2 MiB contiguous-PTE blocks, the unit of huge text there)",
-        ConstGauge::new(pmd_fraction(&report.total)),
+        "Deprecated name of system_unit_mapped_ratio (removed in the next release)",
+        ConstGauge::new(unit_fraction(&report.total)),
     );
 
     // The text store: what its tmpfs holds, and its cap.
@@ -530,9 +541,9 @@ pub fn scrape(m: &AgentMetrics, input: &ScrapeInput) -> Result<String> {
         ])),
     );
 
-    // The policy's files: eligible windows, and those in PMD folios.
+    // The policy's files: eligible windows, and those in folios of the unit.
     let eligible: Family<Labels, Gauge> = Family::default();
-    let pmd: Family<Labels, Gauge> = Family::default();
+    let in_unit: Family<Labels, Gauge> = Family::default();
     let mut capped = Capped {
         cap,
         used: 0,
@@ -547,7 +558,7 @@ pub fn scrape(m: &AgentMetrics, input: &ScrapeInput) -> Result<String> {
                 let l = labels([("path", &f.display().to_string())]);
                 eligible.get_or_create(&l).set(e as i64);
                 if let Some(p) = p {
-                    pmd.get_or_create(&l).set(p as i64);
+                    in_unit.get_or_create(&l).set(p as i64);
                 }
             }
             Err(_) => m.error("policy_file", 1),
@@ -556,13 +567,18 @@ pub fn scrape(m: &AgentMetrics, input: &ScrapeInput) -> Result<String> {
     dropped += capped.dropped;
     r.register(
         "policy_eligible_windows",
-        "Whole PMD-size windows of the read-only segments of each file the policy keeps warm",
+        "Whole windows of the unit of huge text (the PMD size, or the contiguous-PTE block on arm64 with 64 KiB pages) of the read-only segments of each file the policy keeps warm",
         eligible,
     );
     r.register(
+        "policy_unit_windows",
+        "Of those, windows held in one page-cache folio of at least the unit now (needs CAP_SYS_ADMIN)",
+        in_unit.clone(),
+    );
+    r.register(
         "policy_pmd_windows",
-        "Of those, windows held in one PMD-size page-cache folio now (needs CAP_SYS_ADMIN)",
-        pmd,
+        "Deprecated name of policy_unit_windows (removed in the next release)",
+        in_unit,
     );
 
     // The kernel's counters.

@@ -330,7 +330,7 @@ pub struct Candidate {
     pub eligible_windows: u64,
     /// Of those, windows held in one PMD-size folio now (`None`: unknown,
     /// no PFN access).
-    pub pmd_windows: Option<u64>,
+    pub unit_windows: Option<u64>,
     /// Processes map it now (warm would leave their windows small).
     pub mapped: bool,
     /// This identity was warmed (or tried) within the retry interval.
@@ -361,7 +361,7 @@ pub fn decide(c: &Candidate) -> Decision {
     if c.eligible_windows == 0 {
         return Decision::NothingEligible;
     }
-    match c.pmd_windows {
+    match c.unit_windows {
         Some(n) if n >= c.eligible_windows => return Decision::AlreadyWarm,
         None if c.attempted => return Decision::Done,
         _ => {}
@@ -383,7 +383,7 @@ mod tests {
     fn decisions() {
         let c = |eligible, pmd, mapped, attempted| Candidate {
             eligible_windows: eligible,
-            pmd_windows: pmd,
+            unit_windows: pmd,
             mapped,
             attempted,
         };

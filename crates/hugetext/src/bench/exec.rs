@@ -163,10 +163,10 @@ pub struct State {
     /// Page cache after the sweep: kB per folio size (key in kB).
     pub folios_kb: BTreeMap<u64, u64>,
     /// Share of the file's page cache in PMD-size folios, in percent.
-    pub pmd_folio_pct: f64,
+    pub unit_folio_pct: f64,
     /// `FilePmdMapped` of the benchmark's mapping, as a share of its size,
     /// in percent (what the random phase ran on).
-    pub pmd_mapped_pct: f64,
+    pub unit_mapped_pct: f64,
     /// Page faults of the cold sweep, minor and major (`getrusage`,
     /// `RUSAGE_THREAD`): one per page read in base pages, one per folio
     /// where the kernel maps a large folio at once.
@@ -580,7 +580,7 @@ fn measure_run(
     }
     let mut out = Vec::new();
     for (v, p) in VARIANTS.iter().zip(prepared) {
-        let pmd_mapped_kb = match kernel::huge_unit() {
+        let unit_mapped_kb = match kernel::huge_unit() {
             // 64 KiB pages: mapped by the unit means whole 2 MiB blocks of
             // one folio each (contiguous PTEs); smaps counts PMDs only.
             (unit, crate::elf::HugeUnit::Contpte) => own_unit_mapped_kb(p.map.addr(), size as usize, unit),
@@ -589,7 +589,7 @@ fn measure_run(
         drop(p.map);
         let view = folio::scan_file(p.path, None)?;
         // Folios of at least the unit (PMD-size wherever the unit is the PMD).
-        let pmd_kb = view.huge_kb();
+        let unit_folio_kb = view.huge_kb();
         let random_ms = p.random_passes_ms.iter().copied().fold(f64::INFINITY, f64::min);
         progress.step(&format!(
             "run {}: {} cold {:.0} ms, random {:.0} ms",
@@ -607,9 +607,9 @@ fn measure_run(
             random_passes_ms: p.random_passes_ms,
             state: State {
                 cached_before_kb: p.cached_before_kb,
-                pmd_folio_pct: pct(pmd_kb, view.cached_kb),
+                unit_folio_pct: pct(unit_folio_kb, view.cached_kb),
                 folios_kb: view.folios_kb,
-                pmd_mapped_pct: pct(pmd_mapped_kb, size / 1024),
+                unit_mapped_pct: pct(unit_mapped_kb, size / 1024),
                 cold_faults: p.cold_faults.0 + p.cold_faults.1,
                 cold_major_faults: p.cold_faults.1,
                 pgpgin_kb: p.pgpgin_kb,
@@ -631,7 +631,7 @@ fn cold(path: &Path, size: u64, v: Variant) -> Result<Prepared<'_>> {
     let ps = kernel::page_size();
     // Congruent to the unit (the PMD; the 2 MiB contpte block with 64 KiB
     // pages, whose 512 MiB PMD no page-cache folio reaches).
-    let pmd = kernel::unit_size();
+    let unit = kernel::unit_size();
     let pages = size as usize / ps;
     // The kernel may hold a few folios for a moment (a background
     // collapse or writeback of the file just written): evict again, a few
@@ -659,12 +659,12 @@ fn cold(path: &Path, size: u64, v: Variant) -> Result<Prepared<'_>> {
             &mut warm::WarmContext::default(),
         )?;
         warm_ms = Some(ms(t.elapsed()));
-        if report.pmd_windows < report.eligible_windows {
+        if report.unit_windows < report.eligible_windows {
             // Measured all the same: on a kernel that cannot fill folios
             // of the unit (6.12 with 64 KiB pages), that is the result.
             warm_note = Some(format!(
                 "warm left {} of {} windows small: {}",
-                report.eligible_windows - report.pmd_windows,
+                report.eligible_windows - report.unit_windows,
                 report.eligible_windows,
                 report.notes.join("; ")
             ));
@@ -681,7 +681,7 @@ fn cold(path: &Path, size: u64, v: Variant) -> Result<Prepared<'_>> {
             path.display()
         )));
     }
-    let map = Mapping::file_congruent(file.as_fd(), 0, size as usize, libc::PROT_READ | libc::PROT_EXEC, pmd)?;
+    let map = Mapping::file_congruent(file.as_fd(), 0, size as usize, libc::PROT_READ | libc::PROT_EXEC, unit)?;
     if v == Variant::Huge {
         map.madvise(0, size as usize, kernel::MADV_HUGEPAGE)?;
     }
@@ -748,8 +748,8 @@ mod tests {
             state: State {
                 cached_before_kb: 0,
                 folios_kb: BTreeMap::new(),
-                pmd_folio_pct: 0.0,
-                pmd_mapped_pct: 0.0,
+                unit_folio_pct: 0.0,
+                unit_mapped_pct: 0.0,
                 cold_faults: 0,
                 cold_major_faults: 0,
                 pgpgin_kb: 0,

@@ -22,7 +22,7 @@
 //! machine hits all cases alike, and each case's ratio to `small-4k` is
 //! taken run by run ([`stats::paired_ratio`]).
 
-use hugetext_abi::thp::ThpMode;
+use hugetext_abi::thp::{SizeMode, ThpMode};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Instant;
@@ -256,17 +256,21 @@ fn read_counter(path: &str) -> Option<u64> {
 /// Ok(()) or the reason.
 fn mthp_64k_usable() -> Result<()> {
     let path = mthp_path(64, "enabled");
-    let Some(v) = kernel::sysfs_choice(&path) else {
-        return Err(Error::Unsupported(
-            "this kernel has no 64 KiB mTHP size (no hugepages-64kB in /sys/kernel/mm/transparent_hugepage)".into(),
-        ));
+    let mode = match kernel::size_mode(64) {
+        None => {
+            return Err(Error::Unsupported(
+                "this kernel has no 64 KiB mTHP size (no hugepages-64kB in /sys/kernel/mm/transparent_hugepage)".into(),
+            ))
+        }
+        Some(Err(e)) => return Err(Error::Unsupported(e)),
+        Some(Ok(m)) => m,
     };
     let top = kernel::thp_mode().unwrap_or(ThpMode::Never);
-    match v.as_str() {
-        "never" => Err(Error::Unsupported(format!(
+    match mode {
+        SizeMode::Never => Err(Error::Unsupported(format!(
             "hugepages-64kB/enabled=never; enable with `echo madvise > {path}` or run with --allow-sysfs"
         ))),
-        "inherit" if top == ThpMode::Never => Err(Error::Unsupported(format!(
+        SizeMode::Inherit if top == ThpMode::Never => Err(Error::Unsupported(format!(
             "hugepages-64kB/enabled=inherit and transparent_hugepage/enabled=never; enable with `echo madvise > {path}` or run with --allow-sysfs"
         ))),
         _ => Ok(()),

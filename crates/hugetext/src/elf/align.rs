@@ -684,10 +684,10 @@ fn verify(
     }
     // And the point of it all.
     let after = check::analyse(Path::new(""), &new, target);
-    if after.verdict != Verdict::PmdMappable || after.pmd_mappable_bytes != before.pmd_mappable_bytes_after_align {
+    if after.verdict != Verdict::PmdMappable || after.unit_mappable_bytes != before.unit_mappable_bytes_after_align {
         return Err(Error::Other(format!(
             "the result is not PMD-mappable as planned ({} bytes instead of {})",
-            after.pmd_mappable_bytes, before.pmd_mappable_bytes_after_align
+            after.unit_mappable_bytes, before.unit_mappable_bytes_after_align
         )));
     }
     Ok(())

@@ -2,7 +2,7 @@
 //! stands, and what would `align` achieve? Also computes the `align` plan, so
 //! `check` and `align` can never disagree.
 
-use hugetext_abi::geometry::Windows;
+use hugetext_abi::geometry::{self, Windows};
 use std::path::{Path, PathBuf};
 
 use object::elf;
@@ -134,9 +134,9 @@ pub struct SegmentReport {
     /// `[p_vaddr, p_vaddr + p_filesz)`.
     pub whole_windows: u64,
     /// Bytes of this segment that can be PMD-mapped as the file stands.
-    pub pmd_mappable_bytes: u64,
+    pub unit_mappable_bytes: u64,
     /// Bytes that can be PMD-mapped after `align`.
-    pub pmd_mappable_bytes_after_align: u64,
+    pub unit_mappable_bytes_after_align: u64,
     /// One plain-words line about this segment.
     pub note: String,
 }
@@ -213,9 +213,9 @@ pub struct CheckReport {
     /// Read-only (text and rodata) bytes that can be PMD-mapped as the
     /// file stands: whole PMD windows of non-writable PT_LOADs that are
     /// congruent, with a base that keeps the congruence.
-    pub pmd_mappable_bytes: u64,
+    pub unit_mappable_bytes: u64,
     /// The same after `hugetext align`.
-    pub pmd_mappable_bytes_after_align: u64,
+    pub unit_mappable_bytes_after_align: u64,
     pub verdict: Verdict,
     /// Why, in plain words.
     pub reasons: Vec<String>,
@@ -255,16 +255,7 @@ fn distinct_window_bytes(segments: &[SegmentReport], pmd: u64, bytes: impl Fn(&S
 }
 
 fn skew_of(p: &Phdr, pmd: u64) -> u64 {
-    p.p_vaddr.wrapping_sub(p.p_offset) & (pmd - 1)
-}
-
-/// A size in words: "2 MiB", "32 MiB", "64 KiB".
-pub fn size_words(b: u64) -> String {
-    if b >= 1 << 20 && b % (1 << 20) == 0 {
-        format!("{} MiB", b >> 20)
-    } else {
-        format!("{} KiB", b >> 10)
-    }
+    geometry::skew(p.p_vaddr, p.p_offset, pmd)
 }
 
 /// Classify the file for placement.
@@ -334,14 +325,14 @@ fn base_note(kind: FileKind, base: BaseAlignment, pmd: &str) -> String {
 /// Analyse a parsed model for `target` (see [`Target::for_machine`]).
 /// `path` is only used to fill the report.
 pub fn analyse(path: &Path, m: &Model, target: &Target) -> CheckReport {
-    let pmd = target.unit;
-    let pmd_w = size_words(pmd);
+    let unit = target.unit;
+    let unit_w = crate::units::human(unit);
     let (mapped, mappable) = (target.unit_kind.mapped(), target.unit_kind.mappable());
     let kind = kind_of(m);
     let max_p_align = m.max_load_align();
     let base = match kind {
         FileKind::Executable => BaseAlignment::Fixed,
-        _ if max_p_align >= pmd => BaseAlignment::Aligned,
+        _ if max_p_align >= unit => BaseAlignment::Aligned,
         _ => BaseAlignment::NotAligned,
     };
     let mut reasons = Vec::new();
@@ -371,12 +362,12 @@ pub fn analyse(path: &Path, m: &Model, target: &Target) -> CheckReport {
                 machine_name(m.e_machine)
             ),
         ));
-    } else if pmd > MAX_ALIGN_PMD {
+    } else if unit > MAX_ALIGN_PMD {
         blocker = Some((ReasonCode::PmdTooLarge, format!(
-            "the target's PMD is {pmd_w} ({} pages): aligning to more than {} would cost that much address space per object, \
+            "the target's PMD is {unit_w} ({} pages): aligning to more than {} would cost that much address space per object, \
              and the kernel's own ELF loader does not align to it either",
-            size_words(target.page_size),
-            size_words(MAX_ALIGN_PMD)
+            crate::units::human(target.page_size),
+            crate::units::human(MAX_ALIGN_PMD)
         )));
     } else if kind == FileKind::Other {
         blocker = Some((
@@ -393,12 +384,12 @@ pub fn analyse(path: &Path, m: &Model, target: &Target) -> CheckReport {
     let base_keeps = matches!(base, BaseAlignment::Fixed | BaseAlignment::Aligned);
     let mut segments = Vec::new();
     for (index, p) in m.loads() {
-        let skew = skew_of(p, pmd);
+        let skew = skew_of(p, unit);
         let congruent = skew == 0;
-        let windows = whole_windows(p.p_vaddr, p.p_filesz, pmd);
+        let windows = whole_windows(p.p_vaddr, p.p_filesz, unit);
         let ro = !p.writable();
         let now = if ro && congruent && base_keeps && blocker.is_none() {
-            windows * pmd
+            windows * unit
         } else {
             0
         };
@@ -410,20 +401,20 @@ pub fn analyse(path: &Path, m: &Model, target: &Target) -> CheckReport {
             }
         } else if windows == 0 {
             format!(
-                "contains no whole {pmd_w} window: stays on {} pages",
-                size_words(target.page_size)
+                "contains no whole {unit_w} window: stays on {} pages",
+                crate::units::human(target.page_size)
             )
         } else if !congruent {
             format!(
-                "vaddr and file offset differ by {skew:#x} modulo {pmd_w}: no window can be {mapped} until the file is relaid out"
+                "vaddr and file offset differ by {skew:#x} modulo {unit_w}: no window can be {mapped} until the file is relaid out"
             )
         } else if !base_keeps {
             format!(
-                "congruent, {windows} whole {pmd_w} window(s), but the load base is not {pmd_w}-aligned (p_align {:#x})",
+                "congruent, {windows} whole {unit_w} window(s), but the load base is not {unit_w}-aligned (p_align {:#x})",
                 p.p_align
             )
         } else {
-            format!("congruent: {windows} whole {pmd_w} window(s) can be {mapped}")
+            format!("congruent: {windows} whole {unit_w} window(s) can be {mapped}")
         };
         segments.push(SegmentReport {
             index,
@@ -438,12 +429,12 @@ pub fn analyse(path: &Path, m: &Model, target: &Target) -> CheckReport {
             skew,
             congruent,
             whole_windows: windows,
-            pmd_mappable_bytes: now,
-            pmd_mappable_bytes_after_align: now,
+            unit_mappable_bytes: now,
+            unit_mappable_bytes_after_align: now,
             note,
         });
     }
-    let pmd_mappable_bytes = distinct_window_bytes(&segments, pmd, |s| s.pmd_mappable_bytes);
+    let unit_mappable_bytes = distinct_window_bytes(&segments, unit, |s| s.unit_mappable_bytes);
 
     let mut plan = AlignPlan::default();
     let verdict;
@@ -467,8 +458,8 @@ pub fn analyse(path: &Path, m: &Model, target: &Target) -> CheckReport {
             reasons.push((
                 ReasonCode::NoWholeWindow,
                 format!(
-                    "no read-only segment contains a whole {pmd_w} window (text smaller than ~{}, or split)",
-                    size_words(2 * pmd)
+                    "no read-only segment contains a whole {unit_w} window (text smaller than ~{}, or split)",
+                    crate::units::human(2 * unit)
                 ),
             ));
             verdict = Verdict::NotImprovable;
@@ -478,15 +469,15 @@ pub fn analyse(path: &Path, m: &Model, target: &Target) -> CheckReport {
                     reasons.push((
                         ReasonCode::AlreadyPmdMappable,
                         format!(
-                            "already {mappable}: {} MiB of read-only segments in whole {pmd_w} windows",
-                            pmd_mappable_bytes >> 20
+                            "already {mappable}: {} MiB of read-only segments in whole {unit_w} windows",
+                            unit_mappable_bytes >> 20
                         ),
                     ));
                     verdict = Verdict::PmdMappable;
                 }
                 Ok(p) => {
                     for s in segments.iter_mut().filter(|s| !s.writable && s.whole_windows > 0) {
-                        s.pmd_mappable_bytes_after_align = s.whole_windows * pmd;
+                        s.unit_mappable_bytes_after_align = s.whole_windows * unit;
                     }
                     if !p.insertions.is_empty() {
                         let segs: Vec<String> = p
@@ -497,7 +488,7 @@ pub fn analyse(path: &Path, m: &Model, target: &Target) -> CheckReport {
                         reasons.push((
                             ReasonCode::AlignPads,
                             format!(
-                                "align inserts {} bytes of zero padding so segment(s) {} become {pmd_w}-congruent (vaddrs unchanged)",
+                                "align inserts {} bytes of zero padding so segment(s) {} become {unit_w}-congruent (vaddrs unchanged)",
                                 p.growth,
                                 segs.join(", ")
                             ),
@@ -508,7 +499,7 @@ pub fn analyse(path: &Path, m: &Model, target: &Target) -> CheckReport {
                         reasons.push((
                             ReasonCode::AlignRaisesPAlign,
                             format!(
-                                "align sets p_align to {pmd_w} on segment(s) {} so the loader aligns the load base",
+                                "align sets p_align to {unit_w} on segment(s) {} so the loader aligns the load base",
                                 segs.join(", ")
                             ),
                         ));
@@ -523,15 +514,15 @@ pub fn analyse(path: &Path, m: &Model, target: &Target) -> CheckReport {
             }
         }
     }
-    let pmd_mappable_bytes_after_align = if verdict == Verdict::Improvable {
-        distinct_window_bytes(&segments, pmd, |s| s.pmd_mappable_bytes_after_align)
+    let unit_mappable_bytes_after_align = if verdict == Verdict::Improvable {
+        distinct_window_bytes(&segments, unit, |s| s.unit_mappable_bytes_after_align)
     } else {
-        pmd_mappable_bytes
+        unit_mappable_bytes
     };
     if verdict == Verdict::Improvable && kind != FileKind::Executable {
         warnings.push(format!(
-            "a {pmd_w}-aligned load base leaves {} fewer bits of ASLR entropy for this object",
-            (pmd / target.page_size.max(1)).trailing_zeros()
+            "a {unit_w}-aligned load base leaves {} fewer bits of ASLR entropy for this object",
+            (unit / target.page_size.max(1)).trailing_zeros()
         ));
     }
     if let Some(n) = &target.note {
@@ -553,10 +544,10 @@ pub fn analyse(path: &Path, m: &Model, target: &Target) -> CheckReport {
         file_size: m.file_size,
         max_p_align,
         base,
-        base_note: base_note(kind, base, &pmd_w),
+        base_note: base_note(kind, base, &unit_w),
         segments,
-        pmd_mappable_bytes,
-        pmd_mappable_bytes_after_align,
+        unit_mappable_bytes,
+        unit_mappable_bytes_after_align,
         verdict,
         reason_codes: reasons.iter().map(|r| r.0).collect(),
         reasons: reasons.into_iter().map(|r| r.1).collect(),
@@ -584,28 +575,28 @@ fn etype_name(t: u16) -> String {
 /// 2.35 rejects a segment whose p_vaddr - p_offset is not a multiple of its
 /// own p_align, and only the eligible ones are made congruent modulo PMD).
 pub fn make_plan(m: &Model, kind: FileKind, target: &Target) -> crate::Result<AlignPlan> {
-    let (pmd, page) = (target.unit, target.page_size);
+    let (unit, page) = (target.unit, target.page_size);
     let mut order: Vec<(usize, &Phdr)> = m.loads().collect();
     order.sort_by_key(|(i, p)| (p.p_offset, *i));
     let mut plan = AlignPlan {
-        p_align: pmd,
+        p_align: unit,
         ..AlignPlan::default()
     };
     let mut shift = 0u64;
     for (i, p) in &order {
-        let eligible = !p.writable() && whole_windows(p.p_vaddr, p.p_filesz, pmd) > 0;
+        let eligible = !p.writable() && whole_windows(p.p_vaddr, p.p_filesz, unit) > 0;
         if !eligible {
             continue;
         }
         let new_off = p.p_offset + shift;
-        let d = p.p_vaddr.wrapping_sub(new_off) & (pmd - 1);
+        let d = geometry::skew(p.p_vaddr, new_off, unit);
         if d != 0 {
             if d % page != 0 {
                 return Err(Error::Invalid(format!(
                     "segment #{i}: p_vaddr {:#x} and p_offset {:#x} differ modulo the {} page size: {}, not touching it",
                     p.p_vaddr,
                     p.p_offset,
-                    size_words(page),
+                    crate::units::human(page),
                     if target.foreign || page != crate::kernel::page_size() as u64 {
                         "the file does not load on a kernel with these pages"
                     } else {
@@ -623,7 +614,7 @@ pub fn make_plan(m: &Model, kind: FileKind, target: &Target) -> crate::Result<Al
         }
         // A p_align that is not a power of two is ignored by the loaders:
         // replace it too.
-        if kind != FileKind::Executable && !(p.p_align.is_power_of_two() && p.p_align >= pmd) {
+        if kind != FileKind::Executable && !(p.p_align.is_power_of_two() && p.p_align >= unit) {
             plan.raise_align.push(*i);
         }
     }

@@ -1,5 +1,6 @@
 //! The verdicts: pure functions over the gathered facts.
 
+use hugetext_abi::geometry;
 use hugetext_abi::thp::ThpMode;
 use serde::Serialize;
 
@@ -91,16 +92,16 @@ fn pids(v: &[ProcRef]) -> String {
 /// PMD-mapped, in the kernel's order. Pure.
 pub fn decide(sys: &SystemFacts, p: &ProcessFacts, m: &MappingFacts) -> Verdict {
     // Windows of the unit of huge text: the PMD, or the contpte block.
-    let pmd_kb = sys.unit / 1024;
-    let pmd_w = crate::elf::check::size_words(sys.unit);
+    let unit_kb = sys.unit / 1024;
+    let unit_w = crate::units::human(sys.unit);
     let mapped = sys.unit_kind.mapped();
     let windows = m.windows(sys.unit);
-    let gain = (windows * pmd_kb).saturating_sub(m.pmd_kb);
+    let gain = (windows * unit_kb).saturating_sub(m.unit_mapped_kb);
     if windows == 0 {
         return verdict(
             Reason::NoWholeWindow,
             format!(
-                "{} kB mapped at {:#x}: no whole {pmd_w} window fits, so none of it can be {mapped}",
+                "{} kB mapped at {:#x}: no whole {unit_w} window fits, so none of it can be {mapped}",
                 (m.end - m.start) / 1024,
                 m.start
             ),
@@ -111,7 +112,7 @@ pub fn decide(sys: &SystemFacts, p: &ProcessFacts, m: &MappingFacts) -> Verdict 
     if gain == 0 {
         return verdict(
             Reason::Ok,
-            format!("all {windows} whole {pmd_w} windows are {mapped}"),
+            format!("all {windows} whole {unit_w} windows are {mapped}"),
             None,
             0,
         );
@@ -170,8 +171,8 @@ pub fn decide(sys: &SystemFacts, p: &ProcessFacts, m: &MappingFacts) -> Verdict 
             Reason::CopyNotHuge,
             format!(
                 "anonymous copy made by `hugetext run`: {} kB of {} kB in whole windows are in huge pages",
-                m.pmd_kb,
-                windows * pmd_kb
+                m.unit_mapped_kb,
+                windows * unit_kb
             ),
             Some("restart it with `hugetext run -v` and read why the copy was not made huge".into()),
             gain,
@@ -182,11 +183,11 @@ pub fn decide(sys: &SystemFacts, p: &ProcessFacts, m: &MappingFacts) -> Verdict 
     // windows of the address range as it is loaded now.
     let (align_gain, align_note) = match m.after_align_kb {
         Some(kb) => (
-            kb.saturating_sub(m.pmd_kb),
-            match kb / pmd_kb.max(1) {
-                0 => format!("; aligned, its segment would hold no whole {pmd_w} window"),
+            kb.saturating_sub(m.unit_mapped_kb),
+            match kb / unit_kb.max(1) {
+                0 => format!("; aligned, its segment would hold no whole {unit_w} window"),
                 n if n != windows => format!(
-                    "; aligned, its segment holds {n} whole {pmd_w} window{} ({windows} as loaded now)",
+                    "; aligned, its segment holds {n} whole {unit_w} window{} ({windows} as loaded now)",
                     if n == 1 { "" } else { "s" }
                 ),
                 _ => String::new(),
@@ -199,7 +200,7 @@ pub fn decide(sys: &SystemFacts, p: &ProcessFacts, m: &MappingFacts) -> Verdict 
             return verdict(
                 Reason::LayoutSkewed,
                 format!(
-                    "the segment's p_vaddr - p_offset is {skew:#x} modulo {pmd_w} (lld/mold layout): no address makes it congruent{align_note}"
+                    "the segment's p_vaddr - p_offset is {skew:#x} modulo {unit_w} (lld/mold layout): no address makes it congruent{align_note}"
                 ),
                 (align_gain > 0).then(|| align_command(p, m)),
                 align_gain,
@@ -210,7 +211,7 @@ pub fn decide(sys: &SystemFacts, p: &ProcessFacts, m: &MappingFacts) -> Verdict 
             return verdict(
                 Reason::BaseUnaligned,
                 format!(
-                    "loaded at base {base:#x}, not {pmd_w}-aligned (p_align {p_align:#x}): address - offset = {:#x} is not a multiple of {pmd_w}{note}{align_note}",
+                    "loaded at base {base:#x}, not {unit_w}-aligned (p_align {p_align:#x}): address - offset = {:#x} is not a multiple of {unit_w}{note}{align_note}",
                     m.start.wrapping_sub(m.offset)
                 ),
                 (align_gain > 0).then_some(fix),
@@ -221,7 +222,7 @@ pub fn decide(sys: &SystemFacts, p: &ProcessFacts, m: &MappingFacts) -> Verdict 
             return verdict(
                 Reason::LayoutSkewed,
                 format!(
-                    "mapped at {:#x} from file offset {:#x}: not congruent modulo {pmd_w} ({why})",
+                    "mapped at {:#x} from file offset {:#x}: not congruent modulo {unit_w} ({why})",
                     m.start, m.offset
                 ),
                 Some("start it with `hugetext run --strategy copy`".into()),
@@ -262,7 +263,7 @@ pub fn decide(sys: &SystemFacts, p: &ProcessFacts, m: &MappingFacts) -> Verdict 
         }
     }
     match &m.cache {
-        Some(Ok(c)) if c.pmd_windows < c.windows => {
+        Some(Ok(c)) if c.unit_windows < c.windows => {
             let sizes: Vec<String> = c.folios_kb.iter().map(|(sz, kb)| format!("{kb} kB in {sz} kB folios")).collect();
             let mut fix = format!("hugetext warm {}", m.reachable());
             let mut note = String::new();
@@ -302,8 +303,8 @@ pub fn decide(sys: &SystemFacts, p: &ProcessFacts, m: &MappingFacts) -> Verdict 
             verdict(
                 Reason::CacheSmallFolios,
                 format!(
-                    "{} of {} whole windows are {pmd_w} folios in the page cache; cached: {}{note}",
-                    c.pmd_windows,
+                    "{} of {} whole windows are {unit_w} folios in the page cache; cached: {}{note}",
+                    c.unit_windows,
                     c.windows,
                     if sizes.is_empty() { "nothing".into() } else { sizes.join(", ") }
                 ),
@@ -311,11 +312,11 @@ pub fn decide(sys: &SystemFacts, p: &ProcessFacts, m: &MappingFacts) -> Verdict 
                 gain,
             )
         }
-        Some(Ok(c)) if m.unmapped_windows > 0 && m.unmapped_windows * pmd_kb >= gain => verdict(
+        Some(Ok(c)) if m.unmapped_windows > 0 && m.unmapped_windows * unit_kb >= gain => verdict(
             Reason::NotFaultedYet,
             format!(
-                "all {} whole windows are {pmd_w} folios in the page cache; {} of them {} not mapped yet (never executed since the process started, or dropped): \
-                 the kernel maps {} with a PMD when first executed, because the page cache holds {} in {pmd_w} folios",
+                "all {} whole windows are {unit_w} folios in the page cache; {} of them {} not mapped yet (never executed since the process started, or dropped): \
+                 the kernel maps {} with a PMD when first executed, because the page cache holds {} in {unit_w} folios",
                 c.windows,
                 m.unmapped_windows,
                 if m.unmapped_windows == 1 { "is" } else { "are" },
@@ -328,7 +329,7 @@ pub fn decide(sys: &SystemFacts, p: &ProcessFacts, m: &MappingFacts) -> Verdict 
         Some(Ok(c)) => verdict(
             Reason::MappedBeforeWarm,
             format!(
-                "all {} whole windows are {pmd_w} folios in the page cache, but this process maps them with base-page page-table entries (it mapped them before they were {pmd_w} folios, or while huge pages were off for it){}",
+                "all {} whole windows are {unit_w} folios in the page cache, but this process maps them with base-page page-table entries (it mapped them before they were {unit_w} folios, or while huge pages were off for it){}",
                 c.windows,
                 match m.unmapped_windows {
                     0 => String::new(),
@@ -369,7 +370,7 @@ pub fn loader_advice(sys: &SystemFacts, p: &ProcessFacts, m: &MappingFacts) -> (
         return (String::new(), align);
     };
     let set = p.glibc_tunables.as_deref().and_then(|t| tunable(t, "glibc.elf.thp")) == Some("1");
-    let pmd_w = crate::elf::check::size_words(sys.unit);
+    let unit_w = crate::units::human(sys.unit);
     let mode = sys.thp_enabled.map_or("unknown", ThpMode::as_str);
     if set {
         let note = format!(
@@ -382,7 +383,7 @@ pub fn loader_advice(sys: &SystemFacts, p: &ProcessFacts, m: &MappingFacts) -> (
         (
             note,
             format!(
-                "restart it with GLIBC_TUNABLES=glibc.elf.thp=1 (the loader then maps it {pmd_w}-aligned), or {align}"
+                "restart it with GLIBC_TUNABLES=glibc.elf.thp=1 (the loader then maps it {unit_w}-aligned), or {align}"
             ),
         )
     } else {
@@ -428,8 +429,8 @@ pub fn system_notes(sys: &SystemFacts) -> Vec<String> {
              (one TLB entry per {}) without any hugetext step: each summary gives this kernel's own share; \
              executable faults read 64 KiB folios where the kernel has exec folios (Linux 7.x), and a filesystem's \
              readahead can give larger ones",
-            crate::elf::check::size_words(b),
-            crate::elf::check::size_words(b)
+            crate::units::human(b),
+            crate::units::human(b)
         ));
     }
     if sys.hypervisor {
@@ -454,8 +455,8 @@ fn human_kb(kb: u64) -> String {
 /// One line for a process, from its mappings and their verdicts. Pure.
 pub fn summary(p: &ProcessFacts, verdicts: &[Verdict], cont_pte: Option<u64>, pmd: u64) -> String {
     let text_kb: u64 = p.mappings.iter().map(|m| (m.end - m.start) / 1024).sum();
-    let pmd_kb: u64 = p.mappings.iter().map(|m| m.pmd_kb).sum();
-    let pct = (pmd_kb * 100).checked_div(text_kb).unwrap_or(0);
+    let mapped_kb: u64 = p.mappings.iter().map(|m| m.unit_mapped_kb).sum();
+    let pct = (mapped_kb * 100).checked_div(text_kb).unwrap_or(0);
     let mut s = format!(
         "pid {} ({}): {pct}% of {} text PMD-mapped",
         p.pid,
@@ -507,16 +508,16 @@ fn contpte_share_kb(p: &ProcessFacts, cont_pte: Option<u64>, pmd: u64) -> Option
 /// kernel maps a segment from its offset rounded down to a page: with 16
 /// KiB pages lld's text at offset 0x3000 is mapped from offset 0). Pure.
 pub fn layout_of(start: u64, offset: u64, segments: &[(u64, u64, u64, u64)], pmd: u64, page: u64) -> Layout {
-    if start.wrapping_sub(offset) % pmd == 0 {
+    if geometry::congruent(start, offset, pmd) {
         return Layout::Congruent;
     }
     let seg = segments.iter().find(|(o, sz, _, _)| {
-        let first = o & !(page - 1);
+        let first = geometry::align_down(*o, page);
         offset >= first && offset < o + sz
     });
     match seg {
         Some(&(o, _, v, a)) => {
-            let skew = v.wrapping_sub(o) % pmd;
+            let skew = geometry::skew(v, o, pmd);
             if skew != 0 {
                 Layout::Skewed { skew }
             } else {
@@ -553,7 +554,7 @@ mod tests {
             }),
             cache: Some(Ok(CacheFacts {
                 windows: len / M,
-                pmd_windows: len / M,
+                unit_windows: len / M,
                 ..Default::default()
             })),
             ..Default::default()
@@ -587,7 +588,7 @@ mod tests {
     #[test]
     fn pmd_mapped_is_ok_and_small_mappings_have_no_window() {
         let mut m = map(0x40_0000, 4 * M);
-        m.pmd_kb = 8192;
+        m.unit_mapped_kb = 8192;
         assert_eq!(why(&madvise(), &proc1(m)).reason, Reason::Ok);
         let m = map(0x40_1000, M);
         let v = why(&madvise(), &proc1(m));
@@ -606,7 +607,7 @@ mod tests {
             ..Default::default()
         };
         let mut m = map(0x4000_0000, 4 * M);
-        m.pmd_kb = 4 * M / 1024;
+        m.unit_mapped_kb = 4 * M / 1024;
         let v = why(&sys, &proc1(m.clone()));
         assert_eq!(v.reason, Reason::Ok);
         assert!(
@@ -614,7 +615,7 @@ mod tests {
             "{}",
             v.evidence
         );
-        m.pmd_kb = 0;
+        m.unit_mapped_kb = 0;
         assert_ne!(why(&sys, &proc1(m)).reason, Reason::NoWholeWindow);
     }
 
@@ -709,7 +710,7 @@ mod tests {
         m.fs.as_mut().unwrap().pmd_folios = Some(true);
         m.cache = Some(Ok(CacheFacts {
             windows: 2,
-            pmd_windows: 0,
+            unit_windows: 0,
             folios_kb: [(4, 8192)].into_iter().collect(),
             blockers: vec![ProcRef {
                 pid: 42,
@@ -724,7 +725,7 @@ mod tests {
 
         m.cache = Some(Ok(CacheFacts {
             windows: 2,
-            pmd_windows: 2,
+            unit_windows: 2,
             ..Default::default()
         }));
         let v = why(&madvise(), &proc1(m.clone()));
@@ -746,23 +747,23 @@ mod tests {
         let mut m = map(0x40_0000, 4 * M);
         m.copied = true;
         m.layout = None;
-        m.pmd_kb = 8192;
+        m.unit_mapped_kb = 8192;
         assert_eq!(why(&madvise(), &proc1(m.clone())).reason, Reason::Ok);
-        m.pmd_kb = 0;
+        m.unit_mapped_kb = 0;
         assert_eq!(why(&madvise(), &proc1(m)).reason, Reason::CopyNotHuge);
 
         let mut a = map(0x40_0000, 4 * M);
-        a.pmd_kb = 4096;
+        a.unit_mapped_kb = 4096;
         a.cache = Some(Ok(CacheFacts {
             windows: 4,
-            pmd_windows: 2,
+            unit_windows: 2,
             ..Default::default()
         }));
         let p = proc1(a);
         let r = report(&madvise(), std::slice::from_ref(&p));
         assert_eq!(
             r.processes[0].summary,
-            "pid 42 (x): 50% of 8.0 MiB text PMD-mapped; 4.0 MiB more with: hugetext warm /usr/bin/x"
+            "pid 42 (x): 50% of 8 MiB text PMD-mapped; 4 MiB more with: hugetext warm /usr/bin/x"
         );
         let j = serde_json::to_value(&r).unwrap();
         assert_eq!(j["processes"][0]["mappings"][0]["reason"], "cache-small-folios");
@@ -774,7 +775,7 @@ mod tests {
         let mut a = map(0x40_0000, 4 * M);
         a.cache = Some(Ok(CacheFacts {
             windows: 4,
-            pmd_windows: 0,
+            unit_windows: 0,
             folios_kb: [(4, 1024), (64, 2048), (1024, 1024)].into_iter().collect(),
             ..Default::default()
         }));
@@ -789,7 +790,7 @@ mod tests {
         };
         let s = &report(&arm, std::slice::from_ref(&p)).processes[0].summary;
         assert!(
-            s.ends_with("; 3.0 MiB of its page cache is in folios mapped with contiguous PTEs (37% of the text, the kernel's own share)"),
+            s.ends_with("; 3 MiB of its page cache is in folios mapped with contiguous PTEs (37% of the text, the kernel's own share)"),
             "{s}"
         );
         assert!(system_notes(&arm)[0].starts_with("arm64: text in page-cache folios of 64 KiB or more"));
@@ -914,7 +915,7 @@ mod tests {
         let mut m = map(0x40_0000, 4 * M);
         m.cache = Some(Ok(CacheFacts {
             windows: 2,
-            pmd_windows: 0,
+            unit_windows: 0,
             folios_kb: [(4, 8192)].into_iter().collect(),
             blockers: vec![ProcRef {
                 pid: 42,
@@ -980,7 +981,7 @@ mod tests {
         let mut p = p;
         p.mappings[0].cache = Some(Ok(CacheFacts {
             windows: 2,
-            pmd_windows: 2,
+            unit_windows: 2,
             ..Default::default()
         }));
         assert!(why(&always, &with(&p, Some(true))).fix.unwrap().contains("khugepaged"));

@@ -1,5 +1,6 @@
 //! Gathering: every fact read once, from the modules that own it.
 
+use hugetext_abi::geometry;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
@@ -108,7 +109,7 @@ fn kb_of(counts: &Counts) -> (u64, u64, u64, u64) {
 
 fn mapping_facts(pid: i32, t: &remap::TextMapping, offset: u64, fs_cache: &mut FsCache) -> MappingFacts {
     // Congruence and windows modulo the unit of huge text.
-    let pmd = kernel::unit_size() as u64;
+    let unit = kernel::unit_size() as u64;
     let mut m = MappingFacts {
         start: t.start,
         end: t.end,
@@ -161,8 +162,8 @@ fn mapping_facts(pid: i32, t: &remap::TextMapping, offset: u64, fs_cache: &mut F
         .and_then(|f| f.segments.clone());
     let page = kernel::page_size() as u64;
     m.layout = Some(match segments {
-        Ok(segs) => layout_of(t.start, offset, &segs, pmd, page),
-        Err(why) => match layout_of(t.start, offset, &[], pmd, page) {
+        Ok(segs) => layout_of(t.start, offset, &segs, unit, page),
+        Err(why) => match layout_of(t.start, offset, &[], unit, page) {
             Layout::Congruent => Layout::Congruent,
             _ => Layout::NotCongruent { why },
         },
@@ -185,7 +186,7 @@ fn mapping_facts(pid: i32, t: &remap::TextMapping, offset: u64, fs_cache: &mut F
         folio::scan_open(file, &file_path, Some(offset..offset + len))
             .map(|f| CacheFacts {
                 windows: f.total_windows,
-                pmd_windows: f.pmd_windows.len() as u64,
+                unit_windows: f.unit_windows.len() as u64,
                 folios_kb: f.folios_kb.clone(),
                 // Filled in for every file at once (fill_blockers).
                 blockers: Vec::new(),
@@ -222,7 +223,7 @@ fn file_facts(file: &std::fs::File, file_path: &Path, named: &Path, fs_cache: &m
             r.segments
                 .iter()
                 .filter(|s| s.executable)
-                .map(|s| (s.offset, s.filesz, s.pmd_mappable_bytes_after_align))
+                .map(|s| (s.offset, s.filesz, s.unit_mappable_bytes_after_align))
                 .collect()
         })
         .unwrap_or_default();
@@ -235,9 +236,11 @@ fn file_facts(file: &std::fs::File, file_path: &Path, named: &Path, fs_cache: &m
         matches!(r.kind, FileKind::Pie | FileKind::StaticPie | FileKind::SharedLibrary)
             && r.base == BaseAlignment::Aligned
             && r.max_p_align >= unit
-    }) && segments
-        .as_ref()
-        .is_ok_and(|s| !s.is_empty() && s.iter().all(|&(off, _, vaddr, _)| vaddr.wrapping_sub(off) % unit == 0));
+    }) && segments.as_ref().is_ok_and(|s| {
+        !s.is_empty()
+            && s.iter()
+                .all(|&(off, _, vaddr, _)| geometry::congruent(vaddr, off, unit))
+    });
     let dir = named.parent().unwrap_or(Path::new("/")).to_path_buf();
     let mut fs = fs_cache.get(file, &dir);
     // An overlay maps the file of the layer it comes from: that filesystem decides.
@@ -463,7 +466,7 @@ fn gather_one(pid: i32, fs_cache: &mut FsCache) -> Result<Gathered> {
         let offset = vma.map_or(0, |v| v.offset);
         let mut m = mapping_facts(pid, t, offset, fs_cache);
         if let Some(&k) = kb.get(&t.start) {
-            (m.pmd_kb, m.pte_large_kb, m.base_kb, m.pte_unknown_kb) = k;
+            (m.unit_mapped_kb, m.pte_large_kb, m.base_kb, m.pte_unknown_kb) = k;
         }
         (m.nohugepage, m.hugepage) = advice.get(&t.start).copied().unwrap_or_default();
         m.shmem = !t.copied && shmem.contains(&t.start);

@@ -131,7 +131,7 @@ pub struct CacheFacts {
     /// Whole 2 MiB windows of the range.
     pub windows: u64,
     /// Of those, held in one PMD-size folio.
-    pub pmd_windows: u64,
+    pub unit_windows: u64,
     /// kB cached, by folio size in kB.
     pub folios_kb: BTreeMap<u64, u64>,
     /// Processes mapping the file (they keep its small folios from being
@@ -163,7 +163,7 @@ pub struct MappingFacts {
     /// one copy of it in a huge tmpfs can be shared by all of them.
     pub shareable: bool,
     /// kB mapped by PMDs.
-    pub pmd_kb: u64,
+    pub unit_mapped_kb: u64,
     /// kB in large folios mapped by PTEs.
     pub pte_large_kb: u64,
     /// kB in base pages (4 KiB folios).
@@ -278,7 +278,7 @@ pub struct MappingReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub store_copy: Option<crate::inspect::StoreCopy>,
     pub size_kb: u64,
-    pub pmd_kb: u64,
+    pub unit_mapped_kb: u64,
     pub pte_large_kb: u64,
     pub base_kb: u64,
     pub pte_unknown_kb: u64,
@@ -298,7 +298,7 @@ pub struct ProcessReport {
     pub glibc_tunables: Option<String>,
     pub unit: Option<UnitFacts>,
     pub text_kb: u64,
-    pub pmd_kb: u64,
+    pub unit_mapped_kb: u64,
     pub summary: String,
     pub mappings: Vec<MappingReport>,
 }
@@ -326,7 +326,7 @@ pub fn report(sys: &SystemFacts, procs: &[ProcessFacts]) -> Report {
                 glibc_tunables: p.glibc_tunables.clone(),
                 unit: p.unit.clone(),
                 text_kb: p.mappings.iter().map(|m| (m.end - m.start) / 1024).sum(),
-                pmd_kb: p.mappings.iter().map(|m| m.pmd_kb).sum(),
+                unit_mapped_kb: p.mappings.iter().map(|m| m.unit_mapped_kb).sum(),
                 summary: summary(p, &verdicts, sys.cont_pte, sys.pmd_size),
                 mappings: p
                     .mappings
@@ -344,7 +344,7 @@ pub fn report(sys: &SystemFacts, procs: &[ProcessFacts]) -> Report {
                         },
                         store_copy: m.store_copy.clone(),
                         size_kb: (m.end - m.start) / 1024,
-                        pmd_kb: m.pmd_kb,
+                        unit_mapped_kb: m.unit_mapped_kb,
                         pte_large_kb: m.pte_large_kb,
                         base_kb: m.base_kb,
                         pte_unknown_kb: m.pte_unknown_kb,

@@ -18,7 +18,7 @@ pub struct FilesJson {
     pub contpte_block_kb: Option<u64>,
     /// The unit of huge text, kB: the PMD size, or the contpte block where
     /// no page-cache folio reaches the PMD (arm64, 64 KiB pages); each
-    /// file's `pmd_windows` are windows of this size.
+    /// file's `unit_windows` are windows of this size.
     pub unit_kb: u64,
     pub files: Vec<FileJson>,
 }
@@ -32,9 +32,9 @@ pub struct FileJson {
     /// kB per folio size (`"2048kB"`); `null` without PFN access.
     pub folios: Option<ClassKb>,
     /// Whole windows of the huge unit (`unit_kb`) in the file.
-    pub pmd_windows: u64,
+    pub unit_windows: u64,
     /// Of those, held in one folio of at least the unit each.
-    pub pmd_windows_huge: u64,
+    pub unit_windows_huge: u64,
     /// kB in folios that arm64 can map with contiguous PTEs (at least the
     /// contpte block, below the PMD size); `null` without PFN access or
     /// contpte blocks.
@@ -58,8 +58,8 @@ impl FilesJson {
                         .folios_kb
                         .as_ref()
                         .map(|f| f.iter().map(|(k, n)| (format!("{k}kB"), *n)).collect()),
-                    pmd_windows: v.pmd_windows,
-                    pmd_windows_huge: v.pmd_windows_huge,
+                    unit_windows: v.unit_windows,
+                    unit_windows_huge: v.unit_windows_huge,
                     contpte_kb: v.contpte_kb,
                 })
                 .collect(),
@@ -80,9 +80,9 @@ pub struct FileView {
     /// PFNs are hidden (no CAP_SYS_ADMIN).
     pub folios_kb: Option<std::collections::BTreeMap<u64, u64>>,
     /// Whole PMD-size windows of the file, and how many are one PMD-size folio.
-    pub pmd_windows: u64,
+    pub unit_windows: u64,
     /// Windows held in one PMD-size folio.
-    pub pmd_windows_huge: u64,
+    pub unit_windows_huge: u64,
     /// kB held in folios of at least the contpte block size
     /// ([`kernel::cont_pte_size`]) and smaller than the PMD size: what arm64
     /// maps with contiguous PTEs where it cannot use a PMD. `None` without
@@ -110,8 +110,8 @@ pub fn inspect_file(path: &Path) -> Result<FileView> {
             path: f.path.clone(),
             size: f.size,
             cached_kb: f.cached_kb,
-            pmd_windows: f.total_windows,
-            pmd_windows_huge: f.pmd_windows.len() as u64,
+            unit_windows: f.total_windows,
+            unit_windows_huge: f.unit_windows.len() as u64,
             contpte_kb: contpte_of(&f.folios_kb),
             folios_kb: Some(f.folios_kb),
         });
@@ -123,14 +123,14 @@ pub fn inspect_file(path: &Path) -> Result<FileView> {
         return Err(Error::Invalid(format!("{}: not a regular file", path.display())));
     }
     let size = meta.len();
-    let pmd = kernel::unit_size() as u64;
+    let unit = kernel::unit_size() as u64;
     let mut cached = 0u64;
-    let chunk = 64 * pmd;
+    let chunk = 64 * unit;
     let mut off = 0;
     while off < size {
         let len = chunk.min(size - off) as usize;
         use std::os::fd::AsFd;
-        let m = kernel::Mapping::file_congruent(file.as_fd(), off, len, libc::PROT_READ, pmd as usize)?;
+        let m = kernel::Mapping::file_congruent(file.as_fd(), off, len, libc::PROT_READ, unit as usize)?;
         cached += m.resident()?.iter().filter(|&&r| r).count() as u64;
         off += len as u64;
     }
@@ -139,8 +139,8 @@ pub fn inspect_file(path: &Path) -> Result<FileView> {
         size,
         cached_kb: cached * kernel::page_size() as u64 / 1024,
         folios_kb: None,
-        pmd_windows: size / pmd,
-        pmd_windows_huge: 0,
+        unit_windows: size / unit,
+        unit_windows_huge: 0,
         contpte_kb: None,
     })
 }
@@ -156,8 +156,8 @@ mod tests {
             size: 8 << 20,
             cached_kb: 6144,
             folios_kb,
-            pmd_windows: 4,
-            pmd_windows_huge: 2,
+            unit_windows: 4,
+            unit_windows_huge: 2,
             contpte_kb: Some(1024),
         };
         let with = view(Some([(4, 2048), (2048, 4096)].into_iter().collect()));
@@ -169,7 +169,7 @@ mod tests {
             (&f["path"], &f["size"], &f["cached_kb"]),
             (&"/usr/bin/x".into(), &(8u64 << 20).into(), &6144.into())
         );
-        assert_eq!((&f["pmd_windows"], &f["pmd_windows_huge"]), (&4.into(), &2.into()));
+        assert_eq!((&f["unit_windows"], &f["unit_windows_huge"]), (&4.into(), &2.into()));
         assert_eq!(f["contpte_kb"], 1024);
         // One file without folio sizes makes the whole report "no PFN access".
         let v = serde_json::to_value(FilesJson::of(&[with, view(None)])).unwrap();

@@ -423,11 +423,11 @@ impl Scanner<'_> {
 pub fn unmapped_windows(pagemap: &File, path: &Path, start: u64, end: u64) -> Result<u64> {
     let unit = kernel::unit_size() as u64;
     let pgs = kernel::page_size() as u64;
-    let (ws, we) = (start.div_ceil(unit) * unit, end / unit * unit);
-    if ws >= we {
+    let whole = hugetext_abi::geometry::Windows::<u64>::new(start, end, unit);
+    if whole.is_empty() {
         return Ok(0);
     }
-    let total = (we - ws) / unit;
+    let (ws, we, total) = (whole.start(), whole.end(), whole.count());
     if kernel::pagemap_scan_supported() {
         let mut regions = Vec::new();
         kernel::pagemap_scan(pagemap, ws, we, ps::PAGE_IS_PRESENT, ps::PAGE_IS_PRESENT, &mut regions)?;

@@ -48,13 +48,15 @@ pub fn build_id(path: &str) -> Option<String> {
     f.metadata().ok()?.is_file().then(|| build_id_of(&f))?
 }
 
-/// [`build_id`] of a file already open.
+/// [`build_id`] of a file already open: read as the preload reads it for
+/// the hot list (`hugetext_abi::hot::build_id_with`, the program headers'
+/// `PT_NOTE` segments), so a profile's files and the running program's
+/// match by the same bytes.
 pub fn build_id_of(f: &File) -> Option<String> {
-    use object::Object;
-    let cache = object::ReadCache::new(f);
-    let obj = object::File::parse(&cache).ok()?;
-    let id = obj.build_id().ok()??;
-    Some(id.iter().map(|b| format!("{b:02x}")).collect())
+    use std::os::unix::fs::FileExt;
+    let mut id = [0u8; 64];
+    let n = hugetext_abi::hot::build_id_with(|buf, off| f.read_exact_at(buf, off).is_ok(), &mut id)?;
+    Some(id[..n].iter().map(|b| format!("{b:02x}")).collect())
 }
 
 /// Read `path`'s build-id and segments (`open` is where to read it: the
@@ -281,6 +283,93 @@ mod tests {
     use super::*;
 
     const M: u64 = 2 << 20;
+
+    /// The GNU build-id as an ELF reader independent of the one the
+    /// preload and [`build_id_of`] share reads it (`object`: the note
+    /// sections).
+    fn build_id_by_object(path: &std::path::Path) -> Option<String> {
+        use object::Object;
+        let data = std::fs::read(path).unwrap();
+        let obj = object::File::parse(&*data).ok()?;
+        let id = obj.build_id().ok()??;
+        Some(id.iter().map(|b| format!("{b:02x}")).collect())
+    }
+
+    /// The hot list matches files by build-id: the library writes the ids
+    /// into profiles, the preload reads them from the running program's
+    /// files. Both read through `hugetext_abi::hot::build_id_with`; this
+    /// holds that reader to an independent one on every fixture (gcc with
+    /// ld.bfd, lld and mold: PIE, non-PIE, DSO) and on programs built here
+    /// static, without a build-id and with other build-id styles.
+    #[test]
+    fn build_ids_agree_with_an_independent_reader_on_every_fixture() {
+        let mut files: Vec<std::path::PathBuf> = Vec::new();
+        for linker in ["bfd", "lld", "mold"] {
+            for name in ["pie", "nopie", "small", "usebig", "libbig.so"] {
+                files.push(hugetext_testkit::fixture(linker, name));
+            }
+        }
+        let dir = hugetext_testkit::scratch();
+        let src = dir.path().join("m.c");
+        std::fs::write(&src, "int main(void) { return 0; }\n").unwrap();
+        let builds: &[(&str, &[&str])] = &[
+            ("static", &["-static"]),
+            ("static-pie", &["-static-pie"]),
+            ("no-build-id", &["-Wl,--build-id=none"]),
+            ("md5", &["-Wl,--build-id=md5"]),
+            ("uuid", &["-Wl,--build-id=uuid"]),
+            ("lld-sha1", &["-fuse-ld=lld", "-Wl,--build-id=sha1"]),
+        ];
+        let mut built = 0;
+        for (name, flags) in builds {
+            let out = dir.path().join(name);
+            let ok = std::process::Command::new("cc")
+                .args(*flags)
+                .arg("-o")
+                .arg(&out)
+                .arg(&src)
+                .status()
+                .is_ok_and(|s| s.success());
+            if ok {
+                files.push(out);
+                built += 1;
+            } else {
+                eprintln!("skipped: cc {flags:?} does not link here");
+            }
+        }
+        let (mut with, mut without) = (0, 0);
+        // The preload's side: the abi reader through plain preads, as
+        // `hot::build_id_of` calls it on the program's descriptor.
+        let preload_side = |p: &std::path::Path| {
+            use std::os::unix::fs::FileExt;
+            let f = File::open(p).unwrap();
+            let mut id = [0u8; 64];
+            let n = hugetext_abi::hot::build_id_with(
+                |buf, off| f.read_at(buf, off).is_ok_and(|n| n == buf.len()),
+                &mut id,
+            )?;
+            Some(id[..n].iter().map(|b| format!("{b:02x}")).collect::<String>())
+        };
+        for f in &files {
+            let ours = build_id(f.to_str().unwrap());
+            assert_eq!(ours, preload_side(f), "{}: library and preload disagree", f.display());
+            assert_eq!(ours, build_id_by_object(f), "{}", f.display());
+            match ours {
+                Some(id) => {
+                    assert!(id.len() >= 16, "{}: {id}", f.display());
+                    with += 1;
+                }
+                None => without += 1,
+            }
+        }
+        assert!(with >= 15, "{with} of {} files have a build-id", files.len());
+        if built == builds.len() {
+            assert_eq!(without, 1, "only the --build-id=none program has none");
+        }
+        // Not ELF, not a regular file: none, and no error.
+        assert_eq!(build_id("/etc/passwd"), None);
+        assert_eq!(build_id("/dev/null"), None);
+    }
 
     fn seg(offset: u64, vaddr: u64, size: u64, flags: u32) -> Segment {
         Segment {

@@ -70,7 +70,7 @@ pub struct Profile {
     /// Window size (bytes): the unit of huge text, the PMD size (2 MiB on
     /// x86-64), or the 2 MiB contpte block with 64 KiB pages, whose 512 MiB
     /// PMD no page-cache folio reaches. The key keeps its name.
-    pub pmd_size: u64,
+    pub unit_size: u64,
     /// All counts seen, attributed or not.
     pub total: u64,
     /// Counts at addresses no file backs (JIT code, vdso, a process gone before its maps were read).
@@ -99,7 +99,7 @@ pub struct FileProfile {
     pub windows: Vec<Window>,
 }
 
-/// One PMD window of a file: file offsets `[offset, offset + pmd_size)`.
+/// One PMD window of a file: file offsets `[offset, offset + unit_size)`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Window {
     pub offset: u64,
@@ -126,7 +126,7 @@ impl Profile {
 
     /// Parse a profile's JSON; Err says what is wrong with it.
     pub fn parse(text: &str) -> Result<Profile> {
-        let v: serde_json::Value = serde_json::from_str(text)
+        let mut v: serde_json::Value = serde_json::from_str(text)
             .map_err(|e| Error::Invalid(format!("not a hugetext profile (not JSON: {e})")))?;
         if v.get("format").and_then(|f| f.as_str()) != Some(FORMAT) {
             return Err(Error::Invalid(format!(
@@ -142,10 +142,12 @@ impl Profile {
                 )))
             }
         }
+        // Profiles written before the unit had its name say `pmd_size`.
+        crate::units::accept_old_keys(&mut v, &["unit_size"]);
         let p: Profile = serde_json::from_value(v).map_err(|e| Error::Invalid(format!("malformed profile: {e}")))?;
-        if p.pmd_size == 0 || !p.pmd_size.is_power_of_two() || p.page_size == 0 {
+        if p.unit_size == 0 || !p.unit_size.is_power_of_two() || p.page_size == 0 {
             return Err(Error::Invalid(
-                "malformed profile: page_size and pmd_size must be powers of two".into(),
+                "malformed profile: page_size and unit_size must be powers of two".into(),
             ));
         }
         Ok(p)
@@ -237,7 +239,7 @@ pub fn hot_windows(p: &Profile, share: f64) -> Vec<HotFile> {
             HotFile {
                 path: f.path.clone(),
                 build_id: f.build_id.clone(),
-                ranges: merge_windows(&offs, p.pmd_size),
+                ranges: merge_windows(&offs, p.unit_size),
                 count,
             }
         })
@@ -254,7 +256,7 @@ pub fn hot_list(p: &Profile, share: f64) -> String {
         "{} {} {}\n",
         String::from_utf8_lossy(hugetext_abi::hot::MAGIC),
         hugetext_abi::hot::VERSION,
-        p.pmd_size
+        p.unit_size
     );
     for f in hot_windows(p, share) {
         let id = f
@@ -311,11 +313,11 @@ pub fn load_hot(path: &Path, share: f64) -> Result<Vec<HotFile>> {
 fn load_for(path: &Path) -> Result<Profile> {
     let p = Profile::load(path)?;
     let pmd = window_size();
-    if p.pmd_size != pmd {
+    if p.unit_size != pmd {
         return Err(Error::Invalid(format!(
             "{}: the profile counts windows of {} KiB, this machine's huge pages are {} KiB: profile on this machine",
             path.display(),
-            p.pmd_size >> 10,
+            p.unit_size >> 10,
             pmd >> 10
         )));
     }
@@ -390,7 +392,7 @@ impl Tally {
             command: Vec::new(),
             pid: None,
             page_size: PAGE,
-            pmd_size: pmd,
+            unit_size: pmd,
             total: self.total,
             unattributed: self.unattributed,
             files,
@@ -449,7 +451,7 @@ mod tests {
             command: vec![],
             pid: None,
             page_size: PAGE,
-            pmd_size: M,
+            unit_size: M,
             total: files.iter().map(|f| f.count).sum(),
             unattributed: 0,
             files,

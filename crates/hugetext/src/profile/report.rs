@@ -35,7 +35,7 @@ pub struct Summary {
     pub unit: String,
     pub total: u64,
     pub unattributed: u64,
-    pub pmd_size: u64,
+    pub unit_size: u64,
     /// Windows, over all files, holding 50%, 90%, 99% of attributed counts.
     pub windows_for: [usize; 3],
     pub files: Vec<FileSummary>,
@@ -68,7 +68,7 @@ pub fn summarise(p: &Profile) -> Summary {
         .iter()
         .map(|f| {
             let counts: Vec<u64> = f.windows.iter().map(|w| w.count).collect();
-            let spans = text_windows(f, p.pmd_size);
+            let spans = text_windows(f, p.unit_size);
             let heat = spans
                 .iter()
                 .map(|&o| f.windows.iter().find(|w| w.offset == o).map_or(0, |w| w.count))
@@ -90,7 +90,7 @@ pub fn summarise(p: &Profile) -> Summary {
         unit: p.unit.clone(),
         total: p.total,
         unattributed: p.unattributed,
-        pmd_size: p.pmd_size,
+        unit_size: p.unit_size,
         windows_for: three(windows_for_shares(&all, &SHARES)),
         files,
     }
@@ -145,7 +145,7 @@ pub fn svg(s: &Summary, max_files: usize) -> String {
          <text x=\"4\" y=\"16\">{} {} — one cell per {} KiB window of file offsets, darker = hotter</text>\n",
         s.total,
         xml_escape(&s.unit),
-        s.pmd_size >> 10
+        s.unit_size >> 10
     );
     for (i, f) in files.iter().enumerate() {
         let y = 30.0 + row * i as f64;
@@ -169,7 +169,7 @@ pub fn svg(s: &Summary, max_files: usize) -> String {
                 label + cell * k as f64,
                 cell - 1.0,
                 k as u64 * per,
-                (k as u64 * per * s.pmd_size) >> 20
+                (k as u64 * per * s.unit_size) >> 20
             );
         }
     }
@@ -205,7 +205,7 @@ mod tests {
             unit: "samples".into(),
             total: 3,
             unattributed: 0,
-            pmd_size: 2 << 20,
+            unit_size: 2 << 20,
             windows_for: [1, 1, 1],
             files: vec![FileSummary {
                 path: "/bin/<x>".into(),

@@ -140,8 +140,8 @@ pub fn file_text(path: &Path) -> Option<FileText> {
         path: path.to_path_buf(),
         kind: r.kind,
         whole: exec().map(|s| s.whole_windows * pmd).sum(),
-        congruent: exec().map(|s| s.pmd_mappable_bytes).sum(),
-        after_align: exec().map(|s| s.pmd_mappable_bytes_after_align).sum(),
+        congruent: exec().map(|s| s.unit_mappable_bytes).sum(),
+        after_align: exec().map(|s| s.unit_mappable_bytes_after_align).sum(),
     })
 }
 

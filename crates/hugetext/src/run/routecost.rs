@@ -175,7 +175,7 @@ fn refill_once(f: &File, pmd: usize) -> Result<Cost> {
         true => Cost::MsPerMib(ms / mib(pmd)),
         false => Cost::No(format!(
             "no {} folio read back (the page cache gives none here on this kernel)",
-            crate::elf::check::size_words(pmd as u64)
+            crate::units::human(pmd as u64)
         )),
     })
 }

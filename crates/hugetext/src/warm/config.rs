@@ -51,7 +51,7 @@ mod tests {
     fn memory_guard_refuses_over_the_limit() {
         check_memory(1 << 20, MemLimit::Percent(50.0)).unwrap();
         let e = check_memory(1 << 30, MemLimit::Bytes(1 << 20)).unwrap_err().to_string();
-        assert!(e.contains("refusing to warm 1.0 GiB") && e.contains("--max-mem"), "{e}");
+        assert!(e.contains("refusing to warm 1 GiB") && e.contains("--max-mem"), "{e}");
         let avail = procfs::mem_available().unwrap();
         assert!(check_memory(avail, MemLimit::Percent(50.0)).is_err());
     }

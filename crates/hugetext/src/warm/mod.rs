@@ -147,7 +147,11 @@ pub fn warm_target(t: &Target, opts: &WarmOptions, ctx: &mut WarmContext) -> Res
             "{fs} keeps files in memory with no backing store to re-read them from, so warm cannot change their folios: \
              PMD folios are impossible here unless it is mounted with huge=always or huge=within_size \
              (shmem_enabled is {}) and the file is written afresh; or put the file on ext4 (Linux ≥ 6.16) or xfs",
-            kernel::sysfs_choice("/sys/kernel/mm/transparent_hugepage/shmem_enabled").unwrap_or_else(|| "absent".into())
+            match kernel::shmem_mode() {
+                Some(Ok(m)) => m.as_str().to_string(),
+                Some(Err(e)) => e,
+                None => "absent".into(),
+            }
         ));
     } else {
         for r in &t.ranges {
@@ -238,7 +242,7 @@ pub fn warm_target(t: &Target, opts: &WarmOptions, ctx: &mut WarmContext) -> Res
 
     // Nothing became a PMD folio: is it the filesystem? The answer decides
     // whether waiting for processes to exit (or --replace) can help.
-    if report.eligible_windows > 0 && report.pmd_windows == 0 && !fsutil::is_memory_fs(&fs) {
+    if report.eligible_windows > 0 && report.unit_windows == 0 && !fsutil::is_memory_fs(&fs) {
         let dev = t.meta.dev();
         let dir = fsutil::dir_of(&t.path);
         let verdict = *ctx
@@ -320,7 +324,7 @@ fn needs_align(t: &Target, fs: &str, start: Instant) -> Result<FileReport> {
 /// How many of `t`'s eligible windows are held in one PMD-size folio now,
 /// measured as [`warm_target`] measures its result (needs PFN access).
 pub fn pmd_windows_now(t: &Target) -> Result<u64> {
-    Ok(report::measure(t, "", &BTreeSet::new())?.0.pmd_windows)
+    Ok(report::measure(t, "", &BTreeSet::new())?.0.unit_windows)
 }
 
 fn notes_with(notes: &[String], extra: String) -> Vec<String> {
@@ -340,23 +344,23 @@ fn resident_windows(f: &File, windows: &Range<u64>) -> Result<Vec<u64>> {
     if windows.is_empty() {
         return Ok(Vec::new());
     }
-    let pmd = kernel::unit_size() as u64;
+    let unit = kernel::unit_size() as u64;
     let ps = kernel::page_size() as u64;
     let len = (windows.end - windows.start) as usize;
-    let map = Mapping::file_congruent(f.as_fd(), windows.start, len, libc::PROT_READ, pmd as usize)?;
+    let map = Mapping::file_congruent(f.as_fd(), windows.start, len, libc::PROT_READ, unit as usize)?;
     let res = map.resident()?;
-    let per = (pmd / ps) as usize;
+    let per = (unit / ps) as usize;
     Ok(res
         .chunks(per)
         .enumerate()
         .filter(|(_, c)| c.iter().any(|r| *r))
-        .map(|(i, _)| windows.start + i as u64 * pmd)
+        .map(|(i, _)| windows.start + i as u64 * unit)
         .collect())
 }
 
 /// Eligible windows of `t` that are not in the PMD-folio set `have`.
 fn small_windows(t: &Target, have: &BTreeSet<u64>) -> Vec<u64> {
-    let pmd = kernel::unit_size() as u64;
+    let unit = kernel::unit_size() as u64;
     let mut v = Vec::new();
     for r in &t.ranges {
         let w = pagecache::huge_windows_in(&r.range());
@@ -365,7 +369,7 @@ fn small_windows(t: &Target, have: &BTreeSet<u64>) -> Vec<u64> {
             if !have.contains(&o) {
                 v.push(o);
             }
-            o += pmd;
+            o += unit;
         }
     }
     v

@@ -129,12 +129,12 @@ impl Target {
     /// Whole windows of the huge unit in the ranges (PMD-size; the contpte
     /// block with 64 KiB pages): what warm can put in folios that large.
     pub fn eligible_windows(&self) -> u64 {
-        let pmd = kernel::unit_size() as u64;
+        let unit = kernel::unit_size() as u64;
         self.ranges
             .iter()
             .map(|r| {
                 let w = pagecache::huge_windows_in(&r.range());
-                (w.end - w.start) / pmd
+                (w.end - w.start) / unit
             })
             .sum()
     }
@@ -370,7 +370,7 @@ fn elf_ranges<'a>(f: Noting<'a>, path: &Path) -> (Result<(Vec<WarmRange>, bool)>
 /// [`elf_ranges`] of a parsed file.
 fn elf_ranges_of(model: &crate::elf::layout::Model, path: &Path) -> (Vec<WarmRange>, bool) {
     // Congruence modulo the huge unit (the PMD, or the contpte block).
-    let pmd = kernel::unit_size() as u64;
+    let unit = kernel::unit_size() as u64;
     let segs = crate::elf::text_segments_of(model);
     let facts = crate::elf::check::analyse(path, model, &crate::elf::Target::running());
     let (base, library) = (facts.base, facts.kind == crate::elf::check::FileKind::SharedLibrary);
@@ -384,7 +384,7 @@ fn elf_ranges_of(model: &crate::elf::layout::Model, path: &Path) -> (Vec<WarmRan
             len: (s.offset + s.file_size).min(size) - s.offset,
             vaddr: Some(s.vaddr),
             flags: Some(if s.is_executable() { "r-x" } else { "r--" }.to_string()),
-            runtime: if s.vaddr.wrapping_sub(s.offset) % pmd != 0 {
+            runtime: if !hugetext_abi::geometry::congruent(s.vaddr, s.offset, unit) {
                 Runtime::Incongruent
             } else if keeps {
                 Runtime::Congruent

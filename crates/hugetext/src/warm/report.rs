@@ -35,7 +35,7 @@ pub struct RangeReport {
     /// Whole windows of the huge unit inside the range.
     pub eligible_windows: u64,
     /// Of those, held in one folio of at least the unit each after warming.
-    pub pmd_windows: u64,
+    pub unit_windows: u64,
 }
 
 /// The result of warming one file.
@@ -59,7 +59,7 @@ pub struct FileReport {
     pub unit_kb: u64,
     /// kB in folios of the huge unit (PMD-size folios; with 64 KiB pages,
     /// folios of at least the 2 MiB contpte block).
-    pub pmd_kb: u64,
+    pub unit_folio_kb: u64,
     /// kB in smaller folios.
     pub small_kb: u64,
     /// Of `small_kb`, kB in folios of at least the contpte block (arm64:
@@ -73,7 +73,7 @@ pub struct FileReport {
     /// Whole windows of the huge unit (`unit_kb`) in the warmed ranges.
     pub eligible_windows: u64,
     /// Of those, in one folio of at least the unit each.
-    pub pmd_windows: u64,
+    pub unit_windows: u64,
     /// Eligible windows blocked by running processes.
     pub blocked_windows: u64,
     /// PMD windows in segments that are certainly PMD-mapped at run time
@@ -100,7 +100,7 @@ impl FileReport {
     pub fn outcome(&self) -> crate::Outcome {
         if self.eligible_windows == 0 {
             crate::Outcome::NothingToDo
-        } else if matches!(self.route, Route::None | Route::NeedsAlign) || self.pmd_windows == 0 {
+        } else if matches!(self.route, Route::None | Route::NeedsAlign) || self.unit_windows == 0 {
             crate::Outcome::Impossible
         } else {
             crate::Outcome::Done
@@ -149,10 +149,10 @@ pub(super) fn unblock(rep: &mut FileReport) {
 /// Also returns the offsets of the windows held in PMD folios.
 pub(super) fn measure(t: &Target, fs: &str, stuck: &BTreeSet<u64>) -> Result<(FileReport, BTreeSet<u64>)> {
     // Windows of the huge unit (the PMD, or the contpte block with 64 KiB
-    // pages), named `pmd` as the report's fields are.
-    let (pmd, unit_kind) = kernel::huge_unit();
-    let pmd = pmd as u64;
-    let pmd_kb = pmd / KIB;
+    // pages).
+    let (unit, unit_kind) = kernel::huge_unit();
+    let unit = unit as u64;
+    let unit_kb = unit / KIB;
     // The size now: the file may have been truncated or extended since it
     // was planned; only what is inside it now is measured and reported.
     let size = t.file.metadata().map(|m| m.len()).unwrap_or(t.size);
@@ -163,14 +163,14 @@ pub(super) fn measure(t: &Target, fs: &str, stuck: &BTreeSet<u64>) -> Result<(Fi
         route: Route::PmdReadahead,
         size,
         cached_kb: 0,
-        unit_kb: pmd / KIB,
-        pmd_kb: 0,
+        unit_kb: unit / KIB,
+        unit_folio_kb: 0,
         small_kb: 0,
         contpte_kb: kernel::cont_pte_size().map(|_| 0),
         blocked_kb: 0,
         small: SmallReasons::default(),
         eligible_windows: 0,
-        pmd_windows: 0,
+        unit_windows: 0,
         blocked_windows: 0,
         mappable_windows: 0,
         blocked_by: Vec::new(),
@@ -187,7 +187,7 @@ pub(super) fn measure(t: &Target, fs: &str, stuck: &BTreeSet<u64>) -> Result<(Fi
         let range = r.range();
         let range = range.start.min(size)..range.end.min(size);
         let w = pagecache::huge_windows_in(&range);
-        let eligible = (w.end - w.start) / pmd;
+        let eligible = (w.end - w.start) / unit;
         let mut pmd_here = 0;
         for part in [
             range.start..w.start.max(range.start),
@@ -201,14 +201,14 @@ pub(super) fn measure(t: &Target, fs: &str, stuck: &BTreeSet<u64>) -> Result<(Fi
             if part == w && unit_kind == crate::elf::HugeUnit::Pmd {
                 if let Some(n) = all_windows_pmd(&t.file, &w)? {
                     // Fast path: every window is PMD-mapped, hence one PMD folio.
-                    let kb = n * pmd_kb;
+                    let kb = n * unit_kb;
                     rep.cached_kb += kb;
-                    rep.pmd_kb += kb;
+                    rep.unit_folio_kb += kb;
                     pmd_here = n;
                     let mut o = w.start;
                     while o < w.end {
                         pmd_offsets.insert(o);
-                        o += pmd;
+                        o += unit;
                     }
                     continue;
                 }
@@ -216,15 +216,15 @@ pub(super) fn measure(t: &Target, fs: &str, stuck: &BTreeSet<u64>) -> Result<(Fi
             let s = folio::scan_open(&t.file, &t.path, Some(part.clone()))?;
             let pk = s.huge_kb();
             rep.cached_kb += s.cached_kb;
-            rep.pmd_kb += pk;
+            rep.unit_folio_kb += pk;
             let small = s.cached_kb - pk;
             rep.small_kb += small;
             if let (Some(c), Some(block)) = (rep.contpte_kb.as_mut(), kernel::cont_pte_size()) {
-                *c += crate::inspect::contpte_kb(&s.folios_kb, block as u64 / KIB, pmd_kb);
+                *c += crate::inspect::contpte_kb(&s.folios_kb, block as u64 / KIB, unit_kb);
             }
             if part == w {
-                pmd_here = s.pmd_windows.len() as u64;
-                pmd_offsets.extend(s.pmd_windows.iter().copied());
+                pmd_here = s.unit_windows.len() as u64;
+                pmd_offsets.extend(s.unit_windows.iter().copied());
                 window_small_kb += small;
             } else {
                 rep.small.head_tail_kb += small;
@@ -239,25 +239,25 @@ pub(super) fn measure(t: &Target, fs: &str, stuck: &BTreeSet<u64>) -> Result<(Fi
                     unblocked_small += 1;
                 }
             }
-            o += pmd;
+            o += unit;
         }
         rep.eligible_windows += eligible;
-        rep.pmd_windows += pmd_here;
+        rep.unit_windows += pmd_here;
         if matches!(r.runtime, Runtime::Congruent | Runtime::NotElf) {
             rep.mappable_windows += pmd_here;
         }
         rep.ranges.push(RangeReport {
             range: r.clone(),
             eligible_windows: eligible,
-            pmd_windows: pmd_here,
+            unit_windows: pmd_here,
         });
     }
     // Windows that stayed small hold up to a window each of small folios.
     rep.blocked_windows = blocked;
-    rep.blocked_kb = (blocked * pmd_kb).min(window_small_kb);
+    rep.blocked_kb = (blocked * unit_kb).min(window_small_kb);
     rep.small.blocked_kb = rep.blocked_kb;
     let rest = window_small_kb - rep.blocked_kb;
-    let no_large = crate::fsutil::is_memory_fs(fs) || (unblocked_small > 0 && rep.pmd_windows == 0);
+    let no_large = crate::fsutil::is_memory_fs(fs) || (unblocked_small > 0 && rep.unit_windows == 0);
     if no_large {
         rep.small.no_large_folios_kb = rest;
         rep.route = Route::None;
@@ -345,11 +345,11 @@ fn all_windows_pmd(f: &File, w: &Range<u64>) -> Result<Option<u64>> {
 /// Why no window of `t` can be PMD-mapped at run time, in words (for a
 /// target where [`Target::never_pmd_mapped`]).
 pub(super) fn unmappable_why(t: &Target) -> String {
-    let pmd_w = crate::elf::check::size_words(kernel::unit_size() as u64);
+    let unit_w = crate::units::human(kernel::unit_size() as u64);
     if t.ranges.iter().any(|r| r.runtime == Runtime::Incongruent) {
-        format!("a segment's vaddr − offset is not a multiple of {pmd_w}")
+        format!("a segment's vaddr − offset is not a multiple of {unit_w}")
     } else {
-        format!("p_align < {pmd_w}: the kernel loads it at a base that is only page-aligned")
+        format!("p_align < {unit_w}: the kernel loads it at a base that is only page-aligned")
     }
 }
 
@@ -383,15 +383,15 @@ pub(super) fn advise(t: &Target, rep: &mut FileReport) {
             .iter()
             .any(|r| r.runtime == Runtime::LoadAddress && !pagecache::huge_windows_in(&r.range()).is_empty());
         let (unit, kind) = kernel::huge_unit();
-        let (pmd_w, mapped) = (crate::elf::check::size_words(unit as u64), kind.mapped());
+        let (unit_w, mapped) = (crate::units::human(unit as u64), kind.mapped());
         if inc {
             rep.notes.push(format!(
-                "a segment's vaddr − offset is not a multiple of {pmd_w}: its warm windows are never {mapped}; run `hugetext align` on the file"
+                "a segment's vaddr − offset is not a multiple of {unit_w}: its warm windows are never {mapped}; run `hugetext align` on the file"
             ));
         }
         if la {
             rep.notes.push(format!(
-                "segments are congruent but p_align < {pmd_w}: {mapped} only if the loader picks a {pmd_w}-aligned base \
+                "segments are congruent but p_align < {unit_w}: {mapped} only if the loader picks a {unit_w}-aligned base \
                  (libraries on ext4/xfs usually, PIE executables rarely); `hugetext align` raises p_align"
             ));
         }

@@ -97,7 +97,7 @@ pub fn run(args: &Args) -> Result<u8> {
 
 fn print_added(root: &Path, a: &store::Added) {
     let (unit, _) = hugetext::kernel::huge_unit();
-    let w = hugetext::elf::check::size_words(unit as u64);
+    let w = hugetext::units::human(unit as u64);
     println!(
         "{}: {} {}",
         a.path.display(),

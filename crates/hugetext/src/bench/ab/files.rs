@@ -5,6 +5,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
+use hugetext_abi::geometry::{self, Windows};
+
 use crate::procfs::Vma;
 use crate::{elf, kernel, warm, Error, Result};
 
@@ -23,15 +25,16 @@ pub struct TextFile {
     #[serde(skip_serializing)]
     pub plan: Option<warm::Target>,
     pub text_kb: u64,
-    /// Whole 2 MiB file windows inside the text: what can be PMD-mapped.
-    pub pmd_windows: u64,
+    /// Whole windows of the unit of huge text (the PMD, or the contpte
+    /// block with 64 KiB pages) inside the text: what can be mapped huge.
+    pub unit_windows: u64,
     /// Whether the command mapped this text at an address congruent to its
-    /// file offset modulo 2 MiB (required for PMD mappings); `null` when it
-    /// was not seen mapped (a `--files` entry).
+    /// file offset modulo the unit (required for huge mappings); `null`
+    /// when it was not seen mapped (a `--files` entry).
     pub congruent: Option<bool>,
-    /// Of `pmd_windows`, those the command mapped at a 2 MiB-congruent
-    /// address, i.e. that can actually be PMD-mapped when their folios are
-    /// PMD-size; `null` when not seen mapped.
+    /// Of `unit_windows`, those the command mapped at a unit-congruent
+    /// address, i.e. that can actually be mapped huge when their folios
+    /// are of the unit; `null` when not seen mapped.
     pub mappable_windows: Option<u64>,
     /// "maps" (seen in the warm-up run) or "--files".
     pub source: &'static str,
@@ -59,18 +62,25 @@ pub(super) fn range_kb(r: Range<u64>) -> u64 {
     (r.end.div_ceil(ps) - r.start.div_ceil(ps)) * ps / 1024
 }
 
-/// Whole PMD windows inside `ranges`.
-fn windows_in(ranges: &[Range<u64>]) -> u64 {
-    let pmd = kernel::pmd_size() as u64;
+/// Whole windows of the unit of huge text inside `ranges`.
+fn windows_in(ranges: &[Range<u64>], unit: u64) -> u64 {
     ranges
         .iter()
-        .map(|r| (r.end / pmd).saturating_sub(r.start.div_ceil(pmd)))
+        .map(|r| Windows::<u64>::new(r.start, r.end, unit).count())
         .sum()
+}
+
+/// Indices (offset / `unit`) of the whole windows of `[lo, hi)`.
+fn window_indices(lo: u64, hi: u64, unit: u64) -> Range<u64> {
+    let w = Windows::<u64>::new(lo, hi, unit);
+    w.first_index()..w.end_index()
 }
 
 /// Build the managed file list from the warm-up mappings and `--files`.
 pub(super) fn text_files(seen: &[Vma], extra: &[PathBuf]) -> Result<Vec<TextFile>> {
-    let pmd = kernel::pmd_size() as u64;
+    // Windows of the unit of huge text, as `warm` counts them (the PMD, or
+    // the contpte block where no page-cache folio reaches the PMD).
+    let unit = kernel::unit_size() as u64;
     let mut by_path: BTreeMap<PathBuf, Vec<&Vma>> = BTreeMap::new();
     for m in seen {
         by_path.entry(PathBuf::from(&m.path)).or_default().push(m);
@@ -104,12 +114,15 @@ pub(super) fn text_files(seen: &[Vma], extra: &[PathBuf]) -> Result<Vec<TextFile
         }
         ranges.sort_by_key(|r| r.start);
         ranges.dedup();
-        let congruent = (!maps.is_empty()).then(|| maps.iter().any(|m| m.start.wrapping_sub(m.offset) % pmd == 0));
-        let text_windows: BTreeSet<u64> = ranges.iter().flat_map(|r| r.start.div_ceil(pmd)..r.end / pmd).collect();
+        let congruent = (!maps.is_empty()).then(|| maps.iter().any(|m| geometry::congruent(m.start, m.offset, unit)));
+        let text_windows: BTreeSet<u64> = ranges
+            .iter()
+            .flat_map(|r| window_indices(r.start, r.end, unit))
+            .collect();
         let mapped_windows: BTreeSet<u64> = maps
             .iter()
-            .filter(|m| m.start.wrapping_sub(m.offset) % pmd == 0)
-            .flat_map(|m| m.offset.div_ceil(pmd)..(m.offset + (m.end - m.start)) / pmd)
+            .filter(|m| geometry::congruent(m.start, m.offset, unit))
+            .flat_map(|m| window_indices(m.offset, m.offset + (m.end - m.start), unit))
             .collect();
         let mappable_windows = (!maps.is_empty()).then(|| text_windows.intersection(&mapped_windows).count() as u64);
         let filesystem = crate::fsutil::fs_name_at(&path).unwrap_or_else(|_| "?".into());
@@ -122,7 +135,7 @@ pub(super) fn text_files(seen: &[Vma], extra: &[PathBuf]) -> Result<Vec<TextFile
             managed_ranges,
             plan,
             text_kb: ranges.iter().map(|r| range_kb(r.clone())).sum(),
-            pmd_windows: windows_in(&ranges),
+            unit_windows: windows_in(&ranges, unit),
             text_ranges: ranges.iter().map(|r| [r.start, r.end]).collect(),
             path,
             size,
@@ -138,6 +151,31 @@ pub(super) fn text_files(seen: &[Vma], extra: &[PathBuf]) -> Result<Vec<TextFile
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Bug fixed: `bench ab` counted a file's windows with the PMD where
+    /// `warm` and `inspect` use the unit of huge text. With 64 KiB pages on
+    /// arm64 (a 512 MiB PMD, a 2 MiB contpte unit) the 6 MiB of text below
+    /// had 0 windows for `bench ab` and 2 for `warm`. Counted here with the
+    /// unit given, as `warm` counts them.
+    #[test]
+    fn windows_are_counted_in_the_unit_as_warm_counts_them() {
+        let text = [0x1000..0x60_1000u64, 0x80_0000..0x80_8000];
+        for unit in [64u64 << 10, 2 << 20, 512 << 20] {
+            let warm: u64 = text
+                .iter()
+                .map(|r| Windows::<u64>::new(r.start, r.end, unit).count())
+                .sum();
+            assert_eq!(windows_in(&text, unit), warm, "unit {unit:#x}");
+        }
+        assert_eq!(windows_in(&text, 2 << 20), 2);
+        assert_eq!(windows_in(&text, 64 << 10), 95);
+        assert_eq!(windows_in(&text, 512 << 20), 0);
+        assert_eq!(window_indices(0x1000, 0x60_1000, 2 << 20), 1..3);
+        // Congruence modulo the unit, not the PMD: a mapping 64 KiB off a
+        // 2 MiB boundary is congruent for a 64 KiB unit only.
+        assert!(geometry::congruent(0x7f00_0001_0000u64, 0, 64 << 10));
+        assert!(!geometry::congruent(0x7f00_0001_0000u64, 0, 2 << 20));
+    }
 
     #[test]
     fn exec_ranges_of_elf_and_other_files() {

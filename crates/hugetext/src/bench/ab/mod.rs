@@ -314,7 +314,7 @@ fn run_pairs(
                 opts.runs,
                 side.name(),
                 ran.wall.as_secs_f64(),
-                state.text_pmd_pct
+                state.text_unit_pct
             ));
             recs.push(RunRecord {
                 side,

@@ -48,7 +48,7 @@ pub struct SideReport {
     /// Median iTLB misses, `null` when not measurable.
     pub itlb_misses: Option<f64>,
     /// Share of text kB in PMD folios over this side's runs.
-    pub text_pmd_pct: Summary,
+    pub text_unit_pct: Summary,
 }
 
 /// Whether iTLB misses could be counted.
@@ -165,7 +165,7 @@ pub(super) fn summarize(runs: &[&RunRecord]) -> SideReport {
         user_s: stats::median(&runs.iter().map(|r| r.user_s).collect::<Vec<_>>()),
         sys_s: stats::median(&runs.iter().map(|r| r.sys_s).collect::<Vec<_>>()),
         itlb_misses: (!itlb.is_empty()).then(|| stats::median(&itlb)),
-        text_pmd_pct: Summary::of(&runs.iter().map(|r| r.state.text_pmd_pct).collect::<Vec<_>>()),
+        text_unit_pct: Summary::of(&runs.iter().map(|r| r.state.text_unit_pct).collect::<Vec<_>>()),
     }
 }
 
@@ -175,20 +175,22 @@ pub(super) fn summarize(runs: &[&RunRecord]) -> SideReport {
 /// processes kept mapped, a small side that was not clean.
 pub fn notes(files: &[TextFile], pairs: &[Pair]) -> Vec<String> {
     let mut notes = Vec::new();
-    let windows: u64 = files.iter().map(|f| f.pmd_windows).sum();
-    let pmd_w = crate::elf::check::size_words(crate::kernel::pmd_size() as u64);
+    let windows: u64 = files.iter().map(|f| f.unit_windows).sum();
+    let (unit, kind) = crate::kernel::huge_unit();
+    let unit_w = crate::units::human(unit as u64);
     if windows == 0 {
         notes.push(format!(
-            "no managed file has a whole {pmd_w} window of text: both sides are the same (expect a ratio near 1)"
+            "no managed file has a whole {unit_w} window of text: both sides are the same (expect a ratio near 1)"
         ));
     }
     for f in files {
-        if f.pmd_windows > 0 && f.mappable_windows.is_some_and(|m| m < f.pmd_windows) {
+        if f.unit_windows > 0 && f.mappable_windows.is_some_and(|m| m < f.unit_windows) {
             notes.push(format!(
-                "{}: {} of its {} text windows are mapped at addresses not congruent to their file offsets modulo {pmd_w}, so their PMD folios cannot be PMD-mapped (see `hugetext check`/`align`)",
+                "{}: {} of its {} text windows are mapped at addresses not congruent to their file offsets modulo {unit_w}, so their {unit_w} folios cannot be {} (see `hugetext check`/`align`)",
                 f.path.display(),
-                f.pmd_windows - f.mappable_windows.unwrap_or(0),
-                f.pmd_windows
+                f.unit_windows - f.mappable_windows.unwrap_or(0),
+                f.unit_windows,
+                kind.mapped()
             ));
         }
         if crate::fsutil::is_memory_fs(&f.filesystem) {
@@ -207,14 +209,14 @@ pub fn notes(files: &[TextFile], pairs: &[Pair]) -> Vec<String> {
         .unwrap_or(0);
     // A little is normal (libraries a concurrent process shares); say so
     // when it is enough to blur the comparison.
-    let text_kb: u64 = files.iter().filter(|f| f.pmd_windows > 0).map(|f| f.text_kb).sum();
+    let text_kb: u64 = files.iter().filter(|f| f.unit_windows > 0).map(|f| f.text_kb).sum();
     if others > 0 && others * 20 > text_kb {
         notes.push(format!(
             "up to {:.1} MiB of the managed text was mapped by other processes during the runs, so it could not be evicted and kept its folios on both sides (per-run mapped_by_others_kb in the JSON); for clean sides use a quiet machine or a private copy of the program",
             others as f64 / 1024.0
         ));
     }
-    let small_pmd = pairs.iter().map(|p| p.small.state.text_pmd_pct).fold(0.0, f64::max);
+    let small_pmd = pairs.iter().map(|p| p.small.state.text_unit_pct).fold(0.0, f64::max);
     if small_pmd > 1.0 {
         notes.push(format!(
             "the small side had up to {small_pmd:.1}% of its text in PMD folios (pages other processes kept mapped): the sides were not clean and the ratio understates the difference"
@@ -227,7 +229,7 @@ pub fn notes(files: &[TextFile], pairs: &[Pair]) -> Vec<String> {
 mod tests {
     use super::*;
 
-    fn file(path: &str, pmd_windows: u64, mappable: Option<u64>, fs: &str) -> TextFile {
+    fn file(path: &str, unit_windows: u64, mappable: Option<u64>, fs: &str) -> TextFile {
         TextFile {
             path: PathBuf::from(path),
             size: 64 << 20,
@@ -235,8 +237,8 @@ mod tests {
             managed_ranges: vec![[0, 32 << 20]],
             plan: None,
             text_kb: 32 << 10,
-            pmd_windows,
-            congruent: mappable.map(|m| m == pmd_windows),
+            unit_windows,
+            congruent: mappable.map(|m| m == unit_windows),
             mappable_windows: mappable,
             source: "maps",
             filesystem: fs.into(),
@@ -252,7 +254,7 @@ mod tests {
             itlb_misses: None,
             prepare_s: 0.2,
             state: TextState {
-                text_pmd_pct: pmd_pct,
+                text_unit_pct: pmd_pct,
                 mapped_by_others_kb: others_kb,
                 ..TextState::default()
             },

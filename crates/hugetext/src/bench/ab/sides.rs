@@ -21,11 +21,11 @@ pub struct TextState {
     /// kB of it in the page cache.
     pub cached_kb: u64,
     /// kB of it in PMD-size folios.
-    pub pmd_kb: u64,
-    /// `pmd_kb / text_kb`, percent.
-    pub text_pmd_pct: f64,
+    pub unit_folio_kb: u64,
+    /// `unit_folio_kb / text_kb`, percent.
+    pub text_unit_pct: f64,
     /// Whole 2 MiB text windows held in one PMD folio, out of `windows`.
-    pub pmd_windows: u64,
+    pub unit_windows: u64,
     pub windows: u64,
     /// kB of text, in files with whole 2 MiB windows, that other processes
     /// map (could not be evicted).
@@ -120,10 +120,10 @@ pub fn verify(files: &[TextFile]) -> Result<TextState> {
             let v = folio::scan_file(&tf.path, Some(r[0]..r[1]))?;
             st.text_kb += range_kb(r[0]..r[1]);
             st.cached_kb += v.cached_kb;
-            st.pmd_kb += v.pmd_kb();
-            st.pmd_windows += v.pmd_windows.len() as u64;
+            st.unit_folio_kb += v.huge_kb();
+            st.unit_windows += v.unit_windows.len() as u64;
             st.windows += v.total_windows;
-            if tf.pmd_windows > 0 {
+            if tf.unit_windows > 0 {
                 // Only where it matters: files with whole windows (libc
                 // and friends are always mapped by everyone, hugetext too).
                 st.mapped_by_others_kb += v.mapped_kb;
@@ -133,7 +133,7 @@ pub fn verify(files: &[TextFile]) -> Result<TextState> {
             }
         }
     }
-    st.text_pmd_pct = crate::bench::exec::pct(st.pmd_kb, st.text_kb);
+    st.text_unit_pct = crate::bench::exec::pct(st.unit_folio_kb, st.text_kb);
     Ok(st)
 }
 
@@ -143,7 +143,7 @@ pub fn verify(files: &[TextFile]) -> Result<TextState> {
 pub struct Found {
     /// Offsets of the whole windows of its managed ranges that were each
     /// in one PMD folio (a warmed file's).
-    pmd_windows: BTreeSet<u64>,
+    unit_windows: BTreeSet<u64>,
     /// Whether any of its managed ranges was cached.
     cached: bool,
 }
@@ -154,21 +154,21 @@ pub struct Restored {
     /// Managed files.
     pub files: usize,
     /// Windows that were in PMD folios before the runs (in all files).
-    pub pmd_windows_found: u64,
+    pub unit_windows_found: u64,
     /// Of those, the ones in PMD folios again after the runs.
-    pub pmd_windows_restored: u64,
+    pub unit_windows_restored: u64,
 }
 
 /// The PMD windows of `tf`'s managed ranges in PMD folios, and whether any
 /// of them is cached.
 fn state_of(tf: &TextFile) -> Result<Found> {
     let mut found = Found {
-        pmd_windows: BTreeSet::new(),
+        unit_windows: BTreeSet::new(),
         cached: false,
     };
     for r in &tf.managed_ranges {
         let v = folio::scan_file(&tf.path, Some(r[0]..r[1]))?;
-        found.pmd_windows.extend(v.pmd_windows);
+        found.unit_windows.extend(v.unit_windows);
         found.cached |= v.cached_kb > 0;
     }
     Ok(found)
@@ -193,7 +193,7 @@ pub fn restore(files: &[TextFile], found: &[Found]) -> Result<Restored> {
     for (tf, was) in files.iter().zip(found) {
         let f = File::open(&tf.path).map_err(|e| Error::io(&tf.path, e))?;
         pagecache::evict(&f, 0..tf.size)?;
-        for &w in &was.pmd_windows {
+        for &w in &was.unit_windows {
             pagecache::fill_huge(&f, w..w + pmd)?;
         }
         if was.cached {
@@ -202,8 +202,8 @@ pub fn restore(files: &[TextFile], found: &[Found]) -> Result<Restored> {
             }
         }
         let now = state_of(tf)?;
-        done.pmd_windows_found += was.pmd_windows.len() as u64;
-        done.pmd_windows_restored += was.pmd_windows.intersection(&now.pmd_windows).count() as u64;
+        done.unit_windows_found += was.unit_windows.len() as u64;
+        done.unit_windows_restored += was.unit_windows.intersection(&now.unit_windows).count() as u64;
     }
     Ok(done)
 }
@@ -211,7 +211,7 @@ pub fn restore(files: &[TextFile], found: &[Found]) -> Result<Restored> {
 /// The line that says what [`restore`] did.
 pub fn restored_note(r: &Restored) -> String {
     let head = format!("the {} managed file(s) are back in the folio state found", r.files);
-    match (r.pmd_windows_found, r.pmd_windows_restored) {
+    match (r.unit_windows_found, r.unit_windows_restored) {
         (0, _) => format!("{head} (none had windows in PMD folios)"),
         (f, k) if k == f => format!("{head}: the {f} window(s) that were in PMD folios (warmed) are again"),
         (f, k) => format!(

@@ -208,7 +208,7 @@ pub struct Variant {
     /// Median CPU, ms.
     pub cpu_ms: f64,
     /// Share of the text in PMD folios before the runs (median, %).
-    pub text_pmd_pct: f64,
+    pub text_unit_pct: f64,
     /// Start-up over plain's, paired round by round (absent for plain).
     pub ratio: Option<PairedRatio>,
     /// CPU over plain's, paired.
@@ -777,7 +777,7 @@ pub fn run(opts: &Options, progress: &dyn Progress) -> Result<Report> {
             min_ms: secs.iter().copied().fold(f64::INFINITY, f64::min) * 1e3,
             max_ms: secs.iter().copied().fold(0.0, f64::max) * 1e3,
             cpu_ms: stats::median(&cpu) * 1e3,
-            text_pmd_pct: med(starts.iter().map(|s| s.state.text_pmd_pct)),
+            text_unit_pct: med(starts.iter().map(|s| s.state.text_unit_pct)),
             ratio,
             cpu_ratio,
             added_ms,
