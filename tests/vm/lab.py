@@ -802,8 +802,10 @@ The same two kernels booted with THP `madvise` and with `never`
 (`scripts/kernel-lab.sh --series 7.x --thp MODE`), KUnit and the
 selftests only, on the xfs disk. The series' features follow THP
 `always`, so its tests must pass where the mode leaves something to test
-and skip, with the reason, where it turns the feature off. Cases passed /
-failed / skipped, stock → patched:
+and skip, with the reason, where it turns the feature off
+(`uffd-unit-tests`, which has no such skip and takes most of a boot under
+TCG, runs only in the `always` boots). Cases passed / failed / skipped,
+stock → patched:
 
 {table}
 
