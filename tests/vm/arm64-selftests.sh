@@ -97,9 +97,9 @@ log=$work/build.log
   cd "$st/exec"
   # As the selftest's Makefile builds them: a PIE loaded by ld.so (its libc
   # goes into the root) and its static-PIE twin.
-  $cc -O2 -Wall -Wl,-z,max-page-size=0x1000 -Wl,-z,separate-code -fPIE -pie \
+  $cc -O2 -Wall -Wl,-z,max-page-size=0x10000 -Wl,-z,separate-code -fPIE -pie \
     load_address_pmd.c -o "$work/root/selftests/load_address_pmd"
-  $cc -O2 -Wall -Wl,-z,max-page-size=0x1000 -Wl,-z,separate-code -fPIE -static-pie \
+  $cc -O2 -Wall -Wl,-z,max-page-size=0x10000 -Wl,-z,separate-code -fPIE -static-pie \
     load_address_pmd.c -o "$work/root/selftests/load_address_pmd_static"
 ) > "$log" 2>&1 || die "cross-compiling the selftests failed (see ${log#"$repo"/})"
 sysroot=/usr/aarch64-linux-gnu/lib
