@@ -36,7 +36,9 @@
 #                 6.12: 6.12.N-ht-...), so both install side by side; boots
 #                 nothing
 #   --write-doc   regenerate doc/kernel.md and doc/kernel.json from the results
-#                 of both series (each one's last exec run, the last --bench run)
+#                 of both series (each one's last exec run, the last --bench run,
+#                 7.x's last boots under THP madvise and never, and the arm64
+#                 16 KiB selftest run of tests/vm/arm64-selftests.sh)
 #   --check       the CI check, for both series: kernel/6.12/ against
 #                 linux-source-6.12 and kernel/7.x/ against linux-source-7.3
 #                 (and the patch of kernel/7.x/standalone/, which must be
@@ -66,7 +68,8 @@
 # configuration, series) did not change is skipped. Build times go to
 # build-times.jsonl. Results: results/ (6.12), results-7.x/, results-bench/;
 # a boot with a THP mode other than `always` keeps its own
-# (results-7.x-thp-madvise/, ...), which --write-doc does not read.
+# (results-7.x-thp-madvise/, ...), which --write-doc shows in a table of
+# its own.
 # The guests run the series' KUnit suites (built in) and, in the xfs cells,
 # the mm selftests built from the patched tree (tests/vm/lab-probe.sh).
 # Exit status: 0 when everything passed, 1 when a guest check failed, 2 for
@@ -419,9 +422,12 @@ fi
 if [ $write_doc = 1 ]; then
   benches=("$lab"/results-bench/*.lab.json)
   [ -e "${benches[0]}" ] || benches=()
-  # Both series: each one's last exec run (a series not booted yet has none).
+  # Both series: each one's last exec run (a series not booted yet has none);
+  # 7.x's last boots under THP madvise and never (their own tables) and its
+  # selftests on arm64 with 16 KiB pages (tests/vm/arm64-selftests.sh).
   labs=()
-  for f in "$lab"/results/*.lab.json "$lab"/results-7.x/*.lab.json; do [ -e "$f" ] && labs+=("$f"); done
+  for f in "$lab"/results/*.lab.json "$lab"/results-7.x/*.lab.json "$lab"/results-7.x-thp-*/*.lab.json \
+    "$lab"/results-7.x-arm64-16k/*.json; do [ -e "$f" ] && labs+=("$f"); done
   python3 tests/vm/lab.py doc "$lab/build-times.jsonl" "${labs[@]}" "${benches[@]}"
   say "wrote doc/kernel.md and doc/kernel.json"
 fi

@@ -65,6 +65,10 @@ elif patched_by_kunit; then
 else
   variant=stock
   settings=stock
+  # A 7.x stock kernel: its plain execs under THP madvise ("off") too, the
+  # mode the patched kernel's "off" runs in, so that the guard compares
+  # the two under the same mode (the rest runs under the boot's mode).
+  case $(uname -r) in 7.*) settings="off stock" ;; esac
 fi
 # khugepaged collapses file text in the background under THP always on
 # kernels without READ_ONLY_THP_FOR_FS (7.x: any large-folio filesystem), so
@@ -92,7 +96,7 @@ switch=sysctl
 echo "@@HT {\"kind\":\"lab-guest\",\"variant\":\"$variant\",\"switch\":\"$switch\",\"thp\":\"$mode\",\"read_ahead_kb\":$ra_kb,\"release\":\"$(uname -r)\",\"uptime\":$(cut -d. -f1 /proc/uptime)}"
 
 setting() { # NAME: set the patches' sysctls, or THP policy (boot: the cell's mode)
-  if [ $policy = 1 ]; then
+  if [ $policy = 1 ] || [ "$variant" = stock ]; then
     case $1 in
       off) echo madvise > "$thp_enabled" ;;
       on) echo always > "$thp_enabled" ;;
@@ -244,7 +248,12 @@ kselftests() {
   kselftest soft-dirty 300 "$st/mm/soft-dirty"
   kselftest mkdirty 300 "$st/mm/mkdirty"
   kselftest cow 1500 "$st/mm/cow"
-  kselftest uffd-unit-tests 900 "$st/mm/uffd-unit-tests"
+  # (the boots for KUnit and the selftests alone, under THP madvise or
+  # never, leave out the longest, which tests no THP-mode skip; set
+  # LAB_UFFD=1 on the kernel command line to run it there too)
+  if [ "${LAB_PART:-}" != selftests ] || [ "${LAB_UFFD:-}" = 1 ]; then
+    kselftest uffd-unit-tests 900 "$st/mm/uffd-unit-tests"
+  fi
   kselftest khugepaged 1200 "$st/mm/khugepaged"
   cd - > /dev/null || true
   rm -rf "$kd"
@@ -421,6 +430,7 @@ mkdir -p "$g"
 INSPECT_ALL=--all
 guard_settings=$settings
 [ "$variant" = patched ] && guard_settings="off ${settings##* }"
+[ "$variant" = stock ] && guard_settings=stock
 [ $lf = 1 ] || guard_settings=
 for s in $guard_settings; do
   setting "$s"
