@@ -782,7 +782,7 @@ pub fn attacker_home() -> (tempfile::TempDir, PathBuf) {
 }
 
 /// A dedicated unprivileged local account for the hostile-input tests
-/// (`tests/hostile.rs`): created on first use with `useradd` (CI runs as
+/// (`tests/hostile/`): created on first use with `useradd` (CI runs as
 /// root on a fresh machine), reused afterwards. Returns its uid and gid.
 pub fn attacker() -> (u32, u32) {
     static IDS: OnceLock<(u32, u32)> = OnceLock::new();

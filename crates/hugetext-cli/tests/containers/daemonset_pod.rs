@@ -16,9 +16,9 @@ use std::time::{Duration, Instant};
 
 use serde_yaml::Value as Yaml;
 
-mod k8s_support;
+use crate::k8s_support;
+use crate::podman_support;
 use k8s_support::{docs, of_kind};
-mod podman_support;
 use podman_support::{podman, runtime_ready, Container, RUNTIME};
 
 fn manifest() -> Vec<Yaml> {

@@ -3,7 +3,7 @@
 //! after warm-up; p50/p99 latency are printed. Ignored in the normal suite
 //! (it takes a minute and a CPU):
 //!
-//!   cargo test --release -p hugetext-cli --test agent_load -- --ignored --nocapture
+//!   cargo test --release -p hugetext-cli --test real_programs agent_load:: -- --ignored --nocapture
 //!
 //! HUGETEXT_LOAD_SECS, HUGETEXT_LOAD_RATE, HUGETEXT_LOAD_PROCS change the
 //! duration, the scrape rate and the number of processes.

@@ -4,7 +4,7 @@
 
 use hugetext_testkit as common;
 
-mod explain_support;
+use crate::explain_support;
 use explain_support::*;
 
 use std::io::Write;

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use common::Running;
 
-mod podman_support;
+use crate::podman_support;
 use podman_support::{layer_dir, podman, runtime_ready, workload_image, Container};
 
 /// An HTTP client that ignores proxies from the environment (loopback only).

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-mod k8s_support;
+use crate::k8s_support;
 use k8s_support::{docs, of_kind};
 
 fn read(rel: &str) -> String {
