@@ -9,8 +9,8 @@ pkgs=(gcc binutils lld mold xfsprogs btrfs-progs e2fsprogs hyperfine linux-perf 
       qemu-system-x86 busybox-static kmod cpio xz-utils zstd
       qemu-system-arm gcc-aarch64-linux-gnu binutils-aarch64-linux-gnu libc6-dev-arm64-cross
       make flex bison bc libelf-dev libssl-dev)
-pkgs+=(strace systemd)  # agent_packaging.rs: the syscalls the agent makes, checked against the unit's SystemCallFilter (systemd-analyze)
-pkgs+=(podman runc mmdebstrap)  # scripts/build-image.sh and tests/daemonset_pod.rs: the image, run as the DaemonSet runs it (runc: crun refuses hybrid cgroups)
+pkgs+=(strace systemd)  # tests/containers/agent_packaging.rs: the syscalls the agent makes, checked against the unit's SystemCallFilter (systemd-analyze)
+pkgs+=(podman runc mmdebstrap)  # scripts/build-image.sh and tests/containers/daemonset_pod.rs: the image, run as the DaemonSet runs it (runc: crun refuses hybrid cgroups)
 pkgs+=(gcc-aarch64-linux-gnu binutils-aarch64-linux-gnu qemu-user)  # tests/arm64.rs: cross-built AArch64 programs, run under qemu-user
 pkgs+=(gcc-aarch64-linux-gnu gcc-powerpc64le-linux-gnu gcc-s390x-linux-gnu gcc-riscv64-linux-gnu)  # scripts/kernel-lab.sh --check: the kernel series' objects cross-compiled for arm64, ppc64el, s390x, riscv64
 pkgs+=(rsync debhelper libdw-dev dpkg-dev)  # scripts/kernel-lab.sh --package: what make bindeb-pkg and its Build-Depends check need
@@ -79,7 +79,7 @@ for c in rustfmt clippy; do
   rustup component list --installed 2>/dev/null | grep -q "^$c" || { echo "install-deps: rustup component add $c" >&2; rustup component add "$c" >/dev/null; }
 done
 command -v kubernetes-validate >/dev/null 2>&1 || { echo "install-deps: pip install kubernetes-validate" >&2; python3 -m pip install --quiet kubernetes-validate 2>/dev/null || python3 -m pip install --quiet --break-system-packages kubernetes-validate; }
-# Objects loaded after start (crates/hugetext-cli/tests/late_load.rs): a JDK
+# Objects loaded after start (crates/hugetext-cli/tests/cli/late_load.rs): a JDK
 # (java, javac) and python3's numpy from PyPI (its wheel bundles OpenBLAS in
 # numpy.libs/, dlopen'ed by `import numpy`).
 late=()

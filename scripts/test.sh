@@ -7,10 +7,11 @@
 #
 # The container part: scripts/build-image.sh builds the image (a Debian
 # minbase root plus the .deb, reused while its inputs' hash is unchanged)
-# into rootful podman, and tests/daemonset_pod.rs runs it with the settings
-# of packaging/k8s/daemonset.yaml; tests/containers.rs warms and runs
-# programs in containers (scripts/build-workload-image.sh), and the agent's
-# workload tests select a unit's and a container's cgroup.
+# into rootful podman, and the `containers` test binary runs it with the
+# settings of packaging/k8s/daemonset.yaml (daemonset_pod::), warms and runs
+# programs in containers (containers::, scripts/build-workload-image.sh); the
+# agent's workload tests (cli, agent::workload_) select a unit's and a
+# container's cgroup.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/install-deps.sh
@@ -19,9 +20,8 @@ if [ "${1:-}" = "--containers" ]; then
   cargo build --release --locked -p hugetext-cli -p hugetext-preload
   bash tests/fixtures/mkfixtures.sh target/fixtures
   bash scripts/build-image.sh
-  cargo test --release --locked -p hugetext-cli --test daemonset_pod -- --test-threads=2
   cargo test --release --locked -p hugetext-cli --test containers -- --test-threads=2
-  exec cargo test --release --locked -p hugetext-cli --test agent -- --test-threads=2 workload_
+  exec cargo test --release --locked -p hugetext-cli --test cli -- --test-threads=2 agent::workload_
 fi
 cargo build --release --workspace --locked
 bash scripts/lint.sh

@@ -377,6 +377,18 @@ pub fn unit_kb() -> u64 {
     unit() / 1024
 }
 
+/// MiB in `n` windows of the running kernel's PMD size (2 MiB on x86-64, 32
+/// MiB on a 16 KiB-page arm64 kernel), for [`scratch_file`].
+pub fn windows_mib(n: u64) -> usize {
+    ((n * pmd()) >> 20) as usize
+}
+
+/// MiB in `n` windows of the unit of huge text ([`unit`]), for
+/// [`scratch_file`].
+pub fn unit_windows_mib(n: u64) -> usize {
+    ((n * unit()) >> 20) as usize
+}
+
 /// Bytes of `elf`'s executable text in whole windows of the running
 /// kernel's unit of huge text (`hugetext check`'s per-segment
 /// `whole_windows`, in units of `target.unit`: the PMD, or the 2 MiB
@@ -507,9 +519,133 @@ fn make_loop_fs(fstype: &str) -> Result<LoopFs, String> {
     })
 }
 
+/// The name libtest gives the test function `name` of the module whose
+/// `module_path!()` is `module` (the test binary's crate name left out), for
+/// a test that runs one test of its own binary (`--exact NAME`).
+pub fn test_name(module: &str, name: &str) -> String {
+    match module.split_once("::") {
+        Some((_, inner)) => format!("{inner}::{name}"),
+        None => name.to_string(),
+    }
+}
+
+/// `p` as a command-line argument (test paths are UTF-8).
+pub fn path_str(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
 /// Lossy UTF-8 of captured output.
 pub fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
+}
+
+/// The JSON on `out`'s stdout; a test failure (with stderr) unless the
+/// command succeeded and printed JSON.
+pub fn json_of(out: &Output) -> serde_json::Value {
+    assert!(out.status.success(), "failed: {}\n{}", out.status, text(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("bad JSON ({e}): {}", text(&out.stdout)))
+}
+
+/// `hugetext ARGS`, which must succeed and print JSON: the JSON.
+pub fn hugetext_json(args: &[&str]) -> serde_json::Value {
+    let out = hugetext(args);
+    assert!(out.status.success(), "hugetext {args:?}: {}", text(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("hugetext {args:?}: bad JSON ({e})"))
+}
+
+/// The keys of a JSON object, sorted.
+pub fn keys(v: &serde_json::Value) -> Vec<&str> {
+    let mut k: Vec<&str> = v
+        .as_object()
+        .unwrap_or_else(|| panic!("not an object: {v}"))
+        .keys()
+        .map(String::as_str)
+        .collect();
+    k.sort_unstable();
+    k
+}
+
+/// A free port on 127.0.0.1, as `ADDR:PORT` (bound, then released for the
+/// server under test).
+pub fn free_addr() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().to_string()
+}
+
+/// The value of the sample `name{labels}` (labels as written) in a
+/// Prometheus text page.
+pub fn sample(page: &str, series: &str) -> Option<f64> {
+    page.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+/// A `kB` field of `/proc/PID/status` (`VmRSS`, `VmHWM:`: the colon is
+/// optional); 0 when the field is absent.
+pub fn status_kb(pid: i32, field: &str) -> u64 {
+    let field = field.strip_suffix(':').unwrap_or(field);
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .map(|v| v.trim().trim_end_matches("kB").trim().parse().unwrap())
+        .unwrap_or(0)
+}
+
+/// Poll `f` every `every` until it gives a value, for at most `within`
+/// (make it generous: CI machines are loaded); a test failure naming
+/// `what` (and what `why` says then) when time is up.
+pub fn wait_for<T>(
+    what: &str,
+    within: std::time::Duration,
+    every: std::time::Duration,
+    mut f: impl FnMut() -> Option<T>,
+    why: impl Fn() -> String,
+) -> T {
+    let t = std::time::Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(t.elapsed() < within, "{what}: not within {within:?}\n{}", why());
+        std::thread::sleep(every);
+    }
+}
+
+/// Wait (up to 120 s) until `n` windows of `file` are in PMD-size
+/// page-cache folios; `why` adds to the failure (a log, say).
+pub fn wait_pmd_windows(file: &Path, n: usize, why: impl Fn() -> String) {
+    let have = std::cell::Cell::new(0);
+    wait_for(
+        &format!("{}: {n} windows in PMD folios", file.display()),
+        std::time::Duration::from_secs(120),
+        std::time::Duration::from_millis(250),
+        || {
+            have.set(hugetext::folio::scan_file(file, None).unwrap().unit_windows.len());
+            (have.get() == n).then_some(())
+        },
+        || format!("{} of {n}; {}", have.get(), why()),
+    )
+}
+
+/// A huge tmpfs (`huge=always`) with the bfd PIE fixture aligned on it and
+/// running, its text PMD-mapped from shmem: the tmpfs, the file, the
+/// process and its `ShmemPmdMapped` kB. `None` (after a "skipped: ..."
+/// line) where the unit of huge text is the contpte block or no tmpfs can
+/// be mounted.
+pub fn huge_tmpfs_text() -> Option<(Tmpfs, PathBuf, Running, u64)> {
+    if contpte_unit() {
+        skip_line("skipped: the unit of huge text is the contpte block here");
+        return None;
+    }
+    let fs = tmpfs("huge=always,size=64m")?;
+    let p = aligned_fixture(fs.path(), "bfd", "pie");
+    let r = Running::fixture(&p);
+    let shmem_pmd = shmem_pmd_kb(r.pid(), &p);
+    assert!(
+        shmem_pmd >= 8 * pmd_kb(),
+        "a huge tmpfs gave the aligned PIE's text no PMD mappings: ShmemPmdMapped {shmem_pmd} kB"
+    );
+    Some((fs, p, r, shmem_pmd))
 }
 
 /// Spawn `cmd`, retrying while the executable is briefly busy (`ETXTBSY`: a
@@ -782,7 +918,7 @@ pub fn attacker_home() -> (tempfile::TempDir, PathBuf) {
 }
 
 /// A dedicated unprivileged local account for the hostile-input tests
-/// (`tests/hostile.rs`): created on first use with `useradd` (CI runs as
+/// (`tests/hostile/`): created on first use with `useradd` (CI runs as
 /// root on a fresh machine), reused afterwards. Returns its uid and gid.
 pub fn attacker() -> (u32, u32) {
     static IDS: OnceLock<(u32, u32)> = OnceLock::new();

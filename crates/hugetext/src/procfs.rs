@@ -361,6 +361,9 @@ pub struct ProcStat {
     /// CPU time used in user and kernel mode (`utime` + `stime`), in clock
     /// ticks.
     pub cpu_ticks: u64,
+    /// When the process started, in clock ticks after boot (`starttime`):
+    /// with the pid, names one process even when its pid is reused.
+    pub start_time: u64,
 }
 
 /// `PF_KTHREAD`: the task is a kernel thread.
@@ -402,6 +405,8 @@ pub fn read_stat(pid: i32) -> Result<ProcStat> {
         ppid,
         flags,
         cpu_ticks: tick(11) + tick(12),
+        // starttime(22).
+        start_time: tick(19),
     })
 }
 

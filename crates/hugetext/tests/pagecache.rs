@@ -6,13 +6,7 @@ use std::io::Read;
 
 use hugetext::{folio, kernel, pagecache};
 
-use hugetext_testkit::{pmd, pmd_kb, scratch, scratch_file};
-
-/// MiB in `n` windows of the running kernel's PMD size (2 MiB on x86-64,
-/// 32 MiB on a 16 KiB-page arm64 kernel), for `scratch_file`.
-fn windows_mib(n: u64) -> usize {
-    ((n * pmd()) >> 20) as usize
-}
+use hugetext_testkit::{pmd, pmd_kb, scratch, scratch_file, windows_mib};
 
 #[test]
 fn evict_then_fill_gives_pmd_folios() {

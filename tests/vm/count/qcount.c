@@ -41,9 +41,8 @@
  * the kernel count of an interval less its interrupts' (a timer tick, an I/O
  * completion that lands in it) is the operation's own, whatever the timing.
  *
- * No header for the plugin API is packaged, so the few functions used are
- * declared here, as qemu 7.2's include/qemu/qemu-plugin.h declares them
- * (QEMU_PLUGIN_VERSION 1), like crates/hugetext/src/profile/plugin/itrace.c.
+ * The plugin API is declared in crates/hugetext/src/profile/plugin/qemu-plugin.h
+ * (no header for it is packaged), which profile --exact's itrace.c uses too.
  */
 #include <inttypes.h>
 #include <pthread.h>
@@ -53,33 +52,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef uint64_t qemu_plugin_id_t;
-typedef struct {
-    const char *target_name;
-    struct { int min, cur; } version;
-    bool system_emulation;
-} qemu_info_t;
-struct qemu_plugin_tb;
-struct qemu_plugin_insn;
-enum qemu_plugin_cb_flags { QEMU_PLUGIN_CB_NO_REGS, QEMU_PLUGIN_CB_R_REGS, QEMU_PLUGIN_CB_RW_REGS };
-typedef void (*qemu_plugin_vcpu_tb_trans_cb_t)(qemu_plugin_id_t id, struct qemu_plugin_tb *tb);
-typedef void (*qemu_plugin_vcpu_udata_cb_t)(unsigned int vcpu_index, void *userdata);
-typedef void (*qemu_plugin_udata_cb_t)(qemu_plugin_id_t id, void *userdata);
+#include "../../../crates/hugetext/src/profile/plugin/qemu-plugin.h"
 
-void qemu_plugin_register_vcpu_tb_trans_cb(qemu_plugin_id_t id, qemu_plugin_vcpu_tb_trans_cb_t cb);
-void qemu_plugin_register_vcpu_tb_exec_cb(struct qemu_plugin_tb *tb, qemu_plugin_vcpu_udata_cb_t cb,
-                                          enum qemu_plugin_cb_flags flags, void *userdata);
-void qemu_plugin_register_vcpu_insn_exec_cb(struct qemu_plugin_insn *insn, qemu_plugin_vcpu_udata_cb_t cb,
-                                            enum qemu_plugin_cb_flags flags, void *userdata);
-void qemu_plugin_register_atexit_cb(qemu_plugin_id_t id, qemu_plugin_udata_cb_t cb, void *userdata);
-size_t qemu_plugin_tb_n_insns(const struct qemu_plugin_tb *tb);
-struct qemu_plugin_insn *qemu_plugin_tb_get_insn(const struct qemu_plugin_tb *tb, size_t idx);
-uint64_t qemu_plugin_insn_vaddr(const struct qemu_plugin_insn *insn);
-const void *qemu_plugin_insn_data(const struct qemu_plugin_insn *insn);
-size_t qemu_plugin_insn_size(const struct qemu_plugin_insn *insn);
-void qemu_plugin_outs(const char *string);
-
-__attribute__((visibility("default"))) int qemu_plugin_version = 1;
+QEMU_PLUGIN_EXPORT int qemu_plugin_version = QEMU_PLUGIN_VERSION;
 
 #define MAX_VCPUS 64
 #define IDS (1u << 14)
@@ -327,8 +302,7 @@ static void on_exit_cb(qemu_plugin_id_t id, void *udata) {
     pthread_mutex_unlock(&lock);
 }
 
-__attribute__((visibility("default"))) int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_t *info,
-                                                               int argc, char **argv) {
+QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_t *info, int argc, char **argv) {
     for (int i = 0; i < argc; i++) {
         char *end;
         if (strncmp(argv[i], "watch=", 6) == 0 && nwatch < WATCH)

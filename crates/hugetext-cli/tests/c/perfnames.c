@@ -1,4 +1,4 @@
-/* Code the perf map must name (tests/run.rs, perf_map_names_every_copied_byte).
+/* Code the perf map must name (tests/cli/run.rs, perf_map_names_every_copied_byte).
  * Built with -fno-toplevel-reorder so that the text keeps this order:
  *   straddle   a C function of 3 MiB: starts before the first whole 2 MiB
  *              window of the text and reaches into it;

@@ -1,6 +1,7 @@
 //! Hostile cases: agent.
 
 use hugetext_testkit as tk;
+use tk::free_addr;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -32,11 +33,6 @@ impl Drop for Kid {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-fn free_addr() -> String {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().to_string()
 }
 
 /// GET /metrics once: the status, or the error (refused, timed out).

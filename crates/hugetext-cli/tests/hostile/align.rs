@@ -4,6 +4,7 @@
 //! changes.
 
 use hugetext_testkit as tk;
+use tk::path_str as s;
 
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -53,10 +54,6 @@ impl Stage {
 pub(crate) fn identity(p: &Path) -> (Vec<u8>, u64, u32) {
     let m = fs::metadata(p).unwrap();
     (fs::read(p).unwrap(), m.ino(), m.uid())
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
 }
 
 /// Root's `align` with `-o OUT`: exit 1 and one line saying why.

@@ -3,15 +3,12 @@
 //! files in a world-writable `--dir` are out of that user's reach.
 
 use hugetext_testkit as tk;
+use tk::path_str as s;
 
 use std::fs;
 use std::path::Path;
 
 use super::align::Stage;
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
 
 /// `--plot` naming a symlink to a root-owned file: refused before the
 /// runs, in one line; the link and the file stay as they were (the plot

@@ -10,6 +10,7 @@ use std::process::{Child, Stdio};
 
 use hugetext_testkit as tk;
 use serde_json::Value;
+use tk::hugetext_json as json;
 
 /// `raw` as the hugetext JSON and tables write it (bytes that are not
 /// UTF-8, and control characters, as `\xNN`).
@@ -48,12 +49,6 @@ fn start_hidden(dir: &Path) -> (Child, PathBuf) {
     let _ = child.kill();
     let _ = child.wait();
     panic!("{} did not start", exe.display());
-}
-
-fn json(args: &[&str]) -> Value {
-    let o = tk::hugetext(args);
-    assert!(o.status.success(), "{args:?}: {}", tk::text(&o.stderr));
-    serde_json::from_slice(&o.stdout).unwrap()
 }
 
 #[test]

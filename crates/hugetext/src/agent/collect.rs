@@ -8,6 +8,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use prometheus_client::encoding::text::encode;
@@ -19,7 +20,7 @@ use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::{Registry, Unit};
 
 use crate::folio::{Class, Counts, Kind};
-use crate::inspect::{self, Method, Report, Target};
+use crate::inspect::{self, CopyProofs, Method, Report, Target};
 use crate::{kernel, procfs, warm, Result};
 
 /// A label set.
@@ -41,6 +42,11 @@ pub struct AgentMetrics {
     pub events: Family<Labels, Counter>,
     pub policy_missing: Gauge,
     pub policy_files: Gauge,
+    /// Proofs that unnamed anonymous text is a copy of a file, made by
+    /// reading process memory (a process's copies are proved once).
+    pub copy_proofs: Counter,
+    /// Their verdicts, kept across scrapes.
+    pub copy_verdicts: Arc<Mutex<CopyProofs>>,
 }
 
 /// Results of the warm action, and reasons of scrape errors: created at 0 so
@@ -67,6 +73,8 @@ impl Default for AgentMetrics {
             events: Family::default(),
             policy_missing: Gauge::default(),
             policy_files: Gauge::default(),
+            copy_proofs: Counter::default(),
+            copy_verdicts: Arc::default(),
         };
         for r in ACTION_RESULTS {
             let _ = m
@@ -127,6 +135,11 @@ impl AgentMetrics {
             self.actions.clone(),
         );
         r.register("config_reloads", "Config reloads by result", self.reloads.clone());
+        r.register(
+            "copy_proofs",
+            "Unnamed anonymous text proved a copy of its file (or not) by reading process memory; each process's mappings are proved once",
+            self.copy_proofs.clone(),
+        );
         r.register(
             "events",
             "Process and file events seen, by source (proc_connector, poll, inotify)",
@@ -383,7 +396,12 @@ pub fn scrape(m: &AgentMetrics, input: &ScrapeInput) -> Result<String> {
     let mut report = inspect::inspect(&opts, &())?;
     // Text `run` copied into anonymous memory counts as its file's (named,
     // or proven by its bytes where the kernel has no anonymous VMA names).
-    report.name_copies();
+    {
+        let mut proofs = m.copy_verdicts.lock().unwrap_or_else(|e| e.into_inner());
+        let before = proofs.reads();
+        report.name_copies_cached(&mut proofs);
+        m.copy_proofs.inc_by(proofs.reads() - before);
+    }
     let mut r = Registry::with_prefix("hugetext");
 
     // Per file mapped as text, and per cgroup.

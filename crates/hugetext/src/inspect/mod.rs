@@ -28,11 +28,12 @@
 //! the text store (a copy `hugetext warm --shmem` made) is also named as a
 //! copy of its original ([`store_copy_of`]).
 
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 
 use crate::folio::{Class, Counts, Kind};
 use crate::kernel;
-use crate::procfs::Vma;
+use crate::procfs::{self, Vma};
 
 mod file;
 mod scan;
@@ -233,12 +234,28 @@ impl Report {
     /// mapping, the file each copy came from ([`crate::run::remap::text_mappings`];
     /// one more smaps read for those processes only).
     pub fn name_copies(&mut self) {
+        self.name_copies_cached(&mut CopyProofs::default());
+    }
+
+    /// [`Report::name_copies`], with the verdicts of the proofs that read
+    /// process memory kept in `proofs` across calls (a steady process is
+    /// proved once); the verdicts of processes no longer in the report, or
+    /// whose pid now names another process, are dropped.
+    pub fn name_copies_cached(&mut self, proofs: &mut CopyProofs) {
+        let mut live = HashSet::new();
         for p in &mut self.processes {
             let anon_text = |m: &MappingReport| m.vma.is_exec() && !m.vma.is_file();
             if !p.mappings.iter().any(anon_text) {
                 continue;
             }
-            let Ok(texts) = crate::run::remap::text_mappings(p.pid) else {
+            let Ok(started) = procfs::read_stat(p.pid).map(|s| s.start_time) else {
+                continue;
+            };
+            live.insert((p.pid, started));
+            let pid = p.pid;
+            let Ok(texts) =
+                crate::run::remap::text_mappings_proved_by(pid, |smaps, t| proofs.verdict(pid, started, smaps, t))
+            else {
                 continue;
             };
             for m in p.mappings.iter_mut().filter(|m| anon_text(m)) {
@@ -248,6 +265,7 @@ impl Report {
                     .map(|t| t.path.clone());
             }
         }
+        proofs.verdicts.retain(|k, _| live.contains(&(k.pid, k.started)));
     }
 
     /// The labels and kB of one set of counts of `kind`, in display order:
@@ -407,9 +425,192 @@ pub struct TotalJson {
     pub unique: Option<ClassKb>,
 }
 
+/// Verdicts of [`crate::run::remap::copy_proven`] (whether unnamed anonymous
+/// text is a copy of a file, proved by reading `/proc/PID/mem`), kept per
+/// process (pid and start time: a reused pid is proved again), mapping
+/// start and file (device and inode) by [`Report::name_copies_cached`].
+#[derive(Debug, Default)]
+pub struct CopyProofs {
+    verdicts: HashMap<ProofKey, bool>,
+    reads: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct ProofKey {
+    pid: i32,
+    started: u64,
+    start: u64,
+    dev: (u32, u32),
+    inode: u64,
+}
+
+impl CopyProofs {
+    /// Proofs made by reading process memory so far (verdicts not found
+    /// here).
+    pub fn reads(&self) -> u64 {
+        self.reads
+    }
+
+    /// Verdicts kept.
+    pub fn len(&self) -> usize {
+        self.verdicts.len()
+    }
+
+    /// No verdict kept.
+    pub fn is_empty(&self) -> bool {
+        self.verdicts.is_empty()
+    }
+
+    fn verdict(
+        &mut self,
+        pid: i32,
+        started: u64,
+        smaps: &[(Vma, procfs::SmapsStats)],
+        t: &crate::run::remap::TextMapping,
+    ) -> bool {
+        // The file: its mapping at offset 0, as copy_proven reads it.
+        let Some(head) = smaps
+            .iter()
+            .map(|(m, _)| m)
+            .filter(|m| m.path == t.path && m.offset == 0)
+            .min_by_key(|m| m.start)
+        else {
+            return false;
+        };
+        let key = ProofKey {
+            pid,
+            started,
+            start: t.start,
+            dev: (head.dev_major, head.dev_minor),
+            inode: head.inode,
+        };
+        if let Some(&v) = self.verdicts.get(&key) {
+            return v;
+        }
+        self.reads += 1;
+        let v = crate::run::remap::copy_proven(pid, smaps, t);
+        self.verdicts.insert(key, v);
+        v
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An unnamed `r-x` anonymous copy of a page of a program's text,
+    /// right after a mapping of the program (as a copy looks on a
+    /// kernel without anonymous VMA names): proved by reading process
+    /// memory once, then named from the kept verdict without reading; a
+    /// verdict kept for an earlier process under the same pid (another
+    /// start time) is not used but proved again, and dropped.
+    #[test]
+    fn copy_proofs_are_kept_per_process_and_mapping() {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::fs::FileExt;
+        let page = kernel::page_size() as u64;
+        // A copy of a program that nothing else maps (the proof takes the
+        // file's lowest mapping at offset 0 as its head; other tests of this
+        // binary map /bin/sh meanwhile).
+        let dir = tempfile::tempdir().unwrap();
+        let exe = dir.path().canonicalize().unwrap().join("sh");
+        std::fs::copy("/bin/sh", &exe).unwrap();
+        let segs = crate::elf::text_segments(&exe).unwrap();
+        let seg = segs.iter().find(|s| s.is_executable()).unwrap();
+        // The page of text at the first page boundary inside the segment.
+        let rel = seg.vaddr.next_multiple_of(page);
+        assert!(rel + page <= seg.vaddr + seg.file_size, "{seg:?}");
+        let f = std::fs::File::open(&exe).unwrap();
+        let mut bytes = vec![0u8; page as usize];
+        f.read_exact_at(&mut bytes, rel - seg.vaddr + seg.offset).unwrap();
+        let len = (rel + 2 * page) as usize;
+        // SAFETY: fresh mappings inside a reservation of our own, unmapped
+        // at the end of the test.
+        let (base, anon) = unsafe {
+            let base = libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            assert_ne!(base, libc::MAP_FAILED);
+            let at = |off: u64| (base as u64 + off) as *mut libc::c_void;
+            let fixed = libc::MAP_PRIVATE | libc::MAP_FIXED;
+            // The file up to the copy (no hole another thread's mmap
+            // could take), the copy, then the file again.
+            assert_ne!(
+                libc::mmap(at(0), rel as usize, libc::PROT_READ, fixed, f.as_raw_fd(), 0),
+                libc::MAP_FAILED
+            );
+            let anon = libc::mmap(
+                at(rel),
+                page as usize,
+                libc::PROT_READ | libc::PROT_WRITE,
+                fixed | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            assert_ne!(anon, libc::MAP_FAILED);
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), anon as *mut u8, page as usize);
+            assert_eq!(
+                libc::mprotect(anon, page as usize, libc::PROT_READ | libc::PROT_EXEC),
+                0
+            );
+            assert_ne!(
+                libc::mmap(at(rel + page), page as usize, libc::PROT_READ, fixed, f.as_raw_fd(), 0),
+                libc::MAP_FAILED
+            );
+            (base, anon as u64)
+        };
+        let me = std::process::id() as i32;
+        let named = |proofs: &mut CopyProofs| {
+            let opts = Options {
+                target: Target::Pids(vec![me]),
+                all: false,
+                cont_orders: Vec::new(),
+                mappings: true,
+                method: Some(Method::SmapsOnly),
+            };
+            let mut r = inspect(&opts, &()).unwrap();
+            r.name_copies_cached(proofs);
+            let m = r.processes[0].mappings.iter().find(|m| m.vma.start == anon).unwrap();
+            m.copy_of.clone()
+        };
+        let want = Some(exe.to_string_lossy().into_owned());
+        let mut proofs = CopyProofs::default();
+        assert_eq!(named(&mut proofs), want, "proved a copy of the program");
+        let first = proofs.reads();
+        assert!(first >= 1 && !proofs.is_empty(), "{proofs:?}");
+        assert_eq!(named(&mut proofs), want, "named again");
+        assert_eq!(proofs.reads(), first, "the second pass read no process memory");
+        // As if kept for an earlier process with this pid: another start
+        // time, and the opposite verdict.
+        proofs.verdicts = proofs
+            .verdicts
+            .drain()
+            .map(|(k, v)| {
+                (
+                    ProofKey {
+                        started: k.started.wrapping_sub(1),
+                        ..k
+                    },
+                    !v,
+                )
+            })
+            .collect();
+        assert_eq!(
+            named(&mut proofs),
+            want,
+            "proved again, not taken from the earlier process"
+        );
+        assert_eq!(proofs.reads(), 2 * first, "{proofs:?}");
+        let started = procfs::read_stat(me).unwrap().start_time;
+        assert!(proofs.verdicts.keys().all(|k| k.started == started), "{proofs:?}");
+        // SAFETY: the reservation made above.
+        unsafe { libc::munmap(base, len) };
+    }
 
     #[test]
     fn store_names_parse_and_others_do_not() {

@@ -27,6 +27,10 @@ use crate::{Error, Result};
 
 /// The plugin's source (built with the C compiler on first use).
 pub const PLUGIN_SOURCE: &str = include_str!("plugin/itrace.c");
+/// The declarations of qemu's plugin API that the plugin includes
+/// (`qemu-plugin.h`, written next to it; the kernel lab's counting plugin
+/// includes it too).
+pub const PLUGIN_HEADER: &str = include_str!("plugin/qemu-plugin.h");
 
 /// Bits of a record that hold the instruction count (plugin/itrace.c).
 const COUNT_BITS: u32 = 24;
@@ -68,6 +72,8 @@ pub fn find_qemu(explicit: Option<&Path>) -> Result<PathBuf> {
 pub fn build_plugin(dir: &Path) -> Result<PathBuf> {
     let src = dir.join("itrace.c");
     let so = dir.join("itrace.so");
+    let header = dir.join("qemu-plugin.h");
+    std::fs::write(&header, PLUGIN_HEADER).map_err(|e| Error::io(&header, e))?;
     std::fs::write(&src, PLUGIN_SOURCE).map_err(|e| Error::io(&src, e))?;
     let cc = std::env::var_os("CC").unwrap_or_else(|| "cc".into());
     let out = Command::new(&cc)

@@ -541,11 +541,21 @@ impl TextMapping {
 /// executable memory that merely sits next to a library (a JIT's code
 /// buffer) is left out.
 pub fn text_mappings(pid: i32) -> Result<Vec<TextMapping>> {
+    text_mappings_proved_by(pid, |smaps, t| copy_proven(pid, smaps, t))
+}
+
+/// [`text_mappings`], each unnamed candidate copy kept when `prove` says so
+/// (given the process's smaps and the candidate): [`copy_proven`], or a
+/// verdict it gave before.
+pub fn text_mappings_proved_by(
+    pid: i32,
+    mut prove: impl FnMut(&[(procfs::Vma, procfs::SmapsStats)], &TextMapping) -> bool,
+) -> Result<Vec<TextMapping>> {
     let smaps = procfs::read_smaps(Some(pid))?;
     let mut v = text_mappings_in(&smaps);
     v.retain(|t| {
         let unnamed = smaps.iter().any(|(m, _)| m.start == t.start && m.path.is_empty());
-        !(t.copied && unnamed) || copy_proven(pid, &smaps, t)
+        !(t.copied && unnamed) || prove(&smaps, t)
     });
     Ok(v)
 }

@@ -20,9 +20,9 @@
  * launcher puts an IPC socket at 3 and 4 in the child it forks) is never
  * written to: that process's records are dropped from then on.
  *
- * No header for the plugin API is packaged, so the few functions used are
- * declared here, as qemu 7.2's include/qemu/qemu-plugin.h declares them
- * (QEMU_PLUGIN_VERSION 1). The translation-block callback records, per block,
+ * The plugin API is declared in qemu-plugin.h (no header for it is
+ * packaged), which `profile --exact` writes next to this file before it
+ * compiles it. The translation-block callback records, per block,
  * the runs of its instructions per page; the block's execution callback
  * replays them: one callback per executed block, not per instruction.
  */
@@ -35,24 +35,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-typedef uint64_t qemu_plugin_id_t;
-typedef struct qemu_info_t qemu_info_t;
-struct qemu_plugin_tb;
-struct qemu_plugin_insn;
-enum qemu_plugin_cb_flags { QEMU_PLUGIN_CB_NO_REGS, QEMU_PLUGIN_CB_R_REGS, QEMU_PLUGIN_CB_RW_REGS };
-typedef void (*qemu_plugin_vcpu_tb_trans_cb_t)(qemu_plugin_id_t id, struct qemu_plugin_tb *tb);
-typedef void (*qemu_plugin_vcpu_udata_cb_t)(unsigned int vcpu_index, void *userdata);
-typedef void (*qemu_plugin_udata_cb_t)(qemu_plugin_id_t id, void *userdata);
+#include "qemu-plugin.h"
 
-void qemu_plugin_register_vcpu_tb_trans_cb(qemu_plugin_id_t id, qemu_plugin_vcpu_tb_trans_cb_t cb);
-void qemu_plugin_register_vcpu_tb_exec_cb(struct qemu_plugin_tb *tb, qemu_plugin_vcpu_udata_cb_t cb,
-                                          enum qemu_plugin_cb_flags flags, void *userdata);
-void qemu_plugin_register_atexit_cb(qemu_plugin_id_t id, qemu_plugin_udata_cb_t cb, void *userdata);
-size_t qemu_plugin_tb_n_insns(const struct qemu_plugin_tb *tb);
-struct qemu_plugin_insn *qemu_plugin_tb_get_insn(const struct qemu_plugin_tb *tb, size_t idx);
-uint64_t qemu_plugin_insn_vaddr(const struct qemu_plugin_insn *insn);
-
-__attribute__((visibility("default"))) int qemu_plugin_version = 1;
+QEMU_PLUGIN_EXPORT int qemu_plugin_version = QEMU_PLUGIN_VERSION;
 
 #define PAGE_SHIFT 12
 #define COUNT_BITS 24
@@ -222,8 +207,7 @@ static int move_high(int fd) {
     return hi;
 }
 
-__attribute__((visibility("default"))) int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_t *info,
-                                                               int argc, char **argv) {
+QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_t *info, int argc, char **argv) {
     (void)info;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];

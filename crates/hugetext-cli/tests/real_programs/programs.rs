@@ -2,7 +2,8 @@
 //! perl, gcc, git and rustc print exactly what they print alone, with every
 //! strategy and with the older-kernel fallbacks forced; rustc's
 //! librustc_driver.so (~100 MiB of text, the big real-world case) is
-//! huge-backed as the preload says it is.
+//! huge-backed, and the process's text is as the preload's machine-readable
+//! record (`HUGETEXT_REPORT=json`) says it is.
 //!
 //! A program that is not installed is skipped with a note on stderr
 //! (scripts/install-deps.sh installs python3, perl, gcc and git).
@@ -69,11 +70,13 @@ fn output(mut c: Command) -> Output {
     common::output_without_perf_map(&mut c)
 }
 
-fn under_run(compat: Option<&str>, strategy: &str, verbose: bool, prog: &Path, args: &[&str]) -> Command {
+/// `hugetext run --strategy STRATEGY -- PROG ARGS`; with `record`, the
+/// preload writes its record of each pass on stderr (`HUGETEXT_REPORT=json`).
+fn under_run(compat: Option<&str>, strategy: &str, record: bool, prog: &Path, args: &[&str]) -> Command {
     let mut c = clean(Command::new(common::bin()));
     c.args(["run", "--strategy", strategy]);
-    if verbose {
-        c.arg("-v");
+    if record {
+        c.env(hugetext_abi::settings::REPORT, "json");
     }
     c.arg("--").arg(prog).args(args);
     if let Some(v) = compat {
@@ -134,29 +137,10 @@ fn system_programs_print_the_same_under_run() {
     );
 }
 
-/// The preload's `-v` claims for the mappings of files whose name contains
-/// `name`: (huge MiB, MiB in whole windows, lines).
-fn claimed(err: &str, name: &str) -> (f64, f64, usize) {
-    let mut sum = (0.0, 0.0, 0);
-    for l in err.lines() {
-        // "hugetext: PATH: X MiB of Y MiB huge (already ..."
-        let Some((path, rest)) = l.strip_prefix("hugetext: ").and_then(|r| r.split_once(": ")) else {
-            continue;
-        };
-        let w: Vec<&str> = rest.split_whitespace().collect();
-        if !path.contains(name) || w.len() < 6 || w[1..3] != ["MiB", "of"] || w[4..6] != ["MiB", "huge"] {
-            continue;
-        }
-        sum.0 += w[0].parse::<f64>().unwrap();
-        sum.1 += w[3].parse::<f64>().unwrap();
-        sum.2 += 1;
-    }
-    sum
-}
-
 /// rustc blocked reading its program from stdin, after the preload ran:
-/// the driver's text as smaps shows it from outside must be what the
-/// preload reported, and `auto`/`copy` must make most of it huge.
+/// the process's text as smaps shows it from outside must be what the
+/// preload's record says is huge-backed, and `auto`/`copy` must make most
+/// of it huge, the driver's included.
 #[test]
 fn rustc_driver_is_huge_backed_as_reported() {
     let Some(rustc) = program("rustc") else { return };
@@ -185,21 +169,25 @@ fn rustc_driver_is_huge_backed_as_reported() {
                 .spawn()
                 .unwrap();
             let pid = child.id();
-            // The preload's summary comes before main; then rustc blocks
-            // reading stdin.
+            // The preload's record of its pass at start comes before main;
+            // then rustc blocks reading stdin.
             let mut err = String::new();
             let mut r = BufReader::new(child.stderr.take().unwrap());
-            while !err.contains("text in whole 2 MiB windows is huge-backed") {
+            let rec = loop {
                 let mut l = String::new();
                 if r.read_line(&mut l).unwrap() == 0 {
                     let _ = child.kill();
-                    panic!("{case}: no summary from the preload: {err}");
+                    panic!("{case}: no record from the preload: {err}");
                 }
                 err.push_str(&l);
-            }
+                if let Some(rec) = common::records(&l).into_iter().find(|r| r["late"] == 0) {
+                    break rec;
+                }
+            };
             let preload_done = t0.elapsed();
-            let seen: u64 = text_mappings(pid as i32)
-                .unwrap()
+            let text = text_mappings(pid as i32).unwrap();
+            let seen: u64 = text.iter().map(|m| m.huge()).sum();
+            let driver: u64 = text
                 .iter()
                 .filter(|m| m.path.contains("librustc_driver"))
                 .map(|m| m.huge())
@@ -210,26 +198,37 @@ fn rustc_driver_is_huge_backed_as_reported() {
             let st = child.wait().unwrap();
             common::remove_perf_map(pid);
             assert!(st.success() && out.exists(), "{case}: rustc failed: {st:?} {err}");
-            let (huge, windows, lines) = claimed(&err, "librustc_driver");
-            let seen = seen as f64 / MIB;
+            let field = |k: &str| rec[k].as_u64().unwrap_or_else(|| panic!("{case}: no {k} in {rec}"));
+            let (huge, windows) = (field("huge"), field("windows"));
             eprintln!(
-                "{case}: librustc_driver {huge:.1} of {windows:.1} MiB huge (smaps: {seen:.1}), preload done {:.0} ms after spawn",
+                "{case}: {:.1} of {:.1} MiB huge (smaps: {:.1}, librustc_driver {:.1}), preload done {:.0} ms after spawn",
+                huge as f64 / MIB,
+                windows as f64 / MIB,
+                seen as f64 / MIB,
+                driver as f64 / MIB,
                 preload_done.as_secs_f64() * 1e3
             );
-            assert!(lines >= 1 && windows >= 32.0, "{case}: no driver text reported: {err}");
-            // Each reported figure is rounded to 0.1 MiB.
-            assert!(
-                (seen - huge).abs() <= 0.1 * lines as f64,
-                "{case}: smaps shows {seen:.1} MiB, the preload said {huge:.1}: {err}"
+            assert!(windows >= 32 << 20, "{case}: no driver text in the record: {rec}");
+            // Exact bytes on both sides: huge-backed text is whole windows.
+            assert_eq!(
+                seen, huge,
+                "{case}: smaps shows {seen} bytes huge, the preload said {huge}: {rec}"
             );
             if strategy != "file" {
-                assert!(huge >= 0.9 * windows, "{case}: only {huge} of {windows} MiB: {err}");
+                assert!(
+                    huge * 10 >= windows * 9,
+                    "{case}: only {huge} of {windows} bytes: {rec}"
+                );
+                assert!(
+                    driver >= 32 << 20,
+                    "{case}: librustc_driver has {driver} bytes huge: {rec}"
+                );
             }
             // `file` can only do the driver's congruent segment, and only
             // where no other process (a concurrent cargo build's rustc) maps
             // its small page-cache folios: no minimum.
             if compat.is_some() {
-                assert!(err.contains("verified with /proc/self/smaps totals"), "{case}: {err}");
+                assert_eq!(field("smaps"), 1, "{case}: not verified with smaps totals: {rec}");
             }
         }
     }

@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::sync::Mutex;
 
-mod podman_support;
+use crate::podman_support;
 use podman_support::{layer_dir, podman, runtime_ready, workload_image, Container, RUNTIME};
 
 /// The tests share the workload image's layer file (its page cache is

@@ -2,6 +2,7 @@
 //! that equal smaps, a policy that warms a program when it exits, and bad
 //! input (config, port, permissions, vanishing processes, missing paths).
 
+use common::{free_addr, sample};
 use hugetext_testkit as common;
 
 use std::io::{BufRead, BufReader};
@@ -12,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use common::Running;
 
-mod podman_support;
+use crate::podman_support;
 use podman_support::{layer_dir, podman, runtime_ready, workload_image, Container};
 
 /// An HTTP client that ignores proxies from the environment (loopback only).
@@ -49,12 +50,6 @@ fn get_as(url: &str, accept: &str) -> (u16, String, String) {
         .unwrap_or("")
         .to_string();
     (status, ct, r.body_mut().read_to_string().unwrap())
-}
-
-/// A free port on 127.0.0.1 (bound, then released for the agent).
-fn free_addr() -> String {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().to_string()
 }
 
 /// `hugetext agent` running in the background, its stderr collected.
@@ -152,12 +147,6 @@ impl Drop for AgentProc {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-/// The value of the sample `name{labels}` (labels as written in the page).
-fn sample(page: &str, series: &str) -> Option<f64> {
-    page.lines()
-        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
 }
 
 #[test]
@@ -515,17 +504,9 @@ fn policy_warms_a_program_after_it_exits() {
 /// counted huge in the path's ratio.
 #[test]
 fn huge_tmpfs_text_is_exported_as_shmem_equal_to_smaps() {
-    if common::contpte_unit() {
-        common::skip_line("skipped: the unit of huge text is the contpte block here");
-        return;
-    }
-    let Some(fs) = common::tmpfs("huge=always,size=64m") else {
+    let Some((_fs, p, r, shmem_pmd)) = common::huge_tmpfs_text() else {
         return;
     };
-    let p = common::aligned_fixture(fs.path(), "bfd", "pie");
-    let r = Running::fixture(&p);
-    let shmem_pmd = common::shmem_pmd_kb(r.pid(), &p);
-    assert!(shmem_pmd >= 8 * common::pmd_kb(), "ShmemPmdMapped {shmem_pmd} kB");
     let a = AgentProc::with_config(None);
     let page = a.metrics();
     let path = p.canonicalize().unwrap();
@@ -550,37 +531,24 @@ fn huge_tmpfs_text_is_exported_as_shmem_equal_to_smaps() {
 
 /// Wait (generously) for `cond` on a fresh page; the last page on timeout.
 fn wait_page(a: &AgentProc, what: &str, cond: impl Fn(&str) -> bool) -> String {
-    let t = Instant::now();
-    loop {
-        let page = a.metrics();
-        if cond(&page) {
-            return page;
-        }
-        assert!(
-            t.elapsed() < Duration::from_secs(120),
-            "{what}: not within 120 s\n{page}\n{:?}",
-            a.lines()
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    }
+    let last = std::cell::RefCell::new(String::new());
+    common::wait_for(
+        what,
+        Duration::from_secs(120),
+        Duration::from_millis(500),
+        || {
+            let page = a.metrics();
+            let ok = cond(&page);
+            *last.borrow_mut() = page;
+            ok.then(|| last.borrow().clone())
+        },
+        || format!("{}\n{:?}", last.borrow(), a.lines()),
+    )
 }
 
 /// Wait (generously) until `file` has `n` windows in PMD folios.
 fn wait_pmd_windows(a: &AgentProc, file: &Path, n: usize) {
-    let t = Instant::now();
-    loop {
-        let have = hugetext::folio::scan_file(file, None).unwrap().unit_windows.len();
-        if have == n {
-            return;
-        }
-        assert!(
-            t.elapsed() < Duration::from_secs(120),
-            "{}: {have} of {n} windows in PMD folios after 120 s: {:?}",
-            file.display(),
-            a.lines()
-        );
-        std::thread::sleep(Duration::from_millis(250));
-    }
+    common::wait_pmd_windows(file, n, || format!("{:?}", a.lines()));
 }
 
 /// A workload selected by its systemd unit (`[[agent.workloads]] unit =`):

@@ -4,7 +4,7 @@
 
 use hugetext_testkit as common;
 
-mod explain_support;
+use crate::explain_support;
 use explain_support::*;
 
 use std::io::Write;
@@ -632,17 +632,9 @@ fn explain_reports_the_user_s_tunables_not_hugetext_s() {
 /// mapped by as much as smaps' ShmemPmdMapped, and nothing to fix.
 #[test]
 fn huge_tmpfs_text_is_shmem_and_pmd_mapped() {
-    if common::contpte_unit() {
-        common::skip_line("skipped: the unit of huge text is the contpte block here");
-        return;
-    }
-    let Some(fs) = common::tmpfs("huge=always,size=64m") else {
+    let Some((_fs, p, r, shmem_pmd)) = common::huge_tmpfs_text() else {
         return;
     };
-    let p = common::aligned_fixture(fs.path(), "bfd", "pie");
-    let r = common::Running::fixture(&p);
-    let shmem_pmd = common::shmem_pmd_kb(r.pid(), &p);
-    assert!(shmem_pmd >= 8 * common::pmd_kb(), "ShmemPmdMapped {shmem_pmd} kB");
     let m = mapping(r.pid(), &p);
     assert_eq!(m["backing"], "shmem", "{m:#}");
     assert_eq!(m["unit_mapped_kb"], shmem_pmd, "{m:#}");

@@ -1,7 +1,6 @@
 //! `run`'s copy route where anonymous memory cannot get folios of the unit
-//! of huge text, set and restored by the one test of this binary (a binary
-//! of its own, so that nothing else of the suite runs meanwhile; see
-//! explain_thp_never.rs). The unit's switch: transparent_hugepage `enabled`
+//! of huge text, set and restored by the test (in the `thp_modes` binary, so
+//! that nothing else of the suite runs meanwhile; see explain_thp_never.rs). The unit's switch: transparent_hugepage `enabled`
 //! where the unit is the PMD; the 2 MiB mTHP size's own
 //! `hugepages-2048kB/enabled` where it is the 2 MiB contiguous-PTE block
 //! (arm64, 64 KiB pages), which the preload and `doctor` name with the
@@ -40,6 +39,7 @@ impl Drop for Never {
 
 #[test]
 fn copy_route_says_how_to_get_folios_of_the_unit_when_they_are_off() {
+    let _one = crate::one_at_a_time();
     if hugetext::kernel::thp_enabled().is_none() {
         common::skip_line("skipped: no THP on this kernel");
         return;

@@ -7,6 +7,7 @@
 //! process (per-path and per-cgroup ratios equal to smaps) and warm a
 //! `/host/...` file into PMD-size folios of the host's page cache.
 
+use common::{sample, status_kb};
 use hugetext_testkit as common;
 
 use std::path::{Path, PathBuf};
@@ -16,9 +17,9 @@ use std::time::{Duration, Instant};
 
 use serde_yaml::Value as Yaml;
 
-mod k8s_support;
+use crate::k8s_support;
+use crate::podman_support;
 use k8s_support::{docs, of_kind};
-mod podman_support;
 use podman_support::{podman, runtime_ready, Container, RUNTIME};
 
 fn manifest() -> Vec<Yaml> {
@@ -363,15 +364,6 @@ fn cpu_rss(pid: i32) -> (u64, u64) {
     (ticks, status_kb(pid, "VmRSS:"))
 }
 
-fn status_kb(pid: i32, key: &str) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(key))
-        .map(|v| v.trim().trim_end_matches("kB").trim().parse().unwrap())
-        .unwrap_or(0)
-}
-
 fn clk_tck() -> f64 {
     // SAFETY: sysconf has no preconditions.
     unsafe { libc::sysconf(libc::_SC_CLK_TCK) as f64 }
@@ -403,11 +395,6 @@ fn smaps_text(pid: i32, file: Option<&Path>) -> (u64, u64) {
         }
     }
     (pmd, rss)
-}
-
-fn sample(page: &str, series: &str) -> Option<f64> {
-    page.lines()
-        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
 }
 
 fn get(url: &str) -> Option<String> {

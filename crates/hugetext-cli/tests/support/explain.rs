@@ -78,11 +78,8 @@ pub fn landed_congruent(m: &Value) -> bool {
     yes
 }
 
-/// Sizes of the scratch files, in MiB: `n` windows of the kernel's PMD size
-/// (`n` × 2 MiB on x86-64, `n` × 32 MiB on a 16 KiB-page arm64 kernel).
-pub fn windows_mib(n: u64) -> usize {
-    ((n * common::unit()) >> 20) as usize
-}
+/// Sizes of the scratch files, in MiB: `n` windows of the unit of huge text.
+pub use common::unit_windows_mib as windows_mib;
 
 pub fn start(m: &Value) -> u64 {
     u64::from_str_radix(m["start"].as_str().unwrap(), 16).unwrap()

@@ -1,13 +1,13 @@
-//! `hugetext explain` with THP `enabled=never`, set and restored by the one
-//! test of this binary. It is a test binary of its own so that nothing else
-//! of the suite runs while THP is `never`: `cargo test` runs test binaries
-//! one after another (scripts/test.sh, the kernel matrix's guests), and this
-//! binary holds a single test. The previous mode is restored by a guard's
-//! `Drop`, so also when an assertion fails.
+//! `hugetext explain` with THP `enabled=never`, set and restored by the
+//! test. It is in the `thp_modes` binary so that nothing else of the suite
+//! runs while THP is `never`: `cargo test` runs test binaries one after
+//! another (scripts/test.sh, the kernel matrix's guests), and the tests of
+//! this binary take `one_at_a_time`. The previous mode is restored by a
+//! guard's `Drop`, so also when an assertion fails.
 
 use hugetext_testkit as common;
 
-mod explain_support;
+use crate::explain_support;
 use explain_support::*;
 
 const ENABLED: &str = "/sys/kernel/mm/transparent_hugepage/enabled";
@@ -33,6 +33,7 @@ impl Drop for ThpMode {
 
 #[test]
 fn thp_never_file_text_and_run_copies() {
+    let _one = crate::one_at_a_time();
     if hugetext::kernel::thp_enabled().is_none() {
         common::skip_line("skipped: no THP on this kernel");
         return;

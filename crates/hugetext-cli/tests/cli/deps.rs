@@ -91,7 +91,11 @@ fn ld_library_path_and_missing_libraries() {
     // ...but LD_LIBRARY_PATH does, as it does for ld.so. (Set in a child so
     // the test's own environment is not mutated under other threads.)
     let out = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "ld_library_path_child", "--nocapture"])
+        .args([
+            "--exact",
+            &common::test_name(module_path!(), "ld_library_path_child"),
+            "--nocapture",
+        ])
         .env("HUGETEXT_TEST_EXE", &exe)
         .env("LD_LIBRARY_PATH", common::fixture("lld", "libbig.so").parent().unwrap())
         .output()

@@ -3,11 +3,12 @@
 //! after warm-up; p50/p99 latency are printed. Ignored in the normal suite
 //! (it takes a minute and a CPU):
 //!
-//!   cargo test --release -p hugetext-cli --test agent_load -- --ignored --nocapture
+//!   cargo test --release -p hugetext-cli --test real_programs agent_load:: -- --ignored --nocapture
 //!
 //! HUGETEXT_LOAD_SECS, HUGETEXT_LOAD_RATE, HUGETEXT_LOAD_PROCS change the
 //! duration, the scrape rate and the number of processes.
 
+use common::status_kb;
 use hugetext_testkit as common;
 
 use std::process::{Child, Command, Stdio};
@@ -18,16 +19,8 @@ fn env(name: &str, default: u64) -> u64 {
     std::env::var(name).ok().and_then(|s| s.parse().ok()).unwrap_or(default)
 }
 
-fn status_kb(pid: u32, field: &str) -> u64 {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    s.lines()
-        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap()
-}
-
 fn rss_kb(pid: u32) -> u64 {
-    status_kb(pid, "VmRSS")
+    status_kb(pid as i32, "VmRSS")
 }
 
 struct Kids(Vec<Child>);
@@ -142,7 +135,10 @@ fn fifty_scrapes_a_second_for_a_minute_with_200_processes() {
     }
     let wall = start.elapsed();
     let rss1 = rss_kb(agent.id());
-    let (anon, file) = (status_kb(agent.id(), "RssAnon"), status_kb(agent.id(), "RssFile"));
+    let (anon, file) = (
+        status_kb(agent.id() as i32, "RssAnon"),
+        status_kb(agent.id() as i32, "RssFile"),
+    );
     // SAFETY: kill(2) on our own child.
     unsafe { libc::kill(agent.id() as i32, libc::SIGTERM) };
     assert!(agent.wait().unwrap().success());

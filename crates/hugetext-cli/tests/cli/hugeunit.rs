@@ -6,6 +6,7 @@
 //! page present, the frames of each block contiguous and block-aligned, in
 //! one folio of at least the block: what arm64 maps with one TLB entry).
 
+use common::hugetext_json as json;
 use hugetext_testkit as common;
 
 use std::fs::File;
@@ -25,16 +26,6 @@ const WINDOWS: u64 = 4;
 fn unit_file(dir: &Path) -> PathBuf {
     let mib = ((WINDOWS * common::unit()) >> 20) as usize + 1;
     common::scratch_file(dir, "text.bin", mib)
-}
-
-fn json(args: &[&str]) -> Value {
-    let out = common::hugetext(args);
-    assert!(
-        out.status.success(),
-        "hugetext {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
 }
 
 /// Where this filesystem gives no folios of the unit, say so and skip;

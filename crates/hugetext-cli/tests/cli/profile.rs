@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 
+use common::json_of;
 use hugetext_testkit as common;
 use serde_json::Value;
 
@@ -70,15 +71,6 @@ fn randcall() -> &'static Path {
         assert!(st.success(), "building randcall failed");
         exe
     })
-}
-
-fn json_of(out: &std::process::Output) -> Value {
-    assert!(
-        out.status.success(),
-        "hugetext profile failed: {}",
-        common::text(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", common::text(&out.stdout)))
 }
 
 /// The `--json` report of a profiled program: on stderr, all of it.

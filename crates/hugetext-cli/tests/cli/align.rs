@@ -2,6 +2,7 @@
 //! the real kernel: the aligned programs print exactly what the originals
 //! print, and once the page cache holds PMD folios their text is PMD-mapped.
 
+use common::path_str as s;
 use hugetext_testkit as common;
 
 use std::ffi::CString;
@@ -130,10 +131,6 @@ fn assert_aligned_and_huge(r: &common::Running, file: &Path, what: &str, before:
         before / 1024,
         after / 1024
     );
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
 }
 
 /// Before: what the unaligned file gets. A PIE whose p_align is below the

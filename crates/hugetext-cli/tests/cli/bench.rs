@@ -3,20 +3,10 @@
 //! small so the whole file runs in well under a minute; the real
 //! measurements live in doc/bench.md.
 
+use common::{json_of, keys};
 use hugetext_testkit as common;
 
 use serde_json::Value;
-
-fn json_of(out: &std::process::Output) -> Value {
-    assert!(
-        out.status.success(),
-        "failed: {}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("bad JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
-}
 
 fn stderr(out: &std::process::Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
@@ -37,18 +27,6 @@ fn ab_turn() -> std::sync::MutexGuard<'static, ()> {
 /// kB in folios of every size (a `folios_kb` object: size -> kB).
 fn folios_total_kb(folios: &Value) -> u64 {
     folios.as_object().unwrap().values().map(|x| x.as_u64().unwrap()).sum()
-}
-
-/// The keys of a JSON object, sorted.
-fn keys(v: &Value) -> Vec<&str> {
-    let mut k: Vec<&str> = v
-        .as_object()
-        .unwrap_or_else(|| panic!("not an object: {v}"))
-        .keys()
-        .map(|k| k.as_str())
-        .collect();
-    k.sort();
-    k
 }
 
 /// Every ratio in `ratios` has a median inside its 95% interval, one ratio

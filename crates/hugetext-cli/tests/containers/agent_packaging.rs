@@ -5,6 +5,7 @@
 //! dashboard (every metric it queries exists), the example config and the
 //! shell completions.
 
+use common::free_addr;
 use hugetext_testkit as common;
 
 use std::collections::BTreeSet;
@@ -12,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-mod k8s_support;
+use crate::k8s_support;
 use k8s_support::{docs, of_kind};
 
 fn read(rel: &str) -> String {
@@ -466,11 +467,6 @@ fn page_and_log(child: std::process::Child, addr: &str) -> (String, String) {
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success(), "{}", common::text(&out.stderr));
     (page, common::text(&out.stderr))
-}
-
-fn free_addr() -> String {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().to_string()
 }
 
 /// The unit's capabilities, tried as a user that is not root (`nobody`):

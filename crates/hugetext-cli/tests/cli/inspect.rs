@@ -6,6 +6,7 @@
 //! or anonymous memory in a known way, prints "ready ADDR", and waits until
 //! its stdin closes.
 
+use common::{huge_tmpfs_text, keys, windows_mib};
 use hugetext_testkit as common;
 
 use std::fs::File;
@@ -16,12 +17,6 @@ use std::process::{Child, Command, Stdio};
 
 use hugetext::{kernel, pagecache, procfs};
 use serde_json::Value;
-
-/// MiB in `n` windows of the running kernel's PMD size (2 MiB on x86-64,
-/// 32 MiB on a 16 KiB-page arm64 kernel), for `common::scratch_file`.
-fn windows_mib(n: u64) -> usize {
-    ((n * common::pmd()) >> 20) as usize
-}
 
 /// kB in `n` PMD-size windows.
 fn windows_kb(n: u64) -> u64 {
@@ -45,7 +40,12 @@ struct Helper {
 impl Helper {
     fn start(mode: &str, path: &Path) -> Helper {
         let mut child = Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "helper_entry", "--nocapture", "--test-threads=1"])
+            .args([
+                "--exact",
+                &common::test_name(module_path!(), "helper_entry"),
+                "--nocapture",
+                "--test-threads=1",
+            ])
             .env("HUGETEXT_TEST_HELPER", format!("{mode}:{}", path.display()))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -524,18 +524,6 @@ fn watch_repeats_one_json_document_per_line() {
     assert_eq!(n, 3);
 }
 
-/// The keys of a JSON object, sorted.
-fn keys(v: &Value) -> Vec<&str> {
-    let mut k: Vec<&str> = v
-        .as_object()
-        .unwrap_or_else(|| panic!("not an object: {v}"))
-        .keys()
-        .map(String::as_str)
-        .collect();
-    k.sort_unstable();
-    k
-}
-
 /// A thpmaps-style class label of `kind` (`file-base-page`,
 /// `anon-thp-pte-aligned-64kB`, `file-cont-pmd-aligned-64kB`, ...).
 fn is_label(kind: &str, k: &str) -> bool {
@@ -723,31 +711,11 @@ fn copied_text_is_named_after_its_file_as_explain_names_it() {
     r.stop();
 }
 
-/// A huge tmpfs mounted for the test with the aligned bfd PIE on it,
-/// running: its text is shmem mapped by PMDs. `None` (skipped) where no
-/// tmpfs can be mounted or its text is not PMD-mapped (arm64 with 64 KiB
-/// pages: no 512 MiB folios).
-fn shmem_huge_fixture() -> Option<(common::Tmpfs, std::path::PathBuf, common::Running, u64)> {
-    if common::contpte_unit() {
-        common::skip_line("skipped: the unit of huge text is the contpte block here");
-        return None;
-    }
-    let fs = common::tmpfs("huge=always,size=64m")?;
-    let p = common::aligned_fixture(fs.path(), "bfd", "pie");
-    let r = common::Running::fixture(&p);
-    let shmem_pmd = common::shmem_pmd_kb(r.pid(), &p);
-    assert!(
-        shmem_pmd >= 8 * common::pmd_kb(),
-        "a huge tmpfs gave the aligned PIE's text no PMD mappings: ShmemPmdMapped {shmem_pmd} kB"
-    );
-    Some((fs, p, r, shmem_pmd))
-}
-
 /// Text run from a huge tmpfs is a kind of its own, shmem: mapped by PMDs
 /// as smaps' ShmemPmdMapped says, none of it counted as page cache.
 #[test]
 fn huge_tmpfs_text_is_shmem_pmd_mapped_as_smaps_says() {
-    let Some((_fs, p, r, shmem_pmd)) = shmem_huge_fixture() else {
+    let Some((_fs, p, r, shmem_pmd)) = huge_tmpfs_text() else {
         return;
     };
     let v = run_json(&["inspect", "--json", "--pid", &r.pid().to_string()]);
