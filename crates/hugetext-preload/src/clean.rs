@@ -352,7 +352,21 @@ pub fn hide() {
     if env.is_null() {
         return;
     }
-    let tunables = crate::config::slot(hugetext_abi::settings::TUNABLES).is_some();
+    // `run` changed GLIBC_TUNABLES when it set HUGETEXT_TUNABLES (the
+    // user's own value, kept to put back).
+    let tunables = {
+        let name = hugetext_abi::settings::TUNABLES.as_bytes();
+        let mut p = env;
+        let mut found = false;
+        // SAFETY: walking the NULL-terminated array up to its terminator.
+        unsafe {
+            while !found && !(*p).is_null() {
+                found = cstr(*p).strip_prefix(name).is_some_and(|r| r.starts_with(b"="));
+                p = p.add(1);
+            }
+        }
+        found
+    };
     let mut bytes = 0usize;
     let mut p = env;
     // SAFETY: walking the array up to its NULL terminator.
@@ -413,7 +427,8 @@ mod tests {
         assert!(!ours(b"LD_PRELOAD=libm.so.6", false));
         assert!(!ours(b"LD_PRELOAD=/x/libhugetextual.so", false));
         assert!(!ours(b"PATH=/usr/bin", true));
-        assert!(!ours(b"MY_HUGETEXT_NOTE=1", true));
+        // Not a setting: the prefix inside another name.
+        assert!(!ours(concat!("MY_", "HUGETEXT", "_NOTE=1").as_bytes(), true));
     }
 
     #[test]

@@ -593,15 +593,15 @@ fn copy_unit(unit: usize, sizes: &[(u64, kernel::ModeRead<SizeMode>)], top: Opti
 fn shmem(shm: &kernel::ModeRead<ShmemMode>, page: usize) -> Finding {
     match shm {
         Ok(m) => finding(
-        "shmem",
-        "THP for shmem/tmpfs",
+            "shmem",
+            "THP for shmem/tmpfs",
             m.as_str(),
-        Status::Info,
+            Status::Info,
             if m.may_give_huge() {
-            "programs on tmpfs can have huge page-cache folios".to_string()
+                "programs on tmpfs can have huge page-cache folios".to_string()
             } else {
                 format!("programs run from tmpfs keep their text in {} pages", human(page))
-        },
+            },
         ),
         Err(e) => finding("shmem", "THP for shmem/tmpfs", "?", Status::Warn, e.clone()),
     }

@@ -305,10 +305,12 @@ fn huge_in_span(smaps: &str, name: &str) -> (u64, u64) {
     // folio too (once anything read the whole file into large folios), and
     // FilePmdMapped counts it; that is not text made huge.
     let huge = inside.clone().filter(|e| e.exec).map(|e| e.huge).sum();
-    let pmd = common::unit();
+    let unit = common::unit();
     let exec_lo = inside.clone().filter(|e| e.exec).map(|e| e.start).min().unwrap_or(0);
     let exec_hi = inside.filter(|e| e.exec).map(|e| e.end).max().unwrap_or(0);
-    let windows = (exec_hi / pmd * pmd).saturating_sub(exec_lo.div_ceil(pmd) * pmd) / 1024;
+    let windows = (hugetext_abi::geometry::align_down(exec_hi, unit))
+        .saturating_sub(hugetext_abi::geometry::align_up(exec_lo, unit))
+        / 1024;
     (huge, windows)
 }
 

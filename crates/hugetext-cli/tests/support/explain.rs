@@ -150,14 +150,14 @@ pub fn ensure_warm(p: &Path) {
 /// the advice covers only in part (`madvise_cold_or_pageout_pte_range()`),
 /// and MADV_COLD itself only ages the pages.
 pub fn split(pid: i32, start: u64, end: u64) {
-    let (pmd, page) = (common::unit(), hugetext::kernel::page_size() as u64);
+    let (unit, page) = (common::unit(), hugetext::kernel::page_size() as u64);
     // SAFETY: plain syscalls; the iovec points into the target process, which
     // the kernel reads, not this one.
     unsafe {
         let fd = libc::syscall(libc::SYS_pidfd_open, pid, 0) as i32;
         assert!(fd >= 0, "pidfd_open: {}", std::io::Error::last_os_error());
-        let mut w = start.next_multiple_of(pmd);
-        while w + pmd <= end {
+        let mut w = start.next_multiple_of(unit);
+        while w + unit <= end {
             let iov = libc::iovec {
                 iov_base: (w + page) as *mut libc::c_void,
                 iov_len: page as usize,
@@ -171,7 +171,7 @@ pub fn split(pid: i32, start: u64, end: u64) {
                 0,
             );
             assert_eq!(r as u64, page, "process_madvise: {}", std::io::Error::last_os_error());
-            w += pmd;
+            w += unit;
         }
         libc::close(fd);
     }

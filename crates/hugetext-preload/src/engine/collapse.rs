@@ -12,16 +12,16 @@ use crate::sys;
 /// library does.
 pub(super) fn route_collapse(p: &mut Pass, c: &Cand, w: &mut Chunk) {
     use hugetext_abi::madv::{collapse_transient, COLLAPSE_RETRIES, COLLAPSE_RETRY_NS};
-        let unit = scan::unit();
+    let unit = scan::unit();
     let mut err = 0;
     for (i, k) in runs(w.all & !w.huge) {
-            let mut r = sys::advise(w.a + i * unit, k * unit, sys::Keep::Collapse);
+        let mut r = sys::advise(w.a + i * unit, k * unit, sys::Keep::Collapse);
         for _ in 0..COLLAPSE_RETRIES {
             if r >= 0 || !collapse_transient(-r as i32) {
                 break;
             }
             sys::sleep_ns(COLLAPSE_RETRY_NS);
-                r = sys::advise(w.a + i * unit, k * unit, sys::Keep::Collapse);
+            r = sys::advise(w.a + i * unit, k * unit, sys::Keep::Collapse);
         }
         if r == -(libc::EINVAL as isize) {
             p.t.collapse_unsupported = true;

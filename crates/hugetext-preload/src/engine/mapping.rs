@@ -16,7 +16,7 @@ use crate::sys;
 /// One text mapping.
 pub(super) fn mapping(p: &mut Pass, c: &Cand) {
     let w = scan::windows(c.start, c.end);
-        let (ws, we, unit) = (w.start(), w.end(), w.unit());
+    let (ws, we, unit) = (w.start(), w.end(), w.unit());
     if w.is_empty() {
         p.t.small_mappings += 1;
         return;
@@ -45,7 +45,7 @@ pub(super) fn mapping(p: &mut Pass, c: &Cand) {
         }
         Err(e) => return p.fail(c, p.verifier_name(), e),
     }
-        let congruent = hugetext_abi::geometry::congruent(c.start as u64, c.off, unit as u64);
+    let congruent = hugetext_abi::geometry::congruent(c.start as u64, c.off, unit as u64);
     let mut fd: isize = 0; // 0 = not opened yet
     let mut elf: Option<ElfFile> = None;
     let mut advised = false;
