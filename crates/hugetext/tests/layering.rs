@@ -359,6 +359,71 @@ fn engine_files_import_by_name_and_keep_each_types_methods_in_one_file() {
     assert!(bad.is_empty(), "{}", bad.join("\n"));
 }
 
+/// The modules inside a folder (e.g. the preload's `engine/`) import each
+/// other through `super::NAME`: those imports must form no circle, or the
+/// folder is one knot instead of rooms (a route importing a helper of the
+/// driver that calls it was one).
+#[test]
+fn files_inside_the_preload_engine_import_each_other_without_circles() {
+    let engine = repo().join("crates/hugetext-preload/src/engine");
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let files: Vec<_> = rust_files(&engine);
+    let names: BTreeSet<String> = files
+        .iter()
+        .map(|f| f.file_stem().unwrap().to_str().unwrap().to_string())
+        .filter(|n| n != "mod")
+        .collect();
+    for file in &files {
+        let me = file.file_stem().unwrap().to_str().unwrap().to_string();
+        if me == "mod" {
+            continue;
+        }
+        let text = fs::read_to_string(file).unwrap();
+        let code = code_only(text.split("#[cfg(test)]").next().unwrap());
+        for (i, _) in code.match_indices("super::") {
+            let n = ident_at(&code[i + "super::".len()..]);
+            if names.contains(n) && n != me {
+                graph.entry(me.clone()).or_default().insert(n.to_string());
+            }
+        }
+    }
+    assert!(
+        graph.values().map(BTreeSet::len).sum::<usize>() >= 3,
+        "fewer sibling imports than the engine has: the test reads the wrong files: {graph:?}"
+    );
+    // Depth-first search; a node met again while on the path closes a circle.
+    fn visit(
+        n: &str,
+        g: &BTreeMap<String, BTreeSet<String>>,
+        path: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(at) = path.iter().position(|p| p == n) {
+            let mut c = path[at..].to_vec();
+            c.push(n.to_string());
+            return Some(c);
+        }
+        if done.contains(n) {
+            return None;
+        }
+        path.push(n.to_string());
+        for m in g.get(n).into_iter().flatten() {
+            if let Some(c) = visit(m, g, path, done) {
+                return Some(c);
+            }
+        }
+        path.pop();
+        done.insert(n.to_string());
+        None
+    }
+    let mut done = BTreeSet::new();
+    for n in graph.keys() {
+        if let Some(c) = visit(n, &graph, &mut Vec::new(), &mut done) {
+            panic!("engine files import each other in a circle: {}", c.join(" -> "));
+        }
+    }
+}
+
 #[test]
 fn the_reader_of_crate_paths_sees_groups_and_skips_comments_and_strings() {
     let code = code_only(

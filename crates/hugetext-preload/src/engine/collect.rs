@@ -2,7 +2,7 @@
 //! look, the files behind them (opened and checked to be the very file
 //! mapped), and the ranges earlier passes copied.
 
-use super::{in_scope, remap, window_bytes, Cand, Scope, State, MAXC, PATHS};
+use super::{in_scope, remap, window_bytes, Cand, Pass, Scope, State, MAXC, PATHS};
 use crate::config::Config;
 use crate::copies::was_copied;
 use crate::out::line;
@@ -294,4 +294,13 @@ pub(super) fn anon_unit_never() -> bool {
     sys::close(fd as i32);
     let top = if thp_never() { ThpMode::Never } else { ThpMode::Madvise };
     !SizeMode::parse(&b[..n]).is_some_and(|m| m.allows_madvised(top))
+}
+
+/// The descriptor of `c`'s file in `fd`, opened ([`open_mapped`]) at the
+/// first route that needs it (the fd, or `-errno` when it cannot be).
+pub(super) fn ensure_fd(p: &mut Pass, c: &Cand, fd: &mut isize) -> isize {
+    if *fd == 0 {
+        *fd = open_mapped(p.st, c);
+    }
+    *fd
 }

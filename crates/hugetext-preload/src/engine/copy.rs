@@ -1,7 +1,7 @@
 //! The `copy` route: anonymous huge pages filled from the page cache or
 //! the file, then moved over the text in one `mremap`.
 
-use super::mapping::ensure_fd;
+use super::collect::ensure_fd;
 use super::{full, runs, Cand, Chunk, Pass};
 use crate::copies::remember_copy;
 use crate::out::{line, Out};

@@ -3,9 +3,8 @@
 
 use core::sync::atomic::{AtomicU8, Ordering::Relaxed};
 
+use super::collect::ensure_fd;
 use super::collect::fs_name;
-use super::mapping::ensure_fd;
-use super::plan::window_mode;
 use super::{runs, Cand, Chunk, Pass};
 use crate::out::line;
 use crate::scan;
@@ -31,7 +30,7 @@ pub(super) enum FileStep {
 /// ([`window`]); remembered for the process. Process-wide because it is a
 /// fact of the kernel, not of one pass: later passes of this copy of the
 /// library skip the probe. Read and written only in this module, under the
-/// pass lock (`BUSY` in lib.rs); [`super::plan::window_mode`] decides from
+/// pass lock (`BUSY` in lib.rs); [`window_mode`] decides from
 /// its value.
 static PT: AtomicU8 = AtomicU8::new(PT_UNKNOWN);
 pub(super) const PT_UNKNOWN: u8 = 0;
@@ -360,4 +359,31 @@ pub(super) fn cache_is_pmd(pass: &Pass, f: i32, off: u64) -> bool {
     // refers to them.
     unsafe { sys::munmap(m as usize, 2 * unit) };
     ok
+}
+
+/// How the file route drops and refaults one window, from what is known of
+/// this kernel's `MADV_DONTNEED` ([`PT`]) and the pass's probe budget:
+/// (measure it to find out whether the emptied page table stays, replace
+/// the window with `mmap(MAP_FIXED)` because it does).
+pub(super) fn window_mode(pt: u8, checks: u8, probes: u8) -> (bool, bool) {
+    let detect = pt == PT_UNKNOWN && checks < MAX_CHECKS && probes < MAX_PROBES;
+    (detect, pt == PT_KEPT)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn windows_are_replaced_where_dontneed_keeps_page_tables() {
+        // Not known yet: find out (while the budget lasts), do not replace.
+        assert_eq!(window_mode(PT_UNKNOWN, 0, 0), (true, false));
+        assert_eq!(window_mode(PT_UNKNOWN, MAX_CHECKS - 1, MAX_PROBES - 1), (true, false));
+        assert_eq!(window_mode(PT_UNKNOWN, MAX_CHECKS, 0), (false, false));
+        assert_eq!(window_mode(PT_UNKNOWN, 0, MAX_PROBES), (false, false));
+        // Kernels before 6.14 (or HUGETEXT_COMPAT=no-pt-reclaim): replace.
+        assert_eq!(window_mode(PT_KEPT, 0, 0), (false, true));
+        // 6.14+ with CONFIG_PT_RECLAIM: neither.
+        assert_eq!(window_mode(PT_FREED, 0, 0), (false, false));
+    }
 }

@@ -2,7 +2,6 @@
 //! measured, planned and sent down its routes.
 
 use super::collapse::route_collapse;
-use super::collect::open_mapped;
 use super::copy::route_copy;
 use super::file::{route_file, FileStep};
 use super::plan::plan;
@@ -108,13 +107,6 @@ pub(super) fn mapping(p: &mut Pass, c: &Cand) {
                 .size(scan::unit() as u64);
         }
     }
-}
-
-pub(super) fn ensure_fd(p: &mut Pass, c: &Cand, fd: &mut isize) -> isize {
-    if *fd == 0 {
-        *fd = open_mapped(p.st, c);
-    }
-    *fd
 }
 
 /// Up to 64 windows of one text mapping: measure them (the `already`

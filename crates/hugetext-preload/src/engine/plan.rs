@@ -1,7 +1,6 @@
 //! Which routes a chunk of windows takes: pure functions of the facts
 //! gathered first.
 
-use super::file::{MAX_CHECKS, MAX_PROBES, PT_KEPT, PT_UNKNOWN};
 use super::{CopyPlan, Facts, Plan};
 use crate::config::{Order, Strategy};
 
@@ -63,18 +62,8 @@ const CONT_NO_FILE: &str = "file route skipped: evict + MADV_HUGEPAGE refill rea
 const CONT_NO_FILE_NO_COLLAPSE: &str = "file and collapse routes skipped: MADV_COLLAPSE builds only PMD-size folios (512 MiB with 64 KiB pages), never the 2 MiB contiguous-PTE block; evict + MADV_HUGEPAGE refill reads 2 MiB folios, but without PFN access (CAP_SYS_ADMIN) nothing shows a process the folio size behind its file text, so it could not be verified";
 const CONT_ANON_NEVER: &str = "copy route skipped: 2 MiB anonymous folios are off (/sys/kernel/mm/transparent_hugepage/hugepages-2048kB/enabled is `never`, or `inherit` with transparent_hugepage `never`); as root: echo madvise > /sys/kernel/mm/transparent_hugepage/hugepages-2048kB/enabled";
 
-/// How the file route drops and refaults one window, from what is known of
-/// this kernel's `MADV_DONTNEED` ([`PT`]) and the pass's probe budget:
-/// (measure it to find out whether the emptied page table stays, replace
-/// the window with `mmap(MAP_FIXED)` because it does).
-pub(super) fn window_mode(pt: u8, checks: u8, probes: u8) -> (bool, bool) {
-    let detect = pt == PT_UNKNOWN && checks < MAX_CHECKS && probes < MAX_PROBES;
-    (detect, pt == PT_KEPT)
-}
-
 #[cfg(test)]
 mod tests {
-    use super::super::file::PT_FREED;
     use super::*;
 
     fn facts(strategy: Strategy) -> Facts {
@@ -270,19 +259,6 @@ mod tests {
             ..facts(Strategy::File)
         };
         assert_eq!(plan(&f).copy, CopyPlan::No);
-    }
-
-    #[test]
-    fn windows_are_replaced_where_dontneed_keeps_page_tables() {
-        // Not known yet: find out (while the budget lasts), do not replace.
-        assert_eq!(window_mode(PT_UNKNOWN, 0, 0), (true, false));
-        assert_eq!(window_mode(PT_UNKNOWN, MAX_CHECKS - 1, MAX_PROBES - 1), (true, false));
-        assert_eq!(window_mode(PT_UNKNOWN, MAX_CHECKS, 0), (false, false));
-        assert_eq!(window_mode(PT_UNKNOWN, 0, MAX_PROBES), (false, false));
-        // Kernels before 6.14 (or HUGETEXT_COMPAT=no-pt-reclaim): replace.
-        assert_eq!(window_mode(PT_KEPT, 0, 0), (false, true));
-        // 6.14+ with CONFIG_PT_RECLAIM: neither.
-        assert_eq!(window_mode(PT_FREED, 0, 0), (false, false));
     }
 
     #[test]

@@ -17,7 +17,7 @@
 //! explains), then `MADV_HUGEPAGE` and populated, and verified like every
 //! route: a window counts only when it is PMD-mapped.
 
-use super::mapping::ensure_fd;
+use super::collect::ensure_fd;
 use super::{runs, Cand, Chunk, Pass};
 use crate::out::line;
 use crate::scan;
