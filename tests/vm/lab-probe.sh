@@ -65,10 +65,11 @@ elif patched_by_kunit; then
 else
   variant=stock
   settings=stock
-  # A 7.x stock kernel: its plain execs under THP madvise ("off") too, the
-  # mode the patched kernel's "off" runs in, so that the guard compares
-  # the two under the same mode (the rest runs under the boot's mode).
-  case $(uname -r) in 7.*) settings="off stock" ;; esac
+  # A 7.x or 6.12 stock kernel: its plain execs under THP madvise ("off")
+  # too, the mode the patched kernel's "off" runs in (both series switch
+  # by THP policy), so that the guard compares the two under the same mode
+  # (the rest runs under the boot's mode).
+  case $(uname -r) in 7.* | 6.12.*) settings="off stock" ;; esac
 fi
 # khugepaged collapses file text in the background under THP always on
 # kernels without READ_ONLY_THP_FOR_FS (7.x: any large-folio filesystem), so
