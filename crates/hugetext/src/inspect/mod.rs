@@ -469,12 +469,7 @@ impl CopyProofs {
         t: &crate::run::remap::TextMapping,
     ) -> bool {
         // The file: its mapping at offset 0, as copy_proven reads it.
-        let Some(head) = smaps
-            .iter()
-            .map(|(m, _)| m)
-            .filter(|m| m.path == t.path && m.offset == 0)
-            .min_by_key(|m| m.start)
-        else {
+        let Some(head) = crate::run::remap::file_head(smaps, &t.path) else {
             return false;
         };
         let key = ProofKey {

@@ -560,6 +560,15 @@ pub fn text_mappings_proved_by(
     Ok(v)
 }
 
+/// The file's mapping at offset 0 (the lowest, if several): where its ELF
+/// header is mapped, from which the load bias of its text is read.
+pub fn file_head<'a>(vmas: &'a [(procfs::Vma, procfs::SmapsStats)], path: &str) -> Option<&'a procfs::Vma> {
+    vmas.iter()
+        .map(|(m, _)| m)
+        .filter(|m| m.path == path && m.offset == 0)
+        .min_by_key(|m| m.start)
+}
+
 /// Whether the bytes of the anonymous mapping `t` of process `pid` are the
 /// bytes of file `t.path` that its executable segment puts at those
 /// addresses: the load bias from the file's mapping at offset 0 and its
@@ -569,12 +578,7 @@ pub fn text_mappings_proved_by(
 /// anything cannot be read.
 pub fn copy_proven(pid: i32, vmas: &[(procfs::Vma, procfs::SmapsStats)], t: &TextMapping) -> bool {
     use std::os::unix::fs::FileExt;
-    let Some(head) = vmas
-        .iter()
-        .map(|(m, _)| m)
-        .filter(|m| m.path == t.path && m.offset == 0)
-        .min_by_key(|m| m.start)
-    else {
+    let Some(head) = file_head(vmas, &t.path) else {
         return false;
     };
     let file_path = PathBuf::from(format!("/proc/{pid}/map_files/{:x}-{:x}", head.start, head.end));

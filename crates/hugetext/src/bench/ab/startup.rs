@@ -535,46 +535,77 @@ fn thread_cpu_s() -> f64 {
     ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
 }
 
+/// Fresh private anonymous memory for at least `n` bytes at a PMD-aligned
+/// address, advised `MADV_HUGEPAGE` and not yet touched: where the copy
+/// floor writes (its faults allocate and zero huge pages, as a copy's do).
+/// Unmapped on drop.
+struct HugeScratch {
+    map: *mut libc::c_void,
+    map_len: usize,
+    /// The PMD-aligned start inside the mapping.
+    at: usize,
+    /// `n` rounded up to whole PMDs.
+    len: usize,
+}
+
+impl HugeScratch {
+    fn new(n: usize) -> Option<Self> {
+        let pmd = kernel::pmd_size();
+        let len = hugetext_abi::geometry::align_up(n, pmd);
+        // SAFETY: a fresh private anonymous mapping, unmapped on drop.
+        let map = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len + pmd,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if map == libc::MAP_FAILED {
+            return None;
+        }
+        let at = hugetext_abi::geometry::align_up(map as usize, pmd);
+        // SAFETY: `at..at + len` lies inside the mapping (one PMD spare).
+        unsafe { libc::madvise(at as *mut libc::c_void, len, libc::MADV_HUGEPAGE) };
+        Some(Self {
+            map,
+            map_len: len + pmd,
+            at,
+            len,
+        })
+    }
+}
+
+impl Drop for HugeScratch {
+    fn drop(&mut self) {
+        // SAFETY: our own mapping, which nothing refers to any more.
+        unsafe { libc::munmap(self.map, self.map_len) };
+    }
+}
+
 /// Measure the floor once for `bytes` (see [`FloorRun`]); `None` when no
 /// memory could be mapped.
 pub fn floor_once(bytes: u64) -> Option<FloorRun> {
     let n = bytes.max(1 << 20) as usize;
     // Written, so in memory (not the shared zero page).
     let src = vec![0xc3u8; n];
-    let unit = kernel::pmd_size();
-    let len = n.div_ceil(unit) * unit;
-    // SAFETY: a fresh private anonymous mapping, unmapped below.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len + unit,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    if p == libc::MAP_FAILED {
-        return None;
-    }
-    let aligned = (p as usize).div_ceil(unit) * unit;
-    // SAFETY: `aligned..aligned+len` lies inside the mapping.
-    unsafe { libc::madvise(aligned as *mut libc::c_void, len, libc::MADV_HUGEPAGE) };
+    let dst = HugeScratch::new(n)?;
     let (t, c) = (Instant::now(), thread_cpu_s());
     // SAFETY: advice on our own mapping; contents are zero either way.
     unsafe {
         libc::madvise(
-            aligned as *mut libc::c_void,
-            len,
+            dst.at as *mut libc::c_void,
+            dst.len,
             hugetext_abi::madv::MADV_POPULATE_WRITE,
         )
     };
     let c_zero = thread_cpu_s();
-    // SAFETY: `n` bytes from `src`, into our fresh mapping.
-    unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), aligned as *mut u8, n) };
+    // SAFETY: `n` bytes from `src`, into our fresh mapping of at least `n`.
+    unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst.at as *mut u8, n) };
     let (wall, c_end) = (t.elapsed().as_secs_f64(), thread_cpu_s());
-    // SAFETY: our own mapping.
-    unsafe { libc::munmap(p, len + unit) };
+    drop(dst);
     let mib = n as f64 / (1u64 << 20) as f64;
     Some(FloorRun {
         bytes: n as u64,
@@ -599,33 +630,15 @@ pub fn copy_floor(bytes: u64) -> CopyFloor {
         std::hint::black_box(&dst);
         warm = warm.min(t.elapsed().as_secs_f64() * 1e3 / mib);
     }
-    let unit = kernel::pmd_size();
     let mut fresh = f64::INFINITY;
     for _ in 0..5 {
-        let len = n.div_ceil(unit) * unit;
-        // SAFETY: a fresh private anonymous mapping, unmapped below.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len + unit,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
+        let Some(dst) = HugeScratch::new(n) else {
             break;
-        }
-        let aligned = (p as usize).div_ceil(unit) * unit;
-        // SAFETY: `aligned..aligned+len` lies inside the mapping.
-        unsafe { libc::madvise(aligned as *mut libc::c_void, len, libc::MADV_HUGEPAGE) };
+        };
         let t = Instant::now();
-        // SAFETY: `n` bytes from `src`, into our fresh mapping.
-        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), aligned as *mut u8, n) };
+        // SAFETY: `n` bytes from `src`, into our fresh mapping of at least `n`.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst.at as *mut u8, n) };
         fresh = fresh.min(t.elapsed().as_secs_f64() * 1e3 / mib);
-        // SAFETY: our own mapping.
-        unsafe { libc::munmap(p, len + unit) };
     }
     CopyFloor {
         bytes: n as u64,
