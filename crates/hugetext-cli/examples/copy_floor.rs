@@ -160,17 +160,17 @@ fn main() {
     assert!(len % PMD == 0, "MIB must be a multiple of 2");
     let (huge, small) = (source(&dir, mib, true), source(&dir, mib, false));
     // A PMD-mapped copy of the bytes: the free source of `floor`.
-    let src = Anon::new(len);
-    pread_all(&huge, src.at, len, 0);
+    let src = floor::anon(len);
+    pread_all(&huge, src.addr(), len, 0);
     let check = |dst: &Anon| {
         // SAFETY: both ours, `len` bytes each.
-        let same = unsafe { libc::memcmp(dst.at as *const _, src.at as *const _, len) } == 0;
+        let same = unsafe { libc::memcmp(dst.addr() as *const _, src.addr() as *const _, len) } == 0;
         assert!(same, "copy differs");
     };
     let check = &check;
     // The fill of a fresh mapping, timed with it.
     let timed = |fill: &dyn Fn(&Anon)| {
-        let d = Anon::new(len);
+        let d = floor::anon(len);
         let t = Instant::now();
         fill(&d);
         let r = ms(t);
@@ -194,7 +194,7 @@ fn main() {
             let step = if window { PMD } else { len };
             for w in (0..len).step_by(step) {
                 populate_read(m.at + w, step);
-                memcpy(m.at + w, d.at + w, step);
+                memcpy(m.at + w, d.addr() + w, step);
             }
         })
     };
@@ -202,7 +202,7 @@ fn main() {
         timed(&|d: &Anon| {
             let step = if window { PMD } else { len };
             for w in (0..len).step_by(step) {
-                pread_all(f, d.at + w, step, w as u64);
+                pread_all(f, d.addr() + w, step, w as u64);
             }
         })
     };
@@ -213,9 +213,9 @@ fn main() {
             "zero",
             "-",
             Box::new(|| {
-                let d = Anon::new(len);
+                let d = floor::anon(len);
                 let t = Instant::now();
-                d.populate_write();
+                floor::populate_write(&d);
                 ms(t)
             }),
         ),
@@ -223,10 +223,10 @@ fn main() {
             "memcpy only",
             "-",
             Box::new(|| {
-                let d = Anon::new(len);
-                d.populate_write();
+                let d = floor::anon(len);
+                floor::populate_write(&d);
                 let t = Instant::now();
-                memcpy(src.at, d.at, len);
+                memcpy(src.addr(), d.addr(), len);
                 let r = ms(t);
                 check(&d);
                 r
@@ -239,7 +239,7 @@ fn main() {
             Box::new(|| {
                 timed(&|d: &Anon| {
                     for w in (0..len).step_by(PMD) {
-                        memcpy(src.at + w, d.at + w, PMD)
+                        memcpy(src.addr() + w, d.addr() + w, PMD)
                     }
                 })
             }),
@@ -258,8 +258,8 @@ fn main() {
             "small",
             Box::new(|| {
                 timed(&|d: &Anon| {
-                    d.populate_write();
-                    pread_all(s, d.at, len, 0)
+                    floor::populate_write(d);
+                    pread_all(s, d.addr(), len, 0)
                 })
             }),
         ),

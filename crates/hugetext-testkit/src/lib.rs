@@ -1302,3 +1302,116 @@ impl Drop for Cgroup {
         }
     }
 }
+
+/// Is the environment entry `e` one `hugetext run` put there for the
+/// preload: a setting, a loader list naming libhugetext.so, or the
+/// `GLIBC_TUNABLES` value it sets?
+pub fn is_ours(e: &str) -> bool {
+    e.starts_with(settings::PREFIX)
+        || (e.starts_with("LD_") && e.contains("libhugetext"))
+        || e.contains("optional_static_tls")
+}
+
+/// The entries of `pid`'s `/proc/PID/environ` that [`is_ours`] (empty
+/// when the process is gone).
+pub fn ours_in_environ(pid: i32) -> Vec<String> {
+    std::fs::read(format!("/proc/{pid}/environ"))
+        .unwrap_or_default()
+        .split(|&c| c == 0)
+        .map(|e| String::from_utf8_lossy(e).into_owned())
+        .filter(|e| is_ours(e))
+        .collect()
+}
+
+/// A postgres cluster of Debian's postgresql, made for one test: a
+/// `postgres`-owned home in a 0755 scratch directory, `initdb` run as
+/// postgres, and `pg_ctl stop -m immediate` when dropped (a server that
+/// never started makes that a no-op).
+pub struct PgCluster {
+    /// The directory of `pg_ctl`, `initdb` and `postgres`.
+    pub bin: PathBuf,
+    /// The postgres-owned directory holding `data`, the socket and the log.
+    pub home: PathBuf,
+    /// The cluster's data directory.
+    pub data: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl PgCluster {
+    /// A fresh cluster, or `None` (with the skip line said) when
+    /// postgresql is not installed.
+    pub fn init() -> Option<PgCluster> {
+        let bin = std::fs::read_dir("/usr/lib/postgresql")
+            .into_iter()
+            .flatten()
+            .filter_map(|e| Some(e.ok()?.path().join("bin")))
+            .find(|b| ["pg_ctl", "initdb", "postgres"].iter().all(|f| b.join(f).exists()));
+        let Some(bin) = bin else {
+            skip_line("postgresql not installed: skipped");
+            return None;
+        };
+        let dir = scratch();
+        std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        let home = dir.path().join("pg");
+        assert!(Command::new("install")
+            .args(["-d", "-o", "postgres", "-g", "postgres"])
+            .arg(&home)
+            .status()
+            .unwrap()
+            .success());
+        let data = home.join("data");
+        let c = PgCluster {
+            bin,
+            home,
+            data,
+            _dir: dir,
+        };
+        let o = c
+            .as_postgres(&c.bin.join("initdb"))
+            .arg("-D")
+            .arg(&c.data)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "initdb: {}", text(&o.stderr));
+        Some(c)
+    }
+
+    /// `runuser -u postgres -- prog`: append its arguments.
+    pub fn as_postgres(&self, prog: &Path) -> Command {
+        let mut c = Command::new("runuser");
+        c.args(["-u", "postgres", "--"]).arg(prog);
+        c
+    }
+
+    /// `pg_ctl`'s path.
+    pub fn pg_ctl(&self) -> PathBuf {
+        self.bin.join("pg_ctl")
+    }
+
+    /// The `-o` options of a server on port 5432 with its socket in
+    /// [`PgCluster::home`] and no TCP listener.
+    pub fn server_options(&self) -> String {
+        format!("-p 5432 -k {} -c listen_addresses=", self.home.display())
+    }
+
+    /// The postmaster's pid, from `postmaster.pid`.
+    pub fn postmaster(&self) -> i32 {
+        std::fs::read_to_string(self.data.join("postmaster.pid"))
+            .unwrap()
+            .lines()
+            .next()
+            .and_then(|l| l.trim().parse().ok())
+            .expect("the postmaster's pid")
+    }
+}
+
+impl Drop for PgCluster {
+    fn drop(&mut self) {
+        let _ = self
+            .as_postgres(&self.pg_ctl())
+            .arg("-D")
+            .arg(&self.data)
+            .args(["-m", "immediate", "-w", "-t", "300", "stop"])
+            .output();
+    }
+}

@@ -336,6 +336,18 @@ impl Mapping {
         })
     }
 
+    /// Fresh anonymous read-write memory for huge pages: `len` bytes rounded
+    /// up to whole PMDs, PMD-aligned, advised `MADV_HUGEPAGE` (nothing is
+    /// faulted in: the first write of each 2 MiB block allocates and zeroes
+    /// its huge page).
+    pub fn anon_huge(len: usize) -> Result<Self> {
+        let pmd = pmd_size();
+        let len = hugetext_abi::geometry::align_up(len.max(1), pmd);
+        let m = Self::anon_aligned(len, libc::PROT_READ | libc::PROT_WRITE, pmd)?;
+        m.madvise(0, len, libc::MADV_HUGEPAGE)?;
+        Ok(m)
+    }
+
     /// Start address.
     pub fn addr(&self) -> usize {
         self.ptr.as_ptr() as usize

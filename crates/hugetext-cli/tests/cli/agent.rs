@@ -932,63 +932,29 @@ fn smaps_text_of(exe: &Path) -> (Vec<i32>, u64, u64) {
 /// its processes (postmaster and workers) say, copies included.
 #[test]
 fn postgres_copied_text_ratio_equals_smaps() {
-    let bin = std::fs::read_dir("/usr/lib/postgresql")
-        .into_iter()
-        .flatten()
-        .filter_map(|e| Some(e.ok()?.path().join("bin")))
-        .find(|b| ["pg_ctl", "initdb", "postgres"].iter().all(|f| b.join(f).exists()));
-    let Some(bin) = bin else {
-        common::skip_line("postgresql not installed: skipped");
+    let Some(pg) = common::PgCluster::init() else {
         return;
     };
     common::preload();
-    let dir = common::scratch();
-    std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let home = dir.path().join("pg");
-    assert!(Command::new("install")
-        .args(["-d", "-o", "postgres", "-g", "postgres"])
-        .arg(&home)
-        .status()
-        .unwrap()
-        .success());
-    let data = home.join("data");
-    let as_postgres = |prog: &Path| {
-        let mut c = Command::new("runuser");
-        c.args(["-u", "postgres", "--"]).arg(prog);
-        c
-    };
-    let o = as_postgres(&bin.join("initdb")).arg("-D").arg(&data).output().unwrap();
-    assert!(o.status.success(), "initdb: {}", common::text(&o.stderr));
-    let pg_ctl = bin.join("pg_ctl");
-    struct Stop(Command);
-    impl Drop for Stop {
-        fn drop(&mut self) {
-            let _ = self.0.output();
-        }
-    }
-    let mut stop = as_postgres(&pg_ctl);
-    stop.arg("-D")
-        .arg(&data)
-        .args(["-m", "immediate", "-w", "-t", "300", "stop"]);
-    let stop = Stop(stop);
+    let pg_ctl = pg.pg_ctl();
     let o = Command::new("runuser")
         .args(["-u", "postgres", "--"])
         .arg(common::bin())
         .args(["run", "--strategy", "copy", "--"])
         .arg(&pg_ctl)
         .arg("-D")
-        .arg(&data)
+        .arg(&pg.data)
         .arg("-o")
-        .arg(format!("-p 5432 -k {} -c listen_addresses=", home.display()))
+        .arg(pg.server_options())
         .arg("-l")
-        .arg(home.join("log"))
+        .arg(pg.home.join("log"))
         .args(["-w", "-t", "300", "start"])
         .env_remove("HUGETEXT_STRATEGY")
         .stdin(Stdio::null())
         .output()
         .unwrap();
     assert!(o.status.success(), "pg_ctl start: {}", common::text(&o.stderr));
-    let exe = bin.join("postgres").canonicalize().unwrap();
+    let exe = pg.bin.join("postgres").canonicalize().unwrap();
     let p = exe.display().to_string();
     let a = AgentProc::with_config(None);
     // The same processes before and after the scrape (another test may
@@ -1008,7 +974,7 @@ fn postgres_copied_text_ratio_equals_smaps() {
         break (got, after.1 as f64 / after.2 as f64, after.1, after.2, after.0);
     };
     a.stop();
-    drop(stop);
+    drop(pg);
     for pid in pids {
         common::remove_perf_map(pid as u32);
     }

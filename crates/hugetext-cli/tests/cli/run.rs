@@ -2043,22 +2043,6 @@ fn a_server_a_script_starts_in_the_background_is_remapped() {
     s.through("mysqld_safe-style script", &os(&[&safe]));
 }
 
-/// What of hugetext's is in the environment of process `pid`
-/// (`/proc/PID/environ`): its settings, a loader list naming
-/// libhugetext.so, the static-TLS tunable `run` adds.
-fn ours_in_environ(pid: i32) -> Vec<String> {
-    std::fs::read(format!("/proc/{pid}/environ"))
-        .unwrap_or_default()
-        .split(|&c| c == 0)
-        .map(|e| String::from_utf8_lossy(e).into_owned())
-        .filter(|e| {
-            e.starts_with("HUGETEXT_")
-                || (e.starts_with("LD_") && e.contains("libhugetext"))
-                || e.contains("optional_static_tls")
-        })
-        .collect()
-}
-
 /// MariaDB started by Debian's `mysqld_safe` (a shell script that forks
 /// the server with `nohup ... &` and waits for it, running sed, expr,
 /// my_print_defaults on the way): `mariadbd` answers with the whole
@@ -2175,7 +2159,7 @@ fn mariadb_started_by_mysqld_safe_is_remapped_with_a_clean_environment() {
     // mysqld_safe ran on the way have ended); mysqld_safe is the root.
     let leaks: Vec<(i32, Vec<String>)> = tree
         .iter()
-        .map(|&p| (p, ours_in_environ(p)))
+        .map(|&p| (p, common::ours_in_environ(p)))
         .filter(|(_, l)| !l.is_empty())
         .collect();
     drop(stop);
@@ -2204,48 +2188,16 @@ fn mariadb_started_by_mysqld_safe_is_remapped_with_a_clean_environment() {
 /// `/proc/PID/environ`.
 #[test]
 fn postgres_started_by_su_and_pg_ctl_is_remapped_with_a_clean_environment() {
-    let bin = std::fs::read_dir("/usr/lib/postgresql")
-        .into_iter()
-        .flatten()
-        .filter_map(|e| Some(e.ok()?.path().join("bin")))
-        .find(|b| ["pg_ctl", "initdb", "postgres"].iter().all(|f| b.join(f).exists()));
-    let (Some(bin), Some(su)) = (bin, installed(&["/usr/bin/su", "/bin/su"])) else {
-        common::skip_line("postgresql or su not installed: skipped");
+    let Some(su) = installed(&["/usr/bin/su", "/bin/su"]) else {
+        common::skip_line("su not installed: skipped");
+        return;
+    };
+    let Some(pg) = common::PgCluster::init() else {
         return;
     };
     common::preload();
-    let dir = common::scratch();
-    std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let home = dir.path().join("pg");
-    assert!(Command::new("install")
-        .args(["-d", "-o", "postgres", "-g", "postgres"])
-        .arg(&home)
-        .status()
-        .unwrap()
-        .success());
-    let data = home.join("data");
-    let o = Command::new("runuser")
-        .args(["-u", "postgres", "--"])
-        .arg(bin.join("initdb"))
-        .arg("-D")
-        .arg(&data)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "initdb: {}", common::text(&o.stderr));
-    let pg_ctl = bin.join("pg_ctl");
-    struct Stop(PathBuf, PathBuf);
-    impl Drop for Stop {
-        fn drop(&mut self) {
-            let _ = Command::new("runuser")
-                .args(["-u", "postgres", "--"])
-                .arg(&self.0)
-                .arg("-D")
-                .arg(&self.1)
-                .args(["-m", "immediate", "-w", "-t", "300", "stop"])
-                .output();
-        }
-    }
-    let stop = Stop(pg_ctl.clone(), data.clone());
+    let (bin, home, data) = (&pg.bin, &pg.home, &pg.data);
+    let pg_ctl = pg.pg_ctl();
     let start = format!(
         "'{}' -D '{}' -o \"-p 5432 -k '{}' -c listen_addresses=\" -l '{}' -w -t 300 start",
         pg_ctl.display(),
@@ -2264,21 +2216,16 @@ fn postgres_started_by_su_and_pg_ctl_is_remapped_with_a_clean_environment() {
         .unwrap();
     let err = common::text(&o.stderr);
     assert!(o.status.success(), "su ... pg_ctl start: {err}");
-    let pid: i32 = std::fs::read_to_string(data.join("postmaster.pid"))
-        .unwrap()
-        .lines()
-        .next()
-        .and_then(|l| l.trim().parse().ok())
-        .expect("the postmaster's pid");
+    let pid = pg.postmaster();
     let tree = hugetext::procfs::descendants(pid);
     let server = bin.join("postgres");
     let (f, a, _) = common::huge_of_pid(pid, &server);
     let leaks: Vec<(i32, Vec<String>)> = tree
         .iter()
-        .map(|&p| (p, ours_in_environ(p)))
+        .map(|&p| (p, common::ours_in_environ(p)))
         .filter(|(_, l)| !l.is_empty())
         .collect();
-    drop(stop);
+    drop(pg);
     for &p in &tree {
         common::remove_perf_map(p as u32);
     }

@@ -233,18 +233,9 @@ fn rustc_driver_is_huge_backed_as_reported() {
         }
     }
 }
-
-/// Entries of an environment (`NAME=value` strings) that are hugetext's:
-/// its settings, a loader list naming libhugetext.so, the static-TLS
-/// tunable `run` adds.
+/// The entries of an environment that are hugetext's (`common::is_ours`).
 fn ours(env: &[String]) -> Vec<&String> {
-    env.iter()
-        .filter(|e| {
-            e.starts_with("HUGETEXT_")
-                || (e.starts_with("LD_") && e.contains("libhugetext"))
-                || e.contains("optional_static_tls")
-        })
-        .collect()
+    env.iter().filter(|e| common::is_ours(e)).collect()
 }
 
 /// `hugetext run --strategy copy` of a program that prints, as one JSON

@@ -534,76 +534,20 @@ fn thread_cpu_s() -> f64 {
     unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
     ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
 }
-
-/// Fresh private anonymous memory for at least `n` bytes at a PMD-aligned
-/// address, advised `MADV_HUGEPAGE` and not yet touched: where the copy
-/// floor writes (its faults allocate and zero huge pages, as a copy's do).
-/// Unmapped on drop.
-struct HugeScratch {
-    map: *mut libc::c_void,
-    map_len: usize,
-    /// The PMD-aligned start inside the mapping.
-    at: usize,
-    /// `n` rounded up to whole PMDs.
-    len: usize,
-}
-
-impl HugeScratch {
-    fn new(n: usize) -> Option<Self> {
-        let pmd = kernel::pmd_size();
-        let len = hugetext_abi::geometry::align_up(n, pmd);
-        // SAFETY: a fresh private anonymous mapping, unmapped on drop.
-        let map = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len + pmd,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if map == libc::MAP_FAILED {
-            return None;
-        }
-        let at = hugetext_abi::geometry::align_up(map as usize, pmd);
-        // SAFETY: `at..at + len` lies inside the mapping (one PMD spare).
-        unsafe { libc::madvise(at as *mut libc::c_void, len, libc::MADV_HUGEPAGE) };
-        Some(Self {
-            map,
-            map_len: len + pmd,
-            at,
-            len,
-        })
-    }
-}
-
-impl Drop for HugeScratch {
-    fn drop(&mut self) {
-        // SAFETY: our own mapping, which nothing refers to any more.
-        unsafe { libc::munmap(self.map, self.map_len) };
-    }
-}
-
 /// Measure the floor once for `bytes` (see [`FloorRun`]); `None` when no
 /// memory could be mapped.
 pub fn floor_once(bytes: u64) -> Option<FloorRun> {
     let n = bytes.max(1 << 20) as usize;
     // Written, so in memory (not the shared zero page).
     let src = vec![0xc3u8; n];
-    let dst = HugeScratch::new(n)?;
+    let dst = kernel::Mapping::anon_huge(n).ok()?;
     let (t, c) = (Instant::now(), thread_cpu_s());
-    // SAFETY: advice on our own mapping; contents are zero either way.
-    unsafe {
-        libc::madvise(
-            dst.at as *mut libc::c_void,
-            dst.len,
-            hugetext_abi::madv::MADV_POPULATE_WRITE,
-        )
-    };
+    // Zeroing timed apart (a kernel without MADV_POPULATE_WRITE leaves
+    // it to the copy's faults).
+    let _ = dst.madvise(0, dst.len(), hugetext_abi::madv::MADV_POPULATE_WRITE);
     let c_zero = thread_cpu_s();
     // SAFETY: `n` bytes from `src`, into our fresh mapping of at least `n`.
-    unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst.at as *mut u8, n) };
+    unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst.as_ptr(), n) };
     let (wall, c_end) = (t.elapsed().as_secs_f64(), thread_cpu_s());
     drop(dst);
     let mib = n as f64 / (1u64 << 20) as f64;
@@ -632,12 +576,12 @@ pub fn copy_floor(bytes: u64) -> CopyFloor {
     }
     let mut fresh = f64::INFINITY;
     for _ in 0..5 {
-        let Some(dst) = HugeScratch::new(n) else {
+        let Ok(dst) = kernel::Mapping::anon_huge(n) else {
             break;
         };
         let t = Instant::now();
         // SAFETY: `n` bytes from `src`, into our fresh mapping of at least `n`.
-        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst.at as *mut u8, n) };
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst.as_ptr(), n) };
         fresh = fresh.min(t.elapsed().as_secs_f64() * 1e3 / mib);
     }
     CopyFloor {
