@@ -230,10 +230,6 @@ impl Table<'_> {
         Some((addr.checked_add(size)?, flags & 4 /* SHF_EXECINSTR */ != 0))
     }
 
-    fn name(&self, k: usize) -> Option<&[u8]> {
-        self.name_at(u32_at(self.syms, k * self.ent)? as usize)
-    }
-
     /// The name at offset `name` of the string table.
     fn name_at(&self, name: usize) -> Option<&[u8]> {
         let tail = self.strtab.get(name..)?;
@@ -271,15 +267,22 @@ impl Table<'_> {
             0 if sec.is_some_and(|(_, x)| x) => RANK_LABEL,
             _ => return None,
         };
-        let nm = self.name(k)?;
-        if rank == RANK_LABEL && (nm.starts_with(b".L") || nm.starts_with(b"$")) {
-            return None; // assembler-local and mapping symbols
+        // The name's first bytes decide (no need for its end here: that
+        // is looked for only when its line is written).
+        let name = u32_at(self.syms, e)? as usize;
+        let head = self.strtab.get(name..)?;
+        match head {
+            [] | [0, ..] => return None, // no name
+            [b'.', b'L', ..] | [b'$', ..] if rank == RANK_LABEL => {
+                return None; // assembler-local and mapping symbols
+            }
+            _ => {}
         }
         Some(Sym {
             start: value,
             size,
             sec_end: sec.map_or(0, |(end, _)| end),
-            name: u32_at(self.syms, e)? as u32,
+            name: name as u32,
             rank,
         })
     }
