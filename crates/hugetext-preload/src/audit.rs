@@ -97,6 +97,16 @@ static SPANS: [(AtomicUsize, AtomicUsize, AtomicUsize, AtomicBool); MAXS] = [con
         AtomicBool::new(false),
     )
 }; MAXS];
+/// How many of [`SPANS`]' slots were ever used: every walk stops there, so
+/// a process that loads nothing late never touches the table (32 KiB of
+/// .bss: at exit, walking it whole cost a launcher 16 page faults).
+static SPANS_USED: AtomicUsize = AtomicUsize::new(0);
+
+/// The slots of [`SPANS`] in use or freed again.
+#[allow(clippy::type_complexity)]
+fn spans() -> &'static [(AtomicUsize, AtomicUsize, AtomicUsize, AtomicBool)] {
+    &SPANS[..SPANS_USED.load(Relaxed).min(MAXS)]
+}
 
 extern "C" {
     /// The ELF header of this library: its load address (linker-defined).
@@ -294,7 +304,7 @@ pub unsafe extern "C" fn la_objclose(cookie: *mut usize) -> c_uint {
         PENDING[i].store(PENDING[n - 1].load(Relaxed), Relaxed);
         NPENDING.store(n - 1, Relaxed);
     }
-    for (m, _, _, closing) in SPANS.iter() {
+    for (m, _, _, closing) in spans() {
         if m.load(Relaxed) == lm {
             closing.store(true, Relaxed);
         }
@@ -369,9 +379,11 @@ fn sandboxed() -> bool {
 /// seccomp filter was added (a program that loads its plugins, then
 /// sandboxes itself, then unloads one).
 fn forget_closing() {
-    let closing = SPANS.iter().any(|(m, _, _, c)| m.load(Relaxed) != 0 && c.load(Relaxed));
+    let closing = spans()
+        .iter()
+        .any(|(m, _, _, c)| m.load(Relaxed) != 0 && c.load(Relaxed));
     let rewrite = closing && perfmap::opened() && !sandboxed();
-    for (m, lo, hi, closing) in SPANS.iter() {
+    for (m, lo, hi, closing) in spans() {
         if closing.swap(false, Relaxed) {
             if rewrite {
                 perfmap::drop_range(lo.load(Relaxed) as u64, hi.load(Relaxed) as u64);
@@ -382,10 +394,18 @@ fn forget_closing() {
 }
 
 fn remember_span(lm: usize, lo: usize, hi: usize) {
-    let free = SPANS
+    let free = spans()
         .iter()
         .find(|(m, ..)| m.load(Relaxed) == lm)
-        .or_else(|| SPANS.iter().find(|(m, ..)| m.load(Relaxed) == 0));
+        .or_else(|| spans().iter().find(|(m, ..)| m.load(Relaxed) == 0))
+        .or_else(|| {
+            // A slot never used yet. Only the thread holding the pass lock
+            // (the loader's, which calls us) gets here.
+            let n = SPANS_USED.load(Relaxed);
+            let slot = SPANS.get(n)?;
+            SPANS_USED.store(n + 1, Relaxed);
+            Some(slot)
+        });
     if let Some((m, l, h, c)) = free {
         l.store(lo, Relaxed);
         h.store(hi, Relaxed);
