@@ -248,7 +248,7 @@ pub fn clears_environment<'a>(exe: &[u8], args: impl Iterator<Item = &'a [u8]>) 
 }
 
 /// This process's executable (`/proc/self/exe`).
-fn exe(o: &mut Out<1100>) {
+pub fn exe(o: &mut Out<1100>) {
     let mut buf = [0u8; 512];
     let n = sys::readlink(b"/proc/self/exe\0", &mut buf);
     if n > 0 {
@@ -287,6 +287,11 @@ fn starts_with_hashbang(path: &[u8]) -> bool {
     sys::close(fd as i32);
     n == 2 && &head == b"#!"
 }
+
+/// The launcher's arguments named the cleared environment its command
+/// starts with (`clears_environment`, with `-v`): the exec that passes it
+/// on says nothing more (`exec`).
+pub static NAMED_LOSS: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
 
 /// Where a process that loaded the preload without `--inherit` stands.
 #[derive(Debug, PartialEq, Eq)]
@@ -341,6 +346,7 @@ pub fn at_start(cfg: &config::Config, argv: &[*const c_char], late: &str, pass: 
                 unsafe { CStr::from_ptr(a) }.to_bytes()
             });
             if let Some(opt) = clears_environment(exe_path.contents(), args) {
+                NAMED_LOSS.store(true, Relaxed);
                 line()
                     .s("pid ")
                     .pid(perfmap::pid())
