@@ -437,6 +437,18 @@ pub unsafe fn with_env<R>(envp: *const *const c_char, room: Room, f: impl FnOnce
     if !crate::WRAPPER.load(Relaxed) || envp.is_null() {
         return f(envp);
     }
+    // SAFETY: the caller's contract.
+    unsafe { in_launcher(envp, room, f) }
+}
+
+/// [`with_env`] in a followed launcher: apart, so that the buffer on the
+/// stack is a frame of its own that a process which is not a launcher
+/// never makes (a thread with a small stack calling `posix_spawn`).
+///
+/// # Safety
+/// `envp` is a NULL-terminated array of NUL-terminated strings.
+#[inline(never)]
+unsafe fn in_launcher<R>(envp: *const *const c_char, room: Room, f: impl FnOnce(*const *const c_char) -> R) -> R {
     let Some(saved) = clean::saved() else {
         return f(envp);
     };
@@ -488,7 +500,9 @@ pub unsafe fn with_env<R>(envp: *const *const c_char, room: Room, f: impl FnOnce
         }
     });
     let need = slots * 8 + bytes;
-    let mut stack = [0usize; 2048];
+    // Not zeroed: only what is written is touched (each page of a child's
+    // stack first touched is a page fault).
+    let mut stack = core::mem::MaybeUninit::<[usize; 2048]>::uninit();
     let (base, mapped) = if room == Room::Stack && need <= core::mem::size_of_val(&stack) {
         (stack.as_mut_ptr() as usize, 0)
     } else {
