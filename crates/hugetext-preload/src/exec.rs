@@ -500,11 +500,13 @@ unsafe fn in_launcher<R>(envp: *const *const c_char, room: Room, f: impl FnOnce(
         }
     });
     let need = slots * 8 + bytes;
-    // Not zeroed: only what is written is touched (each page of a child's
-    // stack first touched is a page fault).
+    // Not zeroed, and used from its top end, next to the caller's frame:
+    // only what is written is touched (each page of a child's stack first
+    // touched is a page fault).
     let mut stack = core::mem::MaybeUninit::<[usize; 2048]>::uninit();
-    let (base, mapped) = if room == Room::Stack && need <= core::mem::size_of_val(&stack) {
-        (stack.as_mut_ptr() as usize, 0)
+    let room_on_stack = core::mem::size_of_val(&stack);
+    let (base, mapped) = if room == Room::Stack && need <= room_on_stack {
+        ((stack.as_mut_ptr() as usize + room_on_stack - need) & !7, 0)
     } else {
         let len = need.next_multiple_of(4096);
         let mem = sys::mmap(
