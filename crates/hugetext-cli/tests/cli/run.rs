@@ -2423,6 +2423,7 @@ fn a_launcher_sees_a_clean_environment_and_every_exec_form_reaches_the_program()
             .any(|l| l.contains(" -> ") && l.contains("via ") && l.ends_with(&*target.to_string_lossy()));
         assert!(reached, "{mode}: the program was not reached: {err}");
         assert!(err.contains("huge-backed"), "{mode}: {err}");
+        assert!(!err.contains("is a Go program"), "{mode}: {err}");
     }
     let mut cmd = Command::new(common::bin());
     cmd.args(["run", "-v", "--"]).arg(&launch).arg("cleared").arg(&pie);
@@ -2438,8 +2439,29 @@ fn a_launcher_sees_a_clean_environment_and_every_exec_form_reaches_the_program()
     assert!(!err.contains("huge-backed"), "nothing reached the program: {err}");
 }
 
-/// `hugetext run ARGS -- PROGRAM PROGRAM_ARGS` as `cmd` (a `setpriv`
-/// prefix, or nothing): its stderr, after checking it exited 0.
+/// A launcher that starts its command with the execve system call (a Go
+/// program: os/exec, syscall.Exec) cannot be followed: `-v` says so at
+/// it, by Go's build-id note (tests/c/rawexec.c carries one), and the
+/// program runs plain.
+#[test]
+fn v_says_a_go_launcher_cannot_be_followed() {
+    common::preload();
+    let pie = common::fixture("lld", "pie");
+    let rawexec = common::cprogs().join("rawexec");
+    let mut cmd = Command::new(common::bin());
+    cmd.args(["run", "-v", "--"]).arg(&rawexec).arg(&pie);
+    let o = common::output_without_perf_map(&mut cmd);
+    let err = common::text(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    let said: Vec<_> = err.lines().filter(|l| l.contains("is a Go program")).collect();
+    assert_eq!(said.len(), 1, "{err}");
+    assert!(
+        said[0].contains("/rawexec") && said[0].contains("cannot be followed"),
+        "{err}"
+    );
+    assert!(!err.contains("huge-backed"), "nothing reached the program: {err}");
+}
+
 fn run_stderr(prefix: Option<Command>, args: &[&str], program: &Path, program_args: &[&str]) -> String {
     common::preload();
     let mut cmd = match prefix {
