@@ -58,7 +58,7 @@ fn cstr(p: *const c_char) -> &'static [u8] {
 
 /// Copy the `HUGETEXT_*` entries of the environment into a fresh mapping
 /// and publish it in [`SAVED`]. False when nothing could be saved.
-fn save() -> bool {
+pub fn save() -> bool {
     if SAVED.load(Relaxed) != 0 {
         return true;
     }
@@ -176,9 +176,9 @@ fn block_of_stat(l: &[u8]) -> Option<(usize, usize)> {
 /// `GLIBC_TUNABLES`, as the program sees it), moved together in their
 /// order, `environ` pointed at them, NULs after. Left as it is when the
 /// entries are not in increasing order of address (something rearranged
-/// them: moving could overwrite one).
-fn compact(tunables_back: bool) {
-    let Some((start, end)) = env_block() else { return };
+/// them: moving could overwrite one). Returns the block once rewritten.
+fn compact(tunables_back: bool) -> Option<(usize, usize)> {
+    let (start, end) = env_block()?;
     // SAFETY: single-threaded start-up. The block is the process's own
     // stack memory (writable); entries inside it are the kernel-copied
     // strings, and each is copied to an address not above its own (the
@@ -186,7 +186,7 @@ fn compact(tunables_back: bool) {
     unsafe {
         let env = environ;
         if env.is_null() {
-            return;
+            return None;
         }
         let mut last = 0usize;
         let mut p = env;
@@ -194,7 +194,7 @@ fn compact(tunables_back: bool) {
             let a = *p as usize;
             if start <= a && a < end {
                 if a <= last {
-                    return;
+                    return None;
                 }
                 last = a;
             }
@@ -207,7 +207,7 @@ fn compact(tunables_back: bool) {
             if start <= a && a < end {
                 let n = cstr(*p).len() + 1;
                 if a + n > end {
-                    return;
+                    return None;
                 }
                 core::ptr::copy(a as *const u8, w as *mut u8, n);
                 *p = w as *mut c_char;
@@ -237,6 +237,7 @@ fn compact(tunables_back: bool) {
         }
         core::ptr::write_bytes(w as *mut u8, 0, end - w);
     }
+    Some((start, end))
 }
 
 /// With `--inherit` the environment is left as it is, but glibc before
@@ -282,7 +283,7 @@ pub fn tunables_in_block() {
 }
 
 /// Does this process run one thread (`Threads:` of `/proc/self/status`)?
-fn single_threaded() -> bool {
+pub fn single_threaded() -> bool {
     let mut buf = [0u8; 512];
     let mut one = false;
     let _ = crate::maps::for_each_line(b"/proc/self/status\0", &mut buf, |l| {
@@ -313,14 +314,15 @@ pub fn clean_later() {
 /// Save the settings, then take them (and what `run` added to the loader's
 /// variables: see `config::strip_preload`) out of the environment and of
 /// the initial environment block. Runs at single-threaded start-up.
-pub fn clean() {
+/// Returns the block once rewritten.
+pub fn clean() -> Option<(usize, usize)> {
     if !save() {
         // Without a copy, objects loaded later would lose the settings:
         // leave them.
-        return;
+        return None;
     }
     remove_settings();
-    compact(true);
+    compact(true)
 }
 
 /// Is the environment entry `s` one `run` set or changed for the preload:
@@ -339,8 +341,9 @@ fn ours(s: &[u8], tunables: bool) -> bool {
         || (tunables && s.starts_with(b"GLIBC_TUNABLES="))
 }
 
-/// A launcher being followed keeps the preload's variables in `environ`
-/// (the processes it starts inherit them), but `/proc/PID/environ` of a
+/// A launcher being followed whose settings could not be kept apart
+/// (`exec::for_launcher`) keeps the preload's variables in `environ` (the
+/// processes it starts inherit them), but `/proc/PID/environ` of a
 /// process that lives as long as its server (`mysqld_safe`, a shell
 /// waiting for its child) shows them no more: they are copied to memory
 /// of their own, `environ` pointed at the copies, and the initial block

@@ -23,6 +23,7 @@ mod clean;
 mod config;
 mod copies;
 mod engine;
+mod exec;
 mod hot;
 mod maps;
 mod out;
@@ -45,7 +46,8 @@ static BUSY: AtomicBool = AtomicBool::new(false);
 /// process's later `dlopen`s.
 static AUDITED: AtomicBool = AtomicBool::new(false);
 /// Set when this process started as a wrapper (no text in whole windows;
-/// the preload kept for what it execs). Cleared by [`via::became_program`].
+/// the preload passed on to what it execs: `exec`). Cleared by
+/// [`via::became_program`].
 static WRAPPER: AtomicBool = AtomicBool::new(false);
 /// Recognises this very build of the library from the auditor's copy.
 static MARK: [u8; 24] = *b"hugetext pass lock v1\0\0\0";
@@ -77,6 +79,9 @@ extern "C" fn at_load(argc: c_int, argv: *const *const c_char, _envp: *const *co
     if audit::in_audit_namespace() {
         return; // the auditor's copy: see `audit`
     }
+    // The exec family is interposed in every process that loads this
+    // copy: what it calls through is looked up while that is safe.
+    exec::resolve();
     let cfg = config::Config::from_env();
     if !cfg.preloaded || cfg.disabled {
         return;
@@ -102,9 +107,10 @@ extern "C" fn at_load(argc: c_int, argv: *const *const c_char, _envp: *const *co
             // looks like a launcher).
             via::Start::Wrapper => {
                 WRAPPER.store(true, Ordering::Relaxed);
-                // Its processes inherit the variables; its
-                // /proc/PID/environ shows none of them.
-                clean::hide();
+                exec::VERBOSE.store(cfg.verbose, Ordering::Relaxed);
+                // Its environment is clean; the processes it starts get
+                // the settings back at exec (`exec`).
+                exec::for_launcher();
                 return;
             }
         }
@@ -114,7 +120,7 @@ extern "C" fn at_load(argc: c_int, argv: *const *const c_char, _envp: *const *co
     }
     if !cfg.inherit {
         // Last: `cfg` and the wrapper chain point into the environment.
-        clean::clean();
+        let _ = clean::clean();
     }
 }
 

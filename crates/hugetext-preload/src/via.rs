@@ -247,8 +247,67 @@ pub fn clears_environment<'a>(exe: &[u8], args: impl Iterator<Item = &'a [u8]>) 
     }
 }
 
+/// Is this process's executable a Go program (a `Go` build-id note, which
+/// Go's linker writes)? Go starts processes with the execve system call,
+/// which the preload cannot interpose (`exec`). Reads the program
+/// headers and notes the loader mapped.
+fn go_program() -> bool {
+    // SAFETY: getauxval has no preconditions.
+    let (phdr, phnum) = unsafe { (libc::getauxval(libc::AT_PHDR), libc::getauxval(libc::AT_PHNUM)) };
+    if phdr == 0 || phnum == 0 || phnum > 256 {
+        return false;
+    }
+    // SAFETY: the executable's program headers, mapped by the kernel at
+    // AT_PHDR (AT_PHNUM of them).
+    let ph = unsafe { core::slice::from_raw_parts(phdr as usize as *const libc::Elf64_Phdr, phnum as usize) };
+    let Some(bias) = ph
+        .iter()
+        .find(|p| p.p_type == libc::PT_PHDR)
+        .map(|p| (phdr as usize).wrapping_sub(p.p_vaddr as usize))
+    else {
+        return false;
+    };
+    let loaded = |a: u64, n: u64| {
+        ph.iter()
+            .any(|p| p.p_type == libc::PT_LOAD && p.p_vaddr <= a && a.saturating_add(n) <= p.p_vaddr + p.p_filesz)
+    };
+    ph.iter()
+        .filter(|p| p.p_type == libc::PT_NOTE && p.p_filesz < 1 << 16 && loaded(p.p_vaddr, p.p_filesz))
+        .any(|p| {
+            // SAFETY: inside a loaded segment of the executable (checked
+            // above), mapped readable for as long as the process runs.
+            let notes = unsafe {
+                core::slice::from_raw_parts(bias.wrapping_add(p.p_vaddr as usize) as *const u8, p.p_filesz as usize)
+            };
+            has_go_note(notes)
+        })
+}
+
+/// Pure: does this run of ELF notes hold Go's build id (owner `Go`, type 4)?
+fn has_go_note(mut b: &[u8]) -> bool {
+    let word = |b: &[u8], i: usize| {
+        b.get(i..i + 4)
+            .map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]) as usize)
+    };
+    let up = |n: usize| n.div_ceil(4) * 4;
+    while let (Some(namesz), Some(descsz), Some(kind)) = (word(b, 0), word(b, 4), word(b, 8)) {
+        // "Go" and its NUL, padded (Go's linker writes a name size of 4).
+        let name = b
+            .get(12..12 + namesz.min(b.len()))
+            .map(|n| n.split(|&c| c == 0).next().unwrap_or(n));
+        if kind == 4 && name == Some(b"Go".as_slice()) {
+            return true;
+        }
+        let Some(rest) = b.get(12 + up(namesz) + up(descsz)..) else {
+            return false;
+        };
+        b = rest;
+    }
+    false
+}
+
 /// This process's executable (`/proc/self/exe`).
-fn exe(o: &mut Out<1100>) {
+pub fn exe(o: &mut Out<1100>) {
     let mut buf = [0u8; 512];
     let n = sys::readlink(b"/proc/self/exe\0", &mut buf);
     if n > 0 {
@@ -287,6 +346,11 @@ fn starts_with_hashbang(path: &[u8]) -> bool {
     sys::close(fd as i32);
     n == 2 && &head == b"#!"
 }
+
+/// The launcher's arguments named the cleared environment its command
+/// starts with (`clears_environment`, with `-v`): the exec that passes it
+/// on says nothing more (`exec`).
+pub static NAMED_LOSS: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
 
 /// Where a process that loaded the preload without `--inherit` stands.
 #[derive(Debug, PartialEq, Eq)]
@@ -341,6 +405,7 @@ pub fn at_start(cfg: &config::Config, argv: &[*const c_char], late: &str, pass: 
                 unsafe { CStr::from_ptr(a) }.to_bytes()
             });
             if let Some(opt) = clears_environment(exe_path.contents(), args) {
+                NAMED_LOSS.store(true, Relaxed);
                 line()
                     .s("pid ")
                     .pid(perfmap::pid())
@@ -349,6 +414,14 @@ pub fn at_start(cfg: &config::Config, argv: &[*const c_char], late: &str, pass: 
                     .s(" (")
                     .bytes(opt)
                     .s(") starts its command with a cleared environment: the preload cannot follow, the chain ends here");
+            }
+            if go_program() {
+                line()
+                    .s("pid ")
+                    .pid(perfmap::pid())
+                    .s(": ")
+                    .bytes(name.contents())
+                    .s(" is a Go program: what it starts with os/exec or syscall.Exec (the execve system call, not the C library's) cannot be followed, the chain ends there");
             }
             exe_path.clear();
             name.clear();
@@ -436,6 +509,31 @@ mod tests {
         assert_eq!(next(Kind::Judged, 20, env::MAX_HOPS - 1), Next::Follow);
         assert_eq!(next(Kind::Judged, 20, env::MAX_HOPS), Next::Stop(End::Judged));
         assert_eq!(next(Kind::Program, 0, 0), Next::Stop(End::Program));
+    }
+
+    #[test]
+    fn go_programs_are_known_by_their_build_id_note() {
+        fn note(owner: &[u8], kind: u32, desc: &[u8]) -> Vec<u8> {
+            let mut v = Vec::new();
+            v.extend((owner.len() as u32).to_le_bytes());
+            v.extend((desc.len() as u32).to_le_bytes());
+            v.extend(kind.to_le_bytes());
+            v.extend(owner);
+            v.resize(v.len().div_ceil(4) * 4, 0);
+            v.extend(desc);
+            v.resize(v.len().div_ceil(4) * 4, 0);
+            v
+        }
+        let gnu = note(b"GNU\0", 3, &[7; 20]);
+        let go = note(b"Go\0", 4, b"abc/def");
+        assert!(has_go_note(&[gnu.clone(), go.clone()].concat()));
+        assert!(has_go_note(&go));
+        // As Go's linker writes it: the name padded into its size.
+        assert!(has_go_note(&note(b"Go\0\0", 4, b"abc/def")));
+        assert!(!has_go_note(&gnu));
+        assert!(!has_go_note(&note(b"Go\0", 3, b"x")));
+        assert!(!has_go_note(&go[..10]));
+        assert!(!has_go_note(&[]));
     }
 
     fn clears(exe: &str, args: &[&str]) -> Option<String> {

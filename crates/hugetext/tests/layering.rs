@@ -27,6 +27,11 @@ const ROOT_READERS: &[(&str, &str, &str)] = &[
         "via",
         "a launcher being followed sets WRAPPER, which became_program takes",
     ),
+    (
+        "crates/hugetext-preload/src",
+        "exec",
+        "the settings are added back at exec only while WRAPPER says this process is a followed launcher",
+    ),
 ];
 
 fn repo() -> PathBuf {

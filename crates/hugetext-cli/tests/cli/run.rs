@@ -2328,8 +2328,87 @@ fn v_names_where_env_i_loses_the_chain() {
     assert!(!err.contains("huge-backed"), "nothing reached the program: {err}");
 }
 
-/// `hugetext run ARGS -- PROGRAM PROGRAM_ARGS` as `cmd` (a `setpriv`
-/// prefix, or nothing): its stderr, after checking it exited 0.
+/// A launcher sees a clean environment like any program (a runtime that
+/// copies it at start keeps nothing of hugetext), and the settings reach
+/// the program it starts at exec instead, by every exec and spawn form of
+/// the C library: `launch` (tests/c/launch.c) exits 3 if its environment
+/// names hugetext, and the program at the end must make its pass, named
+/// as reached through the launcher. An environment the launcher clears on
+/// purpose is passed on as it is, and `-v` names the loss.
+#[test]
+fn a_launcher_sees_a_clean_environment_and_every_exec_form_reaches_the_program() {
+    common::preload();
+    let pie = common::fixture("lld", "pie");
+    let launch = common::cprogs().join("launch");
+    let target = pie.canonicalize().unwrap();
+    let modes = [
+        "execve",
+        "execv",
+        "execvp",
+        "execvpe",
+        "execl",
+        "execlp",
+        "execle",
+        "fexecve",
+        "posix_spawn",
+        "posix_spawnp",
+        "system",
+        "popen",
+        "vfork",
+    ];
+    for mode in modes {
+        let mut cmd = Command::new(common::bin());
+        cmd.args(["run", "-v", "--strategy", "copy", "--"])
+            .arg(&launch)
+            .arg(mode)
+            .arg(&pie);
+        let o = common::output_without_perf_map(&mut cmd);
+        let err = common::text(&o.stderr);
+        assert!(o.status.success(), "{mode}: {:?}: {err}", o.status);
+        let reached = err
+            .lines()
+            .any(|l| l.contains(" -> ") && l.contains("via ") && l.ends_with(&*target.to_string_lossy()));
+        assert!(reached, "{mode}: the program was not reached: {err}");
+        assert!(err.contains("huge-backed"), "{mode}: {err}");
+        assert!(!err.contains("is a Go program"), "{mode}: {err}");
+    }
+    let mut cmd = Command::new(common::bin());
+    cmd.args(["run", "-v", "--"]).arg(&launch).arg("cleared").arg(&pie);
+    let o = common::output_without_perf_map(&mut cmd);
+    let err = common::text(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    let lost: Vec<_> = err
+        .lines()
+        .filter(|l| l.contains("starts a program with a cleared environment"))
+        .collect();
+    assert_eq!(lost.len(), 1, "{err}");
+    assert!(lost[0].contains("/launch"), "{err}");
+    assert!(!err.contains("huge-backed"), "nothing reached the program: {err}");
+}
+
+/// A launcher that starts its command with the execve system call (a Go
+/// program: os/exec, syscall.Exec) cannot be followed: `-v` says so at
+/// it, by Go's build-id note (tests/c/rawexec.c carries one), and the
+/// program runs plain.
+#[test]
+fn v_says_a_go_launcher_cannot_be_followed() {
+    common::preload();
+    let pie = common::fixture("lld", "pie");
+    let rawexec = common::cprogs().join("rawexec");
+    let mut cmd = Command::new(common::bin());
+    cmd.args(["run", "-v", "--"]).arg(&rawexec).arg(&pie);
+    let o = common::output_without_perf_map(&mut cmd);
+    let err = common::text(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    let said: Vec<_> = err.lines().filter(|l| l.contains("is a Go program")).collect();
+    assert_eq!(said.len(), 1, "{err}");
+    assert!(
+        said[0].contains("/rawexec") && said[0].contains("cannot be followed"),
+        "{err}"
+    );
+    assert!(!err.contains("huge-backed"), "nothing reached the program: {err}");
+}
+
 fn run_stderr(prefix: Option<Command>, args: &[&str], program: &Path, program_args: &[&str]) -> String {
     common::preload();
     let mut cmd = match prefix {
