@@ -304,30 +304,38 @@ def guard(labs):
             # the THP mode of the measurement: "off" is madvise on a kernel
             # switched by THP policy, else the mode the cell booted with
             # (a stock kernel measures "off" only under madvise: 7.x, 6.12)
-            policy = lab.get("switch") == "thp" or lab.get("variant") == "stock"
+            policy = lab.get("switch") == "thp" or lab.get("variant") in ("stock", "base")
             mode[(lab["variant"], setting)] = "madvise" if setting == "off" and policy else lab.get("thp")
     for (fs, fixture, step), runs in sorted(by.items()):
         if fixture != "guard":
             continue
-        # The reference: stock where a stock kernel was booted, else the
-        # patched kernel with every switch off (the same kernel, A vs B).
-        ref_key = ("stock", "stock") if ("stock", "stock") in runs else ("patched", "off")
-        ref = runs.get(ref_key)
-        if ref is None:
-            continue
+        # The reference: the base kernel where one was booted (6.12: stock
+        # with the series' mainline backports alone, which change the exec
+        # fault's reads under every THP mode), under the THP mode of the
+        # setting compared; else stock where a stock kernel was booted, else
+        # the patched kernel with every switch off (the same kernel, A vs B).
+        has_base = any(v == "base" for v, _ in runs)
+        default_ref = ("stock", "stock") if ("stock", "stock") in runs else ("patched", "off")
         # The broadest alignment setting: 6.12's vm.elf_pmd_align=2
         # ("congruent"); 7.x has no switch of its own, its alignment
         # follows exec folios ("on").
         broadest = "congruent" if any(s == "congruent" for _, s in runs) else "on"
         for (variant, setting), m in sorted(runs.items()):
-            if (variant, setting) == ref_key:
+            if has_base:
+                if variant != "patched":
+                    continue
+                ref_key = ("base", "off") if setting == "off" else ("base", "stock")
+            else:
+                ref_key = default_ref
+            ref = runs.get(ref_key)
+            if ref is None or (variant, setting) == ref_key:
                 continue
             what = f"{fs} {step} ({variant}, {setting}; compared with {' '.join(dict.fromkeys(ref_key))})"
             eligible_move = step == "bfd-pie" and setting == broadest
             if addresses(m) != addresses(ref):
-                base = int(m["maps"][0][0], 16) if m.get("maps") else 1
-                if eligible_move and base % (2 << 20):
-                    bad.append(f"{what}: load address moved, but not to a 2 MiB boundary ({hex(base)})")
+                start = int(m["maps"][0][0], 16) if m.get("maps") else 1
+                if eligible_move and start % (2 << 20):
+                    bad.append(f"{what}: load address moved, but not to a 2 MiB boundary ({hex(start)})")
                 elif eligible_move:
                     notes.append(f"{what}: load address moved to a 2 MiB boundary (congruent text with a whole window), as designed")
                 else:
@@ -349,6 +357,13 @@ def guard(labs):
         if fixture == "guard" or step != "plain":
             continue
         ref_key = ("stock", "off") if ("stock", "off") in runs else ("stock", "stock")
+        # (the base kernel, where booted: stock with the mainline backports)
+        if ("base", "off") in runs:
+            ref_key = ("base", "off")
+            stock = runs.get(("stock", "off"))
+            if stock and stock.get("folios") != runs[ref_key].get("folios"):
+                notes.append(f"{fs} {fixture} plain: the mainline backports alone (base) read the text into "
+                             f"{runs[ref_key].get('folios')} under THP madvise (stock {stock.get('folios')})")
         ref, off = runs.get(ref_key), runs.get(("patched", "off"))
         if ref and off and (ref.get("folios") != off.get("folios") or ref.get("pmd_kb") != off.get("pmd_kb")):
             modes = ""
@@ -362,7 +377,7 @@ def guard(labs):
                 why = (f"; the exec read the same ({off.get('pgpgin_kb')} kB) and had the same folios mapped "
                        f"(kB by kind: {off.get('classes')}): only the page-cache snapshot after it differs "
                        f"({off.get('cached_kb')} vs {ref.get('cached_kb')} kB cached)")
-            bad.append(f"{fs} {fixture} plain: patched with the switches off differs from stock{modes}: "
+            bad.append(f"{fs} {fixture} plain: patched with the switches off differs from {ref_key[0]}{modes}: "
                        f"{off.get('folios')} vs {ref.get('folios')}{why}")
     return bad, notes
 
@@ -575,12 +590,15 @@ def series_section(ser, labs):
         series=ser, release=release, date=max((lab.get("date") or "" for lab in labs), default=""),
         cells=", ".join(sorted(lab["cell"] for lab in labs)),
         no_stock="" if any(lab.get("variant") == "stock" for lab in labs) else NO_STOCK,
-        cong_note=CONG_612 if ser == "6.12" else CONG_7X,
+        cong_note=(CONG_7X if ser != "6.12" else
+                   CONG_612 if any(k[3] == "congruent" for k in idx) else CONG_612_POLICY),
         summary="\n".join(summary_rows(idx)),
         steps="\n".join(step_rows(idx)),
         conclusions=conclusions(idx),
         khugepaged=khugepaged_rows(labs),
-        guard_bad="\n".join(f"- **{b}**" for b in bad) or GUARD_CLEAN,
+        guard_bad="\n".join(f"- **{b}**" for b in bad) or GUARD_CLEAN.format(
+            ref="the base kernel's (stock with the mainline backports)"
+            if any(lab.get("variant") == "base" for lab in labs) else "stock"),
         guard_notes="\n".join(f"- {n}" for n in notes) or "- (none)",
     )
 
@@ -964,7 +982,7 @@ BENCH_TABLES = """Cell {cell} ({release}, {accel}, {date}):
 {failed}
 """
 BENCH_NOT_RUN = "- not run for this form of the series (`scripts/kernel-lab.sh --series 6.12 --bench`)"
-GUARD_CLEAN = "- none: every load address and folio size that must not change matched stock"
+GUARD_CLEAN = "- none: every load address and folio size that must not change matched {ref}"
 NO_STOCK = """
 No unpatched kernel was booted in this run. The stock columns (‡) are the
 patched kernel with every switch at 0, which takes the unpatched code paths:
@@ -975,6 +993,12 @@ and the guard then compares with it.
 """
 CONG_612 = """For the GNU ld PIE, "/" gives `vm.elf_pmd_align=2` (congruent segments
 with a whole window)."""
+CONG_612_POLICY = """The 6.12 carry, like the 7.x series, has no switch of its own: its
+ET_DYN programs are PMD-aligned while exec folios are PMD-sized (THP
+`always`), and "off" is THP `madvise`. Its patches 1 and 2 are mainline's
+exec readahead, which changes the exec fault's reads under every THP mode,
+so the guard's reference is the base kernel (lab-base: stock 6.12 with
+those two backports alone), under the THP mode of each setting compared."""
 CONG_7X = """The 7.x series has no separate alignment switch: ET_DYN programs are
 PMD-aligned while exec folios are PMD-sized (congruent read-only segments
 with a whole window)."""
@@ -1138,11 +1162,15 @@ every switch off and with every switch on (on 6.12 `vm.elf_pmd_align=2`,
 the broadest alignment), and compared load addresses, the folio sizes of
 every non-executable mapping and the file's page cache with stock where a
 stock kernel was booted, else with the same patched kernel with every
-switch off. It also compares every fixture's plain exec on the patched
-kernel with its switches off with stock's: on 7.x "off" is THP `madvise`,
-and a 7.x stock kernel measures its plain execs under `madvise` too, so
-that the two are compared under the same mode (a record without that
-stock run compares with stock under `always`, and says so). Where the two
+switch off. On 6.12 the reference is the base kernel where it was booted
+(stock with the carry's two mainline backports alone, `--cell base:xfs`),
+under the THP mode of the setting compared: the backports change the exec
+fault's reads under every mode, so stock is no reference for "off" there.
+It also compares every fixture's plain exec on the patched kernel with its
+switches off with stock's (6.12: the base kernel's): "off" is THP
+`madvise`, and a stock or base kernel measures its plain execs under
+`madvise` too, so that the two are compared under the same mode (a record
+without that run compares with stock under `always`, and says so). Where the two
 execs read the same (pgpgin) and mapped the same folios (`inspect --pid`)
 and only the file's page cache read after them (`inspect --file`)
 differs, the failure says so.
