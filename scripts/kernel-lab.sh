@@ -73,7 +73,10 @@
 # on top). Whichever tree is built first, the other is a copy of it
 # (cp -a) switched with git, so its first build only recompiles what the
 # series touches and relinks; a build whose inputs (source version,
-# configuration, series) did not change is skipped. Build times go to
+# configuration, series) did not change is skipped, and a tree switched to
+# a new state of its series gives the files that come out the same their
+# times back (an edit to one patch recompiles only what it changed; the
+# 6.12 base kernel is made in the stock tree, see --cell). Build times go to
 # build-times.jsonl. Results: results/ (6.12), results-7.x/, results-bench/;
 # a boot with a THP mode other than `always` keeps its own
 # (results-7.x-thp-madvise/, ...), which --write-doc shows in a table of
@@ -247,12 +250,34 @@ build() { # VARIANT -> builds target/kernel-lab/src-VARIANT/arch/x86/boot/bzImag
   # so make recompiles just those. A copy has new inodes and ctimes: git
   # compares mtime and size only, or it would read the whole tree again.
   if [ "$(cat "$tree/.lab-state" 2> /dev/null)" != "$(state_of "$v")" ]; then
+    # The files the tree's last state changed from the pristine source, with
+    # their times: the switch below rewrites them all, and those that come
+    # out the same get their times back, so that make rebuilds only what
+    # really changed (a series edit to one patch's message or one test
+    # recompiles nothing else). Only when they are as the last commit has
+    # them (not after an interrupted git am).
+    local old mt=$lab/mtimes-$pre$v
+    : > "$mt"
+    old=$(cd "$tree" && git rev-parse -q --verify HEAD 2> /dev/null) || old=
+    if [ -n "$old" ] && (cd "$tree" && git diff --quiet "$old" -- && git diff --quiet --cached "$old" --) 2> /dev/null; then
+      (cd "$tree" && git diff --name-only pristine "$old" | while IFS= read -r f; do
+        [ -f "$f" ] && printf '%s\t%s\n' "$(stat -c %Y "$f")" "$f"
+      done) > "$mt"
+    fi
     (cd "$tree" && git config core.trustctime false && git config core.checkStat minimal && { git am --abort > /dev/null 2>&1 || true; } && git checkout -q -f -B "$v" pristine) > "$lab/git.log" 2>&1 ||
       die "git checkout of the pristine source in ${tree#"$repo"/} failed: $(grep -m 1 -E 'fatal|error' "$lab/git.log" || tail -n 1 "$lab/git.log")"
     if [ "$v" = patched ]; then
       (cd "$tree" && lab_git am -q "${series[@]}" > "$lab/am.log" 2>&1) ||
         die "the series does not apply to ${tree#"$repo"/}: $(grep -m 1 -E 'error|failed' "$lab/am.log" || tail -n 1 "$lab/am.log")"
     fi
+    if [ -s "$mt" ]; then
+      (cd "$tree" && git diff --name-only "$old" HEAD > "$mt.changed" &&
+        while IFS=$'\t' read -r t f; do
+          [ -f "$f" ] && ! grep -qxF -- "$f" "$mt.changed" && touch -m -d "@$t" -- "$f"
+        done < "$mt"; true) || die "restoring the times of unchanged files in ${tree#"$repo"/} failed"
+      say "$v: $(wc -l < "$mt.changed") files changed since the tree's last state; the others keep their times"
+    fi
+    rm -f "$mt" "$mt.changed"
     state_of "$v" > "$tree/.lab-state"
   fi
   configure "$tree"
