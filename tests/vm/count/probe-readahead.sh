@@ -20,7 +20,10 @@ dev=${dev#/dev/}
 [ -w "/sys/block/$dev/queue/read_ahead_kb" ] && echo 2048 > "/sys/block/$dev/queue/read_ahead_kb"
 echo "read_ahead_kb $(cat "/sys/block/$dev/queue/read_ahead_kb" 2> /dev/null) max_sectors_kb $(cat "/sys/block/$dev/queue/max_sectors_kb" 2> /dev/null) lock_stat $([ -e /proc/lock_stat ] && echo yes || echo no)" > "$dir/env"
 capture count-readahead-env cat "$dir/env"
-capture count-readahead-1 target/vm/rahead "$dir" 256 1 halves 400 2
-capture count-readahead-2 target/vm/rahead "$dir" 256 2 halves 410 2
-capture count-readahead-2f target/vm/rahead "$dir" 256 2 files 420 2
+# The repetitions of each case (LAB_RAHEAD_REPS on the kernel command
+# line; default 2, at most 20).
+reps=${LAB_RAHEAD_REPS:-2}
+capture count-readahead-1 target/vm/rahead "$dir" 256 1 halves 400 "$reps"
+capture count-readahead-2 target/vm/rahead "$dir" 256 2 halves 440 "$reps"
+capture count-readahead-2f target/vm/rahead "$dir" 256 2 files 480 "$reps"
 rm -rf "$dir"
