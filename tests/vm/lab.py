@@ -762,17 +762,18 @@ def thp_mode_section(modes):
         return ""
     mode_names = [m for m in ("madvise", "never") if any(lab.get("thp") == m for lab in modes)]
     mode_names += sorted({lab.get("thp") for lab in modes} - set(mode_names))
-    by = {(lab.get("thp"), lab["variant"]): lab for lab in modes if lab["fs"] == "xfs"}
-    by.update({(lab.get("thp"), lab["variant"]): lab for lab in modes if (lab.get("thp"), lab["variant"]) not in by})
-    head = "| test | " + " | ".join(f"THP `{m}`: stock → patched" for m in mode_names) + " |"
-    rows = [head, "|---|" + "---|" * len(mode_names)]
+    by = {(lab.get("thp"), lab["fs"], lab["variant"]): lab for lab in modes}
+    # one column per mode and disk booted (xfs first)
+    cols = [(m, fs) for m in mode_names for fs in ("xfs", "ext4") if any(k[:2] == (m, fs) for k in by)]
+    head = "| test | " + " | ".join(f"THP `{m}`, {fs}: stock → patched" for m, fs in cols) + " |"
+    rows = [head, "|---|" + "---|" * len(cols)]
     suites = sorted({n for lab in modes for n in (lab.get("kunit") or {})})
     for name in suites:
         cells = []
-        for m in mode_names:
+        for m, fs in cols:
             pair = []
             for v in ("stock", "patched"):
-                k = ((by.get((m, v)) or {}).get("kunit") or {}).get(name)
+                k = ((by.get((m, fs, v)) or {}).get("kunit") or {}).get(name)
                 pair.append("—" if k is None else f"{k.get('pass', '?')} / {k.get('fail', '?')} / {k.get('skip', '?')}")
             cells.append(" → ".join(pair))
         rows.append(f"| KUnit `{name}` | " + " | ".join(cells) + " |")
@@ -780,8 +781,8 @@ def thp_mode_section(modes):
                    key=lambda n: (TEST_ORDER.index(n) if n in TEST_ORDER else 99, n))
     for name in names:
         cells = []
-        for m in mode_names:
-            pair = [fmt_count((((by.get((m, v)) or {}).get("selftests") or {}).get(name)))
+        for m, fs in cols:
+            pair = [fmt_count((((by.get((m, fs, v)) or {}).get("selftests") or {}).get(name)))
                     for v in ("stock", "patched")]
             cells.append(" → ".join(pair))
         rows.append(f"| `{name}` | " + " | ".join(cells) + " |")
@@ -794,8 +795,10 @@ def thp_mode_section(modes):
             if name not in SKIP_SHOWN:
                 continue
             for why in skip_reasons(t):
-                skips.append(f"- THP `{lab.get('thp')}`, {lab['variant']}, `{name}`: {why}")
-    bad, _ = kernel_tests(modes)
+                skips.append(f"- THP `{lab.get('thp')}`, {lab['fs']}, {lab['variant']}, `{name}`: {why}")
+    # stock against patched within each mode (a mode's stock run is the
+    # reference of that mode's patched run only)
+    bad = [b for m in mode_names for b in kernel_tests([lab for lab in modes if lab.get("thp") == m])[0]]
     fails = []
     for lab in sorted(modes, key=lambda x: (x.get("thp") or "", x.get("cell") or "")):
         for name, t in sorted((lab.get("selftests") or {}).items()):
@@ -820,7 +823,8 @@ THP_MODES = """
 
 The same two kernels booted with THP `madvise` and with `never`
 (`scripts/kernel-lab.sh --series 7.x --thp MODE`), KUnit and the
-selftests only, on the xfs disk. The series' features follow THP
+selftests only, on the xfs disk and on the ext4 disk (7.3's ext4 has
+large folios too). The series' features follow THP
 `always`, so its tests must pass where the mode leaves something to test
 and skip, with the reason, where it turns the feature off
 (`uffd-unit-tests`, which has no such skip and takes most of a boot under
