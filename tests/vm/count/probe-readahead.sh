@@ -3,7 +3,9 @@
 # from a cold page cache on the disk under test, every 2 MiB call between
 # the instruction counter's markers (target/vm/rahead, tests/vm/count/rahead.c),
 # by 1 thread, by 2 threads on the two halves of one file, and by 2 threads
-# on a file of 128 MiB each; each twice (the counts of the two must agree).
+# on a file of 128 MiB each; each twice, or LAB_RAHEAD_REPS times (the
+# page cache's own functions repeat exactly; the whole count varies with
+# the physical layout of the pages allocated: doc/kernel.md).
 # tests/vm/count/counts.py reports the kernel instructions per MiB read.
 # On a kernel with CONFIG_LOCK_STAT, the xa_lock classes of /proc/lock_stat
 # (cleared before each repetition) are printed too.
