@@ -19,7 +19,15 @@
 #                 linux-source-7.3); each has its own trees and results
 #   --build-only  build (or find up to date) both kernels, boot nothing
 #   --rebuild     run make even when the cached kernel is up to date
-#   --cell        patched:xfs stock:xfs patched:ext4 stock:ext4 (default: all four)
+#   --cell        patched:xfs stock:xfs patched:ext4 stock:ext4 (default: all four);
+#                 6.12 also base:xfs and base:ext4: stock with only the
+#                 series' mainline backports (kernel/6.12/0001, 0002: exec
+#                 readahead), the guard's reference for the patched kernel
+#                 with its features off. Built in the stock tree in place
+#                 (the backports applied, make, the image kept in base/,
+#                 the tree restored and made again: only mm/filemap.o
+#                 recompiles each way); it measures the plain execs and
+#                 the guard only
 #   --thp MODE    THP mode in the guests (default always, Debian's default);
 #                 another mode (madvise, never) boots for KUnit and the
 #                 selftests only, which must skip what it turns off, and
@@ -65,7 +73,10 @@
 # on top). Whichever tree is built first, the other is a copy of it
 # (cp -a) switched with git, so its first build only recompiles what the
 # series touches and relinks; a build whose inputs (source version,
-# configuration, series) did not change is skipped. Build times go to
+# configuration, series) did not change is skipped, and a tree switched to
+# a new state of its series gives the files that come out the same their
+# times back (an edit to one patch recompiles only what it changed; the
+# 6.12 base kernel is made in the stock tree, see --cell). Build times go to
 # build-times.jsonl. Results: results/ (6.12), results-7.x/, results-bench/;
 # a boot with a THP mode other than `always` keeps its own
 # (results-7.x-thp-madvise/, ...), which --write-doc shows in a table of
@@ -100,8 +111,8 @@ while [ $# -gt 0 ]; do
     --write-doc) write_doc=1 ;;
     --bench) bench=1 ;;
     --series) shift; case ${1:-} in 6.12|7.x) ser=$1 ;; *) die "unknown series '${1:-}' (6.12 or 7.x)" ;; esac ;;
-    --cell) shift; case ${1:-} in stock:ext4|stock:xfs|patched:ext4|patched:xfs) cells+=("$1") ;;
-              *) die "unknown cell '${1:-}' (stock|patched:ext4|xfs)" ;; esac ;;
+    --cell) shift; case ${1:-} in stock:ext4|stock:xfs|patched:ext4|patched:xfs|base:ext4|base:xfs) cells+=("$1") ;;
+              *) die "unknown cell '${1:-}' (stock|patched|base:ext4|xfs)" ;; esac ;;
     --thp) shift; thp=${1:?--thp needs a mode} ;;
     --timeout) shift; timeout_s=${1:?--timeout needs seconds} ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
@@ -116,6 +127,9 @@ fi
 if [ $bench = 1 ]; then
   [ "$ser" = 6.12 ] || die "--bench measures the 6.12 series' vm.mprotect_pte_batch switch; 7.3 batches mprotect() itself"
   for c in "${cells[@]}"; do [ "${c%%:*}" = patched ] || die "--bench needs patched cells (the switches are the series')"; done
+fi
+if [ "$ser" != 6.12 ]; then
+  for c in "${cells[@]}"; do [ "${c%%:*}" != base ] || die "base cells are 6.12's (7.3 has mainline's exec readahead itself)"; done
 fi
 [ "$(uname -m)" = x86_64 ] || die "the lab builds x86-64 kernels on an x86-64 host (this is $(uname -m))"
 
@@ -236,12 +250,34 @@ build() { # VARIANT -> builds target/kernel-lab/src-VARIANT/arch/x86/boot/bzImag
   # so make recompiles just those. A copy has new inodes and ctimes: git
   # compares mtime and size only, or it would read the whole tree again.
   if [ "$(cat "$tree/.lab-state" 2> /dev/null)" != "$(state_of "$v")" ]; then
+    # The files the tree's last state changed from the pristine source, with
+    # their times: the switch below rewrites them all, and those that come
+    # out the same get their times back, so that make rebuilds only what
+    # really changed (a series edit to one patch's message or one test
+    # recompiles nothing else). Only when they are as the last commit has
+    # them (not after an interrupted git am).
+    local old mt=$lab/mtimes-$pre$v
+    : > "$mt"
+    old=$(cd "$tree" && git rev-parse -q --verify HEAD 2> /dev/null) || old=
+    if [ -n "$old" ] && (cd "$tree" && git diff --quiet "$old" -- && git diff --quiet --cached "$old" --) 2> /dev/null; then
+      (cd "$tree" && git diff --name-only pristine "$old" | while IFS= read -r f; do
+        [ -f "$f" ] && printf '%s\t%s\n' "$(stat -c %Y "$f")" "$f"
+      done) > "$mt"
+    fi
     (cd "$tree" && git config core.trustctime false && git config core.checkStat minimal && { git am --abort > /dev/null 2>&1 || true; } && git checkout -q -f -B "$v" pristine) > "$lab/git.log" 2>&1 ||
       die "git checkout of the pristine source in ${tree#"$repo"/} failed: $(grep -m 1 -E 'fatal|error' "$lab/git.log" || tail -n 1 "$lab/git.log")"
     if [ "$v" = patched ]; then
       (cd "$tree" && lab_git am -q "${series[@]}" > "$lab/am.log" 2>&1) ||
         die "the series does not apply to ${tree#"$repo"/}: $(grep -m 1 -E 'error|failed' "$lab/am.log" || tail -n 1 "$lab/am.log")"
     fi
+    if [ -s "$mt" ]; then
+      (cd "$tree" && git diff --name-only "$old" HEAD > "$mt.changed" &&
+        while IFS=$'\t' read -r t f; do
+          [ -f "$f" ] && ! grep -qxF -- "$f" "$mt.changed" && touch -m -d "@$t" -- "$f"
+        done < "$mt"; true) || die "restoring the times of unchanged files in ${tree#"$repo"/} failed"
+      say "$v: $(wc -l < "$mt.changed") files changed since the tree's last state; the others keep their times"
+    fi
+    rm -f "$mt" "$mt.changed"
     state_of "$v" > "$tree/.lab-state"
   fi
   configure "$tree"
@@ -264,8 +300,59 @@ build() { # VARIANT -> builds target/kernel-lab/src-VARIANT/arch/x86/boot/bzImag
   say "$v kernel built in $secs s"
 }
 
+# The base kernel (6.12): stock with only the series' mainline backports
+# (0001, 0002: exec readahead), which change the exec fault's reads under
+# every THP mode; the guard's reference for the patched kernel with its
+# features off. No tree of its own: the backports are applied to the built
+# stock tree, made (only what they touch recompiles), the image kept in
+# base/, then the tree is restored and made again, so stock stays stock.
+base_series=("$repo"/kernel/6.12/0001-*.patch "$repo"/kernel/6.12/0002-*.patch)
+image_of() { # VARIANT -> its bzImage
+  if [ "$1" = base ]; then echo "$lab/base/bzImage"; else echo "$lab/src-$pre$1/arch/x86/boot/bzImage"; fi
+}
+build_base() {
+  local tree=$lab/src-stock out=$lab/base key log t0 secs files
+  t0=$(date +%s)
+  key=$( { basename "$tb"; cat "$repo/kernel/lab.config"; cat "${base_series[@]}"; } | sha256sum | cut -c1-16)
+  if [ $rebuild = 0 ] && [ "$(cat "$out/.lab-built" 2> /dev/null)" = "$key" ] && [ -s "$out/bzImage" ]; then
+    say "base kernel up to date (${out#"$repo"/}/bzImage)"
+    return
+  fi
+  [ "$(cat "$tree/.lab-state" 2> /dev/null)" = pristine ] || die "the stock tree is not pristine: cannot build the base kernel in it"
+  files=$(cd "$tree" && git apply --numstat "${base_series[@]}" | cut -f3 | sort -u | tr '\n' ' ')
+  log=$lab/build-base.log
+  say "building the base kernel in the stock tree (the backports: ${base_series[*]##*/}), log: ${log#"$repo"/}"
+  mkdir -p "$out"
+  local ok=1
+  # the files to restore, kept until they are restored (an interrupted run
+  # leaves it for the next, which restores them first)
+  echo "$files" > "$tree/.lab-base-applied"
+  (cd "$tree" && git apply "${base_series[@]}") > "$log" 2>&1 || die "the backports do not apply to the stock tree (see ${log#"$repo"/})"
+  (cd "$tree" && nice -n 5 make -j"$jobs" bzImage >> "$log" 2>&1) || ok=0
+  [ $ok = 1 ] && cp "$tree/arch/x86/boot/bzImage" "$out/bzImage.tmp" && mv "$out/bzImage.tmp" "$out/bzImage"
+  # shellcheck disable=SC2086 # the file list, split on purpose
+  (cd "$tree" && git checkout -q -f HEAD -- $files) || die "restoring the stock tree failed: git checkout in ${tree#"$repo"/}"
+  rm -f "$tree/.lab-base-applied"
+  [ $ok = 1 ] || { rm -f "$out/.lab-built"; die "building the base kernel failed: $(first_error "$log") (see ${log#"$repo"/})"; }
+  echo "$key" > "$out/.lab-built"
+  say "remaking the stock kernel from its restored source"
+  (cd "$tree" && nice -n 5 make -j"$jobs" bzImage >> "$log" 2>&1) ||
+    die "rebuilding the stock kernel failed: $(first_error "$log") (see ${log#"$repo"/})"
+  secs=$(( $(date +%s) - t0 ))
+  echo "{\"series\":\"$ser\",\"variant\":\"base\",\"kind\":\"the stock tree with the backports, in place, and back\",\"seconds\":$secs,\"date\":\"$(date -u +%FT%TZ)\",\"jobs\":$jobs}" >> "$lab/build-times.jsonl"
+  say "base kernel built and stock restored in $secs s"
+}
+
 tb=$(source_tarball "$srcver")
 t_all=$(date +%s)
+# A base build that was interrupted: the stock source restored, and the
+# stock kernel made again (its image may be the base one).
+if [ "$ser" = 6.12 ] && [ -s "$lab/src-stock/.lab-base-applied" ]; then
+  say "restoring the stock tree after an interrupted base build"
+  # shellcheck disable=SC2046 # the file list, split on purpose
+  (cd "$lab/src-stock" && git checkout -q -f HEAD -- $(cat .lab-base-applied)) || die "restoring the stock tree failed"
+  rm -f "$lab/src-stock/.lab-base-applied" "$lab/src-stock/.lab-built"
+fi
 # Build what the cells boot (--build-only: both); the tree that is built
 # already first, so the other is derived from it.
 want=" ${cells[*]} "
@@ -273,13 +360,20 @@ want=" ${cells[*]} "
 order=(stock patched)
 built_tree patched && ! built_tree stock && order=(patched stock)
 variants=()
+# (the base kernel is made in the built stock tree)
+[[ $want == *" base:"* ]] && [[ $want != *" stock:"* ]] && ! built_tree stock && want="$want stock: "
 for v in "${order[@]}"; do
   [[ $want == *" $v:"* ]] || continue
   build "$v"
+  [[ " ${cells[*]} " == *" $v:"* ]] || [ $build_only = 1 ] || [ $package = 1 ] || continue
   variants+=("$v")
 done
+if [[ $want == *" base:"* ]]; then
+  build_base
+  variants+=(base)
+fi
 for v in "${variants[@]}"; do
-  say "$ser $v kernel: $(stat -c %s "$lab/src-$pre$v/arch/x86/boot/bzImage") bytes"
+  say "$ser $v kernel: $(stat -c %s "$(image_of "$v")") bytes"
 done
 say "builds took $(( $(date +%s) - t_all )) s"
 [ $build_only = 1 ] && exit 0
@@ -388,7 +482,7 @@ for c in "${cells[@]}"; do
 done
 set +e
 kernels=()
-for v in "${variants[@]}"; do kernels+=(--kernel "$kname-$v=$lab/src-$pre$v/arch/x86/boot/bzImage"); done
+for v in "${variants[@]}"; do kernels+=(--kernel "$kname-$v=$(image_of "$v")"); done
 # --retry-hung: a guest that hung or whose kernel died before /init is
 # booted once more (a measurement that ran is never repeated).
 bash scripts/kernel-matrix.sh --no-build --retry-hung --thp "$thp" --timeout "$timeout_s" "${kernels[@]}" \

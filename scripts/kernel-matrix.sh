@@ -55,7 +55,9 @@
 #                fails), and add the counts to the cell's JSON ("counts")
 #                (QCOUNT_WATCH=0xADDR,... and QCOUNT_IRQ=0xADDR,... in the
 #                environment: functions to count, interrupt entries whose
-#                handlers to count apart; tests/vm/README.md)
+#                handlers to count apart; QCOUNT_SYMS=SYSTEM.MAP and
+#                QCOUNT_SPLIT=LO-HI: those ids' kernel instructions by
+#                function; tests/vm/README.md)
 #
 # One run boots the cells of one machine: x86-64 cells and aarch64 cells go
 # in separate runs (each builds its own test binaries, fixtures and guest).
@@ -535,7 +537,10 @@ EOF
   # instructions ran in each interval; QCOUNT_IRQ=0xADDR,...: the interrupt
   # entries whose handlers it counts apart (tests/vm/count/qcount.c; boot
   # with --append nokaslr, so that the kernel's System.map holds).
+  # QCOUNT_SYMS=SYSTEM.MAP QCOUNT_SPLIT=LO-HI: the kernel instructions of
+  # the intervals of ids LO..HI by kernel function (counts.py split).
   qargs=${QCOUNT_WATCH:+,watch=${QCOUNT_WATCH//,/,watch=}}${QCOUNT_IRQ:+,irq=${QCOUNT_IRQ//,/,irq=}}
+  qargs=$qargs${QCOUNT_SYMS:+,syms=$(readlink -f "$QCOUNT_SYMS")}${QCOUNT_SPLIT:+,split=$QCOUNT_SPLIT}
   [ $count = 0 ] || plugin=(-plugin "$vm/count/qcount.so$qargs" -d plugin -D "$counts")
   for attempt in 1 2; do
     say "booting $cell ($kname), log: ${log#"$repo"/}"

@@ -70,6 +70,11 @@ else
   # by THP policy), so that the guard compares the two under the same mode
   # (the rest runs under the boot's mode).
   case $(uname -r) in 7.* | 6.12.*) settings="off stock" ;; esac
+  # The base kernel (scripts/kernel-lab.sh's base cells): stock with the
+  # 6.12 series' mainline backports alone, which no observable tells from
+  # stock: the cell's name says so. The guard's reference for the patched
+  # kernel's "off"; it measures the plain execs and the guard only.
+  case ${HT_CELL:-} in *-base:*) variant=base ;; esac
 fi
 # khugepaged collapses file text in the background under THP always on
 # kernels without READ_ONLY_THP_FOR_FS (7.x: any large-folio filesystem), so
@@ -93,11 +98,11 @@ ra_kb=${LAB_READ_AHEAD_KB:-128}
 for q in /sys/block/vd*/queue/read_ahead_kb; do [ -w "$q" ] && echo "$ra_kb" > "$q"; done
 switch=sysctl
 [ $policy = 1 ] && switch=thp
-[ "$variant" = stock ] && switch=none
+[ "$variant" != patched ] && switch=none
 echo "@@HT {\"kind\":\"lab-guest\",\"variant\":\"$variant\",\"switch\":\"$switch\",\"thp\":\"$mode\",\"read_ahead_kb\":$ra_kb,\"release\":\"$(uname -r)\",\"uptime\":$(cut -d. -f1 /proc/uptime)}"
 
 setting() { # NAME: set the patches' sysctls, or THP policy (boot: the cell's mode)
-  if [ $policy = 1 ] || [ "$variant" = stock ]; then
+  if [ $policy = 1 ] || [ "$variant" != patched ]; then
     case $1 in
       off) echo madvise > "$thp_enabled" ;;
       on) echo always > "$thp_enabled" ;;
@@ -368,8 +373,10 @@ if [ $lf = 1 ] && [ -n "$khsaved" ] && [ $khfile = 1 ]; then
 fi
 
 # Then the hugetext steps (the plain execs of every fixture come first: they
-# are what the lab is for).
-for name in $fixtures; do
+# are what the lab is for); the base kernel is only the guard's reference.
+hfixtures=$fixtures
+[ "$variant" = base ] && hfixtures=
+for name in $hfixtures; do
   # the hugetext steps, under the kernel's default setting; on a patched
   # kernel without large folios (only `run` is measured there) also with
   # every switch off, which is stock's behaviour
@@ -432,6 +439,8 @@ INSPECT_ALL=--all
 guard_settings=$settings
 [ "$variant" = patched ] && guard_settings="off ${settings##* }"
 [ "$variant" = stock ] && guard_settings=stock
+# the base kernel: under the mode of each of the patched kernel's settings
+[ "$variant" = base ] && guard_settings="off stock"
 [ $lf = 1 ] || guard_settings=
 for s in $guard_settings; do
   setting "$s"
@@ -446,14 +455,14 @@ for s in $guard_settings; do
   done
 done
 
-[ "${HT_FS:-}" = xfs ] && kselftests
+[ "${HT_FS:-}" = xfs ] && [ "$variant" != base ] && kselftests
 
 # The exec benchmark, short, under the kernel's default
 # setting (timings are emulated under TCG: the states and counts are the result).
 s=${settings##* }
 [ "$variant" = patched ] && s=on
 setting "$s"
-if [ -z "${LAB_NO_BENCH:-}" ] && [ $lf = 1 ]; then
+if [ -z "${LAB_NO_BENCH:-}" ] && [ $lf = 1 ] && [ "$variant" != base ]; then
   out "$s/bench/exec" "$ht" bench exec --size 32M --runs 1 --random-passes 1 --dir "$dir" --json
 fi
 setting boot

@@ -17,6 +17,15 @@ JSON, with the counter's self-check.
         kernel instructions per MiB read, each repetition, one row per cell
         and case; with the xa_lock acquisitions and contentions per MiB where
         the guest kernel has CONFIG_LOCK_STAT
+  counts.py split COUNTS.txt ID THREADS REPS [N]
+        the kernel instructions by kernel function (qcount's syms= and
+        split=) of one readahead case (rahead.c's ID, THREADS, REPS: the
+        ids of repetition R are ID + 2 (R - 1) .. + THREADS - 1), one column
+        per repetition: the N functions (default 25) whose counts differ
+        most between repetitions, and the spread of the whole
+  counts.py fns COUNTS.txt ID THREADS REPS FN,FN,... [MIB]
+        the same case's kernel instructions per MiB (MIB read in all,
+        default 256) in the functions named, summed, each repetition
 
 The self-check (marker.c's `selftest`, run by the guest's /init whenever the
 counter is loaded): the user-space loop counts exactly its instructions
@@ -43,6 +52,8 @@ def parse(path):
             if w[1:] == ["end"]:
                 complete = True
                 continue
+            if w[1] == "split":
+                continue  # per-function lines: split()
             kv = {}
             for item in w[1:]:
                 k, _, v = item.partition("=")
@@ -200,6 +211,31 @@ def readahead_table(results):
     if not n:
         print("no cell has readahead counts", file=sys.stderr)
         return 1
+    # each case over its repetitions: the median and the spread
+    print()
+    print("| cell | case | repetitions | kernel instructions per MiB, interrupts apart: median | least | most "
+          "| spread (most - least) / least |")
+    print("|---|---|---|---|---|---|---|")
+    for r in results:
+        with open(r) as f:
+            d = json.load(f)
+        cell = d.get("kernel_pkg") or d.get("cell")
+        rows = d.get("counts", {}).get("readahead", [])
+        for probe in dict.fromkeys(x["probe"] for x in rows):
+            per_rep = {}
+            for x in rows:
+                if x["probe"] == probe and "kernel_irq_sum" in x:
+                    per_rep.setdefault(x["rep"], []).append(x)
+            own = sorted(sum(x["kernel_sum"] - x["kernel_irq_sum"] for x in xs) / xs[0]["mib"]
+                         for xs in per_rep.values())
+            if not own:
+                continue
+            x0 = next(x for x in rows if x["probe"] == probe)
+            case = f"{x0['threads']} thread{'s' if x0['threads'] > 1 else ''}" + (
+                "" if x0["threads"] == 1 else (", halves of one file" if x0["mode"] == "halves" else ", a file each"))
+            med = own[(len(own) - 1) // 2]
+            print(f"| {cell} | {case} | {len(own)} | {round(med):,} | {round(own[0]):,} | {round(own[-1]):,} "
+                  f"| {(own[-1] - own[0]) / own[0]:.2%} |")
     return 0
 
 
@@ -247,6 +283,62 @@ def mprotect_table(results):
     return 0
 
 
+def split_counts(path):
+    """id -> {function: kernel instructions} from qcount's split lines."""
+    out = {}
+    with open(path, errors="replace") as f:
+        for line in f:
+            w = line.split()
+            if len(w) == 5 and w[:2] == ["qcount", "split"]:
+                kv = dict(x.partition("=")[::2] for x in w[2:])
+                out.setdefault(int(kv["id"]), {})[kv["fn"]] = int(kv["kernel"])
+    return out
+
+
+def split(path, base, threads, reps, top=25):
+    by_id = split_counts(path)
+    per_rep = []
+    for r in range(reps):
+        fns = {}
+        for t in range(threads):
+            for fn, n in by_id.get(base + 2 * r + t, {}).items():
+                fns[fn] = fns.get(fn, 0) + n
+        per_rep.append(fns)
+    if not any(per_rep):
+        print(f"no split counts for ids {base}.. in {path}", file=sys.stderr)
+        return 1
+    totals = [sum(x.values()) for x in per_rep]
+    names = set().union(*per_rep)
+    spread = {fn: max(x.get(fn, 0) for x in per_rep) - min(x.get(fn, 0) for x in per_rep) for fn in names}
+    lo, hi = min(totals), max(totals)
+    print(f"ids {base}.., {threads} thread(s), {reps} repetitions: kernel instructions outside interrupts "
+          f"{' / '.join(f'{x:,}' for x in totals)}; spread {hi - lo:,} ({(hi - lo) / lo:.2%} of the least)")
+    print("| function | " + " | ".join(f"rep {r + 1}" for r in range(reps)) + " | max - min | share of the whole's spread |")
+    print("|---|" + "---|" * (reps + 2))
+    for fn in sorted(names, key=lambda f: -spread[f])[:top]:
+        share = spread[fn] / (hi - lo) if hi > lo else 0
+        print(f"| `{fn}` | " + " | ".join(f"{x.get(fn, 0):,}" for x in per_rep) + f" | {spread[fn]:,} | {share:.0%} |")
+    return 0
+
+
+def fns(path, base, threads, reps, names, mib):
+    """The kernel instructions per MiB of the functions NAMES (summed), each
+    repetition of one readahead case."""
+    by_id = split_counts(path)
+    want = set(names.split(","))
+    per_rep = []
+    for r in range(reps):
+        n = sum(c for t in range(threads) for fn, c in by_id.get(base + 2 * r + t, {}).items() if fn in want)
+        per_rep.append(n / mib)
+    if not any(per_rep):
+        print(f"no split counts of those functions for ids {base}.. in {path}", file=sys.stderr)
+        return 1
+    lo, hi = min(per_rep), max(per_rep)
+    print(f"ids {base}.., {threads} thread(s): {' / '.join(f'{round(x):,}' for x in per_rep)} per MiB; "
+          f"spread {(hi - lo) / lo:.3%}")
+    return 0
+
+
 def main(argv):
     if len(argv) == 6 and argv[1] == "merge":
         res, log, arch, console = argv[2:]
@@ -277,6 +369,10 @@ def main(argv):
         return mprotect_table(argv[2:])
     if len(argv) >= 3 and argv[1] == "readahead":
         return readahead_table(argv[2:])
+    if len(argv) in (6, 7) and argv[1] == "split":
+        return split(argv[2], *(int(x) for x in argv[3:]))
+    if len(argv) in (7, 8) and argv[1] == "fns":
+        return fns(argv[2], int(argv[3]), int(argv[4]), int(argv[5]), argv[6], int(argv[7]) if len(argv) == 8 else 256)
     print(__doc__, file=sys.stderr)
     return 2
 

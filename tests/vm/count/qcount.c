@@ -41,6 +41,15 @@
  * the kernel count of an interval less its interrupts' (a timer tick, an I/O
  * completion that lands in it) is the operation's own, whatever the timing.
  *
+ * Per function (plugin arguments syms=PATH, the guest kernel's System.map,
+ * and split=LO-HI, at most 64 ids): the kernel instructions of the
+ * intervals of ids LO..HI outside interrupt handlers, by the kernel function
+ * they ran in (the text symbol at or below each block segment's first
+ * kernel instruction; a segment that runs on into the next function is
+ * counted in the first). One line per id and function at exit, so that
+ * two repetitions of an operation can be compared function by function
+ * (tests/vm/count/counts.py split).
+ *
  * The plugin API is declared in crates/hugetext/src/profile/plugin/qemu-plugin.h
  * (no header for it is packaged), which profile --exact's itrace.c uses too.
  */
@@ -63,6 +72,7 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_version = QEMU_PLUGIN_VERSION;
 #define OP_STOP 2
 #define WATCH 4
 #define IRQS 8
+#define SPLIT_IDS 64
 
 /* Per vCPU: running totals and the open interval (one per vCPU). */
 struct vcpu {
@@ -82,7 +92,7 @@ struct idstat {
     uint64_t *user, *kernel; /* the first KEEP intervals */
 };
 /* A segment of a block: the instructions after a marker (or the block's start). */
-struct seg { uint32_t user, kernel; };
+struct seg { uint32_t user, kernel; int32_t sym; /* -1: none */ };
 struct marker { int op, id; struct seg after; };
 struct tbinfo { struct seg head; };
 
@@ -96,7 +106,57 @@ static int watch_index[WATCH] = {0, 1, 2, 3};
 static uint64_t irq_addr[IRQS];
 static int nirq;
 
+/* The per-function split: System.map's text symbols, sorted by address. */
+static uint64_t *sym_addr;
+static char **sym_name;
+static int nsyms;
+static int split_lo = -1, split_hi = -1;
+static uint64_t *split_counts[SPLIT_IDS]; /* per id: nsyms counters */
+
 static inline bool is_kernel(uint64_t vaddr) { return vaddr >> 63; }
+
+/* The index of the text symbol at or below va, or -1. */
+static int32_t sym_of(uint64_t va) {
+    if (nsyms == 0 || va < sym_addr[0])
+        return -1;
+    int lo = 0, hi = nsyms - 1;
+    while (lo < hi) {
+        int mid = lo + (hi - lo + 1) / 2;
+        if (sym_addr[mid] <= va)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
+}
+
+static int load_syms(const char *path) {
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    char line[512], type, name[400];
+    unsigned long long a;
+    int cap = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (sscanf(line, "%llx %c %399s", &a, &type, name) != 3 || (type != 't' && type != 'T' && type != 'W'))
+            continue;
+        if (nsyms == cap) {
+            cap = cap ? cap * 2 : 65536;
+            sym_addr = realloc(sym_addr, cap * sizeof *sym_addr);
+            sym_name = realloc(sym_name, cap * sizeof *sym_name);
+            if (!sym_addr || !sym_name)
+                abort();
+        }
+        /* System.map is sorted; a symbol out of order is left out */
+        if (nsyms && a < sym_addr[nsyms - 1])
+            continue;
+        sym_addr[nsyms] = a;
+        sym_name[nsyms] = strdup(name);
+        nsyms++;
+    }
+    fclose(f);
+    return nsyms ? 0 : -1;
+}
 
 /* The marker's (op, id), or op 0. */
 static int decode(const struct qemu_plugin_insn *insn, int *id) {
@@ -125,6 +185,8 @@ static void add(struct vcpu *v, const struct seg *s) {
     v->kernel += s->kernel;
     if (v->depth > 0)
         v->kernel_irq += s->kernel;
+    else if (s->sym >= 0 && v->open_id >= split_lo && v->open_id <= split_hi && split_lo >= 0)
+        split_counts[v->open_id - split_lo][s->sym] += s->kernel;
 }
 
 static void on_irq_entry(unsigned int cpu, void *udata) {
@@ -215,6 +277,7 @@ static void on_translate(qemu_plugin_id_t id, struct qemu_plugin_tb *tb) {
     if (!t)
         abort();
     struct seg *cur = &t->head;
+    cur->sym = -1;
     for (size_t i = 0; i < n; i++) {
         struct qemu_plugin_insn *insn = qemu_plugin_tb_get_insn(tb, i);
         int mid, op = decode(insn, &mid);
@@ -226,9 +289,12 @@ static void on_translate(qemu_plugin_id_t id, struct qemu_plugin_tb *tb) {
             m->id = mid;
             qemu_plugin_register_vcpu_insn_exec_cb(insn, on_marker, QEMU_PLUGIN_CB_NO_REGS, m);
             cur = &m->after;
+            cur->sym = -1;
             continue;
         }
         uint64_t va = qemu_plugin_insn_vaddr(insn);
+        if (nsyms && cur->sym < 0 && cur->kernel == 0 && is_kernel(va))
+            cur->sym = sym_of(va);
         for (int q = 0; q < nirq; q++)
             if (va == irq_addr[q])
                 qemu_plugin_register_vcpu_insn_exec_cb(insn, on_irq_entry, QEMU_PLUGIN_CB_NO_REGS, NULL);
@@ -291,6 +357,13 @@ static void on_exit_cb(qemu_plugin_id_t id, void *udata) {
         snprintf(line, sizeof line, "qcount watch=%d addr=%" PRIu64 "\n", w, watch_addr[w]);
         qemu_plugin_outs(line);
     }
+    for (int i = 0; split_lo >= 0 && i <= split_hi - split_lo; i++)
+        for (int f = 0; f < nsyms; f++)
+            if (split_counts[i][f]) {
+                snprintf(line, sizeof line, "qcount split id=%d fn=%s kernel=%" PRIu64 "\n", split_lo + i, sym_name[f],
+                         split_counts[i][f]);
+                qemu_plugin_outs(line);
+            }
     for (int c = 0; c < MAX_VCPUS; c++) {
         if (!vcpus[c].user && !vcpus[c].kernel)
             continue;
@@ -309,7 +382,18 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_
             watch_addr[nwatch++] = strtoull(argv[i] + 6, &end, 0);
         else if (strncmp(argv[i], "irq=", 4) == 0 && nirq < IRQS)
             irq_addr[nirq++] = strtoull(argv[i] + 4, &end, 0);
-        else
+        else if (strncmp(argv[i], "syms=", 5) == 0) {
+            if (load_syms(argv[i] + 5) != 0)
+                return -1;
+            end = "";
+        } else if (strncmp(argv[i], "split=", 6) == 0) {
+            split_lo = (int)strtol(argv[i] + 6, &end, 10);
+            if (*end != '-')
+                return -1;
+            split_hi = (int)strtol(end + 1, &end, 10);
+            if (split_lo < 0 || split_hi < split_lo || split_hi - split_lo >= SPLIT_IDS || split_hi >= (int)IDS)
+                return -1;
+        } else
             return -1;
         if (*end)
             return -1;
@@ -323,6 +407,11 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_
     ids = calloc(IDS, sizeof *ids);
     if (!ids)
         return -1;
+    if (split_lo >= 0 && !nsyms)
+        return -1; /* split= needs syms= */
+    for (int i = 0; split_lo >= 0 && i <= split_hi - split_lo; i++)
+        if (!(split_counts[i] = calloc(nsyms, sizeof(uint64_t))))
+            return -1;
     for (int c = 0; c < MAX_VCPUS; c++)
         vcpus[c].open_id = -1;
     qemu_plugin_register_vcpu_tb_trans_cb(id, on_translate);
