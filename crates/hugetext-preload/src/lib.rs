@@ -105,6 +105,15 @@ extern "C" fn at_load(argc: c_int, argv: *const *const c_char, _envp: *const *co
             // A launcher's hop line said what happens to what it dlopens
             // (a program with all its text in libraries it loads later
             // looks like a launcher).
+            // A Go launcher reads its environment from the initial array
+            // (not through the C library) and starts processes with the
+            // execve system call, which `exec` cannot interpose: it keeps
+            // the variables in that array, so what it starts inherits
+            // them, while its /proc/PID/environ shows none of them.
+            via::Start::Wrapper if via::go_program() => {
+                clean::hide();
+                return;
+            }
             via::Start::Wrapper => {
                 WRAPPER.store(true, Ordering::Relaxed);
                 exec::VERBOSE.store(cfg.verbose, Ordering::Relaxed);

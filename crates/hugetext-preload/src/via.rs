@@ -249,9 +249,10 @@ pub fn clears_environment<'a>(exe: &[u8], args: impl Iterator<Item = &'a [u8]>) 
 
 /// Is this process's executable a Go program (a `Go` build-id note, which
 /// Go's linker writes)? Go starts processes with the execve system call,
-/// which the preload cannot interpose (`exec`). Reads the program
-/// headers and notes the loader mapped.
-fn go_program() -> bool {
+/// which the preload cannot interpose (`exec`), with the environment it
+/// read from the initial array at start. Reads the program headers and
+/// notes the loader mapped.
+pub fn go_program() -> bool {
     // SAFETY: getauxval has no preconditions.
     let (phdr, phnum) = unsafe { (libc::getauxval(libc::AT_PHDR), libc::getauxval(libc::AT_PHNUM)) };
     if phdr == 0 || phnum == 0 || phnum > 256 {
@@ -421,7 +422,7 @@ pub fn at_start(cfg: &config::Config, argv: &[*const c_char], late: &str, pass: 
                     .pid(perfmap::pid())
                     .s(": ")
                     .bytes(name.contents())
-                    .s(" is a Go program: what it starts with os/exec or syscall.Exec (the execve system call, not the C library's) cannot be followed, the chain ends there");
+                    .s(" is a Go program: it starts processes with the execve system call (os/exec, syscall.Exec), which the preload cannot interpose, so it keeps hugetext's variables in its environment for them to inherit");
             }
             exe_path.clear();
             name.clear();
