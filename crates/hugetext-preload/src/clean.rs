@@ -83,13 +83,7 @@ pub fn save() -> bool {
     }
     let table = (n + 1) * core::mem::size_of::<usize>();
     let len = table + bytes;
-    let mem = sys::mmap(
-        len,
-        libc::PROT_READ | libc::PROT_WRITE,
-        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-        -1,
-        0,
-    );
+    let mem = sys::anon_rw(len);
     if mem < 0 {
         return false;
     }
@@ -385,13 +379,7 @@ pub fn hide() {
     if bytes == 0 {
         return;
     }
-    let mem = sys::mmap(
-        bytes,
-        libc::PROT_READ | libc::PROT_WRITE,
-        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-        -1,
-        0,
-    );
+    let mem = sys::anon_rw(bytes);
     if mem < 0 {
         return;
     }

@@ -130,13 +130,7 @@ pub fn save_loader() -> bool {
     if bytes == 0 {
         return true;
     }
-    let mem = sys::mmap(
-        bytes,
-        libc::PROT_READ | libc::PROT_WRITE,
-        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-        -1,
-        0,
-    );
+    let mem = sys::anon_rw(bytes);
     if mem < 0 {
         return false;
     }
@@ -509,13 +503,7 @@ unsafe fn in_launcher<R>(envp: *const *const c_char, room: Room, f: impl FnOnce(
         ((stack.as_mut_ptr() as usize + room_on_stack - need) & !7, 0)
     } else {
         let len = need.next_multiple_of(4096);
-        let mem = sys::mmap(
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        );
+        let mem = sys::anon_rw(len);
         if mem < 0 {
             return f(envp);
         }

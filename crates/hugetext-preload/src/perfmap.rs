@@ -103,13 +103,7 @@ impl ElfFile {
             return 0;
         }
         let bytes = n * core::mem::size_of::<Sym>();
-        let mem = sys::mmap(
-            bytes,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        );
+        let mem = sys::anon_rw(bytes);
         if mem < 0 {
             return 0;
         }
@@ -560,13 +554,7 @@ fn rewrite_without(fd: i32, size: usize, lo: u64, hi: u64) -> isize {
     if size == 0 {
         return 0;
     }
-    let mem = sys::mmap(
-        size,
-        libc::PROT_READ | libc::PROT_WRITE,
-        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-        -1,
-        0,
-    );
+    let mem = sys::anon_rw(size);
     if mem < 0 {
         return mem;
     }

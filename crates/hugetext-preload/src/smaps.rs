@@ -62,13 +62,7 @@ pub struct Smaps {
 impl Smaps {
     /// Map the buffer and check that smaps can be read.
     pub fn open() -> Result<Smaps, isize> {
-        let m = sys::mmap(
-            BUF,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        );
+        let m = sys::anon_rw(BUF);
         if m < 0 {
             return Err(m);
         }
@@ -190,13 +184,7 @@ mod tests {
         let unit = scan::unit();
         let s = Smaps::open().unwrap();
         let len = 4 * unit;
-        let m = sys::mmap(
-            len + unit,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        );
+        let m = sys::anon_rw(len + unit);
         assert!(m > 0);
         let a = hugetext_abi::geometry::align_up(m as usize, unit);
         if sys::advise(a, len, sys::Keep::Hugepage) < 0 {

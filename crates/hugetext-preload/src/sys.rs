@@ -190,6 +190,19 @@ pub fn fstat(fd: i32, st: &mut libc::stat) -> isize {
     call(libc::SYS_fstat, fd as usize, st as *mut libc::stat as usize, 0, 0, 0, 0)
 }
 
+/// A fresh private anonymous read-write mapping of `len` bytes (zeroed):
+/// the preload's working memory, never from the C library's allocator.
+/// Returns its address, or `-errno`.
+pub fn anon_rw(len: usize) -> isize {
+    mmap(
+        len,
+        libc::PROT_READ | libc::PROT_WRITE,
+        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+        -1,
+        0,
+    )
+}
+
 /// `mmap` at an address the kernel chooses (`flags` without `MAP_FIXED`):
 /// it cannot touch any existing mapping.
 pub fn mmap(len: usize, prot: i32, flags: i32, fd: i32, off: u64) -> isize {

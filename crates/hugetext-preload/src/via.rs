@@ -132,13 +132,7 @@ impl Via {
         }
         o.bytes(name.contents()).s("\0");
         let s = o.contents();
-        let mem = sys::mmap(
-            s.len(),
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        );
+        let mem = sys::anon_rw(s.len());
         if mem < 0 {
             return false;
         }

@@ -30,13 +30,7 @@ impl<T: Zeroable> Zeroed<T> {
     pub fn map() -> Result<Zeroed<T>, isize> {
         #[allow(clippy::let_unit_value)]
         let () = Self::FITS_A_PAGE_ALIGNMENT;
-        let m = sys::mmap(
-            core::mem::size_of::<T>(),
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        );
+        let m = sys::anon_rw(core::mem::size_of::<T>());
         if m < 0 {
             return Err(m);
         }
