@@ -180,6 +180,14 @@ def kunit_of(lines):
         lk = re.match(r"^\s*# \S+: i_pages lock: (\d+) per MiB one folio at a time, (\d+) in runs", line)
         if lk and cur:
             suites.setdefault(cur, {})["lock_per_mib"] = {"one_by_one": int(lk.group(1)), "in_runs": int(lk.group(2))}
+        # and how its kprobe did: calls on a lock of the test's own counted, hits
+        # missed, which try, how long the probe took to fire after its registration
+        pr = re.match(r"^\s*# \S+: probe: (\d+) of (\d+) calls on a local lock counted, (\d+) missed, "
+                      r"try (\d+) of \d+, fired after (\d+) ms", line)
+        if pr and cur:
+            suites.setdefault(cur, {})["lock_probe"] = {
+                "local": int(pr.group(1)), "calls": int(pr.group(2)), "missed": int(pr.group(3)),
+                "try": int(pr.group(4)), "fired_ms": int(pr.group(5))}
         c = KTAP_COUNTS.match(line)
         if c and c.group(1) != "Totals":
             suites.setdefault(c.group(1), {}).update(
