@@ -198,7 +198,7 @@ measure() {
 # both series) and whenever LAB_PART=selftests.
 kunit() {
   dmesg | sed 's/^\[[ 0-9.]*\] //' |
-    grep -E '^ *(KTAP version|# Subtest:|(not )?ok [0-9]+ |1\.\.[0-9]|# [A-Za-z0-9_]+: (pass:|i_pages lock:)|# Totals:)' |
+    grep -E '^ *(KTAP version|# Subtest:|(not )?ok [0-9]+ |1\.\.[0-9]|# [A-Za-z0-9_]+: (pass:|i_pages lock:|probe:)|# Totals:)' |
     awk '{print "@@LAB kunit|" $0}'
 }
 kselftest() { # NAME SECONDS CMD...: one selftest program

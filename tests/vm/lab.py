@@ -180,6 +180,11 @@ def kunit_of(lines):
         lk = re.match(r"^\s*# \S+: i_pages lock: (\d+) per MiB one folio at a time, (\d+) in runs", line)
         if lk and cur:
             suites.setdefault(cur, {})["lock_per_mib"] = {"one_by_one": int(lk.group(1)), "in_runs": int(lk.group(2))}
+        # and its data breakpoint's check: writes to a lock of the test's own
+        # counted, of how many made
+        pr = re.match(r"^\s*# \S+: probe: (\d+) of (\d+) writes on a local lock counted", line)
+        if pr and cur:
+            suites.setdefault(cur, {})["lock_probe"] = {"counted": int(pr.group(1)), "writes": int(pr.group(2))}
         c = KTAP_COUNTS.match(line)
         if c and c.group(1) != "Totals":
             suites.setdefault(c.group(1), {}).update(
@@ -703,10 +708,10 @@ def lock_counts(labs):
 LOCKS = """
 The batched page-cache insertion (7.x, RFC patch 6): its KUnit case
 `filemap_add_lock_count_test` counts the acquisitions of the test file's
-i_pages lock (a kprobe on `_raw_spin_lock_irq()`) while 1 MiB of order-0
-folios is added one at a time, then while 1 MiB is read ahead by
-`page_cache_ra_unbounded()`. A count, not a time: it says nothing about
-contention, which needs real CPUs.
+i_pages lock (a data breakpoint on the lock word: two writes per
+acquisition) while 1 MiB of order-0 folios is added one at a time, then
+while 1 MiB is read ahead by `page_cache_ra_unbounded()`. A count, not a
+time: it says nothing about contention, which needs real CPUs.
 
 {rows}
 """
