@@ -55,6 +55,9 @@ struct DynInfo {
     runpath: Vec<String>,
     soname: Option<String>,
     nodeflib: bool,
+    /// Bytes of static TLS it needs: its `PT_TLS` segment's size rounded up
+    /// to the segment's alignment (0: none).
+    tls: u64,
 }
 
 fn read_dyn(path: &Path) -> ParseResult<DynInfo> {
@@ -63,16 +66,59 @@ fn read_dyn(path: &Path) -> ParseResult<DynInfo> {
     read_dyn_of(&file)
 }
 
+/// A file read with `pread` at a position kept here: `ReadCache` seeks
+/// before each read it has not cached, and on a `File` every seek is a
+/// system call (`run` reads the headers of each library a program loads).
+struct AtPos<'a> {
+    file: &'a File,
+    pos: u64,
+    /// The file's length, once asked for.
+    len: Option<u64>,
+}
+
+impl std::io::Read for AtPos<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        use std::os::unix::fs::FileExt;
+        let n = self.file.read_at(buf, self.pos)?;
+        self.pos += n as u64;
+        Ok(n)
+    }
+}
+
+impl std::io::Seek for AtPos<'_> {
+    fn seek(&mut self, to: std::io::SeekFrom) -> std::io::Result<u64> {
+        use std::io::SeekFrom;
+        let (base, off) = match to {
+            SeekFrom::Start(o) => (0, i128::from(o)),
+            SeekFrom::End(o) => {
+                let len = match self.len {
+                    Some(l) => l,
+                    None => *self.len.insert(self.file.metadata()?.len()),
+                };
+                (len, i128::from(o))
+            }
+            SeekFrom::Current(o) => (self.pos, i128::from(o)),
+        };
+        self.pos = u64::try_from(i128::from(base) + off)
+            .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "seek before the start of the file"))?;
+        Ok(self.pos)
+    }
+}
+
 /// [`read_dyn`] of a file already open.
 fn read_dyn_of(file: &File) -> ParseResult<DynInfo> {
-    let cache = ReadCache::new(file);
+    let cache = ReadCache::new(AtPos {
+        file,
+        pos: 0,
+        len: None,
+    });
     match super::layout::elf_class(&cache)? {
         true => read_dyn_generic::<elf::FileHeader64<Endianness>>(&cache),
         false => read_dyn_generic::<elf::FileHeader32<Endianness>>(&cache),
     }
 }
 
-fn read_dyn_generic<Elf: FileHeader<Endian = Endianness>>(data: &ReadCache<&File>) -> ParseResult<DynInfo> {
+fn read_dyn_generic<Elf: FileHeader<Endian = Endianness>>(data: &ReadCache<AtPos<'_>>) -> ParseResult<DynInfo> {
     let h = Elf::parse(data).map_err(|e| Malformed(e.to_string()))?;
     let endian = h.endian().map_err(|e| Malformed(e.to_string()))?;
     let mut info = DynInfo {
@@ -91,6 +137,10 @@ fn read_dyn_generic<Elf: FileHeader<Endian = Endianness>>(data: &ReadCache<&File
         })
     };
     for p in phdrs {
+        if p.p_type(endian) == elf::PT_TLS {
+            let (size, align): (u64, u64) = (p.p_memsz(endian).into(), p.p_align(endian).into());
+            info.tls = info.tls.saturating_add(size.next_multiple_of(align.max(1)));
+        }
         if let Ok(Some(i)) = p.interpreter(endian, data) {
             info.interp = Some(String::from_utf8_lossy(i).into_owned());
         }
@@ -157,6 +207,29 @@ struct Loaded {
     info: DynInfo,
     /// Index of the object that loaded it (for the RPATH chain).
     parent: Option<usize>,
+}
+
+/// `/etc/ld.so.cache` parsed ([`read_ld_so_cache`]), once per process for
+/// as long as the file stays the same (device, inode, size and modification
+/// time): `run` resolves more than one set of libraries before it execs.
+pub fn ld_so_cache() -> std::sync::Arc<HashMap<String, Vec<PathBuf>>> {
+    use std::sync::{Arc, Mutex};
+    type Key = (u64, u64, u64, i64, i64);
+    type Cache = Arc<HashMap<String, Vec<PathBuf>>>;
+    static KEPT: Mutex<Option<(Key, Cache)>> = Mutex::new(None);
+    const PATH: &str = "/etc/ld.so.cache";
+    let key = std::fs::metadata(PATH)
+        .ok()
+        .map(|m| (m.dev(), m.ino(), m.size(), m.mtime(), m.mtime_nsec()));
+    let mut kept = KEPT.lock().unwrap_or_else(|e| e.into_inner());
+    if let (Some(k), Some((old, map))) = (key, kept.as_ref()) {
+        if *old == k {
+            return Arc::clone(map);
+        }
+    }
+    let map = Arc::new(read_ld_so_cache(Path::new(PATH)));
+    *kept = key.map(|k| (k, Arc::clone(&map)));
+    map
 }
 
 /// Parse `/etc/ld.so.cache` (glibc "new" format, `glibc-ld.so.cache1.1`):
@@ -238,17 +311,37 @@ pub fn resolve_deps(exe: &Path) -> Result<Vec<PathBuf>> {
 /// only names it and gives `$ORIGIN`): its interpreter and `DT_NEEDED`
 /// are read from `file`, not from whatever `exe` names by now.
 pub fn resolve_deps_of(file: &File, exe: &Path) -> Result<Vec<PathBuf>> {
+    resolve_objects(file, exe, true).map(|(paths, _)| paths)
+}
+
+/// The static TLS that `exe`'s interpreter and libraries loaded at start
+/// need, in bytes (each `PT_TLS` segment's size rounded up to its
+/// alignment), from one resolution ([`resolve_deps`]'s); the program's own
+/// is not counted. Errors as [`resolve_deps`] does.
+pub fn deps_static_tls(exe: &Path) -> Result<u64> {
+    let file = crate::openfile::open_regular(exe, crate::openfile::Follow::Yes).map_err(|e| Error::io(exe, e))?;
+    resolve_objects(&file, exe, false).map(|(_, tls)| tls)
+}
+
+/// [`resolve_deps_of`], with the static TLS of what it found
+/// ([`deps_static_tls`]). `canonical`: the paths returned are canonical
+/// (else as found: the static TLS needs no `realpath` of each library).
+fn resolve_objects(file: &File, exe: &Path, canonical: bool) -> Result<(Vec<PathBuf>, u64)> {
     let exe_canon = exe.canonicalize().map_err(|e| Error::io(exe, e))?;
     let info = read_dyn_of(file).map_err(|e| Error::Elf {
         path: exe.into(),
         msg: e.0,
     })?;
     let ld_library_path = ld_library_path();
-    let cache = read_ld_so_cache(Path::new("/etc/ld.so.cache"));
+    let cache = ld_so_cache();
+    let mut tls = 0u64;
     let mut result: Vec<PathBuf> = Vec::new();
     let mut seen_files: HashSet<(u64, u64)> = HashSet::new();
     let mut push = |p: &Path, result: &mut Vec<PathBuf>| -> Result<()> {
-        let canon = p.canonicalize().map_err(|e| Error::io(p, e))?;
+        let canon = match canonical {
+            true => p.canonicalize().map_err(|e| Error::io(p, e))?,
+            false => p.to_path_buf(),
+        };
         let m = std::fs::metadata(&canon).map_err(|e| Error::io(&canon, e))?;
         if seen_files.insert((m.dev(), m.ino())) {
             result.push(canon);
@@ -262,6 +355,7 @@ pub fn resolve_deps_of(file: &File, exe: &Path) -> Result<Vec<PathBuf>> {
         push(Path::new(interp), &mut result)?;
         // ld.so is loaded under its own name: a DT_NEEDED of it matches.
         if let Ok(i) = read_dyn(Path::new(interp)) {
+            tls = tls.saturating_add(i.tls);
             if let Some(s) = &i.soname {
                 names.insert(s.clone(), usize::MAX);
             }
@@ -309,6 +403,7 @@ pub fn resolve_deps_of(file: &File, exe: &Path) -> Result<Vec<PathBuf>> {
                 inodes.insert(k, new_idx);
             }
             push(&path, &mut result)?;
+            tls = tls.saturating_add(dinfo.tls);
             objs.push(Loaded {
                 path,
                 info: dinfo,
@@ -317,7 +412,7 @@ pub fn resolve_deps_of(file: &File, exe: &Path) -> Result<Vec<PathBuf>> {
             queue.push_back(new_idx);
         }
     }
-    Ok(result)
+    Ok((result, tls))
 }
 
 /// Find one DT_NEEDED `name` requested by `objs[req]`.

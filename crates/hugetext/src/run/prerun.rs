@@ -383,7 +383,7 @@ pub fn audit_missing(program: &Path, preload: &Path) -> Vec<String> {
     if dirs.is_empty() {
         return Vec::new();
     }
-    let cache = elf::deps::read_ld_so_cache(Path::new("/etc/ld.so.cache"));
+    let cache = elf::deps::ld_so_cache();
     elf::deps::missing_in_new_namespace(preload, &elf::deps::ld_library_path(), &cache, &dirs)
 }
 

@@ -325,10 +325,10 @@ fn tls_bytes(path: &Path) -> u64 {
 /// librustc_driver needs 23 KiB and would fail to start ("cannot allocate
 /// memory in static TLS block"). 0 when the libraries cannot be resolved.
 pub fn initial_static_tls(program: &Path, preload: &Path) -> u64 {
-    let Ok(deps) = crate::elf::deps::resolve_deps(program) else {
+    let Ok(deps) = crate::elf::deps::deps_static_tls(program) else {
         return 0;
     };
-    deps.iter().map(|d| tls_bytes(d)).sum::<u64>() + tls_bytes(preload)
+    deps + tls_bytes(preload)
 }
 
 /// Static TLS room `run` asks for when the program is a `#!` script: the
@@ -837,6 +837,20 @@ mod tests {
         // This test binary: libc's TLS at least.
         let me = std::env::current_exe().unwrap();
         assert!(initial_static_tls(&me, Path::new("/nonexistent")) > 0);
+        // One resolution that reads each library's PT_TLS with its dynamic
+        // section gives what reading each resolved file again gives.
+        for prog in [me.as_path(), Path::new("/bin/sh"), Path::new("/usr/bin/python3")] {
+            let Ok(deps) = crate::elf::deps::resolve_deps(prog) else {
+                continue;
+            };
+            let each: u64 = deps.iter().map(|d| tls_bytes(d)).sum();
+            assert_eq!(
+                initial_static_tls(prog, Path::new("/nonexistent")),
+                each,
+                "{}",
+                prog.display()
+            );
+        }
         assert_eq!(tls_bytes(Path::new("/nonexistent")), 0);
     }
 
