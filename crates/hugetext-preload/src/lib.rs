@@ -102,9 +102,6 @@ extern "C" fn at_load(argc: c_int, argv: *const *const c_char, _envp: *const *co
             pass(&cfg);
         }) {
             via::Start::Program => {}
-            // A launcher's hop line said what happens to what it dlopens
-            // (a program with all its text in libraries it loads later
-            // looks like a launcher).
             // A Go launcher reads its environment from the initial array
             // (not through the C library) and starts processes with the
             // execve system call, which `exec` cannot interpose: it keeps
@@ -114,6 +111,9 @@ extern "C" fn at_load(argc: c_int, argv: *const *const c_char, _envp: *const *co
                 clean::hide();
                 return;
             }
+            // A launcher's hop line said what happens to what it dlopens
+            // (a program with all its text in libraries it loads later
+            // looks like a launcher).
             via::Start::Wrapper => {
                 WRAPPER.store(true, Ordering::Relaxed);
                 exec::VERBOSE.store(cfg.verbose, Ordering::Relaxed);
