@@ -41,6 +41,12 @@ pub const fn cont_pte_size(page: usize) -> Option<usize> {
 /// of huge text is the contiguous-PTE block instead ([`huge_unit`]).
 pub const MAX_ALIGN_PMD: usize = 32 << 20;
 
+/// The smallest unit [`huge_unit`] gives for any base page size (the 2 MiB
+/// PMD of 4 KiB pages, the 2 MiB contiguous-PTE block of 64 KiB ones): a
+/// range shorter than this holds no whole window, whatever the kernel's
+/// geometry, so it needs no look at the PMD size.
+pub const MIN_UNIT: usize = 2 << 20;
+
 /// The unit of huge text, bytes, and whether it is an arm64 contiguous-PTE
 /// block (`true`) or the PMD (`false`), for a kernel of the given machine
 /// (`aarch64`), base page and PMD sizes: the PMD, except on arm64 when the
@@ -264,6 +270,16 @@ pub fn congruent<T: Offset + PartialEq + From<u8>>(vaddr: T, offset: T, unit: T)
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn no_page_size_has_a_unit_below_the_floor() {
+        for page in [4usize << 10, 16 << 10, 64 << 10] {
+            let pmd = pmd_size_for_page(page).unwrap();
+            for aarch64 in [false, true] {
+                assert!(huge_unit(aarch64, page, pmd).0 >= MIN_UNIT, "{page} {aarch64}");
+            }
+        }
+    }
 
     #[test]
     fn congruence_and_alignment() {

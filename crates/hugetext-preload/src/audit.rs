@@ -217,10 +217,26 @@ fn find_preload(map: &LinkMap) {
     if other == own || other == 0 || map.l_ld.is_null() {
         return;
     }
-    let mut buf = [0u8; 4096];
-    let mut keys = [NONE; 2];
-    key_at(&mut buf, &[own, map.l_ld as usize], &mut keys);
-    if keys[0] == NONE || keys[0] != keys[1] {
+    // The same build (offsets agree) when the other copy's first mapping
+    // starts at its load address and its headers, build ID note included,
+    // are this copy's (compared in memory: no /proc read in every process).
+    let Some(((start, _), _)) = phdr_facts(map, false) else {
+        return;
+    };
+    if start != other {
+        return;
+    }
+    let n = sys::page_size().min(4096);
+    // SAFETY: the first `n` bytes of two mappings the loader made of whole
+    // pages from offset 0 (this library's own, and the other copy's,
+    // checked by `phdr_facts`): readable.
+    let (a, b) = unsafe {
+        (
+            core::slice::from_raw_parts(own as *const u8, n),
+            core::slice::from_raw_parts(other as *const u8, n),
+        )
+    };
+    if a != b {
         return; // another build of the library: offsets differ
     }
     let mark = core::ptr::addr_of!(crate::MARK) as usize - own + other;
@@ -321,7 +337,7 @@ pub extern "C" fn la_activity(_cookie: *mut usize, flag: c_uint) {
             // Start-up: the preload's constructor handles these objects.
             STARTED.store(true, Relaxed);
             NPENDING.store(0, Relaxed);
-            if let Some((mode, filters)) = crate::seccomp::state() {
+            if let Some((mode, filters)) = crate::seccomp::start_state() {
                 START_MODE.store(usize::from(mode) + 1, Relaxed);
                 START_FILTERS.store(filters.map_or(0, |f| f as usize + 1), Relaxed);
             }
@@ -414,6 +430,87 @@ fn remember_span(lm: usize, lo: usize, hi: usize) {
     }
 }
 
+/// What a new object's own program headers say, read in memory (no
+/// `/proc`): its address range (every `PT_LOAD`, page-rounded) and whether
+/// a text segment (readable and executable, not writable: a `r-xp` mapping)
+/// holds a whole window (asked only with `text`: that reads the PMD size).
+/// `None` when they cannot be read safely: the loader
+/// does not name the start of the object's first mapping, no ELF header is
+/// there, its program headers end past that first page, or they do not
+/// place the first segment at that start. The caller then reads
+/// /proc/self/maps instead.
+fn phdr_facts(map: &LinkMap, text: bool) -> Option<((usize, usize), bool)> {
+    const PT_LOAD: u32 = 1;
+    const PF_X: u32 = 1;
+    const PF_W: u32 = 2;
+    const PF_R: u32 = 4;
+    extern "C" {
+        fn dladdr(addr: *const libc::c_void, info: *mut libc::Dl_info) -> i32;
+    }
+    // SAFETY: a plain call with a valid out-pointer; the loader lock it
+    // takes is recursive and held by this thread in the audit callbacks.
+    let base = unsafe {
+        let mut info: libc::Dl_info = core::mem::zeroed();
+        if map.l_ld.is_null() || dladdr(map.l_ld as *const libc::c_void, &mut info) == 0 {
+            return None;
+        }
+        info.dli_fbase as usize
+    };
+    let page = sys::page_size();
+    if base == 0 || base % page != 0 {
+        return None;
+    }
+    let u16_at = |a: usize| {
+        // SAFETY: callers read within the first page at `base`, the start
+        // of a mapping the loader made (at least one page, readable).
+        unsafe { core::ptr::read_unaligned(a as *const u16) }
+    };
+    let u32_at = |a: usize| {
+        // SAFETY: as above.
+        unsafe { core::ptr::read_unaligned(a as *const u32) }
+    };
+    let u64_at = |a: usize| {
+        // SAFETY: as above.
+        unsafe { core::ptr::read_unaligned(a as *const u64) }
+    };
+    // The ELF header: magic, 64-bit class, this byte order.
+    if u32_at(base) != u32::from_le_bytes(*b"\x7fELF") || u16_at(base + 4) & 0xff != 2 {
+        return None;
+    }
+    let (phoff, phentsize, phnum) = (
+        u64_at(base + 32) as usize,
+        u16_at(base + 54) as usize,
+        u16_at(base + 56) as usize,
+    );
+    if phentsize != 56 || phnum == 0 || phoff.checked_add(phnum * phentsize)? > page {
+        return None;
+    }
+    let bias = map.l_addr;
+    let (mut lo, mut hi, mut big, mut first) = (usize::MAX, 0usize, false, None);
+    for i in 0..phnum {
+        let ph = base + phoff + i * phentsize;
+        if u32_at(ph) != PT_LOAD {
+            continue;
+        }
+        let flags = u32_at(ph + 4);
+        let vaddr = u64_at(ph + 16) as usize;
+        let memsz = u64_at(ph + 40) as usize;
+        let start = bias.checked_add(vaddr)? & !(page - 1);
+        let end = bias
+            .checked_add(vaddr)?
+            .checked_add(memsz)?
+            .checked_next_multiple_of(page)?;
+        first.get_or_insert(start);
+        lo = lo.min(start);
+        hi = hi.max(end);
+        big |= text
+            && flags & (PF_R | PF_W | PF_X) == PF_R | PF_X
+            && end - start >= hugetext_abi::geometry::MIN_UNIT
+            && engine::window_bytes(start, end) > 0;
+    }
+    (first == Some(base) && lo < hi).then_some(((lo, hi), big))
+}
+
 struct Late {
     buf: [u8; 16384],
     ld: [usize; MAXP],
@@ -470,13 +567,33 @@ fn late(n: usize) {
         // not freed before the consistent state that follows.
         st.ld[i] = unsafe { (*(lms[i] as *const LinkMap)).l_ld } as usize;
     }
-    key_at(&mut st.buf, &st.ld[..n], &mut st.keys[..n]);
-    // The address range of each object: every line of its file (the text,
-    // and the data around it).
-    for s in st.span[..n].iter_mut() {
-        *s = (usize::MAX, 0);
+    // Each object's range and text from its own program headers: a
+    // program that dlopens many small objects (Python's extension modules)
+    // reads /proc/self/maps only for those with a whole window of text.
+    let mut known = true;
+    for (i, &lm) in lms[..n].iter().enumerate() {
+        // SAFETY: as above.
+        match phdr_facts(unsafe { &*(lm as *const LinkMap) }, true) {
+            Some((span, big)) => (st.span[i], st.big[i]) = (span, big),
+            None => known = false,
+        }
     }
-    {
+    if known && !st.big[..n].contains(&true) {
+        for (&lm, &(lo, hi)) in lms[..n].iter().zip(&st.span[..n]) {
+            remember_span(lm, lo, hi);
+        }
+        return;
+    }
+    key_at(&mut st.buf, &st.ld[..n], &mut st.keys[..n]);
+    if !known {
+        // The address range of each object: every line of its file (the
+        // text, and the data around it).
+        for s in st.span[..n].iter_mut() {
+            *s = (usize::MAX, 0);
+        }
+        for b in st.big[..n].iter_mut() {
+            *b = false;
+        }
         let Late {
             buf, keys, span, big, ..
         } = st;

@@ -8,7 +8,8 @@
 //! ran under it, and survived); once it changed, the auditor stays passive
 //! for the rest of the process.
 //!
-//! The state is read from `/proc/thread-self/status` (`Seccomp:` and, since
+//! At start-up the state is asked with `PR_GET_SECCOMP` ([`start_state`]);
+//! after it, the state is read from `/proc/thread-self/status` (`Seccomp:` and, since
 //! Linux 5.9, `Seccomp_filters:`) with `openat`, `read` and `close`: the
 //! calls the dynamic loader has just made in the same thread to open the
 //! new object (`PR_GET_SECCOMP` would be a `prctl`, which a filter may
@@ -49,6 +50,23 @@ pub fn state() -> Option<State> {
     Some((mode.unwrap_or(0), filters))
 }
 
+/// The calling thread's state at start-up, before any code of the program
+/// ran: `PR_GET_SECCOMP` first, one system call where reading the status
+/// file is three and the kernel formatting all of it (paid by every process
+/// `run` reaches). At start-up no filter of the program's own exists yet,
+/// and one the process inherited that kills `prctl` would kill the start
+/// pass's calls as well; mode 0 means no filter at all. Any other answer
+/// (a filter, or an error a filter returned) is read from the status file,
+/// as [`state`] does, for its count of filters.
+pub fn start_state() -> Option<State> {
+    // SAFETY: PR_GET_SECCOMP takes no pointer arguments.
+    let mode = unsafe { crate::sys::prctl(libc::PR_GET_SECCOMP, 0, 0, 0, 0) };
+    match mode {
+        0 => Some((0, None)),
+        _ => state(),
+    }
+}
+
 /// The decimal number after the tab of a status line.
 fn number(v: &[u8]) -> Option<u32> {
     let v = v.trim_ascii();
@@ -64,6 +82,8 @@ pub fn changed(start: Option<State>, now: Option<State>) -> bool {
     match (start, now) {
         (_, None) => true,
         (None, Some((mode, _))) => mode != 0,
+        // No filter then and none now, whether or not a count was read.
+        (Some((0, _)), Some((0, _))) => false,
         (Some((m0, f0)), Some((m1, f1))) => m1 != m0 || f1 != f0,
     }
 }
@@ -80,6 +100,14 @@ mod tests {
     }
 
     #[test]
+    fn the_start_state_agrees_with_the_status_file() {
+        let s = state().expect("/proc/thread-self/status");
+        let start = start_state().expect("start state");
+        assert_eq!(start.0, s.0);
+        assert!(!changed(Some(start), state()), "{start:?} {s:?}");
+    }
+
+    #[test]
     fn a_new_filter_or_an_unreadable_state_is_a_change() {
         assert!(changed(Some((0, Some(0))), Some((2, Some(1)))));
         assert!(changed(Some((2, Some(1))), Some((2, Some(2)))));
@@ -87,6 +115,8 @@ mod tests {
         assert!(!changed(Some((0, None)), Some((0, None))));
         assert!(changed(Some((0, None)), Some((2, None))));
         assert!(changed(Some((0, Some(0))), None));
+        assert!(!changed(Some((0, None)), Some((0, Some(0)))));
+        assert!(changed(Some((0, None)), Some((2, Some(1)))));
         assert!(changed(None, Some((2, Some(1)))));
         assert!(!changed(None, Some((0, Some(0)))));
         assert_eq!(number(b"\t2"), Some(2));

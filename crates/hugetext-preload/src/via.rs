@@ -20,7 +20,7 @@ use core::sync::atomic::Ordering::Relaxed;
 use hugetext_abi::{env, settings};
 
 use crate::out::{line, Out};
-use crate::{config, engine, maps, perfmap, sys};
+use crate::{config, engine, perfmap, sys};
 
 /// Where this process stands in a chain of launchers (`HUGETEXT_VIA`).
 pub struct Via {
@@ -149,30 +149,72 @@ impl Via {
 
 /// (Does any executable mapping other than this library's hold a whole
 /// PMD-size window?, bytes of text of the executable: the executable
-/// mapping that holds the entry point and those of the same file after
-/// it). Unreadable maps: a window, and nothing is followed.
+/// mappings of the object that holds the entry point). Read from the
+/// loaded objects' program headers (`dl_iterate_phdr`: no /proc read in
+/// every process `run` reaches): at start-up the text mappings are the
+/// loader's, one per readable, executable and not writable `PT_LOAD`, each
+/// a `r-xp` line of /proc/self/maps.
 pub fn text_facts() -> (bool, u64) {
-    let me = text_facts as *const () as usize;
-    // SAFETY: getauxval has no preconditions.
-    let entry = unsafe { libc::getauxval(libc::AT_ENTRY) } as usize;
-    let mut buf = [0u8; 4096];
-    let mut window = false;
-    let mut exe: Option<(u32, u32, u64)> = None;
-    let mut own = 0u64;
-    let r = maps::for_each(&mut buf, |l| {
-        if &l.perms != b"r-xp" || (l.start <= me && me < l.end) {
-            return;
+    struct Facts {
+        me: usize,
+        entry: usize,
+        page: usize,
+        window: bool,
+        own: u64,
+    }
+    unsafe extern "C" fn each(info: *mut libc::dl_phdr_info, _size: libc::size_t, data: *mut libc::c_void) -> i32 {
+        const PF_X: u32 = 1;
+        const PF_W: u32 = 2;
+        const PF_R: u32 = 4;
+        // SAFETY: the C library passes a valid info for the call, and
+        // `data` is the `Facts` `text_facts` passed.
+        let (info, f) = unsafe { (&*info, &mut *(data as *mut Facts)) };
+        if info.dlpi_phdr.is_null() {
+            return 0;
         }
-        window |= engine::window_bytes(l.start, l.end) > 0;
-        let key = (l.dev_major, l.dev_minor, l.inode);
-        if exe.is_none() && l.start <= entry && entry < l.end && l.inode != 0 {
-            exe = Some(key);
+        // SAFETY: the object's program headers, as the loader keeps them.
+        let phdrs = unsafe { core::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize) };
+        let text = |p: &&libc::Elf64_Phdr| p.p_type == libc::PT_LOAD && p.p_flags & (PF_R | PF_W | PF_X) == PF_R | PF_X;
+        let range = |p: &libc::Elf64_Phdr| {
+            let a = (info.dlpi_addr as usize).wrapping_add(p.p_vaddr as usize);
+            (
+                a & !(f.page - 1),
+                a.wrapping_add(p.p_memsz as usize).next_multiple_of(f.page),
+            )
+        };
+        if phdrs.iter().filter(text).any(|p| {
+            let (s, e) = range(p);
+            s <= f.me && f.me < e
+        }) {
+            return 0; // this library
         }
-        if exe == Some(key) {
-            own += (l.end - l.start) as u64;
+        let mut holds_entry = false;
+        let mut bytes = 0u64;
+        for p in phdrs.iter().filter(text) {
+            let (s, e) = range(p);
+            // Short text holds no window on any kernel: the PMD size is
+            // read (sysfs) only for text that might.
+            f.window |= e - s >= hugetext_abi::geometry::MIN_UNIT && engine::window_bytes(s, e) > 0;
+            holds_entry |= s <= f.entry && f.entry < e;
+            bytes += (e - s) as u64;
         }
-    });
-    (window || r.is_err(), own)
+        if holds_entry && f.own == 0 {
+            f.own = bytes;
+        }
+        0
+    }
+    let mut f = Facts {
+        me: text_facts as *const () as usize,
+        // SAFETY: getauxval has no preconditions.
+        entry: unsafe { libc::getauxval(libc::AT_ENTRY) } as usize,
+        page: sys::page_size(),
+        window: false,
+        own: 0,
+    };
+    // SAFETY: `each` matches the callback type and only reads what the C
+    // library passes; `f` outlives the call.
+    unsafe { libc::dl_iterate_phdr(Some(each), &mut f as *mut Facts as *mut libc::c_void) };
+    (f.window, f.own)
 }
 
 /// Pure: the option by which a launcher (named by the file name of its

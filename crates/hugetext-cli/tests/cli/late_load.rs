@@ -436,3 +436,56 @@ fn children_do_not_inherit_the_auditor_unless_asked() {
     let o = run(&["--no-dlopen"], &[], None, &spawn, &echo);
     assert_eq!(common::text(&o.stdout), "[]\n");
 }
+
+/// Objects loaded after start without a whole window of text (Python's
+/// extension modules and the small libraries they need) are judged from
+/// their own program headers: the `dlopen`s that map them read
+/// /proc/self/maps no more than a start without them does. Before, each
+/// such `dlopen` read it twice.
+#[test]
+fn small_objects_loaded_after_start_read_no_proc_maps() {
+    let python = Path::new("/usr/bin/python3");
+    if !python.exists() {
+        eprintln!("skipped: no /usr/bin/python3");
+        return;
+    }
+    common::preload();
+    let d = common::scratch();
+    // (reads of /proc/self/maps, shared objects opened) in the python
+    // process, from its exec on.
+    let count = |code: &str| -> (usize, usize) {
+        let trace = d.path().join("trace");
+        let out = Command::new("strace")
+            .arg("-f")
+            .arg("-o")
+            .arg(&trace)
+            .args(["-e", "trace=openat,execve"])
+            .arg(common::bin())
+            .args(["run", "--"])
+            .arg(python)
+            .args(["-c", code])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let t = std::fs::read_to_string(&trace).unwrap();
+        let at = t.find("execve(\"/usr/bin/python3\"").unwrap_or_else(|| panic!("{t}"));
+        let after = &t[at..];
+        let opened = |l: &&str| l.contains("openat(") && !l.contains("ENOENT");
+        (
+            after.lines().filter(|l| l.contains("\"/proc/self/maps\"")).count(),
+            after.lines().filter(opened).filter(|l| l.contains(".so")).count(),
+        )
+    };
+    let (maps_plain, objects_plain) = count("pass");
+    let (maps_loaded, objects_loaded) = count("import ctypes, json, sqlite3, bz2, lzma, decimal, csv");
+    assert!(
+        objects_loaded >= objects_plain + 5,
+        "the imports loaded objects after start: {objects_plain} -> {objects_loaded}"
+    );
+    assert_eq!(
+        maps_loaded,
+        maps_plain,
+        "reads of /proc/self/maps with {} more objects loaded after start",
+        objects_loaded - objects_plain
+    );
+}

@@ -1719,7 +1719,9 @@ fn the_preload_and_auditor_load_nothing_but_the_c_library() {
 
 /// A launcher's own work is what following needs and no more: without
 /// `-v` the chain's names are not looked up (no `/proc/self/exe` link read,
-/// no script opened to look for `#!`), and nothing is written anywhere.
+/// no script opened to look for `#!`), nothing is written anywhere, and no
+/// file of /proc or /sys is read to judge it (its text is judged from the
+/// program headers; its seccomp state asked with `prctl`).
 #[test]
 fn a_launcher_without_verbose_looks_up_no_names_and_writes_nothing() {
     let d = common::scratch();
@@ -1745,6 +1747,9 @@ fn a_launcher_without_verbose_looks_up_no_names_and_writes_nothing() {
     assert!(after.contains("libhugetext.so"), "the preload was loaded: {after}");
     assert!(!after.contains("/proc/self/exe"), "{after}");
     assert!(!after.contains("write("), "{after}");
+    for f in ["/proc/self/maps", "/proc/thread-self/status", "hpage_pmd_size"] {
+        assert!(!after.contains(f), "{f} read: {after}");
+    }
     assert!(
         !after.contains(&format!("openat(AT_FDCWD, \"{}\", O_RDONLY|O_NONBLOCK", w.display())),
         "{after}"
