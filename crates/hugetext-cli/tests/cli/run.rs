@@ -157,6 +157,64 @@ fn every_fixture_and_route_with_the_old_kernel_fallbacks() {
     fixture_matrix(Some(FALLBACKS), &["auto", "copy", "file"]);
 }
 
+/// Text that starts the file, ELF header included (one `R E` segment from
+/// offset 0: ld.bfd's `-z noseparate-code`, and the aarch64 bfd/nopie
+/// fixture on 16 KiB pages): the copy route replaces the window holding
+/// the header, so no mapping of the file at offset 0 is left, and the copy
+/// must still count as the program's text (placed by the file's other
+/// mappings). Before, 0 kB of AnonHugePages were attributed to it.
+#[test]
+fn copy_of_text_that_starts_the_file_is_attributed() {
+    if common::prebuilt() {
+        common::skip_line("skipped: needs gcc and ld.bfd (links a program of its own)");
+        return;
+    }
+    let dir = common::scratch();
+    let exe = dir.path().canonicalize().unwrap().join("nosep");
+    let src = common::fixtures().join("src");
+    let st = Command::new("gcc")
+        .args([
+            "-O1",
+            "-fno-pie",
+            "-no-pie",
+            "-fuse-ld=bfd",
+            "-Wl,-z,noseparate-code",
+            "-o",
+        ])
+        .arg(&exe)
+        .arg(src.join("main.c"))
+        .arg(src.join("text.S"))
+        .status()
+        .expect("gcc (scripts/install-deps.sh)");
+    assert!(st.success(), "gcc -fuse-ld=bfd -z noseparate-code");
+    // The layout this is about: text from offset 0 over whole windows.
+    let unit = common::unit();
+    let segs = hugetext::elf::text_segments(&exe).unwrap();
+    let text = segs.iter().find(|s| s.is_executable()).unwrap();
+    assert_eq!(text.offset, 0, "{segs:?}");
+    assert!(text.vaddr % unit == 0 && text.file_size >= 4 * unit, "{segs:?}");
+
+    let running = common::run_waiting(&["--strategy", "copy"], &exe);
+    let path = exe.to_string_lossy().into_owned();
+    let maps = std::fs::read_to_string(format!("/proc/{}/maps", running.pid())).unwrap();
+    let at_zero = maps.lines().filter(|l| l.ends_with(&path)).any(|l| {
+        l.split_whitespace()
+            .nth(2)
+            .is_some_and(|o| u64::from_str_radix(o, 16) == Ok(0))
+    });
+    assert!(!at_zero, "the window holding the ELF header was not copied:\n{maps}");
+    let (_, anon, _) = running.huge_of(&exe);
+    // The first window is the header's; at least it and 2 more (the
+    // fixture's text holds 10 or more).
+    assert!(
+        anon >= 3 * unit,
+        "{} kB AnonHugePages attributed to {path}:\n{maps}",
+        anon >> 10
+    );
+    common::remove_perf_map(running.child.id());
+    running.stop();
+}
+
 /// Every fixture (× each strategy) prints what it prints alone, silently,
 /// and a running instance has ≥ 12 MiB of its big text huge-backed (for
 /// `file`: when that text is congruent; otherwise nothing can be). `file`

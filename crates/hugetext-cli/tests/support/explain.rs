@@ -145,22 +145,30 @@ pub fn ensure_warm(p: &Path) {
 }
 
 /// Split the huge pages of process `pid` in `start..end` into base pages,
-/// for real and from outside: `process_madvise(MADV_COLD)` on one base page
-/// of each PMD window. The kernel splits a PMD-mapped anonymous THP that
-/// the advice covers only in part (`madvise_cold_or_pageout_pte_range()`),
-/// and MADV_COLD itself only ages the pages.
-pub fn split(pid: i32, start: u64, end: u64) {
+/// for real and from outside, and keep them split: per PMD window,
+/// `process_madvise(MADV_COLD)` on the whole window (ages it: the PMD's
+/// young bit, the folio's referenced flag), on one base page of it (the
+/// kernel splits a PMD-mapped anonymous THP that the advice covers only in
+/// part, `madvise_cold_or_pageout_pte_range()`; the PTEs it makes are old,
+/// as the PMD was), then on the whole window again (ages what the split
+/// left). khugepaged collapses only windows with a referenced page
+/// (`SCAN_LACK_REFERENCED_PAGE`), so it leaves them split while nothing
+/// runs that text. Without the ageing it put them back within one of its
+/// passes: 8 windows a pass, every 10 s, whatever their size, so both 32
+/// MiB windows of the copy on a 16 KiB-page arm64 kernel. Returns what the
+/// kernel counted meanwhile ([`thp_events`]), for assertion messages.
+pub fn split(pid: i32, start: u64, end: u64) -> String {
     let (unit, page) = (common::unit(), hugetext::kernel::page_size() as u64);
+    let before = thp_events();
     // SAFETY: plain syscalls; the iovec points into the target process, which
     // the kernel reads, not this one.
     unsafe {
         let fd = libc::syscall(libc::SYS_pidfd_open, pid, 0) as i32;
         assert!(fd >= 0, "pidfd_open: {}", std::io::Error::last_os_error());
-        let mut w = start.next_multiple_of(unit);
-        while w + unit <= end {
+        let cold = |at: u64, len: u64| {
             let iov = libc::iovec {
-                iov_base: (w + page) as *mut libc::c_void,
-                iov_len: page as usize,
+                iov_base: at as *mut libc::c_void,
+                iov_len: len as usize,
             };
             let r = libc::syscall(
                 libc::SYS_process_madvise,
@@ -170,11 +178,49 @@ pub fn split(pid: i32, start: u64, end: u64) {
                 libc::MADV_COLD,
                 0,
             );
-            assert_eq!(r as u64, page, "process_madvise: {}", std::io::Error::last_os_error());
+            assert_eq!(r as u64, len, "process_madvise: {}", std::io::Error::last_os_error());
+        };
+        let mut w = start.next_multiple_of(unit);
+        while w + unit <= end {
+            cold(w, unit);
+            cold(w + page, page);
+            cold(w, unit);
             w += unit;
         }
         libc::close(fd);
     }
+    let after = thp_events();
+    let delta: Vec<String> = after
+        .iter()
+        .zip(&before)
+        .filter(|(a, b)| a.1 != b.1)
+        .map(|(a, b)| format!("{} +{}", a.0, a.1 - b.1))
+        .collect();
+    format!(
+        "while splitting, /proc/vmstat: {}",
+        if delta.is_empty() {
+            "no THP events".into()
+        } else {
+            delta.join(", ")
+        }
+    )
+}
+
+/// The THP split and collapse counters of /proc/vmstat, and khugepaged's
+/// `pages_collapsed`: what the kernel did to huge pages, named.
+pub fn thp_events() -> Vec<(String, u64)> {
+    let vmstat = std::fs::read_to_string("/proc/vmstat").unwrap_or_default();
+    let mut v: Vec<(String, u64)> = vmstat
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .filter(|(k, _)| k.starts_with("thp_split") || k.starts_with("thp_collapse"))
+        .filter_map(|(k, n)| Some((k.to_string(), n.trim().parse().ok()?)))
+        .collect();
+    let collapsed = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/khugepaged/pages_collapsed");
+    if let Some(n) = collapsed.ok().and_then(|s| s.trim().parse().ok()) {
+        v.push(("khugepaged_pages_collapsed".into(), n));
+    }
+    v
 }
 
 /// The largest anonymous copy `run` made of `file` in process `pid` (the

@@ -194,9 +194,24 @@ impl Segment {
     pub fn is_executable(&self) -> bool {
         self.flags & object::elf::PF_X != 0
     }
+    /// Writable (`PF_W`)?
+    pub fn is_writable(&self) -> bool {
+        self.flags & object::elf::PF_W != 0
+    }
     /// The file range `[offset, offset + file_size)`.
     pub fn file_range(&self) -> std::ops::Range<u64> {
         self.offset..self.offset + self.file_size
+    }
+    /// The load bias (address minus link-time address) that a mapping of
+    /// this segment's file at `start` from file offset `offset` implies,
+    /// when this segment maps that offset: the kernel maps a segment from
+    /// its offset rounded down to a `page`, so `offset` may lie up to a page
+    /// before `p_offset`. `None` when the segment does not hold `offset`.
+    /// Pure.
+    pub fn bias_of_mapping(&self, start: u64, offset: u64, page: u64) -> Option<u64> {
+        let first = self.offset & !(page.max(1) - 1);
+        (first <= offset && offset < self.offset + self.file_size.max(1))
+            .then(|| start.wrapping_sub(self.vaddr.wrapping_add(offset.wrapping_sub(self.offset))))
     }
 }
 
@@ -288,9 +303,23 @@ pub fn text_segments(path: &Path) -> Result<Vec<Segment>> {
 
 /// [`text_segments`] of a parsed model.
 pub(crate) fn text_segments_of(model: &layout::Model) -> Vec<Segment> {
+    load_segments_of(model)
+        .into_iter()
+        .filter(|s| !s.is_writable())
+        .collect()
+}
+
+/// Every PT_LOAD segment of an ELF file, writable ones too, in program
+/// header order: what a file-backed mapping of the file can hold, from
+/// which its load bias follows ([`Segment::bias_of_mapping`]).
+pub fn load_segments(path: &Path) -> Result<Vec<Segment>> {
+    Ok(load_segments_of(&read_model(path)?.1))
+}
+
+/// [`load_segments`] of a parsed model.
+pub(crate) fn load_segments_of(model: &layout::Model) -> Vec<Segment> {
     model
         .loads()
-        .filter(|(_, p)| !p.writable())
         .map(|(index, p)| Segment {
             index,
             offset: p.p_offset,

@@ -468,8 +468,8 @@ impl CopyProofs {
         smaps: &[(Vma, procfs::SmapsStats)],
         t: &crate::run::remap::TextMapping,
     ) -> bool {
-        // The file: its mapping at offset 0, as copy_proven reads it.
-        let Some(head) = crate::run::remap::file_head(smaps, &t.path) else {
+        // The file: its mapping nearest to the copy, as copy_proven reads it.
+        let Some(head) = crate::run::remap::file_mapping(smaps, &t.path, t.start, t.end) else {
             return false;
         };
         let key = ProofKey {
@@ -504,8 +504,8 @@ mod tests {
         use std::os::fd::AsRawFd;
         use std::os::unix::fs::FileExt;
         let page = kernel::page_size() as u64;
-        // A copy of a program that nothing else maps (the proof takes the
-        // file's lowest mapping at offset 0 as its head; other tests of this
+        // A copy of a program that nothing else maps (the proof places the
+        // copy by the file's mappings in this process; other tests of this
         // binary map /bin/sh meanwhile).
         let dir = tempfile::tempdir().unwrap();
         let exe = dir.path().canonicalize().unwrap().join("sh");

@@ -560,37 +560,105 @@ pub fn text_mappings_proved_by(
     Ok(v)
 }
 
-/// The file's mapping at offset 0 (the lowest, if several): where its ELF
-/// header is mapped, from which the load bias of its text is read.
-pub fn file_head<'a>(vmas: &'a [(procfs::Vma, procfs::SmapsStats)], path: &str) -> Option<&'a procfs::Vma> {
+/// The mapping of file `path` nearest to `[start, end)` (where several are,
+/// the loader's mappings of the same object usually): the file a copy
+/// there was made from, read through `/proc/PID/map_files`.
+pub fn file_mapping<'a>(
+    vmas: &'a [(procfs::Vma, procfs::SmapsStats)],
+    path: &str,
+    start: u64,
+    end: u64,
+) -> Option<&'a procfs::Vma> {
     vmas.iter()
         .map(|(m, _)| m)
-        .filter(|m| m.path == path && m.offset == 0)
-        .min_by_key(|m| m.start)
+        .filter(|m| m.path == path)
+        .min_by_key(|m| distance(m.start, m.end, start, end))
+}
+
+/// Bytes between two address ranges (0 when they touch or overlap).
+fn distance(a0: u64, a1: u64, b0: u64, b1: u64) -> u64 {
+    b0.saturating_sub(a1).max(a0.saturating_sub(b1))
+}
+
+/// The load biases that the mappings `(start, end, offset)` of one file
+/// imply, given all its PT_LOAD `loads` (writable ones too: a mapping of
+/// the data segment places the text as well as one of the text does),
+/// nearest to `[start, end)` first, without repeats. A file mapped at
+/// offset 0 is not needed: text copied into anonymous memory may have
+/// replaced the mapping that held the ELF header (text that starts the
+/// file, as ld.bfd's `-z noseparate-code` lays it out), and any other
+/// mapping of the file places it. A mapping at an offset two segments share
+/// (the page where one ends and the next begins) gives a bias for each.
+/// Pure.
+pub fn load_biases(
+    maps: &[(u64, u64, u64)],
+    loads: &[crate::elf::Segment],
+    page: u64,
+    start: u64,
+    end: u64,
+) -> Vec<u64> {
+    let mut near: Vec<_> = maps.to_vec();
+    near.sort_by_key(|&(s, e, _)| distance(s, e, start, end));
+    let mut out = Vec::new();
+    for (s, _, off) in near {
+        for b in loads.iter().filter_map(|l| l.bias_of_mapping(s, off, page)) {
+            if !out.contains(&b) {
+                out.push(b);
+            }
+        }
+    }
+    out
 }
 
 /// Whether the bytes of the anonymous mapping `t` of process `pid` are the
 /// bytes of file `t.path` that its executable segment puts at those
-/// addresses: the load bias from the file's mapping at offset 0 and its
-/// program headers, then one page per 2 MiB window and the last page
-/// compared between `/proc/PID/mem` and the file (opened through
-/// `/proc/PID/map_files`, so the very file the process maps). `false` when
-/// anything cannot be read.
+/// addresses: the load bias from the file's remaining mappings and its
+/// program headers ([`load_biases`], a few tried, nearest first), then one
+/// page per huge-page window and the last page compared between
+/// `/proc/PID/mem` and the file (opened through `/proc/PID/map_files`, so
+/// the very file the process maps). `false` when anything cannot be read.
 pub fn copy_proven(pid: i32, vmas: &[(procfs::Vma, procfs::SmapsStats)], t: &TextMapping) -> bool {
-    use std::os::unix::fs::FileExt;
-    let Some(head) = file_head(vmas, &t.path) else {
+    let Some(near) = file_mapping(vmas, &t.path, t.start, t.end) else {
         return false;
     };
-    let file_path = PathBuf::from(format!("/proc/{pid}/map_files/{:x}-{:x}", head.start, head.end));
-    let Ok(segs) = crate::elf::text_segments(&file_path) else {
+    let file_path = PathBuf::from(format!("/proc/{pid}/map_files/{:x}-{:x}", near.start, near.end));
+    let Ok(loads) = crate::elf::load_segments(&file_path) else {
         return false;
     };
     let page = crate::kernel::page_size() as u64;
-    let Some(first) = segs.iter().min_by_key(|s| s.offset) else {
+    // The same file (a path can name a replaced one too).
+    let maps: Vec<_> = vmas
+        .iter()
+        .map(|(m, _)| m)
+        .filter(|m| {
+            m.path == t.path && (m.dev_major, m.dev_minor, m.inode) == (near.dev_major, near.dev_minor, near.inode)
+        })
+        .map(|m| (m.start, m.end, m.offset))
+        .collect();
+    let (Ok(file), Ok(mem)) = (
+        std::fs::File::open(&file_path),
+        std::fs::File::open(format!("/proc/{pid}/mem")),
+    ) else {
         return false;
     };
-    let base = head.start.wrapping_sub(first.vaddr & !(page - 1));
-    let Some(seg) = segs.iter().find(|s| {
+    load_biases(&maps, &loads, page, t.start, t.end)
+        .into_iter()
+        .take(4)
+        .any(|base| copy_matches(&file, &mem, &loads, base, page, t))
+}
+
+/// [`copy_proven`] at one load bias `base`: `t` lies in an executable
+/// segment placed there, and the sampled pages of it match the file.
+fn copy_matches(
+    file: &std::fs::File,
+    mem: &std::fs::File,
+    loads: &[crate::elf::Segment],
+    base: u64,
+    page: u64,
+    t: &TextMapping,
+) -> bool {
+    use std::os::unix::fs::FileExt;
+    let Some(seg) = loads.iter().find(|s| {
         let lo = base.wrapping_add(s.vaddr);
         s.is_executable() && lo <= t.start && t.end <= (lo + s.file_size).div_ceil(page) * page
     }) else {
@@ -598,12 +666,6 @@ pub fn copy_proven(pid: i32, vmas: &[(procfs::Vma, procfs::SmapsStats)], t: &Tex
     };
     let off_of = |addr: u64| addr - base.wrapping_add(seg.vaddr) + seg.offset;
     let seg_end = seg.offset + seg.file_size;
-    let (Ok(file), Ok(mem)) = (
-        std::fs::File::open(&file_path),
-        std::fs::File::open(format!("/proc/{pid}/mem")),
-    ) else {
-        return false;
-    };
     let unit = crate::kernel::pmd_size() as u64;
     let mut at: Vec<u64> = (t.start..t.end).step_by(unit as usize).collect();
     at.push(t.end.saturating_sub(page).max(t.start));
@@ -916,6 +978,58 @@ mod tests {
     /// copy of that file ([`text_mappings_in`]); between two files' data,
     /// nobody's. [`text_mappings`] keeps a candidate only with the proof of
     /// its bytes: a page of zeros (here) is no copy of anything.
+    /// The load bias comes from any remaining mapping of the file, its
+    /// offset matched against every PT_LOAD (the data segment's too):
+    /// ld.bfd's non-PIE aarch64 program whose text starts the file at 32
+    /// MiB, 16 KiB pages, after the copy route replaced its two whole 32
+    /// MiB windows (no mapping at offset 0 is left), and a PIE of which
+    /// only the data mapping is left.
+    #[test]
+    fn load_bias_from_any_mapping_of_the_file() {
+        use crate::elf::Segment;
+        let seg = |offset, vaddr, file_size, flags| Segment {
+            index: 0,
+            offset,
+            file_size,
+            vaddr,
+            mem_size: file_size,
+            flags,
+            align: 0x10000,
+        };
+        let (rx, rw) = (
+            object::elf::PF_R | object::elf::PF_X,
+            object::elf::PF_R | object::elf::PF_W,
+        );
+        let page = 0x4000;
+        let exec = [
+            seg(0, 0x200_0000, 0x460_2a80, rx),
+            seg(0x460_fde8, 0x661_fde8, 0x270, rw),
+        ];
+        let maps = [
+            (0x661_c000, 0x662_0000, 0x460_c000), // data
+            (0x600_0000, 0x660_4000, 0x400_0000), // the text's tail
+        ];
+        assert_eq!(load_biases(&maps, &exec, page, 0x200_0000, 0x600_0000), vec![0]);
+        assert_eq!(load_biases(&maps[..1], &exec, page, 0x200_0000, 0x600_0000), vec![0]);
+        // A PIE at 0x5555_0000_0000: text at 0x3000 (mapped from offset 0
+        // with 16 KiB pages), data on a page the text ends on.
+        let pie = [
+            seg(0x3000, 0x13000, 0x10_0000, rx),
+            seg(0x10_3000, 0x12_3000, 0x100, rw),
+        ];
+        let b = 0x5555_0000_0000u64;
+        // The data mapping starts at the page of 0x12_3000.
+        let data = (b + 0x12_0000, b + 0x12_4000, 0x10_0000);
+        assert_eq!(
+            load_biases(&[data], &pie, page, b + 0x14000, b + 0x10_0000),
+            vec![b + 0x1_0000, b],
+            "both segments hold that page: a bias for each, to be tried"
+        );
+        let text = (b + 0x10000, b + 0x14000, 0);
+        assert_eq!(load_biases(&[data, text], &pie, page, b + 0x14000, b + 0x10_0000)[0], b);
+        assert!(load_biases(&[(b, b + page, 0x80_0000)], &pie, page, b, b + page).is_empty());
+    }
+
     #[test]
     fn unnamed_copy_between_mappings_of_one_file_is_its_text() {
         use std::os::fd::AsRawFd;
