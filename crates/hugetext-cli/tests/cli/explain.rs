@@ -124,8 +124,8 @@ fn thp_disabled_by_prctl_then_restarted_without() {
 #[test]
 fn text_on_tmpfs_names_the_filesystem() {
     let shm = tempfile::tempdir_in("/dev/shm").unwrap();
-    let shmem = hugetext::kernel::sysfs_choice("/sys/kernel/mm/transparent_hugepage/shmem_enabled");
-    if !matches!(shmem.as_deref(), Some("never") | Some("deny")) {
+    let shmem = hugetext::kernel::shmem_mode();
+    if !matches!(shmem, Some(Ok(m)) if !m.may_give_huge()) {
         common::skip_line(&format!(
             "skipped: shmem_enabled is {shmem:?}, tmpfs may give huge pages"
         ));
@@ -401,8 +401,8 @@ fn overlayfs_over_ext4_small_folios_then_warm_then_ok() {
 
 #[test]
 fn overlayfs_over_tmpfs_names_the_layer_below() {
-    let shmem = hugetext::kernel::sysfs_choice("/sys/kernel/mm/transparent_hugepage/shmem_enabled");
-    if !matches!(shmem.as_deref(), Some("never") | Some("deny")) {
+    let shmem = hugetext::kernel::shmem_mode();
+    if !matches!(shmem, Some(Ok(m)) if !m.may_give_huge()) {
         common::skip_line(&format!(
             "skipped: shmem_enabled is {shmem:?}, tmpfs may give huge pages"
         ));

@@ -365,7 +365,7 @@ fn tmpfs_doctor_agrees_with_the_experiment() {
     }
     let dir = tempfile::tempdir_in(shm).unwrap();
     let large = doctor_verdict(dir.path(), "tmpfs");
-    if kernel::sysfs_choice("/sys/kernel/mm/transparent_hugepage/shmem_enabled").as_deref() == Some("never") {
+    if kernel::shmem_mode() == Some(Ok(hugetext_abi::thp::ShmemMode::Never)) {
         assert!(!large, "shmem_enabled=never gives tmpfs no PMD folios");
     }
 }

@@ -377,9 +377,7 @@ fn get_xattr(p: &Path, name: &str) -> Vec<u8> {
 #[test]
 fn tmpfs_says_pmd_folios_are_impossible() {
     let shm = Path::new("/dev/shm");
-    if !shm.is_dir()
-        || kernel::sysfs_choice("/sys/kernel/mm/transparent_hugepage/shmem_enabled").as_deref() != Some("never")
-    {
+    if !shm.is_dir() || kernel::shmem_mode() != Some(Ok(hugetext_abi::thp::ShmemMode::Never)) {
         // The claim under test only holds for shmem_enabled=never.
         return;
     }
