@@ -14,6 +14,7 @@ pkgs+=(podman runc mmdebstrap)  # scripts/build-image.sh and tests/containers/da
 pkgs+=(gcc-aarch64-linux-gnu binutils-aarch64-linux-gnu qemu-user)  # tests/arm64.rs: cross-built AArch64 programs, run under qemu-user
 pkgs+=(gcc-aarch64-linux-gnu gcc-powerpc64le-linux-gnu gcc-s390x-linux-gnu gcc-riscv64-linux-gnu)  # scripts/kernel-lab.sh --check: the kernel series' objects cross-compiled for arm64, ppc64el, s390x, riscv64
 pkgs+=(rsync debhelper libdw-dev dpkg-dev)  # scripts/kernel-lab.sh --package: what make bindeb-pkg and its Build-Depends check need
+pkgs+=(patch)  # scripts/kernel-lab.sh --lockstat: the series applied to its own (non-git) tree
 pkgs+=(shellcheck)  # scripts/lint.sh
 pkgs+=(clang python3-numpy)  # scripts/bench-startup.sh: the start-up cases (clang, numpy) and the build of many small files
 pkgs+=(time)  # testkit::measured: GNU time reports a command's own peak memory

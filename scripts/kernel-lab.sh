@@ -12,6 +12,7 @@
 #                         [--cell VARIANT:FS]... [--thp MODE] [--timeout SECONDS]
 #                         [--bench] [--write-doc]
 #   scripts/kernel-lab.sh [--series 6.12|7.x] --package
+#   scripts/kernel-lab.sh --series 7.x --lockstat
 #   scripts/kernel-lab.sh --check
 #
 #   --series      which series and source: 6.12 (kernel/6.12/ on
@@ -43,6 +44,19 @@
 #                 release names the variant (7.3.4-ht-stock, 7.3.4-ht-patched;
 #                 6.12: 6.12.N-ht-...), so both install side by side; boots
 #                 nothing
+#   --lockstat    7.x: the lock-statistics kernels, stock and patched, built
+#                 apart in target/kernel-lab/lockstat/ (src-stock/,
+#                 src-patched/; the lab configuration with
+#                 kernel/lockstat.config: CONFIG_LOCK_STAT and CONFIG_MEMCG,
+#                 a full build of their own, the patched tree a copy of the
+#                 built stock one with the series applied), each booted
+#                 once (xfs, or the --cell given; THP madvise, the
+#                 instruction counter on) with
+#                 tests/vm/count/probe-lockstat.sh: the readahead counts of
+#                 /proc/lock_stat's i_pages class, then the series' mm
+#                 selftest readahead_memcg (readahead into a memory cgroup
+#                 at its limit); results in results-7.x-lockstat/, the
+#                 table by tests/vm/count/counts.py readahead
 #   --write-doc   regenerate doc/kernel.md and doc/kernel.json from the results
 #                 of both series (each one's last exec run, the last --bench run,
 #                 7.x's last boots under THP madvise and never, and the arm64
@@ -94,6 +108,7 @@ say() { echo "kernel-lab: $*" >&2; }
 
 build_only=0
 package=0
+lockstat=0
 rebuild=0
 check=0
 write_doc=0
@@ -106,6 +121,7 @@ while [ $# -gt 0 ]; do
   case $1 in
     --build-only) build_only=1 ;;
     --package) package=1 ;;
+    --lockstat) lockstat=1 ;;
     --rebuild) rebuild=1 ;;
     --check) check=1 ;;
     --write-doc) write_doc=1 ;;
@@ -122,18 +138,20 @@ while [ $# -gt 0 ]; do
 done
 if [ ${#cells[@]} -eq 0 ]; then
   cells=(patched:xfs stock:xfs patched:ext4 stock:ext4)
+  [ $lockstat = 1 ] && cells=(stock:xfs patched:xfs)
   [ $bench = 1 ] && cells=(patched:xfs)
 fi
 if [ $bench = 1 ]; then
   [ "$ser" = 6.12 ] || die "--bench measures the 6.12 series' vm.mprotect_pte_batch switch; 7.3 batches mprotect() itself"
   for c in "${cells[@]}"; do [ "${c%%:*}" = patched ] || die "--bench needs patched cells (the switches are the series')"; done
 fi
+[ $lockstat = 0 ] || [ "$ser" = 7.x ] || die "--lockstat is for the 7.x series (its batched insertion RFC)"
 if [ "$ser" != 6.12 ]; then
   for c in "${cells[@]}"; do [ "${c%%:*}" != base ] || die "base cells are 6.12's (7.3 has mainline's exec readahead itself)"; done
 fi
 [ "$(uname -m)" = x86_64 ] || die "the lab builds x86-64 kernels on an x86-64 host (this is $(uname -m))"
 
-for t in make gcc ld flex bison bc perl git tar xz dpkg-deb apt-get python3 nice; do
+for t in make gcc ld flex bison bc perl git tar xz dpkg-deb apt-get python3 nice patch; do
   command -v "$t" > /dev/null 2>&1 || die "'$t' not found: run scripts/install-deps.sh"
 done
 [ -e /usr/include/libelf.h ] || [ -e /usr/include/gelf.h ] || die "libelf headers not found (libelf-dev): run scripts/install-deps.sh"
@@ -161,15 +179,17 @@ aptd=$repo/target/vm/apt
 # shellcheck source=scripts/lib/linux-source.sh
 . scripts/lib/linux-source.sh
 
-# The lab configuration, written only when it differs from the tree's, so
-# that an unchanged configuration never makes make rebuild anything.
-configure() { # TREE
+# The lab configuration (and the fragments given after the tree), written
+# only when it differs from the tree's, so that an unchanged configuration
+# never makes make rebuild anything.
+configure() { # TREE [FRAGMENT...]
   local t=$1
+  shift
   (
     cd "$t"
     [ -f .config ] && cp -p .config .config.lab-old
     make -s x86_64_defconfig > /dev/null
-    scripts/kconfig/merge_config.sh -m .config kernel/configs/kvm_guest.config "$repo/kernel/lab.config" > .merge.log 2>&1 ||
+    scripts/kconfig/merge_config.sh -m .config kernel/configs/kvm_guest.config "$repo/kernel/lab.config" "$@" > .merge.log 2>&1 ||
       { cat .merge.log >&2; exit 1; }
     make -s olddefconfig > /dev/null
     if [ -f .config.lab-old ] && cmp -s .config .config.lab-old; then
@@ -345,6 +365,84 @@ build_base() {
 
 tb=$(source_tarball "$srcver")
 t_all=$(date +%s)
+
+# --- --lockstat: the lock-statistics kernels, apart from the lab's trees ----
+# Lock statistics change every lock's code: a full build, in trees of their
+# own (the lab's trees, which --check and the record use, are not touched).
+# Stock is unpacked and built; patched is a copy of the built stock tree
+# with the series applied, so only what the series touches recompiles.
+if [ $lockstat = 1 ]; then
+  lsd=$lab/lockstat
+  # The patched tree's state is the series' changes, not its messages: a
+  # reworded patch rebuilds nothing.
+  ls_state() { # VARIANT
+    if [ "$1" = patched ]; then
+      for p in "${series[@]}"; do sed -n '/^diff --git /,$p' "$p" | grep -v '^index '; done | sha256sum | cut -c1-16
+    else
+      echo pristine
+    fi
+  }
+  ls_build() { # VARIANT -> lsd/src-VARIANT/arch/x86/boot/bzImage
+    local v=$1 tree=$lsd/src-$1 key log t0 secs
+    t0=$(date +%s)
+    key=$( { basename "$tb"; cat "$repo/kernel/lab.config" "$repo/kernel/lockstat.config"; ls_state "$v"; } | sha256sum | cut -c1-16)
+    if [ "$(cat "$tree/.lab-state" 2> /dev/null)" != "$(ls_state "$v")" ]; then
+      if [ "$v" = patched ] && [ -s "$lsd/src-stock/arch/x86/boot/bzImage" ]; then
+        say "copying the built lock-statistics stock tree to ${tree#"$repo"/}, the series applied"
+        # shellcheck disable=SC2015 # die when any of the three steps fails
+        rm -rf "$tree" "$tree.tmp" && cp -a "$lsd/src-stock" "$tree.tmp" && mv "$tree.tmp" "$tree" ||
+          die "copying to ${tree#"$repo"/} failed (disk full?)"
+      else
+        say "unpacking $(basename "$tb") into ${tree#"$repo"/}"
+        unpack "$tb" "$tree"
+      fi
+      rm -f "$tree/.lab-built"
+      if [ "$v" = patched ]; then
+        # patch(1): inside this repository's work tree, git apply would
+        # skip every path (they are outside the directory it runs in)
+        (cd "$tree" && for p in "${series[@]}"; do patch -p1 -s -N < "$p" || exit 1; done) > "$lab/am.log" 2>&1 ||
+          die "the series does not apply to ${tree#"$repo"/}: $(head -n 1 "$lab/am.log")"
+      fi
+      ls_state "$v" > "$tree/.lab-state"
+    fi
+    configure "$tree" "$repo/kernel/lockstat.config"
+    if [ $rebuild = 0 ] && [ "$(cat "$tree/.lab-built" 2> /dev/null)" = "$key" ] && [ -s "$tree/arch/x86/boot/bzImage" ]; then
+      say "lock-statistics $v kernel up to date (${tree#"$repo"/}/arch/x86/boot/bzImage)"
+      return
+    fi
+    log=$lsd/build-$v.log
+    say "building the lock-statistics $v kernel (nice make -j$jobs bzImage), log: ${log#"$repo"/}"
+    (cd "$tree" && nice -n 19 make -j"$jobs" bzImage > "$log" 2>&1) ||
+      die "building the lock-statistics $v kernel failed: $(first_error "$log") (see ${log#"$repo"/})"
+    secs=$(( $(date +%s) - t0 ))
+    echo "$key" > "$tree/.lab-built"
+    echo "{\"series\":\"$ser\",\"variant\":\"lockstat-$v\",\"kind\":\"lock statistics and memcg\",\"seconds\":$secs,\"date\":\"$(date -u +%FT%TZ)\",\"jobs\":$jobs}" >> "$lab/build-times.jsonl"
+    say "lock-statistics $v kernel built in $secs s"
+  }
+  ls_build stock
+  [[ " ${cells[*]} " == *" patched:"* ]] || [ $build_only = 1 ] && ls_build patched
+  [ $build_only = 1 ] && exit 0
+  # The selftest, static, from the patched tree; the guests mount cgroup2.
+  mkdir -p "$lsd/extra"
+  gcc -O2 -Wall -static -I "$lsd/src-patched/tools/testing/selftests" -o "$lsd/extra/readahead_memcg" \
+    "$lsd/src-patched/tools/testing/selftests/mm/readahead_memcg.c" || die "building readahead_memcg failed"
+  : > "$lsd/empty-plan.txt"
+  results=$lab/results-7.x-lockstat
+  mkdir -p "$results"
+  rc=0
+  for c in "${cells[@]}"; do
+    v=${c%%:*} fs=${c#*:}
+    rm -f "target/vm/logs/$kname-lockstat-$v-$fs.log" "$results/$kname-lockstat-$v-$fs.json"
+    bash scripts/kernel-matrix.sh --no-build --thp madvise --count --timeout "$timeout_s" --append nokaslr \
+      --kernel "$kname-lockstat-$v=$lsd/src-$v/arch/x86/boot/bzImage" --cell "$kname-lockstat-$v:$fs" \
+      --plan "${lsd#"$repo"/}/empty-plan.txt" --probe tests/vm/count/probe-lockstat.sh \
+      --extra "${lsd#"$repo"/}/extra" --results "$results" || rc=1
+    grep -a '^@@OUT readahead_memcg|' "target/vm/logs/$kname-lockstat-$v-$fs.log" | cut -d'|' -f3- |
+      sed "s/^/$v:$fs: /" || rc=1
+  done
+  python3 tests/vm/count/counts.py readahead "$results"/*.json || rc=1
+  exit $rc
+fi
 # A base build that was interrupted: the stock source restored, and the
 # stock kernel made again (its image may be the base one).
 if [ "$ser" = 6.12 ] && [ -s "$lab/src-stock/.lab-base-applied" ]; then
@@ -451,6 +549,10 @@ build_selftests() {
       "$st/mm/exec_folios" "$st/mm/soft-dirty" "$st/mm/mkdirty" "$st/mm/cow" \
       "$st/mm/uffd-unit-tests" "$st/mm/khugepaged"
     make -C tools/testing/selftests/exec OUTPUT="$st/exec" "$st/exec/load_address_pmd"
+    # readahead into a memory cgroup at its limit, where the series has it (7.x)
+    if grep -q readahead_memcg tools/testing/selftests/mm/Makefile; then
+      make -C tools/testing/selftests/mm OUTPUT="$st/mm" EXTRA_CFLAGS="-static" "$st/mm/readahead_memcg"
+    fi
     # the static-PIE twin, where the series' Makefile has it (7.x)
     if grep -q load_address_pmd_static tools/testing/selftests/exec/Makefile; then
       make -C tools/testing/selftests/exec OUTPUT="$st/exec" "$st/exec/load_address_pmd_static"

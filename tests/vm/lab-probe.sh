@@ -261,6 +261,13 @@ kselftests() {
     kselftest uffd-unit-tests 900 "$st/mm/uffd-unit-tests"
   fi
   kselftest khugepaged 1200 "$st/mm/khugepaged"
+  # readahead into a memory cgroup at its limit (the 7.x RFC's); skips
+  # where the kernel has no memory controller (the lab configuration has
+  # no CONFIG_MEMCG; scripts/kernel-lab.sh --lockstat boots one with it)
+  if [ -x "$st/mm/readahead_memcg" ]; then
+    grep -q ' cgroup2 ' /proc/mounts || mount -t cgroup2 cgroup2 /sys/fs/cgroup
+    kselftest readahead_memcg 600 "$st/mm/readahead_memcg" "$kd"
+  fi
   cd - > /dev/null || true
   rm -rf "$kd"
   setting off
