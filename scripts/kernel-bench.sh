@@ -237,15 +237,23 @@ for p in "${progs[@]}"; do
       hline=($pre $prog $hold)
       [ "$route" != warm ] || "$ht" warm "$prog" > /dev/null 2>&1 || true
       rm -f "$work/fifo" && mkfifo "$work/fifo"
+      # (the previous route's "ready" must not be taken for this one's)
+      : > "$work/hold"
       (cd "$work" && exec "${hline[@]}" < "$work/fifo" > "$work/hold" 2>&1) &
       hpid=$!
       exec 3> "$work/fifo"
+      # Until it says it is ready, for as long as it lives (a loaded
+      # machine can take long), up to 10 minutes.
       i=0
-      while ! grep -q ready "$work/hold" 2> /dev/null && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
+      while ! grep -q ready "$work/hold" 2> /dev/null && kill -0 "$hpid" 2> /dev/null && [ $i -lt 6000 ]; do
+        sleep 0.1; i=$((i + 1))
+      done
       if grep -q ready "$work/hold"; then
         # the text mappings (r-xp) of the process: FilePmdMapped + AnonHugePages
         pmd_kb=$(awk '/^[0-9a-f]+-[0-9a-f]+ / {x = ($2 ~ /x/)} x && /^(FilePmdMapped|AnonHugePages):/ {s += $2} END {print s + 0}' "/proc/$hpid/smaps" 2> /dev/null || echo null)
       fi
+      [ "$pmd_kb" != null ] ||
+        say "$name $route: no resident text read: $(kill -0 "$hpid" 2> /dev/null && echo "no ready line after $((i / 10)) s" || echo "it ended before its smaps were read") ($(head -c 300 "$work/hold" | tr '\n' ' '))"
       exec 3>&-
       wait "$hpid" 2> /dev/null || true
     fi

@@ -1090,7 +1090,11 @@ fn kernel_bench_kit_quick_end_to_end() {
                 other => panic!("{k}: {other}"),
             }
         }
-        assert!(r["text_pmd_kb"].is_u64(), "the fixture waits, so its text is read: {r}");
+        assert!(
+            r["text_pmd_kb"].is_u64(),
+            "the fixture waits, so its text is read: {r}\n{}",
+            stderr(&out)
+        );
     }
     let table = std::fs::read_to_string(out_dir.join("kernel-bench.md")).unwrap();
     assert_eq!(
