@@ -11,7 +11,7 @@
 #   scripts/kernel-lab.sh [--series 6.12|7.x] [--build-only] [--rebuild]
 #                         [--cell VARIANT:FS]... [--thp MODE] [--timeout SECONDS]
 #                         [--bench] [--write-doc]
-#   scripts/kernel-lab.sh [--series 6.12|7.x] --package
+#   scripts/kernel-lab.sh [--series 6.12|7.x] --package [--arch x86_64|arm64|all]
 #   scripts/kernel-lab.sh --series 7.x --lockstat
 #   scripts/kernel-lab.sh --check
 #
@@ -44,6 +44,22 @@
 #                 release names the variant (7.3.4-ht-stock, 7.3.4-ht-patched;
 #                 6.12: 6.12.N-ht-...), so both install side by side; boots
 #                 nothing
+#   --arch        with --package: x86_64 (the default), arm64 or all.
+#                 arm64 (7.x only): both kernels cross-built
+#                 (aarch64-linux-gnu-gcc) in trees of their own,
+#                 target/kernel-lab/arm64/src-7.x-stock and
+#                 src-7.x-patched (the x86-64 trees are not touched), from
+#                 arm64's defconfig with every ARCH_* platform off and
+#                 kernel/arm64-lab.config (no modules; what
+#                 `qemu-system-aarch64 -M virt` has: PCI, virtio, PL011)
+#                 merged over kvm_guest.config and kernel/lab.config, so
+#                 the series' options are x86-64's; patched is a copy of
+#                 the built stock tree with the series applied (its header
+#                 changes recompile most of it). make
+#                 bindeb-pkg builds and packages each: linux-image and
+#                 linux-libc-dev (named ..._VERSION-ht-VARIANT_arm64.deb),
+#                 no linux-headers (no modules). tests/vm/arm64-selftests.sh
+#                 --kernel boots such an image
 #   --lockstat    7.x: the lock-statistics kernels, stock and patched, built
 #                 apart in target/kernel-lab/lockstat/ (src-stock/,
 #                 src-patched/; the lab configuration with
@@ -108,6 +124,7 @@ say() { echo "kernel-lab: $*" >&2; }
 
 build_only=0
 package=0
+arch=
 lockstat=0
 rebuild=0
 check=0
@@ -121,6 +138,7 @@ while [ $# -gt 0 ]; do
   case $1 in
     --build-only) build_only=1 ;;
     --package) package=1 ;;
+    --arch) shift; case ${1:-} in x86_64|arm64|all) arch=$1 ;; *) die "unknown architecture '${1:-}' (x86_64, arm64 or all)" ;; esac ;;
     --lockstat) lockstat=1 ;;
     --rebuild) rebuild=1 ;;
     --check) check=1 ;;
@@ -144,6 +162,12 @@ fi
 if [ $bench = 1 ]; then
   [ "$ser" = 6.12 ] || die "--bench measures the 6.12 series' vm.mprotect_pte_batch switch; 7.3 batches mprotect() itself"
   for c in "${cells[@]}"; do [ "${c%%:*}" = patched ] || die "--bench needs patched cells (the switches are the series')"; done
+fi
+if [ -n "$arch" ]; then
+  [ $package = 1 ] || die "--arch is for --package (the lab's guests are x86-64)"
+  [ "$arch" = x86_64 ] || [ "$ser" = 7.x ] || die "arm64 packages are built for the 7.x series (--series 7.x)"
+else
+  arch=x86_64
 fi
 [ $lockstat = 0 ] || [ "$ser" = 7.x ] || die "--lockstat is for the 7.x series (its batched insertion RFC)"
 if [ "$ser" != 6.12 ]; then
@@ -451,6 +475,110 @@ if [ "$ser" = 6.12 ] && [ -s "$lab/src-stock/.lab-base-applied" ]; then
   (cd "$lab/src-stock" && git checkout -q -f HEAD -- $(cat .lab-base-applied)) || die "restoring the stock tree failed"
   rm -f "$lab/src-stock/.lab-base-applied" "$lab/src-stock/.lab-built"
 fi
+# --- --package --arch arm64: cross-built packages, in trees of their own ---
+# arm64's defconfig builds the drivers of dozens of SoCs, far too many for
+# the lab's two cores; the lab's arm64 kernels start from it with every ARCH_* platform of
+# arch/arm64/Kconfig.platforms off and kernel/arm64-lab.config (no modules;
+# the virt machine's PCI, virtio and PL011) merged over kvm_guest.config and
+# kernel/lab.config, so the series' options are x86-64's. Built in place in
+# target/kernel-lab/arm64/src-7.x-stock and src-7.x-patched (the x86-64
+# trees are not touched): stock unpacked, patched a copy of the built stock
+# tree with the series applied (what it touches recompiles: with its
+# changes to pgtable.h and pagemap.h, most of the kernel). make
+# bindeb-pkg builds what is out of date, then packages it; dpkg-buildpackage
+# writes into arm64/, whence the packages go to packages/.
+a64=$lab/arm64
+a64_make() { nice -n 19 make -j"$jobs" ARCH=arm64 CROSS_COMPILE=aarch64-linux-gnu- "$@"; }
+a64_state() { # VARIANT -> the source and the series' changes (not their messages)
+  if [ "$1" = patched ]; then
+    echo "$(basename "$tb") $(for p in "${series[@]}"; do sed -n '/^diff --git /,$p' "$p" | grep -v '^index '; done | sha256sum | cut -c1-16)"
+  else
+    echo "$(basename "$tb") pristine"
+  fi
+}
+a64_configure() { # TREE
+  (
+    cd "$1"
+    [ -f .config ] && cp -p .config .config.lab-old
+    grep -o '^config ARCH_[A-Z0-9_]*' arch/arm64/Kconfig.platforms |
+      sed 's/^config \(.*\)/# CONFIG_\1 is not set/' > .platforms-off.config
+    a64_make -s defconfig > /dev/null
+    ARCH=arm64 CROSS_COMPILE=aarch64-linux-gnu- scripts/kconfig/merge_config.sh -m .config kernel/configs/kvm_guest.config \
+      "$repo/kernel/lab.config" "$repo/kernel/arm64-lab.config" .platforms-off.config > .merge.log 2>&1 ||
+      { cat .merge.log >&2; exit 1; }
+    a64_make -s olddefconfig > /dev/null
+    if [ -f .config.lab-old ] && cmp -s .config .config.lab-old; then
+      mv .config.lab-old .config
+    else
+      rm -f .config.lab-old
+    fi
+    for o in TRANSPARENT_HUGEPAGE EXT4_FS XFS_FS BLK_DEV_LOOP VIRTIO_BLK VIRTIO_PCI PCI_HOST_GENERIC PROC_PAGE_MONITOR DEVTMPFS \
+      SERIAL_AMBA_PL011_CONSOLE KUNIT DEBUG_VM; do
+      grep -q "^CONFIG_$o=y" .config || { echo "kernel-lab: CONFIG_$o is not built in" >&2; exit 1; }
+    done
+  ) || die "configuring $1 for arm64 failed"
+}
+a64_package() { # VARIANT -> its arm64 packages in packages/
+  local v=$1 tree=$a64/src-$pre$1 log t0 secs kind="make in the built tree (what is out of date)" debs
+  t0=$(date +%s)
+  if [ "$(cat "$tree/.lab-state" 2> /dev/null)" != "$(a64_state "$v")" ]; then
+    if [ "$v" = patched ] && [ -s "$a64/src-${pre}stock/arch/arm64/boot/Image" ]; then
+      say "copying the built arm64 stock tree to ${tree#"$repo"/}, the series applied"
+      # shellcheck disable=SC2015 # die when any of the three steps fails
+      rm -rf "$tree" "$tree.tmp" && cp -a "$a64/src-${pre}stock" "$tree.tmp" && mv "$tree.tmp" "$tree" ||
+        die "copying to ${tree#"$repo"/} failed (disk full?)"
+      kind="the built stock tree copied, the series applied: what it touches recompiled"
+    else
+      say "unpacking $(basename "$tb") into ${tree#"$repo"/}"
+      mkdir -p "$a64"
+      unpack "$tb" "$tree"
+      kind="clean build"
+    fi
+    if [ "$v" = patched ]; then
+      # patch(1): inside this repository's work tree, git apply would skip
+      # every path (they are outside the directory it runs in)
+      (cd "$tree" && for p in "${series[@]}"; do patch -p1 -s -N < "$p" || exit 1; done) > "$a64/am.log" 2>&1 ||
+        die "the series does not apply to ${tree#"$repo"/}: $(head -n 1 "$a64/am.log")"
+    fi
+    a64_state "$v" > "$tree/.lab-state"
+  fi
+  a64_configure "$tree"
+  log=$a64/package-$pre$v.log
+  say "building and packaging the arm64 $v kernel (nice make -j$jobs ARCH=arm64 bindeb-pkg LOCALVERSION=-ht-$v), log: ${log#"$repo"/}"
+  rm -f "$a64"/*.deb "$a64"/*.buildinfo "$a64"/*.changes
+  # No modules, so no linux-headers package (and no arm64 libssl-dev for its tools).
+  (cd "$tree" && a64_make bindeb-pkg LOCALVERSION="-ht-$v" DPKG_FLAGS=-Ppkg.linux-upstream.nokernelheaders > "$log" 2>&1) ||
+    die "building or packaging the arm64 $v kernel failed: $(first_error "$log") (see ${log#"$repo"/})"
+  debs=("$a64"/*.deb)
+  [ -e "${debs[0]}" ] || die "make bindeb-pkg wrote no package for the arm64 $v kernel (see ${log#"$repo"/})"
+  mkdir -p "$pk"
+  # this variant's earlier arm64 packages are replaced
+  rm -f "$pk"/*-ht-"$v"_*_arm64.deb "$pk"/linux-libc-dev_*-ht-"$v"_arm64.deb
+  for d in "${debs[@]}"; do
+    case ${d##*/} in
+      # both variants' linux-libc-dev have the same name: the variant added
+      linux-libc-dev_*) mv "$d" "$pk/$(basename "$d" _arm64.deb)-ht-${v}_arm64.deb" ;;
+      *) mv "$d" "$pk"/ ;;
+    esac
+  done
+  rm -f "$a64"/*.buildinfo "$a64"/*.changes
+  secs=$(( $(date +%s) - t0 ))
+  echo "{\"series\":\"$ser\",\"variant\":\"arm64-$v\",\"kind\":\"$kind, make bindeb-pkg\",\"seconds\":$secs,\"date\":\"$(date -u +%FT%TZ)\",\"jobs\":$jobs}" >> "$lab/build-times.jsonl"
+  say "arm64 $v kernel built and packaged in $secs s"
+}
+if [ $package = 1 ] && [ "$arch" != x86_64 ]; then
+  for t in aarch64-linux-gnu-gcc rsync dh dpkg-buildpackage; do
+    command -v "$t" > /dev/null 2>&1 || die "'$t' not found (make ARCH=arm64 bindeb-pkg needs it): run scripts/install-deps.sh"
+  done
+  pk=$lab/packages
+  a64_package stock
+  a64_package patched
+  if [ "$arch" = arm64 ]; then
+    say "packages in ${pk#"$repo"/}:"
+    (cd "$pk" && ls -l -- *_arm64.deb) >&2
+    exit 0
+  fi
+fi
 # Build what the cells boot (--build-only: both); the tree that is built
 # already first, so the other is derived from it.
 want=" ${cells[*]} "
@@ -499,7 +627,7 @@ if [ $package = 1 ]; then
     debs=("$lab"/*.deb)
     [ -e "${debs[0]}" ] || die "make bindeb-pkg wrote no package for the $v kernel (see ${log#"$repo"/})"
     # this variant's earlier packages are replaced
-    rm -f "$pk"/*-ht-"$v"_*.deb "$pk"/*-ht-"$v"-*.deb
+    rm -f "$pk"/*-ht-"$v"_*_amd64.deb "$pk"/*-ht-"$v"-*_amd64.deb
     mv "$lab"/*.deb "$pk"/
     rm -f "$lab"/*.buildinfo "$lab"/*.changes
     say "$v kernel packaged in $(( $(date +%s) - t0 )) s"

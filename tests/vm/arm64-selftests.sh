@@ -11,15 +11,23 @@
 # patched 7.x lab tree's tools/testing/selftests, nothing else.
 #
 #   tests/vm/arm64-selftests.sh [--thp MODE] [--timeout SECONDS]
+#                               [--kernel NAME=IMAGE]
 #
 #   --thp MODE        transparent_hugepage= on the guest's command line
 #                     (default always: the mode in which the tests get
 #                     furthest before the page size stops them)
 #   --timeout SECONDS for the guest (default 1800; TCG)
+#   --kernel NAME=IMAGE  boot this arm64 kernel image instead (e.g. the
+#                     /boot/vmlinuz-* of a package of scripts/kernel-lab.sh
+#                     --package --arch arm64: 4 KiB pages, where the tests
+#                     run rather than skip); results in
+#                     target/kernel-lab/results-7.x-arm64-lab/ (the 16 KiB
+#                     record is not touched), its KUnit lines in the console
 #
 # Needs target/kernel-lab/src-7.x-patched (scripts/kernel-lab.sh --series
-# 7.x builds it), aarch64-linux-gnu-gcc, qemu-system-aarch64, cpio, and the
-# network once (apt-get download of the kernel, as scripts/kernel-matrix.sh).
+# 7.x builds it), aarch64-linux-gnu-gcc, qemu-system-aarch64, cpio, and,
+# without --kernel, the network once (apt-get download of the kernel, as
+# scripts/kernel-matrix.sh).
 # Writes target/kernel-lab/results-7.x-arm64-16k/KERNEL-thp-MODE.log (the
 # console) and .json (each test's TAP lines, pass/fail/skip counts and skip
 # reasons); prints the TAP lines. Exit status: 0 when no test failed, 1
@@ -34,11 +42,13 @@ say() { echo "arm64-selftests: $*" >&2; }
 
 thp=always
 timeout_s=1800
+kopt=
 while [ $# -gt 0 ]; do
   case $1 in
     --thp) shift; case ${1:-} in always|madvise|never) thp=$1 ;; *) die "--thp takes always, madvise or never" ;; esac ;;
     --timeout) shift; [[ ${1:-} =~ ^[1-9][0-9]*$ ]] || die "--timeout needs seconds"; timeout_s=$1 ;;
-    -h|--help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --kernel) shift; [[ ${1:-} =~ ^[A-Za-z0-9._-]+=.+ ]] || die "--kernel needs NAME=IMAGE"; kopt=$1 ;;
+    -h|--help) sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;
   esac
   shift
@@ -59,29 +69,37 @@ mkdir -p "$vm/cache" "$vm/kernels" "$results"
 rm -rf "$work" && mkdir -p "$work/root/selftests" "$work/root/proc" "$work/root/sys" \
   "$work/root/lib/aarch64-linux-gnu" "$work/root/tmp"
 
-# --- the kernel: the newest Debian 7.x arm64-16k, fetched as the matrix does --
-aptd=$vm/apt
-# shellcheck source=scripts/lib/debian-apt.sh
-. scripts/lib/debian-apt.sh
-debian_apt_ready
-pkg=$(debian_apt_cache pkgnames linux-image- 2> /dev/null |
-  grep -E '^linux-image-7\.[0-9]+\.[0-9]+\+deb[0-9]+-arm64-16k$' | sort -V | tail -n 1 || true)
-[ -n "$pkg" ] || die "apt knows no linux-image-7.*-arm64-16k (target/vm/apt/sources.list)"
-kdir=$vm/kernels/$pkg
-if [ ! -e "$kdir/.done" ]; then
-  # Since 7.x the kernel itself is in linux-binary-ABI; no modules needed.
-  bin=linux-binary-${pkg#linux-image-}
-  say "fetching $bin"
-  ( cd "$vm/cache" && debian_apt download -q "$bin:arm64" > /dev/null 2>&1 ) ||
-    die "apt-get download $bin failed (no network or no such package)"
-  rm -rf "$kdir" && mkdir -p "$kdir"
-  # shellcheck disable=SC2012
-  dpkg-deb -x "$(ls -t "$vm/cache/${bin}"_*.deb | head -n 1)" "$kdir"
-  touch "$kdir/.done"
+# --- the kernel: the one given, or the newest Debian 7.x arm64-16k, fetched
+# as the matrix does
+if [ -n "$kopt" ]; then
+  kname=${kopt%%=*} kimg=${kopt#*=}
+  [ -s "$kimg" ] || die "no kernel image $kimg"
+  results=$repo/target/kernel-lab/results-7.x-arm64-lab
+  mkdir -p "$results"
+else
+  aptd=$vm/apt
+  # shellcheck source=scripts/lib/debian-apt.sh
+  . scripts/lib/debian-apt.sh
+  debian_apt_ready
+  pkg=$(debian_apt_cache pkgnames linux-image- 2> /dev/null |
+    grep -E '^linux-image-7\.[0-9]+\.[0-9]+\+deb[0-9]+-arm64-16k$' | sort -V | tail -n 1 || true)
+  [ -n "$pkg" ] || die "apt knows no linux-image-7.*-arm64-16k (target/vm/apt/sources.list)"
+  kdir=$vm/kernels/$pkg
+  if [ ! -e "$kdir/.done" ]; then
+    # Since 7.x the kernel itself is in linux-binary-ABI; no modules needed.
+    bin=linux-binary-${pkg#linux-image-}
+    say "fetching $bin"
+    ( cd "$vm/cache" && debian_apt download -q "$bin:arm64" > /dev/null 2>&1 ) ||
+      die "apt-get download $bin failed (no network or no such package)"
+    rm -rf "$kdir" && mkdir -p "$kdir"
+    # shellcheck disable=SC2012
+    dpkg-deb -x "$(ls -t "$vm/cache/${bin}"_*.deb | head -n 1)" "$kdir"
+    touch "$kdir/.done"
+  fi
+  kimg=$(find "$kdir" -name vmlinuz -path '*/modules/*' | head -n 1)
+  [ -n "$kimg" ] || die "no vmlinuz in $kdir"
+  kname=${pkg#linux-image-}
 fi
-kimg=$(find "$kdir" -name vmlinuz -path '*/modules/*' | head -n 1)
-[ -n "$kimg" ] || die "no vmlinuz in $kdir"
-kname=${pkg#linux-image-}
 
 # --- the guest's root: /init and the selftests, cross-compiled --------------
 cc=aarch64-linux-gnu-gcc

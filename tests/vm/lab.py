@@ -1567,7 +1567,7 @@ The lab has no hardware counters and emulated time; what a reviewer asks
 for (iTLB misses, cycles, wall time, cold starts) needs a real machine
 booted into the kernels. `scripts/kernel-bench.sh`, run once per kernel
 (stock, then patched: `scripts/kernel-lab.sh --package` builds both as
-Debian packages), measures the fixtures, and node, clang and postgres
+Debian packages, x86-64 or with `--arch arm64` arm64), measures the fixtures, and node, clang and postgres
 where installed, by route: `plain` (the kernel's own behaviour:
 khugepaged, and on a patched kernel its exec folios and ELF alignment),
 `madvise` (`hugetext run --strategy file` on a copy made PMD-mappable by
