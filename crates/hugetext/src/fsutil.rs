@@ -1070,24 +1070,42 @@ pub fn overlay_layer_in(mountinfo: &str, path: &Path, exists: impl Fn(&Path) -> 
 }
 
 /// Where measurements and answers worth keeping across runs are kept:
-/// root's `/run/hugetext`, else `$XDG_RUNTIME_DIR/hugetext` (both emptied
-/// at boot); created mode 0700. A directory that is a link, someone
-/// else's, or writable by others is not used (`None`).
+/// root's `/run/hugetext`; for other users `$XDG_RUNTIME_DIR/hugetext`,
+/// else (a daemon's account, `runuser`, `su`, cron: no login session)
+/// `/run/user/UID/hugetext` when that directory is the user's, else
+/// `/tmp/hugetext-UID`. Created mode 0700 (root's 0711). A directory that
+/// is a link, someone else's (another user may have made
+/// `/tmp/hugetext-UID` first), or writable by others is not used (`None`):
+/// then nothing is kept, and `run` asks and measures again at each start.
 pub fn runtime_dir() -> Option<PathBuf> {
-    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
     let euid = rustix::process::geteuid().as_raw();
-    let base = match euid {
-        0 => PathBuf::from("/run"),
-        _ => PathBuf::from(std::env::var_os("XDG_RUNTIME_DIR")?),
+    let dir = match euid {
+        0 => PathBuf::from("/run/hugetext"),
+        _ => match std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
+            Some(d) => PathBuf::from(d).join("hugetext"),
+            None => {
+                let session = PathBuf::from(format!("/run/user/{euid}"));
+                match own_private_dir(&session, euid) {
+                    true => session.join("hugetext"),
+                    false => PathBuf::from(format!("/tmp/hugetext-{euid}")),
+                }
+            }
+        },
     };
-    let dir = base.join("hugetext");
     // Root's is also the way to the text store (/run/hugetext/text), which
     // every user's processes open: passable by others, its files 0600.
     let mode = if euid == 0 { 0o711 } else { 0o700 };
+    use std::os::unix::fs::DirBuilderExt;
     let _ = std::fs::DirBuilder::new().mode(mode).create(&dir);
-    let m = std::fs::symlink_metadata(&dir).ok()?;
-    let trusted = m.file_type().is_dir() && m.uid() == euid && m.permissions().mode() & 0o022 == 0;
-    trusted.then_some(dir)
+    own_private_dir(&dir, euid).then_some(dir)
+}
+
+/// Is `dir` a directory (not a link to one) owned by `uid` that no one
+/// else may write?
+fn own_private_dir(dir: &Path, uid: u32) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::symlink_metadata(dir)
+        .is_ok_and(|m| m.file_type().is_dir() && m.uid() == uid && m.permissions().mode() & 0o022 == 0)
 }
 
 /// The text of a file kept by [`keep`]: a regular file of ours (never a

@@ -87,3 +87,68 @@ fn release() -> String {
     let o = std::process::Command::new("uname").arg("-r").output().unwrap();
     String::from_utf8_lossy(&o.stdout).trim().to_string()
 }
+
+/// A user without a login session (no `XDG_RUNTIME_DIR`: a daemon's
+/// account, `runuser`, `su`, cron) keeps `run`'s answers too, in
+/// `/tmp/hugetext-UID`: the second start asks the loader nothing (no
+/// `ld.so --help` process) and does not look through `/tmp` for perf maps.
+/// A `/tmp/hugetext-UID` someone else made first is not used: nothing is
+/// written into it, and `run` still works. (Before: such a user had no
+/// runtime directory, and every start ran `ld.so --help` and read all of
+/// `/tmp`: 2.5 ms of a postgres start.)
+#[test]
+fn a_user_without_a_session_keeps_answers_in_a_directory_of_its_own() {
+    let (uid, _) = tk::attacker();
+    if Path::new(&format!("/run/user/{uid}")).exists() {
+        eprintln!("/run/user/{uid} exists: the /tmp fallback is not used");
+        return;
+    }
+    let (_d, home) = tk::attacker_home();
+    let prog = tk::copy_fixture(&home, "lld", "small");
+    give(&prog, 0o755);
+    let fallback = std::path::PathBuf::from(format!("/tmp/hugetext-{uid}"));
+    let run = |trace: Option<&Path>| {
+        let mut c = tk::as_attacker();
+        if let Some(t) = trace {
+            c.args(["strace", "-f", "-e", "trace=execve,openat", "-o"]).arg(t);
+        }
+        let o = c
+            .arg(tk::bin())
+            .args(["run", "--"])
+            .arg(&prog)
+            .env_remove("XDG_RUNTIME_DIR")
+            .env("HUGETEXT_PERF_MAP", "0")
+            .env_remove("HUGETEXT_STRATEGY")
+            .env_remove("HUGETEXT_VERBOSE")
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    };
+
+    // Someone else's directory, open to all: not used.
+    let _ = fs::remove_dir_all(&fallback);
+    fs::create_dir(&fallback).unwrap();
+    fs::set_permissions(&fallback, fs::Permissions::from_mode(0o777)).unwrap();
+    run(None);
+    let planted: Vec<_> = fs::read_dir(&fallback).unwrap().flatten().map(|e| e.path()).collect();
+    fs::remove_dir_all(&fallback).unwrap();
+    assert!(planted.is_empty(), "written into another user's directory: {planted:?}");
+
+    // Its own: made 0700, and the second start asks and looks for nothing.
+    run(None);
+    let m = fs::symlink_metadata(&fallback).expect("no /tmp/hugetext-UID made");
+    assert!(m.is_dir() && m.uid() == uid && m.mode() & 0o777 == 0o700, "{m:?}");
+    let trace = home.join("second.strace");
+    run(Some(&trace));
+    let t = fs::read_to_string(&trace).unwrap();
+    let asked: Vec<_> = t
+        .lines()
+        .filter(|l| l.contains("execve(") && l.contains("\"--help\""))
+        .collect();
+    assert!(asked.is_empty(), "the loader was asked again: {asked:?}");
+    let looked: Vec<_> = t
+        .lines()
+        .filter(|l| l.contains("openat(") && l.contains("\"/tmp\"") && l.contains("O_DIRECTORY"))
+        .collect();
+    assert!(looked.is_empty(), "/tmp was read again: {looked:?}");
+}
