@@ -353,13 +353,19 @@ pub extern "C" fn la_activity(_cookie: *mut usize, flag: c_uint) {
         }
         LA_ACT_CONSISTENT => {
             let n = NPENDING.swap(0, Relaxed).min(MAXP);
-            // New objects: the loader has just opened, read and closed
-            // their files in this thread, the calls `sandboxed` makes.
-            if n > 0 && !passive && !sandboxed() {
+            if n > 0 && !passive {
                 if HELD.load(Relaxed) == 0 {
                     hold();
                 }
-                late(n);
+                // Objects without a whole window of text (most of what
+                // programs `dlopen`) are judged from their own program
+                // headers, with no system call: neither the seccomp state
+                // nor the pass's scratch memory is needed for them. For the
+                // others: the loader has just opened, read and closed their
+                // files in this thread, the calls `sandboxed` makes.
+                if !all_small(n) && !sandboxed() {
+                    late(n);
+                }
             }
             release();
         }
@@ -503,12 +509,38 @@ fn phdr_facts(map: &LinkMap, text: bool) -> Option<((usize, usize), bool)> {
         first.get_or_insert(start);
         lo = lo.min(start);
         hi = hi.max(end);
-        big |= text
-            && flags & (PF_R | PF_W | PF_X) == PF_R | PF_X
-            && end - start >= hugetext_abi::geometry::MIN_UNIT
-            && engine::window_bytes(start, end) > 0;
+        big |= text && flags & (PF_R | PF_W | PF_X) == PF_R | PF_X && engine::window_bytes(start, end) > 0;
     }
     (first == Some(base) && lo < hi).then_some(((lo, hi), big))
+}
+
+/// At most this many new objects are judged by [`all_small`] (on the
+/// stack of the thread that called `dlopen`, which may be small); more go
+/// through [`late`].
+const FEW: usize = 32;
+
+/// Do the first `n` pending objects' own program headers show that none
+/// has a whole window of text? Then their address ranges are remembered
+/// (for the perf map lines of `dlclose`) and nothing else is to be done.
+/// Reads memory only: no system call.
+fn all_small(n: usize) -> bool {
+    if n > FEW {
+        return false;
+    }
+    let mut spans = [(0usize, 0usize, 0usize); FEW];
+    for (i, s) in spans[..n].iter_mut().enumerate() {
+        let lm = PENDING[i].load(Relaxed);
+        // SAFETY: a link map the loader passed to `la_objopen`; objects
+        // are not freed before the consistent state that follows.
+        match phdr_facts(unsafe { &*(lm as *const LinkMap) }, true) {
+            Some(((lo, hi), false)) => *s = (lm, lo, hi),
+            _ => return false,
+        }
+    }
+    for &(lm, lo, hi) in &spans[..n] {
+        remember_span(lm, lo, hi);
+    }
+    true
 }
 
 struct Late {

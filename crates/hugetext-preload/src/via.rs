@@ -192,9 +192,7 @@ pub fn text_facts() -> (bool, u64) {
         let mut bytes = 0u64;
         for p in phdrs.iter().filter(text) {
             let (s, e) = range(p);
-            // Short text holds no window on any kernel: the PMD size is
-            // read (sysfs) only for text that might.
-            f.window |= e - s >= hugetext_abi::geometry::MIN_UNIT && engine::window_bytes(s, e) > 0;
+            f.window |= engine::window_bytes(s, e) > 0;
             holds_entry |= s <= f.entry && f.entry < e;
             bytes += (e - s) as u64;
         }

@@ -90,8 +90,14 @@ impl Scope<'_> {
     pub const ALL: Scope<'static> = Scope { only: None, min: 0 };
 }
 
-/// Bytes of `[start, end)` in whole PMD-size windows.
+/// Bytes of `[start, end)` in whole windows of the kernel's unit. A range
+/// shorter than the smallest unit of any kernel
+/// ([`hugetext_abi::geometry::MIN_UNIT`]) holds none: for it the PMD size
+/// is not read (sysfs), which most of the text a process maps never needs.
 pub fn window_bytes(start: usize, end: usize) -> u64 {
+    if end.saturating_sub(start) < hugetext_abi::geometry::MIN_UNIT {
+        return 0;
+    }
     scan::windows(start, end).bytes() as u64
 }
 
