@@ -33,6 +33,12 @@ pub enum Follow {
 /// [`io::ErrorKind::InvalidInput`] error saying what it is
 /// ([`IS_A_DIRECTORY`] for a directory).
 pub fn open_regular(path: &Path, follow: Follow) -> io::Result<File> {
+    open_regular_meta(path, follow).map(|(f, _)| f)
+}
+
+/// [`open_regular`], with the metadata of the file opened (the `fstat`
+/// that checked it: callers need not ask again).
+pub fn open_regular_meta(path: &Path, follow: Follow) -> io::Result<(File, std::fs::Metadata)> {
     let f = open_nonblocking(path, follow).map_err(|e| match e.raw_os_error() {
         Some(libc::ELOOP) if follow == Follow::No => io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -40,9 +46,10 @@ pub fn open_regular(path: &Path, follow: Follow) -> io::Result<File> {
         ),
         _ => e,
     })?;
-    let ft = f.metadata()?.file_type();
+    let md = f.metadata()?;
+    let ft = md.file_type();
     if ft.is_file() {
-        return Ok(f);
+        return Ok((f, md));
     }
     if ft.is_dir() {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, IS_A_DIRECTORY));

@@ -58,28 +58,77 @@ struct DynInfo {
     /// Bytes of static TLS it needs: its `PT_TLS` segment's size rounded up
     /// to the segment's alignment (0: none).
     tls: u64,
+    /// The file's device and inode.
+    key: (u64, u64),
 }
 
 fn read_dyn(path: &Path) -> ParseResult<DynInfo> {
-    let file =
-        crate::openfile::open_regular(path, crate::openfile::Follow::Yes).map_err(|e| Malformed(e.to_string()))?;
-    read_dyn_of(&file)
+    let (file, md) =
+        crate::openfile::open_regular_meta(path, crate::openfile::Follow::Yes).map_err(|e| Malformed(e.to_string()))?;
+    read_dyn_meta(&file, &md)
 }
+
+/// Bytes [`AtPos`] reads at once: the ELF header and program headers, the
+/// dynamic section, or the run of `DT_NEEDED` names, each in one `pread`.
+const BLOCK: u64 = 16 << 10;
+/// Blocks [`AtPos`] keeps.
+const BLOCKS: usize = 4;
 
 /// A file read with `pread` at a position kept here: `ReadCache` seeks
 /// before each read it has not cached, and on a `File` every seek is a
 /// system call (`run` reads the headers of each library a program loads).
+/// Reads are served from the last few [`BLOCK`]-sized blocks read: the
+/// header, program headers, dynamic section and names of a library take
+/// 2–3 `pread`s instead of one per name.
 struct AtPos<'a> {
     file: &'a File,
     pos: u64,
-    /// The file's length, once asked for.
+    /// The file's length, once known.
     len: Option<u64>,
+    /// (offset, bytes) of the blocks read, newest first.
+    blocks: Vec<(u64, Vec<u8>)>,
+}
+
+impl<'a> AtPos<'a> {
+    fn new(file: &'a File, len: Option<u64>) -> Self {
+        AtPos {
+            file,
+            pos: 0,
+            len,
+            blocks: Vec::with_capacity(BLOCKS),
+        }
+    }
 }
 
 impl std::io::Read for AtPos<'_> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         use std::os::unix::fs::FileExt;
-        let n = self.file.read_at(buf, self.pos)?;
+        let pos = self.pos;
+        let held = |(at, b): &(u64, Vec<u8>)| pos >= *at && pos < at + b.len() as u64;
+        let i = match self.blocks.iter().position(held) {
+            Some(i) => i,
+            None if buf.len() as u64 >= BLOCK => {
+                // A large read: straight into the caller's buffer.
+                let n = self.file.read_at(buf, pos)?;
+                self.pos += n as u64;
+                return Ok(n);
+            }
+            None => {
+                let mut b = vec![0u8; BLOCK as usize];
+                let n = self.file.read_at(&mut b, pos)?;
+                if n == 0 {
+                    return Ok(0);
+                }
+                b.truncate(n);
+                self.blocks.truncate(BLOCKS - 1);
+                self.blocks.insert(0, (pos, b));
+                0
+            }
+        };
+        let (at, b) = &self.blocks[i];
+        let from = (pos - at) as usize;
+        let n = buf.len().min(b.len() - from);
+        buf[..n].copy_from_slice(&b[from..from + n]);
         self.pos += n as u64;
         Ok(n)
     }
@@ -107,15 +156,19 @@ impl std::io::Seek for AtPos<'_> {
 
 /// [`read_dyn`] of a file already open.
 fn read_dyn_of(file: &File) -> ParseResult<DynInfo> {
-    let cache = ReadCache::new(AtPos {
-        file,
-        pos: 0,
-        len: None,
-    });
-    match super::layout::elf_class(&cache)? {
+    let md = file.metadata().map_err(|e| Malformed(e.to_string()))?;
+    read_dyn_meta(file, &md)
+}
+
+/// [`read_dyn`] of a file already open, with its metadata.
+fn read_dyn_meta(file: &File, md: &std::fs::Metadata) -> ParseResult<DynInfo> {
+    let cache = ReadCache::new(AtPos::new(file, Some(md.len())));
+    let mut info = match super::layout::elf_class(&cache)? {
         true => read_dyn_generic::<elf::FileHeader64<Endianness>>(&cache),
         false => read_dyn_generic::<elf::FileHeader32<Endianness>>(&cache),
-    }
+    }?;
+    info.key = (md.dev(), md.ino());
+    Ok(info)
 }
 
 fn read_dyn_generic<Elf: FileHeader<Endian = Endianness>>(data: &ReadCache<AtPos<'_>>) -> ParseResult<DynInfo> {
@@ -337,13 +390,20 @@ fn resolve_objects(file: &File, exe: &Path, canonical: bool) -> Result<(Vec<Path
     let mut tls = 0u64;
     let mut result: Vec<PathBuf> = Vec::new();
     let mut seen_files: HashSet<(u64, u64)> = HashSet::new();
-    let mut push = |p: &Path, result: &mut Vec<PathBuf>| -> Result<()> {
+    // `key`: the file's (device, inode) when it was read already.
+    let mut push = |p: &Path, key: Option<(u64, u64)>, result: &mut Vec<PathBuf>| -> Result<()> {
         let canon = match canonical {
             true => p.canonicalize().map_err(|e| Error::io(p, e))?,
             false => p.to_path_buf(),
         };
-        let m = std::fs::metadata(&canon).map_err(|e| Error::io(&canon, e))?;
-        if seen_files.insert((m.dev(), m.ino())) {
+        let key = match key {
+            Some(k) => k,
+            None => {
+                let m = std::fs::metadata(&canon).map_err(|e| Error::io(&canon, e))?;
+                (m.dev(), m.ino())
+            }
+        };
+        if seen_files.insert(key) {
             result.push(canon);
         }
         Ok(())
@@ -352,9 +412,10 @@ fn resolve_objects(file: &File, exe: &Path, canonical: bool) -> Result<(Vec<Path
     let mut objs: Vec<Loaded> = Vec::new();
     let (want64, want_machine) = (info.class64, info.machine);
     if let Some(interp) = &info.interp {
-        push(Path::new(interp), &mut result)?;
+        let i = read_dyn(Path::new(interp)).ok();
+        push(Path::new(interp), i.as_ref().map(|i| i.key), &mut result)?;
         // ld.so is loaded under its own name: a DT_NEEDED of it matches.
-        if let Ok(i) = read_dyn(Path::new(interp)) {
+        if let Some(i) = i {
             tls = tls.saturating_add(i.tls);
             if let Some(s) = &i.soname {
                 names.insert(s.clone(), usize::MAX);
@@ -371,9 +432,7 @@ fn resolve_objects(file: &File, exe: &Path, canonical: bool) -> Result<(Vec<Path
         parent: None,
     });
     let mut inodes: HashMap<(u64, u64), usize> = HashMap::new();
-    if let Ok(m) = std::fs::metadata(&exe_canon) {
-        inodes.insert((m.dev(), m.ino()), 0);
-    }
+    inodes.insert(objs[0].info.key, 0);
     let mut queue = VecDeque::from([0usize]);
     while let Some(idx) = queue.pop_front() {
         let needed = objs[idx].info.needed.clone();
@@ -389,8 +448,8 @@ fn resolve_objects(file: &File, exe: &Path, canonical: bool) -> Result<(Vec<Path
                     objs[idx].path.display()
                 )));
             };
-            let key = std::fs::metadata(&path).map(|m| (m.dev(), m.ino())).ok();
-            if let Some(&existing) = key.as_ref().and_then(|k| inodes.get(k)) {
+            let key = dinfo.key;
+            if let Some(&existing) = inodes.get(&key) {
                 names.insert(name, existing);
                 continue;
             }
@@ -399,10 +458,8 @@ fn resolve_objects(file: &File, exe: &Path, canonical: bool) -> Result<(Vec<Path
             if let Some(s) = &dinfo.soname {
                 names.entry(s.clone()).or_insert(new_idx);
             }
-            if let Some(k) = key {
-                inodes.insert(k, new_idx);
-            }
-            push(&path, &mut result)?;
+            inodes.insert(key, new_idx);
+            push(&path, Some(key), &mut result)?;
             tls = tls.saturating_add(dinfo.tls);
             objs.push(Loaded {
                 path,
