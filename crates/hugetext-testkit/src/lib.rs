@@ -30,6 +30,41 @@ pub fn bin() -> PathBuf {
     target_profile_dir().join("hugetext")
 }
 
+/// `hugetext run -- PROGRAM ARGS...` under `strace -f -e trace=CALLS`,
+/// its trace split at the exec of `program` (as given): what `run` itself
+/// did before, and everything from the exec on, each line without
+/// strace's pid prefix. Panics when the run fails.
+pub fn strace_run(calls: &str, program: &Path, args: &[&str]) -> (String, String) {
+    let d = scratch();
+    let trace = d.path().join("trace");
+    let out = Command::new("strace")
+        .arg("-f")
+        .arg("-o")
+        .arg(&trace)
+        .arg("-e")
+        .arg(format!("trace={calls}"))
+        .arg(bin())
+        .args(["run", "--"])
+        .arg(program)
+        .args(args)
+        .output()
+        .expect("strace (package strace)");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let t = std::fs::read_to_string(&trace).unwrap();
+    let unprefixed: String = t
+        .lines()
+        .map(|l| match l.split_once(' ') {
+            Some((pid, rest)) if !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()) => rest.trim_start(),
+            _ => l,
+        })
+        .flat_map(|l| [l, "\n"])
+        .collect();
+    let at = unprefixed
+        .find(&format!("execve(\"{}\"", program.display()))
+        .unwrap_or_else(|| panic!("no exec of {}: {unprefixed}", program.display()));
+    (unprefixed[..at].to_string(), unprefixed[at..].to_string())
+}
+
 /// The workspace root.
 pub fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -148,24 +148,7 @@ fn run_reads_each_library_in_a_few_system_calls() {
         return;
     }
     let prog = python.canonicalize().unwrap();
-    let d = common::scratch();
-    let trace = d.path().join("trace");
-    let out = Command::new("strace")
-        .arg("-o")
-        .arg(&trace)
-        .args(["-e", "trace=openat,pread64,statx,newfstatat,fstat,execve"])
-        .arg(common::bin())
-        .args(["run", "--"])
-        .arg(&prog)
-        .args(["-c", "pass"])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let t = std::fs::read_to_string(&trace).unwrap();
-    let at = t
-        .find(&format!("execve(\"{}\"", prog.display()))
-        .unwrap_or_else(|| panic!("{t}"));
-    let before = &t[..at];
+    let (before, _) = common::strace_run("openat,pread64,statx,newfstatat,fstat,execve", &prog, &["-c", "pass"]);
     // Each system call is counted for the file opened last: a library's
     // reads follow its `openat`, up to the next one.
     let (mut libs, mut preads, mut fstats, mut in_lib) = (0, 0, 0, false);

@@ -452,26 +452,10 @@ fn small_objects_loaded_after_start_read_no_proc_maps() {
         return;
     }
     common::preload();
-    let d = common::scratch();
     // (reads of /proc/self/maps, shared objects opened, reads of the
     // seccomp state) in the python process, from its exec on.
     let count = |code: &str| -> (usize, usize, usize) {
-        let trace = d.path().join("trace");
-        let out = Command::new("strace")
-            .arg("-f")
-            .arg("-o")
-            .arg(&trace)
-            .args(["-e", "trace=openat,execve"])
-            .arg(common::bin())
-            .args(["run", "--"])
-            .arg(python)
-            .args(["-c", code])
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        let t = std::fs::read_to_string(&trace).unwrap();
-        let at = t.find("execve(\"/usr/bin/python3\"").unwrap_or_else(|| panic!("{t}"));
-        let after = &t[at..];
+        let (_, after) = common::strace_run("openat,execve", python, &["-c", code]);
         let opened = |l: &&str| l.contains("openat(") && !l.contains("ENOENT");
         (
             after.lines().filter(|l| l.contains("\"/proc/self/maps\"")).count(),

@@ -1783,25 +1783,10 @@ fn the_preload_and_auditor_load_nothing_but_the_c_library() {
 #[test]
 fn a_launcher_without_verbose_looks_up_no_names_and_writes_nothing() {
     let d = common::scratch();
-    let trace = d.path().join("trace");
     let w = script(d.path(), "w", "/bin/sh", "exec /bin/true");
-    let out = Command::new("strace")
-        .arg("-f")
-        .arg("-o")
-        .arg(&trace)
-        .args(["-e", "trace=execve,readlink,readlinkat,openat,write"])
-        .arg(common::bin())
-        .args(["run", "--"])
-        .arg(&w)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let t = std::fs::read_to_string(&trace).unwrap();
     // From the launcher's exec on (`hugetext run` itself comes before).
-    let at = t
-        .find(&format!("execve(\"{}\"", w.display()))
-        .unwrap_or_else(|| panic!("{t}"));
-    let after = &t[at..];
+    let (_, after) = common::strace_run("execve,readlink,readlinkat,openat,write", &w, &[]);
+    let after = after.as_str();
     assert!(after.contains("libhugetext.so"), "the preload was loaded: {after}");
     assert!(!after.contains("/proc/self/exe"), "{after}");
     assert!(!after.contains("write("), "{after}");
