@@ -724,6 +724,17 @@ pub fn text_mappings_in(vmas: &[(procfs::Vma, procfs::SmapsStats)]) -> Vec<TextM
                         if contiguous && vmas[j].0.perms.starts_with("r-x") {
                             return Some(after.to_string());
                         }
+                        // Directly followed by a later part of the file and
+                        // no mapping of its start anywhere: the copy took
+                        // the place of the text that starts the file (the
+                        // ELF header in the text segment) and ends on a
+                        // window boundary, followed by the file's data. (A
+                        // JIT buffer placed just below a library meets the
+                        // library's first mapping, at offset 0.)
+                        let start_mapped = vmas.iter().any(|(m, _)| m.path == after && m.offset == 0);
+                        if contiguous && vmas[j].0.offset > 0 && !start_mapped {
+                            return Some(after.to_string());
+                        }
                         let before = (0..i).rev().find(|&k| !unnamed(k)).and_then(file_of)?;
                         (before == after).then(|| before.to_string())
                     })
@@ -1090,6 +1101,60 @@ mod tests {
         let sh = Path::new("/bin/sh").canonicalize().unwrap();
         let m = check(&other, libc::PROT_READ | libc::PROT_EXEC).expect("directly followed by text of a file");
         assert!(m.copied && Path::new(&m.path) == sh, "{m:?}");
+    }
+
+    /// Text that starts the file and ends on a window boundary, copied
+    /// whole: the copy is followed by the file's data (not text) and no
+    /// mapping of the file's start is left. It is a candidate of that file;
+    /// unnamed text just below a file's first mapping (offset 0) is not.
+    #[test]
+    fn unnamed_copy_of_the_start_of_a_file_before_its_data_is_its_text() {
+        use std::os::fd::AsRawFd;
+        let page = crate::kernel::page_size();
+        // A file of our own, which nothing else maps.
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("lib.so");
+        std::fs::write(&path, vec![0x90u8; 4 * page]).unwrap();
+        let path = path.canonicalize().unwrap();
+        let f = std::fs::File::open(&path).unwrap();
+        let at_offset = |offset: usize| -> Option<TextMapping> {
+            // SAFETY: fresh mappings inside a reservation of our own,
+            // unmapped before returning.
+            unsafe {
+                let base = libc::mmap(
+                    std::ptr::null_mut(),
+                    3 * page,
+                    libc::PROT_NONE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                );
+                assert_ne!(base, libc::MAP_FAILED);
+                let at = |i: usize| (base as usize + i * page) as *mut libc::c_void;
+                let fixed = libc::MAP_PRIVATE | libc::MAP_FIXED;
+                libc::munmap(at(0), page);
+                let anon = libc::mmap(
+                    at(1),
+                    page,
+                    libc::PROT_READ | libc::PROT_EXEC,
+                    fixed | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                );
+                assert_ne!(anon, libc::MAP_FAILED);
+                let data = libc::mmap(at(2), page, libc::PROT_READ, fixed, f.as_raw_fd(), offset as i64);
+                assert_ne!(data, libc::MAP_FAILED);
+                let me = std::process::id() as i32;
+                let found = text_mappings_in(&procfs::read_smaps(Some(me)).unwrap())
+                    .into_iter()
+                    .find(|m| m.start == anon as u64);
+                libc::munmap(base, 3 * page);
+                found
+            }
+        };
+        let m = at_offset(2 * page).expect("the copy before the file's data");
+        assert!(m.copied && Path::new(&m.path) == path, "{m:?}");
+        assert_eq!(at_offset(0), None, "below the file's first mapping: not attributed");
     }
 
     #[test]
