@@ -241,16 +241,24 @@ pub fn preload_entries(v: &[u8]) -> impl Iterator<Item = &[u8]> {
     v.split(|&c| is_preload_separator(c)).filter(|e| !e.is_empty())
 }
 
-/// Is this `LD_PRELOAD` entry (a path or a file name) libhugetext: a file
-/// named `libhugetext.so`, or `libhugetext.so.` and a version? Another
-/// library whose name merely starts the same (`libhugetextual.so`) is not.
+/// Is this `LD_PRELOAD` or `LD_AUDIT` entry (a path or a file name) one of
+/// hugetext's: a file named `libhugetext.so`, or `libhugetext.so.` and a
+/// version, or the audit module `run` writes ([`AUDIT_MODULE_PREFIX`]`…`
+/// `.so`)? Another library whose name merely starts the same
+/// (`libhugetextual.so`) is not.
 pub fn is_hugetext_preload(entry: &[u8]) -> bool {
     let base = match entry.iter().rposition(|&c| c == b'/') {
         Some(i) => &entry[i + 1..],
         None => entry,
     };
-    base == b"libhugetext.so" || base.starts_with(b"libhugetext.so.")
+    base == b"libhugetext.so"
+        || base.starts_with(b"libhugetext.so.")
+        || (base.starts_with(AUDIT_MODULE_PREFIX.as_bytes()) && base.ends_with(b".so"))
 }
+
+/// The file name of the small audit module `hugetext run` names in
+/// `LD_AUDIT` starts with this (then its content's hash, then `.so`).
+pub const AUDIT_MODULE_PREFIX: &str = "libhugetext-audit-";
 
 #[cfg(test)]
 mod tests {
@@ -343,6 +351,9 @@ mod tests {
         assert!(!is_hugetext_preload(b"/opt/libhugetextual.so"));
         assert!(!is_hugetext_preload(b"libhugetext.sox"));
         assert!(!is_hugetext_preload(b"/opt/libhugetext"));
+        assert!(is_hugetext_preload(b"/run/hugetext/libhugetext-audit-0123abcd.so"));
+        assert!(!is_hugetext_preload(b"/run/hugetext/libhugetext-audit-0123abcd.sox"));
+        assert!(!is_hugetext_preload(b"/opt/libhugetext-auditor.so"));
         assert_eq!(preload_entries(b" : ").count(), 0);
     }
 }

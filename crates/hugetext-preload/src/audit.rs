@@ -249,7 +249,7 @@ fn find_preload(map: &LinkMap) {
     SHARED.store(core::ptr::addr_of!(crate::BUSY) as usize - own + other, Relaxed);
     crate::clean::SAVED_AT.store(core::ptr::addr_of!(crate::clean::SAVED) as usize - own + other, Relaxed);
     BECAME_AT.store(crate::via::became_program as *const () as usize - own + other, Relaxed);
-    let audited = core::ptr::addr_of!(crate::AUDITED) as usize - own + other;
+    let audited = core::ptr::addr_of!(crate::hugetext_audited) as usize - own + other;
     // SAFETY: the preload copy's `AUDITED` flag (its .bss, mapped and
     // writable; nothing else writes it).
     unsafe { &*(audited as *const AtomicBool) }.store(true, Relaxed);
@@ -293,12 +293,17 @@ pub unsafe extern "C" fn la_objopen(map: *const LinkMap, lmid: c_long, _cookie: 
         // SAFETY: as above.
         find_preload(unsafe { &*map });
     }
+    opened(map);
+    0 // no symbol binding callbacks
+}
+
+/// Remember an object just mapped, for the next consistent state.
+fn opened(map: *const LinkMap) {
     let n = NPENDING.load(Relaxed);
     if n < MAXP {
         PENDING[n].store(map as usize, Relaxed);
         NPENDING.store(n + 1, Relaxed);
     }
-    0 // no symbol binding callbacks
 }
 
 /// rtld-audit: an object is about to be unloaded (`dlclose`, or exit).
@@ -311,7 +316,12 @@ pub unsafe extern "C" fn la_objclose(cookie: *mut usize) -> c_uint {
         return 0;
     }
     // SAFETY: not null, and the loader's cookie for this object.
-    let lm = unsafe { *cookie };
+    closing(unsafe { *cookie });
+    0
+}
+
+/// An object (link map `lm`) is about to be unloaded.
+fn closing(lm: usize) {
     // An object removed before the consistent state that would have
     // handled it (a dlopen that failed after mapping it): forget it, its
     // link map is about to be freed.
@@ -325,7 +335,6 @@ pub unsafe extern "C" fn la_objclose(cookie: *mut usize) -> c_uint {
             closing.store(true, Relaxed);
         }
     }
-    0
 }
 
 /// rtld-audit: the loader's list of objects is changing (`ADD`, `DELETE`)
@@ -344,6 +353,11 @@ pub extern "C" fn la_activity(_cookie: *mut usize, flag: c_uint) {
         }
         return;
     }
+    activity(flag);
+}
+
+/// The loader's list of objects changes (`flag`), after start-up.
+fn activity(flag: c_uint) {
     let passive = PASSIVE.load(Relaxed);
     match flag {
         LA_ACT_ADD if !passive => hold(),
@@ -370,6 +384,66 @@ pub extern "C" fn la_activity(_cookie: *mut usize, flag: c_uint) {
             release();
         }
         _ => {}
+    }
+}
+
+/// The table of this library that libhugetext-audit.so, the small audit
+/// module `hugetext run` names in `LD_AUDIT`, calls instead of loading a
+/// second copy of this library into its own link namespace (see
+/// `crates/hugetext-preload/audit/auditor.rs`). It runs the same pass as
+/// the `la_*` hooks above, in this (the preload) copy: one copy's lock,
+/// perf map and settings. Not part of the C API.
+#[repr(C)]
+pub struct AuditTableV1 {
+    /// `hugetext-audit\0\0`: what the module checks before trusting the
+    /// rest (read before this library is relocated).
+    magic: [u8; 16],
+    /// 1: this layout.
+    version: u32,
+    /// Start-up is over: the seccomp state at start (mode + 1, filters +
+    /// 1; 0: unknown), read by the module before any code of the program.
+    start: extern "C" fn(usize, usize),
+    /// `la_objopen`: the link map and its namespace.
+    objopen: extern "C" fn(*const LinkMap, c_long),
+    /// `la_objclose`: the link map's address.
+    objclose: extern "C" fn(usize),
+    /// `la_activity`: the flag.
+    activity: extern "C" fn(c_uint),
+}
+
+/// See [`AuditTableV1`].
+#[no_mangle]
+#[allow(non_upper_case_globals)]
+pub static hugetext_audit_v1: AuditTableV1 = AuditTableV1 {
+    magic: *b"hugetext-audit\0\0",
+    version: 1,
+    start: v1_start,
+    objopen: v1_objopen,
+    objclose: v1_objclose,
+    activity: v1_activity,
+};
+
+extern "C" fn v1_start(mode1: usize, filters1: usize) {
+    STARTED.store(true, Relaxed);
+    NPENDING.store(0, Relaxed);
+    START_MODE.store(mode1, Relaxed);
+    START_FILTERS.store(filters1, Relaxed);
+    BECAME_AT.store(crate::via::became_program as *const () as usize, Relaxed);
+}
+
+extern "C" fn v1_objopen(map: *const LinkMap, _lmid: c_long) {
+    if !map.is_null() {
+        opened(map);
+    }
+}
+
+extern "C" fn v1_objclose(lm: usize) {
+    closing(lm);
+}
+
+extern "C" fn v1_activity(flag: c_uint) {
+    if STARTED.load(Relaxed) {
+        activity(flag);
     }
 }
 

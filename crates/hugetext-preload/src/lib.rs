@@ -42,9 +42,12 @@ use core::sync::atomic::{AtomicBool, Ordering};
 /// One pass at a time per process. The auditor's copy of the library
 /// uses the preload copy's flag ([`audit::lock_word`]).
 static BUSY: AtomicBool = AtomicBool::new(false);
-/// Set (by the auditor's copy) when a copy of this library audits the
-/// process's later `dlopen`s.
-static AUDITED: AtomicBool = AtomicBool::new(false);
+/// Set when an audit module follows the process's later `dlopen`s: the
+/// auditor's copy of this library, or libhugetext-audit.so (which finds
+/// it by name, hence exported; not part of the C API).
+#[no_mangle]
+#[allow(non_upper_case_globals)]
+pub static hugetext_audited: AtomicBool = AtomicBool::new(false);
 /// Set when this process started as a wrapper (no text in whole windows;
 /// the preload passed on to what it execs: `exec`). Cleared by
 /// [`via::became_program`].
@@ -137,7 +140,7 @@ extern "C" fn at_load(argc: c_int, argv: *const *const c_char, _envp: *const *co
 fn late_state(cfg: &config::Config) -> &'static str {
     let named_in_audit = config::getenv(hugetext_abi::env::LD_AUDIT.as_bytes())
         .is_some_and(|v| hugetext_abi::env::preload_entries(v).any(hugetext_abi::env::is_hugetext_preload));
-    if AUDITED.load(Ordering::Relaxed) {
+    if hugetext_audited.load(Ordering::Relaxed) {
         "are followed (LD_AUDIT)"
     } else if !cfg.late {
         "are not followed: HUGETEXT_LATE=0"

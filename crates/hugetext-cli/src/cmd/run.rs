@@ -255,9 +255,10 @@ pub fn run(args: Args) -> Result<u8> {
     // A launcher that runs its command in another root (chroot, nsenter,
     // unshare): the preload must exist there, or the loader of every
     // program inside complains and nothing is remapped.
-    if let Some(root) = prerun::new_root(program, rest) {
-        if !prerun::exists_in_root(&root, &preload) {
-            eprintln!("hugetext: {}", prerun::root_line(&shown, &root, &preload));
+    let new_root = prerun::new_root(program, rest);
+    if let Some(root) = &new_root {
+        if !prerun::exists_in_root(root, &preload) {
+            eprintln!("hugetext: {}", prerun::root_line(&shown, root, &preload));
             let err = std::process::Command::new(&resolved).arg0(program).args(rest).exec();
             return Err(match err.kind() {
                 std::io::ErrorKind::NotFound => exit_with(127, format!("{shown}: cannot execute: {err}")),
@@ -346,10 +347,18 @@ pub fn run(args: Args) -> Result<u8> {
         use std::os::unix::ffi::OsStrExt;
         settings.store = Some(store.as_os_str().as_bytes());
     }
+    // The small audit module (it needs no library), kept in the runtime
+    // directory; libhugetext.so itself where it cannot be kept, or where
+    // the program runs in another root (which has the preload, bound in,
+    // but not the runtime directory).
+    let module = match (args.no_dlopen, &new_root) {
+        (false, None) => hugetext::run::auditmod::path(),
+        _ => None,
+    };
     // An auditor the loader cannot load is ignored with ld.so's own message:
     // say it in one line up front and name no LD_AUDIT instead.
-    let missing = match (args.no_dlopen, &script) {
-        (false, None) => prerun::audit_missing(&resolved, &preload),
+    let missing = match (args.no_dlopen, &script, &module) {
+        (false, None, None) => prerun::audit_missing(&resolved, &preload),
         _ => Vec::new(),
     };
     if let Some(line) = prerun::audit_line(&preload, &missing) {
@@ -357,7 +366,7 @@ pub fn run(args: Args) -> Result<u8> {
     }
     let no_audit = args.no_dlopen || !missing.is_empty();
     env.extend(remap::late_environment(
-        &preload,
+        module.as_deref().unwrap_or(&preload),
         no_audit,
         std::env::var_os("LD_AUDIT").as_deref(),
         &mut settings,

@@ -7,7 +7,9 @@
 //! | [`prerun`]    | what it can tell before exec: static, secure-execution, naming      |
 //! | [`routecost`] | what evict + refill and collapse in place cost here: the route order |
 //! | [`remap`]     | preload discovery, the environment, verification of a process      |
+//! | [`auditmod`]  | the small audit module `run` names in `LD_AUDIT`                   |
 
+pub mod auditmod;
 #[allow(missing_docs)]
 pub mod prerun;
 pub mod remap;
