@@ -278,11 +278,12 @@ fn lookup(m: &LinkMap, name: &[u8]) -> Option<usize> {
     }
     let buckets = hash + 16 + bloom_size * core::mem::size_of::<usize>();
     let chains = buckets + nbuckets * 4;
-    let mut idx = word(buckets + (h as usize % nbuckets) * 4) as usize;
-    if idx < symoffset {
+    let first = word(buckets + (h as usize % nbuckets) * 4) as usize;
+    if first < symoffset {
         return None;
     }
-    for _ in 0..1 << 16 {
+    // A chain ends at an entry with its low bit set; 65,536 at most.
+    for idx in first..first + (1 << 16) {
         let ch = word(chains + (idx - symoffset) * 4);
         if ch | 1 == h | 1 {
             // Elf64_Sym: st_name u32, st_info u8, st_other u8, st_shndx
@@ -303,7 +304,6 @@ fn lookup(m: &LinkMap, name: &[u8]) -> Option<usize> {
         if ch & 1 != 0 {
             break;
         }
-        idx += 1;
     }
     None
 }
@@ -333,9 +333,15 @@ fn seccomp_state() -> (usize, usize) {
     // mode and the count.
     let mut buf = core::mem::MaybeUninit::<[u8; 4096]>::uninit();
     let p = buf.as_mut_ptr() as *mut u8;
-    let mut fd = sys::call(sys::OPENAT, [AT_FDCWD, b"/proc/thread-self/status\0".as_ptr() as usize, 0, 0, 0, 0]);
+    let mut fd = sys::call(
+        sys::OPENAT,
+        [AT_FDCWD, c"/proc/thread-self/status".as_ptr() as usize, 0, 0, 0, 0],
+    );
     if fd < 0 {
-        fd = sys::call(sys::OPENAT, [AT_FDCWD, b"/proc/self/status\0".as_ptr() as usize, 0, 0, 0, 0]);
+        fd = sys::call(
+            sys::OPENAT,
+            [AT_FDCWD, c"/proc/self/status".as_ptr() as usize, 0, 0, 0, 0],
+        );
     }
     if fd < 0 {
         return (0, 0);
