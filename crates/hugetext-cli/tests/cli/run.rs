@@ -270,10 +270,11 @@ fn fixture_matrix(compat: Option<&str>, strategies: &[&str]) {
                 };
                 assert!(
                     file + anon >= expect,
-                    "{case}: only {} KiB of {} huge-backed: {:#?}",
+                    "{case}: only {} KiB of {} huge-backed: {:#?}\n/proc/PID/maps:\n{}",
                     (file + anon) >> 10,
                     big.display(),
-                    text_mappings(running.pid()).unwrap()
+                    text_mappings(running.pid()).unwrap(),
+                    std::fs::read_to_string(format!("/proc/{}/maps", running.pid())).unwrap_or_default()
                 );
                 let congruent_file = *strategy == "file" && congruent(running.pid(), &big);
                 let err = stop(running);
