@@ -768,6 +768,24 @@ pub fn text_mappings_in(vmas: &[(procfs::Vma, procfs::SmapsStats)]) -> Vec<TextM
 mod tests {
     use super::*;
 
+    /// `len` bytes of address space, inaccessible: a reservation a test
+    /// maps into with `MAP_FIXED` (and unmaps whole when done).
+    fn reserve(len: usize) -> *mut libc::c_void {
+        // SAFETY: a fresh anonymous mapping anywhere; nothing is overwritten.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(base, libc::MAP_FAILED);
+        base
+    }
+
     #[test]
     fn a_named_preload_that_is_no_file_says_what_it_is() {
         assert_eq!(
@@ -1052,15 +1070,7 @@ mod tests {
             // SAFETY: fresh mappings inside a reservation of our own, unmapped
             // before returning.
             unsafe {
-                let base = libc::mmap(
-                    std::ptr::null_mut(),
-                    4 * page,
-                    libc::PROT_NONE,
-                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                    -1,
-                    0,
-                );
-                assert_ne!(base, libc::MAP_FAILED);
+                let base = reserve(4 * page);
                 let at = |i: usize| (base as usize + i * page) as *mut libc::c_void;
                 let fixed = libc::MAP_PRIVATE | libc::MAP_FIXED;
                 assert_ne!(
@@ -1121,15 +1131,7 @@ mod tests {
             // SAFETY: fresh mappings inside a reservation of our own,
             // unmapped before returning.
             unsafe {
-                let base = libc::mmap(
-                    std::ptr::null_mut(),
-                    3 * page,
-                    libc::PROT_NONE,
-                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                    -1,
-                    0,
-                );
-                assert_ne!(base, libc::MAP_FAILED);
+                let base = reserve(3 * page);
                 let at = |i: usize| (base as usize + i * page) as *mut libc::c_void;
                 let fixed = libc::MAP_PRIVATE | libc::MAP_FIXED;
                 libc::munmap(at(0), page);
