@@ -40,7 +40,7 @@ store() { # PROGRAM...: their text, and their libraries', into the store
 bench() { # NAME ARGS...
   local name=$1; shift
   echo "== $name: hugetext bench startup ${opts[*]} $*" >&2
-  "$ht" bench startup "${opts[@]}" ${JSON:+--json} "$@" | tee "$out/$name.${JSON:+json}${JSON:-md}"
+  "$ht" bench startup "${opts[@]}" ${JSON:+--json} "$@" | tee "$out/$name.$([ -n "${JSON:-}" ] && echo json || echo md)"
 }
 for c in "${cases[@]}"; do
   case $c in

@@ -23,6 +23,7 @@ pub mod maps;
 pub mod pagemap;
 pub mod pagemap_scan;
 pub mod pattern;
+pub mod reach;
 pub mod report;
 pub mod settings;
 pub mod smaps;

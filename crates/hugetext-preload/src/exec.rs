@@ -31,6 +31,7 @@ use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 
 use hugetext_abi::{env, settings};
 
+use crate::reach::{self, Target};
 use crate::{clean, config, sys, via};
 
 extern "C" {
@@ -427,12 +428,40 @@ pub enum Room {
 ///
 /// # Safety
 /// `envp` is NULL or a NULL-terminated array of NUL-terminated strings.
-pub unsafe fn with_env<R>(envp: *const *const c_char, room: Room, f: impl FnOnce(*const *const c_char) -> R) -> R {
+pub unsafe fn with_env<R>(
+    envp: *const *const c_char,
+    room: Room,
+    target: Target,
+    f: impl FnOnce(*const *const c_char) -> R,
+) -> R {
     if !crate::WRAPPER.load(Relaxed) || envp.is_null() {
         return f(envp);
     }
     // SAFETY: the caller's contract.
+    if !unsafe { reach::may_reach(target, envp, config::getenv(b"PATH")) } {
+        if VERBOSE.load(Relaxed) {
+            not_followed(target);
+        }
+        // Started as it would be without hugetext: the launcher's
+        // environment is clean.
+        return f(envp);
+    }
+    // SAFETY: the caller's contract.
     unsafe { in_launcher(envp, room, f) }
+}
+
+/// `-v`: a program the launcher starts without the preload.
+fn not_followed(target: Target) {
+    let name = match target {
+        Target::Path(p) | Target::Search(p) if !p.is_null() => cstr(p),
+        _ => b"a program",
+    };
+    crate::out::line()
+        .s("pid ")
+        .pid(crate::perfmap::pid())
+        .s(": ")
+        .bytes(name)
+        .s(" starts without the preload: it and its libraries have less than 2 MiB of text each, and none starts programs or loads code");
 }
 
 /// [`with_env`] in a followed launcher: apart, so that the buffer on the
@@ -547,7 +576,7 @@ fn fail(errno: c_int) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn execve(path: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
     // SAFETY: the caller's contract.
-    unsafe { with_env(envp, Room::Stack, |e| raw_execve(path, argv, e)) }
+    unsafe { with_env(envp, Room::Stack, Target::Path(path), |e| raw_execve(path, argv, e)) }
 }
 
 /// Interposed `execv`: `execve` with `environ`.
@@ -573,7 +602,7 @@ pub unsafe extern "C" fn execvpe(file: *const c_char, argv: *const *const c_char
     // SAFETY: the C library's execvpe, looked up by name.
     let real: ExecvpeFn = unsafe { core::mem::transmute::<usize, ExecvpeFn>(real) };
     // SAFETY: the caller's contract.
-    unsafe { with_env(envp, Room::Stack, |e| real(file, argv, e)) }
+    unsafe { with_env(envp, Room::Stack, Target::Search(file), |e| real(file, argv, e)) }
 }
 
 /// Interposed `execvp`: `execvpe` with `environ`.
@@ -600,7 +629,7 @@ pub unsafe extern "C" fn fexecve(fd: c_int, argv: *const *const c_char, envp: *c
     // SAFETY: the C library's fexecve, looked up by name.
     let real: F = unsafe { core::mem::transmute::<usize, F>(real) };
     // SAFETY: the caller's contract.
-    unsafe { with_env(envp, Room::Stack, |e| real(fd, argv, e)) }
+    unsafe { with_env(envp, Room::Stack, Target::Fd(fd), |e| real(fd, argv, e)) }
 }
 
 type SpawnFn = unsafe extern "C" fn(
@@ -632,8 +661,16 @@ unsafe fn spawn(
     }
     // SAFETY: the C library's function, looked up by name.
     let f: SpawnFn = unsafe { core::mem::transmute::<usize, SpawnFn>(f) };
+    let target = match core::ptr::eq(real, &SPAWNP) {
+        true => Target::Search(path),
+        false => Target::Path(path),
+    };
     // SAFETY: the caller's contract.
-    unsafe { with_env(envp.cast(), Room::Stack, |e| f(pid, path, fa, attr, argv, e.cast())) }
+    unsafe {
+        with_env(envp.cast(), Room::Stack, target, |e| {
+            f(pid, path, fa, attr, argv, e.cast())
+        })
+    }
 }
 
 /// Interposed `posix_spawn`.
@@ -690,7 +727,7 @@ unsafe fn with_environ<R>(f: impl FnOnce() -> R) -> R {
     // SAFETY: `environ` as libc keeps it; see above for threads.
     unsafe {
         let old = environ;
-        with_env(old as *const *const c_char, Room::Mapped, |e| {
+        with_env(old as *const *const c_char, Room::Mapped, Target::Shell, |e| {
             if e == old as *const *const c_char {
                 return f();
             }

@@ -28,6 +28,7 @@ mod hot;
 mod maps;
 mod out;
 mod perfmap;
+mod reach;
 mod scan;
 mod seccomp;
 mod smaps;

@@ -186,6 +186,22 @@ pub fn close(fd: i32) -> isize {
     call(libc::SYS_close, fd as usize, 0, 0, 0, 0, 0)
 }
 
+/// `newfstatat(AT_FDCWD, path, st, 0)`; `path` must be NUL-terminated.
+pub fn stat(path: &[u8], st: &mut libc::stat) -> isize {
+    if path.last() != Some(&0) {
+        return -(libc::EINVAL as isize); // the kernel would read past the slice
+    }
+    call(
+        libc::SYS_newfstatat,
+        libc::AT_FDCWD as isize as usize,
+        path.as_ptr() as usize,
+        st as *mut libc::stat as usize,
+        0,
+        0,
+        0,
+    )
+}
+
 pub fn fstat(fd: i32, st: &mut libc::stat) -> isize {
     call(libc::SYS_fstat, fd as usize, st as *mut libc::stat as usize, 0, 0, 0, 0)
 }

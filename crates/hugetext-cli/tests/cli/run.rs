@@ -1803,6 +1803,78 @@ fn a_launcher_without_verbose_looks_up_no_names_and_writes_nothing() {
     );
 }
 
+/// A followed launcher starts a helper that can reach nothing hugetext
+/// does without the preload: `quiet` has little text, and neither it nor
+/// its library (found through its `RUNPATH` `$ORIGIN/lib`) imports a
+/// function that starts programs or loads code. `starts` is the same
+/// program with a library that calls `dlopen`: it gets the preload. Each
+/// prints how many of its mappings are libhugetext.so.
+#[test]
+fn a_launcher_starts_helpers_that_reach_nothing_without_the_preload() {
+    let d = common::scratch();
+    let dir = d.path().canonicalize().unwrap();
+    std::fs::create_dir(dir.join("lib")).unwrap();
+    let gcc = |args: &[&str]| {
+        let out = Command::new("gcc").args(args).current_dir(&dir).output().unwrap();
+        assert!(
+            out.status.success(),
+            "gcc {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    std::fs::write(dir.join("quiet.c"), "int q(int x) { return x + 1; }\n").unwrap();
+    std::fs::write(
+        dir.join("starts.c"),
+        "#include <dlfcn.h>\nint q(int x) { return dlopen(0, RTLD_NOW) ? x : x + 1; }\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("main.c"),
+        "#include <stdio.h>\n#include <string.h>\nint q(int);\n\
+         int main(void) { FILE *m = fopen(\"/proc/self/maps\", \"r\"); char l[4096]; int n = 0;\n\
+         while (fgets(l, sizeof l, m)) n += strstr(l, \"libhugetext\") != 0;\n\
+         printf(\"%d\\n\", n); return q(0) < 0; }\n",
+    )
+    .unwrap();
+    for lib in ["quiet", "starts"] {
+        gcc(&[
+            "-shared",
+            "-fPIC",
+            "-o",
+            &format!("lib/lib{lib}.so"),
+            &format!("{lib}.c"),
+        ]);
+        gcc(&[
+            "-o",
+            lib,
+            "main.c",
+            "-Llib",
+            &format!("-l{lib}"),
+            "-Wl,--enable-new-dtags,-rpath,$ORIGIN/lib",
+        ]);
+    }
+    let sh = format!("'{0}/quiet'; '{0}/starts'", dir.display());
+    let out = Command::new(common::bin())
+        .args(["run", "-v", "--strategy", "file", "--", "/bin/sh", "-c", &sh])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stderr}");
+    let counts: Vec<&str> = stdout.lines().collect();
+    assert_eq!(counts.len(), 2, "{stdout}");
+    assert_eq!(counts[0], "0", "quiet has the preload mapped: {stderr}");
+    assert_ne!(counts[1], "0", "starts has no preload: {stderr}");
+    let quiet = format!("{}/quiet starts without the preload", dir.display());
+    assert!(stderr.contains(&quiet), "{stderr}");
+    assert!(
+        !stderr.contains(&format!("{}/starts starts without", dir.display())),
+        "{stderr}"
+    );
+}
+
 /// A version manager's shim (pyenv's `python3`): `#!/usr/bin/env bash`,
 /// running its own bash helper, which execs the program.
 #[test]

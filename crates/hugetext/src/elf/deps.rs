@@ -262,90 +262,53 @@ struct Loaded {
     parent: Option<usize>,
 }
 
-/// `/etc/ld.so.cache` parsed ([`read_ld_so_cache`]), once per process for
-/// as long as the file stays the same (device, inode, size and modification
+/// `/etc/ld.so.cache` as read ([`read_ld_so_cache`]): looked up by name
+/// with the reader the preload uses too (`hugetext_abi::reach::cache_paths`:
+/// glibc's "new" format, this machine's libc6 entries, no hardware
+/// capability subdirectories).
+#[derive(Debug, Default)]
+pub struct LdCache(Vec<u8>);
+
+impl LdCache {
+    /// The paths the cache gives for the library file name `name`, in its
+    /// order.
+    pub fn paths(&self, name: &str) -> Vec<PathBuf> {
+        use std::os::unix::ffi::OsStrExt;
+        let mut out = Vec::new();
+        hugetext_abi::reach::cache_paths(&self.0, name.as_bytes(), hugetext_abi::reach::CACHE_FLAGS, |p| {
+            out.push(PathBuf::from(std::ffi::OsStr::from_bytes(p)));
+            false
+        });
+        out
+    }
+}
+
+/// `/etc/ld.so.cache` ([`read_ld_so_cache`]), read once per process for as
+/// long as the file stays the same (device, inode, size and modification
 /// time): `run` resolves more than one set of libraries before it execs.
-pub fn ld_so_cache() -> std::sync::Arc<HashMap<String, Vec<PathBuf>>> {
+pub fn ld_so_cache() -> std::sync::Arc<LdCache> {
     use std::sync::{Arc, Mutex};
     type Key = (u64, u64, u64, i64, i64);
-    type Cache = Arc<HashMap<String, Vec<PathBuf>>>;
-    static KEPT: Mutex<Option<(Key, Cache)>> = Mutex::new(None);
+    static KEPT: Mutex<Option<(Key, Arc<LdCache>)>> = Mutex::new(None);
     const PATH: &str = "/etc/ld.so.cache";
     let key = std::fs::metadata(PATH)
         .ok()
         .map(|m| (m.dev(), m.ino(), m.size(), m.mtime(), m.mtime_nsec()));
     let mut kept = KEPT.lock().unwrap_or_else(|e| e.into_inner());
-    if let (Some(k), Some((old, map))) = (key, kept.as_ref()) {
+    if let (Some(k), Some((old, cache))) = (key, kept.as_ref()) {
         if *old == k {
-            return Arc::clone(map);
+            return Arc::clone(cache);
         }
     }
-    let map = Arc::new(read_ld_so_cache(Path::new(PATH)));
-    *kept = key.map(|k| (k, Arc::clone(&map)));
-    map
+    let cache = Arc::new(read_ld_so_cache(Path::new(PATH)));
+    *kept = key.map(|k| (k, Arc::clone(&cache)));
+    cache
 }
 
-/// Parse `/etc/ld.so.cache` (glibc "new" format, `glibc-ld.so.cache1.1`):
-/// maps a library file name to its paths, for x86-64 libc6 entries.
-///
-/// No maintained crate parses this format (the ones on crates.io are
-/// single, unmaintained releases), so this is the narrow reader: header,
-/// fixed-size entries, strings addressed from the start of the file.
-pub fn read_ld_so_cache(path: &Path) -> HashMap<String, Vec<PathBuf>> {
-    let mut map: HashMap<String, Vec<PathBuf>> = HashMap::new();
-    let Ok(data) = std::fs::read(path) else { return map };
-    const MAGIC: &[u8] = b"glibc-ld.so.cache1.1";
-    // The file may start with the old format ("ld.so-1.7.0") followed by the new one.
-    let start = if data.starts_with(MAGIC) {
-        0
-    } else if data.starts_with(b"ld.so-1.7.0") {
-        let nlibs = u32_at(&data, 12).unwrap_or(0) as usize;
-        let after = 16 + nlibs * 12;
-        let aligned = (after + 7) & !7;
-        if data.get(aligned..aligned + MAGIC.len()) == Some(MAGIC) {
-            aligned
-        } else {
-            return map;
-        }
-    } else {
-        return map;
-    };
-    let Some(nlibs) = u32_at(&data, start + 20) else {
-        return map;
-    };
-    let entries = start + 48;
-    const FLAG_ELF_LIBC6: i32 = 0x0003;
-    const FLAG_X8664_LIB64: i32 = 0x0300;
-    const HWCAP_EXTENSION: u64 = 1 << 62;
-    let cstr = |off: usize| -> Option<String> {
-        let rest = data.get(off..)?;
-        let end = rest.iter().position(|&b| b == 0)?;
-        Some(String::from_utf8_lossy(&rest[..end]).into_owned())
-    };
-    for i in 0..nlibs as usize {
-        let e = entries + i * 24;
-        let (Some(flags), Some(key), Some(value)) = (u32_at(&data, e), u32_at(&data, e + 4), u32_at(&data, e + 8))
-        else {
-            break;
-        };
-        let hwcap = u64_at(&data, e + 16).unwrap_or(0);
-        if flags as i32 != (FLAG_ELF_LIBC6 | FLAG_X8664_LIB64) || hwcap & HWCAP_EXTENSION != 0 {
-            continue;
-        }
-        // In the new format, string offsets are relative to the cache start.
-        let base = start;
-        if let (Some(k), Some(v)) = (cstr(base + key as usize), cstr(base + value as usize)) {
-            map.entry(k).or_default().push(PathBuf::from(v));
-        }
-    }
-    map
-}
-
-fn u32_at(d: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_le_bytes(d.get(at..at + 4)?.try_into().ok()?))
-}
-fn u64_at(d: &[u8], at: usize) -> Option<u64> {
-    Some(u64::from_le_bytes(d.get(at..at + 8)?.try_into().ok()?))
+/// Read `/etc/ld.so.cache` (empty when it cannot be read: nothing is found
+/// in it then).
+pub fn read_ld_so_cache(path: &Path) -> LdCache {
+    LdCache(std::fs::read(path).unwrap_or_default())
 }
 
 /// Resolve `exe`'s interpreter and every shared library it loads, each once,
@@ -478,7 +441,7 @@ fn search(
     req: usize,
     objs: &[Loaded],
     ld_library_path: &[String],
-    cache: &HashMap<String, Vec<PathBuf>>,
+    cache: &LdCache,
     want64: bool,
     want_machine: u16,
 ) -> Option<(PathBuf, DynInfo)> {
@@ -517,10 +480,8 @@ fn search(
     if objs[req].info.nodeflib {
         return None;
     }
-    if let Some(paths) = cache.get(name) {
-        if let Some(hit) = paths.iter().find_map(|p| try_path(p)) {
-            return Some(hit);
-        }
+    if let Some(hit) = cache.paths(name).iter().find_map(|p| try_path(p)) {
+        return Some(hit);
     }
     DEFAULT_DIRS.iter().find_map(|d| try_path(&Path::new(d).join(name)))
 }
@@ -553,7 +514,7 @@ pub fn ld_library_path() -> Vec<String> {
 pub fn missing_in_new_namespace(
     obj: &Path,
     ld_library_path: &[String],
-    cache: &HashMap<String, Vec<PathBuf>>,
+    cache: &LdCache,
     dirs: &[PathBuf],
 ) -> Vec<String> {
     let Ok(root) = read_dyn(obj) else { return Vec::new() };
@@ -564,7 +525,7 @@ pub fn missing_in_new_namespace(
             return fits(Path::new(name));
         }
         let lib_dirs = ld_library_path.iter().map(PathBuf::from);
-        let cached = cache.get(name).into_iter().flatten().cloned();
+        let cached = cache.paths(name).into_iter();
         let system = dirs.iter().map(|d| d.join(name));
         lib_dirs
             .map(|d| d.join(name))
@@ -603,8 +564,10 @@ mod tests {
     #[test]
     fn reads_this_machines_ld_so_cache() {
         let cache = read_ld_so_cache(Path::new("/etc/ld.so.cache"));
-        let libc = cache.get("libc.so.6").expect("libc.so.6 in /etc/ld.so.cache");
+        let libc = cache.paths("libc.so.6");
         assert!(libc.iter().any(|p| p.exists()), "{libc:?}");
-        assert!(read_ld_so_cache(Path::new("/nonexistent")).is_empty());
+        assert!(read_ld_so_cache(Path::new("/nonexistent"))
+            .paths("libc.so.6")
+            .is_empty());
     }
 }

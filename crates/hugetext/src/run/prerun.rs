@@ -717,7 +717,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         std::fs::copy(libc, d.path().join("libc.so.6")).unwrap();
         let dirs = [d.path().to_path_buf()];
-        let none = std::collections::HashMap::new();
+        let none = elf::deps::LdCache::default();
         // libc needs ld.so, which is nowhere in the search path.
         let missing = elf::deps::missing_in_new_namespace(&d.path().join("libc.so.6"), &[], &none, &dirs);
         assert_eq!(missing.len(), 1, "{missing:?}");
