@@ -10,7 +10,7 @@ cargo clippy --workspace --all-targets --release --locked -- -D warnings
 # The audit module is built outside Cargo (crates/hugetext/build.rs): the
 # same two gates, by hand.
 audit=crates/hugetext-preload/audit/auditor.rs
-rustfmt --edition 2021 --check "$audit"
+rustfmt --edition 2021 --check "$audit" crates/hugetext-preload/audit/table.rs
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 clippy-driver --edition 2021 --crate-type cdylib --crate-name hugetext_audit -C panic=abort \

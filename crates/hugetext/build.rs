@@ -13,6 +13,7 @@ use std::process::Command;
 fn main() {
     let src = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap()).join("../hugetext-preload/audit/auditor.rs");
     println!("cargo:rerun-if-changed={}", src.display());
+    println!("cargo:rerun-if-changed={}", src.with_file_name("table.rs").display());
     println!("cargo:rerun-if-changed=build.rs");
     let out = PathBuf::from(std::env::var("OUT_DIR").unwrap()).join("libhugetext-audit.so");
     let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());

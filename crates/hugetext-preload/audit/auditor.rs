@@ -39,36 +39,8 @@ fn panic(_: &core::panic::PanicInfo) -> ! {
 #[no_mangle]
 pub extern "C" fn rust_eh_personality() {}
 
-/// The public head of glibc's `struct link_map` (<link.h>).
-#[repr(C)]
-pub struct LinkMap {
-    l_addr: usize,
-    l_name: *const u8,
-    l_ld: *const Dyn,
-    l_next: *const LinkMap,
-    l_prev: *const LinkMap,
-}
+include!("table.rs");
 
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct Dyn {
-    tag: i64,
-    val: u64,
-}
-
-/// The preload's table (`hugetext_audit_v1` in `audit.rs`).
-#[repr(C)]
-struct TableV1 {
-    magic: [u8; 16],
-    version: u32,
-    start: extern "C" fn(mode1: usize, filters1: usize),
-    objopen: extern "C" fn(map: *const LinkMap, lmid: isize),
-    objclose: extern "C" fn(lm: usize),
-    activity: extern "C" fn(flag: u32),
-}
-
-const MAGIC: &[u8; 16] = b"hugetext-audit\0\0";
-const VERSION: u32 = 1;
 const LA_ACT_CONSISTENT: u32 = 0;
 
 static STARTED: AtomicBool = AtomicBool::new(false);
@@ -95,14 +67,14 @@ pub extern "C" fn la_version(version: u32) -> u32 {
 /// # Safety
 /// Called by the dynamic loader with its link map.
 #[no_mangle]
-pub unsafe extern "C" fn la_objopen(map: *const LinkMap, lmid: isize, _cookie: *mut usize) -> u32 {
+pub unsafe extern "C" fn la_objopen(map: *const LinkMap, lmid: core::ffi::c_long, _cookie: *mut usize) -> u32 {
     if map.is_null() {
         return 0;
     }
     if !STARTED.load(Relaxed) {
         // SAFETY: the loader's link map, valid for the call.
         let m = unsafe { &*map };
-        if lmid == 0 && TABLE.load(Relaxed) == 0 && is_preload(m.l_name) {
+        if lmid == 0 && TABLE.load(Relaxed) == 0 && is_preload(m.l_name.cast()) {
             find_table(m);
         }
         return 0;
@@ -148,7 +120,7 @@ pub extern "C" fn la_activity(_cookie: *mut usize, flag: u32) {
 
 /// The preload's table once start-up is over, handed the start-up state
 /// on first use.
-fn table() -> Option<&'static TableV1> {
+fn table() -> Option<&'static AuditTableV1> {
     let a = TABLE.load(Relaxed);
     if a == 0 {
         return None;
@@ -156,7 +128,7 @@ fn table() -> Option<&'static TableV1> {
     // SAFETY: the address of the preload's `hugetext_audit_v1` (checked
     // for its magic and version when found); the preload is relocated
     // once start-up is over, and preloaded objects are never unloaded.
-    let t = unsafe { &*(a as *const TableV1) };
+    let t = unsafe { &*(a as *const AuditTableV1) };
     // Callbacks come one at a time (the loader lock): a load and a store.
     // (No read-modify-write: on arm64 those call out to helpers that need
     // the C library.)
@@ -213,8 +185,8 @@ fn find_table(m: &LinkMap) {
     // plain bytes).
     let ok = unsafe {
         let p = t as *const u8;
-        (0..16).all(|i| *p.add(i) == *MAGIC.as_ptr().add(i))
-            && core::ptr::read_unaligned(p.add(16) as *const u32) == VERSION
+        (0..16).all(|i| *p.add(i) == *AUDIT_MAGIC.as_ptr().add(i))
+            && core::ptr::read_unaligned(p.add(16) as *const u32) == AUDIT_VERSION
     };
     if !ok {
         return; // another build of the library

@@ -43,22 +43,7 @@ use crate::out::line;
 use crate::zeroed::{Zeroable, Zeroed};
 use crate::{maps, perfmap, sys};
 
-/// The public head of glibc's `struct link_map` (<link.h>).
-#[repr(C)]
-pub struct LinkMap {
-    l_addr: usize,
-    l_name: *const c_char,
-    l_ld: *const Dyn,
-    l_next: *const LinkMap,
-    l_prev: *const LinkMap,
-}
-
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct Dyn {
-    tag: i64,
-    val: u64,
-}
+include!("../audit/table.rs");
 
 const LA_ACT_CONSISTENT: c_uint = 0;
 const LA_ACT_ADD: c_uint = 1;
@@ -392,31 +377,13 @@ fn activity(flag: c_uint) {
 /// second copy of this library into its own link namespace (see
 /// `crates/hugetext-preload/audit/auditor.rs`). It runs the same pass as
 /// the `la_*` hooks above, in this (the preload) copy: one copy's lock,
-/// perf map and settings. Not part of the C API.
-#[repr(C)]
-pub struct AuditTableV1 {
-    /// `hugetext-audit\0\0`: what the module checks before trusting the
-    /// rest (read before this library is relocated).
-    magic: [u8; 16],
-    /// 1: this layout.
-    version: u32,
-    /// Start-up is over: the seccomp state at start (mode + 1, filters +
-    /// 1; 0: unknown), read by the module before any code of the program.
-    start: extern "C" fn(usize, usize),
-    /// `la_objopen`: the link map and its namespace.
-    objopen: extern "C" fn(*const LinkMap, c_long),
-    /// `la_objclose`: the link map's address.
-    objclose: extern "C" fn(usize),
-    /// `la_activity`: the flag.
-    activity: extern "C" fn(c_uint),
-}
-
-/// See [`AuditTableV1`].
+/// perf map and settings. Not part of the C API. The layout
+/// (`AuditTableV1`) is in `audit/table.rs`, which the module includes too.
 #[no_mangle]
 #[allow(non_upper_case_globals)]
 pub static hugetext_audit_v1: AuditTableV1 = AuditTableV1 {
-    magic: *b"hugetext-audit\0\0",
-    version: 1,
+    magic: AUDIT_MAGIC,
+    version: AUDIT_VERSION,
     start: v1_start,
     objopen: v1_objopen,
     objclose: v1_objclose,
