@@ -1112,15 +1112,21 @@ fn own_private_dir(dir: &Path, uid: u32) -> bool {
 /// link, a FIFO, or another user's) of at most `max` bytes, else `None`.
 /// The caller still checks what it says.
 pub fn read_kept(path: &Path, max: u64) -> Option<String> {
+    String::from_utf8(read_kept_bytes(path, max)?.0).ok()
+}
+
+/// [`read_kept`]'s bytes, with the file's metadata: `path` must be a
+/// regular file of this user's, not a link, of at most `max` bytes.
+pub fn read_kept_bytes(path: &Path, max: u64) -> Option<(Vec<u8>, std::fs::Metadata)> {
     use std::io::Read;
     let f = crate::openfile::open_regular(path, crate::openfile::Follow::No).ok()?;
     let m = f.metadata().ok()?;
     if m.uid() != rustix::process::geteuid().as_raw() || m.len() > max {
         return None;
     }
-    let mut s = String::new();
-    f.take(max).read_to_string(&mut s).ok()?;
-    Some(s)
+    let mut b = Vec::with_capacity(m.len() as usize);
+    f.take(max).read_to_end(&mut b).ok()?;
+    Some((b, m))
 }
 
 /// Keep `bytes` at `path` (a new file renamed over the old one, through

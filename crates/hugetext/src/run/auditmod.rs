@@ -16,7 +16,8 @@
 //! read back as written, `run` names libhugetext.so in `LD_AUDIT`, as
 //! before: the same pass, at the higher cost.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
 
 use hugetext_abi::env;
 
@@ -37,28 +38,53 @@ pub fn file_name() -> String {
 
 /// Is the file at `p` ours (owner, a regular file, never a link) and the
 /// module byte for byte, readable by everyone?
-fn is_module(p: &std::path::Path) -> bool {
-    use std::io::Read;
-    use std::os::unix::fs::{MetadataExt, PermissionsExt};
-    let Ok(f) = crate::openfile::open_regular(p, crate::openfile::Follow::No) else {
-        return false;
+fn is_module(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    crate::fsutil::read_kept_bytes(p, MODULE.len() as u64)
+        .is_some_and(|(b, m)| b == MODULE && m.permissions().mode() & 0o444 == 0o444)
+}
+
+/// Modules of other builds neither written nor loaded for this long are
+/// removed when `run` writes a new one (a chain started before that still
+/// names its module; one that old is not running any more in practice,
+/// and the loader would only say it cannot load it and go on).
+pub const RETIRE_AFTER: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// Remove from `dir` the audit modules other than `keep` that are this
+/// user's regular files (not links) whose modification and access times
+/// are both [`RETIRE_AFTER`] before `now`: the count removed.
+fn retire_old(dir: &Path, keep: &str, now: SystemTime) -> usize {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    let euid = rustix::process::geteuid().as_raw();
+    let old = |t: std::io::Result<SystemTime>| {
+        t.ok()
+            .and_then(|t| now.duration_since(t).ok())
+            .is_some_and(|d| d >= RETIRE_AFTER)
     };
-    let Ok(m) = f.metadata() else { return false };
-    if m.uid() != rustix::process::geteuid().as_raw()
-        || m.len() != MODULE.len() as u64
-        || m.permissions().mode() & 0o444 != 0o444
-    {
-        return false;
+    let mut removed = 0;
+    for e in entries.flatten().take(1024) {
+        let name = e.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if name == keep || !name.starts_with(env::AUDIT_MODULE_PREFIX) || !name.ends_with(".so") {
+            continue;
+        }
+        let Ok(m) = std::fs::symlink_metadata(e.path()) else {
+            continue;
+        };
+        if m.file_type().is_file() && m.uid() == euid && old(m.modified()) && old(m.accessed()) {
+            removed += usize::from(std::fs::remove_file(e.path()).is_ok());
+        }
     }
-    let mut b = Vec::with_capacity(MODULE.len());
-    f.take(MODULE.len() as u64 + 1).read_to_end(&mut b).is_ok() && b == MODULE
+    removed
 }
 
 /// The module's path in the runtime directory, written there when it is
 /// not yet (a new file renamed into place); `None` when there is no
 /// runtime directory or the module cannot be kept there.
 pub fn path() -> Option<PathBuf> {
-    let p = crate::fsutil::runtime_dir()?.join(file_name());
+    let dir = crate::fsutil::runtime_dir()?;
+    let p = dir.join(file_name());
     if is_module(&p) {
         return Some(p);
     }
@@ -72,6 +98,8 @@ pub fn path() -> Option<PathBuf> {
         new.commit(&out)
     };
     write().ok()?;
+    // A new build's module: the old ones go once unused for a week.
+    retire_old(&dir, &file_name(), SystemTime::now());
     is_module(&p).then_some(p)
 }
 
@@ -95,5 +123,32 @@ mod tests {
         }
         assert!(f.dynamic_symbols().all(|s| !s.is_undefined() || s.name() == Ok("")));
         assert!(env::is_hugetext_preload(file_name().as_bytes()), "{}", file_name());
+    }
+
+    #[test]
+    fn modules_of_other_builds_unused_for_a_week_are_removed() {
+        let d = tempfile::tempdir().unwrap();
+        let now = SystemTime::now();
+        let long_ago = now - RETIRE_AFTER - Duration::from_secs(60);
+        let yesterday = now - Duration::from_secs(24 * 3600);
+        let make = |name: &str, modified: SystemTime, accessed: SystemTime| {
+            let p = d.path().join(name);
+            let f = std::fs::File::create(&p).unwrap();
+            f.set_times(std::fs::FileTimes::new().set_modified(modified).set_accessed(accessed))
+                .unwrap();
+            p
+        };
+        let keep = file_name();
+        let unused = make("libhugetext-audit-0000000000000001.so", long_ago, long_ago);
+        let loaded = make("libhugetext-audit-0000000000000002.so", long_ago, yesterday);
+        let other = make("perfmaps-reaped", long_ago, long_ago);
+        let this = make(&keep, long_ago, long_ago);
+        let link = d.path().join("libhugetext-audit-0000000000000003.so");
+        std::os::unix::fs::symlink(&other, &link).unwrap();
+        assert_eq!(retire_old(d.path(), &keep, now), 1);
+        assert!(!unused.exists());
+        for p in [&loaded, &other, &this, &link] {
+            assert!(p.symlink_metadata().is_ok(), "{} removed", p.display());
+        }
     }
 }
