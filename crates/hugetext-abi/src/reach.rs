@@ -464,6 +464,33 @@ mod tests {
         assert!(!is_c_library(b"libcrypt.so.1"));
     }
 
+    /// The bytes a launcher reads are the user's: every prefix of a real
+    /// program, and bytes flipped in it, are judged without a panic, and
+    /// a cut-off head is never taken for a judged object.
+    #[test]
+    fn truncated_and_garbled_heads_are_judged_without_panic() {
+        let real = std::fs::read("/bin/true").unwrap();
+        let real = &real[..real.len().min(4096)];
+        for n in 0..real.len() {
+            let h = head(&real[..n], MACHINE, true);
+            if n < 64 {
+                assert!(matches!(h, Head::Reaches(_)), "{n} bytes: {h:?}");
+            }
+        }
+        let mut b = real.to_vec();
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        for _ in 0..20_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let i = (x as usize) % b.len();
+            b[i] ^= (x >> 32) as u8;
+            let _ = head(&b, MACHINE, x & 1 == 0);
+            let _ = dynamic(&b[i..]);
+            let _ = cache_paths(&b, b"libc.so.6", CACHE_FLAGS, |_| false);
+        }
+    }
+
     #[test]
     fn the_cache_gives_paths_for_this_machine_only() {
         let mut c = Vec::from(&b"glibc-ld.so.cache1.1"[..]);
