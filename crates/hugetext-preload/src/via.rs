@@ -314,31 +314,8 @@ pub fn go_program() -> bool {
             let notes = unsafe {
                 core::slice::from_raw_parts(bias.wrapping_add(p.p_vaddr as usize) as *const u8, p.p_filesz as usize)
             };
-            has_go_note(notes)
+            hugetext_abi::reach::has_go_note(notes)
         })
-}
-
-/// Pure: does this run of ELF notes hold Go's build id (owner `Go`, type 4)?
-fn has_go_note(mut b: &[u8]) -> bool {
-    let word = |b: &[u8], i: usize| {
-        b.get(i..i + 4)
-            .map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]) as usize)
-    };
-    let up = |n: usize| n.div_ceil(4) * 4;
-    while let (Some(namesz), Some(descsz), Some(kind)) = (word(b, 0), word(b, 4), word(b, 8)) {
-        // "Go" and its NUL, padded (Go's linker writes a name size of 4).
-        let name = b
-            .get(12..12 + namesz.min(b.len()))
-            .map(|n| n.split(|&c| c == 0).next().unwrap_or(n));
-        if kind == 4 && name == Some(b"Go".as_slice()) {
-            return true;
-        }
-        let Some(rest) = b.get(12 + up(namesz) + up(descsz)..) else {
-            return false;
-        };
-        b = rest;
-    }
-    false
 }
 
 /// This process's executable (`/proc/self/exe`).
@@ -561,14 +538,14 @@ mod tests {
         }
         let gnu = note(b"GNU\0", 3, &[7; 20]);
         let go = note(b"Go\0", 4, b"abc/def");
-        assert!(has_go_note(&[gnu.clone(), go.clone()].concat()));
-        assert!(has_go_note(&go));
+        assert!(hugetext_abi::reach::has_go_note(&[gnu.clone(), go.clone()].concat()));
+        assert!(hugetext_abi::reach::has_go_note(&go));
         // As Go's linker writes it: the name padded into its size.
-        assert!(has_go_note(&note(b"Go\0\0", 4, b"abc/def")));
-        assert!(!has_go_note(&gnu));
-        assert!(!has_go_note(&note(b"Go\0", 3, b"x")));
-        assert!(!has_go_note(&go[..10]));
-        assert!(!has_go_note(&[]));
+        assert!(hugetext_abi::reach::has_go_note(&note(b"Go\0\0", 4, b"abc/def")));
+        assert!(!hugetext_abi::reach::has_go_note(&gnu));
+        assert!(!hugetext_abi::reach::has_go_note(&note(b"Go\0", 3, b"x")));
+        assert!(!hugetext_abi::reach::has_go_note(&go[..10]));
+        assert!(!hugetext_abi::reach::has_go_note(&[]));
     }
 
     fn clears(exe: &str, args: &[&str]) -> Option<String> {

@@ -23,26 +23,9 @@ use object::{Endianness, ReadCache, ReadRef};
 use super::layout::{Malformed, ParseResult};
 use crate::{Error, Result};
 
-/// glibc's default library directories on x86-64 (Debian multiarch first).
-#[cfg(not(target_arch = "aarch64"))]
-const DEFAULT_DIRS: &[&str] = &[
-    "/lib/x86_64-linux-gnu",
-    "/usr/lib/x86_64-linux-gnu",
-    "/lib64",
-    "/usr/lib64",
-    "/lib",
-    "/usr/lib",
-];
-/// glibc's default library directories on aarch64 (Debian multiarch first).
-#[cfg(target_arch = "aarch64")]
-const DEFAULT_DIRS: &[&str] = &[
-    "/lib/aarch64-linux-gnu",
-    "/usr/lib/aarch64-linux-gnu",
-    "/lib64",
-    "/usr/lib64",
-    "/lib",
-    "/usr/lib",
-];
+/// glibc's default library directories (Debian multiarch first): the
+/// preload's list too.
+use hugetext_abi::reach::DEFAULT_DIRS;
 
 /// The dynamic-linking facts of one object.
 #[derive(Debug, Default, Clone)]
