@@ -519,18 +519,11 @@ mod tests {
         let mut bytes = vec![0u8; page as usize];
         f.read_exact_at(&mut bytes, rel - seg.vaddr + seg.offset).unwrap();
         let len = (rel + 2 * page) as usize;
-        // SAFETY: fresh mappings inside a reservation of our own, unmapped
-        // at the end of the test.
-        let (base, anon) = unsafe {
-            let base = libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_NONE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            );
-            assert_ne!(base, libc::MAP_FAILED);
+        // The reservation, unmapped whole at the end of the test.
+        let reserved = crate::kernel::Mapping::anon_aligned(len, libc::PROT_NONE, page as usize).unwrap();
+        let base = reserved.addr();
+        // SAFETY: fresh mappings inside the reservation.
+        let anon = unsafe {
             let at = |off: u64| (base as u64 + off) as *mut libc::c_void;
             let fixed = libc::MAP_PRIVATE | libc::MAP_FIXED;
             // The file up to the copy (no hole another thread's mmap
@@ -557,7 +550,7 @@ mod tests {
                 libc::mmap(at(rel + page), page as usize, libc::PROT_READ, fixed, f.as_raw_fd(), 0),
                 libc::MAP_FAILED
             );
-            (base, anon as u64)
+            anon as u64
         };
         let me = std::process::id() as i32;
         let named = |proofs: &mut CopyProofs| {
@@ -603,8 +596,7 @@ mod tests {
         assert_eq!(proofs.reads(), 2 * first, "{proofs:?}");
         let started = procfs::read_stat(me).unwrap().start_time;
         assert!(proofs.verdicts.keys().all(|k| k.started == started), "{proofs:?}");
-        // SAFETY: the reservation made above.
-        unsafe { libc::munmap(base, len) };
+        drop(reserved);
     }
 
     #[test]

@@ -768,24 +768,6 @@ pub fn text_mappings_in(vmas: &[(procfs::Vma, procfs::SmapsStats)]) -> Vec<TextM
 mod tests {
     use super::*;
 
-    /// `len` bytes of address space, inaccessible: a reservation a test
-    /// maps into with `MAP_FIXED` (and unmaps whole when done).
-    fn reserve(len: usize) -> *mut libc::c_void {
-        // SAFETY: a fresh anonymous mapping anywhere; nothing is overwritten.
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_NONE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        assert_ne!(base, libc::MAP_FAILED);
-        base
-    }
-
     #[test]
     fn a_named_preload_that_is_no_file_says_what_it_is() {
         assert_eq!(
@@ -1067,11 +1049,12 @@ mod tests {
         let f = std::fs::File::open(&me).unwrap();
         let other = std::fs::File::open("/bin/sh").unwrap();
         let check = |second: &std::fs::File, prot: i32| -> Option<TextMapping> {
-            // SAFETY: fresh mappings inside a reservation of our own, unmapped
-            // before returning.
+            // The reservation, unmapped whole when it is dropped.
+            let reserved = crate::kernel::Mapping::anon_aligned(4 * page, libc::PROT_NONE, page).unwrap();
+            let base = reserved.addr();
+            // SAFETY: fresh mappings inside the reservation.
             unsafe {
-                let base = reserve(4 * page);
-                let at = |i: usize| (base as usize + i * page) as *mut libc::c_void;
+                let at = |i: usize| (base + i * page) as *mut libc::c_void;
                 let fixed = libc::MAP_PRIVATE | libc::MAP_FIXED;
                 assert_ne!(
                     libc::mmap(at(0), page, libc::PROT_READ, fixed, f.as_raw_fd(), 0),
@@ -1096,7 +1079,6 @@ mod tests {
                     .into_iter()
                     .find(|m| m.start == anon as u64);
                 let proven = text_mappings(me).unwrap().into_iter().find(|m| m.start == anon as u64);
-                libc::munmap(base, 4 * page);
                 assert_eq!(proven, None, "zeros are not the file's bytes: {found:?}");
                 found
             }
@@ -1128,11 +1110,12 @@ mod tests {
         let path = path.canonicalize().unwrap();
         let f = std::fs::File::open(&path).unwrap();
         let at_offset = |offset: usize| -> Option<TextMapping> {
-            // SAFETY: fresh mappings inside a reservation of our own,
-            // unmapped before returning.
+            // The reservation, unmapped whole when it is dropped.
+            let reserved = crate::kernel::Mapping::anon_aligned(3 * page, libc::PROT_NONE, page).unwrap();
+            let base = reserved.addr();
+            // SAFETY: fresh mappings inside the reservation.
             unsafe {
-                let base = reserve(3 * page);
-                let at = |i: usize| (base as usize + i * page) as *mut libc::c_void;
+                let at = |i: usize| (base + i * page) as *mut libc::c_void;
                 let fixed = libc::MAP_PRIVATE | libc::MAP_FIXED;
                 libc::munmap(at(0), page);
                 let anon = libc::mmap(
@@ -1147,11 +1130,9 @@ mod tests {
                 let data = libc::mmap(at(2), page, libc::PROT_READ, fixed, f.as_raw_fd(), offset as i64);
                 assert_ne!(data, libc::MAP_FAILED);
                 let me = std::process::id() as i32;
-                let found = text_mappings_in(&procfs::read_smaps(Some(me)).unwrap())
+                text_mappings_in(&procfs::read_smaps(Some(me)).unwrap())
                     .into_iter()
-                    .find(|m| m.start == anon as u64);
-                libc::munmap(base, 3 * page);
-                found
+                    .find(|m| m.start == anon as u64)
             }
         };
         let m = at_offset(2 * page).expect("the copy before the file's data");
