@@ -523,31 +523,6 @@ mod tests {
         assert_eq!(next(Kind::Program, 0, 0), Next::Stop(End::Program));
     }
 
-    #[test]
-    fn go_programs_are_known_by_their_build_id_note() {
-        fn note(owner: &[u8], kind: u32, desc: &[u8]) -> Vec<u8> {
-            let mut v = Vec::new();
-            v.extend((owner.len() as u32).to_le_bytes());
-            v.extend((desc.len() as u32).to_le_bytes());
-            v.extend(kind.to_le_bytes());
-            v.extend(owner);
-            v.resize(v.len().div_ceil(4) * 4, 0);
-            v.extend(desc);
-            v.resize(v.len().div_ceil(4) * 4, 0);
-            v
-        }
-        let gnu = note(b"GNU\0", 3, &[7; 20]);
-        let go = note(b"Go\0", 4, b"abc/def");
-        assert!(hugetext_abi::reach::has_go_note(&[gnu.clone(), go.clone()].concat()));
-        assert!(hugetext_abi::reach::has_go_note(&go));
-        // As Go's linker writes it: the name padded into its size.
-        assert!(hugetext_abi::reach::has_go_note(&note(b"Go\0\0", 4, b"abc/def")));
-        assert!(!hugetext_abi::reach::has_go_note(&gnu));
-        assert!(!hugetext_abi::reach::has_go_note(&note(b"Go\0", 3, b"x")));
-        assert!(!hugetext_abi::reach::has_go_note(&go[..10]));
-        assert!(!hugetext_abi::reach::has_go_note(&[]));
-    }
-
     fn clears(exe: &str, args: &[&str]) -> Option<String> {
         clears_environment(exe.as_bytes(), args.iter().map(|a| a.as_bytes()))
             .map(|o| String::from_utf8_lossy(o).into_owned())
