@@ -260,6 +260,14 @@ pub fn is_hugetext_preload(entry: &[u8]) -> bool {
 /// `LD_AUDIT` starts with this (then its content's hash, then `.so`).
 pub const AUDIT_MODULE_PREFIX: &str = "libhugetext-audit-";
 
+/// FNV-1a, 64 bits. Pure. Names the audit module by its content (after
+/// [`AUDIT_MODULE_PREFIX`]); the preload keys library names with it.
+pub fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -52,12 +52,6 @@ struct Work {
     exe_dir: [u8; PATH_LEN],
 }
 
-fn fnv(b: &[u8]) -> u64 {
-    b.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &c| {
-        (h ^ c as u64).wrapping_mul(0x100_0000_01b3)
-    })
-}
-
 /// Read up to `buf.len()` bytes at `off`; the bytes read.
 fn pread(fd: i32, buf: &mut [u8], off: u64) -> Option<&[u8]> {
     // SAFETY: `buf` is ours, writable, for its length.
@@ -309,7 +303,7 @@ fn judge(
         if reach::is_c_library(name) {
             continue;
         }
-        let h = fnv(name);
+        let h = hugetext_abi::env::fnv1a(name);
         if w.names[..w.n_names].contains(&h) {
             continue;
         }

@@ -24,16 +24,9 @@ use hugetext_abi::env;
 /// The module's bytes, built for this target.
 pub const MODULE: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libhugetext-audit.so"));
 
-/// FNV-1a, 64 bits: names the module by its content. Pure.
-fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    })
-}
-
-/// The module's file name.
+/// The module's file name: named by its content.
 pub fn file_name() -> String {
-    format!("{}{:016x}.so", env::AUDIT_MODULE_PREFIX, fnv1a(MODULE))
+    format!("{}{:016x}.so", env::AUDIT_MODULE_PREFIX, env::fnv1a(MODULE))
 }
 
 /// Is the file at `p` ours (owner, a regular file, never a link) and the
