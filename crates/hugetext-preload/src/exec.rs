@@ -438,7 +438,17 @@ pub unsafe fn with_env<R>(
         return f(envp);
     }
     // SAFETY: the caller's contract.
-    if !unsafe { reach::may_reach(target, envp, config::getenv(b"PATH")) } {
+    let caller = unsafe { entries(envp) };
+    let of = |name: &str| caller.clone().find_map(|e| value(e, name));
+    let loading = reach::Loading {
+        library_path: of("LD_LIBRARY_PATH"),
+        own_preload: [env::LD_PRELOAD, env::LD_AUDIT]
+            .iter()
+            .any(|n| of(n).is_some_and(|v| !v.is_empty())),
+        path: config::getenv(b"PATH"),
+    };
+    // SAFETY: the caller's contract.
+    if !unsafe { reach::may_reach(target, &loading) } {
         if VERBOSE.load(Relaxed) {
             not_followed(target);
         }

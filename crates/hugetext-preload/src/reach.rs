@@ -89,43 +89,27 @@ fn open_program(path: &[u8]) -> Option<i32> {
     None
 }
 
-/// The value of `name` in a NULL-terminated environment array.
-///
-/// # Safety
-/// `envp` is a NULL-terminated array of NUL-terminated strings.
-unsafe fn env_value(envp: *const *const c_char, name: &[u8]) -> Option<&'static [u8]> {
-    let mut p = envp;
-    // SAFETY: the caller's contract: walking up to the NULL terminator.
-    unsafe {
-        while !(*p).is_null() {
-            let e = CStr::from_ptr(*p).to_bytes();
-            if let Some(v) = e.strip_prefix(name).and_then(|r| r.strip_prefix(b"=")) {
-                return Some(v);
-            }
-            p = p.add(1);
-        }
-    }
-    None
+/// What the environment the program gets says about its loading.
+pub struct Loading<'a> {
+    /// `LD_LIBRARY_PATH`.
+    pub library_path: Option<&'a [u8]>,
+    /// `LD_PRELOAD` or `LD_AUDIT` names libraries of the caller's own.
+    pub own_preload: bool,
+    /// The caller's `PATH` (for [`Target::Search`]).
+    pub path: Option<&'a [u8]>,
 }
 
-/// Can the program `target` reach what the preload does? `envp` is the
-/// environment it gets (`LD_LIBRARY_PATH`, and `LD_PRELOAD` or `LD_AUDIT`
-/// of the caller's own, which make it "may"), `path_env` the caller's
-/// `PATH` (for [`Target::Search`]). True unless judged that it cannot.
+/// Can the program `target` reach what the preload does, loaded as
+/// `loading` says? True unless judged that it cannot.
 ///
 /// # Safety
-/// `envp` is a NULL-terminated array of NUL-terminated strings; `target`'s
-/// pointer a NUL-terminated string.
-pub unsafe fn may_reach(target: Target, envp: *const *const c_char, path_env: Option<&[u8]>) -> bool {
-    // SAFETY: the caller's contract.
-    let own = |name: &[u8]| unsafe { env_value(envp, name) }.is_some_and(|v| !v.is_empty());
+/// `target`'s pointer is a NUL-terminated string.
+pub unsafe fn may_reach(target: Target, loading: &Loading<'_>) -> bool {
     // Libraries preloaded into every process: the user's own, or the
     // system's (/etc/ld.so.preload), are not judged here.
-    if own(b"LD_PRELOAD") || own(b"LD_AUDIT") || exists(b"/etc/ld.so.preload\0") {
+    if loading.own_preload || exists(b"/etc/ld.so.preload\0") {
         return true;
     }
-    // SAFETY: the caller's contract.
-    let library_path = unsafe { env_value(envp, b"LD_LIBRARY_PATH") };
     let mut w = Work {
         paths: [[0; PATH_LEN]; MAX_OBJECTS],
         queued: 0,
@@ -135,7 +119,7 @@ pub unsafe fn may_reach(target: Target, envp: *const *const c_char, path_env: Op
         exe_rpath: [0; PATH_LEN],
         exe_dir: [0; PATH_LEN],
     };
-    let reaches = judge_all(&mut w, target, library_path, path_env);
+    let reaches = judge_all(&mut w, target, loading.library_path, loading.path);
     if let Some((addr, len)) = w.cache {
         // SAFETY: our own mapping of the cache, which nothing refers to.
         unsafe { sys::munmap(addr, len) };
