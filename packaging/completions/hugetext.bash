@@ -502,7 +502,7 @@ _hugetext() {
             return 0
             ;;
         hugetext__subcmd__bench__subcmd__startup)
-            opts="-h -V --runs --routes --ready --timeout --user --files --run-cache --seed --json --help --version"
+            opts="-h -V --runs --routes --ready --ready-file --timeout --user --files --run-cache --seed --json --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -517,6 +517,10 @@ _hugetext() {
                     return 0
                     ;;
                 --ready)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ready-file)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -75,8 +75,9 @@ enum What {
     ///
     /// Before every start the files the command maps executable are put in
     /// small page-cache folios (or PMD folios for `warm`), as `ab` does.
-    /// Start-up is the wall time to exit, or with --ready until a probe
-    /// first succeeds (a server, then stopped with SIGTERM). Prints median
+    /// Start-up is the wall time to exit, or for a server until it is
+    /// ready (--ready: a probe first succeeds; --ready-file: a file it
+    /// writes holds a text), the server then stopped with SIGTERM. Prints median
     /// start-up and CPU per variant, the ratio to plain with a 95%
     /// bootstrap interval and the added milliseconds, where `run`'s time
     /// went (from the preload's own record: setup, maps, each route,
@@ -108,6 +109,12 @@ struct StartupArgs {
     /// and the command is stopped with SIGTERM.
     #[arg(long, value_name = "SHELL-COMMAND")]
     ready: Option<String>,
+    /// Ready once PATH holds TEXT where it did not when the start began
+    /// (postgres: `DATA/postmaster.pid ready`; mariadbd: `ERROR-LOG 'ready
+    /// for connections'`): checked every 0.5 ms, no process started, so
+    /// the moment is not rounded to a probe's run.
+    #[arg(long, num_args = 2, value_names = ["PATH", "TEXT"], conflicts_with = "ready")]
+    ready_file: Vec<String>,
     /// Longest a start (and a server's stop) may take (s, m suffixes).
     #[arg(long, default_value = "60s", value_parser = duration_arg)]
     timeout: std::time::Duration,
@@ -963,6 +970,12 @@ fn run_startup(a: StartupArgs, accepted: &[String]) -> Result<u8> {
             ),
         ));
     }
+    match a.ready_file.as_slice() {
+        [] => {}
+        [_, text] if !text.is_empty() => {}
+        [_, _] => return Err(exit_with(2, "--ready-file: the TEXT to wait for is empty")),
+        _ => return Err(exit_with(2, "--ready-file: give it once, as --ready-file PATH TEXT")),
+    }
     let user = match &a.user {
         Some(u) => Some(user_ids(u).ok_or_else(|| exit_with(2, format!("--user: no user {u:?}")))?),
         None => None,
@@ -974,7 +987,14 @@ fn run_startup(a: StartupArgs, accepted: &[String]) -> Result<u8> {
         hugetext,
         routes,
         runs: a.runs,
-        ready: a.ready.clone(),
+        ready: match (&a.ready, a.ready_file.as_slice()) {
+            (Some(p), _) => Some(ab::startup::Ready::Probe(p.clone())),
+            (None, [path, text]) => Some(ab::startup::Ready::FileHas {
+                path: path.into(),
+                text: text.clone(),
+            }),
+            _ => None,
+        },
         timeout: a.timeout,
         user,
         files: a.files.clone(),
@@ -1002,7 +1022,7 @@ fn print_startup(r: &ab::startup::Report) {
         "Start-up of `{}` (until {}; {} rounds, variants interleaved; run variants from {} page-cache folios), kernel {}\n",
         r.command.join(" "),
         match &r.ready {
-            Some(p) => format!("ready: `{p}` succeeds"),
+            Some(p) => format!("ready: {p}"),
             None => "exit".into(),
         },
         r.runs,

@@ -1040,6 +1040,55 @@ fn startup_until_ready_times_a_server_to_its_probe_and_stops_it() {
     assert!(t.elapsed() < std::time::Duration::from_secs(120), "{:?}", t.elapsed());
 }
 
+/// `--ready-file LOG TEXT`: a "server" that logs its readiness after 50 ms
+/// into a log that already holds the line from an earlier start. The old
+/// line does not count (each start-up takes at least the 50 ms), the new
+/// one does (the bench does not wait for its timeout), and each server is
+/// stopped.
+#[test]
+fn startup_until_a_file_holds_a_text_counts_only_what_the_start_wrote() {
+    let _turn = ab_turn();
+    let dir = common::scratch();
+    let log = dir.path().join("err.log");
+    std::fs::write(&log, "an earlier start: ready for connections\n").unwrap();
+    let stopped = dir.path().join("stopped");
+    let (l, s) = (log.to_str().unwrap(), stopped.to_str().unwrap());
+    let script = format!(
+        "trap 'echo >> {s}; exit 0' TERM; echo starting >> {l}; sleep 0.05; \
+         echo 'ready for connections' >> {l}; while :; do sleep 0.05; done"
+    );
+    let out = common::hugetext(&[
+        "bench",
+        "startup",
+        "--runs",
+        "2",
+        "--routes",
+        "file",
+        "--ready-file",
+        l,
+        "ready for connections",
+        "--timeout",
+        "60s",
+        "--json",
+        "--",
+        "/bin/sh",
+        "-c",
+        &script,
+    ]);
+    let v = json_of(&out);
+    assert_eq!(v["until"], "ready");
+    assert_eq!(v["ready"], format!("{l} holds \"ready for connections\""));
+    let variants = v["variants"].as_array().unwrap();
+    assert_eq!(variants.len(), 3, "{v}");
+    for x in variants {
+        assert!(num(&x["min_ms"]) >= 50.0, "the earlier start's line counted: {x}");
+        assert!(num(&x["max_ms"]) < 30_000.0, "ready was missed: {x}");
+    }
+    // The discovery run and 2 rounds of 3 variants: every server stopped.
+    let stops = std::fs::read_to_string(&stopped).unwrap_or_default().lines().count();
+    assert!(stops >= 6, "{stops} servers stopped by SIGTERM");
+}
+
 /// scripts/kernel-bench.sh, the real-machine kit of the kernel series, end
 /// to end in its CI form (--quick: lld's fixture, 3 runs) on a private copy
 /// of the fixture: every route measured, a JSON document and a table, and

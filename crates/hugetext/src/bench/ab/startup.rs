@@ -15,9 +15,11 @@
 //! Before every run the files the command maps executable (found by a
 //! first, discarded run, as in `bench ab`) are evicted and refilled, small
 //! or huge, so every variant starts from the same warm cache. Start-up is
-//! the command's wall time, or with a readiness probe (`--ready CMD`) the
-//! time until the probe first succeeds (a server is then stopped with
-//! SIGTERM). The `run` variants ask the preload for its machine-readable
+//! the command's wall time, or for a server (a [`Ready`] condition) the
+//! time until it is ready: a probe command first succeeds (`--ready CMD`,
+//! retried every 2 ms), or a file the server writes holds a text
+//! (`--ready-file PATH TEXT`, read every 0.5 ms without starting a
+//! process); the server is then stopped with SIGTERM. The `run` variants ask the preload for its machine-readable
 //! record (`hugetext-report:` lines) and the report splits their time:
 //! pass setup (`ns_setup`, of it maps parsing `ns_maps`), each route, and
 //! what lies outside the pass (the `hugetext run` front end, the loader,
@@ -55,9 +57,9 @@ pub struct Options {
     pub routes: Vec<String>,
     /// Rounds; each runs every variant once.
     pub runs: u32,
-    /// A shell command that succeeds once the command is ready (a server):
-    /// start-up is then the time until it first succeeds.
-    pub ready: Option<String>,
+    /// When the command (a server) is ready: start-up is then the time
+    /// until then.
+    pub ready: Option<Ready>,
     /// How long one start-up may take (and a server to stop).
     pub timeout: Duration,
     /// Run the command (and `hugetext run`) as this user and group.
@@ -70,6 +72,139 @@ pub struct Options {
     pub run_cache: Side,
     /// Seed of the bootstrap.
     pub seed: u64,
+}
+
+/// When a server counts as ready.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ready {
+    /// A shell command that succeeds (retried every 2 ms; each try is a
+    /// process, so the moment is known to within the probe's own run).
+    Probe(String),
+    /// A file holds `text` in what was written to it after the start (a
+    /// server's pid file or log: postgres writes `ready` into
+    /// `postmaster.pid`, mariadbd `ready for connections` into its error
+    /// log). Read every 0.5 ms from where the last read ended.
+    FileHas { path: PathBuf, text: String },
+}
+
+impl Ready {
+    /// What ready means, for the report: "`CMD` succeeds" or "PATH holds
+    /// \"TEXT\"".
+    pub fn describe(&self) -> String {
+        match self {
+            Ready::Probe(p) => format!("`{p}` succeeds"),
+            Ready::FileHas { path, text } => format!("{} holds {text:?}", path.display()),
+        }
+    }
+}
+
+/// Watches a file for a text written after [`FileWatch::new`]: the text
+/// counts at an offset where the file, when the start began, did not hold
+/// it. So a log's earlier lines never count, and neither does a pid file
+/// left by an earlier start, but a new line does, a status rewritten in
+/// place (postgres turns `starting` into `ready   ` in `postmaster.pid`)
+/// does, and so does any match in a file that replaced the first (another
+/// inode). The file is read again only when it changed (inode, size,
+/// modification or change time) or was modified less than
+/// [`FileWatch::RECENT`] ago (a rewrite within the file system's timestamp
+/// granularity leaves the times alone); of a large file only the last
+/// [`FileWatch::TAIL`] bytes are read. The file last read is kept open, so
+/// its inode number cannot be reused by a file made after it was removed.
+#[derive(Debug)]
+pub struct FileWatch {
+    path: PathBuf,
+    text: Vec<u8>,
+    /// The file when the start began (kept open), its identity and the
+    /// offsets of the text in it.
+    before: Option<(File, (u64, u64), Vec<u64>)>,
+    /// The file last read (kept open) and what it looked like.
+    last: Option<(File, Look)>,
+}
+
+/// What identifies a version of a file without reading it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Look {
+    id: (u64, u64),
+    len: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+fn look(f: &File) -> Option<Look> {
+    use std::os::unix::fs::MetadataExt;
+    let m = f.metadata().ok()?;
+    Some(Look {
+        id: (m.dev(), m.ino()),
+        len: m.len(),
+        mtime: (m.mtime(), m.mtime_nsec()),
+        ctime: (m.ctime(), m.ctime_nsec()),
+    })
+}
+
+impl FileWatch {
+    /// Read again within this long of the file's last modification.
+    pub const RECENT: Duration = Duration::from_millis(20);
+    /// The most of a file read: its end.
+    pub const TAIL: u64 = 256 << 10;
+
+    pub fn new(path: &Path, text: &str) -> FileWatch {
+        let text = text.as_bytes().to_vec();
+        let before = File::open(path).ok().and_then(|mut f| {
+            let l = look(&f)?;
+            let at = Self::matches(&mut f, l.len, &text)?;
+            Some((f, l.id, at))
+        });
+        FileWatch {
+            path: path.to_path_buf(),
+            text,
+            before,
+            last: None,
+        }
+    }
+
+    /// The offsets of `text` in the last `TAIL` bytes of `f`.
+    fn matches(f: &mut File, len: u64, text: &[u8]) -> Option<Vec<u64>> {
+        let from = len.saturating_sub(Self::TAIL);
+        let mut buf = Vec::new();
+        f.seek(std::io::SeekFrom::Start(from)).ok()?;
+        f.take(Self::TAIL).read_to_end(&mut buf).ok()?;
+        if text.is_empty() {
+            return Some(Vec::new());
+        }
+        Some(
+            buf.windows(text.len())
+                .enumerate()
+                .filter(|(_, w)| *w == text)
+                .map(|(i, _)| from + i as u64)
+                .collect(),
+        )
+    }
+
+    /// Whether the text has been written since `new`.
+    pub fn seen(&mut self) -> bool {
+        let Ok(mut f) = File::open(&self.path) else {
+            return false;
+        };
+        let Some(l) = look(&f) else {
+            return false;
+        };
+        let modified = std::time::UNIX_EPOCH + Duration::new(l.mtime.0.max(0) as u64, l.mtime.1 as u32);
+        let recent = std::time::SystemTime::now()
+            .duration_since(modified)
+            .map_or(true, |d| d < Self::RECENT);
+        if !recent && self.last.as_ref().is_some_and(|(_, was)| *was == l) {
+            return false;
+        }
+        let Some(at) = Self::matches(&mut f, l.len, &self.text) else {
+            return false;
+        };
+        self.last = Some((f, l));
+        let old: &[u64] = match &self.before {
+            Some((_, id, old)) if *id == l.id => old,
+            _ => &[],
+        };
+        at.iter().any(|o| !old.contains(o))
+    }
 }
 
 /// One timed start-up.
@@ -296,6 +431,7 @@ pub struct Report {
     pub kernel: String,
     /// What start-up means: "exit" or "ready".
     pub until: &'static str,
+    /// When ready: "`CMD` succeeds" or "PATH holds \"TEXT\"".
     pub ready: Option<String>,
     pub runs: u32,
     pub files: Vec<TextFile>,
@@ -432,6 +568,11 @@ fn start_once(argv: &[OsString], opts: &Options, report_json: bool, mut watch: O
         cmd.uid(uid).gid(gid);
     }
     let shown = argv[0].to_string_lossy().into_owned();
+    // What the file holds before the start never counts.
+    let mut file = match &opts.ready {
+        Some(Ready::FileHas { path, text }) => Some(FileWatch::new(path, text)),
+        _ => None,
+    };
     let t = Instant::now();
     let child = cmd
         .spawn()
@@ -475,9 +616,13 @@ fn start_once(argv: &[OsString], opts: &Options, report_json: bool, mut watch: O
             }
         }
     };
-    // A server: time until the probe succeeds, then stop it.
+    // A server: time until it is ready, then stop it.
     let seconds = loop {
-        if probe_ok(ready) {
+        let now_ready = match &mut file {
+            Some(w) => w.seen(),
+            None => matches!(ready, Ready::Probe(p) if probe_ok(p)),
+        };
+        if now_ready {
             break t.elapsed().as_secs_f64();
         }
         if let Some((status, _)) = wait_until(pid, Instant::now())? {
@@ -491,11 +636,15 @@ fn start_once(argv: &[OsString], opts: &Options, report_json: bool, mut watch: O
             unsafe { libc::kill(-pid, libc::SIGKILL) };
             let _ = wait_until(pid, Instant::now() + opts.timeout);
             return Err(Error::Other(format!(
-                "{shown} was not ready within {:?} (probe: {ready})",
-                opts.timeout
+                "{shown} was not ready within {:?} (ready when {})",
+                opts.timeout,
+                ready.describe()
             )));
         }
-        std::thread::sleep(Duration::from_millis(2));
+        std::thread::sleep(match ready {
+            Ready::Probe(_) => Duration::from_millis(2),
+            Ready::FileHas { .. } => Duration::from_micros(500),
+        });
     };
     if let Some(seen) = watch {
         for p in procfs::descendants(pid) {
@@ -750,7 +899,7 @@ pub fn run(opts: &Options, progress: &dyn Progress) -> Result<Report> {
         executable: exe,
         kernel: kernel::KernelVersion::current().to_string(),
         until: if opts.ready.is_some() { "ready" } else { "exit" },
-        ready: opts.ready.clone(),
+        ready: opts.ready.as_ref().map(Ready::describe),
         runs: opts.runs,
         files,
         variants,
@@ -857,5 +1006,51 @@ mod tests {
         );
         assert_eq!(PassTimes::parse("nothing here"), None);
         assert!(copies("copy") && copies("auto") && !copies("file") && !copies("shmem"));
+    }
+
+    #[test]
+    fn a_file_watch_sees_only_text_written_after_it_began() {
+        use std::io::Write;
+        use std::os::unix::fs::FileExt;
+        let d = tempfile::tempdir().unwrap();
+        let log = d.path().join("err.log");
+        // An earlier start's line is in the log already.
+        std::fs::write(&log, "old: ready for connections\n").unwrap();
+        let mut w = FileWatch::new(&log, "ready for connections");
+        assert!(!w.seen());
+        let mut f = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
+        f.write_all(b"starting\nready for con").unwrap();
+        assert!(!w.seen());
+        f.write_all(b"nections\n").unwrap();
+        assert!(w.seen());
+
+        // A pid file absent at the start, written, then its status line
+        // rewritten in place (the same inode, the same size).
+        let pid = d.path().join("postmaster.pid");
+        let mut w = FileWatch::new(&pid, "\nready");
+        assert!(!w.seen());
+        std::fs::write(&pid, "42\nstarting\n").unwrap();
+        assert!(!w.seen());
+        let f = std::fs::OpenOptions::new().write(true).open(&pid).unwrap();
+        f.write_all_at(b"ready   ", 3).unwrap();
+        assert!(w.seen());
+
+        // A pid file left by an earlier start, already "ready", removed and
+        // made again by the new start (at the same offset).
+        let mut w = FileWatch::new(&pid, "\nready");
+        assert!(!w.seen());
+        std::fs::remove_file(&pid).unwrap();
+        std::fs::write(&pid, "43\nstarting\n").unwrap();
+        assert!(!w.seen());
+        std::fs::write(&pid, "43\nready   \n").unwrap();
+        assert!(w.seen());
+        assert_eq!(
+            Ready::FileHas {
+                path: pid.clone(),
+                text: "ready".into()
+            }
+            .describe(),
+            format!("{} holds \"ready\"", pid.display())
+        );
     }
 }
