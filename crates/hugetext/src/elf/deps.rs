@@ -536,6 +536,44 @@ pub fn missing_in_new_namespace(
 mod tests {
     use super::*;
 
+    /// The cache as the C library's own tool reads it: every entry
+    /// `ldconfig -p` lists for this machine's libc6 (no hardware capability
+    /// subdirectories) is found, with the same paths in the same order.
+    #[test]
+    fn the_cache_gives_what_ldconfig_lists() {
+        let Ok(out) = std::process::Command::new("ldconfig").arg("-p").output() else {
+            eprintln!("no ldconfig: skipped");
+            return;
+        };
+        let tag = if cfg!(target_arch = "aarch64") {
+            "(libc6,AArch64)"
+        } else {
+            "(libc6,x86-64)"
+        };
+        let mut want: Vec<(String, Vec<PathBuf>)> = Vec::new();
+        for l in String::from_utf8_lossy(&out.stdout).lines().skip(1) {
+            let Some((name, rest)) = l.trim().split_once(' ') else {
+                continue;
+            };
+            let Some((flags, path)) = rest.split_once(" => ") else {
+                continue;
+            };
+            if flags != tag {
+                continue;
+            }
+            match want.iter_mut().find(|(n, _)| n == name) {
+                Some((_, paths)) => paths.push(path.into()),
+                None => want.push((name.to_string(), vec![path.into()])),
+            }
+        }
+        assert!(want.len() > 10, "ldconfig -p listed {} libraries", want.len());
+        let cache = read_ld_so_cache(Path::new("/etc/ld.so.cache"));
+        for (name, paths) in &want {
+            assert_eq!(&cache.paths(name), paths, "{name}");
+        }
+        assert!(cache.paths("libno-such-library-here.so.1").is_empty());
+    }
+
     #[test]
     fn expands_dynamic_string_tokens() {
         let o = Path::new("/opt/app/bin");
