@@ -18,17 +18,17 @@
 //! the command's wall time, or for a server (a [`Ready`] condition) the
 //! time until it is ready: a probe command first succeeds (`--ready CMD`,
 //! retried every 2 ms), or a file the server writes holds a text
-//! (`--ready-file PATH TEXT`, read every 0.5 ms without starting a
-//! process); the server is then stopped with SIGTERM. The `run` variants ask the preload for its machine-readable
-//! record (`hugetext-report:` lines) and the report splits their time:
-//! pass setup (`ns_setup`, of it maps parsing `ns_maps`), each route, and
-//! what lies outside the pass (the `hugetext run` front end, the loader,
-//! the auditor). The copy route is set against the machine's memory-copy
-//! floor for the same bytes, measured in this process right after each
-//! start that copied ([`floor_once`]), in wall and in CPU time: the fill's
-//! CPU time over the floor's, paired start by start, is the ratio with an
-//! interval (wall times on a loaded machine mostly measure the wait for a
-//! CPU).
+//! (`--ready-file PATH TEXT`, checked every 0.5 ms without starting a
+//! process); the server is then stopped with SIGTERM. The `run` variants
+//! ask the preload for its machine-readable record (`hugetext-report:`
+//! lines) and the report splits their time: pass setup (`ns_setup`, of it
+//! maps parsing `ns_maps`), each route, and what lies outside the pass (the
+//! `hugetext run` front end, the loader, the auditor). The copy route is
+//! set against the machine's memory-copy floor for the same bytes, measured
+//! in this process right after each start that copied ([`floor_once`]), in
+//! wall and in CPU time: the fill's CPU time over the floor's, paired start
+//! by start, is the ratio with an interval (wall times on a loaded machine
+//! mostly measure the wait for a CPU).
 
 use std::ffi::OsString;
 use std::fs::File;
@@ -80,10 +80,10 @@ pub enum Ready {
     /// A shell command that succeeds (retried every 2 ms; each try is a
     /// process, so the moment is known to within the probe's own run).
     Probe(String),
-    /// A file holds `text` in what was written to it after the start (a
+    /// A file holds `text` where it did not when the start began (a
     /// server's pid file or log: postgres writes `ready` into
     /// `postmaster.pid`, mariadbd `ready for connections` into its error
-    /// log). Read every 0.5 ms from where the last read ended.
+    /// log). Checked every 0.5 ms ([`FileWatch`]).
     FileHas { path: PathBuf, text: String },
 }
 
