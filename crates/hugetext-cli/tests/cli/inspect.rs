@@ -89,7 +89,12 @@ impl Helper {
         let start = format!("{:#x}", self.addr);
         maps.into_iter()
             .find(|m| m["start"] == start.as_str())
-            .unwrap_or_else(|| panic!("no mapping {start} in {v}"))
+            .unwrap_or_else(|| {
+                // The helper's own maps, read now: whether the mapping is there
+                // and inspect missed it, or it is gone.
+                let now = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+                panic!("no mapping {start} in inspect's view; /proc/{pid}/maps now:\n{now}\ninspect: {v}")
+            })
     }
 }
 
