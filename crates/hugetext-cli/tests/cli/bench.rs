@@ -1002,6 +1002,17 @@ fn startup_routes_default_to_what_run_accepts_and_bad_input_is_one_line() {
     assert!(e.lines().count() <= 3 && !e.contains("panicked"), "{e}");
 }
 
+/// `bench startup --runs 2 --routes file READY... --json -- /bin/sh -c
+/// SCRIPT` (a "server"), its JSON report, which says start-up ends at ready.
+fn startup_of_a_server(ready: &[&str], script: &str) -> Value {
+    let mut args = vec!["bench", "startup", "--runs", "2", "--routes", "file"];
+    args.extend_from_slice(ready);
+    args.extend_from_slice(&["--timeout", "60s", "--json", "--", "/bin/sh", "-c", script]);
+    let v = json_of(&common::hugetext(&args));
+    assert_eq!(v["until"], "ready");
+    v
+}
+
 #[test]
 fn startup_until_ready_times_a_server_to_its_probe_and_stops_it() {
     let _turn = ab_turn();
@@ -1012,25 +1023,7 @@ fn startup_until_ready_times_a_server_to_its_probe_and_stops_it() {
     let script = format!("trap 'rm -f {f}; exit 0' TERM; sleep 0.05; touch {f}; while :; do sleep 0.05; done");
     let probe = format!("test -e {f}");
     let t = std::time::Instant::now();
-    let out = common::hugetext(&[
-        "bench",
-        "startup",
-        "--runs",
-        "2",
-        "--routes",
-        "file",
-        "--ready",
-        &probe,
-        "--timeout",
-        "60s",
-        "--json",
-        "--",
-        "/bin/sh",
-        "-c",
-        &script,
-    ]);
-    let v = json_of(&out);
-    assert_eq!(v["until"], "ready");
+    let v = startup_of_a_server(&["--ready", &probe], &script);
     assert_eq!(startup_variants(&v), ["plain", "warm", "run-file"]);
     for x in v["variants"].as_array().unwrap() {
         // At least the server's own 50 ms before it is ready.
@@ -1057,26 +1050,7 @@ fn startup_until_a_file_holds_a_text_counts_only_what_the_start_wrote() {
         "trap 'echo >> {s}; exit 0' TERM; echo starting >> {l}; sleep 0.05; \
          echo 'ready for connections' >> {l}; while :; do sleep 0.05; done"
     );
-    let out = common::hugetext(&[
-        "bench",
-        "startup",
-        "--runs",
-        "2",
-        "--routes",
-        "file",
-        "--ready-file",
-        l,
-        "ready for connections",
-        "--timeout",
-        "60s",
-        "--json",
-        "--",
-        "/bin/sh",
-        "-c",
-        &script,
-    ]);
-    let v = json_of(&out);
-    assert_eq!(v["until"], "ready");
+    let v = startup_of_a_server(&["--ready-file", l, "ready for connections"], &script);
     assert_eq!(v["ready"], format!("{l} holds \"ready for connections\""));
     let variants = v["variants"].as_array().unwrap();
     assert_eq!(variants.len(), 3, "{v}");
