@@ -297,8 +297,10 @@ pub const CACHE_FLAGS: u32 = if cfg!(target_arch = "aarch64") { 0x0a03 } else { 
 /// Pure: call `f` with each path `/etc/ld.so.cache` (its bytes `data`)
 /// gives for the library file name `name` with `flags`, in the file's
 /// order, until `f` returns true; true then. glibc's "new" format
-/// (`glibc-ld.so.cache1.1`), alone or after the old one; entries for
-/// hardware capability subdirectories (`glibc-hwcaps`) are skipped.
+/// (`glibc-ld.so.cache1.1`), alone or after the old one (glibc 2.31 and
+/// older write both), its strings addressed from its own header as the
+/// loader reads them; entries for hardware capability subdirectories
+/// (`glibc-hwcaps`) are skipped.
 pub fn cache_paths(data: &[u8], name: &[u8], flags: u32, mut f: impl FnMut(&[u8]) -> bool) -> bool {
     const MAGIC: &[u8] = b"glibc-ld.so.cache1.1";
     const OLD: &[u8] = b"ld.so-1.7.0";
@@ -319,6 +321,9 @@ pub fn cache_paths(data: &[u8], name: &[u8], flags: u32, mut f: impl FnMut(&[u8]
         return false;
     };
     let entries = start + 48;
+    // The new format's string offsets count from its header, which
+    // follows the old format's entries in a file with both.
+    let strings = &data[start..];
     // Most entries are another library: compare the name and its NUL
     // first, and find the end of the path only for a match (a whole scan
     // of both strings of every entry took a millisecond for postgres's 45
@@ -336,11 +341,11 @@ pub fn cache_paths(data: &[u8], name: &[u8], flags: u32, mut f: impl FnMut(&[u8]
             return false;
         };
         let k = key as usize;
-        let same = data.get(k..k + name.len()) == Some(name) && data.get(k + name.len()) == Some(&0);
+        let same = strings.get(k..k + name.len()) == Some(name) && strings.get(k + name.len()) == Some(&0);
         if !same || hwcap & HWCAP_EXTENSION != 0 {
             continue;
         }
-        if let Some(v) = str_at(data, value) {
+        if let Some(v) = str_at(strings, value) {
             if f(v) {
                 return true;
             }
@@ -523,8 +528,9 @@ mod tests {
         }
     }
 
-    #[test]
-    fn the_cache_gives_paths_for_this_machine_only() {
+    /// A new-format cache: `libx.so` → `/l/libx.so` for another machine's
+    /// flags, then for this machine's; string offsets from its header.
+    fn new_format() -> Vec<u8> {
         let mut c = Vec::from(&b"glibc-ld.so.cache1.1"[..]);
         c.resize(20, 0);
         c.extend(2u32.to_le_bytes());
@@ -540,6 +546,32 @@ mod tests {
             c.extend(0u64.to_le_bytes());
         }
         c.extend(b"libx.so\0/l/libx.so\0");
+        c
+    }
+
+    /// The format glibc 2.31 and older write: the old format (here one
+    /// entry of 12 bytes, naming other strings), then the new one at the
+    /// next multiple of 8, whose string offsets count from its own header.
+    #[test]
+    fn the_cache_after_the_old_format_is_read_from_its_own_header() {
+        let mut c = Vec::from(&b"ld.so-1.7.0"[..]);
+        c.resize(12, 0);
+        c.extend(1u32.to_le_bytes());
+        c.extend([3u32, 0, 0].iter().flat_map(|v| v.to_le_bytes()));
+        c.resize(32, 0);
+        c.extend(new_format());
+        let mut seen = Vec::new();
+        assert!(!cache_paths(&c, b"libx.so", CACHE_FLAGS, |p| {
+            seen.push(p.to_vec());
+            false
+        }));
+        assert_eq!(seen, [b"/l/libx.so".to_vec()]);
+        assert!(!cache_paths(&c[..40], b"libx.so", CACHE_FLAGS, |_| true));
+    }
+
+    #[test]
+    fn the_cache_gives_paths_for_this_machine_only() {
+        let c = new_format();
         let mut seen = Vec::new();
         assert!(!cache_paths(&c, b"libx.so", CACHE_FLAGS, |p| {
             seen.push(p.to_vec());
