@@ -126,7 +126,7 @@ pub struct FileWatch {
 struct Look {
     id: (u64, u64),
     len: u64,
-    mtime: (i64, i64),
+    mtime: std::time::SystemTime,
     ctime: (i64, i64),
 }
 
@@ -136,7 +136,7 @@ fn look(f: &File) -> Option<Look> {
     Some(Look {
         id: (m.dev(), m.ino()),
         len: m.len(),
-        mtime: (m.mtime(), m.mtime_nsec()),
+        mtime: m.modified().ok()?,
         ctime: (m.ctime(), m.ctime_nsec()),
     })
 }
@@ -188,9 +188,8 @@ impl FileWatch {
         let Some(l) = look(&f) else {
             return false;
         };
-        let modified = std::time::UNIX_EPOCH + Duration::new(l.mtime.0.max(0) as u64, l.mtime.1 as u32);
         let recent = std::time::SystemTime::now()
-            .duration_since(modified)
+            .duration_since(l.mtime)
             .map_or(true, |d| d < Self::RECENT);
         if !recent && self.last.as_ref().is_some_and(|(_, was)| *was == l) {
             return false;
